@@ -1,0 +1,116 @@
+//! `GET /api/whoami-v2`: the caller's account, organizations and token, in the shape the
+//! `huggingface_hub` client reads.
+
+use axum::extract::State;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::error::ApiResult;
+use super::AppState;
+use crate::auth::Principal;
+use crate::model::account::Scope;
+use crate::model::catalog::utc_timestamp;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/api/whoami-v2", get(whoami))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WhoAmIOut {
+    /// Always `user`: only users hold tokens.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub id: String,
+    pub name: String,
+    pub fullname: String,
+    pub email: Option<String>,
+    pub email_verified: bool,
+    pub avatar_url: String,
+    pub is_pro: bool,
+    /// Instance administrators manage accounts and the catalog.
+    pub is_admin: bool,
+    pub orgs: Vec<OrgOut>,
+    pub auth: AuthOut,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OrgOut {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub id: String,
+    pub name: String,
+    pub fullname: String,
+    pub role_in_org: String,
+    pub avatar_url: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthOut {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub access_token: AccessTokenOut,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AccessTokenOut {
+    pub display_name: String,
+    /// `write` for an unrestricted token, `fineGrained` for one restricted to scopes.
+    pub role: String,
+    pub created_at: String,
+    pub expires_at: Option<String>,
+    pub scopes: Option<Vec<Scope>>,
+}
+
+fn avatar(name: &str) -> String {
+    format!("/avatars/{name}")
+}
+
+#[utoipa::path(get, path = "/api/whoami-v2", tag = "accounts",
+    responses((status = 200, body = WhoAmIOut), (status = 401, description = "missing or invalid token")))]
+pub async fn whoami(State(state): State<AppState>, who: Principal) -> ApiResult<Json<WhoAmIOut>> {
+    let orgs = state.store.orgs_of(&who.account.id).await?;
+    let a = &who.account;
+    Ok(Json(WhoAmIOut {
+        kind: "user".into(),
+        id: a.id.clone(),
+        name: a.name.clone(),
+        fullname: a.fullname.clone(),
+        email: a.email.clone(),
+        email_verified: a.email.is_some(),
+        avatar_url: avatar(&a.name),
+        is_pro: false,
+        is_admin: a.is_admin,
+        orgs: orgs
+            .into_iter()
+            .map(|(o, role)| OrgOut {
+                kind: "org".into(),
+                avatar_url: avatar(&o.name),
+                id: o.id,
+                name: o.name,
+                fullname: o.fullname,
+                role_in_org: role.as_str().into(),
+            })
+            .collect(),
+        auth: AuthOut {
+            kind: "access_token".into(),
+            access_token: AccessTokenOut {
+                display_name: who.token.display_name.clone(),
+                role: if who.token.scopes.is_some() {
+                    "fineGrained"
+                } else {
+                    "write"
+                }
+                .into(),
+                created_at: utc_timestamp(who.token.created_at),
+                expires_at: who.token.expires_at.map(utc_timestamp),
+                scopes: who.token.scopes.clone(),
+            },
+        },
+    }))
+}

@@ -1,0 +1,351 @@
+//! Instance administration over HTTP, the same operations as `switchyard admin`: users, organizations,
+//! memberships, tokens, and the catalog. Every route needs an administrator's unrestricted token.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{delete, get, post, put};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ApiResult};
+use super::extract::{JsonBody, PathParams};
+use super::AppState;
+use crate::auth::accounts::{self, AccountError};
+use crate::auth::Principal;
+use crate::model::account::{Account, AccountKind, Membership, Role, Scope, TokenInfo};
+use crate::model::catalog::CatalogEntry;
+use crate::model::Issue;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/admin/users", get(list_users).post(create_user))
+        .route("/api/v1/admin/orgs", get(list_orgs).post(create_org))
+        .route("/api/v1/admin/orgs/{org}/members", get(list_members))
+        .route(
+            "/api/v1/admin/orgs/{org}/members/{user}",
+            put(set_member).delete(remove_member),
+        )
+        .route(
+            "/api/v1/admin/users/{user}/tokens",
+            get(list_tokens).post(create_token),
+        )
+        .route("/api/v1/admin/tokens/{id}", delete(delete_token))
+        .route(
+            "/api/v1/admin/catalog/items",
+            get(list_catalog).post(put_catalog_item),
+        )
+        .route(
+            "/api/v1/admin/catalog/items/{author}/{model}",
+            delete(delete_catalog_item),
+        )
+        .route("/api/v1/admin/catalog/reload", post(reload_catalog))
+}
+
+fn decode<T: serde::de::DeserializeOwned>(body: serde_json::Value) -> ApiResult<T> {
+    serde_path_to_error::deserialize::<_, T>(body).map_err(|e| {
+        let path = e.path().to_string();
+        ApiError::invalid_body(vec![Issue::new(
+            if path == "." { String::new() } else { path },
+            e.into_inner().to_string(),
+        )])
+    })
+}
+
+impl From<AccountError> for ApiError {
+    fn from(e: AccountError) -> Self {
+        match e {
+            AccountError::Invalid(m) => ApiError::BadRequest(m),
+            AccountError::Store(s) => s.into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UserIn {
+    pub name: String,
+    #[serde(default)]
+    pub email: Option<String>,
+    /// Make the user an instance administrator.
+    #[serde(default)]
+    pub admin: bool,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OrgIn {
+    pub name: String,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemberIn {
+    pub role: Role,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TokenIn {
+    #[serde(default)]
+    pub display_name: Option<String>,
+    /// Restrict the token to these scopes; absent for an unrestricted token.
+    #[serde(default)]
+    pub scopes: Option<Vec<Scope>>,
+    /// Lifetime such as `12h`, `30d`; absent for a token that does not expire.
+    #[serde(default)]
+    pub expires_in: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenCreatedOut {
+    /// The token itself. Shown once; only its hash is kept.
+    pub token: String,
+    pub info: TokenInfo,
+}
+
+#[utoipa::path(get, path = "/api/v1/admin/users", tag = "admin", responses((status = 200, body = [Account])))]
+pub async fn list_users(
+    State(s): State<AppState>,
+    who: Principal,
+) -> ApiResult<Json<Vec<Account>>> {
+    who.require_instance_admin()?;
+    Ok(Json(s.store.list_accounts(AccountKind::User).await?))
+}
+
+#[utoipa::path(post, path = "/api/v1/admin/users", tag = "admin", request_body = UserIn,
+    responses((status = 201, body = Account), (status = 409, description = "name taken")))]
+pub async fn create_user(
+    State(s): State<AppState>,
+    who: Principal,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Account>)> {
+    who.require_instance_admin()?;
+    let u: UserIn = decode(body)?;
+    let a = accounts::create_account(
+        s.store.as_ref(),
+        AccountKind::User,
+        &u.name,
+        u.email,
+        u.admin,
+        s.clock.now(),
+    )
+    .await?;
+    tracing::info!(user = %a.name, by = %who.account.name, "user created");
+    Ok((StatusCode::CREATED, Json(a)))
+}
+
+#[utoipa::path(get, path = "/api/v1/admin/orgs", tag = "admin", responses((status = 200, body = [Account])))]
+pub async fn list_orgs(State(s): State<AppState>, who: Principal) -> ApiResult<Json<Vec<Account>>> {
+    who.require_instance_admin()?;
+    Ok(Json(s.store.list_accounts(AccountKind::Org).await?))
+}
+
+#[utoipa::path(post, path = "/api/v1/admin/orgs", tag = "admin", request_body = OrgIn,
+    responses((status = 201, body = Account)))]
+pub async fn create_org(
+    State(s): State<AppState>,
+    who: Principal,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Account>)> {
+    who.require_instance_admin()?;
+    let o: OrgIn = decode(body)?;
+    let a = accounts::create_account(
+        s.store.as_ref(),
+        AccountKind::Org,
+        &o.name,
+        None,
+        false,
+        s.clock.now(),
+    )
+    .await?;
+    tracing::info!(org = %a.name, by = %who.account.name, "organization created");
+    Ok((StatusCode::CREATED, Json(a)))
+}
+
+#[utoipa::path(get, path = "/api/v1/admin/orgs/{org}/members", tag = "admin",
+    params(("org" = String, Path)), responses((status = 200, body = [Membership])))]
+pub async fn list_members(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams(org): PathParams<String>,
+) -> ApiResult<Json<Vec<Membership>>> {
+    who.require_instance_admin()?;
+    if s.store
+        .account_by_name(&org)
+        .await?
+        .is_none_or(|a| a.kind != AccountKind::Org)
+    {
+        return Err(ApiError::NotFound(format!("no organization {org:?}")));
+    }
+    Ok(Json(s.store.list_members(&org).await?))
+}
+
+#[utoipa::path(put, path = "/api/v1/admin/orgs/{org}/members/{user}", tag = "admin", request_body = MemberIn,
+    params(("org" = String, Path), ("user" = String, Path)), responses((status = 200, body = Membership)))]
+pub async fn set_member(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams((org, user)): PathParams<(String, String)>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Json<Membership>> {
+    who.require_instance_admin()?;
+    let m: MemberIn = decode(body)?;
+    Ok(Json(
+        accounts::add_member(s.store.as_ref(), &org, &user, m.role, s.clock.now()).await?,
+    ))
+}
+
+#[utoipa::path(delete, path = "/api/v1/admin/orgs/{org}/members/{user}", tag = "admin",
+    params(("org" = String, Path), ("user" = String, Path)), responses((status = 204)))]
+pub async fn remove_member(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams((org, user)): PathParams<(String, String)>,
+) -> ApiResult<StatusCode> {
+    who.require_instance_admin()?;
+    if s.store.remove_membership(&org, &user).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound(format!(
+            "{user:?} is not a member of {org:?}"
+        )))
+    }
+}
+
+#[utoipa::path(get, path = "/api/v1/admin/users/{user}/tokens", tag = "admin",
+    params(("user" = String, Path)), responses((status = 200, body = [TokenInfo])))]
+pub async fn list_tokens(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams(user): PathParams<String>,
+) -> ApiResult<Json<Vec<TokenInfo>>> {
+    who.require_instance_admin()?;
+    Ok(Json(s.store.list_tokens(&user).await?))
+}
+
+#[utoipa::path(post, path = "/api/v1/admin/users/{user}/tokens", tag = "admin", request_body = TokenIn,
+    params(("user" = String, Path)), responses((status = 201, body = TokenCreatedOut)))]
+pub async fn create_token(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams(user): PathParams<String>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<TokenCreatedOut>)> {
+    who.require_instance_admin()?;
+    let t: TokenIn = decode(body)?;
+    let expires_in = t
+        .expires_in
+        .as_deref()
+        .map(accounts::parse_duration)
+        .transpose()
+        .map_err(|m| ApiError::invalid_body(vec![Issue::new("expiresIn", m)]))?;
+    let (token, info) = accounts::issue_token(
+        s.store.as_ref(),
+        &user,
+        t.display_name,
+        t.scopes,
+        expires_in,
+        s.clock.now(),
+    )
+    .await?;
+    tracing::info!(user = %user, token_id = %info.id, by = %who.account.name, "token issued");
+    Ok((StatusCode::CREATED, Json(TokenCreatedOut { token, info })))
+}
+
+#[utoipa::path(delete, path = "/api/v1/admin/tokens/{id}", tag = "admin",
+    params(("id" = String, Path)), responses((status = 204)))]
+pub async fn delete_token(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams(id): PathParams<String>,
+) -> ApiResult<StatusCode> {
+    who.require_instance_admin()?;
+    if s.store.delete_token(&id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound(format!("no token {id:?}")))
+    }
+}
+
+#[utoipa::path(get, path = "/api/v1/admin/catalog/items", tag = "admin",
+    responses((status = 200, description = "every item with its recipes' memory needs", body = [CatalogEntry])))]
+pub async fn list_catalog(
+    State(s): State<AppState>,
+    who: Principal,
+) -> ApiResult<Json<Vec<CatalogEntry>>> {
+    who.require_instance_admin()?;
+    let idx = s.catalog.get(s.store.as_ref()).await?;
+    Ok(Json(idx.entries().cloned().collect()))
+}
+
+/// Adds an item, or replaces the item with the same `repoId`.
+#[utoipa::path(post, path = "/api/v1/admin/catalog/items", tag = "admin", request_body = CatalogEntry,
+    responses((status = 201, description = "added", body = CatalogEntry), (status = 200, description = "replaced", body = CatalogEntry)))]
+pub async fn put_catalog_item(
+    State(s): State<AppState>,
+    who: Principal,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<CatalogEntry>)> {
+    who.require_instance_admin()?;
+    let entry: CatalogEntry = decode(body)?;
+    let issues: Vec<Issue> = entry
+        .problems()
+        .into_iter()
+        .map(|(p, m)| Issue::new(p, m))
+        .collect();
+    if !issues.is_empty() {
+        return Err(ApiError::invalid_body(issues));
+    }
+    // A recipe id must stay unique across the catalog: another item may not already use it.
+    let idx = s.catalog.get(s.store.as_ref()).await?;
+    for (i, r) in entry.recipes.iter().enumerate() {
+        if let Some((other, _)) = idx.by_recipe_id(&r.public_id) {
+            if other.repo_id != entry.repo_id {
+                return Err(ApiError::Conflict(format!(
+                    "recipes[{i}].publicId {:?} is already used by {}",
+                    r.public_id, other.repo_id
+                )));
+            }
+        }
+    }
+    let added = s.store.put_catalog_entry(&entry, s.clock.now()).await?;
+    s.catalog.reload(s.store.as_ref()).await?;
+    tracing::info!(repo = %entry.repo_id, added, by = %who.account.name, "catalog item saved");
+    Ok((
+        if added {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        },
+        Json(entry),
+    ))
+}
+
+#[utoipa::path(delete, path = "/api/v1/admin/catalog/items/{author}/{model}", tag = "admin",
+    params(("author" = String, Path), ("model" = String, Path)), responses((status = 204)))]
+pub async fn delete_catalog_item(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams((author, model)): PathParams<(String, String)>,
+) -> ApiResult<StatusCode> {
+    who.require_instance_admin()?;
+    let repo_id = format!("{author}/{model}");
+    let removed = s.store.delete_catalog_entry(&repo_id).await?;
+    s.catalog.reload(s.store.as_ref()).await?;
+    if removed {
+        tracing::info!(repo = %repo_id, by = %who.account.name, "catalog item removed");
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound(format!("no catalog item {repo_id:?}")))
+    }
+}
+
+/// Re-reads the catalog from the store (after `switchyard admin catalog …` changed it from the shell).
+#[utoipa::path(post, path = "/api/v1/admin/catalog/reload", tag = "admin", responses((status = 204)))]
+pub async fn reload_catalog(State(s): State<AppState>, who: Principal) -> ApiResult<StatusCode> {
+    who.require_instance_admin()?;
+    s.catalog.reload(s.store.as_ref()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,365 @@
+//! Endpoint management under `/v2`, as the `huggingface_hub` client drives it: list, create, get,
+//! update (deep partial), delete, pause, resume, scale-to-zero, and the hardware list.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::Value;
+
+use super::error::{ApiError, ApiResult};
+use super::extract::{JsonBody, PathParams};
+use super::AppState;
+use crate::auth::{authorize, Access, Principal};
+use crate::crypto::random_id;
+use crate::hardware::HardwareList;
+use crate::model::{EndpointOut, EndpointSpec, EndpointState, Issue, LifecycleAction};
+use crate::store::{Actor, EndpointRecord, StoreError};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v2/endpoint/{namespace}", get(list).post(create))
+        .route(
+            "/v2/endpoint/{namespace}/{name}",
+            get(read).put(update).delete(remove),
+        )
+        .route("/v2/endpoint/{namespace}/{name}/pause", post(pause))
+        .route("/v2/endpoint/{namespace}/{name}/resume", post(resume))
+        .route(
+            "/v2/endpoint/{namespace}/{name}/scale-to-zero",
+            post(scale_to_zero),
+        )
+        .route("/v2/provider/{namespace}", get(hardware))
+}
+
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct EndpointListOut {
+    pub items: Vec<EndpointOut>,
+}
+
+/// Replaces every secret value given in a spec or patch by its ciphertext, before anything else sees it.
+/// Nulls stay null (on update they mean "keep the stored value"). The custom image's registry
+/// password is a secret too.
+pub fn seal_secrets(state: &AppState, body: &mut Value) {
+    if let Some(Value::Object(secrets)) = body.pointer_mut("/model/secrets") {
+        for v in secrets.values_mut() {
+            if let Value::String(s) = v {
+                *s = state.secrets.seal(s);
+            }
+        }
+    }
+    if let Some(Value::String(p)) = body.pointer_mut("/model/image/custom/credentials/password") {
+        *p = state.secrets.seal(p);
+    }
+}
+
+/// Checks the spec's compute against the hardware list and records its id. Unknown compute is a 400;
+/// compute that exists but is unavailable is a 409.
+fn resolve_compute(
+    hardware: &HardwareList,
+    spec: &mut EndpointSpec,
+    namespace: &str,
+) -> ApiResult<()> {
+    let c = &spec.compute;
+    let found = hardware.find(
+        &spec.provider.vendor,
+        &spec.provider.region,
+        c.accelerator.as_str(),
+        &c.instance_type,
+        &c.instance_size,
+    );
+    match found {
+        None => Err(ApiError::invalid_body(vec![Issue::new(
+            "compute",
+            format!(
+                "no {} instance {} {} in {}/{}; GET /v2/provider/{namespace} lists what exists",
+                c.accelerator.as_str(),
+                c.instance_type,
+                c.instance_size,
+                spec.provider.vendor,
+                spec.provider.region
+            ),
+        )])),
+        Some(p) if !p.compute.is_available() => Err(ApiError::Conflict(format!(
+            "no compatible compute found: {} is currently unavailable",
+            p.compute.id
+        ))),
+        Some(p) => {
+            spec.compute.id = Some(p.compute.id.clone());
+            Ok(())
+        }
+    }
+}
+
+/// Stores a new endpoint (already parsed, secrets sealed) in `pending`.
+pub async fn insert_new(
+    state: &AppState,
+    who: &Principal,
+    namespace: &str,
+    mut spec: EndpointSpec,
+) -> ApiResult<EndpointRecord> {
+    resolve_compute(&state.hardware, &mut spec, namespace)?;
+    let now = state.clock.now();
+    let actor = Actor {
+        id: who.account.id.clone(),
+        name: who.account.name.clone(),
+    };
+    let rec = EndpointRecord {
+        id: random_id(),
+        namespace: namespace.to_string(),
+        spec,
+        state: EndpointState::Pending,
+        message: None,
+        url: None,
+        ready_replica: 0,
+        target_replica: 0,
+        created_at: now,
+        updated_at: now,
+        created_by: actor.clone(),
+        updated_by: actor,
+        version: 1,
+    };
+    state.store.insert_endpoint(&rec).await?;
+    tracing::info!(namespace, endpoint = %rec.spec.name, by = %who.account.name, "endpoint created");
+    Ok(rec)
+}
+
+/// The response form of a stored endpoint: secrets redacted, status attached.
+pub fn render(rec: &EndpointRecord) -> EndpointOut {
+    EndpointOut::new(
+        rec.spec.redacted(),
+        crate::model::EndpointStatus {
+            state: rec.state,
+            created_at: rec.created_at,
+            updated_at: rec.updated_at,
+            ready_replica: rec.ready_replica,
+            target_replica: rec.target_replica,
+            message: rec.message.clone(),
+            url: rec.url.clone(),
+            created_by: crate::model::ActorOut {
+                id: rec.created_by.id.clone(),
+                name: rec.created_by.name.clone(),
+            },
+            updated_by: crate::model::ActorOut {
+                id: rec.updated_by.id.clone(),
+                name: rec.updated_by.name.clone(),
+            },
+        },
+    )
+}
+
+async fn load(state: &AppState, namespace: &str, name: &str) -> ApiResult<EndpointRecord> {
+    state.store.endpoint(namespace, name).await?.ok_or_else(|| {
+        ApiError::NotFound(format!(
+            "endpoint {name:?} not found in namespace {namespace:?}"
+        ))
+    })
+}
+
+#[utoipa::path(get, path = "/v2/endpoint/{namespace}", tag = "endpoints",
+    params(("namespace" = String, Path)),
+    responses((status = 200, body = EndpointListOut), (status = 401), (status = 403)))]
+pub async fn list(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams(namespace): PathParams<String>,
+) -> ApiResult<Json<EndpointListOut>> {
+    authorize(s.store.as_ref(), &who, &namespace, Access::Read).await?;
+    let items = s.store.endpoints_in(&namespace).await?;
+    Ok(Json(EndpointListOut {
+        items: items.iter().map(render).collect(),
+    }))
+}
+
+#[utoipa::path(post, path = "/v2/endpoint/{namespace}", tag = "endpoints",
+    params(("namespace" = String, Path)), request_body = EndpointSpec,
+    responses((status = 200, body = EndpointOut), (status = 400), (status = 401), (status = 403), (status = 409)))]
+pub async fn create(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams(namespace): PathParams<String>,
+    JsonBody(mut body): JsonBody,
+) -> ApiResult<Json<EndpointOut>> {
+    authorize(s.store.as_ref(), &who, &namespace, Access::Change).await?;
+    if let Some(Value::Object(secrets)) = body.pointer("/model/secrets") {
+        let empty: Vec<Issue> = secrets
+            .iter()
+            .filter(|(_, v)| v.is_null())
+            .map(|(k, _)| Issue::new(format!("model.secrets.{k}"), "a new secret needs a value"))
+            .collect();
+        if !empty.is_empty() {
+            return Err(ApiError::invalid_body(empty));
+        }
+    }
+    seal_secrets(&s, &mut body);
+    let spec = EndpointSpec::parse(&body).map_err(ApiError::invalid_body)?;
+    let rec = insert_new(&s, &who, &namespace, spec).await?;
+    Ok(Json(render(&rec)))
+}
+
+#[utoipa::path(get, path = "/v2/endpoint/{namespace}/{name}", tag = "endpoints",
+    params(("namespace" = String, Path), ("name" = String, Path)),
+    responses((status = 200, body = EndpointOut), (status = 401), (status = 403), (status = 404)))]
+pub async fn read(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams((namespace, name)): PathParams<(String, String)>,
+) -> ApiResult<Json<EndpointOut>> {
+    authorize(s.store.as_ref(), &who, &namespace, Access::Read).await?;
+    Ok(Json(render(&load(&s, &namespace, &name).await?)))
+}
+
+/// Retries a read-modify-write a few times when another request changed the endpoint in between.
+async fn modify<F>(
+    s: &AppState,
+    who: &Principal,
+    namespace: &str,
+    name: &str,
+    mut change: F,
+) -> ApiResult<EndpointRecord>
+where
+    F: FnMut(&mut EndpointRecord) -> ApiResult<()>,
+{
+    for _ in 0..5 {
+        let mut rec = load(s, namespace, name).await?;
+        change(&mut rec)?;
+        rec.updated_at = s.clock.now();
+        rec.updated_by = Actor {
+            id: who.account.id.clone(),
+            name: who.account.name.clone(),
+        };
+        match s.store.update_endpoint(&rec).await {
+            Ok(saved) => return Ok(saved),
+            Err(StoreError::Stale) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(StoreError::Stale.into())
+}
+
+#[utoipa::path(put, path = "/v2/endpoint/{namespace}/{name}", tag = "endpoints",
+    params(("namespace" = String, Path), ("name" = String, Path)),
+    request_body(content = Object, description = "any part of the endpoint spec; nested objects are partial too"),
+    responses((status = 200, body = EndpointOut), (status = 400), (status = 401), (status = 403), (status = 404)))]
+pub async fn update(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams((namespace, name)): PathParams<(String, String)>,
+    JsonBody(mut patch): JsonBody,
+) -> ApiResult<Json<EndpointOut>> {
+    authorize(s.store.as_ref(), &who, &namespace, Access::Change).await?;
+    seal_secrets(&s, &mut patch);
+    let hardware = s.hardware.clone();
+    let rec = modify(&s, &who, &namespace, &name, |rec| {
+        let mut spec = rec
+            .spec
+            .apply_update(&patch)
+            .map_err(ApiError::invalid_body)?;
+        resolve_compute(&hardware, &mut spec, &namespace)?;
+        if spec != rec.spec {
+            rec.state = rec
+                .state
+                .on_action(LifecycleAction::Update)
+                .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        }
+        rec.spec = spec;
+        Ok(())
+    })
+    .await?;
+    tracing::info!(namespace, endpoint = %name, by = %who.account.name, "endpoint updated");
+    Ok(Json(render(&rec)))
+}
+
+#[utoipa::path(delete, path = "/v2/endpoint/{namespace}/{name}", tag = "endpoints",
+    params(("namespace" = String, Path), ("name" = String, Path)),
+    responses((status = 204), (status = 401), (status = 403), (status = 404)))]
+pub async fn remove(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams((namespace, name)): PathParams<(String, String)>,
+) -> ApiResult<StatusCode> {
+    authorize(s.store.as_ref(), &who, &namespace, Access::Change).await?;
+    if s.store.delete_endpoint(&namespace, &name).await? {
+        tracing::info!(namespace, endpoint = %name, by = %who.account.name, "endpoint deleted");
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound(format!(
+            "endpoint {name:?} not found in namespace {namespace:?}"
+        )))
+    }
+}
+
+async fn lifecycle(
+    s: AppState,
+    who: Principal,
+    namespace: String,
+    name: String,
+    action: LifecycleAction,
+) -> ApiResult<Json<EndpointOut>> {
+    authorize(s.store.as_ref(), &who, &namespace, Access::Change).await?;
+    let by = who.account.name.clone();
+    let rec = modify(&s, &who, &namespace, &name, |rec| {
+        rec.state = rec
+            .state
+            .on_action(action)
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        rec.message = match action {
+            LifecycleAction::Pause => Some(format!("paused by {by}")),
+            LifecycleAction::ScaleToZero => Some(format!("scaled to zero by {by}")),
+            _ => None,
+        };
+        if matches!(
+            action,
+            LifecycleAction::Pause | LifecycleAction::ScaleToZero
+        ) {
+            rec.ready_replica = 0;
+            rec.target_replica = 0;
+        }
+        Ok(())
+    })
+    .await?;
+    tracing::info!(namespace, endpoint = %name, by = %who.account.name, ?action, "endpoint lifecycle action");
+    Ok(Json(render(&rec)))
+}
+
+#[utoipa::path(post, path = "/v2/endpoint/{namespace}/{name}/pause", tag = "endpoints",
+    params(("namespace" = String, Path), ("name" = String, Path)), responses((status = 200, body = EndpointOut)))]
+pub async fn pause(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams((ns, name)): PathParams<(String, String)>,
+) -> ApiResult<Json<EndpointOut>> {
+    lifecycle(s, who, ns, name, LifecycleAction::Pause).await
+}
+
+#[utoipa::path(post, path = "/v2/endpoint/{namespace}/{name}/resume", tag = "endpoints",
+    params(("namespace" = String, Path), ("name" = String, Path)),
+    responses((status = 200, body = EndpointOut), (status = 400, description = "already running")))]
+pub async fn resume(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams((ns, name)): PathParams<(String, String)>,
+) -> ApiResult<Json<EndpointOut>> {
+    lifecycle(s, who, ns, name, LifecycleAction::Resume).await
+}
+
+#[utoipa::path(post, path = "/v2/endpoint/{namespace}/{name}/scale-to-zero", tag = "endpoints",
+    params(("namespace" = String, Path), ("name" = String, Path)), responses((status = 200, body = EndpointOut)))]
+pub async fn scale_to_zero(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams((ns, name)): PathParams<(String, String)>,
+) -> ApiResult<Json<EndpointOut>> {
+    lifecycle(s, who, ns, name, LifecycleAction::ScaleToZero).await
+}
+
+#[utoipa::path(get, path = "/v2/provider/{namespace}", tag = "endpoints",
+    params(("namespace" = String, Path)), responses((status = 200, body = HardwareList)))]
+pub async fn hardware(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams(namespace): PathParams<String>,
+) -> ApiResult<Json<HardwareList>> {
+    authorize(s.store.as_ref(), &who, &namespace, Access::Read).await?;
+    Ok(Json((*s.hardware).clone()))
+}

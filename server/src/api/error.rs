@@ -1,0 +1,176 @@
+//! One error type for every handler, mapped to the spec's status codes and bodies.
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+use crate::model::Issue;
+use crate::store::StoreError;
+
+#[derive(Debug)]
+pub enum ApiError {
+    /// 400 `{error, issues}`: an invalid request body.
+    InvalidBody {
+        message: String,
+        issues: Vec<Issue>,
+    },
+    /// 400 `{details, error}`: invalid query parameters.
+    InvalidQuery {
+        message: String,
+        details: Value,
+    },
+    /// 400 `{error}`: a request that is well-formed but not allowed now (e.g. resuming a running endpoint).
+    BadRequest(String),
+    Unauthorized(String),
+    Forbidden(String),
+    NotFound(String),
+    MethodNotAllowed,
+    Conflict(String),
+    PayloadTooLarge(usize),
+    /// 500 `{error}`. The cause is logged, never sent.
+    Internal(String),
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    pub fn internal(context: &str, cause: impl std::fmt::Display) -> ApiError {
+        ApiError::Internal(format!("{context}: {cause}"))
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidBody { .. }
+            | ApiError::InvalidQuery { .. }
+            | ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The human-readable message, also sent as `X-Error-Message`.
+    pub fn message(&self) -> String {
+        match self {
+            ApiError::InvalidBody { message, .. } | ApiError::InvalidQuery { message, .. } => {
+                message.clone()
+            }
+            ApiError::BadRequest(m)
+            | ApiError::Unauthorized(m)
+            | ApiError::Forbidden(m)
+            | ApiError::NotFound(m)
+            | ApiError::Conflict(m) => m.clone(),
+            ApiError::MethodNotAllowed => "method not allowed on this path".into(),
+            ApiError::PayloadTooLarge(limit) => format!("request body larger than {limit} bytes"),
+            ApiError::Internal(_) => "internal server error".into(),
+        }
+    }
+
+    pub fn body(&self) -> Value {
+        let error = self.message();
+        match self {
+            ApiError::InvalidBody { issues, .. } => json!({ "error": error, "issues": issues }),
+            ApiError::InvalidQuery { details, .. } => json!({ "details": details, "error": error }),
+            _ => json!({ "error": error }),
+        }
+    }
+
+    pub fn invalid_body(issues: Vec<Issue>) -> ApiError {
+        let message = match issues.as_slice() {
+            [] => "invalid request body".to_string(),
+            [one] if one.path.is_empty() => format!("invalid request body: {}", one.message),
+            [one] => format!("invalid request body: {}: {}", one.path, one.message),
+            [first, rest @ ..] => format!(
+                "invalid request body: {}: {} (and {} more)",
+                first.path,
+                first.message,
+                rest.len()
+            ),
+        };
+        ApiError::InvalidBody { message, issues }
+    }
+}
+
+/// A header value made from any message: control characters and non-ASCII are replaced, length capped.
+pub fn header_safe(message: &str) -> HeaderValue {
+    let cleaned: String = message
+        .chars()
+        .map(|c| {
+            if c.is_ascii() && !c.is_ascii_control() {
+                c
+            } else {
+                '?'
+            }
+        })
+        .take(512)
+        .collect();
+    HeaderValue::from_str(&cleaned).unwrap_or_else(|_| HeaderValue::from_static("error"))
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Internal(cause) = &self {
+            tracing::error!(%cause, "request failed");
+        }
+        let status = self.status();
+        let mut resp = (status, axum::Json(self.body())).into_response();
+        resp.headers_mut()
+            .insert("x-error-message", header_safe(&self.message()));
+        resp
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Conflict(m) => ApiError::Conflict(m),
+            StoreError::NotFound(m) => ApiError::NotFound(m),
+            StoreError::Stale => ApiError::Conflict(
+                "the resource was changed by another request; read it again and retry".into(),
+            ),
+            StoreError::Backend(m) => ApiError::Internal(format!("store: {m}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_have_the_spec_shapes() {
+        let e = ApiError::invalid_body(vec![Issue {
+            path: "namespace".into(),
+            message: "missing field".into(),
+        }]);
+        let b = e.body();
+        assert_eq!(b["issues"][0]["path"], "namespace");
+        assert!(b["error"].as_str().unwrap().contains("namespace"));
+        let q = ApiError::InvalidQuery {
+            message: "bad".into(),
+            details: json!({"limit": "x"}),
+        };
+        assert_eq!(q.body(), json!({"details": {"limit": "x"}, "error": "bad"}));
+        assert_eq!(ApiError::Conflict("c".into()).body(), json!({"error": "c"}));
+    }
+
+    #[test]
+    fn internal_errors_never_leak_their_cause() {
+        let e = ApiError::internal("store", "disk I/O error at /secret/path");
+        assert_eq!(e.body(), json!({"error": "internal server error"}));
+        assert_eq!(e.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    #[test]
+    fn header_messages_are_sanitized() {
+        assert_eq!(
+            header_safe("bad\r\nX-Evil: 1").to_str().unwrap(),
+            "bad??X-Evil: 1"
+        );
+        assert_eq!(header_safe("naïve").to_str().unwrap(), "na?ve");
+    }
+}

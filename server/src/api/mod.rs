@@ -1,0 +1,114 @@
+//! The HTTP API: one router per area, the shared state, and the layers every response passes through.
+
+pub mod accounts;
+pub mod admin;
+pub mod catalog;
+pub mod endpoints;
+pub mod error;
+pub mod extract;
+pub mod openapi;
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+
+use crate::catalog::CatalogCache;
+use crate::clock::Clock;
+use crate::crypto::{random_id, SecretBox};
+use crate::hardware::HardwareList;
+use crate::store::Store;
+use error::{header_safe, ApiError};
+
+/// Everything a handler may use. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState(pub Arc<AppInner>);
+
+pub struct AppInner {
+    pub store: Arc<dyn Store>,
+    pub clock: Arc<dyn Clock>,
+    pub secrets: SecretBox,
+    pub catalog: CatalogCache,
+    pub hardware: Arc<HardwareList>,
+    pub body_limit: usize,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = AppInner;
+    fn deref(&self) -> &AppInner {
+        &self.0
+    }
+}
+
+/// The whole public API, with its layers.
+pub fn router(state: AppState) -> Router {
+    let body_limit = state.body_limit;
+    Router::new()
+        .route("/health", get(health))
+        .merge(catalog::router())
+        .merge(endpoints::router())
+        .merge(accounts::router())
+        .merge(admin::router())
+        .merge(openapi::router())
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn(response_contract))
+        .with_state(state)
+}
+
+async fn health() -> Json<serde_json::Value> {
+    Json(serde_json::json!({"status": "ok"}))
+}
+
+async fn not_found(State(_): State<AppState>) -> ApiError {
+    ApiError::NotFound("no such route".into())
+}
+
+async fn method_not_allowed(State(_): State<AppState>) -> ApiError {
+    ApiError::MethodNotAllowed
+}
+
+/// Gives every response an `x-request-id` (the caller's, when it is a sane one) and makes sure every
+/// error is a JSON object with `error` plus an `X-Error-Message` header, whichever layer produced it.
+async fn response_contract(req: Request, next: Next) -> Response {
+    let request_id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            !v.is_empty()
+                && v.len() <= 128
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+        })
+        .map(str::to_string)
+        .unwrap_or_else(random_id);
+    let mut resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if (status.is_client_error() || status.is_server_error()) && !is_json {
+        resp = rejection_to_json(status);
+    }
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    resp
+}
+
+/// A framework-produced error (a rejected extractor, a timeout) in our error shape.
+fn rejection_to_json(status: StatusCode) -> Response {
+    let message = status.canonical_reason().unwrap_or("error").to_lowercase();
+    let mut resp = (status, Json(serde_json::json!({ "error": message }))).into_response();
+    resp.headers_mut()
+        .insert("x-error-message", header_safe(&message));
+    resp
+}

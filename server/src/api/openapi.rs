@@ -1,0 +1,125 @@
+//! The OpenAPI 3.1 document, generated from the handlers and model types and served at
+//! `/api/v1/openapi.json`. A copy is committed (`openapi.json`) so API changes show up in review.
+
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use super::AppState;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Switchyard", version = "1.0.0", description = "Control plane for model-serving endpoints: catalog and deploy, endpoint management, accounts."),
+    paths(
+        super::catalog::list,
+        super::catalog::deploy_model,
+        super::catalog::deploy_recipe,
+        super::endpoints::list,
+        super::endpoints::create,
+        super::endpoints::read,
+        super::endpoints::update,
+        super::endpoints::remove,
+        super::endpoints::pause,
+        super::endpoints::resume,
+        super::endpoints::scale_to_zero,
+        super::endpoints::hardware,
+        super::accounts::whoami,
+        super::admin::list_users,
+        super::admin::create_user,
+        super::admin::list_orgs,
+        super::admin::create_org,
+        super::admin::list_members,
+        super::admin::set_member,
+        super::admin::remove_member,
+        super::admin::list_tokens,
+        super::admin::create_token,
+        super::admin::delete_token,
+        super::admin::list_catalog,
+        super::admin::put_catalog_item,
+        super::admin::delete_catalog_item,
+        super::admin::reload_catalog,
+    ),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "catalog", description = "Catalog of models and their deployment recipes"),
+        (name = "endpoints", description = "Inference endpoint management (huggingface_hub compatible)"),
+        (name = "accounts", description = "The caller's account"),
+        (name = "admin", description = "Instance administration"),
+    )
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        if let Some(components) = openapi.components.as_mut() {
+            components.add_security_scheme(
+                "bearer",
+                SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+            );
+        }
+    }
+}
+
+/// The document as pretty JSON, exactly as served and committed.
+pub fn document_json() -> String {
+    ApiDoc::openapi()
+        .to_pretty_json()
+        .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new().route(
+        "/api/v1/openapi.json",
+        get(|| async {
+            (
+                [(header::CONTENT_TYPE, "application/json")],
+                document_json(),
+            )
+                .into_response()
+        }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The committed copy must match what the code generates: regenerate it with
+    /// `cargo run -- openapi > openapi.json` when the API changes on purpose.
+    #[test]
+    fn committed_document_is_current() {
+        let committed = include_str!("../../../openapi.json");
+        assert_eq!(
+            committed.trim_end(),
+            document_json().trim_end(),
+            "openapi.json is stale: run `cargo run -- openapi > openapi.json`"
+        );
+    }
+
+    #[test]
+    fn document_is_openapi_3_1_with_the_spec_operations() {
+        let doc: serde_json::Value = serde_json::from_str(&document_json()).unwrap();
+        assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+        for (path, method, op) in [
+            ("/api/v1/catalog/list", "get", "listCatalogItems"),
+            (
+                "/api/v1/catalog/model/{author}/{model}/deploy",
+                "post",
+                "deployCatalogModel",
+            ),
+            (
+                "/api/v1/catalog/recipe/{public_id}/deploy",
+                "post",
+                "deployCatalogRecipe",
+            ),
+        ] {
+            assert_eq!(doc["paths"][path][method]["operationId"], op, "{path}");
+        }
+        assert!(doc["components"]["schemas"]["EndpointSpec"].is_object());
+    }
+}

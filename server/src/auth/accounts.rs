@@ -1,0 +1,193 @@
+//! Account operations shared by the admin HTTP API and `switchyard admin`: users, organizations,
+//! memberships, tokens, and the first administrator of a new store.
+
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Duration, Utc};
+
+use crate::crypto::{hash_token, new_token, write_private_file};
+use crate::model::account::{
+    validate_account_name, Account, AccountKind, Membership, Role, Scope, TokenInfo,
+};
+use crate::store::{NewAccount, NewToken, Store, StoreError};
+
+/// Name of the administrator created in an empty store.
+pub const FIRST_ADMIN: &str = "admin";
+
+/// File in the data dir that receives the first administrator's token.
+pub const ADMIN_TOKEN_FILE: &str = "admin-token";
+
+/// Longest lifetime a token may be given.
+pub const MAX_TOKEN_LIFETIME_DAYS: i64 = 3650;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AccountError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub async fn create_account(
+    store: &dyn Store,
+    kind: AccountKind,
+    name: &str,
+    email: Option<String>,
+    is_admin: bool,
+    now: DateTime<Utc>,
+) -> Result<Account, AccountError> {
+    validate_account_name(name).map_err(AccountError::Invalid)?;
+    if let Some(e) = &email {
+        if !(e.contains('@') && e.len() <= 254 && !e.chars().any(char::is_whitespace)) {
+            return Err(AccountError::Invalid(format!(
+                "invalid email address {e:?}"
+            )));
+        }
+    }
+    Ok(store
+        .create_account(
+            NewAccount {
+                kind,
+                name: name.to_string(),
+                fullname: name.to_string(),
+                email,
+                is_admin: is_admin && kind == AccountKind::User,
+            },
+            now,
+        )
+        .await?)
+}
+
+pub async fn add_member(
+    store: &dyn Store,
+    org: &str,
+    user: &str,
+    role: Role,
+    now: DateTime<Utc>,
+) -> Result<Membership, AccountError> {
+    Ok(store.set_membership(org, user, role, now).await?)
+}
+
+/// Issues a token for a user; returns the token (shown once) and what is stored about it.
+pub async fn issue_token(
+    store: &dyn Store,
+    user: &str,
+    display_name: Option<String>,
+    scopes: Option<Vec<Scope>>,
+    expires_in: Option<Duration>,
+    now: DateTime<Utc>,
+) -> Result<(String, TokenInfo), AccountError> {
+    let account = store
+        .account_by_name(user)
+        .await?
+        .filter(|a| a.kind == AccountKind::User)
+        .ok_or_else(|| AccountError::Invalid(format!("no user {user:?}")))?;
+    if let Some(d) = expires_in {
+        if d <= Duration::zero() || d > Duration::days(MAX_TOKEN_LIFETIME_DAYS) {
+            return Err(AccountError::Invalid(format!(
+                "expiry must be more than 0 and at most {MAX_TOKEN_LIFETIME_DAYS} days"
+            )));
+        }
+    }
+    if scopes.as_ref().is_some_and(Vec::is_empty) {
+        return Err(AccountError::Invalid(
+            "a restricted token needs at least one scope".into(),
+        ));
+    }
+    let token = new_token();
+    let display_name =
+        display_name.unwrap_or_else(|| format!("{user}-{}", now.format("%Y%m%d%H%M%S")));
+    if display_name.is_empty() || display_name.len() > 100 {
+        return Err(AccountError::Invalid(
+            "token name must be 1 to 100 characters".into(),
+        ));
+    }
+    let info = store
+        .create_token(
+            NewToken {
+                user_id: account.id,
+                token_hash: hash_token(&token),
+                display_name,
+                scopes,
+                expires_at: expires_in.map(|d| now + d),
+            },
+            now,
+        )
+        .await?;
+    Ok((token, info))
+}
+
+/// On an empty store, creates the administrator and writes its token to `<data_dir>/admin-token`
+/// (mode 0600). Returns the file's path when it did. The token itself is never logged.
+pub async fn bootstrap_admin(
+    store: &dyn Store,
+    data_dir: &Path,
+    now: DateTime<Utc>,
+) -> Result<Option<PathBuf>, AccountError> {
+    if store.count_accounts().await? > 0 {
+        return Ok(None);
+    }
+    let path = data_dir.join(ADMIN_TOKEN_FILE);
+    let admin = match create_account(store, AccountKind::User, FIRST_ADMIN, None, true, now).await {
+        Ok(a) => a,
+        // Another process bootstrapped the same store at the same moment.
+        Err(AccountError::Store(StoreError::Conflict(_))) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let (token, _) = issue_token(
+        store,
+        &admin.name,
+        Some("bootstrap".into()),
+        None,
+        None,
+        now,
+    )
+    .await?;
+    // A token file left over from an older store would be stale: replace it.
+    let _ = std::fs::remove_file(&path);
+    write_private_file(&path, format!("{token}\n").as_bytes())
+        .map_err(|e| AccountError::Invalid(format!("writing {}: {e}", path.display())))?;
+    Ok(Some(path))
+}
+
+/// Parses a lifetime such as `90m`, `12h`, `30d` or `2w`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let bad = || format!("invalid duration {s:?}: use a number and a unit, e.g. 90m, 12h, 30d, 2w");
+    let unit_at = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (num, unit) = s.split_at(unit_at);
+    let n: i64 = num.parse().map_err(|_| bad())?;
+    let d = match unit {
+        "s" => Duration::try_seconds(n),
+        "m" => Duration::try_minutes(n),
+        "h" => Duration::try_hours(n),
+        "d" => Duration::try_days(n),
+        "w" => Duration::try_weeks(n),
+        _ => None,
+    };
+    d.filter(|d| *d > Duration::zero()).ok_or_else(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90m").unwrap(), Duration::minutes(90));
+        assert_eq!(parse_duration("30d").unwrap(), Duration::days(30));
+        assert_eq!(parse_duration("2w").unwrap(), Duration::weeks(2));
+        for bad in [
+            "",
+            "h",
+            "10",
+            "0d",
+            "-1d",
+            "1y",
+            "1.5h",
+            "99999999999999999999d",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+}

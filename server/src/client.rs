@@ -1,0 +1,269 @@
+//! Typed HTTP client of the public API, used by the console, the CLI and the tests. Every call goes
+//! over HTTP, so the in-process and the remote server are one code path. Response bodies decode into
+//! whatever the caller asks for (`serde_json::Value` or a model type).
+
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server answered with an error status; `body` is its JSON error object.
+    #[error("{status}: {message}")]
+    Api {
+        status: StatusCode,
+        message: String,
+        body: Value,
+    },
+    #[error("cannot reach the server: {0}")]
+    Transport(String),
+    #[error("unexpected response: {0}")]
+    Decode(String),
+}
+
+impl ClientError {
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            ClientError::Api { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+pub type ClientResult<T> = Result<T, ClientError>;
+
+#[derive(Debug, Clone)]
+pub struct Client {
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+impl Client {
+    pub fn new(base_url: &str, token: Option<String>) -> Client {
+        Client {
+            base: base_url.trim_end_matches('/').to_string(),
+            token,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    pub fn with_token(&self, token: Option<String>) -> Client {
+        Client {
+            token,
+            ..self.clone()
+        }
+    }
+
+    /// Sends a request and decodes a JSON answer; an empty 2xx body decodes as `null`.
+    pub async fn request<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> ClientResult<T> {
+        let mut req = self.http.request(method, format!("{}{}", self.base, path));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| ClientError::Transport(e.to_string()))?;
+        let status = resp.status();
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| ClientError::Transport(e.to_string()))?;
+        let value: Value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .map_err(|e| ClientError::Decode(format!("{status}: {e}")))?
+        };
+        if !status.is_success() {
+            let message = value
+                .get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("error without a message")
+                .to_string();
+            return Err(ClientError::Api {
+                status,
+                message,
+                body: value,
+            });
+        }
+        serde_json::from_value(value).map_err(|e| ClientError::Decode(e.to_string()))
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> ClientResult<T> {
+        self.request(Method::GET, path, None).await
+    }
+
+    async fn post<T: DeserializeOwned>(&self, path: &str, body: &Value) -> ClientResult<T> {
+        self.request(Method::POST, path, Some(body)).await
+    }
+
+    pub async fn health(&self) -> ClientResult<Value> {
+        self.get("/health").await
+    }
+
+    pub async fn whoami<T: DeserializeOwned>(&self) -> ClientResult<T> {
+        self.get("/api/whoami-v2").await
+    }
+
+    /// `GET /api/v1/catalog/list` with the given filters.
+    pub async fn catalog_list<T: DeserializeOwned>(
+        &self,
+        filters: &[(&str, &str)],
+    ) -> ClientResult<T> {
+        let query =
+            serde_urlencoded::to_string(filters).map_err(|e| ClientError::Decode(e.to_string()))?;
+        let path = if query.is_empty() {
+            "/api/v1/catalog/list".to_string()
+        } else {
+            format!("/api/v1/catalog/list?{query}")
+        };
+        self.get(&path).await
+    }
+
+    pub async fn deploy_model<T: DeserializeOwned>(
+        &self,
+        repo_id: &str,
+        body: &Value,
+    ) -> ClientResult<T> {
+        self.post(&format!("/api/v1/catalog/model/{repo_id}/deploy"), body)
+            .await
+    }
+
+    pub async fn deploy_recipe<T: DeserializeOwned>(
+        &self,
+        public_id: &str,
+        body: &Value,
+    ) -> ClientResult<T> {
+        self.post(&format!("/api/v1/catalog/recipe/{public_id}/deploy"), body)
+            .await
+    }
+
+    pub async fn list_endpoints<T: DeserializeOwned>(&self, namespace: &str) -> ClientResult<T> {
+        self.get(&format!("/v2/endpoint/{namespace}")).await
+    }
+
+    pub async fn create_endpoint<T: DeserializeOwned>(
+        &self,
+        namespace: &str,
+        spec: &Value,
+    ) -> ClientResult<T> {
+        self.post(&format!("/v2/endpoint/{namespace}"), spec).await
+    }
+
+    pub async fn get_endpoint<T: DeserializeOwned>(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> ClientResult<T> {
+        self.get(&format!("/v2/endpoint/{namespace}/{name}")).await
+    }
+
+    /// `PUT` a partial spec: only the keys being changed.
+    pub async fn update_endpoint<T: DeserializeOwned>(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> ClientResult<T> {
+        self.request(
+            Method::PUT,
+            &format!("/v2/endpoint/{namespace}/{name}"),
+            Some(patch),
+        )
+        .await
+    }
+
+    pub async fn delete_endpoint(&self, namespace: &str, name: &str) -> ClientResult<()> {
+        self.request::<Value>(
+            Method::DELETE,
+            &format!("/v2/endpoint/{namespace}/{name}"),
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// `pause`, `resume` or `scale-to-zero`.
+    pub async fn endpoint_action<T: DeserializeOwned>(
+        &self,
+        namespace: &str,
+        name: &str,
+        action: &str,
+    ) -> ClientResult<T> {
+        self.request(
+            Method::POST,
+            &format!("/v2/endpoint/{namespace}/{name}/{action}"),
+            None,
+        )
+        .await
+    }
+
+    pub async fn hardware<T: DeserializeOwned>(&self, namespace: &str) -> ClientResult<T> {
+        self.get(&format!("/v2/provider/{namespace}")).await
+    }
+
+    pub async fn admin_create_user<T: DeserializeOwned>(&self, body: &Value) -> ClientResult<T> {
+        self.post("/api/v1/admin/users", body).await
+    }
+
+    pub async fn admin_create_org<T: DeserializeOwned>(&self, name: &str) -> ClientResult<T> {
+        self.post("/api/v1/admin/orgs", &serde_json::json!({ "name": name }))
+            .await
+    }
+
+    pub async fn admin_set_member<T: DeserializeOwned>(
+        &self,
+        org: &str,
+        user: &str,
+        role: &str,
+    ) -> ClientResult<T> {
+        self.request(
+            Method::PUT,
+            &format!("/api/v1/admin/orgs/{org}/members/{user}"),
+            Some(&serde_json::json!({ "role": role })),
+        )
+        .await
+    }
+
+    /// Issues a token for `user`; returns the token itself.
+    pub async fn admin_create_token(&self, user: &str, body: &Value) -> ClientResult<String> {
+        let out: Value = self
+            .post(&format!("/api/v1/admin/users/{user}/tokens"), body)
+            .await?;
+        out.get("token")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| ClientError::Decode("no token in the response".into()))
+    }
+
+    pub async fn admin_put_catalog_item<T: DeserializeOwned>(
+        &self,
+        entry: &Value,
+    ) -> ClientResult<T> {
+        self.post("/api/v1/admin/catalog/items", entry).await
+    }
+
+    pub async fn admin_delete_catalog_item(&self, repo_id: &str) -> ClientResult<()> {
+        self.request::<Value>(
+            Method::DELETE,
+            &format!("/api/v1/admin/catalog/items/{repo_id}"),
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
+}

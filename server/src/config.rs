@@ -1,0 +1,266 @@
+//! Settings: one TOML file, overridden by `SWITCHYARD_*` environment variables, then by flags.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::Synchronous;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub store: StoreConfig,
+    pub secrets: SecretsConfig,
+    pub catalog: CatalogConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address the public API listens on.
+    pub listen: SocketAddr,
+    /// Largest request body accepted, in bytes; larger ones get 413.
+    pub body_limit: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            body_limit: 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// Where the SQLite file, the secrets key and the admin token live. Default: the platform data dir.
+    pub data_dir: Option<PathBuf>,
+    /// `normal` keeps every acknowledged write across a crash or kill of the process; `full` also
+    /// across a power loss, at the cost of one fsync per write.
+    pub synchronous: Synchronous,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            data_dir: None,
+            synchronous: Synchronous::Normal,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SecretsConfig {
+    /// Base64 of a 32-byte AES-256-GCM key. Prefer `key_file` or the environment for this.
+    pub key: Option<String>,
+    /// Key file; created with mode 0600 if missing. Default: `<data_dir>/secret.key`.
+    pub key_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct CatalogConfig {
+    /// Catalog loaded into an empty store at first start. Default: the built-in seed.
+    pub seed_file: Option<PathBuf>,
+    /// Compute offered to endpoints. Default: the built-in hardware list.
+    pub hardware_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// A `tracing` filter, e.g. `info` or `switchyard_server=debug,info`.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".into(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("environment variable {var}: {message}")]
+    Env { var: String, message: String },
+    #[error("no data directory: set store.data_dir, SWITCHYARD_DATA_DIR or --data-dir")]
+    NoDataDir,
+}
+
+/// Environment variables read, with the setting each overrides.
+pub const ENV_VARS: &[(&str, &str)] = &[
+    ("SWITCHYARD_LISTEN", "server.listen"),
+    ("SWITCHYARD_BODY_LIMIT", "server.body_limit"),
+    ("SWITCHYARD_DATA_DIR", "store.data_dir"),
+    ("SWITCHYARD_SYNCHRONOUS", "store.synchronous"),
+    ("SWITCHYARD_SECRETS_KEY", "secrets.key"),
+    ("SWITCHYARD_SECRETS_KEY_FILE", "secrets.key_file"),
+    ("SWITCHYARD_CATALOG_SEED_FILE", "catalog.seed_file"),
+    ("SWITCHYARD_HARDWARE_FILE", "catalog.hardware_file"),
+    ("SWITCHYARD_LOG", "log.level"),
+];
+
+impl Config {
+    pub fn parse_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })
+    }
+
+    /// The file at `path`, or the default file in the platform config dir when it exists, or defaults.
+    pub fn load_file(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let path = match path {
+            Some(p) => p.to_path_buf(),
+            None => match default_config_file() {
+                Some(p) if p.exists() => p,
+                _ => return Ok(Config::default()),
+            },
+        };
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        Config::parse_toml(&text, &path)
+    }
+
+    /// Applies `SWITCHYARD_*` overrides from the given variables (the process environment in production).
+    pub fn apply_env<I: IntoIterator<Item = (String, String)>>(
+        &mut self,
+        vars: I,
+    ) -> Result<(), ConfigError> {
+        for (var, value) in vars {
+            let bad = |message: String| ConfigError::Env {
+                var: var.clone(),
+                message,
+            };
+            match var.as_str() {
+                "SWITCHYARD_LISTEN" => {
+                    self.server.listen = value.parse().map_err(|e| bad(format!("{e}")))?
+                }
+                "SWITCHYARD_BODY_LIMIT" => {
+                    self.server.body_limit = value.parse().map_err(|e| bad(format!("{e}")))?
+                }
+                "SWITCHYARD_DATA_DIR" => self.store.data_dir = Some(value.into()),
+                "SWITCHYARD_SYNCHRONOUS" => {
+                    self.store.synchronous = match value.as_str() {
+                        "normal" => Synchronous::Normal,
+                        "full" => Synchronous::Full,
+                        _ => return Err(bad("expected normal or full".into())),
+                    }
+                }
+                "SWITCHYARD_SECRETS_KEY" => self.secrets.key = Some(value),
+                "SWITCHYARD_SECRETS_KEY_FILE" => self.secrets.key_file = Some(value.into()),
+                "SWITCHYARD_CATALOG_SEED_FILE" => self.catalog.seed_file = Some(value.into()),
+                "SWITCHYARD_HARDWARE_FILE" => self.catalog.hardware_file = Some(value.into()),
+                "SWITCHYARD_LOG" => self.log.level = value,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    pub fn data_dir(&self) -> Result<PathBuf, ConfigError> {
+        match &self.store.data_dir {
+            Some(d) => Ok(d.clone()),
+            None => project_dirs()
+                .map(|p| p.data_dir().to_path_buf())
+                .ok_or(ConfigError::NoDataDir),
+        }
+    }
+
+    pub fn key_file(&self) -> Result<PathBuf, ConfigError> {
+        match &self.secrets.key_file {
+            Some(f) => Ok(f.clone()),
+            None => Ok(self.data_dir()?.join("secret.key")),
+        }
+    }
+
+    /// The effective settings as TOML, with the secrets key redacted.
+    pub fn to_redacted_toml(&self) -> String {
+        let mut shown = self.clone();
+        if shown.secrets.key.is_some() {
+            shown.secrets.key = Some("<redacted>".into());
+        }
+        if shown.store.data_dir.is_none() {
+            shown.store.data_dir = self.data_dir().ok();
+        }
+        toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+    }
+}
+
+fn project_dirs() -> Option<directories::ProjectDirs> {
+    directories::ProjectDirs::from("dev", "switchyard", "switchyard")
+}
+
+/// `<platform config dir>/config.toml`, e.g. `~/.config/switchyard/config.toml`.
+pub fn default_config_file() -> Option<PathBuf> {
+    project_dirs().map(|p| p.config_dir().join("config.toml"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_parses_to_the_defaults() {
+        let text = include_str!("../../config.example.toml");
+        let parsed = Config::parse_toml(text, Path::new("config.example.toml")).unwrap();
+        let mut expected = Config::default();
+        // The example spells out the default data dir of a typical Linux box; everything else is default.
+        expected.store.data_dir = parsed.store.data_dir.clone();
+        assert_eq!(parsed, expected);
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let err =
+            Config::parse_toml("[server]\nlisten_port = 3\n", Path::new("x.toml")).unwrap_err();
+        assert!(err.to_string().contains("listen_port"), "{err}");
+    }
+
+    #[test]
+    fn env_overrides() {
+        let mut c = Config::default();
+        c.apply_env([
+            ("SWITCHYARD_LISTEN".to_string(), "0.0.0.0:9000".to_string()),
+            ("SWITCHYARD_DATA_DIR".to_string(), "/tmp/sy".to_string()),
+            ("SWITCHYARD_SYNCHRONOUS".to_string(), "full".to_string()),
+            ("UNRELATED".to_string(), "x".to_string()),
+        ])
+        .unwrap();
+        assert_eq!(c.server.listen.port(), 9000);
+        assert_eq!(c.data_dir().unwrap(), PathBuf::from("/tmp/sy"));
+        assert_eq!(c.key_file().unwrap(), PathBuf::from("/tmp/sy/secret.key"));
+        assert_eq!(c.store.synchronous, Synchronous::Full);
+        let err = c
+            .apply_env([("SWITCHYARD_LISTEN".to_string(), "nope".to_string())])
+            .unwrap_err();
+        assert!(err.to_string().contains("SWITCHYARD_LISTEN"));
+    }
+
+    #[test]
+    fn redacted_toml_hides_the_key() {
+        let mut c = Config::default();
+        c.store.data_dir = Some("/d".into());
+        c.secrets.key = Some("c2VjcmV0".into());
+        let shown = c.to_redacted_toml();
+        assert!(!shown.contains("c2VjcmV0"));
+        assert!(shown.contains("<redacted>"));
+    }
+}

@@ -1,0 +1,672 @@
+//! The public API end to end over real HTTP: catalog, deploy, endpoints, accounts, and the error contract.
+
+mod common;
+
+use common::{endpoint_body, spawn};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use switchyard_server::client::ClientError;
+
+fn status<T: std::fmt::Debug>(r: Result<T, ClientError>) -> StatusCode {
+    r.expect_err("expected an error")
+        .status()
+        .expect("an API error")
+}
+
+fn body<T: std::fmt::Debug>(r: Result<T, ClientError>) -> Value {
+    match r.expect_err("expected an error") {
+        ClientError::Api { body, .. } => body,
+        e => panic!("{e}"),
+    }
+}
+
+#[tokio::test]
+async fn health_and_the_response_contract() {
+    let srv = spawn().await;
+    let h = srv.anonymous().health().await.unwrap();
+    assert_eq!(h, json!({"status": "ok"}));
+
+    let http = reqwest::Client::new();
+    let r = http
+        .get(format!("{}/health", srv.url))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.headers().get("x-request-id").is_some());
+    let r = http
+        .get(format!("{}/health", srv.url))
+        .header("x-request-id", "trace-123")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-request-id"], "trace-123");
+
+    let r = http
+        .get(format!("{}/no/such/route", srv.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(r.headers().get("x-error-message").is_some());
+    assert!(r.headers().get("x-request-id").is_some());
+    let b: Value = r.json().await.unwrap();
+    assert!(b["error"].is_string());
+
+    let r = http
+        .delete(format!("{}/api/v1/catalog/list", srv.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    let b: Value = r.json().await.unwrap();
+    assert!(b["error"].is_string());
+
+    let big = "x".repeat(2 * 1024 * 1024);
+    let r = http
+        .post(format!("{}/v2/endpoint/admin", srv.url))
+        .bearer_auth(
+            std::fs::read_to_string(srv.data_dir.join("admin-token"))
+                .unwrap()
+                .trim(),
+        )
+        .header("content-type", "application/json")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    let b: Value = r.json().await.unwrap();
+    assert!(b["error"].as_str().unwrap().contains("larger"));
+}
+
+#[tokio::test]
+async fn catalog_list_filters_and_rejects_bad_queries() {
+    let srv = spawn().await;
+    let anon = srv.anonymous();
+    let all: Value = anon.catalog_list(&[]).await.unwrap();
+    let items = all["items"].as_array().unwrap();
+    assert!(items.len() >= 40);
+
+    let neuron: Value = anon
+        .catalog_list(&[("accelerator", "neuron")])
+        .await
+        .unwrap();
+    let neuron = neuron["items"].as_array().unwrap();
+    assert!(!neuron.is_empty() && neuron.len() < items.len());
+    for it in neuron {
+        for r in it["recipes"].as_array().unwrap() {
+            assert_eq!(r["accelerator"], "neuron");
+        }
+    }
+    let limited: Value = anon
+        .catalog_list(&[("limit", "2"), ("task", "text-generation")])
+        .await
+        .unwrap();
+    assert_eq!(limited["items"].as_array().unwrap().len(), 2);
+
+    for (k, v) in [
+        ("limit", "0"),
+        ("limit", "-1"),
+        ("limit", "2.5"),
+        ("limit", "ten"),
+        ("limit", "9007199254740992"),
+        ("task", "dancing"),
+        ("engine", "tgi"),
+        ("accelerator", "tpu"),
+    ] {
+        let err = anon.catalog_list::<Value>(&[(k, v)]).await;
+        let b = body(err);
+        assert!(b["error"].is_string(), "{k}={v}");
+        assert!(b["details"][k].is_string(), "details names {k}: {b}");
+    }
+    let b = body(
+        anon.catalog_list::<Value>(&[("task", "x"), ("limit", "0")])
+            .await,
+    );
+    assert!(b["details"]["task"].is_string() && b["details"]["limit"].is_string());
+}
+
+fn first_repo_with(items: &Value, pred: impl Fn(&Value) -> bool) -> (String, Value) {
+    let it = items["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| pred(i))
+        .expect("a matching catalog item")
+        .clone();
+    (it["repoId"].as_str().unwrap().to_string(), it)
+}
+
+#[tokio::test]
+async fn deploy_from_catalog_by_model_and_by_recipe() {
+    let srv = spawn().await;
+    let catalog: Value = srv.anonymous().catalog_list(&[]).await.unwrap();
+
+    // By model, choosing the GPU recipe of an item that has CPU and GPU ones.
+    let (repo, _) = first_repo_with(&catalog, |i| {
+        let r = i["recipes"].as_array().unwrap();
+        r.iter().any(|x| x["accelerator"] == "cpu") && r.iter().any(|x| x["accelerator"] == "gpu")
+    });
+    let out: Value = srv
+        .admin
+        .deploy_model(&repo, &json!({"namespace": "admin", "accelerator": "gpu"}))
+        .await
+        .unwrap();
+    let ep = &out["endpoint"];
+    assert_eq!(ep["model"]["repository"], repo.as_str());
+    assert_eq!(ep["model"]["fromCatalog"], true);
+    assert_eq!(ep["compute"]["accelerator"], "gpu");
+    assert_eq!(ep["status"]["state"], "pending");
+    assert!(ep["status"]["createdAt"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(ep["healthRoute"], "/health");
+    assert!(ep["compute"]["id"].as_str().unwrap().starts_with("aws-"));
+    let first_name = ep["name"].as_str().unwrap().to_string();
+    assert!(first_name.len() <= 32);
+
+    // The same model again gets a distinct derived name.
+    let again: Value = srv
+        .admin
+        .deploy_model(&repo, &json!({"namespace": "admin"}))
+        .await
+        .unwrap();
+    assert_ne!(again["endpoint"]["name"].as_str().unwrap(), first_name);
+
+    // A GGUF file picks its recipe and becomes the model path.
+    let (gguf_repo, gguf_item) = first_repo_with(&catalog, |i| {
+        i["recipes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r.get("ggufFile").is_some())
+            .count()
+            >= 2
+    });
+    let gguf = gguf_item["recipes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["ggufFile"].as_str())
+        .last()
+        .unwrap()
+        .to_string();
+    let out: Value = srv
+        .admin
+        .deploy_model(
+            &gguf_repo,
+            &json!({"namespace": "admin", "ggufFile": gguf, "config": {"name": "gguf-one"}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out["endpoint"]["name"], "gguf-one");
+    assert!(out["endpoint"]["model"]["image"]["llamacpp"]["modelPath"]
+        .as_str()
+        .unwrap()
+        .ends_with(&gguf));
+    assert_eq!(out["endpoint"]["model"]["framework"], "llamacpp");
+
+    // The name is taken now: 409 with its own message.
+    let err = srv
+        .admin
+        .deploy_model::<Value>(
+            &gguf_repo,
+            &json!({"namespace": "admin", "config": {"name": "gguf-one"}}),
+        )
+        .await;
+    let b = body(err);
+    assert!(
+        b["error"].as_str().unwrap().contains("already exists"),
+        "{b}"
+    );
+
+    // By recipe, with config overrides.
+    let recipe = catalog["items"][0]["recipes"][0]["publicId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out: Value = srv
+        .admin
+        .deploy_recipe(
+            &recipe,
+            &json!({"namespace": "admin", "config": {"name": "by-recipe", "type": "private",
+                "scaling": {"minReplica": 1, "maxReplica": 3},
+                "privateService": {"accountId": "123456789012"}}}),
+        )
+        .await
+        .unwrap();
+    let ep = &out["endpoint"];
+    assert_eq!(ep["type"], "private");
+    assert_eq!(ep["compute"]["scaling"]["minReplica"], 1);
+    assert_eq!(ep["compute"]["scaling"]["maxReplica"], 3);
+    assert_eq!(ep["privateService"]["region"], "us-east-1");
+
+    // Everything deployed is listed.
+    let listed: Value = srv.admin.list_endpoints("admin").await.unwrap();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 4);
+}
+
+#[tokio::test]
+async fn deploy_errors_have_the_spec_shapes_and_change_nothing() {
+    let srv = spawn().await;
+    let catalog: Value = srv.anonymous().catalog_list(&[]).await.unwrap();
+    let repo = catalog["items"][0]["repoId"].as_str().unwrap().to_string();
+    let ok = json!({"namespace": "admin"});
+
+    // 401 before anything else.
+    assert_eq!(
+        status(srv.anonymous().deploy_model::<Value>(&repo, &ok).await),
+        StatusCode::UNAUTHORIZED
+    );
+    let bad_token = srv
+        .anonymous()
+        .with_token(Some("sy_not-a-real-token".into()));
+    let b = body(bad_token.deploy_model::<Value>(&repo, &ok).await);
+    assert!(b["error"].is_string());
+
+    // 400 {error, issues} with a path per issue.
+    let cases = [
+        (json!({}), "namespace"),
+        (json!({"namespace": "admin", "extra": 1}), "extra"),
+        (
+            json!({"namespace": "admin", "accelerator": "tpu"}),
+            "accelerator",
+        ),
+        (
+            json!({"namespace": "admin", "config": {"scaling": {"minReplica": -1}}}),
+            "config.scaling.minReplica",
+        ),
+        (
+            json!({"namespace": "admin", "config": {"scaling": {"maxReplica": 1.5}}}),
+            "config.scaling.maxReplica",
+        ),
+        (
+            json!({"namespace": "admin", "config": {"scaling": {"burst": 1}}}),
+            "config.scaling",
+        ),
+        (
+            json!({"namespace": "admin", "config": {"privateService": {"accountId": "1"}}}),
+            "config.privateService",
+        ),
+        (
+            json!({"namespace": "admin", "config": {"name": "Not_Valid"}}),
+            "config.name",
+        ),
+        (
+            json!({"namespace": "admin", "config": {"type": "secret"}}),
+            "config.type",
+        ),
+        (json!([1, 2]), ""),
+    ];
+    for (input, path) in cases {
+        let b = body(srv.admin.deploy_model::<Value>(&repo, &input).await);
+        assert!(b["error"].is_string(), "{input}");
+        let issues = b["issues"]
+            .as_array()
+            .unwrap_or_else(|| panic!("issues for {input}: {b}"));
+        assert!(
+            issues
+                .iter()
+                .any(|i| i["path"].as_str().unwrap_or("").starts_with(path)),
+            "{input} -> {b}"
+        );
+    }
+    // Malformed JSON gets the same shape.
+    let token = std::fs::read_to_string(srv.data_dir.join("admin-token")).unwrap();
+    let r = reqwest::Client::new()
+        .post(format!("{}/api/v1/catalog/model/{repo}/deploy", srv.url))
+        .bearer_auth(token.trim())
+        .header("content-type", "application/json")
+        .body("{\"namespace\": ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let b: Value = r.json().await.unwrap();
+    assert!(b["issues"].is_array());
+
+    // 404 for an unknown model or recipe, 409 when nothing is large enough.
+    assert_eq!(
+        status(srv.admin.deploy_model::<Value>("nobody/nothing", &ok).await),
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        status(
+            srv.admin
+                .deploy_recipe::<Value>("no-such-recipe", &ok)
+                .await
+        ),
+        StatusCode::NOT_FOUND
+    );
+    let huge = catalog["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["repoId"].as_str().unwrap().contains("405B"))
+        .unwrap()["repoId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let b = body(srv.admin.deploy_model::<Value>(&huge, &ok).await);
+    assert!(
+        b["error"]
+            .as_str()
+            .unwrap()
+            .contains("no compatible compute"),
+        "{b}"
+    );
+    assert_eq!(
+        status(srv.admin.deploy_model::<Value>(&huge, &ok).await),
+        StatusCode::CONFLICT
+    );
+
+    // None of that created anything.
+    let listed: Value = srv.admin.list_endpoints("admin").await.unwrap();
+    assert!(listed["items"].as_array().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn endpoint_management_round_trip() {
+    let srv = spawn().await;
+    let mut spec = endpoint_body("my-endpoint");
+    spec["model"]["secrets"] = json!({"API_KEY": "s3cr3t-value"});
+    spec["model"]["env"] = json!({"MODE": "fast"});
+    let created: Value = srv.admin.create_endpoint("admin", &spec).await.unwrap();
+    assert_eq!(created["name"], "my-endpoint");
+    assert_eq!(created["status"]["state"], "pending");
+    assert_eq!(created["model"]["secrets"], json!({"API_KEY": null}));
+    assert!(created["model"]
+        .as_object()
+        .unwrap()
+        .contains_key("revision"));
+    assert_eq!(created["model"]["image"], json!({"hub": {}}));
+    assert_eq!(created["status"]["createdBy"]["name"], "admin");
+
+    // Duplicate name -> 409.
+    assert_eq!(
+        status(srv.admin.create_endpoint::<Value>("admin", &spec).await),
+        StatusCode::CONFLICT
+    );
+
+    // Partial update: nested objects are partial too; a null secret keeps its value.
+    let updated: Value = srv
+        .admin
+        .update_endpoint("admin", "my-endpoint", &json!({"compute": {"scaling": {"maxReplica": 4}}, "model": {"env": {"MODE": "slow"}, "secrets": {"API_KEY": null, "OTHER": "x"}}}))
+        .await
+        .unwrap();
+    assert_eq!(updated["compute"]["scaling"]["maxReplica"], 4);
+    assert_eq!(updated["compute"]["scaling"]["minReplica"], 0);
+    assert_eq!(updated["compute"]["instanceType"], "intel-icl");
+    assert_eq!(updated["model"]["env"], json!({"MODE": "slow"}));
+    assert_eq!(
+        updated["model"]["secrets"],
+        json!({"API_KEY": null, "OTHER": null})
+    );
+
+    // Secrets are encrypted at rest: no plaintext in the database files.
+    for f in ["switchyard.db", "switchyard.db-wal"] {
+        if let Ok(bytes) = std::fs::read(srv.data_dir.join(f)) {
+            let hay = String::from_utf8_lossy(&bytes);
+            assert!(!hay.contains("s3cr3t-value"), "plaintext secret in {f}");
+        }
+    }
+
+    // An invalid update is a 400 and changes nothing.
+    let before: Value = srv
+        .admin
+        .get_endpoint("admin", "my-endpoint")
+        .await
+        .unwrap();
+    let b = body(
+        srv.admin
+            .update_endpoint::<Value>(
+                "admin",
+                "my-endpoint",
+                &json!({"compute": {"scaling": {"minReplica": 9}}}),
+            )
+            .await,
+    );
+    assert!(b["issues"].is_array(), "{b}");
+    assert_eq!(
+        status(
+            srv.admin
+                .update_endpoint::<Value>("admin", "my-endpoint", &json!({"bogus": true}))
+                .await
+        ),
+        StatusCode::BAD_REQUEST
+    );
+    let after: Value = srv
+        .admin
+        .get_endpoint("admin", "my-endpoint")
+        .await
+        .unwrap();
+    assert_eq!(before, after);
+
+    // Unknown compute is a 400 naming the hardware list.
+    let mut bad = endpoint_body("bad-compute");
+    bad["compute"]["instanceSize"] = json!("x999");
+    let b = body(srv.admin.create_endpoint::<Value>("admin", &bad).await);
+    assert!(b["error"].as_str().unwrap().contains("/v2/provider"), "{b}");
+
+    // Lifecycle.
+    let b = body(
+        srv.admin
+            .endpoint_action::<Value>("admin", "my-endpoint", "resume")
+            .await,
+    );
+    assert!(b["error"].is_string());
+    let p: Value = srv
+        .admin
+        .endpoint_action("admin", "my-endpoint", "pause")
+        .await
+        .unwrap();
+    assert_eq!(p["status"]["state"], "paused");
+    assert_eq!(
+        status(
+            srv.admin
+                .endpoint_action::<Value>("admin", "my-endpoint", "scale-to-zero")
+                .await
+        ),
+        StatusCode::BAD_REQUEST
+    );
+    let r: Value = srv
+        .admin
+        .endpoint_action("admin", "my-endpoint", "resume")
+        .await
+        .unwrap();
+    assert_eq!(r["status"]["state"], "pending");
+    let z: Value = srv
+        .admin
+        .endpoint_action("admin", "my-endpoint", "scale-to-zero")
+        .await
+        .unwrap();
+    assert_eq!(z["status"]["state"], "scaledToZero");
+
+    // Hardware list in the shape the client parses.
+    let hw: Value = srv.admin.hardware("admin").await.unwrap();
+    assert!(hw["vendors"][0]["regions"][0]["computes"][0]["quota"]["maxAccelerators"].is_number());
+
+    // Delete, then it is gone.
+    srv.admin
+        .delete_endpoint("admin", "my-endpoint")
+        .await
+        .unwrap();
+    assert_eq!(
+        status(
+            srv.admin
+                .get_endpoint::<Value>("admin", "my-endpoint")
+                .await
+        ),
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        status(srv.admin.delete_endpoint("admin", "my-endpoint").await),
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn namespaces_roles_and_scopes() {
+    let srv = spawn().await;
+    let alice = srv.user("alice", None).await;
+    let bob = srv.user("bob", None).await;
+    let _: Value = srv.admin.admin_create_org("acme").await.unwrap();
+    let _: Value = srv
+        .admin
+        .admin_set_member("acme", "alice", "write")
+        .await
+        .unwrap();
+    let _: Value = srv
+        .admin
+        .admin_set_member("acme", "bob", "read")
+        .await
+        .unwrap();
+
+    // Own namespace: yes. Someone else's: 403.
+    let _: Value = alice
+        .create_endpoint("alice", &endpoint_body("mine"))
+        .await
+        .unwrap();
+    assert_eq!(
+        status(bob.list_endpoints::<Value>("alice").await),
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        status(
+            bob.create_endpoint::<Value>("alice", &endpoint_body("x"))
+                .await
+        ),
+        StatusCode::FORBIDDEN
+    );
+
+    // Organization: write members change, read members only read.
+    let _: Value = alice
+        .create_endpoint("acme", &endpoint_body("shared"))
+        .await
+        .unwrap();
+    let listed: Value = bob.list_endpoints("acme").await.unwrap();
+    assert_eq!(listed["items"][0]["name"], "shared");
+    assert_eq!(
+        status(
+            bob.endpoint_action::<Value>("acme", "shared", "pause")
+                .await
+        ),
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        status(bob.delete_endpoint("acme", "shared").await),
+        StatusCode::FORBIDDEN
+    );
+
+    // Scoped tokens.
+    let reader = srv.token_for("alice", Some(&["read-endpoints"])).await;
+    let _: Value = reader.list_endpoints("alice").await.unwrap();
+    let b = body(
+        reader
+            .create_endpoint::<Value>("alice", &endpoint_body("nope"))
+            .await,
+    );
+    assert!(b["error"].as_str().unwrap().contains("write-endpoints"));
+    let unrelated = srv.token_for("alice", Some(&["openid"])).await;
+    assert_eq!(
+        status(unrelated.list_endpoints::<Value>("alice").await),
+        StatusCode::FORBIDDEN
+    );
+    let writer = srv.token_for("alice", Some(&["write-endpoints"])).await;
+    let _: Value = writer
+        .create_endpoint("alice", &endpoint_body("scoped"))
+        .await
+        .unwrap();
+
+    // Non-admins cannot administer.
+    assert_eq!(
+        status(alice.admin_create_org::<Value>("evil").await),
+        StatusCode::FORBIDDEN
+    );
+
+    // whoami in the client's shape.
+    let me: Value = alice.whoami().await.unwrap();
+    assert_eq!(me["type"], "user");
+    assert_eq!(me["name"], "alice");
+    assert_eq!(me["orgs"][0]["name"], "acme");
+    assert_eq!(me["orgs"][0]["roleInOrg"], "write");
+    assert_eq!(me["auth"]["accessToken"]["role"], "write");
+    let me: Value = reader.whoami().await.unwrap();
+    assert_eq!(me["auth"]["accessToken"]["role"], "fineGrained");
+    assert_eq!(
+        status(srv.anonymous().whoami::<Value>().await),
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test]
+async fn expired_tokens_are_refused() {
+    let srv = spawn().await;
+    let _: Value = srv
+        .admin
+        .admin_create_user(&json!({"name": "carol"}))
+        .await
+        .unwrap();
+    // The shortest lifetime is a second; wait it out.
+    let token = srv
+        .admin
+        .admin_create_token("carol", &json!({"expiresIn": "1s"}))
+        .await
+        .unwrap();
+    let carol = srv.anonymous().with_token(Some(token));
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    assert_eq!(
+        status(carol.whoami::<Value>().await),
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test]
+async fn admin_catalog_changes_show_in_the_list() {
+    let srv = spawn().await;
+    let entry = json!({
+        "modelName": "tiny-model", "createdAt": "2026-01-02T03:04:05Z", "authorName": "switchyard",
+        "license": "apache-2.0", "repoId": "switchyard/tiny-model", "task": "text-classification",
+        "recipes": [{"accelerator": "cpu", "engineType": "tei", "publicId": "tiny-model-cpu-tei", "memoryGb": 1}]
+    });
+    let _: Value = srv.admin.admin_put_catalog_item(&entry).await.unwrap();
+    let found: Value = srv
+        .anonymous()
+        .catalog_list(&[("search", "TINY-model")])
+        .await
+        .unwrap();
+    assert_eq!(found["items"][0]["repoId"], "switchyard/tiny-model");
+    assert!(
+        found["items"][0]["recipes"][0].get("memoryGb").is_none(),
+        "internal field stays internal"
+    );
+
+    let out: Value = srv
+        .admin
+        .deploy_recipe("tiny-model-cpu-tei", &json!({"namespace": "admin"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        out["endpoint"]["model"]["image"]["tei"]["url"]
+            .as_str()
+            .unwrap()
+            .contains("cpu"),
+        true
+    );
+
+    let mut bad = entry.clone();
+    bad["recipes"][0]["memoryGb"] = json!(0);
+    assert_eq!(
+        status(srv.admin.admin_put_catalog_item::<Value>(&bad).await),
+        StatusCode::BAD_REQUEST
+    );
+
+    srv.admin
+        .admin_delete_catalog_item("switchyard/tiny-model")
+        .await
+        .unwrap();
+    let found: Value = srv
+        .anonymous()
+        .catalog_list(&[("search", "tiny-model")])
+        .await
+        .unwrap();
+    assert!(found["items"].as_array().unwrap().is_empty());
+}

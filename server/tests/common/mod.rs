@@ -1,0 +1,84 @@
+//! A real server on 127.0.0.1:0 with its own data dir, and clients for it.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+use switchyard_server::client::Client;
+use switchyard_server::{Application, Config};
+
+pub struct TestServer {
+    pub url: String,
+    pub admin: Client,
+    pub data_dir: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+pub async fn spawn() -> TestServer {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.store.data_dir = Some(dir.path().to_path_buf());
+    config.server.listen = "127.0.0.1:0".parse().expect("addr");
+    let app = Application::build(&config).await.expect("build");
+    let url = format!("http://{}", app.local_addr());
+    tokio::spawn(app.run(std::future::pending()));
+    let token = std::fs::read_to_string(dir.path().join("admin-token")).expect("admin token");
+    TestServer {
+        admin: Client::new(&url, Some(token.trim().to_string())),
+        url,
+        data_dir: dir.path().to_path_buf(),
+        _dir: dir,
+    }
+}
+
+impl TestServer {
+    pub fn anonymous(&self) -> Client {
+        Client::new(&self.url, None)
+    }
+
+    /// A new user with an unrestricted token, or one restricted to `scopes`.
+    pub async fn user(&self, name: &str, scopes: Option<&[&str]>) -> Client {
+        let _: Value = self
+            .admin
+            .admin_create_user(&json!({ "name": name }))
+            .await
+            .expect("create user");
+        self.token_for(name, scopes).await
+    }
+
+    pub async fn token_for(&self, name: &str, scopes: Option<&[&str]>) -> Client {
+        let body = match scopes {
+            Some(s) => json!({ "scopes": s }),
+            None => json!({}),
+        };
+        let token = self
+            .admin
+            .admin_create_token(name, &body)
+            .await
+            .expect("token");
+        Client::new(&self.url, Some(token))
+    }
+}
+
+/// A valid endpoint body in the shape the Python client sends.
+pub fn endpoint_body(name: &str) -> Value {
+    json!({
+        "compute": {
+            "accelerator": "cpu",
+            "instanceSize": "x2",
+            "instanceType": "intel-icl",
+            "scaling": { "maxReplica": 2, "minReplica": 0, "scaleToZeroTimeout": null }
+        },
+        "model": {
+            "framework": "pytorch",
+            "repository": "sentence-transformers/all-MiniLM-L6-v2",
+            "revision": null,
+            "task": "sentence-embeddings",
+            "image": { "huggingface": {} }
+        },
+        "name": name,
+        "provider": { "region": "us-east-1", "vendor": "aws" },
+        "type": "authenticated"
+    })
+}

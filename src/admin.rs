@@ -1,0 +1,257 @@
+//! `switchyard admin …`: account and catalog administration straight on the store, with or without a
+//! server running on the same data dir.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Subcommand;
+use switchyard_server::auth::accounts;
+use switchyard_server::clock::SystemClock;
+use switchyard_server::model::account::{AccountKind, Role, Scope};
+use switchyard_server::model::catalog::CatalogEntry;
+use switchyard_server::{Config, Services};
+
+#[derive(Subcommand)]
+pub enum AdminCommand {
+    /// Users.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+    /// Organizations and their members.
+    Org {
+        #[command(subcommand)]
+        command: OrgCommand,
+    },
+    /// Access tokens.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+    /// Catalog items. A running server picks changes up on restart or `POST /api/v1/admin/catalog/reload`.
+    Catalog {
+        #[command(subcommand)]
+        command: CatalogCommand,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum UserCommand {
+    /// Create a user.
+    Create {
+        name: String,
+        #[arg(long)]
+        email: Option<String>,
+        /// Make the user an instance administrator.
+        #[arg(long)]
+        admin: bool,
+    },
+    /// List users.
+    List,
+}
+
+#[derive(Subcommand)]
+pub enum OrgCommand {
+    /// Create an organization.
+    Create { name: String },
+    /// List organizations.
+    List,
+    /// Add a user to an organization, or change their role.
+    AddMember {
+        org: String,
+        user: String,
+        /// admin, write, contributor or read.
+        #[arg(long)]
+        role: String,
+    },
+    /// List an organization's members.
+    Members { org: String },
+}
+
+#[derive(Subcommand)]
+pub enum TokenCommand {
+    /// Issue a token for a user and print it (shown once; only its hash is kept).
+    Create {
+        user: String,
+        /// Restrict the token to a scope (repeatable), e.g. --scope read-endpoints.
+        #[arg(long = "scope", value_name = "SCOPE")]
+        scopes: Vec<String>,
+        /// Lifetime, e.g. 12h, 30d, 2w. Default: no expiry.
+        #[arg(long, value_name = "DURATION")]
+        expires_in: Option<String>,
+        /// A name to recognize the token by.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List a user's tokens (never the tokens themselves).
+    List { user: String },
+    /// Revoke a token by id.
+    Revoke { id: String },
+}
+
+#[derive(Subcommand)]
+pub enum CatalogCommand {
+    /// List catalog items with their recipes.
+    List,
+    /// Add an item, or replace the one with the same repoId, from a JSON file (`-` for stdin).
+    Put { file: PathBuf },
+    /// Remove an item by repo id (author/model).
+    Remove { repo_id: String },
+}
+
+fn fmt_time(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
+    let services = Services::open(config, Arc::new(SystemClock)).await?;
+    if let Some(p) = &services.admin_token_file {
+        eprintln!("created user 'admin'; its token is in {}", p.display());
+    }
+    let store = services.state.store.as_ref();
+    let now = chrono::Utc::now();
+    match command {
+        AdminCommand::User { command } => match command {
+            UserCommand::Create { name, email, admin } => {
+                let a =
+                    accounts::create_account(store, AccountKind::User, &name, email, admin, now)
+                        .await?;
+                println!("created user {} ({})", a.name, a.id);
+            }
+            UserCommand::List => {
+                println!("{:<24} {:<36} {:<6} CREATED", "NAME", "EMAIL", "ADMIN");
+                for a in store.list_accounts(AccountKind::User).await? {
+                    println!(
+                        "{:<24} {:<36} {:<6} {}",
+                        a.name,
+                        a.email.as_deref().unwrap_or("-"),
+                        if a.is_admin { "yes" } else { "no" },
+                        fmt_time(a.created_at)
+                    );
+                }
+            }
+        },
+        AdminCommand::Org { command } => match command {
+            OrgCommand::Create { name } => {
+                let a = accounts::create_account(store, AccountKind::Org, &name, None, false, now)
+                    .await?;
+                println!("created organization {} ({})", a.name, a.id);
+            }
+            OrgCommand::List => {
+                println!("{:<24} CREATED", "NAME");
+                for a in store.list_accounts(AccountKind::Org).await? {
+                    println!("{:<24} {}", a.name, fmt_time(a.created_at));
+                }
+            }
+            OrgCommand::AddMember { org, user, role } => {
+                let role = Role::parse(&role).ok_or_else(|| {
+                    anyhow!("unknown role {role:?}: use admin, write, contributor or read")
+                })?;
+                let m = accounts::add_member(store, &org, &user, role, now).await?;
+                println!("{} is now {} in {}", m.user, m.role.as_str(), m.org);
+            }
+            OrgCommand::Members { org } => {
+                println!("{:<24} ROLE", "USER");
+                for m in store.list_members(&org).await? {
+                    println!("{:<24} {}", m.user, m.role.as_str());
+                }
+            }
+        },
+        AdminCommand::Token { command } => match command {
+            TokenCommand::Create {
+                user,
+                scopes,
+                expires_in,
+                name,
+            } => {
+                let scopes = if scopes.is_empty() {
+                    None
+                } else {
+                    Some(
+                        scopes
+                            .iter()
+                            .map(|s| Scope::parse(s).ok_or_else(|| anyhow!("unknown scope {s:?}")))
+                            .collect::<Result<Vec<_>>>()?,
+                    )
+                };
+                let expires = expires_in
+                    .as_deref()
+                    .map(accounts::parse_duration)
+                    .transpose()
+                    .map_err(|e| anyhow!(e))?;
+                let (token, info) =
+                    accounts::issue_token(store, &user, name, scopes, expires, now).await?;
+                eprintln!("token {} for {} (shown once)", info.id, info.user);
+                println!("{token}");
+            }
+            TokenCommand::List { user } => {
+                println!(
+                    "{:<26} {:<28} {:<22} {:<22} SCOPES",
+                    "ID", "NAME", "CREATED", "EXPIRES"
+                );
+                for t in store.list_tokens(&user).await? {
+                    let scopes = t.scopes.as_ref().map_or("(all)".to_string(), |s| {
+                        s.iter().map(|x| x.as_str()).collect::<Vec<_>>().join(",")
+                    });
+                    println!(
+                        "{:<26} {:<28} {:<22} {:<22} {}",
+                        t.id,
+                        t.display_name,
+                        fmt_time(t.created_at),
+                        t.expires_at.map_or("never".to_string(), fmt_time),
+                        scopes
+                    );
+                }
+            }
+            TokenCommand::Revoke { id } => {
+                if !store.delete_token(&id).await? {
+                    bail!("no token {id:?}");
+                }
+                println!("revoked {id}");
+            }
+        },
+        AdminCommand::Catalog { command } => match command {
+            CatalogCommand::List => {
+                let idx = services.state.catalog.get(store).await?;
+                println!("{:<56} {:<26} {:<14} RECIPES", "REPO", "TASK", "LICENSE");
+                for e in idx.entries() {
+                    let recipes: Vec<_> = e.recipes.iter().map(|r| r.public_id.as_str()).collect();
+                    println!(
+                        "{:<56} {:<26} {:<14} {}",
+                        e.repo_id,
+                        e.task,
+                        e.license,
+                        recipes.join(" ")
+                    );
+                }
+            }
+            CatalogCommand::Put { file } => {
+                let text = if file.as_os_str() == "-" {
+                    std::io::read_to_string(std::io::stdin()).context("reading stdin")?
+                } else {
+                    std::fs::read_to_string(&file)
+                        .with_context(|| format!("reading {}", file.display()))?
+                };
+                let entry: CatalogEntry =
+                    serde_json::from_str(&text).context("parsing the catalog item")?;
+                if let Some((field, msg)) = entry.problems().into_iter().next() {
+                    bail!("{field}: {msg}");
+                }
+                let added = store.put_catalog_entry(&entry, now).await?;
+                println!(
+                    "{} {}",
+                    if added { "added" } else { "replaced" },
+                    entry.repo_id
+                );
+            }
+            CatalogCommand::Remove { repo_id } => {
+                if !store.delete_catalog_entry(&repo_id).await? {
+                    bail!("no catalog item {repo_id:?}");
+                }
+                println!("removed {repo_id}");
+            }
+        },
+    }
+    Ok(())
+}

@@ -1,0 +1,160 @@
+//! `switchyard`: the command line. Parses arguments, loads the config, and runs the server or an
+//! administration command against the store.
+
+mod admin;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use switchyard_server::{Application, Config};
+
+#[derive(Parser)]
+#[command(
+    name = "switchyard",
+    version,
+    about = "Control plane for model-serving endpoints"
+)]
+#[command(arg_required_else_help = true)]
+struct Cli {
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Args, Clone, Default)]
+struct Common {
+    /// Config file (TOML). Default: the platform config dir's config.toml, when it exists.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Data directory: database, secrets key, first admin token.
+    #[arg(long, global = true, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server headless: public API; logs to stdout.
+    Serve {
+        /// Address to listen on, e.g. 127.0.0.1:8080 or 0.0.0.0:8080 (127.0.0.1:0 picks a free port).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+    },
+    /// Manage users, organizations, tokens and the catalog directly in the store.
+    Admin {
+        #[command(subcommand)]
+        command: admin::AdminCommand,
+    },
+    /// Validate a config file.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Print the OpenAPI document of the public API.
+    Openapi,
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Check a config file (and the environment) and print the effective settings.
+    Check {
+        /// The file to check; default: --config or the platform config file.
+        file: Option<PathBuf>,
+    },
+}
+
+/// File, then environment, then flags.
+fn load_config(common: &Common, file: Option<&PathBuf>) -> Result<Config> {
+    let path = file.or(common.config.as_ref());
+    let mut config = Config::load_file(path.map(PathBuf::as_path))?;
+    config.apply_env(std::env::vars())?;
+    if let Some(d) = &common.data_dir {
+        config.store.data_dir = Some(d.clone());
+    }
+    Ok(config)
+}
+
+fn init_logs(level: &str, to_stderr: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
+    if to_stderr {
+        builder.with_writer(std::io::stderr).init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down");
+}
+
+async fn serve(common: &Common, listen: Option<SocketAddr>) -> Result<()> {
+    let mut config = load_config(common, None)?;
+    if let Some(l) = listen {
+        config.server.listen = l;
+    }
+    init_logs(&config.log.level, false);
+    let app = Application::build(&config).await?;
+    let addr = app.local_addr();
+    tracing::info!(data_dir = %app.data_dir().display(), "store ready");
+    // Scripts and tests wait for this exact line.
+    println!("switchyard listening on http://{addr}");
+    std::io::stdout().flush().ok();
+    app.run(shutdown_signal()).await.context("serving")?;
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    match cli.command {
+        Some(Command::Serve { listen }) => rt.block_on(serve(&cli.common, listen)),
+        Some(Command::Admin { command }) => {
+            let config = load_config(&cli.common, None)?;
+            init_logs("warn", true);
+            rt.block_on(admin::run(&config, command))
+        }
+        Some(Command::Config {
+            command: ConfigCommand::Check { file },
+        }) => {
+            let config = load_config(&cli.common, file.as_ref())?;
+            if let Some(p) = file.as_ref().or(cli.common.config.as_ref()) {
+                println!("# {} is valid", p.display());
+            }
+            print!("{}", config.to_redacted_toml());
+            Ok(())
+        }
+        Some(Command::Openapi) => {
+            println!("{}", switchyard_server::api::openapi::document_json());
+            Ok(())
+        }
+        None => Ok(()),
+    }
+}

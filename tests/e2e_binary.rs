@@ -1,0 +1,220 @@
+//! The real `switchyard` binary: serve on a temp data dir, use it over HTTP and through `admin`,
+//! kill -9 it, restart it, and find every acknowledged write intact.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
+
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(data_dir: &Path) -> Server {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir)
+        .env_remove("SWITCHYARD_LISTEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start switchyard serve");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sent = false;
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if !sent {
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_string());
+                    sent = true;
+                }
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the server announces its address");
+    Server { child, url }
+}
+
+fn admin(data_dir: &Path, args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .arg("admin")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .output()
+        .expect("run switchyard admin");
+    assert!(
+        out.status.success(),
+        "admin {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn endpoint(name: &str) -> Value {
+    json!({
+        "name": name,
+        "type": "public",
+        "provider": {"vendor": "aws", "region": "us-east-1"},
+        "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x1",
+                    "scaling": {"minReplica": 0, "maxReplica": 1}},
+        "model": {"repository": "BAAI/bge-small-en-v1.5", "framework": "pytorch", "image": {"hub": {}},
+                  "secrets": {"TOKEN": "kept-secret"}}
+    })
+}
+
+#[tokio::test]
+async fn acknowledged_writes_survive_kill_9_and_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+
+    let server = serve(dir.path());
+    let admin_token = std::fs::read_to_string(dir.path().join("admin-token")).unwrap();
+    let admin_token = admin_token.trim();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join("admin-token"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    // The shell administers the same store while the server runs.
+    admin(
+        dir.path(),
+        &["user", "create", "dana", "--email", "dana@example.com"],
+    );
+    let token = admin(
+        dir.path(),
+        &[
+            "token",
+            "create",
+            "dana",
+            "--scope",
+            "write-endpoints",
+            "--expires-in",
+            "30d",
+        ],
+    );
+    let token = token.trim();
+    assert!(token.starts_with("sy_"));
+    assert!(admin(dir.path(), &["user", "list"]).contains("dana"));
+
+    // Writes through the API, each acknowledged with a 2xx.
+    let mut names = Vec::new();
+    for i in 0..20 {
+        let name = format!("ep-{i}");
+        let r = http
+            .post(format!("{}/v2/endpoint/dana", server.url))
+            .bearer_auth(token)
+            .json(&endpoint(&name))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+        names.push(name);
+    }
+    let r = http
+        .put(format!("{}/v2/endpoint/dana/ep-0", server.url))
+        .bearer_auth(token)
+        .json(&json!({"compute": {"scaling": {"maxReplica": 3}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
+    // kill -9: no chance to flush anything.
+    drop(server);
+
+    let server = serve(dir.path());
+    let r: Value = http
+        .get(format!("{}/v2/endpoint/dana", server.url))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let got: Vec<&str> = r["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    let mut want: Vec<&str> = names.iter().map(String::as_str).collect();
+    want.sort();
+    let mut got_sorted = got.clone();
+    got_sorted.sort();
+    assert_eq!(got_sorted, want);
+    let ep0 = r["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "ep-0")
+        .unwrap();
+    assert_eq!(ep0["compute"]["scaling"]["maxReplica"], 3);
+    assert_eq!(ep0["model"]["secrets"], json!({"TOKEN": null}));
+
+    // The bootstrap token still works and was not replaced.
+    let me: Value = http
+        .get(format!("{}/api/whoami-v2", server.url))
+        .bearer_auth(admin_token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(me["name"], "admin");
+}
+
+#[test]
+fn config_check_and_openapi() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        "[server]\nlisten = \"127.0.0.1:9999\"\n[secrets]\nkey = \"hidden-value\"\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["config", "check"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("127.0.0.1:9999"));
+    assert!(!text.contains("hidden-value"));
+
+    std::fs::write(&cfg, "[server]\nlisten = 12\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["config", "check"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("listen"));
+
+    let out = Command::new(BIN).arg("openapi").output().unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["paths"]["/api/v1/catalog/list"].is_object());
+}
