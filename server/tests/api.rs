@@ -186,7 +186,7 @@ async fn deploy_from_catalog_by_model_and_by_recipe() {
         .unwrap()
         .iter()
         .filter_map(|r| r["ggufFile"].as_str())
-        .last()
+        .next_back()
         .unwrap()
         .to_string();
     let out: Value = srv
@@ -644,13 +644,10 @@ async fn admin_catalog_changes_show_in_the_list() {
         .deploy_recipe("tiny-model-cpu-tei", &json!({"namespace": "admin"}))
         .await
         .unwrap();
-    assert_eq!(
-        out["endpoint"]["model"]["image"]["tei"]["url"]
-            .as_str()
-            .unwrap()
-            .contains("cpu"),
-        true
-    );
+    assert!(out["endpoint"]["model"]["image"]["tei"]["url"]
+        .as_str()
+        .unwrap()
+        .contains("cpu"));
 
     let mut bad = entry.clone();
     bad["recipes"][0]["memoryGb"] = json!(0);
@@ -669,4 +666,34 @@ async fn admin_catalog_changes_show_in_the_list() {
         .await
         .unwrap();
     assert!(found["items"].as_array().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_store_failure_is_a_bare_500() {
+    let srv = spawn().await;
+    // Break the real store under the running server: the catalog table disappears.
+    let db = srv.data_dir.join("switchyard.db");
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    sqlx::query("DROP TABLE catalog_items")
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+
+    let reload = srv
+        .admin
+        .request::<Value>(reqwest::Method::POST, "/api/v1/admin/catalog/reload", None)
+        .await;
+    assert_eq!(status(reload), StatusCode::INTERNAL_SERVER_ERROR);
+    let err = srv.anonymous().catalog_list::<Value>(&[]).await;
+    let b = body(err);
+    assert_eq!(
+        b,
+        json!({"error": "internal server error"}),
+        "no internals leak"
+    );
+    // The rest of the service still answers.
+    let _: Value = srv.admin.whoami().await.unwrap();
 }

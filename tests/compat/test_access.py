@@ -58,7 +58,7 @@ def test_user_manages_own_namespace(server, accounts, cpu_hardware, cleanup):
     assert bob.pause_inference_endpoint(endpoint.name).status == "paused"
 
 
-def test_write_member_can_create_in_org(server, accounts, cpu_hardware, cleanup, api):
+def test_write_member_can_create_in_org(server, accounts, cpu_hardware, cleanup):
     bob = make_api(server, accounts.writer_token)
     name = unique_name("org")
     endpoint = cleanup(create_endpoint(bob, cpu_hardware, name, namespace=accounts.org), client=bob)
@@ -66,10 +66,11 @@ def test_write_member_can_create_in_org(server, accounts, cpu_hardware, cleanup,
     assert endpoint.namespace == accounts.org
     assert name in [e.name for e in bob.list_inference_endpoints(namespace=accounts.org)]
     assert bob.get_inference_endpoint(name, namespace=accounts.org).repository == endpoint.repository
-    # A write member manages it too.
-    assert bob.update_inference_endpoint(name, namespace=accounts.org, max_replica=2).raw["compute"]["scaling"][
-        "maxReplica"
-    ] == 2
+    assert endpoint.raw["status"]["createdBy"]["name"] == accounts.writer
+    # A write member manages it too, and the change is attributed to them.
+    updated = bob.update_inference_endpoint(name, namespace=accounts.org, max_replica=2)
+    assert updated.raw["compute"]["scaling"]["maxReplica"] == 2
+    assert updated.raw["status"]["updatedBy"]["name"] == accounts.writer
 
 
 def test_write_member_can_deploy_from_catalog_in_org(server, accounts, catalog, cleanup):
@@ -78,7 +79,8 @@ def test_write_member_can_deploy_from_catalog_in_org(server, accounts, catalog, 
         (
             m
             for m in catalog
-            if any(r.accelerator == "cpu" for r in m.recipes) and not any(k in m.repo_id for k in ("405B", "DeepSeek-V3"))
+            if any(r.accelerator == "cpu" for r in m.recipes)
+            and not any(k in m.repo_id for k in ("405B", "DeepSeek-V3"))
         ),
         key=lambda m: m.repo_id,
     )
@@ -120,9 +122,7 @@ def test_read_scoped_token_can_list_but_not_create(server, accounts, cpu_hardwar
     assert_forbidden(lambda: scoped.pause_inference_endpoint(admin_endpoint.name, namespace="admin"))
     assert_forbidden(lambda: scoped.delete_inference_endpoint(admin_endpoint.name, namespace="admin"))
     small = [m for m in catalog if any(r.accelerator == "cpu" for r in m.recipes)]
-    assert_forbidden(
-        lambda: scoped.create_inference_endpoint_from_catalog(repo_id=small[0].repo_id, namespace="admin")
-    )
+    assert_forbidden(lambda: scoped.create_inference_endpoint_from_catalog(repo_id=small[0].repo_id, namespace="admin"))
 
 
 def test_list_all_namespaces(server, accounts, cpu_hardware, cleanup, monkeypatch):
@@ -138,3 +138,35 @@ def test_list_all_namespaces(server, accounts, cpu_hardware, cleanup, monkeypatc
     assert by_name.get(personal.name) == accounts.writer
     assert by_name.get(in_org.name) == accounts.org
     assert len(listed) == len(by_name), "an endpoint is listed twice"
+
+
+def test_other_user_cannot_read_admin_hardware_quota(server, accounts):
+    bob = make_api(server, accounts.writer_token)
+    with pytest.raises(HfHubHTTPError) as excinfo:
+        bob.list_inference_endpoints_hardware(namespace="admin")
+    assert excinfo.value.response.status_code in (403, 404)
+    # Their own namespace and their org's are fine.
+    assert bob.list_inference_endpoints_hardware()
+    assert bob.list_inference_endpoints_hardware(namespace=accounts.org)
+
+
+def test_write_scoped_token_can_create_and_delete(server, cpu_hardware):
+    scoped = make_api(server, server.create_token("admin", "write-endpoints"))
+    name = unique_name("wscope")
+    endpoint = create_endpoint(scoped, cpu_hardware, name, namespace="admin")
+    assert endpoint.name == name
+    assert name in [e.name for e in scoped.list_inference_endpoints(namespace="admin")]
+    scoped.delete_inference_endpoint(name, namespace="admin")
+    with pytest.raises(HfHubHTTPError) as excinfo:
+        scoped.get_inference_endpoint(name, namespace="admin")
+    assert excinfo.value.response.status_code == 404
+
+
+def test_same_name_in_two_namespaces(server, accounts, cpu_hardware, cleanup, api):
+    name = unique_name("same")
+    bob = make_api(server, accounts.writer_token)
+    mine = cleanup(create_endpoint(api, cpu_hardware, name))
+    theirs = cleanup(create_endpoint(bob, cpu_hardware, name, repository="openai-community/gpt2-large"), client=bob)
+    assert (mine.namespace, theirs.namespace) == ("admin", accounts.writer)
+    assert api.get_inference_endpoint(name).repository == mine.repository
+    assert bob.get_inference_endpoint(name).repository == "openai-community/gpt2-large"

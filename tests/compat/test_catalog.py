@@ -156,6 +156,8 @@ def test_filter_limit(api, catalog):
         returned = api.list_inference_catalog(limit=limit)
         assert [m.repo_id for m in returned] == all_ids[:limit], f"limit={limit}"
     assert [m.repo_id for m in api.list_inference_catalog(limit=len(catalog) + 100)] == all_ids
+    # The spec's upper bound (2^53 - 1) is accepted.
+    assert [m.repo_id for m in api.list_inference_catalog(limit=9007199254740991)] == all_ids
 
 
 def test_filters_combine(api, catalog):
@@ -187,6 +189,8 @@ def test_filters_combine(api, catalog):
         {"engine": "tgi"},
         {"limit": 0},
         {"limit": -1},
+        {"limit": 9007199254740992},
+        {"limit": "abc"},
     ],
     ids=lambda p: "&".join(f"{k}={v}" for k, v in p.items()),
 )

@@ -165,9 +165,7 @@ def test_deploy_with_gguf_file_chooses_recipe(api, catalog, cleanup):
     # `gguf_file` alone is enough to select it.
     endpoint = cleanup(api.create_inference_endpoint_from_catalog(repo_id=model.repo_id, gguf_file=recipe.gguf_file))
     assert endpoint.raw["model"]["image"]["llamacpp"]["modelPath"].endswith(recipe.gguf_file)
-    assert endpoint.raw["compute"]["accelerator"] in {
-        r.accelerator for r in ggufs if r.gguf_file == recipe.gguf_file
-    }
+    assert endpoint.raw["compute"]["accelerator"] in {r.accelerator for r in ggufs if r.gguf_file == recipe.gguf_file}
 
 
 def test_deploy_unknown_gguf_file_is_rejected(api, catalog):
@@ -244,3 +242,34 @@ def test_deploy_without_token_is_401(server, catalog):
     assert response.status_code == 401
     assert isinstance(response.json()["error"], str)
     assert response.headers.get("x-request-id")
+
+
+def test_deploy_twice_without_name_gets_two_names(api, catalog, cleanup):
+    model = pick_default_model(catalog)
+    first = cleanup(api.create_inference_endpoint_from_catalog(repo_id=model.repo_id))
+    second = cleanup(api.create_inference_endpoint_from_catalog(repo_id=model.repo_id))
+    assert first.name != second.name
+    assert {first.name, second.name} <= {e.name for e in api.list_inference_endpoints(namespace="admin")}
+
+
+def test_update_parallelism_round_trips_the_catalog_image(api, catalog, cleanup):
+    """`update_inference_endpoint(tensor_parallel_size=…)` GETs the endpoint and PUTs its image back, as returned."""
+    recipes = [
+        (m, r)
+        for m in sorted(catalog, key=lambda m: m.repo_id)
+        if not too_large(m)
+        for r in m.recipes
+        if r.engine == "vllm"
+    ]
+    if not recipes:
+        pytest.skip("no vllm recipe in the catalog")
+    model, recipe = recipes[0]
+    endpoint = cleanup(api.create_inference_endpoint_from_catalog(recipe_id=recipe.id))
+    before = endpoint.raw["model"]["image"]["vLLM"]
+    updated = api.update_inference_endpoint(endpoint.name, tensor_parallel_size=2, data_parallel_size=1)
+    after = updated.raw["model"]["image"]["vLLM"]
+    assert after["tensorParallelSize"] == 2
+    assert after["dataParallelSize"] == 1
+    assert after["url"] == before["url"]
+    assert updated.repository == model.repo_id
+    assert updated.raw["model"]["fromCatalog"] is True

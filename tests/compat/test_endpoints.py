@@ -5,7 +5,7 @@ from datetime import datetime, timedelta
 
 import pytest
 from conftest import TEST_REPOSITORY, create_endpoint, unique_name
-from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub.errors import BadRequestError, HfHubHTTPError
 
 CUSTOM_URL = "ghcr.io/example/echo-server:1.0"
 SECRET_VALUE = "s3cret-value-never-echoed"
@@ -60,6 +60,9 @@ def test_create_with_default_image(api, cpu_hardware, cleanup):
     assert raw["compute"]["scaling"]["maxReplica"] == 1
     assert raw["provider"] == {"vendor": cpu_hardware.vendor, "region": cpu_hardware.region}
     assert raw["model"]["fromCatalog"] in (None, False)
+    assert raw["status"]["createdBy"]["name"] == "admin"
+    assert raw["status"]["updatedBy"]["name"] == "admin"
+    assert raw["status"]["readyReplica"] == 0
     assert_timestamps(endpoint)
 
 
@@ -194,7 +197,9 @@ def test_update_custom_image(api, cpu_hardware, cleanup):
         )
     )
     new_url = "ghcr.io/example/echo-server:2.0"
-    updated = api.update_inference_endpoint(name, custom_image={"url": new_url, "healthRoute": "/healthz", "port": 9000})
+    updated = api.update_inference_endpoint(
+        name, custom_image={"url": new_url, "healthRoute": "/healthz", "port": 9000}
+    )
     custom = updated.raw["model"]["image"]["custom"]
     assert custom["url"] == new_url
     assert custom["healthRoute"] == "/healthz"
@@ -256,3 +261,110 @@ def test_create_duplicate_name_is_409(api, cpu_hardware, cleanup):
     with pytest.raises(HfHubHTTPError) as excinfo:
         create_endpoint(api, cpu_hardware, name)
     assert excinfo.value.response.status_code == 409
+
+
+def test_update_model_fields(api, cpu_hardware, cleanup):
+    name = unique_name("model")
+    cleanup(create_endpoint(api, cpu_hardware, name))
+    updated = api.update_inference_endpoint(
+        name, repository="openai-community/gpt2-medium", revision="main", task="text-classification"
+    )
+    assert updated.repository == "openai-community/gpt2-medium"
+    assert updated.revision == "main"
+    assert updated.task == "text-classification"
+    assert updated.framework == "pytorch"
+    fetched = api.get_inference_endpoint(name)
+    assert (fetched.repository, fetched.revision, fetched.task) == (
+        "openai-community/gpt2-medium",
+        "main",
+        "text-classification",
+    )
+
+
+def test_create_with_scaling_metric(api, cpu_hardware, cleanup):
+    endpoint = cleanup(
+        create_endpoint(
+            api,
+            cpu_hardware,
+            unique_name("measure"),
+            max_replica=3,
+            scaling_metric="pendingRequests",
+            scaling_threshold=4.0,
+        )
+    )
+    assert endpoint.raw["compute"]["scaling"]["measure"] == {"pendingRequests": 4.0}
+    updated = api.update_inference_endpoint(endpoint.name, scaling_metric="hardwareUsage", scaling_threshold=75.0)
+    # Another measure variant replaces the previous one rather than merging into it.
+    assert updated.raw["compute"]["scaling"]["measure"] == {"hardwareUsage": 75.0}
+
+
+def test_create_with_route_and_cache(api, cpu_hardware, cleanup):
+    endpoint = cleanup(
+        create_endpoint(
+            api,
+            cpu_hardware,
+            unique_name("route"),
+            domain="models.example.com",
+            path="/gpt2",
+            cache_http_responses=True,
+        )
+    )
+    assert endpoint.raw["route"] == {"domain": "models.example.com", "path": "/gpt2"}
+    assert endpoint.raw["cacheHttpResponses"] is True
+
+
+def test_private_link_requires_private_type(api, cpu_hardware, cleanup):
+    account = "123456789012"
+    endpoint = cleanup(
+        create_endpoint(
+            api,
+            cpu_hardware,
+            unique_name("private"),
+            type="private",
+            private_link_account_id=account,
+            private_link_region="eu-west-1",
+        )
+    )
+    assert endpoint.type == "private"
+    assert endpoint.raw["privateService"]["accountId"] == account
+    assert endpoint.raw["privateService"]["region"] == "eu-west-1"
+
+    with pytest.raises(BadRequestError) as excinfo:
+        create_endpoint(
+            api,
+            cpu_hardware,
+            unique_name("notprivate"),
+            type="authenticated",
+            private_link_account_id=account,
+            private_link_region="us-east-1",
+        )
+    assert any(issue["path"].startswith("privateService") for issue in excinfo.value.response.json()["issues"])
+
+
+def test_registry_credentials_are_not_echoed(api, cpu_hardware, cleanup):
+    password = "registry-password-never-echoed"
+    endpoint = cleanup(
+        create_endpoint(
+            api,
+            cpu_hardware,
+            unique_name("creds"),
+            framework="custom",
+            custom_image={"url": "registry.example.com/team/server:1.0"},
+            container_registry_username="robot",
+            container_registry_password=password,
+        )
+    )
+    credentials = endpoint.raw["model"]["image"]["custom"]["credentials"]
+    assert credentials["username"] == "robot"
+    assert password not in json.dumps(endpoint.raw)
+    assert password not in json.dumps(api.get_inference_endpoint(endpoint.name).raw)
+
+
+def test_delete_frees_the_name(api, cpu_hardware):
+    name = unique_name("reuse")
+    create_endpoint(api, cpu_hardware, name)
+    api.delete_inference_endpoint(name)
+    again = create_endpoint(api, cpu_hardware, name, repository="openai-community/gpt2-large")
+    assert again.repository == "openai-community/gpt2-large"
+    assert again.status == "pending"
+    api.delete_inference_endpoint(name)

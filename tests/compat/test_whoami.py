@@ -76,3 +76,9 @@ def test_agent_harnesses_is_404(server):
     response = get_session().get(f"{server.url}/api/agent-harnesses")
     assert response.status_code == 404
     assert response.headers.get("x-request-id")
+
+
+def test_expiring_token_works_before_expiry(server, accounts):
+    token = server.cli("token", "create", accounts.reader, "--expires-in", "1h")
+    assert re.fullmatch(r"sy_[A-Za-z0-9_-]{43}", token)
+    assert HfApi(endpoint=server.url, token=token).whoami()["name"] == accounts.reader
