@@ -108,19 +108,7 @@ fn no_compute(entry: &CatalogEntry, recipes: &[&RecipeEntry]) -> PlanError {
 /// An endpoint name from a model name: lower-cased, runs of other characters turned into `-`, at most
 /// 32 characters, and made unique among `taken` with a numeric suffix.
 pub fn derive_name(model_name: &str, taken: &HashSet<String>) -> String {
-    let mut base = String::new();
-    for c in model_name.chars() {
-        let c = c.to_ascii_lowercase();
-        if c.is_ascii_lowercase() || c.is_ascii_digit() {
-            base.push(c);
-        } else if !base.ends_with('-') && !base.is_empty() {
-            base.push('-');
-        }
-    }
-    let mut base = base.trim_matches('-').to_string();
-    if base.is_empty() {
-        base = "endpoint".into();
-    }
+    let base = name_stem(model_name);
     let fit = |s: &str, room: usize| -> String {
         s.chars()
             .take(room)
@@ -139,6 +127,35 @@ pub fn derive_name(model_name: &str, taken: &HashSet<String>) -> String {
         })
         .find(|candidate| !taken.contains(candidate))
         .unwrap_or(first)
+}
+
+/// The prefix every name `derive_name` can produce for this model starts with.
+pub fn name_prefix(model_name: &str) -> String {
+    // Suffixes of up to 5 digits cut the stem to 26 characters; a shorter prefix still narrows the search.
+    name_stem(model_name)
+        .chars()
+        .take(MAX_NAME_LEN - 6)
+        .collect::<String>()
+        .trim_end_matches('-')
+        .to_string()
+}
+
+fn name_stem(model_name: &str) -> String {
+    let mut base = String::new();
+    for c in model_name.chars() {
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            base.push(c);
+        } else if !base.ends_with('-') && !base.is_empty() {
+            base.push('-');
+        }
+    }
+    let base = base.trim_matches('-').to_string();
+    if base.is_empty() {
+        "endpoint".into()
+    } else {
+        base
+    }
 }
 
 /// The serving image of a recipe: key and container by engine (and accelerator where the image differs).
@@ -265,6 +282,10 @@ mod tests {
         assert_eq!(n2.len(), 32);
         assert!(n2.ends_with("-2"));
         assert_eq!(derive_name("m", &taken(&["m", "m-2"])), "m-3");
+        // Every derived name starts with the prefix used to look up taken names.
+        let prefix = name_prefix(&long);
+        assert!(n.starts_with(&prefix) && n2.starts_with(&prefix));
+        assert_eq!(name_prefix("Llama-3.2-1B"), "llama-3-2-1b");
     }
 
     #[test]

@@ -70,7 +70,7 @@ fn arb_json() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(|n| Value::from(n)),
+        any::<i64>().prop_map(Value::from),
         any::<f64>()
             .prop_filter("finite", |f| f.is_finite())
             .prop_map(Value::from),
@@ -129,7 +129,7 @@ proptest! {
 
     #[test]
     fn deploy_bodies_get_clean_answers(v in arb_json()) {
-        let (status, body) = call("POST", "/api/v1/catalog/recipe/bge-small-en-v1-5-cpu-tei/deploy", serde_json::to_vec(&v).unwrap());
+        let (status, body) = call("POST", "/api/v1/catalog/recipe/bge-large-en-v1-5-cpu-tei/deploy", serde_json::to_vec(&v).unwrap());
         assert_client_error(status, &body);
     }
 

@@ -15,7 +15,7 @@ use super::extract::{JsonBody, PathParams, QueryPairs};
 use super::AppState;
 use crate::auth::{authorize, Access, Principal};
 use crate::deploy::{
-    apply_config, base_spec, derive_name, plan_model, plan_recipe, Plan, PlanError,
+    apply_config, base_spec, derive_name, name_prefix, plan_model, plan_recipe, Plan, PlanError,
 };
 use crate::model::catalog::CatalogQuery;
 use crate::model::{DeployModelIn, DeployRecipeIn, EndpointOut, EndpointSpec};
@@ -157,7 +157,7 @@ async fn deploy(
             None => {
                 let taken: HashSet<String> = s
                     .store
-                    .endpoint_names_in(namespace)
+                    .endpoint_names_with_prefix(namespace, &name_prefix(&plan.entry.model_name))
                     .await?
                     .into_iter()
                     .collect();

@@ -37,6 +37,18 @@ pub struct EndpointListOut {
     pub items: Vec<EndpointOut>,
 }
 
+/// Fields a response carries that are not part of the spec. They are ignored on input, so the body of
+/// a `GET` can be edited and sent back as it is.
+const READ_ONLY_FIELDS: [&str; 3] = ["status", "healthRoute", "accountId"];
+
+fn strip_read_only(body: &mut Value) {
+    if let Value::Object(m) = body {
+        for k in READ_ONLY_FIELDS {
+            m.remove(k);
+        }
+    }
+}
+
 /// Replaces every secret value given in a spec or patch by its ciphertext, before anything else sees it.
 /// Nulls stay null (on update they mean "keep the stored value"). The custom image's registry
 /// password is a secret too.
@@ -191,6 +203,7 @@ pub async fn create(
             return Err(ApiError::invalid_body(empty));
         }
     }
+    strip_read_only(&mut body);
     seal_secrets(&s, &mut body);
     let spec = EndpointSpec::parse(&body).map_err(ApiError::invalid_body)?;
     let rec = insert_new(&s, &who, &namespace, spec).await?;
@@ -248,6 +261,7 @@ pub async fn update(
     JsonBody(mut patch): JsonBody,
 ) -> ApiResult<Json<EndpointOut>> {
     authorize(s.store.as_ref(), &who, &namespace, Access::Change).await?;
+    strip_read_only(&mut patch);
     seal_secrets(&s, &mut patch);
     let hardware = s.hardware.clone();
     let rec = modify(&s, &who, &namespace, &name, |rec| {

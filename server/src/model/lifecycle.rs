@@ -69,7 +69,7 @@ impl EndpointState {
     /// | pause         | any                                                    | paused                     |
     /// | resume        | paused, scaledToZero, failed, updateFailed             | pending                    |
     /// | resume        | running                                                | error "already running"    |
-    /// | resume        | pending, initializing, updating                        | error "already starting"   |
+    /// | resume        | pending, initializing, updating                        | unchanged (already starting) |
     /// | scale-to-zero | running, pending, initializing, updating, updateFailed | scaledToZero               |
     /// | scale-to-zero | scaledToZero                                           | scaledToZero (idempotent)  |
     /// | scale-to-zero | paused, failed                                         | error: resume it first     |
@@ -87,9 +87,8 @@ impl EndpointState {
                 Ok(S::Pending)
             }
             (A::Resume, S::Running) => Err(TransitionError::AlreadyRunning),
-            (A::Resume, S::Pending | S::Initializing | S::Updating) => {
-                Err(TransitionError::AlreadyStarting(self))
-            }
+            // Already on its way up: resuming asks for nothing new, so it is answered, not refused.
+            (A::Resume, S::Pending | S::Initializing | S::Updating) => Ok(self),
             (A::ScaleToZero, S::Paused | S::Failed) => Err(TransitionError::ResumeFirst(self)),
             (A::ScaleToZero, _) => Ok(S::ScaledToZero),
             (A::Update, S::Running) => Ok(S::Updating),
@@ -120,8 +119,6 @@ pub enum LifecycleAction {
 pub enum TransitionError {
     #[error("endpoint is already running")]
     AlreadyRunning,
-    #[error("endpoint is already starting (state `{0}`)")]
-    AlreadyStarting(EndpointState),
     #[error("endpoint is {0}; resume it first")]
     ResumeFirst(EndpointState),
 }
@@ -193,7 +190,7 @@ mod tests {
                 S::Pending,
                 [
                     Ok(S::Paused),
-                    Err(E::AlreadyStarting(S::Pending)),
+                    Ok(S::Pending),
                     Ok(S::ScaledToZero),
                     Ok(S::Pending),
                 ],
@@ -202,7 +199,7 @@ mod tests {
                 S::Initializing,
                 [
                     Ok(S::Paused),
-                    Err(E::AlreadyStarting(S::Initializing)),
+                    Ok(S::Initializing),
                     Ok(S::ScaledToZero),
                     Ok(S::Initializing),
                 ],
@@ -211,7 +208,7 @@ mod tests {
                 S::Updating,
                 [
                     Ok(S::Paused),
-                    Err(E::AlreadyStarting(S::Updating)),
+                    Ok(S::Updating),
                     Ok(S::ScaledToZero),
                     Ok(S::Updating),
                 ],
@@ -279,11 +276,7 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("already running"));
-        assert!(S::Initializing
-            .on_action(A::Resume)
-            .unwrap_err()
-            .to_string()
-            .contains("is already starting"));
+        assert_eq!(S::Initializing.on_action(A::Resume), Ok(S::Initializing));
         assert!(S::Paused
             .on_action(A::ScaleToZero)
             .unwrap_err()

@@ -127,7 +127,12 @@ pub trait Store: Send + Sync + 'static {
     async fn insert_endpoint(&self, rec: &EndpointRecord) -> StoreResult<()>;
     async fn endpoint(&self, namespace: &str, name: &str) -> StoreResult<Option<EndpointRecord>>;
     async fn endpoints_in(&self, namespace: &str) -> StoreResult<Vec<EndpointRecord>>;
-    async fn endpoint_names_in(&self, namespace: &str) -> StoreResult<Vec<String>>;
+    /// Names in the namespace that start with `prefix` (to make a derived name unique).
+    async fn endpoint_names_with_prefix(
+        &self,
+        namespace: &str,
+        prefix: &str,
+    ) -> StoreResult<Vec<String>>;
     /// Writes the record if its stored version is still `rec.version`; the stored version becomes `rec.version + 1`.
     async fn update_endpoint(&self, rec: &EndpointRecord) -> StoreResult<EndpointRecord>;
     async fn delete_endpoint(&self, namespace: &str, name: &str) -> StoreResult<bool>;

@@ -552,13 +552,20 @@ impl Store for SqliteStore {
         rows.iter().map(endpoint_from).collect()
     }
 
-    async fn endpoint_names_in(&self, namespace: &str) -> StoreResult<Vec<String>> {
-        Ok(
-            sqlx::query_scalar("SELECT name FROM endpoints WHERE namespace = ?")
-                .bind(namespace)
-                .fetch_all(&self.pool)
-                .await?,
+    async fn endpoint_names_with_prefix(
+        &self,
+        namespace: &str,
+        prefix: &str,
+    ) -> StoreResult<Vec<String>> {
+        // substr rather than LIKE: names may contain nothing LIKE treats specially today, but this needs no escaping.
+        Ok(sqlx::query_scalar(
+            "SELECT name FROM endpoints WHERE namespace = ? AND substr(name, 1, ?) = ?",
         )
+        .bind(namespace)
+        .bind(i64::try_from(prefix.len()).unwrap_or(i64::MAX))
+        .bind(prefix)
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     async fn update_endpoint(&self, rec: &EndpointRecord) -> StoreResult<EndpointRecord> {

@@ -1,0 +1,249 @@
+//! Control-plane benchmark (not a test): the catalog list over a generated catalog of 10,000 items
+//! (no filter, each filter, search), the seed catalog, and deploys, each printed beside `GET /health`
+//! measured in the same run on the same server. Real HTTP on loopback, real SQLite file.
+//!
+//! Run: `cargo bench -p switchyard-server --bench control_plane`. Set `BENCH_SECONDS` to change the
+//! time per scenario (default 1.5).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use switchyard_server::{Application, Config};
+
+struct Server {
+    url: String,
+    token: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn start(seed_items: Option<usize>) -> Server {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.store.data_dir = Some(dir.path().to_path_buf());
+    config.server.listen = "127.0.0.1:0".parse().expect("addr");
+    if let Some(n) = seed_items {
+        let path = dir.path().join("catalog.json");
+        std::fs::write(&path, generated_catalog(n)).expect("write catalog");
+        config.catalog.seed_file = Some(path);
+    }
+    let app = Application::build(&config).await.expect("build");
+    let url = format!("http://{}", app.local_addr());
+    tokio::spawn(app.run(std::future::pending()));
+    let token = std::fs::read_to_string(dir.path().join("admin-token")).expect("token");
+    Server {
+        url,
+        token: token.trim().to_string(),
+        _dir: dir,
+    }
+}
+
+/// `n` items made from the built-in seed, renamed so every repo id and recipe id is unique.
+fn generated_catalog(n: usize) -> String {
+    let seed: Value =
+        serde_json::from_str(include_str!("../../assets/catalog.json")).expect("seed");
+    let base = seed["items"].as_array().expect("items");
+    let items: Vec<Value> = (0..n)
+        .map(|i| {
+            let mut it = base[i % base.len()].clone();
+            let author = format!(
+                "{}-{}",
+                it["authorName"].as_str().unwrap_or("a"),
+                i / base.len()
+            );
+            let model = it["modelName"].as_str().unwrap_or("m").to_string();
+            it["authorName"] = json!(author);
+            it["repoId"] = json!(format!("{author}/{model}"));
+            for r in it["recipes"].as_array_mut().expect("recipes") {
+                let id = format!("{}-{i}", r["publicId"].as_str().unwrap_or("r"));
+                r["publicId"] = json!(id);
+            }
+            it
+        })
+        .collect();
+    json!({ "items": items }).to_string()
+}
+
+struct Figures {
+    rps: f64,
+    p50: Duration,
+    p99: Duration,
+    errors: usize,
+}
+
+/// Runs `conns` loops for the scenario's time, each sending the request `make(i)` builds; counts only
+/// 2xx as successes.
+async fn measure<F>(conns: usize, seconds: f64, make: F) -> Figures
+where
+    F: Fn(usize) -> reqwest::RequestBuilder + Send + Sync + 'static,
+{
+    let make = Arc::new(make);
+    let counter = Arc::new(AtomicUsize::new(0));
+    let errors = Arc::new(AtomicUsize::new(0));
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    // Warm-up: connections open, caches filled.
+    for _ in 0..conns.max(4) {
+        let _ = make(usize::MAX - 1)
+            .send()
+            .await
+            .and_then(|r| r.error_for_status());
+    }
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..conns {
+        let make = make.clone();
+        let counter = counter.clone();
+        let errors = errors.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(4096);
+            while Instant::now() < deadline {
+                let i = counter.fetch_add(1, Ordering::Relaxed);
+                let t = Instant::now();
+                let ok = match make(i).send().await {
+                    Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                    Err(_) => false,
+                };
+                if ok {
+                    lat.push(t.elapsed());
+                } else {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("task"));
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    all.sort();
+    let pct = |p: f64| {
+        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    Figures {
+        rps: all.len() as f64 / elapsed,
+        p50: pct(0.50),
+        p99: pct(0.99),
+        errors: errors.load(Ordering::Relaxed),
+    }
+}
+
+fn row(name: &str, conns: usize, f: &Figures, baseline: Option<&Figures>) {
+    let vs = baseline.map_or(String::new(), |b| {
+        format!("{:>6.1}% of /health", 100.0 * f.rps / b.rps)
+    });
+    let errs = if f.errors > 0 {
+        format!("  ({} errors)", f.errors)
+    } else {
+        String::new()
+    };
+    println!(
+        "{name:<44} {conns:>3} {:>10.0} {:>9.3} {:>9.3}  {vs}{errs}",
+        f.rps,
+        f.p50.as_secs_f64() * 1e3,
+        f.p99.as_secs_f64() * 1e3
+    );
+}
+
+fn header(title: &str) {
+    println!("\n{title}");
+    println!(
+        "{:<44} {:>3} {:>10} {:>9} {:>9}",
+        "scenario", "con", "req/s", "p50 ms", "p99 ms"
+    );
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let seconds: f64 = std::env::var("BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.5);
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()
+        .expect("client");
+
+    let big = start(Some(10_000)).await;
+    let get = |srv: &Server, path: &str| {
+        let (http, url) = (http.clone(), format!("{}{path}", srv.url));
+        move |_: usize| http.get(&url)
+    };
+
+    header("Catalog list, 10,000 items (latency at 1 connection)");
+    let health1 = measure(1, seconds, get(&big, "/health")).await;
+    row("GET /health (baseline)", 1, &health1, None);
+    let scenarios = [
+        ("no filter (all 10,000 items)", "/api/v1/catalog/list"),
+        ("limit=20", "/api/v1/catalog/list?limit=20"),
+        (
+            "accelerator=neuron",
+            "/api/v1/catalog/list?accelerator=neuron",
+        ),
+        ("engine=sglang", "/api/v1/catalog/list?engine=sglang"),
+        ("license=gemma", "/api/v1/catalog/list?license=gemma"),
+        ("task=translation", "/api/v1/catalog/list?task=translation"),
+        (
+            "search=qwen2.5-vl (case-insensitive)",
+            "/api/v1/catalog/list?search=QWEN2.5-VL",
+        ),
+        (
+            "task+accelerator+engine+limit",
+            "/api/v1/catalog/list?task=text-generation&accelerator=gpu&engine=vllm&limit=50",
+        ),
+    ];
+    for (name, path) in scenarios {
+        let f = measure(1, seconds, get(&big, path)).await;
+        row(name, 1, &f, Some(&health1));
+    }
+
+    let seed = start(None).await;
+    header("Seed catalog list against /health (throughput at 16 connections)");
+    let health16 = measure(16, seconds, get(&seed, "/health")).await;
+    row("GET /health (baseline)", 16, &health16, None);
+    let list16 = measure(16, seconds, get(&seed, "/api/v1/catalog/list")).await;
+    row("seed catalog list, no filter", 16, &list16, Some(&health16));
+    let list16f = measure(
+        16,
+        seconds,
+        get(
+            &seed,
+            "/api/v1/catalog/list?accelerator=gpu&task=text-generation",
+        ),
+    )
+    .await;
+    row(
+        "seed catalog list, accelerator+task",
+        16,
+        &list16f,
+        Some(&health16),
+    );
+
+    header("Deploys (recipe deploy, each a new endpoint in the store)");
+    let deploy = |conns_tag: &'static str| {
+        let (http, url, token) = (
+            http.clone(),
+            format!(
+                "{}/api/v1/catalog/recipe/bge-large-en-v1-5-cpu-tei/deploy",
+                seed.url
+            ),
+            seed.token.clone(),
+        );
+        move |i: usize| {
+            http.post(&url).bearer_auth(&token).json(
+                &json!({"namespace": "admin", "config": {"name": format!("b{conns_tag}-{i}")}}),
+            )
+        }
+    };
+    let health_d = measure(16, seconds, get(&seed, "/health")).await;
+    row("GET /health (baseline)", 16, &health_d, None);
+    let d1 = measure(1, seconds, deploy("a")).await;
+    row("deploy, 1 connection", 1, &d1, Some(&health_d));
+    let d16 = measure(16, seconds, deploy("b")).await;
+    row("deploy, 16 connections", 16, &d16, Some(&health_d));
+    println!("\nTargets (2-core machine): list p99 <= 5 ms with filters at 10,000 items; seed list >= 50% of /health; >= 1,000 deploys/s.");
+}
