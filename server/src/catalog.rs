@@ -256,15 +256,7 @@ mod tests {
                 .flat_map(|e| &e.recipes)
                 .any(|r| r.accelerator == a));
         }
-        for e in [
-            EngineType::Custom,
-            EngineType::Llamacpp,
-            EngineType::Sglang,
-            EngineType::Tei,
-            EngineType::Vllm,
-            EngineType::VllmNeuron,
-            EngineType::VllmOmni,
-        ] {
+        for e in EngineType::ALL {
             assert!(s
                 .iter()
                 .flat_map(|e| &e.recipes)

@@ -23,6 +23,7 @@ use crate::crypto::{random_id, SecretBox};
 use crate::hardware::HardwareList;
 use crate::store::Store;
 use error::{header_safe, ApiError};
+use tracing::Instrument;
 
 /// Everything a handler may use. Cheap to clone.
 #[derive(Clone)]
@@ -88,7 +89,9 @@ async fn response_contract(req: Request, next: Next) -> Response {
         })
         .map(str::to_string)
         .unwrap_or_else(random_id);
-    let mut resp = next.run(req).await;
+    // Every log line of the request, a 5xx cause included, carries the id the caller sees.
+    let span = tracing::info_span!("request", id = %request_id, method = %req.method(), path = %req.uri().path());
+    let mut resp = next.run(req).instrument(span).await;
     let status = resp.status();
     let is_json = resp
         .headers()

@@ -66,6 +66,16 @@ pub enum EngineType {
 }
 
 impl EngineType {
+    pub const ALL: [EngineType; 7] = [
+        EngineType::Custom,
+        EngineType::Llamacpp,
+        EngineType::Sglang,
+        EngineType::Tei,
+        EngineType::Vllm,
+        EngineType::VllmNeuron,
+        EngineType::VllmOmni,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             EngineType::Custom => "custom",
@@ -352,15 +362,7 @@ mod tests {
             serde_json::to_value(Accelerator::Neuron).unwrap(),
             json!("neuron")
         );
-        for e in [
-            EngineType::Custom,
-            EngineType::Llamacpp,
-            EngineType::Sglang,
-            EngineType::Tei,
-            EngineType::Vllm,
-            EngineType::VllmNeuron,
-            EngineType::VllmOmni,
-        ] {
+        for e in EngineType::ALL {
             assert_eq!(serde_json::to_value(e).unwrap(), json!(e.as_str()));
         }
     }
