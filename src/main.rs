@@ -3,7 +3,7 @@
 
 mod admin;
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -80,9 +80,16 @@ fn load_config(common: &Common, file: Option<&PathBuf>) -> Result<Config> {
 fn init_logs(level: &str, to_stderr: bool) {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only for a terminal: piped or redirected logs stay plain text.
+    let colour = if to_stderr {
+        std::io::stderr().is_terminal()
+    } else {
+        std::io::stdout().is_terminal()
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_target(false);
+        .with_target(false)
+        .with_ansi(colour);
     if to_stderr {
         builder.with_writer(std::io::stderr).init();
     } else {
@@ -128,8 +135,19 @@ async fn serve(common: &Common, listen: Option<SocketAddr>) -> Result<()> {
     Ok(())
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The cause chain, one line, for a person; no backtrace.
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

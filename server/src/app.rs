@@ -1,6 +1,6 @@
 //! Assembles the service from its config: store, secrets key, hardware, catalog, first admin, listener.
 //!
-//! Start order: data dir → store (migrations) → secrets key → hardware list → catalog seed (first start
+//! Start order: bind → data dir → store (migrations) → secrets key → hardware list → catalog seed (first start
 //! only) → first administrator (empty store only) → bind → serve. Shutdown: stop accepting, finish
 //! in-flight requests, close the store.
 
@@ -108,10 +108,11 @@ impl Application {
         config: &Config,
         clock: Arc<dyn Clock>,
     ) -> Result<Application, StartError> {
-        let services = Services::open(config, clock).await?;
+        // Bind first: a taken port fails before anything is written to the data dir.
         let listener = TcpListener::bind(config.server.listen)
             .await
             .map_err(|e| StartError(format!("binding {}: {e}", config.server.listen)))?;
+        let services = Services::open(config, clock).await?;
         Ok(Application { listener, services })
     }
 

@@ -89,7 +89,7 @@ impl Default for LogConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Read {
         path: PathBuf,
         source: std::io::Error,
