@@ -12,8 +12,8 @@ impl EndpointSpec {
     /// Objects merge recursively; arrays and scalars replace; an explicit null sets null. On top of that:
     /// - `model.image` / `compute.scaling.measure` with a different key than stored replace the whole value (the
     ///   variants share no fields worth keeping); the same key merges.
-    /// - in `model.secrets`, null keeps the stored value: responses show every secret as null, so a body copied
-    ///   from a response must not wipe them. In `model.env` and `customRouter.env`, null removes the variable.
+    /// - in `model.secrets` and for the custom image's registry password, null keeps the stored value:
+    ///   responses show them as null, so a body copied from a response must not wipe them. In `model.env` and `customRouter.env`, null removes the variable.
     /// - raising `compute.scaling.minReplica` above 0 without mentioning `scaleToZeroTimeout` resets the timeout,
     ///   which is only allowed with `minReplica` 0.
     /// - `name` may be repeated but not changed.
@@ -95,6 +95,14 @@ fn merge_object(target: &mut Value, patch: Map<String, Value>, path: &[&str]) {
                     vars,
                     RemoveOnNull,
                 );
+            }
+            (["model", "image", "custom", "credentials"], Value::Object(mut credentials)) => {
+                // Responses show the registry password as null, like secrets: sending it back keeps it.
+                if credentials.get("password").is_some_and(Value::is_null) {
+                    credentials.remove("password");
+                }
+                let slot = target.entry(key.clone()).or_insert(Value::Null);
+                merge_object(slot, credentials, &here);
             }
             (["model", "image"] | ["compute", "scaling", "measure"], Value::Object(variant)) => {
                 merge_variant(
@@ -243,6 +251,30 @@ mod tests {
         assert_eq!(
             spec.compute.scaling.measure,
             Some(Measure::PendingRequests(Some(2.0)))
+        );
+    }
+
+    #[test]
+    fn null_registry_password_keeps_the_stored_one() {
+        let custom = json!({"custom": {"url": "reg.example/app:1", "credentials": {"username": "u", "password": "p"}}});
+        let spec = update(&stored(), json!({"model": {"image": custom}}));
+        let round_trip = serde_json::to_value(spec.redacted()).unwrap();
+        let again = update(&spec, json!({"model": round_trip["model"].clone()}));
+        let ModelImage::Custom(image) = &again.model.image else {
+            panic!("{:?}", again.model.image)
+        };
+        let creds = image.credentials.as_ref().unwrap();
+        assert_eq!(creds.password.as_deref(), Some("p"));
+        let changed = update(
+            &again,
+            json!({"model": {"image": {"custom": {"credentials": {"username": "u", "password": "q"}}}}}),
+        );
+        let ModelImage::Custom(image) = &changed.model.image else {
+            panic!()
+        };
+        assert_eq!(
+            image.credentials.as_ref().unwrap().password.as_deref(),
+            Some("q")
         );
     }
 
