@@ -238,6 +238,15 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
                 if let Some((field, msg)) = entry.problems().into_iter().next() {
                     bail!("{field}: {msg}");
                 }
+                if let Some(conflict) = services
+                    .state
+                    .catalog
+                    .get(store)
+                    .await?
+                    .recipe_id_conflict(&entry)
+                {
+                    bail!("{conflict}");
+                }
                 let added = store.put_catalog_entry(&entry, now).await?;
                 println!(
                     "{} {}",

@@ -1,7 +1,7 @@
 //! Assembles the service from its config: store, secrets key, hardware, catalog, first admin, listener.
 //!
-//! Start order: bind → data dir → store (migrations) → secrets key → hardware list → catalog seed (first start
-//! only) → first administrator (empty store only) → bind → serve. Shutdown: stop accepting, finish
+//! Start order: bind → data dir → secrets key → store (migrations) → hardware list → catalog seed (first start
+//! only) → first administrator (empty store only) → serve. Shutdown: stop accepting, finish
 //! in-flight requests, close the store.
 
 use std::net::SocketAddr;
@@ -44,16 +44,20 @@ impl Services {
         let data_dir = config.data_dir().map_err(|e| StartError(e.to_string()))?;
         std::fs::create_dir_all(&data_dir)
             .map_err(|e| fail("creating the data dir")(format!("{}: {e}", data_dir.display())))?;
-        let sqlite = SqliteStore::open(&data_dir.join(DB_FILE), config.store.synchronous)
-            .await
-            .map_err(|e| fail("opening the store")(e.to_string()))?;
+        let db_path = data_dir.join(DB_FILE);
+        let new_store = !db_path.exists();
+        // The key before the store: a first start that cannot make its key leaves no database behind.
         let secrets = match &config.secrets.key {
             Some(k) => SecretBox::from_base64(k),
-            None => {
-                SecretBox::from_key_file(&config.key_file().map_err(|e| StartError(e.to_string()))?)
-            }
+            None => SecretBox::from_key_file(
+                &config.key_file().map_err(|e| StartError(e.to_string()))?,
+                new_store,
+            ),
         }
         .map_err(|e| StartError(e.to_string()))?;
+        let sqlite = SqliteStore::open(&db_path, config.store.synchronous)
+            .await
+            .map_err(|e| fail("opening the store")(e.to_string()))?;
         let hardware = HardwareList::load(config.catalog.hardware_file.as_deref())
             .map_err(fail("hardware list"))?;
         let seed = load_seed(config.catalog.seed_file.as_deref()).map_err(fail("catalog seed"))?;

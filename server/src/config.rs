@@ -54,13 +54,22 @@ impl Default for StoreConfig {
     }
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct SecretsConfig {
     /// Base64 of a 32-byte AES-256-GCM key. Prefer `key_file` or the environment for this.
     pub key: Option<String>,
     /// Key file; created with mode 0600 if missing. Default: `<data_dir>/secret.key`.
     pub key_file: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for SecretsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretsConfig")
+            .field("key", &self.key.as_ref().map(|_| "<redacted>"))
+            .field("key_file", &self.key_file)
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -117,9 +126,33 @@ pub const ENV_VARS: &[(&str, &str)] = &[
 
 impl Config {
     pub fn parse_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.to_path_buf(),
-            message: e.to_string(),
+        // The message and the line, not toml's rendering of it: that quotes the source line, which may
+        // hold the secrets key.
+        toml::from_str(text).map_err(|e| {
+            let message = match e.span() {
+                Some(sp) => {
+                    let start = sp.start.min(text.len());
+                    let line_no = text.get(..start).unwrap_or("").matches('\n').count() + 1;
+                    let line = text.lines().nth(line_no - 1).unwrap_or("");
+                    // The key is safe to show; the value may be the secrets key.
+                    let key = line.split('=').next().unwrap_or("").trim();
+                    let key_ok = !key.is_empty()
+                        && line.contains('=')
+                        && key
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
+                    if key_ok {
+                        format!("line {line_no}, key `{key}`: {}", e.message())
+                    } else {
+                        format!("line {line_no}: {}", e.message())
+                    }
+                }
+                None => e.message().to_string(),
+            };
+            ConfigError::Parse {
+                path: path.to_path_buf(),
+                message,
+            }
         })
     }
 
@@ -252,6 +285,23 @@ mod tests {
             .apply_env([("SWITCHYARD_LISTEN".to_string(), "nope".to_string())])
             .unwrap_err();
         assert!(err.to_string().contains("SWITCHYARD_LISTEN"));
+    }
+
+    #[test]
+    fn parse_errors_never_quote_the_source() {
+        let err =
+            Config::parse_toml("[secrets]\nkey = c2VjcmV0\n", Path::new("x.toml")).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("line 2, key `key`"), "{text}");
+        assert!(!text.contains("c2VjcmV0"), "{text}");
+        let c = Config {
+            secrets: SecretsConfig {
+                key: Some("c2VjcmV0".into()),
+                key_file: None,
+            },
+            ..Config::default()
+        };
+        assert!(!format!("{c:?}").contains("c2VjcmV0"));
     }
 
     #[test]

@@ -94,17 +94,26 @@ impl SecretBox {
         Ok(SecretBox::new(&key))
     }
 
-    /// Reads the key file, creating it (mode 0600, 32 random bytes as base64) if it does not exist.
-    pub fn from_key_file(path: &Path) -> Result<SecretBox, CryptoError> {
+    /// Reads the key file. When it does not exist it is created (mode 0600, 32 random bytes as base64)
+    /// only if `create` is set: for a store that already holds sealed values, a new key would make
+    /// every stored secret unreadable, so that is an error instead.
+    pub fn from_key_file(path: &Path, create: bool) -> Result<SecretBox, CryptoError> {
         match std::fs::read_to_string(path) {
-            Ok(s) => SecretBox::from_base64(&s)
-                .map_err(|e| CryptoError::Key(format!("{}: {e}", path.display()))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Ok(s) => {
+                warn_if_readable_by_others(path);
+                SecretBox::from_base64(&s).map_err(|e| CryptoError::Key(format!("{}: {e}", path.display())))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
                 let key = random_bytes::<32>();
                 write_private_file(path, STANDARD.encode(key).as_bytes())
                     .map_err(|e| CryptoError::Key(format!("creating {}: {e}", path.display())))?;
                 Ok(SecretBox::new(&key))
             }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(CryptoError::Key(format!(
+                "{} is missing but the store already exists: restore the key file (or set secrets.key); \
+                 a new key could not read the secrets already stored",
+                path.display()
+            ))),
             Err(e) => Err(CryptoError::Key(format!("reading {}: {e}", path.display()))),
         }
     }
@@ -140,6 +149,18 @@ impl SecretBox {
 
     pub fn is_sealed(value: &str) -> bool {
         value.starts_with(SEALED_PREFIX)
+    }
+}
+
+fn warn_if_readable_by_others(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = std::fs::metadata(path) {
+            if meta.permissions().mode() & 0o077 != 0 {
+                tracing::warn!(file = %path.display(), "the secrets key file is readable by others; chmod 600 it");
+            }
+        }
     }
 }
 
@@ -190,9 +211,13 @@ mod tests {
     fn key_file_is_created_private_and_reused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("secret.key");
-        let a = SecretBox::from_key_file(&path).unwrap();
+        assert!(
+            SecretBox::from_key_file(&path, false).is_err(),
+            "not created for an existing store"
+        );
+        let a = SecretBox::from_key_file(&path, true).unwrap();
         let sealed = a.seal("v");
-        let b = SecretBox::from_key_file(&path).unwrap();
+        let b = SecretBox::from_key_file(&path, false).unwrap();
         assert_eq!(b.open(&sealed).unwrap(), "v");
         #[cfg(unix)]
         {

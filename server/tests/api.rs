@@ -709,3 +709,94 @@ async fn a_store_failure_is_a_bare_500() {
     // The rest of the service still answers.
     let _: Value = srv.admin.whoami().await.unwrap();
 }
+
+async fn stored_spec(srv: &common::TestServer, name: &str) -> Value {
+    let db = srv.data_dir.join("switchyard.db");
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    let spec: String = sqlx::query_scalar("SELECT spec FROM endpoints WHERE name = ?")
+        .bind(name)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    serde_json::from_str(&spec).unwrap()
+}
+
+#[tokio::test]
+async fn secrets_updates_are_exact() {
+    let srv = spawn().await;
+    let mut spec = endpoint_body("sec");
+    spec["model"]["secrets"] = json!({"API_KEY": "first-value"});
+    let _: Value = srv.admin.create_endpoint("admin", &spec).await.unwrap();
+    let sealed = stored_spec(&srv, "sec").await["model"]["secrets"]["API_KEY"].clone();
+    assert!(sealed.as_str().unwrap().starts_with("enc:v1:"));
+
+    // Sending the same value again keeps the same ciphertext: not a change.
+    let _: Value = srv
+        .admin
+        .update_endpoint(
+            "admin",
+            "sec",
+            &json!({"model": {"secrets": {"API_KEY": "first-value"}}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        stored_spec(&srv, "sec").await["model"]["secrets"]["API_KEY"],
+        sealed
+    );
+
+    // A new value is a new ciphertext.
+    let _: Value = srv
+        .admin
+        .update_endpoint(
+            "admin",
+            "sec",
+            &json!({"model": {"secrets": {"API_KEY": "second-value"}}}),
+        )
+        .await
+        .unwrap();
+    assert_ne!(
+        stored_spec(&srv, "sec").await["model"]["secrets"]["API_KEY"],
+        sealed
+    );
+
+    // A null for a secret that was never set has nothing to keep: 400, nothing stored.
+    let b = body(
+        srv.admin
+            .update_endpoint::<Value>(
+                "admin",
+                "sec",
+                &json!({"model": {"secrets": {"NEW": null}}}),
+            )
+            .await,
+    );
+    assert_eq!(b["issues"][0]["path"], "model.secrets.NEW");
+    let now: Value = srv.admin.get_endpoint("admin", "sec").await.unwrap();
+    assert_eq!(now["model"]["secrets"], json!({"API_KEY": null}));
+}
+
+#[tokio::test]
+async fn a_lost_key_file_stops_the_start_instead_of_orphaning_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = switchyard_server::Config::default();
+    config.store.data_dir = Some(dir.path().to_path_buf());
+    config.server.listen = "127.0.0.1:0".parse().unwrap();
+    drop(
+        switchyard_server::Application::build(&config)
+            .await
+            .unwrap(),
+    );
+    std::fs::remove_file(dir.path().join("secret.key")).unwrap();
+    let err = switchyard_server::Application::build(&config)
+        .await
+        .err()
+        .expect("refuses to start");
+    assert!(err.to_string().contains("missing"), "{err}");
+    assert!(
+        !dir.path().join("secret.key").exists(),
+        "no new key was made"
+    );
+}

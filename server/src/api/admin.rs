@@ -300,15 +300,8 @@ pub async fn put_catalog_item(
     }
     // A recipe id must stay unique across the catalog: another item may not already use it.
     let idx = s.catalog.get(s.store.as_ref()).await?;
-    for (i, r) in entry.recipes.iter().enumerate() {
-        if let Some((other, _)) = idx.by_recipe_id(&r.public_id) {
-            if other.repo_id != entry.repo_id {
-                return Err(ApiError::Conflict(format!(
-                    "recipes[{i}].publicId {:?} is already used by {}",
-                    r.public_id, other.repo_id
-                )));
-            }
-        }
+    if let Some(conflict) = idx.recipe_id_conflict(&entry) {
+        return Err(ApiError::Conflict(conflict));
     }
     let added = s.store.put_catalog_entry(&entry, s.clock.now()).await?;
     s.catalog.reload(s.store.as_ref()).await?;

@@ -13,7 +13,7 @@ use super::AppState;
 use crate::auth::{authorize, Access, Principal};
 use crate::crypto::random_id;
 use crate::hardware::HardwareList;
-use crate::model::{EndpointOut, EndpointSpec, EndpointState, Issue, LifecycleAction};
+use crate::model::{EndpointOut, EndpointSpec, EndpointState, Issue, LifecycleAction, ModelImage};
 use crate::store::{Actor, EndpointRecord, StoreError};
 
 pub fn router() -> Router<AppState> {
@@ -51,17 +51,31 @@ fn strip_read_only(body: &mut Value) {
 
 /// Replaces every secret value given in a spec or patch by its ciphertext, before anything else sees it.
 /// Nulls stay null (on update they mean "keep the stored value"). The custom image's registry
-/// password is a secret too.
-pub fn seal_secrets(state: &AppState, body: &mut Value) {
+/// password is a secret too. A value equal to what `stored` already holds keeps its ciphertext, so
+/// sending a secret again is not a change.
+pub fn seal_secrets(state: &AppState, body: &mut Value, stored: Option<&EndpointSpec>) {
+    let seal = |plain: &str, old: Option<&str>| -> String {
+        match old {
+            Some(sealed) if state.secrets.open(sealed).is_ok_and(|p| p == plain) => {
+                sealed.to_string()
+            }
+            _ => state.secrets.seal(plain),
+        }
+    };
     if let Some(Value::Object(secrets)) = body.pointer_mut("/model/secrets") {
-        for v in secrets.values_mut() {
-            if let Value::String(s) = v {
-                *s = state.secrets.seal(s);
+        for (k, v) in secrets.iter_mut() {
+            if let Value::String(plain) = v {
+                *plain = seal(plain, stored.and_then(|s| s.model.secrets.get(k)));
             }
         }
     }
-    if let Some(Value::String(p)) = body.pointer_mut("/model/image/custom/credentials/password") {
-        *p = state.secrets.seal(p);
+    if let Some(Value::String(plain)) = body.pointer_mut("/model/image/custom/credentials/password")
+    {
+        let old = stored.and_then(|s| match &s.model.image {
+            ModelImage::Custom(c) => c.credentials.as_ref().and_then(|c| c.password.as_deref()),
+            _ => None,
+        });
+        *plain = seal(plain, old);
     }
 }
 
@@ -204,7 +218,7 @@ pub async fn create(
         }
     }
     strip_read_only(&mut body);
-    seal_secrets(&s, &mut body);
+    seal_secrets(&s, &mut body, None);
     let spec = EndpointSpec::parse(&body).map_err(ApiError::invalid_body)?;
     let rec = insert_new(&s, &who, &namespace, spec).await?;
     Ok(Json(render(&rec)))
@@ -262,14 +276,25 @@ pub async fn update(
 ) -> ApiResult<Json<EndpointOut>> {
     authorize(s.store.as_ref(), &who, &namespace, Access::Change).await?;
     strip_read_only(&mut patch);
-    seal_secrets(&s, &mut patch);
     let hardware = s.hardware.clone();
     let rec = modify(&s, &who, &namespace, &name, |rec| {
+        let mut patch = patch.clone();
+        seal_secrets(&s, &mut patch, Some(&rec.spec));
         let mut spec = rec
             .spec
             .apply_update(&patch)
             .map_err(ApiError::invalid_body)?;
-        resolve_compute(&hardware, &mut spec, &namespace)?;
+        // Compute is checked against the hardware list only when it changes: an update of anything else
+        // must not fail because the endpoint's instance type has since become unavailable.
+        spec.compute.id = rec.spec.compute.id.clone();
+        let (new, old) = (&spec.compute, &rec.spec.compute);
+        let moved = spec.provider != rec.spec.provider
+            || new.accelerator != old.accelerator
+            || new.instance_type != old.instance_type
+            || new.instance_size != old.instance_size;
+        if moved {
+            resolve_compute(&hardware, &mut spec, &namespace)?;
+        }
         if spec != rec.spec {
             rec.state = rec
                 .state

@@ -134,8 +134,15 @@ impl CatalogEntry {
         if self.recipes.is_empty() {
             bad("recipes", "must list at least one recipe".into());
         }
+        let mut ids = std::collections::HashSet::new();
         for (i, r) in self.recipes.iter().enumerate() {
             let at = |f: &str| format!("recipes[{i}].{f}");
+            if !ids.insert(r.public_id.as_str()) {
+                bad(
+                    &at("publicId"),
+                    "used by another recipe of this item".into(),
+                );
+            }
             let id_ok = !r.public_id.is_empty()
                 && r.public_id.len() <= 64
                 && r.public_id

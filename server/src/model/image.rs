@@ -479,7 +479,7 @@ pub struct CustomImage {
 }
 
 /// Credentials for pulling a custom image. The password is redacted (null) in responses.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegistryCredentials {
     pub username: String,
@@ -488,6 +488,16 @@ pub struct RegistryCredentials {
     #[serde(default)]
     #[schema(required = true)]
     pub password: Option<String>,
+}
+
+/// Shows whether a password is set, never the password (even sealed).
+impl std::fmt::Debug for RegistryCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryCredentials")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 #[cfg(test)]

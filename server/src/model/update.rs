@@ -31,6 +31,15 @@ impl EndpointSpec {
             Some(_) => issues.push("name", "renaming an endpoint is not supported"),
         }
 
+        // A null secret keeps the stored value; a null for a secret that does not exist has nothing to keep.
+        if let Some(Value::Object(secrets)) = patch.get("model").and_then(|m| m.get("secrets")) {
+            for (k, v) in secrets {
+                if v.is_null() && !self.model.secrets.0.contains_key(k) {
+                    issues.push(format!("model.secrets.{k}"), "a new secret needs a value");
+                }
+            }
+        }
+
         let mut merged = serde_json::to_value(self).map_err(|e| {
             // Serializing our own types cannot fail; report rather than panic all the same.
             vec![Issue::new(
@@ -251,6 +260,17 @@ mod tests {
         assert_eq!(
             spec.compute.scaling.measure,
             Some(Measure::PendingRequests(Some(2.0)))
+        );
+    }
+
+    #[test]
+    fn null_for_an_unknown_secret_is_refused() {
+        let err = stored()
+            .apply_update(&json!({"model": {"secrets": {"NEVER_SET": null}}}))
+            .unwrap_err();
+        assert!(
+            err.iter().any(|i| i.path == "model.secrets.NEVER_SET"),
+            "{err:?}"
         );
     }
 
