@@ -684,10 +684,7 @@ async fn admin_catalog_changes_show_in_the_list() {
 async fn a_store_failure_is_a_bare_500() {
     let srv = spawn().await;
     // Break the real store under the running server: the catalog table disappears.
-    let db = srv.data_dir.join("switchyard.db");
-    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
-        .await
-        .unwrap();
+    let pool = srv.db().await;
     sqlx::query("DROP TABLE catalog_items")
         .execute(&pool)
         .await
@@ -711,10 +708,7 @@ async fn a_store_failure_is_a_bare_500() {
 }
 
 async fn stored_spec(srv: &common::TestServer, name: &str) -> Value {
-    let db = srv.data_dir.join("switchyard.db");
-    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
-        .await
-        .unwrap();
+    let pool = srv.db().await;
     let spec: String = sqlx::query_scalar("SELECT spec FROM endpoints WHERE name = ?")
         .bind(name)
         .fetch_one(&pool)
@@ -733,35 +727,23 @@ async fn secrets_updates_are_exact() {
     let sealed = stored_spec(&srv, "sec").await["model"]["secrets"]["API_KEY"].clone();
     assert!(sealed.as_str().unwrap().starts_with("enc:v1:"));
 
-    // Sending the same value again keeps the same ciphertext: not a change.
-    let _: Value = srv
-        .admin
-        .update_endpoint(
-            "admin",
-            "sec",
-            &json!({"model": {"secrets": {"API_KEY": "first-value"}}}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        stored_spec(&srv, "sec").await["model"]["secrets"]["API_KEY"],
-        sealed
-    );
-
-    // A new value is a new ciphertext.
-    let _: Value = srv
-        .admin
-        .update_endpoint(
-            "admin",
-            "sec",
-            &json!({"model": {"secrets": {"API_KEY": "second-value"}}}),
-        )
-        .await
-        .unwrap();
-    assert_ne!(
-        stored_spec(&srv, "sec").await["model"]["secrets"]["API_KEY"],
-        sealed
-    );
+    // Sets API_KEY through an update and returns its stored ciphertext.
+    let srv = &srv;
+    let set_key = |value: &'static str| async move {
+        let _: Value = srv
+            .admin
+            .update_endpoint(
+                "admin",
+                "sec",
+                &json!({"model": {"secrets": {"API_KEY": value}}}),
+            )
+            .await
+            .unwrap();
+        stored_spec(srv, "sec").await["model"]["secrets"]["API_KEY"].clone()
+    };
+    // Sending the same value again keeps the same ciphertext: not a change. A new value is a new one.
+    assert_eq!(set_key("first-value").await, sealed);
+    assert_ne!(set_key("second-value").await, sealed);
 
     // A null for a secret that was never set has nothing to keep: 400, nothing stored.
     let b = body(

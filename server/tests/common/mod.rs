@@ -33,6 +33,14 @@ pub async fn spawn() -> TestServer {
 }
 
 impl TestServer {
+    /// A second connection to the server's own SQLite file, to look at (or break) what it stored.
+    pub async fn db(&self) -> sqlx::SqlitePool {
+        let db = self.data_dir.join("switchyard.db");
+        sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
+            .await
+            .expect("open the store file")
+    }
+
     pub fn anonymous(&self) -> Client {
         Client::new(&self.url, None)
     }
