@@ -135,16 +135,14 @@ impl Config {
                     let line_no = text.get(..start).unwrap_or("").matches('\n').count() + 1;
                     let line = text.lines().nth(line_no - 1).unwrap_or("");
                     // The key is safe to show; the value may be the secrets key.
-                    let key = line.split('=').next().unwrap_or("").trim();
-                    let key_ok = !key.is_empty()
-                        && line.contains('=')
-                        && key
-                            .chars()
-                            .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
-                    if key_ok {
-                        format!("line {line_no}, key `{key}`: {}", e.message())
-                    } else {
-                        format!("line {line_no}: {}", e.message())
+                    let key = line.split_once('=').map(|(k, _)| k.trim()).filter(|k| {
+                        !k.is_empty()
+                            && k.chars()
+                                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+                    });
+                    match key {
+                        Some(k) => format!("line {line_no}, key `{k}`: {}", e.message()),
+                        None => format!("line {line_no}: {}", e.message()),
                     }
                 }
                 None => e.message().to_string(),

@@ -40,12 +40,6 @@ pub fn hash_token(token: &str) -> String {
     hex(&Sha256::digest(token.as_bytes()))
 }
 
-/// Equality that takes the same time wherever the inputs differ.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    use subtle::ConstantTimeEq;
-    a.len() == b.len() && bool::from(a.ct_eq(b))
-}
-
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
@@ -226,12 +220,5 @@ mod tests {
             assert_eq!(mode & 0o777, 0o600);
         }
         assert!(SecretBox::from_base64("c2hvcnQ=").is_err());
-    }
-
-    #[test]
-    fn constant_time_eq_compares() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"ab"));
     }
 }

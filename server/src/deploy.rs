@@ -109,13 +109,6 @@ fn no_compute(entry: &CatalogEntry, recipes: &[&RecipeEntry]) -> PlanError {
 /// 32 characters, and made unique among `taken` with a numeric suffix.
 pub fn derive_name(model_name: &str, taken: &HashSet<String>) -> String {
     let base = name_stem(model_name);
-    let fit = |s: &str, room: usize| -> String {
-        s.chars()
-            .take(room)
-            .collect::<String>()
-            .trim_end_matches('-')
-            .to_string()
-    };
     let first = fit(&base, MAX_NAME_LEN);
     if !taken.contains(&first) {
         return first;
@@ -132,9 +125,13 @@ pub fn derive_name(model_name: &str, taken: &HashSet<String>) -> String {
 /// The prefix every name `derive_name` can produce for this model starts with.
 pub fn name_prefix(model_name: &str) -> String {
     // Suffixes of up to 5 digits cut the stem to 26 characters; a shorter prefix still narrows the search.
-    name_stem(model_name)
-        .chars()
-        .take(MAX_NAME_LEN - 6)
+    fit(&name_stem(model_name), MAX_NAME_LEN - 6)
+}
+
+/// At most `room` characters of `s`, without a trailing `-`.
+fn fit(s: &str, room: usize) -> String {
+    s.chars()
+        .take(room)
         .collect::<String>()
         .trim_end_matches('-')
         .to_string()

@@ -42,14 +42,9 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/admin/catalog/reload", post(reload_catalog))
 }
 
+/// Admin bodies decode with the model's strict decoder, so their issues read like every other body's.
 fn decode<T: serde::de::DeserializeOwned>(body: serde_json::Value) -> ApiResult<T> {
-    serde_path_to_error::deserialize::<_, T>(body).map_err(|e| {
-        let path = e.path().to_string();
-        ApiError::invalid_body(vec![Issue::new(
-            if path == "." { String::new() } else { path },
-            e.into_inner().to_string(),
-        )])
-    })
+    crate::model::issue::decode(&body).map_err(|issue| ApiError::invalid_body(vec![issue]))
 }
 
 impl From<AccountError> for ApiError {
