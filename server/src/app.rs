@@ -8,7 +8,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 use crate::api::{self, AppInner, AppState};
 use crate::auth::accounts::bootstrap_admin;
@@ -17,6 +20,9 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::crypto::SecretBox;
 use crate::hardware::HardwareList;
+use crate::proxy::{self, Proxy};
+use crate::runtime::local::LocalProvider;
+use crate::runtime::reconciler::Reconciler;
 use crate::store::{SqliteStore, Store};
 
 /// File name of the database inside the data dir.
@@ -33,6 +39,8 @@ fn fail(context: &str) -> impl FnOnce(String) -> StartError + '_ {
 /// The parts of the service that do not depend on a listener; also what `switchyard admin` opens.
 pub struct Services {
     pub state: AppState,
+    /// Where the reconciler publishes the routing table.
+    pub table: tokio::sync::watch::Sender<Arc<crate::runtime::RouteTable>>,
     pub sqlite: SqliteStore,
     pub data_dir: PathBuf,
     /// Set when this start created the first administrator.
@@ -41,6 +49,20 @@ pub struct Services {
 
 impl Services {
     pub async fn open(config: &Config, clock: Arc<dyn Clock>) -> Result<Services, StartError> {
+        let public_url = config
+            .runtime
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", config.server.listen));
+        Services::open_at(config, clock, public_url).await
+    }
+
+    /// Opens the services for a server whose endpoints are served under `public_url`.
+    pub async fn open_at(
+        config: &Config,
+        clock: Arc<dyn Clock>,
+        public_url: String,
+    ) -> Result<Services, StartError> {
         let data_dir = config.data_dir().map_err(|e| StartError(e.to_string()))?;
         std::fs::create_dir_all(&data_dir)
             .map_err(|e| fail("creating the data dir")(format!("{}: {e}", data_dir.display())))?;
@@ -76,7 +98,10 @@ impl Services {
             tracing::info!(file = %path.display(), "created user 'admin'; its token is in this file (mode 0600)");
         }
         let store: Arc<dyn Store> = Arc::new(sqlite.clone());
+        let (runtime, table) = crate::runtime::handle(public_url, config.runtime.log_lines);
         let state = AppState(Arc::new(AppInner {
+            runtime,
+            runtime_config: config.runtime.clone(),
             store,
             clock,
             secrets,
@@ -90,6 +115,7 @@ impl Services {
         }
         Ok(Services {
             state,
+            table,
             sqlite,
             data_dir,
             admin_token_file,
@@ -100,8 +126,14 @@ impl Services {
 /// A built service bound to its listener, ready to run.
 pub struct Application {
     listener: TcpListener,
+    private_listener: Option<TcpListener>,
     services: Services,
+    provider: Arc<LocalProvider>,
+    proxy: Proxy,
 }
+
+/// How long in-flight requests get to finish after a shutdown signal before replicas are stopped anyway.
+const DRAIN: Duration = Duration::from_secs(10);
 
 impl Application {
     pub async fn build(config: &Config) -> Result<Application, StartError> {
@@ -116,8 +148,53 @@ impl Application {
         let listener = TcpListener::bind(config.server.listen)
             .await
             .map_err(|e| StartError(format!("binding {}: {e}", config.server.listen)))?;
-        let services = Services::open(config, clock).await?;
-        Ok(Application { listener, services })
+        let private_listener =
+            match config.proxy.private_listen {
+                Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| {
+                    StartError(format!("binding the private entry point {addr}: {e}"))
+                })?),
+                None => None,
+            };
+        let public_url = match &config.runtime.public_url {
+            Some(u) => u.clone(),
+            None => format!(
+                "http://{}",
+                listener
+                    .local_addr()
+                    .map_err(|e| StartError(e.to_string()))?
+            ),
+        };
+        let services = Services::open_at(config, clock.clone(), public_url).await?;
+        let state = &services.state;
+        let provider = LocalProvider::new(
+            services.data_dir.join("replicas"),
+            Duration::from_millis(config.runtime.stop_grace_ms),
+            state.runtime.logs.clone(),
+            clock.clone(),
+        )
+        .map_err(|e| StartError(format!("preparing the replica directory: {e}")))?;
+        let proxy = Proxy::new(
+            state.runtime.clone(),
+            state.store.clone(),
+            clock,
+            config.proxy.clone(),
+            config.server.body_limit,
+        )
+        .map_err(StartError)?;
+        Ok(Application {
+            listener,
+            private_listener,
+            services,
+            provider: Arc::new(provider),
+            proxy,
+        })
+    }
+
+    /// The private entry point's address, when one is configured.
+    pub fn private_addr(&self) -> Option<SocketAddr> {
+        self.private_listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -134,19 +211,76 @@ impl Application {
         &self.services.data_dir
     }
 
-    /// Serves until `shutdown` resolves, then drains in-flight requests and closes the store.
+    /// Serves until `shutdown` resolves; then stops accepting, gives in-flight requests [`DRAIN`] to
+    /// finish, stops every replica and closes the store.
     pub async fn run(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let app = api::router(self.services.state.clone());
-        axum::serve(
-            self.listener,
+        let Application {
+            listener,
+            private_listener,
+            services,
+            provider,
+            proxy,
+        } = self;
+        let state = services.state.clone();
+        let runtime = state.runtime.clone();
+        let stop_rx = runtime.stopping();
+        let reconciler = Reconciler::new(
+            state.store.clone(),
+            state.clock.clone(),
+            state.secrets.clone(),
+            provider,
+            state.runtime_config.clone(),
+            state.runtime.clone(),
+            services.table,
+        );
+        let reconciling = tokio::spawn(reconciler.run(stop_rx.clone()));
+        let signalled = {
+            let runtime = runtime.clone();
+            async move {
+                shutdown.await;
+                runtime.signal_stop();
+            }
+        };
+        tokio::spawn(signalled);
+        let until_stopped = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        if let Some(l) = private_listener {
+            let app = proxy::private_router(proxy.clone());
+            let stop = until_stopped(stop_rx.clone());
+            tokio::spawn(async move {
+                let serve = axum::serve(l, app.into_make_service_with_connect_info::<SocketAddr>())
+                    .with_graceful_shutdown(stop);
+                if let Err(e) = serve.await {
+                    tracing::error!(error = %e, "private entry point failed");
+                }
+            });
+        }
+        let app = proxy::router(proxy.clone())
+            .merge(api::router(state.clone()))
+            .layer(axum::middleware::from_fn_with_state(proxy, proxy::by_host));
+        let serve = axum::serve(
+            listener,
             app.into_make_service_with_connect_info::<SocketAddr>(),
         )
-        .with_graceful_shutdown(shutdown)
-        .await?;
-        self.services.sqlite.close().await;
-        Ok(())
+        .with_graceful_shutdown(until_stopped(stop_rx.clone()));
+        let drained = async {
+            until_stopped(stop_rx.clone()).await;
+            tokio::time::sleep(DRAIN).await;
+        };
+        let served = tokio::select! {
+            r = serve => r,
+            _ = drained => {
+                tracing::warn!("requests still open after {} s; stopping anyway", DRAIN.as_secs());
+                Ok(())
+            }
+        };
+        runtime.signal_stop();
+        let _ = reconciling.await;
+        services.sqlite.close().await;
+        served
     }
 }

@@ -14,6 +14,8 @@ pub struct Config {
     pub store: StoreConfig,
     pub secrets: SecretsConfig,
     pub catalog: CatalogConfig,
+    pub runtime: RuntimeConfig,
+    pub proxy: ProxyConfig,
     pub log: LogConfig,
 }
 
@@ -79,6 +81,151 @@ pub struct CatalogConfig {
     pub seed_file: Option<PathBuf>,
     /// Compute offered to endpoints. Default: the built-in hardware list.
     pub hardware_file: Option<PathBuf>,
+}
+
+/// Who may run `custom` images, whose `model.command` is code execution on the host.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CustomCommands {
+    /// Instance administrators (and the users named in `custom_command_users`).
+    #[default]
+    Admins,
+    /// Anyone who may change endpoints in the namespace.
+    Everyone,
+    /// Nobody: custom images are refused.
+    Nobody,
+}
+
+/// How replicas are run and scaled.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// Base of each endpoint's `status.url` (`<public_url>/endpoints/<ns>/<name>`). Default: `http://<listen>`.
+    pub public_url: Option<String>,
+    /// How often the reconciler looks at every endpoint, in milliseconds (changes through the API kick it at once).
+    pub tick_ms: u64,
+    /// A replica that has not answered its health route this long after start counts as a failed start.
+    pub start_timeout_s: u64,
+    /// Between SIGTERM to a replica's process group and SIGKILL.
+    pub stop_grace_ms: u64,
+    /// Restart delay after a replica exits: starts here, doubles on each exit, capped by `backoff_max_ms`.
+    pub backoff_initial_ms: u64,
+    pub backoff_max_ms: u64,
+    /// An endpoint whose replicas exit this many times within `crash_window_s` is `failed`
+    /// (or `updateFailed` when the old replicas still serve).
+    pub max_crashes: u32,
+    pub crash_window_s: u64,
+    /// Lines of stdout/stderr kept per replica.
+    pub log_lines: usize,
+    pub custom_commands: CustomCommands,
+    /// Users who may run custom images besides those `custom_commands` allows.
+    pub custom_command_users: Vec<String>,
+    /// One launcher per engine image key (`tei`, `llamacpp`, `vLLM`, `sGLang`, `tgi`, `hub`, …).
+    pub launchers: std::collections::BTreeMap<String, Launcher>,
+    pub scaling: ScalingConfig,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            public_url: None,
+            tick_ms: 1000,
+            start_timeout_s: 600,
+            stop_grace_ms: 5000,
+            backoff_initial_ms: 1000,
+            backoff_max_ms: 60_000,
+            max_crashes: 5,
+            crash_window_s: 600,
+            log_lines: 2000,
+            custom_commands: CustomCommands::Admins,
+            custom_command_users: Vec::new(),
+            launchers: Default::default(),
+            scaling: ScalingConfig::default(),
+        }
+    }
+}
+
+/// How an engine image is started on this host. `command` may use `{port}`, `{repository}`,
+/// `{revision}` (the spec's, or `main`), `{model_file}` (llamacpp `modelPath`) and `{workdir}`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Launcher {
+    pub command: Vec<String>,
+    /// Health route of the engine when the image names none.
+    pub health_route: Option<String>,
+    /// Extra environment for the engine (beside the spec's env and secrets).
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+/// The scaling engine's windows; see `runtime::scaler`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ScalingConfig {
+    /// Load samples are averaged over this window.
+    pub evaluation_window_s: u64,
+    /// A scale-up acts only on what the whole window asked for (its lowest recommendation).
+    pub scale_up_stabilization_s: u64,
+    /// A scale-down acts only on what the whole window asked for (its highest recommendation).
+    pub scale_down_stabilization_s: u64,
+    /// No change while the measure is within this fraction of its threshold.
+    pub tolerance: f64,
+    /// hardwareUsage threshold (percent) when the measure is null or no measure is set.
+    pub default_hardware_threshold: f64,
+    /// pendingRequests threshold (per replica) when the measure is null; 1.5 as on the hub.
+    pub default_pending_threshold: f64,
+}
+
+impl Default for ScalingConfig {
+    fn default() -> Self {
+        ScalingConfig {
+            evaluation_window_s: 60,
+            scale_up_stabilization_s: 30,
+            scale_down_stabilization_s: 300,
+            tolerance: 0.1,
+            default_hardware_threshold: 80.0,
+            default_pending_threshold: 1.5,
+        }
+    }
+}
+
+/// The serving proxy.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// The private entry point: serves only `private` endpoints, to callers whose private-link
+    /// account (header `x-private-link-account`) is the endpoint's `privateService.accountId`. Off when unset.
+    pub private_listen: Option<SocketAddr>,
+    /// Peers whose `X-Forwarded-For` is believed (CIDR blocks). Everyone else is judged by the socket address.
+    pub trusted_proxies: Vec<String>,
+    /// `Retry-After` (seconds) on a 503 for an endpoint that is waking up.
+    pub retry_after_s: u32,
+    /// Requests held per endpoint while it wakes (`X-Scale-Up-Timeout`); more get 503 at once.
+    pub cold_start_queue: usize,
+    /// Upper bound on `X-Scale-Up-Timeout`, in seconds.
+    pub max_scale_up_wait_s: u64,
+    /// Total size of the response cache, and of one cached response, in bytes.
+    pub cache_max_bytes: usize,
+    pub cache_max_entry_bytes: usize,
+    /// How long a checked bearer token is trusted by the proxy before it is looked up again.
+    pub auth_cache_s: u64,
+    /// Serve `/metrics` without a token (default: an instance administrator's token is needed).
+    pub public_metrics: bool,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            private_listen: None,
+            trusted_proxies: Vec::new(),
+            retry_after_s: 5,
+            cold_start_queue: 2048,
+            max_scale_up_wait_s: 600,
+            cache_max_bytes: 64 * 1024 * 1024,
+            cache_max_entry_bytes: 1024 * 1024,
+            auth_cache_s: 5,
+            public_metrics: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

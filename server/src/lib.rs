@@ -14,6 +14,8 @@ pub mod crypto;
 pub mod deploy;
 pub mod hardware;
 pub mod model;
+pub mod proxy;
+pub mod runtime;
 pub mod store;
 
 pub use app::{Application, Services};

@@ -11,6 +11,7 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, PathParams};
 use super::AppState;
 use crate::auth::{authorize, Access, Principal};
+use crate::config::CustomCommands;
 use crate::crypto::random_id;
 use crate::hardware::HardwareList;
 use crate::model::{EndpointOut, EndpointSpec, EndpointState, Issue, LifecycleAction, ModelImage};
@@ -29,7 +30,32 @@ pub fn router() -> Router<AppState> {
             "/v2/endpoint/{namespace}/{name}/scale-to-zero",
             post(scale_to_zero),
         )
+        .route("/v2/endpoint/{namespace}/{name}/logs", get(logs))
         .route("/v2/provider/{namespace}", get(hardware))
+}
+
+/// A `custom` image with a command runs that command on this host: only the principals the config
+/// allows may set one (`runtime.custom_commands`, `runtime.custom_command_users`).
+fn check_custom_command(s: &AppState, who: &Principal, spec: &EndpointSpec) -> ApiResult<()> {
+    let runs_command = matches!(spec.model.image, ModelImage::Custom(_))
+        && spec.model.command.as_ref().is_some_and(|c| !c.is_empty());
+    if !runs_command {
+        return Ok(());
+    }
+    let config = &s.runtime_config;
+    let allowed = match config.custom_commands {
+        CustomCommands::Everyone => true,
+        CustomCommands::Admins => who.is_admin(),
+        CustomCommands::Nobody => false,
+    } || (config.custom_commands != CustomCommands::Nobody
+        && config.custom_command_users.contains(&who.account.name));
+    if allowed {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(
+            "custom images run their command on the server's host; this server allows that only to the principals in runtime.custom_commands".into(),
+        ))
+    }
 }
 
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
@@ -220,7 +246,9 @@ pub async fn create(
     strip_read_only(&mut body);
     seal_secrets(&s, &mut body, None);
     let spec = EndpointSpec::parse(&body).map_err(ApiError::invalid_body)?;
+    check_custom_command(&s, &who, &spec)?;
     let rec = insert_new(&s, &who, &namespace, spec).await?;
+    s.runtime.kick();
     Ok(Json(render(&rec)))
 }
 
@@ -284,6 +312,10 @@ pub async fn update(
             .spec
             .apply_update(&patch)
             .map_err(ApiError::invalid_body)?;
+        if spec.model.command != rec.spec.model.command || spec.model.image != rec.spec.model.image
+        {
+            check_custom_command(&s, &who, &spec)?;
+        }
         // Compute is checked against the hardware list only when it changes: an update of anything else
         // must not fail because the endpoint's instance type has since become unavailable.
         spec.compute.id = rec.spec.compute.id.clone();
@@ -305,6 +337,7 @@ pub async fn update(
         Ok(())
     })
     .await?;
+    s.runtime.kick();
     tracing::info!(namespace, endpoint = %name, by = %who.account.name, "endpoint updated");
     Ok(Json(render(&rec)))
 }
@@ -319,6 +352,7 @@ pub async fn remove(
 ) -> ApiResult<StatusCode> {
     authorize(s.store.as_ref(), &who, &namespace, Access::Change).await?;
     if s.store.delete_endpoint(&namespace, &name).await? {
+        s.runtime.kick();
         tracing::info!(namespace, endpoint = %name, by = %who.account.name, "endpoint deleted");
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -357,6 +391,7 @@ async fn lifecycle(
         Ok(())
     })
     .await?;
+    s.runtime.kick();
     tracing::info!(namespace, endpoint = %name, by = %who.account.name, ?action, "endpoint lifecycle action");
     Ok(Json(render(&rec)))
 }
@@ -401,4 +436,95 @@ pub async fn hardware(
 ) -> ApiResult<Json<HardwareList>> {
     authorize(s.store.as_ref(), &who, &namespace, Access::Read).await?;
     Ok(Json((*s.hardware).clone()))
+}
+
+/// Query of the logs route.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct LogsQuery {
+    /// The last N lines (default 200, at most 10,000).
+    pub tail: Option<usize>,
+    /// Only lines from this time on (RFC 3339).
+    pub since: Option<String>,
+    /// Keep the response open and send new lines as they come.
+    pub follow: Option<bool>,
+}
+
+#[utoipa::path(get, path = "/v2/endpoint/{namespace}/{name}/logs", tag = "endpoints",
+    params(("namespace" = String, Path), ("name" = String, Path), LogsQuery),
+    responses((status = 200, description = "replica output, one line each: time, replica, stream, text", content_type = "text/plain"),
+        (status = 401), (status = 403), (status = 404)))]
+pub async fn logs(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams((namespace, name)): PathParams<(String, String)>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> ApiResult<axum::response::Response> {
+    use axum::response::IntoResponse;
+    authorize(s.store.as_ref(), &who, &namespace, Access::Read).await?;
+    load(&s, &namespace, &name).await?;
+    let q: LogsQuery = serde_urlencoded::from_str(query.as_deref().unwrap_or("")).map_err(|e| {
+        ApiError::InvalidQuery {
+            message: format!("invalid query: {e}"),
+            details: serde_json::json!({ "query": e.to_string() }),
+        }
+    })?;
+    let since = match &q.since {
+        Some(t) => Some(
+            chrono::DateTime::parse_from_rfc3339(t)
+                .map_err(|e| ApiError::InvalidQuery {
+                    message: format!("since: {e}"),
+                    details: serde_json::json!({ "since": "an RFC 3339 time, e.g. 2026-11-22T10:00:00Z" }),
+                })?
+                .with_timezone(&chrono::Utc),
+        ),
+        None => None,
+    };
+    let tail = q.tail.unwrap_or(200).min(10_000);
+    // Subscribe before reading, so no line falls between the two.
+    let feed = s.runtime.logs.subscribe();
+    let past: String = s
+        .runtime
+        .logs
+        .read(&namespace, &name, since, Some(tail))
+        .iter()
+        .map(|l| l.render())
+        .collect();
+    let content_type = [(
+        axum::http::header::CONTENT_TYPE,
+        "text/plain; charset=utf-8",
+    )];
+    if q.follow != Some(true) {
+        return Ok((content_type, past).into_response());
+    }
+    let key = (namespace, name);
+    let stop = s.runtime.stopping();
+    let live =
+        futures_util::stream::unfold((feed, stop, key), |(mut feed, mut stop, key)| async move {
+            loop {
+                let got = tokio::select! {
+                    got = feed.recv() => got,
+                    _ = stop.wait_for(|s| *s) => return None,
+                };
+                match got {
+                    Ok((k, line)) if k == key => {
+                        return Some((
+                            Ok::<_, std::convert::Infallible>(line.render()),
+                            (feed, stop, key),
+                        ))
+                    }
+                    Ok(_) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        return Some((
+                            Ok(format!("… {n} lines skipped (reader too slow)\n")),
+                            (feed, stop, key),
+                        ))
+                    }
+                    Err(_) => return None,
+                }
+            }
+        });
+    let head = futures_util::stream::once(async move { Ok::<_, std::convert::Infallible>(past) });
+    let body = axum::body::Body::from_stream(futures_util::StreamExt::chain(head, live));
+    Ok((content_type, body).into_response())
 }

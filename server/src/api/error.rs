@@ -27,6 +27,13 @@ pub enum ApiError {
     MethodNotAllowed,
     Conflict(String),
     PayloadTooLarge(usize),
+    /// 503 `{error}`: the endpoint cannot serve now (paused, waking up, failed); `retry_after` in seconds.
+    Unavailable {
+        message: String,
+        retry_after: Option<u32>,
+    },
+    /// 502 `{error}`: a replica did not answer.
+    BadGateway(String),
     /// 500 `{error}`. The cause is logged, never sent.
     Internal(String),
 }
@@ -49,6 +56,8 @@ impl ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -63,7 +72,9 @@ impl ApiError {
             | ApiError::Unauthorized(m)
             | ApiError::Forbidden(m)
             | ApiError::NotFound(m)
-            | ApiError::Conflict(m) => m.clone(),
+            | ApiError::Conflict(m)
+            | ApiError::BadGateway(m)
+            | ApiError::Unavailable { message: m, .. } => m.clone(),
             ApiError::MethodNotAllowed => "method not allowed on this path".into(),
             ApiError::PayloadTooLarge(limit) => format!("request body larger than {limit} bytes"),
             ApiError::Internal(_) => "internal server error".into(),
@@ -120,6 +131,14 @@ impl IntoResponse for ApiError {
         let mut resp = (status, axum::Json(self.body())).into_response();
         resp.headers_mut()
             .insert("x-error-message", header_safe(&self.message()));
+        if let ApiError::Unavailable {
+            retry_after: Some(s),
+            ..
+        } = &self
+        {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(*s));
+        }
         resp
     }
 }

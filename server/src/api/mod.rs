@@ -30,6 +30,8 @@ use tracing::Instrument;
 pub struct AppState(pub Arc<AppInner>);
 
 pub struct AppInner {
+    pub runtime: crate::runtime::RuntimeHandle,
+    pub runtime_config: crate::config::RuntimeConfig,
     pub store: Arc<dyn Store>,
     pub clock: Arc<dyn Clock>,
     pub secrets: SecretBox,

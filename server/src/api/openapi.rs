@@ -25,6 +25,7 @@ use super::AppState;
         super::endpoints::pause,
         super::endpoints::resume,
         super::endpoints::scale_to_zero,
+        super::endpoints::logs,
         super::endpoints::hardware,
         super::accounts::whoami,
         super::admin::list_users,

@@ -127,6 +127,8 @@ pub trait Store: Send + Sync + 'static {
     async fn insert_endpoint(&self, rec: &EndpointRecord) -> StoreResult<()>;
     async fn endpoint(&self, namespace: &str, name: &str) -> StoreResult<Option<EndpointRecord>>;
     async fn endpoints_in(&self, namespace: &str) -> StoreResult<Vec<EndpointRecord>>;
+    /// Every endpoint of every namespace (the reconciler's view).
+    async fn all_endpoints(&self) -> StoreResult<Vec<EndpointRecord>>;
     /// Names in the namespace that start with `prefix` (to make a derived name unique).
     async fn endpoint_names_with_prefix(
         &self,

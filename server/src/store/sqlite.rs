@@ -552,6 +552,15 @@ impl Store for SqliteStore {
         rows.iter().map(endpoint_from).collect()
     }
 
+    async fn all_endpoints(&self) -> StoreResult<Vec<EndpointRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {ENDPOINT_COLS} FROM endpoints ORDER BY namespace, name"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(endpoint_from).collect()
+    }
+
     async fn endpoint_names_with_prefix(
         &self,
         namespace: &str,

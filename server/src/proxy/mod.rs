@@ -1,0 +1,704 @@
+//! The serving data plane. A request for `/endpoints/{ns}/{name}/…` (or for a custom domain + path
+//! prefix) goes: resolve the endpoint in the latest routing table → entry point check (private endpoints
+//! only on the private listener) → CIDR allow list → access by type → response cache → wake a
+//! scaled-to-zero endpoint (503 + Retry-After, or hold with `X-Scale-Up-Timeout`) → pick a replica →
+//! forward, streaming both ways → record activity and metrics for the scaler and `/metrics`.
+
+pub mod balance;
+pub mod cache;
+pub mod metrics;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use axum::Router;
+use http_body_util::BodyExt;
+use tokio::sync::watch;
+
+use crate::api::error::ApiError;
+use crate::auth::{authenticate, authorize, bearer, Access};
+use crate::clock::Clock;
+use crate::config::ProxyConfig;
+use crate::crypto::hash_token;
+use crate::model::{Cidr, EndpointState, EndpointType};
+use crate::runtime::reconciler::HttpClient;
+use crate::runtime::{Route, RouteTable, RuntimeHandle};
+use crate::store::Store;
+use cache::{Cached, ResponseCache};
+
+/// The header a private link sets with the cloud account it connects (see `proxy.private_listen`).
+pub const PRIVATE_ACCOUNT_HEADER: &str = "x-private-link-account";
+
+/// Headers that belong to one connection and are not forwarded.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// What the store said of a (token, namespace): the account id, or the refusal.
+type TokenAnswer = Result<String, (StatusCode, String)>;
+
+pub struct ProxyInner {
+    pub table: watch::Receiver<Arc<RouteTable>>,
+    pub runtime: RuntimeHandle,
+    pub http: HttpClient,
+    pub store: Arc<dyn Store>,
+    pub clock: Arc<dyn Clock>,
+    pub config: ProxyConfig,
+    trusted: Vec<Cidr>,
+    pub cache: ResponseCache,
+    auth: Mutex<HashMap<(String, String), (Instant, TokenAnswer)>>,
+    sessions: balance::McpSessions,
+    body_limit: usize,
+}
+
+/// The proxy as one listener serves it: the public one, or the private entry point.
+#[derive(Clone)]
+pub struct Proxy {
+    inner: Arc<ProxyInner>,
+    private: bool,
+}
+
+impl std::ops::Deref for Proxy {
+    type Target = ProxyInner;
+    fn deref(&self) -> &ProxyInner {
+        &self.inner
+    }
+}
+
+impl Proxy {
+    pub fn new(
+        runtime: RuntimeHandle,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        config: ProxyConfig,
+        body_limit: usize,
+    ) -> Result<Proxy, String> {
+        let trusted = config
+            .trusted_proxies
+            .iter()
+            .map(|c| Cidr::parse(c).map_err(|e| format!("proxy.trusted_proxies {c:?}: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Proxy {
+            inner: Arc::new(ProxyInner {
+                table: runtime.table.clone(),
+                runtime,
+                http: crate::runtime::reconciler::http_client(),
+                store,
+                clock,
+                cache: ResponseCache::new(config.cache_max_bytes, config.cache_max_entry_bytes),
+                config,
+                trusted,
+                auth: Mutex::new(HashMap::new()),
+                sessions: Default::default(),
+                body_limit,
+            }),
+            private: false,
+        })
+    }
+
+    /// The same proxy for the private entry point.
+    pub fn private(&self) -> Proxy {
+        Proxy {
+            inner: self.inner.clone(),
+            private: true,
+        }
+    }
+}
+
+/// `/endpoints/…` and, on the public listener, `/metrics`.
+pub fn router(proxy: Proxy) -> Router {
+    let mut r = Router::new().route("/endpoints/{*path}", any(by_path));
+    if !proxy.private {
+        r = r.route("/metrics", get(metrics_page));
+    }
+    r.with_state(proxy)
+}
+
+/// The private entry point's whole router: its endpoints by path, and by custom domain.
+pub fn private_router(proxy: Proxy) -> Router {
+    let proxy = proxy.private();
+    router(proxy.clone())
+        .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
+        .layer(axum::middleware::from_fn_with_state(proxy, by_host))
+}
+
+/// Serves requests whose `Host` is an endpoint's custom domain; everything else goes on to the API.
+pub async fn by_host(State(proxy): State<Proxy>, req: Request, next: Next) -> Response {
+    let found = {
+        let table = proxy.table.borrow();
+        if !table.has_domains() {
+            None
+        } else {
+            let host = req
+                .headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .or_else(|| req.uri().host())
+                .unwrap_or("");
+            table
+                .by_host(host, req.uri().path())
+                .map(|(route, rest)| (route.clone(), rest.to_string()))
+        }
+    };
+    match found {
+        Some((route, rest)) => {
+            let peer = peer_of(&req);
+            proxy.serve(route, rest, peer, req).await
+        }
+        None => next.run(req).await,
+    }
+}
+
+fn peer_of(req: &Request) -> SocketAddr {
+    req.extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0)
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
+}
+
+async fn by_path(State(proxy): State<Proxy>, req: Request) -> Response {
+    let path = req.uri().path();
+    let mut parts = path.trim_start_matches("/endpoints/").splitn(3, '/');
+    let (ns, name) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let rest = format!("/{}", parts.next().unwrap_or(""));
+    let route = proxy.table.borrow().get(ns, name).cloned();
+    let Some(route) = route else {
+        return ApiError::NotFound(format!("no endpoint {name:?} in namespace {ns:?}"))
+            .into_response();
+    };
+    let peer = peer_of(&req);
+    proxy.serve(route, rest, peer, req).await
+}
+
+async fn metrics_page(State(proxy): State<Proxy>, headers: HeaderMap) -> Response {
+    if !proxy.config.public_metrics {
+        let token = bearer(
+            headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok()),
+        );
+        let who = match authenticate(proxy.store.as_ref(), token, proxy.clock.now()).await {
+            Ok(w) => w,
+            Err(e) => return e.into_response(),
+        };
+        if let Err(e) = who.require_instance_admin() {
+            return e.into_response();
+        }
+    }
+    let text = metrics::render(&proxy.table.borrow());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+fn unavailable(message: impl Into<String>, retry_after: Option<u32>) -> Response {
+    ApiError::Unavailable {
+        message: message.into(),
+        retry_after,
+    }
+    .into_response()
+}
+
+/// Counts a request in flight for the scaler and `least_connections` until dropped.
+struct InFlight(Arc<Route>, Option<Arc<crate::runtime::Backend>>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.activity.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if let Some(b) = &self.1 {
+            b.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Proxy {
+    /// The caller's address: the socket's, or, from a trusted proxy, the last untrusted hop of
+    /// `X-Forwarded-For`.
+    fn client_ip(&self, peer: SocketAddr, headers: &HeaderMap) -> IpAddr {
+        let ip = peer.ip();
+        if self.trusted.is_empty() || !self.trusted.iter().any(|c| c.contains(ip)) {
+            return ip;
+        }
+        let hops: Vec<IpAddr> = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|h| h.trim().parse().ok())
+            .collect();
+        hops.iter()
+            .rev()
+            .find(|h| !self.trusted.iter().any(|c| c.contains(**h)))
+            .copied()
+            .unwrap_or(ip)
+    }
+
+    /// Who may call an `authenticated` endpoint: a token allowed to read the namespace's endpoints.
+    /// Answers are remembered for `auth_cache_s` so the store is not asked on every request.
+    async fn check_token(&self, namespace: &str, headers: &HeaderMap) -> Result<String, Response> {
+        let token = bearer(
+            headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok()),
+        );
+        let Some(token) = token else {
+            return Err(ApiError::Unauthorized(
+                "this endpoint needs a bearer token (Authorization: Bearer …)".into(),
+            )
+            .into_response());
+        };
+        let key = (hash_token(token), namespace.to_string());
+        let ttl = Duration::from_secs(self.config.auth_cache_s);
+        if let Some((at, answer)) = self.auth.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            if at.elapsed() < ttl {
+                return answer.map_err(|(s, m)| ApiError::from_status(s, m).into_response());
+            }
+        }
+        let answer = async {
+            let who = authenticate(self.store.as_ref(), Some(token), self.clock.now()).await?;
+            authorize(self.store.as_ref(), &who, namespace, Access::Read).await?;
+            Ok::<_, ApiError>(who.account.id)
+        }
+        .await;
+        let answer = match answer {
+            Err(ApiError::Internal(cause)) => return Err(ApiError::Internal(cause).into_response()),
+            other => other.map_err(|e| (e.status(), e.message())),
+        };
+        if let Ok(mut m) = self.auth.lock() {
+            if m.len() > 100_000 {
+                m.clear();
+            }
+            m.insert(key, (Instant::now(), answer.clone()));
+        }
+        answer.map_err(|(s, m)| ApiError::from_status(s, m).into_response())
+    }
+
+    async fn serve(
+        &self,
+        route: Arc<Route>,
+        rest: String,
+        peer: SocketAddr,
+        req: Request,
+    ) -> Response {
+        let started = Instant::now();
+        let resp = self.serve_inner(&route, rest, peer, req).await;
+        route
+            .activity
+            .stats
+            .record(resp.status().as_u16(), started.elapsed());
+        resp
+    }
+
+    async fn serve_inner(
+        &self,
+        route: &Arc<Route>,
+        rest: String,
+        peer: SocketAddr,
+        req: Request,
+    ) -> Response {
+        // Entry point: private endpoints exist only on the private listener, and only for their account.
+        let is_private = route.endpoint_type == EndpointType::Private;
+        if is_private != self.private {
+            return ApiError::NotFound(format!(
+                "no endpoint {:?} in namespace {:?}",
+                route.name, route.namespace
+            ))
+            .into_response();
+        }
+        if self.private {
+            let account = req
+                .headers()
+                .get(PRIVATE_ACCOUNT_HEADER)
+                .and_then(|v| v.to_str().ok());
+            let allowed = match (&route.private_account, account) {
+                (Some(want), Some(got)) => {
+                    crate::crypto::constant_time_eq(want.as_bytes(), got.as_bytes())
+                }
+                _ => false,
+            };
+            if !allowed {
+                return ApiError::Forbidden(
+                    "this private endpoint does not accept connections from that account".into(),
+                )
+                .into_response();
+            }
+        }
+        let client = self.client_ip(peer, req.headers());
+        if let Some(allow) = &route.allow {
+            if !allow.iter().any(|c| c.contains(client)) {
+                return ApiError::Forbidden(format!(
+                    "{client} is not in this endpoint's allowed CIDR blocks"
+                ))
+                .into_response();
+            }
+        }
+        let access = match route.endpoint_type {
+            EndpointType::Authenticated => {
+                match self.check_token(&route.namespace, req.headers()).await {
+                    Ok(account) => account,
+                    Err(resp) => return resp,
+                }
+            }
+            EndpointType::Public | EndpointType::Private => String::new(),
+        };
+
+        // The cache answers before anything wakes the endpoint.
+        let use_cache = route.cache
+            && req
+                .headers()
+                .get("x-use-cache")
+                .and_then(|v| v.to_str().ok())
+                .is_none_or(|v| !v.eq_ignore_ascii_case("false"));
+        let (parts, body) = req.into_parts();
+        let (body, cache_key) = if use_cache {
+            let bytes = match http_body_util::Limited::new(body, self.body_limit)
+                .collect()
+                .await
+            {
+                Ok(b) => b.to_bytes(),
+                Err(_) => return ApiError::PayloadTooLarge(self.body_limit).into_response(),
+            };
+            let key = cache::key(
+                &route.id,
+                parts.method.as_str(),
+                &rest,
+                parts.uri.query().unwrap_or(""),
+                &access,
+                &bytes,
+            );
+            if let Some(hit) = self.cache.get(&key, self.clock.now()) {
+                route.activity.stats.cache_hit();
+                return cached_response(hit, "HIT");
+            }
+            (Body::from(bytes), Some(key))
+        } else {
+            (body, None)
+        };
+
+        let route = match self.ready_route(route, &parts.headers).await {
+            Ok(r) => r,
+            Err(resp) => return resp,
+        };
+        route.activity.touch(self.clock.now());
+        route.activity.in_flight.fetch_add(1, Ordering::Relaxed);
+        let mut guard = InFlight(route.clone(), None);
+
+        let client_key = client.to_string();
+        let session = parts
+            .headers
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let backend = match route.mcp_lb {
+            Some(stateful) => {
+                let known = if stateful {
+                    session.as_deref().and_then(|s| self.sessions.replica_of(s))
+                } else {
+                    None
+                };
+                known
+                    .and_then(|id| route.backends.iter().find(|b| b.replica_id == id))
+                    .or_else(|| balance::least_connections(&route.backends))
+            }
+            None => balance::pick(route.load_balancer, &route.backends, &client_key),
+        };
+        let Some(backend) = backend.cloned() else {
+            return unavailable("no replica is ready", Some(self.config.retry_after_s));
+        };
+        backend.in_flight.fetch_add(1, Ordering::Relaxed);
+        guard.1 = Some(backend.clone());
+
+        let uri = match parts.uri.query() {
+            Some(q) => format!("http://{}{rest}?{q}", backend.addr),
+            None => format!("http://{}{rest}", backend.addr),
+        };
+        let Ok(uri) = uri.parse::<Uri>() else {
+            return ApiError::BadRequest("invalid request path".into()).into_response();
+        };
+        let mut out = axum::http::Request::builder()
+            .method(parts.method.clone())
+            .uri(uri);
+        if let Some(h) = out.headers_mut() {
+            copy_headers(&parts.headers, h);
+            // Our token is for us, not for the model's container.
+            h.remove(header::AUTHORIZATION);
+            h.remove(PRIVATE_ACCOUNT_HEADER);
+            let forwarded = match parts
+                .headers
+                .get("x-forwarded-for")
+                .and_then(|v| v.to_str().ok())
+            {
+                Some(prior)
+                    if !self.trusted.is_empty()
+                        && self.trusted.iter().any(|c| c.contains(peer.ip())) =>
+                {
+                    format!("{prior}, {}", peer.ip())
+                }
+                _ => peer.ip().to_string(),
+            };
+            if let Ok(v) = HeaderValue::from_str(&forwarded) {
+                h.insert("x-forwarded-for", v);
+            }
+        }
+        let Ok(out) = out.body(body) else {
+            return ApiError::BadRequest("invalid request".into()).into_response();
+        };
+        let resp = match self.http.request(out).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
+                return ApiError::BadGateway(format!(
+                    "replica {} did not answer: {e:?}",
+                    backend.replica_id
+                ))
+                .into_response();
+            }
+        };
+        let (rparts, rbody) = resp.into_parts();
+        if stateful_session(&route) && session.is_none() {
+            if let Some(s) = rparts
+                .headers
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+            {
+                self.sessions.remember(s, &backend.replica_id);
+            }
+        }
+        let mut headers = HeaderMap::with_capacity(rparts.headers.len() + 1);
+        copy_headers(&rparts.headers, &mut headers);
+        let streaming = rparts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if let (Some(key), true, false) = (cache_key, rparts.status.is_success(), streaming) {
+            let limit = self.cache.max_entry;
+            let bytes = match http_body_util::Limited::new(rbody, limit).collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(_) => {
+                    // Too large to cache, and already partly read: the caller gets a clear error rather than half a body.
+                    return ApiError::BadGateway(format!("response larger than the cache's {limit}-byte entry limit; retry with x-use-cache: false")).into_response();
+                }
+            };
+            let value = Cached {
+                status: rparts.status,
+                headers,
+                body: bytes,
+            };
+            self.cache.put(key, value.clone(), self.clock.now());
+            drop(guard);
+            return cached_response(value, "MISS");
+        }
+        let mut resp = Response::new(Body::new(rbody.map_err(axum::Error::new).with_guard(guard)));
+        *resp.status_mut() = rparts.status;
+        *resp.headers_mut() = headers;
+        if route.cache {
+            resp.headers_mut()
+                .insert("x-cache", HeaderValue::from_static("MISS"));
+        }
+        resp
+    }
+
+    /// The route once it has a replica to send to: wakes a scaled-to-zero endpoint, and holds the request
+    /// when the caller asked to (`X-Scale-Up-Timeout: seconds`), in a bounded queue.
+    async fn ready_route(
+        &self,
+        route: &Arc<Route>,
+        headers: &HeaderMap,
+    ) -> Result<Arc<Route>, Response> {
+        match route.state {
+            EndpointState::Paused => {
+                return Err(unavailable(
+                    format!(
+                        "endpoint {} is paused; resume it to serve requests",
+                        route.name
+                    ),
+                    None,
+                ))
+            }
+            EndpointState::Failed => {
+                return Err(unavailable(
+                    format!("endpoint {} has failed; see its status message", route.name),
+                    None,
+                ))
+            }
+            _ if serving(route) => return Ok(route.clone()),
+            _ => {}
+        }
+        let retry_after = self.config.retry_after_s;
+        route.activity.touch(self.clock.now());
+        // Also when the table shows it still up: it may be a tick old, and the endpoint just scaled to zero.
+        // For an endpoint that is starting anyway the reconciler drops the flag.
+        route.activity.request_wake();
+        self.runtime.kick();
+        let wait = headers
+            .get("x-scale-up-timeout")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map(|s| Duration::from_secs_f64(s.min(self.config.max_scale_up_wait_s as f64)));
+        let Some(wait) = wait else {
+            return Err(unavailable(
+                format!("endpoint {} is starting; retry shortly", route.name),
+                Some(retry_after),
+            ));
+        };
+        let activity = route.activity.clone();
+        if activity.waiting.fetch_add(1, Ordering::AcqRel) >= self.config.cold_start_queue as u32 {
+            activity.waiting.fetch_sub(1, Ordering::AcqRel);
+            return Err(unavailable(
+                "too many requests are waiting for this endpoint to start",
+                Some(retry_after),
+            ));
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut table = self.table.clone();
+        let outcome = loop {
+            let current = table
+                .borrow_and_update()
+                .get(&route.namespace, &route.name)
+                .cloned();
+            match current {
+                None => {
+                    break Err(
+                        ApiError::NotFound(format!("endpoint {} was deleted", route.name))
+                            .into_response(),
+                    )
+                }
+                Some(r) if matches!(r.state, EndpointState::Paused | EndpointState::Failed) => {
+                    break Err(unavailable(
+                        format!("endpoint {} is {}", r.name, r.state),
+                        None,
+                    ))
+                }
+                Some(r) if serving(&r) => break Ok(r),
+                // The table this request first saw may have been a tick old: wake whatever it is now.
+                Some(r) if r.state == EndpointState::ScaledToZero => {
+                    r.activity.request_wake();
+                    self.runtime.kick();
+                }
+                Some(_) => {}
+            }
+            if tokio::time::timeout_at(deadline, table.changed())
+                .await
+                .is_err()
+            {
+                break Err(unavailable(
+                    format!(
+                        "endpoint {} did not start within {} s",
+                        route.name,
+                        wait.as_secs_f64()
+                    ),
+                    Some(retry_after),
+                ));
+            }
+        };
+        activity.waiting.fetch_sub(1, Ordering::AcqRel);
+        outcome
+    }
+}
+
+/// Whether requests may go to the route's replicas now. A scaled-to-zero endpoint's replicas may still be
+/// listed for a moment after it was scaled down; they are on their way out.
+fn serving(route: &Route) -> bool {
+    !route.backends.is_empty()
+        && !matches!(
+            route.state,
+            EndpointState::Paused | EndpointState::Failed | EndpointState::ScaledToZero
+        )
+}
+
+fn stateful_session(route: &Route) -> bool {
+    route.mcp_lb == Some(true)
+}
+
+fn copy_headers(from: &HeaderMap, to: &mut HeaderMap) {
+    for (k, v) in from {
+        if !HOP_BY_HOP.contains(&k.as_str()) && k != header::HOST {
+            to.append(k.clone(), v.clone());
+        }
+    }
+}
+
+fn cached_response(c: Cached, marker: &'static str) -> Response {
+    let mut resp = Response::new(Body::from(c.body));
+    *resp.status_mut() = c.status;
+    *resp.headers_mut() = c.headers;
+    resp.headers_mut().remove(header::CONTENT_LENGTH);
+    resp.headers_mut().insert(
+        HeaderName::from_static("x-cache"),
+        HeaderValue::from_static(marker),
+    );
+    resp
+}
+
+/// A body that releases the in-flight count when the response is fully sent (or dropped).
+trait WithGuard: Sized {
+    fn with_guard<G: Send + 'static>(self, guard: G) -> Guarded<Self, G>;
+}
+
+impl<B> WithGuard for B {
+    fn with_guard<G: Send + 'static>(self, guard: G) -> Guarded<Self, G> {
+        Guarded {
+            body: self,
+            _guard: guard,
+        }
+    }
+}
+
+struct Guarded<B, G> {
+    body: B,
+    _guard: G,
+}
+
+impl<B: http_body::Body + Unpin, G: Unpin> http_body::Body for Guarded<B, G> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl ApiError {
+    /// An error from a status and message remembered by the proxy's token cache.
+    fn from_status(status: StatusCode, message: String) -> ApiError {
+        match status {
+            StatusCode::UNAUTHORIZED => ApiError::Unauthorized(message),
+            StatusCode::NOT_FOUND => ApiError::NotFound(message),
+            _ => ApiError::Forbidden(message),
+        }
+    }
+}

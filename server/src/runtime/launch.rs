@@ -1,0 +1,357 @@
+//! From an endpoint spec to the command line of one replica: `custom` images run `model.command` +
+//! `model.args`; engine images run the launcher configured for their key, with the engine flags derived
+//! from the image fields (e.g. llamacpp `ctxSize` → `--ctx-size`) and then `model.args`.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::provider::ReplicaPlan;
+use crate::config::RuntimeConfig;
+use crate::crypto::SecretBox;
+use crate::model::image::DEFAULT_HEALTH_ROUTE;
+use crate::model::{EndpointSpec, ModelImage};
+
+/// Why a spec cannot be started here; shown as the endpoint's `status.message`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct LaunchError(pub String);
+
+/// A replica's plan and the route that tells when it is ready.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Launch {
+    pub plan: ReplicaPlan,
+    pub health_route: String,
+}
+
+fn wire<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => String::new(),
+    }
+}
+
+/// Flags and variables an engine image's fields stand for.
+struct Derived {
+    args: Vec<String>,
+    env: Vec<(&'static str, String)>,
+}
+
+impl Derived {
+    fn flag<T: ToString>(&mut self, name: &str, value: Option<T>) {
+        if let Some(v) = value {
+            self.args.push(name.to_string());
+            self.args.push(v.to_string());
+        }
+    }
+
+    fn switch(&mut self, name: &str, on: Option<bool>) {
+        if on == Some(true) {
+            self.args.push(name.to_string());
+        }
+    }
+
+    fn env<T: ToString>(&mut self, name: &'static str, value: Option<T>) {
+        if let Some(v) = value {
+            self.env.push((name, v.to_string()));
+        }
+    }
+}
+
+fn derive(image: &ModelImage) -> Derived {
+    let mut d = Derived {
+        args: Vec::new(),
+        env: Vec::new(),
+    };
+    match image {
+        ModelImage::Hub(_) | ModelImage::HubServe(_) | ModelImage::VllmNeuron(_) => {}
+        ModelImage::Custom(_) => {}
+        ModelImage::HubNeuron(i) => {
+            d.env("HUB_BATCH_SIZE", i.batch_size);
+            d.env("HUB_OPTIMUM_SEQUENCE_LENGTH", i.sequence_length);
+            d.env("CUSTOM_CACHE_REPO", i.neuron_cache.clone());
+        }
+        ModelImage::Tgi(i) => {
+            d.flag("--max-batch-prefill-tokens", i.max_batch_prefill_tokens);
+            d.flag("--max-batch-total-tokens", i.max_batch_total_tokens);
+            d.flag("--max-input-length", i.max_input_length);
+            d.flag("--max-total-tokens", i.max_total_tokens);
+            d.switch("--disable-custom-kernels", i.disable_custom_kernels);
+            d.flag("--quantize", i.quantize.as_ref().map(wire));
+        }
+        ModelImage::TgiNeuron(i) => {
+            d.flag("--max-batch-prefill-tokens", i.max_batch_prefill_tokens);
+            d.flag("--max-batch-total-tokens", i.max_batch_total_tokens);
+            d.flag("--max-input-tokens", i.max_input_length);
+            d.flag("--max-total-tokens", i.max_total_tokens);
+            d.env("HUB_AUTO_CAST_TYPE", i.hf_auto_cast_type.as_ref().map(wire));
+            d.env("HUB_NUM_CORES", i.hf_num_cores);
+        }
+        ModelImage::Tei(i) => {
+            d.flag("--max-batch-tokens", i.max_batch_tokens);
+            d.flag("--max-concurrent-requests", i.max_concurrent_requests);
+            d.flag("--pooling", i.pooling.as_ref().map(wire));
+        }
+        ModelImage::Llamacpp(i) => {
+            // Unset ctxSize fits GPU memory on a GPU; this provider runs on the CPU, where it is 8192.
+            d.flag("--ctx-size", Some(i.ctx_size.unwrap_or(8192)));
+            d.flag("--n-gpu-layers", i.n_gpu_layers);
+            d.flag("--parallel", i.n_parallel);
+            d.flag("--threads-http", i.threads_http);
+            d.flag("--pooling", i.pooling.as_ref().map(wire));
+            d.flag("--mmproj", i.mmproj_model_path.clone());
+            d.flag("--model-draft", i.spec_model_path.clone());
+            if let Some(mode) = &i.mode {
+                d.args.push(format!("--{}", wire(mode)));
+            }
+        }
+        ModelImage::Vllm(i) => {
+            d.flag("--data-parallel-size", i.data_parallel_size);
+            d.flag("--kv-cache-dtype", i.kv_cache_dtype.as_ref().map(wire));
+            d.flag("--max-num-batched-tokens", i.max_num_batched_tokens);
+            d.flag("--max-num-seqs", i.max_num_seqs);
+            d.flag("--tensor-parallel-size", i.tensor_parallel_size);
+        }
+        ModelImage::VllmOmni(i) => {
+            d.flag("--deploy-config", i.deploy_config.clone());
+            d.flag("--max-num-seqs", i.max_num_seqs);
+        }
+        ModelImage::Sglang(i) => {
+            d.flag("--chunked-prefill-size", i.chunked_prefill_size);
+            d.flag("--kv-cache-dtype", i.kv_cache_dtype.as_ref().map(wire));
+            d.flag("--max-prefill-tokens", i.max_prefill_tokens);
+            d.flag("--max-running-requests", i.max_running_requests);
+            d.flag("--tp-size", i.tensor_parallel_size);
+        }
+    }
+    d
+}
+
+/// Builds the plan of one replica of `spec`. Secrets are decrypted here, into the plan's environment only.
+pub fn plan(
+    config: &RuntimeConfig,
+    secrets: &SecretBox,
+    namespace: &str,
+    spec: &EndpointSpec,
+    replica_id: &str,
+) -> Result<Launch, LaunchError> {
+    let model = &spec.model;
+    let image = &model.image;
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    let image_route = image
+        .base()
+        .and_then(|b| b.health_route)
+        .filter(|r| !r.is_empty());
+    let (program, mut args, health_route) = if let ModelImage::Custom(_) = image {
+        let command = model.command.as_deref().unwrap_or_default();
+        let Some((program, rest)) = command.split_first() else {
+            return Err(LaunchError(
+                "a custom image runs model.command on this server's local provider; set model.command".into(),
+            ));
+        };
+        (
+            program.clone(),
+            rest.to_vec(),
+            image_route.unwrap_or(DEFAULT_HEALTH_ROUTE).to_string(),
+        )
+    } else {
+        let key = image.key();
+        let launcher = config.launchers.get(key).filter(|l| !l.command.is_empty()).ok_or_else(|| {
+            LaunchError(format!(
+                "no launcher is configured for {key:?} images on this server (runtime.launchers.{key})"
+            ))
+        })?;
+        let revision = model.revision.as_deref().unwrap_or("main");
+        let model_file = match image {
+            ModelImage::Llamacpp(i) => i.model_path.as_str(),
+            _ => "",
+        };
+        let fill = |s: &String| {
+            s.replace("{repository}", &model.repository)
+                .replace("{revision}", revision)
+                .replace("{model_file}", model_file)
+        };
+        let mut filled = launcher.command.iter().map(fill);
+        let program = filled.next().unwrap_or_default();
+        let mut args: Vec<String> = filled.collect();
+        let derived = derive(image);
+        args.extend(derived.args);
+        for (k, v) in &launcher.env {
+            env.insert(k.clone(), fill(v));
+        }
+        for (k, v) in derived.env {
+            env.insert(k.to_string(), v);
+        }
+        let route = image_route
+            .map(str::to_string)
+            .or_else(|| launcher.health_route.clone())
+            .unwrap_or_else(|| DEFAULT_HEALTH_ROUTE.to_string());
+        (program, args, route)
+    };
+    args.extend(model.args.iter().flatten().cloned());
+    for (k, v) in &model.env {
+        env.insert(k.clone(), v.clone());
+    }
+    for (k, sealed) in &model.secrets.0 {
+        if let Some(sealed) = sealed {
+            let plain = secrets.open(sealed).map_err(|_| {
+                LaunchError(format!(
+                    "secret {k:?} cannot be decrypted with this server's key"
+                ))
+            })?;
+            env.insert(k.clone(), plain);
+        }
+    }
+    Ok(Launch {
+        plan: ReplicaPlan {
+            namespace: namespace.to_string(),
+            endpoint: spec.name.clone(),
+            replica_id: replica_id.to_string(),
+            program,
+            args,
+            env,
+        },
+        health_route,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Launcher;
+    use serde_json::json;
+
+    fn spec(image: serde_json::Value, extra: serde_json::Value) -> EndpointSpec {
+        let mut body = json!({
+            "name": "ep", "type": "public",
+            "provider": {"vendor": "local", "region": "here"},
+            "compute": {"accelerator": "cpu", "instanceType": "x", "instanceSize": "s",
+                        "scaling": {"minReplica": 0, "maxReplica": 1}},
+            "model": {"repository": "org/model", "framework": "pytorch", "image": image},
+        });
+        if let (Some(m), serde_json::Value::Object(e)) = (body["model"].as_object_mut(), extra) {
+            m.extend(e);
+        }
+        EndpointSpec::parse(&body).unwrap()
+    }
+
+    fn config() -> RuntimeConfig {
+        let mut c = RuntimeConfig::default();
+        c.launchers.insert(
+            "llamacpp".into(),
+            Launcher {
+                command: vec![
+                    "llama-server".into(),
+                    "--port".into(),
+                    "{port}".into(),
+                    "-m".into(),
+                    "{model_file}".into(),
+                    "--hf-repo".into(),
+                    "{repository}@{revision}".into(),
+                ],
+                health_route: Some("/healthz".into()),
+                env: [("CACHE".to_string(), "/c/{repository}".to_string())].into(),
+            },
+        );
+        c
+    }
+
+    #[test]
+    fn engine_flags_follow_the_image_fields() {
+        let box_ = SecretBox::new(&[7; 32]);
+        let s = spec(
+            json!({"llamacpp": {"url": "x", "modelPath": "m.gguf", "ctxSize": 4096, "nParallel": 2, "mode": "embeddings", "pooling": "cls"}}),
+            json!({"args": ["--verbose"], "env": {"A": "1"}, "secrets": {"TOKEN": box_.seal("s3cret")}, "revision": "abc"}),
+        );
+        let l = plan(&config(), &box_, "ns", &s, "r1").unwrap();
+        assert_eq!(l.plan.program, "llama-server");
+        assert_eq!(
+            l.plan.args,
+            [
+                "--port",
+                "{port}",
+                "-m",
+                "m.gguf",
+                "--hf-repo",
+                "org/model@abc",
+                "--ctx-size",
+                "4096",
+                "--parallel",
+                "2",
+                "--pooling",
+                "cls",
+                "--embeddings",
+                "--verbose"
+            ]
+        );
+        assert_eq!(l.health_route, "/healthz");
+        assert_eq!(l.plan.env["A"], "1");
+        assert_eq!(l.plan.env["TOKEN"], "s3cret");
+        assert_eq!(l.plan.env["CACHE"], "/c/org/model");
+        assert!(!format!("{:?}", l.plan).contains("s3cret"));
+    }
+
+    #[test]
+    fn llamacpp_ctx_size_defaults_to_8192_on_cpu() {
+        let s = spec(
+            json!({"llamacpp": {"url": "x", "modelPath": "m.gguf"}}),
+            json!({}),
+        );
+        let l = plan(&config(), &SecretBox::new(&[1; 32]), "ns", &s, "r").unwrap();
+        let at = l.plan.args.iter().position(|a| a == "--ctx-size").unwrap();
+        assert_eq!(l.plan.args[at + 1], "8192");
+    }
+
+    #[test]
+    fn derived_flags_of_other_engines() {
+        let d = derive(&spec(json!({"sGLang": {"url": "x", "tensorParallelSize": 2, "kvCacheDtype": "fp8-e5-m2"}}), json!({})).model.image);
+        assert_eq!(d.args, ["--kv-cache-dtype", "fp8-e5-m2", "--tp-size", "2"]);
+        let d = derive(
+            &spec(
+                json!({"tgiNeuron": {"url": "x", "maxInputLength": 10, "hfNumCores": 2}}),
+                json!({}),
+            )
+            .model
+            .image,
+        );
+        assert_eq!(d.args, ["--max-input-tokens", "10"]);
+        assert_eq!(d.env, [("HUB_NUM_CORES", "2".to_string())]);
+        let d = derive(
+            &spec(
+                json!({"tei": {"url": "x", "pooling": "mean", "maxBatchTokens": 5}}),
+                json!({}),
+            )
+            .model
+            .image,
+        );
+        assert_eq!(d.args, ["--max-batch-tokens", "5", "--pooling", "mean"]);
+        let d = derive(
+            &spec(
+                json!({"tgi": {"url": "x", "quantize": "awq", "disableCustomKernels": true}}),
+                json!({}),
+            )
+            .model
+            .image,
+        );
+        assert_eq!(d.args, ["--disable-custom-kernels", "--quantize", "awq"]);
+    }
+
+    #[test]
+    fn custom_runs_its_command_and_engines_need_a_launcher() {
+        let s = spec(
+            json!({"custom": {"url": "x", "healthRoute": "/ready"}}),
+            json!({"command": ["/bin/engine", "--port", "{port}"], "args": ["-v"]}),
+        );
+        let l = plan(&config(), &SecretBox::new(&[1; 32]), "ns", &s, "r").unwrap();
+        assert_eq!(l.plan.program, "/bin/engine");
+        assert_eq!(l.plan.args, ["--port", "{port}", "-v"]);
+        assert_eq!(l.health_route, "/ready");
+        let no_cmd = spec(json!({"custom": {"url": "x"}}), json!({}));
+        let err = plan(&config(), &SecretBox::new(&[1; 32]), "ns", &no_cmd, "r").unwrap_err();
+        assert!(err.0.contains("model.command"), "{err}");
+        let tei = spec(json!({"tei": {"url": "x"}}), json!({}));
+        let err = plan(&config(), &SecretBox::new(&[1; 32]), "ns", &tei, "r").unwrap_err();
+        assert!(err.0.contains("runtime.launchers.tei"), "{err}");
+    }
+}

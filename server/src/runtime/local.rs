@@ -1,0 +1,338 @@
+//! The `local` provider: each replica is a child process on a free loopback port, in its own process
+//! group and working directory, with a minimal environment. Its output goes to the log store.
+//!
+//! No orphans: a clean stop kills the whole process group (SIGTERM, then SIGKILL after the grace period);
+//! children get SIGKILL if the server dies (`PR_SET_PDEATHSIG`); and a pid file per replica lets the next
+//! start kill whatever a crashed server left behind.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+use tokio::sync::watch;
+
+use super::logs::{LogLine, LogStore, MAX_LINE_BYTES};
+use super::provider::{ProviderError, ReplicaInfo, ReplicaPlan, ReplicaProvider, ReplicaStatus};
+use crate::clock::Clock;
+
+struct Child {
+    pid: u32,
+    workdir: PathBuf,
+    /// `None` while it runs; how it ended afterwards.
+    exited: watch::Receiver<Option<String>>,
+}
+
+pub struct LocalProvider {
+    root: PathBuf,
+    grace: Duration,
+    logs: Arc<LogStore>,
+    clock: Arc<dyn Clock>,
+    children: Mutex<HashMap<String, Child>>,
+}
+
+impl LocalProvider {
+    /// `root` holds one working directory per replica and the pid files. Kills what a previous server
+    /// left running there.
+    pub fn new(
+        root: PathBuf,
+        grace: Duration,
+        logs: Arc<LogStore>,
+        clock: Arc<dyn Clock>,
+    ) -> std::io::Result<LocalProvider> {
+        std::fs::create_dir_all(root.join("pids"))?;
+        let provider = LocalProvider {
+            root,
+            grace,
+            logs,
+            clock,
+            children: Mutex::new(HashMap::new()),
+        };
+        provider.sweep_orphans();
+        Ok(provider)
+    }
+
+    fn children(&self) -> std::sync::MutexGuard<'_, HashMap<String, Child>> {
+        match self.children.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Kills the process groups recorded by an earlier run whose processes still work in our directory.
+    fn sweep_orphans(&self) {
+        let Ok(entries) = std::fs::read_dir(self.root.join("pids")) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let pid = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|t| t.trim().parse::<i32>().ok());
+            if let Some(pid) = pid.filter(|p| *p > 1) {
+                let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok();
+                if cwd.is_some_and(|c| c.starts_with(&self.root)) {
+                    tracing::warn!(pid, "killing a replica left running by an earlier server");
+                    signal_group(pid as u32, libc::SIGKILL);
+                }
+            }
+            let _ = std::fs::remove_file(&path);
+        }
+        // Working directories of replicas that no longer exist.
+        if let Ok(entries) = std::fs::read_dir(&self.root) {
+            for e in entries.flatten() {
+                if e.file_name() != "pids" {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+    }
+
+    fn pid_file(&self, replica_id: &str) -> PathBuf {
+        self.root.join("pids").join(replica_id)
+    }
+}
+
+fn signal_group(pid: u32, signal: i32) {
+    // SAFETY: killpg has no memory effects; a stale or foreign group answers ESRCH or EPERM, both ignored.
+    unsafe {
+        libc::killpg(pid as libc::pid_t, signal);
+    }
+}
+
+fn free_port() -> std::io::Result<u16> {
+    let l = TcpListener::bind(("127.0.0.1", 0))?;
+    Ok(l.local_addr()?.port())
+}
+
+fn substitute_port(text: &str, port: u16) -> String {
+    text.replace("{port}", &port.to_string())
+}
+
+/// Copies a replica's output into the log store line by line, cutting lines that never end.
+fn pump(
+    mut from: impl AsyncRead + Unpin + Send + 'static,
+    logs: Arc<LogStore>,
+    clock: Arc<dyn Clock>,
+    plan: (String, String, String),
+    stream: &'static str,
+) {
+    tokio::spawn(async move {
+        let (ns, endpoint, replica) = plan;
+        let mut buf = vec![0u8; 8192];
+        let mut pending: Vec<u8> = Vec::new();
+        let emit = |bytes: &[u8]| {
+            let text = String::from_utf8_lossy(bytes);
+            logs.push(
+                &ns,
+                &endpoint,
+                LogLine {
+                    at: clock.now(),
+                    replica: replica.clone(),
+                    stream,
+                    line: text.trim_end_matches(['\r', '\n']).to_string(),
+                },
+            );
+        };
+        loop {
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            pending.extend_from_slice(&buf[..n]);
+            while let Some(i) = pending.iter().position(|b| *b == b'\n') {
+                emit(&pending[..i]);
+                pending.drain(..=i);
+            }
+            if pending.len() > MAX_LINE_BYTES {
+                emit(&pending);
+                pending.clear();
+            }
+        }
+        if !pending.is_empty() {
+            emit(&pending);
+        }
+    });
+}
+
+/// The environment every replica starts from; nothing of the server's own leaks in but `PATH`.
+fn base_env(workdir: &Path) -> Vec<(String, String)> {
+    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
+    vec![
+        ("PATH".into(), path),
+        ("HOME".into(), workdir.display().to_string()),
+        ("TMPDIR".into(), workdir.display().to_string()),
+        ("LANG".into(), "C.UTF-8".into()),
+    ]
+}
+
+#[async_trait]
+impl ReplicaProvider for LocalProvider {
+    async fn start(&self, plan: &ReplicaPlan) -> Result<ReplicaInfo, ProviderError> {
+        let port = free_port().map_err(|e| ProviderError::Start(format!("no free port: {e}")))?;
+        let workdir = self.root.join(&plan.replica_id);
+        std::fs::create_dir_all(&workdir)
+            .map_err(|e| ProviderError::Start(format!("creating {}: {e}", workdir.display())))?;
+        let mut cmd = Command::new(substitute_port(&plan.program, port));
+        cmd.args(plan.args.iter().map(|a| substitute_port(a, port)))
+            .env_clear()
+            .envs(base_env(&workdir))
+            .envs(plan.env.iter().map(|(k, v)| (k, substitute_port(v, port))))
+            .env("PORT", port.to_string())
+            .env("REPLICA_ID", &plan.replica_id)
+            .current_dir(&workdir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(false);
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().map_err(|e| {
+            let _ = std::fs::remove_dir_all(&workdir);
+            ProviderError::Start(format!("cannot run {:?}: {e}", plan.program))
+        })?;
+        let pid = child.id().unwrap_or(0);
+        let _ = std::fs::write(self.pid_file(&plan.replica_id), pid.to_string());
+        let who = (
+            plan.namespace.clone(),
+            plan.endpoint.clone(),
+            plan.replica_id.clone(),
+        );
+        if let Some(out) = child.stdout.take() {
+            pump(
+                out,
+                self.logs.clone(),
+                self.clock.clone(),
+                who.clone(),
+                "stdout",
+            );
+        }
+        if let Some(err) = child.stderr.take() {
+            pump(err, self.logs.clone(), self.clock.clone(), who, "stderr");
+        }
+        let (tx, rx) = watch::channel(None);
+        tokio::spawn(async move {
+            let how = match child.wait().await {
+                Ok(status) => match (
+                    status.code(),
+                    std::os::unix::process::ExitStatusExt::signal(&status),
+                ) {
+                    (Some(c), _) => format!("exit status {c}"),
+                    (None, Some(s)) => format!("killed by signal {s}"),
+                    _ => "ended".to_string(),
+                },
+                Err(e) => format!("lost: {e}"),
+            };
+            let _ = tx.send(Some(how));
+        });
+        self.children().insert(
+            plan.replica_id.clone(),
+            Child {
+                pid,
+                workdir,
+                exited: rx,
+            },
+        );
+        Ok(ReplicaInfo {
+            replica_id: plan.replica_id.clone(),
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            pid,
+        })
+    }
+
+    fn status(&self, replica_id: &str) -> ReplicaStatus {
+        match self.children().get(replica_id) {
+            None => ReplicaStatus::Exited("unknown replica".into()),
+            Some(c) => match c.exited.borrow().clone() {
+                None => ReplicaStatus::Running,
+                Some(how) => ReplicaStatus::Exited(how),
+            },
+        }
+    }
+
+    fn cpu_seconds(&self, replica_id: &str) -> Option<f64> {
+        let pid = self.children().get(replica_id)?.pid;
+        proc_cpu_seconds(pid)
+    }
+
+    async fn stop(&self, replica_id: &str) {
+        let Some(child) = self.children().remove(replica_id) else {
+            return;
+        };
+        let mut exited = child.exited.clone();
+        if exited.borrow().is_none() {
+            signal_group(child.pid, libc::SIGTERM);
+            let ended = tokio::time::timeout(self.grace, exited.wait_for(|e| e.is_some())).await;
+            if ended.is_err() {
+                tracing::warn!(replica = replica_id, "replica ignored SIGTERM; killing it");
+            }
+        }
+        // Whatever the main process left in its group goes too.
+        signal_group(child.pid, libc::SIGKILL);
+        let _ = std::fs::remove_file(self.pid_file(replica_id));
+        let _ = std::fs::remove_dir_all(&child.workdir);
+    }
+
+    async fn stop_all(&self) {
+        let ids: Vec<String> = self.children().keys().cloned().collect();
+        let stops = ids.iter().map(|id| self.stop(id));
+        futures_util::future::join_all(stops).await;
+    }
+}
+
+/// User plus system CPU seconds of a process, from `/proc/<pid>/stat`.
+pub fn proc_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_cpu_seconds(&stat, clock_ticks())
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf only reads a constant.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+fn parse_cpu_seconds(stat: &str, ticks: f64) -> Option<f64> {
+    // The command name (field 2) may hold spaces and parentheses: count fields after its last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state is field 3, utime 14, stime 15 (1-based) → indices 11 and 12 here.
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / ticks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_seconds_from_proc_stat() {
+        let stat =
+            "1234 (my (odd) engine) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0";
+        assert_eq!(parse_cpu_seconds(stat, 100.0), Some(3.0));
+        assert_eq!(parse_cpu_seconds("garbage", 100.0), None);
+        assert!(proc_cpu_seconds(std::process::id()).is_some());
+    }
+
+    #[test]
+    fn port_placeholder() {
+        assert_eq!(substitute_port("--port={port}", 81), "--port=81");
+        assert_eq!(substitute_port("plain", 81), "plain");
+    }
+}

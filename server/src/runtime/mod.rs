@@ -1,0 +1,219 @@
+//! The endpoint runtime: the reconciler that keeps each endpoint's replicas matching its spec and state,
+//! the scaler that decides how many it needs, the replica providers that run them, and the routing
+//! table the serving proxy reads.
+//!
+//! Data flow: the reconciler reads every endpoint from the store each tick (or at once when kicked),
+//! starts and stops replicas through a [`provider::ReplicaProvider`], writes status back, and publishes a
+//! [`RouteTable`] on a watch channel. The proxy never waits for the reconciler: it reads the latest table,
+//! and records activity (last request, requests in flight, wake-ups) in shared [`Activity`] counters.
+
+pub mod launch;
+pub mod local;
+pub mod logs;
+pub mod provider;
+pub mod reconciler;
+pub mod scaler;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{watch, Notify};
+
+use crate::model::{Cidr, EndpointState, EndpointType, LoadBalancer};
+
+/// Live counters of one endpoint, shared by the proxy (writer) and the reconciler (reader). They outlive
+/// routing-table rebuilds.
+#[derive(Debug, Default)]
+pub struct Activity {
+    /// Unix milliseconds of the last request that reached (or asked to wake) the endpoint.
+    last_request_ms: AtomicI64,
+    /// Requests in flight through the proxy.
+    pub in_flight: AtomicU32,
+    /// Set by a request to a scaled-to-zero endpoint; taken by the reconciler.
+    wake: AtomicBool,
+    /// Requests held while the endpoint wakes up.
+    pub waiting: AtomicU32,
+    pub stats: crate::proxy::metrics::EndpointStats,
+}
+
+impl Activity {
+    pub fn touch(&self, now: DateTime<Utc>) {
+        self.last_request_ms
+            .fetch_max(now.timestamp_millis(), Ordering::Relaxed);
+    }
+
+    pub fn last_request(&self) -> Option<DateTime<Utc>> {
+        match self.last_request_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => DateTime::from_timestamp_millis(ms),
+        }
+    }
+
+    pub fn request_wake(&self) {
+        self.wake.store(true, Ordering::Release);
+    }
+
+    pub fn take_wake(&self) -> bool {
+        self.wake.swap(false, Ordering::AcqRel)
+    }
+}
+
+/// A ready replica as the proxy sees it.
+#[derive(Debug)]
+pub struct Backend {
+    pub replica_id: String,
+    pub addr: SocketAddr,
+    /// Requests in flight to this replica (least-connections balancing).
+    pub in_flight: AtomicU32,
+}
+
+/// Everything the proxy needs to serve one endpoint.
+#[derive(Debug)]
+pub struct Route {
+    pub id: String,
+    pub namespace: String,
+    pub name: String,
+    pub state: EndpointState,
+    pub endpoint_type: EndpointType,
+    /// `network.cidrBlock` on: callers must come from one of these.
+    pub allow: Option<Vec<Cidr>>,
+    pub load_balancer: LoadBalancer,
+    /// `experimentalFeatures.mcpLb`: `Some(stateful)`.
+    pub mcp_lb: Option<bool>,
+    pub cache: bool,
+    pub private_account: Option<String>,
+    /// Custom domain and path prefix (`route`).
+    pub domain: Option<(String, String)>,
+    /// Ready replicas, in a stable order.
+    pub backends: Vec<Arc<Backend>>,
+    pub activity: Arc<Activity>,
+}
+
+/// The published view of every endpoint, rebuilt by the reconciler when something changes.
+#[derive(Debug, Default)]
+pub struct RouteTable {
+    by_name: HashMap<(String, String), Arc<Route>>,
+    /// Domain → routes under it, longest path prefix first.
+    by_domain: HashMap<String, Vec<Arc<Route>>>,
+}
+
+impl RouteTable {
+    pub fn new(routes: Vec<Arc<Route>>) -> RouteTable {
+        let mut table = RouteTable::default();
+        for r in routes {
+            if let Some((domain, _)) = &r.domain {
+                table
+                    .by_domain
+                    .entry(domain.to_ascii_lowercase())
+                    .or_default()
+                    .push(r.clone());
+            }
+            table
+                .by_name
+                .insert((r.namespace.clone(), r.name.clone()), r);
+        }
+        for routes in table.by_domain.values_mut() {
+            routes.sort_by_key(|r| {
+                std::cmp::Reverse(r.domain.as_ref().map(|(_, p)| p.len()).unwrap_or(0))
+            });
+        }
+        table
+    }
+
+    pub fn get(&self, namespace: &str, name: &str) -> Option<&Arc<Route>> {
+        self.by_name.get(&(namespace.to_string(), name.to_string()))
+    }
+
+    /// The endpoint serving `host` + `path` through its custom domain, and the path left after its prefix.
+    pub fn by_host<'p>(&self, host: &str, path: &'p str) -> Option<(&Arc<Route>, &'p str)> {
+        let host = host.split(':').next().unwrap_or(host).to_ascii_lowercase();
+        let routes = self.by_domain.get(&host)?;
+        routes.iter().find_map(|r| {
+            let (_, prefix) = r.domain.as_ref()?;
+            let prefix = prefix.trim_end_matches('/');
+            let rest = path.strip_prefix(prefix)?;
+            (rest.is_empty() || rest.starts_with('/')).then_some((r, rest))
+        })
+    }
+
+    pub fn has_domains(&self) -> bool {
+        !self.by_domain.is_empty()
+    }
+
+    pub fn routes(&self) -> impl Iterator<Item = &Arc<Route>> {
+        self.by_name.values()
+    }
+}
+
+/// (namespace, name)
+pub type EndpointKey = (String, String);
+
+/// The handle the API and the proxy hold on the runtime.
+#[derive(Clone)]
+pub struct RuntimeHandle {
+    pub table: watch::Receiver<Arc<RouteTable>>,
+    kick: Arc<Notify>,
+    activities: Arc<Mutex<HashMap<EndpointKey, Arc<Activity>>>>,
+    pub logs: Arc<logs::LogStore>,
+    /// Base of `status.url`.
+    pub public_url: String,
+    /// Flips to true when the server shuts down (ends log streams, stops the reconciler).
+    stop: Arc<watch::Sender<bool>>,
+}
+
+impl RuntimeHandle {
+    /// Asks the reconciler to look at the endpoints now rather than at its next tick.
+    pub fn kick(&self) {
+        self.kick.notify_one();
+    }
+
+    /// The activity counters of an endpoint, created on first use (they outlive table rebuilds).
+    pub fn activity(&self, namespace: &str, name: &str) -> Arc<Activity> {
+        let mut map = match self.activities.lock() {
+            Ok(m) => m,
+            Err(p) => p.into_inner(),
+        };
+        map.entry((namespace.to_string(), name.to_string()))
+            .or_default()
+            .clone()
+    }
+
+    fn forget_activity(&self, namespace: &str, name: &str) {
+        if let Ok(mut map) = self.activities.lock() {
+            map.remove(&(namespace.to_string(), name.to_string()));
+        }
+    }
+
+    pub fn stopping(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
+    pub fn signal_stop(&self) {
+        self.stop.send_replace(true);
+    }
+
+    /// Where an endpoint is served.
+    pub fn endpoint_url(&self, namespace: &str, name: &str) -> String {
+        format!("{}/endpoints/{namespace}/{name}", self.public_url)
+    }
+}
+
+/// Creates the channel pair between the reconciler and its readers.
+pub fn handle(
+    public_url: String,
+    log_lines: usize,
+) -> (RuntimeHandle, watch::Sender<Arc<RouteTable>>) {
+    let (tx, rx) = watch::channel(Arc::new(RouteTable::default()));
+    let handle = RuntimeHandle {
+        table: rx,
+        kick: Arc::new(Notify::new()),
+        activities: Default::default(),
+        logs: Arc::new(logs::LogStore::new(log_lines)),
+        public_url: public_url.trim_end_matches('/').to_string(),
+        stop: Arc::new(watch::channel(false).0),
+    };
+    (handle, tx)
+}

@@ -1,0 +1,858 @@
+//! The reconciler: each tick, for every endpoint, compares what runs with what the spec, the state and the
+//! scaler ask for; starts, stops and replaces replicas; writes status; publishes the routing table.
+//!
+//! Per endpoint, in order: observe replicas (exited? healthy yet? too slow to start?) → decide the state
+//! (paused and failed hold nothing; scaledToZero wakes on a request or a schedule minimum; active states
+//! scale to zero when idle, else the scaler sets the target) → roll replicas of the current spec
+//! generation up to the target, and stop the old generation only once the new one is all ready, so no
+//! request is dropped → write status if it changed.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+
+use super::launch::{self, Launch};
+use super::provider::{ProviderError, ReplicaInfo, ReplicaProvider, ReplicaStatus};
+use super::scaler::{bounds_at, idle_expired, LoadSample, Scaler, ScalerSettings};
+use super::{Activity, Backend, Route, RouteTable, RuntimeHandle};
+use crate::clock::Clock;
+use crate::config::RuntimeConfig;
+use crate::crypto::{hex, random_id, SecretBox};
+use crate::model::{can_transition, EndpointSpec, EndpointState, EndpointType, Measure};
+use crate::store::{EndpointRecord, Store, StoreError};
+
+/// A plain HTTP/1 client for health checks, metrics scrapes and the proxy.
+pub type HttpClient = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    axum::body::Body,
+>;
+
+pub fn http_client() -> HttpClient {
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(Duration::from_secs(5)));
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(256)
+        .build(connector)
+}
+
+struct ReplicaRun {
+    generation: String,
+    info: ReplicaInfo,
+    backend: Arc<Backend>,
+    health_route: String,
+    ready: bool,
+    started_at: DateTime<Utc>,
+    cpu_mark: Option<(DateTime<Utc>, f64)>,
+    cpu_percent: Option<f64>,
+    /// Taken out of the routing table at this (wall-clock) instant; stopped once its requests finished.
+    draining: Option<std::time::Instant>,
+}
+
+/// Longest a retired replica is kept for its in-flight requests.
+const MAX_DRAIN: Duration = Duration::from_secs(30);
+
+struct EndpointRun {
+    namespace: String,
+    name: String,
+    replicas: Vec<ReplicaRun>,
+    activity: Arc<Activity>,
+    scaler: Scaler,
+    target: u32,
+    /// When replicas exited or failed to start, within the crash window.
+    crashes: VecDeque<DateTime<Utc>>,
+    last_exit: Option<String>,
+    backoff: Duration,
+    next_start_at: Option<DateTime<Utc>>,
+    /// The spec generation that could not roll out (`updateFailed`), and the last one that did.
+    failed_generation: Option<String>,
+    good: Option<(String, EndpointSpec)>,
+    /// Idle time counts from here when no request came since.
+    since: DateTime<Utc>,
+}
+
+/// The status fields the reconciler owns.
+#[derive(Debug, Clone, PartialEq)]
+struct Observed {
+    state: EndpointState,
+    message: Option<String>,
+    url: Option<String>,
+    ready: u32,
+    target: u32,
+}
+
+pub struct Reconciler {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    secrets: SecretBox,
+    provider: Arc<dyn ReplicaProvider>,
+    config: RuntimeConfig,
+    settings: ScalerSettings,
+    handle: RuntimeHandle,
+    table: watch::Sender<Arc<RouteTable>>,
+    http: HttpClient,
+    runs: HashMap<String, EndpointRun>,
+    published: String,
+}
+
+/// What identifies the replicas a spec needs: a change here means new replicas; a change elsewhere
+/// (scaling, network, type) does not.
+pub fn generation(spec: &EndpointSpec) -> String {
+    let key = serde_json::json!({
+        "model": spec.model,
+        "accelerator": spec.compute.accelerator,
+        "instanceType": spec.compute.instance_type,
+        "instanceSize": spec.compute.instance_size,
+        "customRouter": spec.custom_router,
+    });
+    hex(&Sha256::digest(key.to_string().as_bytes())[..8])
+}
+
+fn ms(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
+
+impl Reconciler {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        secrets: SecretBox,
+        provider: Arc<dyn ReplicaProvider>,
+        config: RuntimeConfig,
+        handle: RuntimeHandle,
+        table: watch::Sender<Arc<RouteTable>>,
+    ) -> Reconciler {
+        let settings = ScalerSettings::from_config(&config.scaling);
+        Reconciler {
+            store,
+            clock,
+            secrets,
+            provider,
+            config,
+            settings,
+            handle,
+            table,
+            http: http_client(),
+            runs: HashMap::new(),
+            published: String::new(),
+        }
+    }
+
+    /// Ticks until `shutdown` flips to true, then stops every replica.
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+        let tick = Duration::from_millis(self.config.tick_ms.max(10));
+        let kick = self.handle.kick.clone();
+        loop {
+            if *shutdown.borrow() {
+                break;
+            }
+            if let Err(e) = self.tick().await {
+                tracing::warn!(error = %e, "reconcile tick failed; retrying");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(tick) => {}
+                _ = kick.notified() => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+        self.provider.stop_all().await;
+        tracing::info!("replicas stopped");
+    }
+
+    /// One pass over every endpoint.
+    pub async fn tick(&mut self) -> Result<(), StoreError> {
+        let records = self.store.all_endpoints().await?;
+        let now = self.clock.now();
+        let live: HashSet<&str> = records.iter().map(|r| r.id.as_str()).collect();
+        let gone: Vec<String> = self
+            .runs
+            .keys()
+            .filter(|id| !live.contains(id.as_str()))
+            .cloned()
+            .collect();
+        for id in gone {
+            if let Some(run) = self.runs.remove(&id) {
+                for r in &run.replicas {
+                    self.provider.stop(&r.info.replica_id).await;
+                }
+                self.handle.forget_activity(&run.namespace, &run.name);
+                self.handle.logs.forget(&run.namespace, &run.name);
+            }
+        }
+        let mut routes = Vec::with_capacity(records.len());
+        for rec in records {
+            let observed = self.reconcile(&rec, now).await;
+            self.write_status(&rec, observed).await;
+            if let Some(route) = self.route(&rec) {
+                routes.push(route);
+            }
+        }
+        self.publish(routes);
+        Ok(())
+    }
+
+    fn publish(&mut self, routes: Vec<Arc<Route>>) {
+        let signature: String = routes
+            .iter()
+            .map(|r| {
+                let ids: Vec<&str> = r.backends.iter().map(|b| b.replica_id.as_str()).collect();
+                format!("{}:{}:{}:{:?};", r.id, r.state, ids.join(","), r.domain)
+            })
+            .collect();
+        // Spec-only changes (type, CIDR, balancer) must reach the proxy too.
+        let signature = format!(
+            "{signature}|{:?}",
+            routes
+                .iter()
+                .map(|r| (
+                    r.endpoint_type,
+                    &r.allow,
+                    r.load_balancer,
+                    r.mcp_lb,
+                    r.cache,
+                    &r.private_account
+                ))
+                .collect::<Vec<_>>()
+        );
+        if signature != self.published {
+            self.published = signature;
+            self.table.send_replace(Arc::new(RouteTable::new(routes)));
+        }
+    }
+
+    fn route(&self, rec: &EndpointRecord) -> Option<Arc<Route>> {
+        let run = self.runs.get(&rec.id)?;
+        let spec = &rec.spec;
+        let features = &spec.experimental_features;
+        Some(Arc::new(Route {
+            id: rec.id.clone(),
+            namespace: rec.namespace.clone(),
+            name: spec.name.clone(),
+            state: rec.state,
+            endpoint_type: spec.endpoint_type,
+            allow: spec.network.as_ref().and_then(|n| n.allow_list()),
+            load_balancer: features.effective_load_balancer(),
+            mcp_lb: features.mcp_lb.as_ref().map(|m| m.stateful),
+            cache: spec.cache_http_responses || features.cache_http_responses,
+            private_account: (spec.endpoint_type == EndpointType::Private)
+                .then(|| spec.private_service.as_ref().map(|p| p.account_id.clone()))
+                .flatten(),
+            domain: spec
+                .route
+                .as_ref()
+                .map(|r| (r.domain.clone(), r.path.clone())),
+            backends: run
+                .replicas
+                .iter()
+                .filter(|r| r.ready && r.draining.is_none())
+                .map(|r| r.backend.clone())
+                .collect(),
+            activity: run.activity.clone(),
+        }))
+    }
+
+    async fn write_status(&self, rec: &EndpointRecord, o: Observed) {
+        let current = Observed {
+            state: rec.state,
+            message: rec.message.clone(),
+            url: rec.url.clone(),
+            ready: rec.ready_replica,
+            target: rec.target_replica,
+        };
+        if o == current {
+            return;
+        }
+        if !can_transition(rec.state, o.state) {
+            tracing::error!(from = %rec.state, to = %o.state, "reconciler asked for a transition it may not make");
+            return;
+        }
+        let mut next = rec.clone();
+        next.state = o.state;
+        next.message = o.message;
+        next.url = o.url;
+        next.ready_replica = o.ready;
+        next.target_replica = o.target;
+        next.updated_at = self.clock.now();
+        match self.store.update_endpoint(&next).await {
+            Ok(_) => {
+                if rec.state != o.state {
+                    tracing::info!(namespace = %rec.namespace, endpoint = %rec.spec.name, from = %rec.state, to = %o.state, "endpoint state");
+                }
+            }
+            // Changed by a user in between: the next tick sees the new record.
+            Err(StoreError::Stale) => self.handle.kick(),
+            Err(e) => tracing::warn!(error = %e, "writing endpoint status"),
+        }
+    }
+
+    async fn reconcile(&mut self, rec: &EndpointRecord, now: DateTime<Utc>) -> Observed {
+        let activity = self.handle.activity(&rec.namespace, &rec.spec.name);
+        let run = self
+            .runs
+            .entry(rec.id.clone())
+            .or_insert_with(|| EndpointRun {
+                namespace: rec.namespace.clone(),
+                name: rec.spec.name.clone(),
+                replicas: Vec::new(),
+                activity,
+                scaler: Scaler::default(),
+                target: 0,
+                crashes: VecDeque::new(),
+                last_exit: None,
+                backoff: Duration::from_millis(self.config.backoff_initial_ms),
+                next_start_at: None,
+                failed_generation: None,
+                good: None,
+                since: now,
+            });
+        observe(
+            run,
+            self.provider.as_ref(),
+            &self.http,
+            &self.handle,
+            &self.config,
+            now,
+        )
+        .await;
+        let window = chrono::Duration::seconds(self.config.crash_window_s as i64);
+        while run.crashes.front().is_some_and(|t| *t + window < now) {
+            run.crashes.pop_front();
+        }
+        let url = Some(self.handle.endpoint_url(&rec.namespace, &rec.spec.name));
+        let mut out = Observed {
+            state: rec.state,
+            message: rec.message.clone(),
+            url,
+            ready: 0,
+            target: 0,
+        };
+        // Retired replicas whose requests are done (or that had long enough) stop now. They left the routing
+        // table at least two ticks ago, so no new request can be on its way to them.
+        let settle = Duration::from_millis(self.config.tick_ms.max(10) * 2);
+        let drained: Vec<String> = run
+            .replicas
+            .iter()
+            .filter(|r| {
+                r.draining.is_some_and(|t| {
+                    (t.elapsed() >= settle
+                        && r.backend
+                            .in_flight
+                            .load(std::sync::atomic::Ordering::Relaxed)
+                            == 0)
+                        || t.elapsed() >= MAX_DRAIN
+                })
+            })
+            .map(|r| r.info.replica_id.clone())
+            .collect();
+        for id in drained {
+            self.provider.stop(&id).await;
+            run.replicas.retain(|r| r.info.replica_id != id);
+        }
+        let gen = generation(&rec.spec);
+        let bounds = bounds_at(&rec.spec.compute.scaling, now);
+        match rec.state {
+            EndpointState::Paused | EndpointState::Failed => {
+                stop_all(run, self.provider.as_ref()).await;
+                run.scaler.reset();
+                run.target = 0;
+                return out;
+            }
+            EndpointState::ScaledToZero => {
+                let woken = run.activity.take_wake();
+                if woken || bounds.min > 0 {
+                    out.state = EndpointState::Initializing;
+                    out.message = Some(if woken {
+                        "woken by a request".to_string()
+                    } else {
+                        "started by the schedule".to_string()
+                    });
+                    run.since = now;
+                    run.target = bounds.min.max(1).min(bounds.max.max(1));
+                } else {
+                    retire_all(run, self.provider.as_ref()).await;
+                    run.target = 0;
+                    return out;
+                }
+            }
+            state => {
+                // A request to an endpoint that is already up is no wake-up.
+                run.activity.take_wake();
+                let failed_update = state == EndpointState::UpdateFailed
+                    && run.failed_generation.as_deref() == Some(gen.as_str());
+                if run.crashes.len() >= self.config.max_crashes.max(1) as usize {
+                    run.crashes.clear();
+                    let why = run
+                        .last_exit
+                        .clone()
+                        .unwrap_or_else(|| "replicas keep failing".into());
+                    let old_ready = run.replicas.iter().any(|r| r.ready && r.generation != gen);
+                    if old_ready && !failed_update {
+                        stop_generation(run, self.provider.as_ref(), &gen).await;
+                        run.failed_generation = Some(gen);
+                        out.state = EndpointState::UpdateFailed;
+                        out.message = Some(format!(
+                            "update failed, previous replicas still serve: {why}"
+                        ));
+                    } else {
+                        stop_all(run, self.provider.as_ref()).await;
+                        out.state = EndpointState::Failed;
+                        out.message = Some(why);
+                        run.target = 0;
+                    }
+                    return finish(out, run);
+                }
+                let last = run
+                    .activity
+                    .last_request()
+                    .map_or(run.since, |t| t.max(run.since));
+                let settled = matches!(state, EndpointState::Running | EndpointState::UpdateFailed);
+                if (settled && idle_expired(&bounds, last, now)) || bounds.max == 0 {
+                    retire_all(run, self.provider.as_ref()).await;
+                    run.scaler.reset();
+                    run.target = 0;
+                    out.state = EndpointState::ScaledToZero;
+                    out.message = Some(match bounds.scale_to_zero_after {
+                        Some(m) if bounds.max > 0 => {
+                            format!("scaled to zero after {m} min without requests")
+                        }
+                        _ => "the schedule in effect allows no replicas".to_string(),
+                    });
+                    return out;
+                }
+                let sample =
+                    load_sample(run, &self.http, rec.spec.compute.scaling.measure.as_ref()).await;
+                run.scaler.observe(now, sample);
+                run.target = run.scaler.desired(
+                    now,
+                    run.target.max(1),
+                    &bounds,
+                    rec.spec.compute.scaling.measure.as_ref(),
+                    &self.settings,
+                );
+            }
+        }
+
+        // Roll replicas of the generation to serve up to the target.
+        let failed_update = rec.state == EndpointState::UpdateFailed
+            && run.failed_generation.as_deref() == Some(gen.as_str());
+        let (serve_gen, serve_spec) = match (&run.good, failed_update) {
+            (Some((g, s)), true) => (g.clone(), s.clone()),
+            _ => (gen.clone(), rec.spec.clone()),
+        };
+        let target = run.target as usize;
+        // Surplus: not-ready ones stop at once, ready ones drain; the newest go first.
+        loop {
+            let mine: Vec<usize> = (0..run.replicas.len())
+                .filter(|i| {
+                    run.replicas[*i].generation == serve_gen && run.replicas[*i].draining.is_none()
+                })
+                .collect();
+            if mine.len() <= target {
+                break;
+            }
+            let Some(victim) = mine
+                .iter()
+                .copied()
+                .max_by_key(|i| (!run.replicas[*i].ready, run.replicas[*i].started_at))
+            else {
+                break;
+            };
+            if run.replicas[victim].ready {
+                run.replicas[victim].draining = Some(std::time::Instant::now());
+            } else {
+                let r = run.replicas.remove(victim);
+                self.provider.stop(&r.info.replica_id).await;
+            }
+        }
+        let have = run
+            .replicas
+            .iter()
+            .filter(|r| r.generation == serve_gen && r.draining.is_none())
+            .count();
+        if have < target && run.next_start_at.is_none_or(|t| t <= now) {
+            for _ in have..target {
+                let replica_id = format!("{}-{}", rec.spec.name, &random_id()[..8]);
+                let started = match launch::plan(
+                    &self.config,
+                    &self.secrets,
+                    &rec.namespace,
+                    &serve_spec,
+                    &replica_id,
+                ) {
+                    Ok(Launch { plan, health_route }) => self
+                        .provider
+                        .start(&plan)
+                        .await
+                        .map(|info| (info, health_route))
+                        .map_err(|ProviderError::Start(e)| e),
+                    Err(e) => Err(e.0),
+                };
+                match started {
+                    Ok((info, health_route)) => {
+                        tracing::info!(namespace = %rec.namespace, endpoint = %rec.spec.name, replica = %info.replica_id, addr = %info.addr, "replica started");
+                        run.replicas.push(ReplicaRun {
+                            generation: serve_gen.clone(),
+                            backend: Arc::new(Backend {
+                                replica_id: info.replica_id.clone(),
+                                addr: info.addr,
+                                in_flight: Default::default(),
+                            }),
+                            info,
+                            health_route,
+                            ready: false,
+                            started_at: now,
+                            cpu_mark: None,
+                            cpu_percent: None,
+                            draining: None,
+                        });
+                    }
+                    Err(why) => {
+                        // Cannot start at all: retrying will not help.
+                        let old_ready = run
+                            .replicas
+                            .iter()
+                            .any(|r| r.ready && r.generation != serve_gen);
+                        if old_ready && rec.state != EndpointState::Pending {
+                            run.failed_generation = Some(gen.clone());
+                            out.state = EndpointState::UpdateFailed;
+                            out.message = Some(format!(
+                                "update failed, previous replicas still serve: {why}"
+                            ));
+                        } else {
+                            stop_all(run, self.provider.as_ref()).await;
+                            out.state = EndpointState::Failed;
+                            out.message = Some(why);
+                            run.target = 0;
+                        }
+                        return finish(out, run);
+                    }
+                }
+            }
+        }
+        let ready_new = run
+            .replicas
+            .iter()
+            .filter(|r| r.generation == serve_gen && r.ready)
+            .count();
+        if ready_new >= target && target > 0 {
+            for r in run
+                .replicas
+                .iter_mut()
+                .filter(|r| r.generation != serve_gen)
+            {
+                if !r.ready {
+                    r.draining = std::time::Instant::now()
+                        .checked_sub(MAX_DRAIN)
+                        .or(Some(std::time::Instant::now()));
+                } else if r.draining.is_none() {
+                    r.draining = Some(std::time::Instant::now());
+                }
+            }
+            if serve_gen == gen {
+                run.good = Some((gen.clone(), rec.spec.clone()));
+                run.failed_generation = None;
+            }
+        }
+        let ready = run
+            .replicas
+            .iter()
+            .filter(|r| r.ready && r.draining.is_none())
+            .count();
+        let others = run.replicas.iter().any(|r| r.generation != serve_gen);
+        out.state = match out.state {
+            EndpointState::Pending => EndpointState::Initializing,
+            EndpointState::Initializing if ready > 0 && !others => EndpointState::Running,
+            EndpointState::Running if others => EndpointState::Updating,
+            EndpointState::Updating if !others && ready > 0 => EndpointState::Running,
+            EndpointState::UpdateFailed if !failed_update => EndpointState::Updating,
+            s => s,
+        };
+        out.message = match out.state {
+            EndpointState::Running | EndpointState::Updating | EndpointState::Initializing
+                if !run.crashes.is_empty() =>
+            {
+                run.last_exit.as_ref().map(|m| {
+                    format!(
+                        "restarting a replica ({} exits lately): {m}",
+                        run.crashes.len()
+                    )
+                })
+            }
+            EndpointState::Running | EndpointState::Updating => None,
+            EndpointState::Initializing if ready == 0 => {
+                Some(format!("starting {} replica(s)", run.target))
+            }
+            _ => out.message,
+        };
+        finish(out, run)
+    }
+}
+
+fn finish(mut out: Observed, run: &EndpointRun) -> Observed {
+    out.ready = run
+        .replicas
+        .iter()
+        .filter(|r| r.ready && r.draining.is_none())
+        .count() as u32;
+    out.target = run.target;
+    out
+}
+
+async fn stop_all(run: &mut EndpointRun, provider: &dyn ReplicaProvider) {
+    for r in run.replicas.drain(..) {
+        provider.stop(&r.info.replica_id).await;
+    }
+}
+
+/// Scale to zero without dropping a request: ready replicas leave the routing table and stop once their
+/// requests are done; the others stop now.
+async fn retire_all(run: &mut EndpointRun, provider: &dyn ReplicaProvider) {
+    let starting: Vec<String> = run
+        .replicas
+        .iter()
+        .filter(|r| !r.ready)
+        .map(|r| r.info.replica_id.clone())
+        .collect();
+    for id in starting {
+        provider.stop(&id).await;
+        run.replicas.retain(|r| r.info.replica_id != id);
+    }
+    for r in run.replicas.iter_mut().filter(|r| r.draining.is_none()) {
+        r.draining = Some(std::time::Instant::now());
+    }
+}
+
+async fn stop_generation(run: &mut EndpointRun, provider: &dyn ReplicaProvider, gen: &str) {
+    let ids: Vec<String> = run
+        .replicas
+        .iter()
+        .filter(|r| r.generation == gen)
+        .map(|r| r.info.replica_id.clone())
+        .collect();
+    for id in ids {
+        provider.stop(&id).await;
+        run.replicas.retain(|r| r.info.replica_id != id);
+    }
+}
+
+/// Notes exited replicas (a crash: backoff before the next start), promotes healthy ones to ready, fails
+/// those too slow to start, and samples CPU.
+async fn observe(
+    run: &mut EndpointRun,
+    provider: &dyn ReplicaProvider,
+    http: &HttpClient,
+    handle: &RuntimeHandle,
+    config: &RuntimeConfig,
+    now: DateTime<Utc>,
+) {
+    let start_timeout = chrono::Duration::seconds(config.start_timeout_s as i64);
+    let mut failed: Vec<(String, String)> = Vec::new();
+    let checks = run.replicas.iter().filter(|r| !r.ready).map(|r| {
+        let uri = format!("http://{}{}", r.info.addr, r.health_route);
+        let id = r.info.replica_id.clone();
+        async move { (id, healthy(http, &uri).await) }
+    });
+    let results: HashMap<String, bool> = futures_util::future::join_all(checks)
+        .await
+        .into_iter()
+        .collect();
+    for r in run.replicas.iter_mut() {
+        let id = &r.info.replica_id;
+        if let ReplicaStatus::Exited(how) = provider.status(id) {
+            let last = handle
+                .logs
+                .read(&run.namespace, &run.name, None, None)
+                .into_iter()
+                .rev()
+                .find(|l| l.replica == *id)
+                .map(|l| format!("; last output: {}", l.line))
+                .unwrap_or_default();
+            failed.push((id.clone(), format!("replica {id} exited ({how}){last}")));
+            continue;
+        }
+        if !r.ready {
+            if results.get(id).copied().unwrap_or(false) {
+                r.ready = true;
+                tracing::info!(replica = %id, "replica ready");
+            } else if r.started_at + start_timeout < now {
+                failed.push((
+                    id.clone(),
+                    format!(
+                        "replica {id} did not answer {} within {} s",
+                        r.health_route, config.start_timeout_s
+                    ),
+                ));
+            }
+        }
+        if let Some(cpu) = provider.cpu_seconds(id) {
+            if let Some((at, before)) = r.cpu_mark {
+                let wall = (now - at).num_milliseconds() as f64 / 1000.0;
+                if wall > 0.0 {
+                    r.cpu_percent = Some(((cpu - before) / wall * 100.0).max(0.0));
+                }
+            }
+            r.cpu_mark = Some((now, cpu));
+        }
+    }
+    for (id, why) in failed {
+        tracing::warn!(namespace = %run.namespace, endpoint = %run.name, "{why}");
+        provider.stop(&id).await;
+        run.replicas.retain(|r| r.info.replica_id != id);
+        run.crashes.push_back(now);
+        run.last_exit = Some(why);
+        run.next_start_at = Some(now + ms(run.backoff));
+        run.backoff = (run.backoff * 2).min(Duration::from_millis(config.backoff_max_ms.max(1)));
+    }
+    // A replica that is up resets the backoff.
+    if !run.replicas.is_empty() && run.replicas.iter().all(|r| r.ready) {
+        run.backoff = Duration::from_millis(config.backoff_initial_ms);
+    }
+}
+
+async fn healthy(http: &HttpClient, uri: &str) -> bool {
+    let Ok(req) = axum::http::Request::get(uri).body(axum::body::Body::empty()) else {
+        return false;
+    };
+    match tokio::time::timeout(Duration::from_secs(2), http.request(req)).await {
+        Ok(Ok(resp)) => resp.status() == axum::http::StatusCode::OK,
+        _ => false,
+    }
+}
+
+async fn load_sample(
+    run: &EndpointRun,
+    http: &HttpClient,
+    measure: Option<&Measure>,
+) -> LoadSample {
+    let ready: Vec<&ReplicaRun> = run.replicas.iter().filter(|r| r.ready).collect();
+    let cpus: Vec<f64> = ready.iter().filter_map(|r| r.cpu_percent).collect();
+    let mut sample = LoadSample {
+        replicas: ready.len() as u32,
+        cpu_percent: (!cpus.is_empty()).then(|| cpus.iter().sum::<f64>() / cpus.len() as f64),
+        pending_requests: run
+            .activity
+            .in_flight
+            .load(std::sync::atomic::Ordering::Relaxed) as f64,
+        kv_cache_usage: None,
+        requests_waiting: None,
+    };
+    if matches!(measure, Some(Measure::InferenceLoad(_))) && !ready.is_empty() {
+        let scrapes = ready.iter().map(|r| scrape(http, r.info.addr));
+        let got: Vec<EngineLoad> = futures_util::future::join_all(scrapes)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        let mean = |f: fn(&EngineLoad) -> Option<f64>| {
+            let v: Vec<f64> = got.iter().filter_map(f).collect();
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        };
+        sample.kv_cache_usage = mean(|l| l.kv_cache_percent);
+        sample.requests_waiting = mean(|l| l.waiting);
+    }
+    sample
+}
+
+/// Saturation an engine reports on `/metrics`.
+#[derive(Debug, Default, PartialEq)]
+pub struct EngineLoad {
+    pub kv_cache_percent: Option<f64>,
+    pub waiting: Option<f64>,
+}
+
+/// Reads vLLM's (`vllm:kv_cache_usage_perc`, a fraction, and `vllm:num_requests_waiting`) or SGLang's
+/// (`sglang:token_usage`, a fraction, and `sglang:num_queue_reqs`) gauges; series of one name are summed
+/// (waiting) or averaged (usage).
+pub fn parse_engine_metrics(text: &str) -> EngineLoad {
+    let mut usage = Vec::new();
+    let mut waiting = Vec::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        let name = series.split('{').next().unwrap_or(series).trim();
+        match name {
+            "vllm:kv_cache_usage_perc" | "vllm:gpu_cache_usage_perc" | "sglang:token_usage" => {
+                usage.push(value * 100.0)
+            }
+            "vllm:num_requests_waiting" | "sglang:num_queue_reqs" => waiting.push(value),
+            _ => {}
+        }
+    }
+    EngineLoad {
+        kv_cache_percent: (!usage.is_empty())
+            .then(|| usage.iter().sum::<f64>() / usage.len() as f64),
+        waiting: (!waiting.is_empty()).then(|| waiting.iter().sum()),
+    }
+}
+
+async fn scrape(http: &HttpClient, addr: std::net::SocketAddr) -> Option<EngineLoad> {
+    use http_body_util::BodyExt;
+    let req = axum::http::Request::get(format!("http://{addr}/metrics"))
+        .body(axum::body::Body::empty())
+        .ok()?;
+    let resp = tokio::time::timeout(Duration::from_secs(2), http.request(req))
+        .await
+        .ok()?
+        .ok()?;
+    let body = http_body_util::Limited::new(resp.into_body(), 1024 * 1024);
+    let bytes = tokio::time::timeout(Duration::from_secs(2), body.collect())
+        .await
+        .ok()?
+        .ok()?
+        .to_bytes();
+    Some(parse_engine_metrics(&String::from_utf8_lossy(&bytes)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_metrics() {
+        let text = "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0.5\nvllm:num_requests_waiting{model_name=\"m\"} 3\nother 1\n";
+        assert_eq!(
+            parse_engine_metrics(text),
+            EngineLoad {
+                kv_cache_percent: Some(50.0),
+                waiting: Some(3.0)
+            }
+        );
+        let sglang = "sglang:token_usage 0.25\nsglang:num_queue_reqs 7\n";
+        assert_eq!(
+            parse_engine_metrics(sglang),
+            EngineLoad {
+                kv_cache_percent: Some(25.0),
+                waiting: Some(7.0)
+            }
+        );
+        assert_eq!(parse_engine_metrics("garbage\n\n"), EngineLoad::default());
+    }
+
+    #[test]
+    fn generation_ignores_scaling_and_access() {
+        let body = serde_json::json!({
+            "name": "ep", "type": "public",
+            "provider": {"vendor": "local", "region": "here"},
+            "compute": {"accelerator": "cpu", "instanceType": "x", "instanceSize": "s",
+                        "scaling": {"minReplica": 0, "maxReplica": 1}},
+            "model": {"repository": "org/model", "framework": "pytorch", "image": {"hub": {}}},
+        });
+        let a = EndpointSpec::parse(&body).unwrap();
+        let mut b = a.clone();
+        b.compute.scaling.max_replica = 4;
+        b.endpoint_type = EndpointType::Authenticated;
+        assert_eq!(generation(&a), generation(&b));
+        b.model.env.insert("X".into(), "1".into());
+        assert_ne!(generation(&a), generation(&b));
+    }
+}
