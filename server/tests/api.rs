@@ -469,8 +469,12 @@ async fn endpoint_management_round_trip() {
                 .map_err(|e| e.status())
         }
     };
-    // Resuming an endpoint that is already starting changes nothing.
-    assert_eq!(act("resume").await, Ok("pending".into()));
+    // Resuming an endpoint that is already starting changes nothing (the runtime may have moved it on).
+    let resumed = act("resume").await;
+    assert!(
+        matches!(resumed.as_deref(), Ok("pending" | "initializing")),
+        "{resumed:?}"
+    );
     assert_eq!(act("pause").await, Ok("paused".into()));
     assert_eq!(
         act("scale-to-zero").await,

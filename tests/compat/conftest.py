@@ -138,8 +138,19 @@ def server():
     data_dir = Path(tempfile.mkdtemp(prefix="switchyard-compat-data-"))
     stderr_path = data_dir.parent / (data_dir.name + ".stderr.log")
     stderr_file = open(stderr_path, "w")
+    # Endpoints really run: the managed and TEI images start the workspace's test engine (a tiny TEI-shaped
+    # server), so `wait()` and inference go through the real runtime and proxy.
+    engine = binary.parent / "switchyard-test-engine"
+    if not engine.is_file():
+        pytest.fail(f"test engine not found at {engine} (cargo build --workspace)", pytrace=False)
+    config_path = data_dir.parent / (data_dir.name + ".toml")
+    launcher = f'command = ["{engine}", "--port", "{{port}}"]\nhealth_route = "/health"\n'
+    config_path.write_text(
+        "[runtime]\ntick_ms = 200\nstop_grace_ms = 2000\n\n"
+        f"[runtime.launchers.hub]\n{launcher}\n[runtime.launchers.tei]\n{launcher}"
+    )
     process = subprocess.Popen(
-        [str(binary), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)],
+        [str(binary), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir), "--config", str(config_path)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=stderr_file,
@@ -219,6 +230,7 @@ def server():
         stop()
         shutil.rmtree(data_dir, ignore_errors=True)
         stderr_path.unlink(missing_ok=True)
+        config_path.unlink(missing_ok=True)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -322,6 +334,8 @@ def cleanup(api):
 
 
 TEST_REPOSITORY = "openai-community/gpt2"
+# A new or resumed endpoint answers `pending`; by the next read the runtime may already be starting or running it.
+STARTING = ("pending", "initializing", "running")
 
 
 def create_endpoint(client: HfApi, hardware, name: str, **kwargs):

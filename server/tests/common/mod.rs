@@ -15,11 +15,38 @@ pub struct TestServer {
     _dir: tempfile::TempDir,
 }
 
+/// The test engine, built with the workspace (`cargo test --workspace` builds every member's binaries).
+pub fn engine_bin() -> String {
+    let exe = std::env::current_exe().expect("test exe");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let bin = dir.join("switchyard-test-engine");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --workspace` first",
+        bin.display()
+    );
+    bin.display().to_string()
+}
+
 pub async fn spawn() -> TestServer {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = Config::default();
     config.store.data_dir = Some(dir.path().to_path_buf());
     config.server.listen = "127.0.0.1:0".parse().expect("addr");
+    // Managed images start the test engine, told to stay unhealthy: these tests see endpoints that exist
+    // and start, never a `failed` one for want of a launcher.
+    config.runtime.launchers.insert(
+        "hub".into(),
+        switchyard_server::config::Launcher {
+            command: vec![
+                engine_bin(),
+                "--port".into(),
+                "{port}".into(),
+                "--fail-health".into(),
+            ],
+            ..Default::default()
+        },
+    );
     let app = Application::build(&config).await.expect("build");
     let url = format!("http://{}", app.local_addr());
     tokio::spawn(app.run(std::future::pending()));

@@ -1,0 +1,700 @@
+//! The endpoint runtime end to end: a real server on 127.0.0.1:0 running the test engine as real child
+//! processes, driven over real HTTP. The scaler's clock is a manual one, moved by the tests.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use common::engine_bin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::{json, Value};
+use switchyard_server::client::Client;
+use switchyard_server::clock::ManualClock;
+use switchyard_server::{Application, Config};
+
+const NS: &str = "admin";
+
+struct Rt {
+    url: String,
+    admin: Client,
+    token: String,
+    data_dir: PathBuf,
+    clock: ManualClock,
+    http: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    done: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    _dir: tempfile::TempDir,
+}
+
+async fn spawn(tweak: impl FnOnce(&mut Config)) -> Rt {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.store.data_dir = Some(dir.path().to_path_buf());
+    config.server.listen = "127.0.0.1:0".parse().expect("addr");
+    config.runtime.tick_ms = 50;
+    config.runtime.stop_grace_ms = 2000;
+    config.runtime.backoff_initial_ms = 0;
+    config.runtime.backoff_max_ms = 0;
+    config.runtime.start_timeout_s = 60;
+    tweak(&mut config);
+    let clock = ManualClock::new(Utc::now());
+    let app = Application::build_with_clock(&config, Arc::new(clock.clone()))
+        .await
+        .expect("build");
+    let url = format!("http://{}", app.local_addr());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let done = tokio::spawn(app.run(async {
+        let _ = rx.await;
+    }));
+    let token = std::fs::read_to_string(dir.path().join("admin-token"))
+        .expect("admin token")
+        .trim()
+        .to_string();
+    Rt {
+        admin: Client::new(&url, Some(token.clone())),
+        url,
+        token,
+        data_dir: dir.path().to_path_buf(),
+        clock,
+        http: reqwest::Client::new(),
+        stop: Some(tx),
+        done: Some(done),
+        _dir: dir,
+    }
+}
+
+fn engine_endpoint(name: &str, kind: &str, engine_args: &[&str], scaling: Value) -> Value {
+    let mut command = vec![engine_bin(), "--port".into(), "{port}".into()];
+    command.extend(engine_args.iter().map(|a| a.to_string()));
+    json!({
+        "name": name,
+        "type": kind,
+        "provider": {"vendor": "aws", "region": "us-east-1"},
+        "compute": {"accelerator": "cpu", "instanceSize": "x2", "instanceType": "intel-icl", "scaling": scaling},
+        "model": {
+            "framework": "custom", "repository": "test/engine", "task": "feature-extraction",
+            "image": {"custom": {"url": "local/test-engine", "healthRoute": "/health"}},
+            "command": command,
+        },
+    })
+}
+
+impl Rt {
+    async fn create(&self, body: Value) -> Value {
+        self.admin
+            .create_endpoint(NS, &body)
+            .await
+            .expect("create endpoint")
+    }
+
+    async fn get(&self, name: &str) -> Value {
+        self.admin
+            .get_endpoint(NS, name)
+            .await
+            .expect("get endpoint")
+    }
+
+    /// Polls until the endpoint is in `state` (bounded), and returns it.
+    async fn wait_state(&self, name: &str, state: &str) -> Value {
+        for _ in 0..600 {
+            let ep = self.get(name).await;
+            if ep["status"]["state"] == state {
+                return ep;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "{name} never reached {state}: {}",
+            self.get(name).await["status"]
+        );
+    }
+
+    async fn wait_for(&self, name: &str, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
+        for _ in 0..600 {
+            let ep = self.get(name).await;
+            if ok(&ep) {
+                return ep;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "{name}: {what} never happened: {}",
+            self.get(name).await["status"]
+        );
+    }
+
+    fn endpoint_url(&self, name: &str) -> String {
+        format!("{}/endpoints/{NS}/{name}", self.url)
+    }
+
+    async fn embed(&self, name: &str, headers: &[(&str, &str)]) -> reqwest::Response {
+        let mut req = self
+            .http
+            .post(format!("{}/embed", self.endpoint_url(name)))
+            .json(&json!({"inputs": "hello"}));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        req.send().await.expect("request")
+    }
+
+    fn replica_pids(&self) -> Vec<i32> {
+        let dir = self.data_dir.join("replicas").join("pids");
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                    .filter_map(|t| t.trim().parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    async fn shutdown(mut self) -> Vec<i32> {
+        let pids = self.replica_pids();
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(done) = self.done.take() {
+            tokio::time::timeout(Duration::from_secs(30), done)
+                .await
+                .expect("server stops in time")
+                .expect("join")
+                .expect("serve");
+        }
+        pids
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie has a /proc entry but is dead; check the state field.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            let state = s.rsplit(')').next().unwrap_or("").split_whitespace().next();
+            state != Some("Z")
+        })
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_serve_cache_idle_wake_pause() {
+    let rt = spawn(|_| {}).await;
+    let mut body = engine_endpoint(
+        "emb",
+        "public",
+        &[],
+        json!({"minReplica": 0, "maxReplica": 1, "scaleToZeroTimeout": 15}),
+    );
+    body["cacheHttpResponses"] = json!(true);
+    let created = rt.create(body).await;
+    assert_eq!(created["status"]["state"], "pending");
+    let ep = rt.wait_state("emb", "running").await;
+    assert_eq!(ep["status"]["readyReplica"], 1);
+    assert_eq!(ep["status"]["targetReplica"], 1);
+    assert_eq!(ep["status"]["url"], rt.endpoint_url("emb"));
+    // The health route through the proxy, as huggingface_hub's wait() checks it.
+    let health = rt
+        .http
+        .get(format!("{}/health", rt.endpoint_url("emb")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+
+    // Inference, then the cache: MISS, HIT, bypass.
+    let first = rt.embed("emb", &[]).await;
+    assert_eq!(first.status(), 200);
+    assert_eq!(first.headers()["x-cache"], "MISS");
+    let vectors: Vec<Vec<f32>> = first.json().await.unwrap();
+    assert_eq!(vectors.len(), 1);
+    let hit = rt.embed("emb", &[]).await;
+    assert_eq!(hit.headers()["x-cache"], "HIT");
+    assert_eq!(hit.json::<Vec<Vec<f32>>>().await.unwrap(), vectors);
+    let bypass = rt.embed("emb", &[("x-use-cache", "false")]).await;
+    assert_eq!(bypass.status(), 200);
+    assert!(bypass.headers().get("x-cache").is_none_or(|v| v != "HIT"));
+
+    // Idle for the timeout: scaled to zero, replica gone.
+    rt.clock.advance(chrono::Duration::minutes(14));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(rt.get("emb").await["status"]["state"], "running");
+    rt.clock.advance(chrono::Duration::minutes(2));
+    let ep = rt.wait_state("emb", "scaledToZero").await;
+    assert_eq!(ep["status"]["readyReplica"], 0);
+    // A cache hit never wakes it.
+    assert_eq!(rt.embed("emb", &[]).await.headers()["x-cache"], "HIT");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(rt.get("emb").await["status"]["state"], "scaledToZero");
+
+    // A miss wakes it: 503 with Retry-After at once…
+    let cold = rt.embed("emb", &[("x-use-cache", "false")]).await;
+    assert_eq!(cold.status(), 503);
+    assert!(cold.headers().contains_key("retry-after"));
+    let err: Value = cold.json().await.unwrap();
+    assert!(err["error"].as_str().unwrap().contains("starting"));
+    rt.wait_state("emb", "running").await;
+
+    // …or, after another idle period, held until ready with X-Scale-Up-Timeout.
+    rt.clock.advance(chrono::Duration::minutes(16));
+    rt.wait_state("emb", "scaledToZero").await;
+    let held = rt
+        .embed(
+            "emb",
+            &[("x-use-cache", "false"), ("x-scale-up-timeout", "30")],
+        )
+        .await;
+    assert_eq!(
+        held.status(),
+        200,
+        "{:?}",
+        held.headers().get("x-error-message")
+    );
+    assert_eq!(rt.get("emb").await["status"]["state"], "running");
+
+    // Paused: 503, and a request does not wake it.
+    let paused: Value = rt.admin.endpoint_action(NS, "emb", "pause").await.unwrap();
+    assert_eq!(paused["status"]["state"], "paused");
+    rt.wait_for("emb", "replicas stopped", |e| {
+        e["status"]["readyReplica"] == 0
+    })
+    .await;
+    for _ in 0..20 {
+        if rt.replica_pids().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(rt.replica_pids().is_empty());
+    let r = rt.embed("emb", &[("x-use-cache", "false")]).await;
+    assert_eq!(r.status(), 503);
+    assert!(r.headers().get("retry-after").is_none());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(rt.get("emb").await["status"]["state"], "paused");
+    let _: Value = rt.admin.endpoint_action(NS, "emb", "resume").await.unwrap();
+    rt.wait_state("emb", "running").await;
+    assert_eq!(
+        rt.embed("emb", &[("x-use-cache", "false")]).await.status(),
+        200
+    );
+
+    let pids = rt.shutdown().await;
+    assert!(!pids.is_empty());
+    for pid in pids {
+        assert!(!alive(pid), "replica {pid} outlived the server");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_types_and_cidr() {
+    let rt = spawn(|c| c.proxy.trusted_proxies = vec!["127.0.0.1/32".into()]).await;
+    rt.create(engine_endpoint(
+        "auth",
+        "authenticated",
+        &[],
+        json!({"minReplica": 1, "maxReplica": 1}),
+    ))
+    .await;
+    let mut open = engine_endpoint(
+        "cidr",
+        "public",
+        &[],
+        json!({"minReplica": 1, "maxReplica": 1}),
+    );
+    open["network"] = json!({"cidrBlock": true, "cidrList": ["10.1.0.0/16"]});
+    rt.create(open).await;
+    rt.wait_state("auth", "running").await;
+    rt.wait_state("cidr", "running").await;
+
+    let none = rt.embed("auth", &[]).await;
+    assert_eq!(none.status(), 401);
+    let bad = rt
+        .embed("auth", &[("authorization", "Bearer sy_nope")])
+        .await;
+    assert_eq!(bad.status(), 401);
+    let bearer = format!("Bearer {}", rt.token);
+    let ok = rt.embed("auth", &[("authorization", &bearer)]).await;
+    assert_eq!(ok.status(), 200);
+    // Our token never reaches the replica.
+    let echo = rt
+        .http
+        .post(format!("{}/echo", rt.endpoint_url("auth")))
+        .header("authorization", &bearer)
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(echo.headers()["x-seen-authorization"], "absent");
+    // A user without access to the namespace is refused.
+    let _: Value = rt
+        .admin
+        .admin_create_user(&json!({"name": "mallory"}))
+        .await
+        .unwrap();
+    let mallory = rt
+        .admin
+        .admin_create_token("mallory", &json!({}))
+        .await
+        .unwrap();
+    let denied = rt
+        .embed("auth", &[("authorization", &format!("Bearer {mallory}"))])
+        .await;
+    assert_eq!(denied.status(), 403);
+
+    // CIDR: the peer (127.0.0.1, a trusted proxy here) forwards for 10.1.2.3 → allowed; 10.2.0.1 → 403.
+    assert_eq!(
+        rt.embed("cidr", &[("x-forwarded-for", "10.1.2.3")])
+            .await
+            .status(),
+        200
+    );
+    let blocked = rt.embed("cidr", &[("x-forwarded-for", "10.2.0.1")]).await;
+    assert_eq!(blocked.status(), 403);
+    assert!(blocked.json::<Value>().await.unwrap()["error"]
+        .as_str()
+        .unwrap()
+        .contains("10.2.0.1"));
+    assert_eq!(rt.embed("cidr", &[]).await.status(), 403);
+    rt.shutdown().await;
+}
+
+/// Which replica served each of `n` requests.
+async fn spread(
+    rt: &Rt,
+    name: &str,
+    n: usize,
+    headers: impl Fn(usize) -> Vec<(String, String)>,
+) -> Vec<String> {
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut req = rt
+            .http
+            .post(format!("{}/embed", rt.endpoint_url(name)))
+            .json(&json!({"inputs": "x"}));
+        for (k, v) in headers(i) {
+            req = req.header(k, v);
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        out.push(resp.headers()["x-replica-id"].to_str().unwrap().to_string());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sticky_and_least_connections() {
+    let rt = spawn(|c| c.proxy.trusted_proxies = vec!["127.0.0.1/32".into()]).await;
+    let mut sticky = engine_endpoint(
+        "sticky",
+        "public",
+        &[],
+        json!({"minReplica": 3, "maxReplica": 3}),
+    );
+    sticky["experimentalFeatures"] = json!({"loadBalancer": "sticky"});
+    rt.create(sticky).await;
+    let mut least = engine_endpoint(
+        "least",
+        "public",
+        &["--latency-ms", "300", "--capacity", "8"],
+        json!({"minReplica": 3, "maxReplica": 3}),
+    );
+    least["experimentalFeatures"] = json!({"loadBalancer": "least_connections"});
+    rt.create(least).await;
+    rt.wait_for("sticky", "3 ready", |e| e["status"]["readyReplica"] == 3)
+        .await;
+    rt.wait_for("least", "3 ready", |e| e["status"]["readyReplica"] == 3)
+        .await;
+
+    // Sticky: each client (by forwarded address) always lands on the same replica; clients spread out.
+    let clients = 30;
+    let first = spread(&rt, "sticky", clients, |i| {
+        vec![("x-forwarded-for".into(), format!("10.0.0.{i}"))]
+    })
+    .await;
+    let again = spread(&rt, "sticky", clients, |i| {
+        vec![("x-forwarded-for".into(), format!("10.0.0.{i}"))]
+    })
+    .await;
+    assert_eq!(first, again);
+    let distinct: std::collections::HashSet<_> = first.iter().collect();
+    assert!(
+        distinct.len() >= 2,
+        "30 clients all on one replica: {first:?}"
+    );
+
+    // Least connections: 6 slow requests at once land 2 per replica.
+    let reqs = (0..6).map(|_| {
+        let http = rt.http.clone();
+        let url = format!("{}/embed", rt.endpoint_url("least"));
+        tokio::spawn(async move {
+            let r = http
+                .post(url)
+                .json(&json!({"inputs": "x"}))
+                .send()
+                .await
+                .unwrap();
+            r.headers()["x-replica-id"].to_str().unwrap().to_string()
+        })
+    });
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for h in reqs.collect::<Vec<_>>() {
+        *counts.entry(h.await.unwrap()).or_default() += 1;
+    }
+    assert_eq!(counts.len(), 3, "{counts:?}");
+    assert!(counts.values().all(|c| *c == 2), "{counts:?}");
+    rt.shutdown().await;
+}
+
+async fn burst(rt: &Rt, name: &str, n: usize, wait_s: &str) -> HashMap<u16, usize> {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let http = rt.http.clone();
+            let url = format!("{}/embed", rt.endpoint_url(name));
+            let wait = wait_s.to_string();
+            tokio::spawn(async move {
+                http.post(url)
+                    .header("x-scale-up-timeout", wait)
+                    .json(&json!({"inputs": format!("t{i}")}))
+                    .send()
+                    .await
+                    .map(|r| r.status().as_u16())
+                    .unwrap_or(0)
+            })
+        })
+        .collect();
+    let mut counts = HashMap::new();
+    for t in tasks {
+        *counts.entry(t.await.unwrap()).or_default() += 1;
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_update_and_cold_wake_lose_nothing_under_a_burst() {
+    let rt = spawn(|_| {}).await;
+    rt.create(engine_endpoint(
+        "roll",
+        "public",
+        &["--capacity", "64"],
+        json!({"minReplica": 0, "maxReplica": 1}),
+    ))
+    .await;
+    rt.wait_state("roll", "running").await;
+    let before = rt.embed("roll", &[]).await.headers()["x-replica-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+
+    // A spec change while 1,000 requests run: new replica ready before the old one stops.
+    let load = {
+        let http = rt.http.clone();
+        let url = format!("{}/embed", rt.endpoint_url("roll"));
+        tokio::spawn(async move {
+            let mut counts: HashMap<u16, usize> = HashMap::new();
+            let mut chunks = Vec::new();
+            for c in 0..10 {
+                let batch: Vec<_> = (0..100)
+                    .map(|i| {
+                        let (http, url) = (http.clone(), url.clone());
+                        tokio::spawn(async move {
+                            http.post(url)
+                                .json(&json!({"inputs": format!("{c}-{i}")}))
+                                .send()
+                                .await
+                                .map(|r| r.status().as_u16())
+                                .unwrap_or(0)
+                        })
+                    })
+                    .collect();
+                chunks.push(batch);
+                tokio::time::sleep(Duration::from_millis(40)).await;
+            }
+            for batch in chunks {
+                for t in batch {
+                    *counts.entry(t.await.unwrap()).or_default() += 1;
+                }
+            }
+            counts
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let updated: Value = rt
+        .admin
+        .update_endpoint(NS, "roll", &json!({"model": {"env": {"GENERATION": "2"}}}))
+        .await
+        .unwrap();
+    assert_eq!(updated["status"]["state"], "updating");
+    let counts = load.await.unwrap();
+    assert_eq!(counts.get(&200), Some(&1000), "{counts:?}");
+    let ep = rt
+        .wait_for("roll", "rolled", |e| e["status"]["state"] == "running")
+        .await;
+    assert_eq!(ep["status"]["readyReplica"], 1);
+    let env = rt
+        .http
+        .get(format!("{}/env/GENERATION", rt.endpoint_url("roll")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(env.text().await.unwrap(), "2");
+    let after = rt.embed("roll", &[]).await.headers()["x-replica-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(before, after);
+
+    // 0 → 1 under a burst of 1,000 held requests: all answered 200.
+    let _: Value = rt
+        .admin
+        .endpoint_action(NS, "roll", "scale-to-zero")
+        .await
+        .unwrap();
+    rt.wait_for("roll", "no replicas", |e| e["status"]["readyReplica"] == 0)
+        .await;
+    let counts = burst(&rt, "roll", 1000, "60").await;
+    assert_eq!(counts.get(&200), Some(&1000), "{counts:?}");
+    assert_eq!(rt.get("roll").await["status"]["state"], "running");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashes_restarts_failures_and_logs() {
+    let rt = spawn(|c| c.runtime.max_crashes = 3).await;
+    rt.create(engine_endpoint(
+        "crash",
+        "public",
+        &[],
+        json!({"minReplica": 1, "maxReplica": 1}),
+    ))
+    .await;
+    rt.wait_state("crash", "running").await;
+    let pids = rt.replica_pids();
+    assert_eq!(pids.len(), 1);
+    // SAFETY: killing a child process we started.
+    unsafe {
+        libc::kill(pids[0], libc::SIGKILL);
+    }
+    let ep = rt
+        .wait_for("crash", "restarted", |e| {
+            e["status"]["readyReplica"] == 1
+                && e["status"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("signal 9"))
+        })
+        .await;
+    assert_eq!(ep["status"]["state"], "running");
+    assert_ne!(rt.replica_pids(), pids);
+
+    // Logs: the engine's start line on stderr, with the replica id.
+    let logs = rt
+        .http
+        .get(format!("{}/v2/endpoint/{NS}/crash/logs?tail=50", rt.url))
+        .bearer_auth(&rt.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(logs.status(), 200);
+    let text = logs.text().await.unwrap();
+    assert!(text.contains("stderr: test engine pid"), "{text}");
+    let bad = rt
+        .http
+        .get(format!(
+            "{}/v2/endpoint/{NS}/crash/logs?since=yesterday",
+            rt.url
+        ))
+        .bearer_auth(&rt.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+
+    // An update whose replicas cannot start: updateFailed, and the old replica still serves.
+    let _: Value = rt
+        .admin
+        .update_endpoint(
+            NS,
+            "crash",
+            &json!({"model": {"args": ["--exit-immediately"]}}),
+        )
+        .await
+        .unwrap();
+    let ep = rt.wait_state("crash", "updateFailed").await;
+    assert!(
+        ep["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exit status 2"),
+        "{}",
+        ep["status"]
+    );
+    assert_eq!(rt.embed("crash", &[]).await.status(), 200);
+
+    // A new endpoint that cannot start at all: failed, with the reason.
+    rt.create(engine_endpoint(
+        "never",
+        "public",
+        &["--exit-immediately"],
+        json!({"minReplica": 1, "maxReplica": 1}),
+    ))
+    .await;
+    let ep = rt.wait_state("never", "failed").await;
+    let message = ep["status"]["message"].as_str().unwrap().to_string();
+    assert!(
+        message.contains("exit status 2") && message.contains("told to fail"),
+        "{message}"
+    );
+    let mut missing = engine_endpoint(
+        "missing",
+        "public",
+        &[],
+        json!({"minReplica": 1, "maxReplica": 1}),
+    );
+    missing["model"]["command"] = json!(["/nonexistent/engine"]);
+    rt.create(missing).await;
+    let ep = rt.wait_state("missing", "failed").await;
+    assert!(ep["status"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("/nonexistent/engine"));
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_commands_need_permission() {
+    let rt = spawn(|_| {}).await;
+    let _: Value = rt
+        .admin
+        .admin_create_user(&json!({"name": "bob"}))
+        .await
+        .unwrap();
+    let bob = Client::new(
+        &rt.url,
+        Some(
+            rt.admin
+                .admin_create_token("bob", &json!({}))
+                .await
+                .unwrap(),
+        ),
+    );
+    let err = bob
+        .create_endpoint::<Value>(
+            "bob",
+            &engine_endpoint(
+                "mine",
+                "public",
+                &[],
+                json!({"minReplica": 0, "maxReplica": 1}),
+            ),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(reqwest::StatusCode::FORBIDDEN));
+    assert!(bob.list_endpoints::<Value>("bob").await.unwrap()["items"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    rt.shutdown().await;
+}
