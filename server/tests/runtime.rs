@@ -698,3 +698,63 @@ async fn custom_commands_need_permission() {
         .is_empty());
     rt.shutdown().await;
 }
+
+/// The real engine (`engines/minilm/install`): deployed as a `tei` image, it embeds through the proxy.
+/// Runs only where the engine is installed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_minilm_engine_when_installed() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("engines")
+        .join("minilm");
+    let python = root.join(".venv").join("bin").join("python");
+    if !python.exists() {
+        eprintln!("skipped: engines/minilm is not installed (engines/minilm/install)");
+        return;
+    }
+    let rt = spawn(|c| {
+        c.runtime.launchers.insert(
+            "tei".into(),
+            switchyard_server::config::Launcher {
+                command: vec![
+                    python.display().to_string(),
+                    root.join("serve.py").display().to_string(),
+                    "--port".into(),
+                    "{port}".into(),
+                    "--model-id".into(),
+                    "{repository}".into(),
+                ],
+                health_route: Some("/health".into()),
+                ..Default::default()
+            },
+        );
+    })
+    .await;
+    let mut body = engine_endpoint(
+        "minilm",
+        "public",
+        &[],
+        json!({"minReplica": 1, "maxReplica": 1}),
+    );
+    body["model"] = json!({"repository": "sentence-transformers/all-MiniLM-L6-v2", "framework": "pytorch",
+                           "image": {"tei": {"url": "local/minilm"}}});
+    rt.create(body).await;
+    rt.wait_state("minilm", "running").await;
+    let resp = rt
+        .http
+        .post(format!("{}/embed", rt.endpoint_url("minilm")))
+        .json(&json!({"inputs": ["A cat sits on the mat", "A kitten is sitting on a rug", "Quarterly revenue rose 5%"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let v: Vec<Vec<f32>> = resp.json().await.unwrap();
+    assert_eq!(v.len(), 3);
+    assert_eq!(v[0].len(), 384);
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    assert!(
+        dot(&v[0], &v[1]) > dot(&v[0], &v[2]) + 0.3,
+        "similar sentences are closer"
+    );
+    rt.shutdown().await;
+}
