@@ -122,6 +122,8 @@ pub struct RuntimeConfig {
     pub custom_command_users: Vec<String>,
     /// One launcher per engine image key (`tei`, `llamacpp`, `vLLM`, `sGLang`, `tgi`, `hub`, …).
     pub launchers: std::collections::BTreeMap<String, Launcher>,
+    /// Custom-router sidecars by image tag (`customRouter.tag`); `{port}` is the port it listens on.
+    pub routers: std::collections::BTreeMap<String, Launcher>,
     pub scaling: ScalingConfig,
 }
 
@@ -140,6 +142,7 @@ impl Default for RuntimeConfig {
             custom_commands: CustomCommands::Admins,
             custom_command_users: Vec::new(),
             launchers: Default::default(),
+            routers: Default::default(),
             scaling: ScalingConfig::default(),
         }
     }

@@ -25,6 +25,7 @@ struct Rt {
     data_dir: PathBuf,
     clock: ManualClock,
     http: reqwest::Client,
+    private_addr: Option<std::net::SocketAddr>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     done: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     _dir: tempfile::TempDir,
@@ -46,6 +47,7 @@ async fn spawn(tweak: impl FnOnce(&mut Config)) -> Rt {
         .await
         .expect("build");
     let url = format!("http://{}", app.local_addr());
+    let private_addr = app.private_addr();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let done = tokio::spawn(app.run(async {
         let _ = rx.await;
@@ -61,6 +63,7 @@ async fn spawn(tweak: impl FnOnce(&mut Config)) -> Rt {
         data_dir: dir.path().to_path_buf(),
         clock,
         http: reqwest::Client::new(),
+        private_addr,
         stop: Some(tx),
         done: Some(done),
         _dir: dir,
@@ -756,5 +759,213 @@ async fn real_minilm_engine_when_installed() {
         dot(&v[0], &v[1]) > dot(&v[0], &v[2]) + 0.3,
         "similar sentences are closer"
     );
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_router_sidecar_routes_every_request() {
+    let rt = spawn(|c| {
+        c.runtime.routers.insert(
+            "test-router".into(),
+            switchyard_server::config::Launcher {
+                command: vec![
+                    engine_bin(),
+                    "--port".into(),
+                    "{port}".into(),
+                    "--router".into(),
+                ],
+                ..Default::default()
+            },
+        );
+    })
+    .await;
+    let mut routed = engine_endpoint(
+        "routed",
+        "public",
+        &[],
+        json!({"minReplica": 2, "maxReplica": 2}),
+    );
+    routed["customRouter"] = json!({"tag": "test-router"});
+    routed["experimentalFeatures"] = json!({"loadBalancer": "sticky"});
+    rt.create(routed).await;
+    rt.wait_for("routed", "2 ready", |e| e["status"]["readyReplica"] == 2)
+        .await;
+    // Served only once the sidecar knows both replicas; then every request goes through it, and its own
+    // round robin (not the sticky balancer, which a custom router overrides) reaches both.
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..200 {
+        let r = rt.embed("routed", &[]).await;
+        if r.status() != 200 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
+        assert_eq!(r.headers()["x-routed-by"], "test-router");
+        seen.insert(r.headers()["x-replica-id"].to_str().unwrap().to_string());
+        if seen.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 2, "{seen:?}");
+
+    // Removing the router (a null tag) goes back to the balancer: no more x-routed-by.
+    let _: Value = rt
+        .admin
+        .update_endpoint(NS, "routed", &json!({"customRouter": {"tag": null}}))
+        .await
+        .unwrap();
+    let mut direct = false;
+    for _ in 0..100 {
+        let r = rt.embed("routed", &[]).await;
+        if r.status() == 200 && r.headers().get("x-routed-by").is_none() {
+            direct = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(direct, "requests still go through the removed router");
+
+    // A tag no router is configured for, and the gRPC protocol: failed, saying why.
+    let mut unknown = engine_endpoint(
+        "unknown-router",
+        "public",
+        &[],
+        json!({"minReplica": 1, "maxReplica": 1}),
+    );
+    unknown["customRouter"] = json!({"tag": "nope"});
+    rt.create(unknown).await;
+    let ep = rt.wait_state("unknown-router", "failed").await;
+    assert!(
+        ep["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("runtime.routers.nope"),
+        "{}",
+        ep["status"]
+    );
+    let mut grpc = engine_endpoint(
+        "grpc-router",
+        "public",
+        &[],
+        json!({"minReplica": 1, "maxReplica": 1}),
+    );
+    grpc["customRouter"] = json!({"tag": "test-router", "protocol": "extProc"});
+    rt.create(grpc).await;
+    let ep = rt.wait_state("grpc-router", "failed").await;
+    assert!(ep["status"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("extProc"));
+    let pids = rt.shutdown().await;
+    assert!(pids.iter().all(|p| !alive(*p)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_entry_point_mcp_sessions_and_metrics() {
+    let rt = spawn(|c| c.proxy.private_listen = Some("127.0.0.1:0".parse().unwrap())).await;
+    let private_addr = rt.private_addr.expect("private listener");
+    let mut private = engine_endpoint(
+        "priv",
+        "private",
+        &[],
+        json!({"minReplica": 1, "maxReplica": 1}),
+    );
+    private["privateService"] = json!({"accountId": "123456789012", "region": "us-east-1"});
+    rt.create(private).await;
+    let mut mcp = engine_endpoint(
+        "mcp",
+        "public",
+        &[],
+        json!({"minReplica": 3, "maxReplica": 3}),
+    );
+    mcp["experimentalFeatures"] = json!({"mcpLb": {"stateful": true}});
+    rt.create(mcp).await;
+    rt.wait_state("priv", "running").await;
+    rt.wait_for("mcp", "3 ready", |e| e["status"]["readyReplica"] == 3)
+        .await;
+
+    // A private endpoint is not served on the public listener at all…
+    assert_eq!(rt.embed("priv", &[]).await.status(), 404);
+    // …and on the private entry point only for its account.
+    let url = format!("http://{private_addr}/endpoints/{NS}/priv/embed");
+    let post = |account: Option<&'static str>| {
+        let mut req = rt.http.post(&url).json(&json!({"inputs": "x"}));
+        if let Some(a) = account {
+            req = req.header("x-private-link-account", a);
+        }
+        req.send()
+    };
+    assert_eq!(post(Some("123456789012")).await.unwrap().status(), 200);
+    assert_eq!(post(Some("999999999999")).await.unwrap().status(), 403);
+    assert_eq!(post(None).await.unwrap().status(), 403);
+    // Public endpoints do not exist on the private entry point.
+    let public_there = rt
+        .http
+        .post(format!("http://{private_addr}/endpoints/{NS}/mcp/embed"))
+        .json(&json!({"inputs": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(public_there.status(), 404);
+
+    // MCP sessions stay on the replica that issued them.
+    let mcp_url = format!("{}/mcp", rt.endpoint_url("mcp"));
+    for _ in 0..5 {
+        let first = rt.http.post(&mcp_url).body("{}").send().await.unwrap();
+        let session = first.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let replica = first.headers()["x-replica-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        for _ in 0..10 {
+            let next = rt
+                .http
+                .post(&mcp_url)
+                .header("mcp-session-id", &session)
+                .body("{}")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(next.headers()["x-replica-id"].to_str().unwrap(), replica);
+            assert_eq!(next.json::<Value>().await.unwrap()["known"], true);
+        }
+    }
+
+    // Metrics: an administrator's token is needed; the counters are there (the 404 on the private entry
+    // point counts for `mcp` too). The replica gauge follows the state at the runtime's next tick.
+    assert_eq!(
+        rt.http
+            .get(format!("{}/metrics", rt.url))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = rt
+            .http
+            .get(format!("{}/metrics", rt.url))
+            .bearer_auth(&rt.token)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if text.contains("switchyard_endpoint_ready_replicas{namespace=\"admin\",endpoint=\"mcp\",state=\"running\"} 3") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = rt.get("mcp").await["status"].clone();
+    assert!(text.contains("switchyard_endpoint_ready_replicas{namespace=\"admin\",endpoint=\"mcp\",state=\"running\"} 3"), "{status} {text}");
+    assert!(text.contains("switchyard_proxy_requests_total{namespace=\"admin\",endpoint=\"mcp\",status=\"200\"} 55"), "{text}");
+    assert!(text.contains("switchyard_proxy_requests_total{namespace=\"admin\",endpoint=\"mcp\",status=\"404\"} 1"), "{text}");
+    assert!(text.contains("switchyard_proxy_requests_total{namespace=\"admin\",endpoint=\"priv\",status=\"403\"} 2"), "{text}");
+    assert!(text.contains("switchyard_proxy_request_duration_seconds_count{namespace=\"admin\",endpoint=\"mcp\"} 56"), "{text}");
     rt.shutdown().await;
 }

@@ -6,6 +6,8 @@
 //! `GET /metrics` reports that queue with vLLM's gauge names. The other routes (`/echo`, `/stream`,
 //! `/env/{NAME}`, `/mcp`) and the failure flags exist to test the runtime and its serving proxy.
 
+mod router;
+
 use std::collections::HashSet;
 use std::convert::Infallible;
 use std::io::Write;
@@ -64,6 +66,9 @@ struct Cli {
     /// /health always answers 503.
     #[arg(long)]
     fail_health: bool,
+    /// Run as a custom-router sidecar instead of an engine (see `router.rs`).
+    #[arg(long)]
+    router: bool,
 }
 
 fn at_least_one() -> RangedU64ValueParser<usize> {
@@ -342,7 +347,7 @@ async fn run(cli: Cli, started: Instant) -> Result<(), String> {
         headers.insert("x-replica-id", replica_header.clone());
         std::future::ready(response)
     };
-    let app = Router::new()
+    let engine_app = Router::new()
         .route("/health", get(health))
         .route("/embed", post(embed))
         .route("/metrics", get(metrics))
@@ -353,6 +358,11 @@ async fn run(cli: Cli, started: Instant) -> Result<(), String> {
         .fallback(no_route)
         .layer(axum::middleware::map_response(tag_replica))
         .with_state(engine);
+    let app = if cli.router {
+        router::app()
+    } else {
+        engine_app
+    };
 
     let mut stdout = std::io::stdout();
     writeln!(stdout, "test engine listening on http://{address}")

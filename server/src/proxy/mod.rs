@@ -410,18 +410,22 @@ impl Proxy {
             .get("mcp-session-id")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let backend = match route.mcp_lb {
-            Some(stateful) => {
-                let known = if stateful {
-                    session.as_deref().and_then(|s| self.sessions.replica_of(s))
-                } else {
-                    None
-                };
-                known
-                    .and_then(|id| route.backends.iter().find(|b| b.replica_id == id))
-                    .or_else(|| balance::least_connections(&route.backends))
-            }
-            None => balance::pick(route.load_balancer, &route.backends, &client_key),
+        let backend = match (&route.router, route.mcp_lb) {
+            // A custom router balances by itself.
+            (Some(router), _) => Some(router),
+            (None, mcp) => match mcp {
+                Some(stateful) => {
+                    let known = if stateful {
+                        session.as_deref().and_then(|s| self.sessions.replica_of(s))
+                    } else {
+                        None
+                    };
+                    known
+                        .and_then(|id| route.backends.iter().find(|b| b.replica_id == id))
+                        .or_else(|| balance::least_connections(&route.backends))
+                }
+                None => balance::pick(route.load_balancer, &route.backends, &client_key),
+            },
         };
         let Some(backend) = backend.cloned() else {
             return unavailable("no replica is ready", Some(self.config.retry_after_s));

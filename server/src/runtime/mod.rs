@@ -89,6 +89,8 @@ pub struct Route {
     pub domain: Option<(String, String)>,
     /// Ready replicas, in a stable order.
     pub backends: Vec<Arc<Backend>>,
+    /// The custom-router sidecar every request goes through, once it knows the replicas.
+    pub router: Option<Arc<Backend>>,
     pub activity: Arc<Activity>,
 }
 

@@ -16,13 +16,16 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use super::launch::{self, Launch};
-use super::provider::{ProviderError, ReplicaInfo, ReplicaProvider, ReplicaStatus};
+use super::provider::{ProviderError, ReplicaInfo, ReplicaPlan, ReplicaProvider, ReplicaStatus};
 use super::scaler::{bounds_at, idle_expired, LoadSample, Scaler, ScalerSettings};
 use super::{Activity, Backend, Route, RouteTable, RuntimeHandle};
 use crate::clock::Clock;
 use crate::config::RuntimeConfig;
 use crate::crypto::{hex, random_id, SecretBox};
-use crate::model::{can_transition, EndpointSpec, EndpointState, EndpointType, Measure};
+use crate::model::{
+    can_transition, CustomRouter, EndpointSpec, EndpointState, EndpointType, Measure,
+    RouterProtocol,
+};
 use crate::store::{EndpointRecord, Store, StoreError};
 
 /// A plain HTTP/1 client for health checks, metrics scrapes and the proxy.
@@ -54,10 +57,22 @@ struct ReplicaRun {
     draining: Option<std::time::Instant>,
 }
 
+/// The reconciler's pace while replicas start or drain.
+const FAST_TICK: Duration = Duration::from_millis(25);
+
 /// Longest a retired replica is kept for its in-flight requests.
 const MAX_DRAIN: Duration = Duration::from_secs(30);
 
+/// A custom-router sidecar and what it was last told.
+struct RouterRun {
+    spec: CustomRouter,
+    backend: Arc<Backend>,
+    /// The replica URLs it acknowledged; `None` until the first announcement succeeds.
+    announced: Option<Vec<String>>,
+}
+
 struct EndpointRun {
+    router: Option<RouterRun>,
     namespace: String,
     name: String,
     replicas: Vec<ReplicaRun>,
@@ -108,7 +123,6 @@ pub fn generation(spec: &EndpointSpec) -> String {
         "accelerator": spec.compute.accelerator,
         "instanceType": spec.compute.instance_type,
         "instanceSize": spec.compute.instance_size,
-        "customRouter": spec.custom_router,
     });
     hex(&Sha256::digest(key.to_string().as_bytes())[..8])
 }
@@ -155,8 +169,15 @@ impl Reconciler {
             if let Err(e) = self.tick().await {
                 tracing::warn!(error = %e, "reconcile tick failed; retrying");
             }
+            // While replicas start or drain, look again soon: a cold start should not wait a whole tick.
+            let busy = self
+                .runs
+                .values()
+                .flat_map(|r| &r.replicas)
+                .any(|r| !r.ready || r.draining.is_some());
+            let pause = if busy { tick.min(FAST_TICK) } else { tick };
             tokio::select! {
-                _ = tokio::time::sleep(tick) => {}
+                _ = tokio::time::sleep(pause) => {}
                 _ = kick.notified() => {}
                 _ = shutdown.changed() => {}
             }
@@ -177,10 +198,9 @@ impl Reconciler {
             .cloned()
             .collect();
         for id in gone {
-            if let Some(run) = self.runs.remove(&id) {
-                for r in &run.replicas {
-                    self.provider.stop(&r.info.replica_id).await;
-                }
+            if let Some(mut run) = self.runs.remove(&id) {
+                stop_all(&mut run, self.provider.as_ref()).await;
+                stop_router(&mut run, self.provider.as_ref()).await;
                 self.handle.forget_activity(&run.namespace, &run.name);
                 self.handle.logs.forget(&run.namespace, &run.name);
             }
@@ -230,7 +250,15 @@ impl Reconciler {
         let run = self.runs.get(&rec.id)?;
         let spec = &rec.spec;
         let features = &spec.experimental_features;
+        // With a custom router, nothing is served until it knows the replicas.
+        let router = run
+            .router
+            .as_ref()
+            .filter(|r| r.announced.is_some())
+            .map(|r| r.backend.clone());
+        let routed = spec.custom_router.is_none() || router.is_some();
         Some(Arc::new(Route {
+            router,
             id: rec.id.clone(),
             namespace: rec.namespace.clone(),
             name: spec.name.clone(),
@@ -250,7 +278,7 @@ impl Reconciler {
             backends: run
                 .replicas
                 .iter()
-                .filter(|r| r.ready && r.draining.is_none())
+                .filter(|r| routed && r.ready && r.draining.is_none())
                 .map(|r| r.backend.clone())
                 .collect(),
             activity: run.activity.clone(),
@@ -297,6 +325,7 @@ impl Reconciler {
             .runs
             .entry(rec.id.clone())
             .or_insert_with(|| EndpointRun {
+                router: None,
                 namespace: rec.namespace.clone(),
                 name: rec.spec.name.clone(),
                 replicas: Vec::new(),
@@ -358,7 +387,9 @@ impl Reconciler {
         let bounds = bounds_at(&rec.spec.compute.scaling, now);
         match rec.state {
             EndpointState::Paused | EndpointState::Failed => {
-                stop_all(run, self.provider.as_ref()).await;
+                // Out of the routing table first, so no request is sent to a replica being stopped.
+                retire_all(run, self.provider.as_ref()).await;
+                stop_router(run, self.provider.as_ref()).await;
                 run.scaler.reset();
                 run.target = 0;
                 return out;
@@ -376,6 +407,7 @@ impl Reconciler {
                     run.target = bounds.min.max(1).min(bounds.max.max(1));
                 } else {
                     retire_all(run, self.provider.as_ref()).await;
+                    stop_router(run, self.provider.as_ref()).await;
                     run.target = 0;
                     return out;
                 }
@@ -559,6 +591,16 @@ impl Reconciler {
                 run.failed_generation = None;
             }
         }
+        if let Err(why) =
+            sync_router(self.provider.as_ref(), &self.config, &self.http, rec, run).await
+        {
+            stop_all(run, self.provider.as_ref()).await;
+            stop_router(run, self.provider.as_ref()).await;
+            out.state = EndpointState::Failed;
+            out.message = Some(why);
+            run.target = 0;
+            return finish(out, run);
+        }
         let ready = run
             .replicas
             .iter()
@@ -591,6 +633,102 @@ impl Reconciler {
             _ => out.message,
         };
         finish(out, run)
+    }
+}
+
+/// Keeps the endpoint's custom-router sidecar running (restarted when its spec changes or it exits)
+/// and tells it the ready replicas whenever they change. `Err` when it cannot run here at all.
+async fn sync_router(
+    provider: &dyn ReplicaProvider,
+    config: &RuntimeConfig,
+    http: &HttpClient,
+    rec: &EndpointRecord,
+    run: &mut EndpointRun,
+) -> Result<(), String> {
+    let Some(spec) = &rec.spec.custom_router else {
+        stop_router(run, provider).await;
+        return Ok(());
+    };
+    if spec.protocol != RouterProtocol::Http {
+        return Err("customRouter protocol extProc needs a gRPC external processor, which this server's proxy does not speak; use http".into());
+    }
+    let stale = run.router.as_ref().is_some_and(|r| {
+        r.spec != *spec
+            || matches!(
+                provider.status(&r.backend.replica_id),
+                ReplicaStatus::Exited(_)
+            )
+    });
+    if stale {
+        stop_router(run, provider).await;
+    }
+    if run.router.is_none() {
+        let launcher = config.routers.get(&spec.tag).filter(|l| !l.command.is_empty()).ok_or_else(|| {
+            format!("no custom router is configured for tag {:?} on this server (runtime.routers.{})", spec.tag, spec.tag)
+        })?;
+        let mut command = launcher.command.iter().cloned();
+        let plan = ReplicaPlan {
+            namespace: rec.namespace.clone(),
+            endpoint: rec.spec.name.clone(),
+            replica_id: format!("{}-router-{}", rec.spec.name, &random_id()[..8]),
+            program: command.next().unwrap_or_default(),
+            args: command.collect(),
+            env: launcher
+                .env
+                .iter()
+                .chain(&spec.env)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        };
+        let info = provider
+            .start(&plan)
+            .await
+            .map_err(|ProviderError::Start(e)| format!("custom router: {e}"))?;
+        tracing::info!(endpoint = %rec.spec.name, router = %info.replica_id, addr = %info.addr, "custom router started");
+        run.router = Some(RouterRun {
+            spec: spec.clone(),
+            backend: Arc::new(Backend {
+                replica_id: info.replica_id,
+                addr: info.addr,
+                in_flight: Default::default(),
+            }),
+            announced: None,
+        });
+    }
+    let Some(router) = run.router.as_mut() else {
+        return Ok(());
+    };
+    let backends: Vec<String> = run
+        .replicas
+        .iter()
+        .filter(|r| r.ready && r.draining.is_none())
+        .map(|r| format!("http://{}", r.info.addr))
+        .collect();
+    if router.announced.as_ref() != Some(&backends) {
+        let body = serde_json::json!({ "backends": backends }).to_string();
+        let req = axum::http::Request::post(format!(
+            "http://{}/_custom_router/set-backends",
+            router.backend.addr
+        ))
+        .header(axum::http::header::CONTENT_TYPE, "application/json")
+        .body(axum::body::Body::from(body));
+        if let Ok(req) = req {
+            // The sidecar may still be starting: not told now, told at a later tick.
+            if let Ok(Ok(resp)) =
+                tokio::time::timeout(Duration::from_secs(2), http.request(req)).await
+            {
+                if resp.status().is_success() {
+                    router.announced = Some(backends);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn stop_router(run: &mut EndpointRun, provider: &dyn ReplicaProvider) {
+    if let Some(r) = run.router.take() {
+        provider.stop(&r.backend.replica_id).await;
     }
 }
 
