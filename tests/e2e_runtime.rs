@@ -1,14 +1,14 @@
 //! The real `switchyard` binary running real replicas (the workspace's test engine): a clean stop leaves no
 //! replica behind, a kill -9 of the server takes its replicas with it, and a restart brings the endpoint back.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
+mod common;
+use common::serve_with;
 
 fn engine_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("test exe");
@@ -23,48 +23,6 @@ fn engine_bin() -> PathBuf {
         bin.display()
     );
     bin
-}
-
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(data_dir: &Path, config: &Path) -> Server {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir)
-        .arg("--config")
-        .arg(config)
-        .env_remove("SWITCHYARD_LISTEN")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start switchyard serve");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut sent = false;
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if !sent {
-                if let Some(rest) = line.split("listening on ").nth(1) {
-                    let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_string());
-                    sent = true;
-                }
-            }
-        }
-    });
-    let url = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the server announces its address");
-    Server { child, url }
 }
 
 fn pids(data_dir: &Path) -> Vec<String> {
@@ -129,7 +87,7 @@ async fn replicas_live_and_die_with_the_server() {
     std::fs::write(&config, "[runtime]\ntick_ms = 100\nstop_grace_ms = 2000\n").expect("config");
     let http = reqwest::Client::new();
 
-    let mut server = serve(&data_dir, &config);
+    let mut server = serve_with(&data_dir, &["--config".as_ref(), config.as_os_str()]);
     let token = std::fs::read_to_string(data_dir.join("admin-token"))
         .expect("token")
         .trim()
@@ -168,7 +126,7 @@ async fn replicas_live_and_die_with_the_server() {
     assert!(pids(&data_dir).is_empty());
 
     // Restart: the stored endpoint runs again.
-    let mut server = serve(&data_dir, &config);
+    let mut server = serve_with(&data_dir, &["--config".as_ref(), config.as_os_str()]);
     wait_serving(&http, &server.url, &token).await;
     let second = pids(&data_dir);
     assert_eq!(second.len(), 1);
@@ -178,7 +136,7 @@ async fn replicas_live_and_die_with_the_server() {
     server.child.kill().expect("kill -9");
     server.child.wait().expect("wait");
     wait_dead(&second).await;
-    let server = serve(&data_dir, &config);
+    let server = serve_with(&data_dir, &["--config".as_ref(), config.as_os_str()]);
     let ep = wait_serving(&http, &server.url, &token).await;
     assert_eq!(ep["status"]["readyReplica"], 1);
     let third = pids(&data_dir);

@@ -969,3 +969,152 @@ async fn private_entry_point_mcp_sessions_and_metrics() {
     assert!(text.contains("switchyard_proxy_request_duration_seconds_count{namespace=\"admin\",endpoint=\"mcp\"} 56"), "{text}");
     rt.shutdown().await;
 }
+
+/// Sets the manual clock to today's `hh:mm` UTC (the schedule's time of day).
+fn at(rt: &Rt, hh: u32, mm: u32) {
+    let today = Utc::now()
+        .date_naive()
+        .and_hms_opt(hh, mm, 0)
+        .expect("time")
+        .and_utc();
+    rt.clock.set(today);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_raises_and_lowers_the_bounds() {
+    let rt = spawn(|_| {}).await;
+    at(&rt, 7, 0);
+    // 08:00–18:00 at least 2 replicas; 18:00–22:00 at most 1; from 22:00 (wrapping past midnight to 08:00)
+    // none needed, scale to zero after 5 idle minutes.
+    let schedule = json!([
+        {"at": "08:00", "minReplica": 2, "maxReplica": 3},
+        {"at": "18:00", "minReplica": 1, "maxReplica": 1},
+        {"at": "22:00", "minReplica": 0, "maxReplica": 3, "scaleToZeroTimeout": 5}
+    ]);
+    rt.create(engine_endpoint(
+        "sched",
+        "public",
+        &[],
+        json!({"minReplica": 0, "maxReplica": 3, "schedule": schedule}),
+    ))
+    .await;
+    // 07:00 is in the 22:00 entry (midnight wrap): one replica for now, then idle → scaled to zero after 5 min.
+    rt.wait_state("sched", "running").await;
+    rt.clock.advance(chrono::Duration::minutes(6));
+    rt.wait_state("sched", "scaledToZero").await;
+    // 08:00: the entry raises the minimum to 2 and starts the scaled-to-zero endpoint.
+    at(&rt, 8, 0);
+    let ep = rt
+        .wait_for("sched", "2 ready", |e| e["status"]["readyReplica"] == 2)
+        .await;
+    assert_eq!(ep["status"]["targetReplica"], 2);
+    // 18:00: the maximum drops to 1: the extra replica goes at once, without waiting for stabilization.
+    at(&rt, 18, 0);
+    let ep = rt
+        .wait_for("sched", "1 replica", |e| {
+            e["status"]["targetReplica"] == 1 && e["status"]["readyReplica"] == 1
+        })
+        .await;
+    assert_eq!(ep["status"]["state"], "running");
+    // The minimum is 1 until 22:00: hours without requests do not scale it to zero.
+    at(&rt, 21, 59);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(rt.get("sched").await["status"]["state"], "running");
+    // After 22:00 the idle timeout of the entry applies.
+    at(&rt, 22, 6);
+    rt.wait_state("sched", "scaledToZero").await;
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_requests_and_inference_load_scale_out() {
+    let rt = spawn(|c| {
+        c.runtime.scaling.evaluation_window_s = 2;
+        c.runtime.scaling.scale_up_stabilization_s = 0;
+        c.runtime.launchers.insert(
+            "vLLM".into(),
+            switchyard_server::config::Launcher {
+                command: vec![
+                    engine_bin(),
+                    "--port".into(),
+                    "{port}".into(),
+                    "--latency-ms".into(),
+                    "200".into(),
+                    "--capacity".into(),
+                    "1".into(),
+                ],
+                ..Default::default()
+            },
+        );
+    })
+    .await;
+    let pending = engine_endpoint(
+        "pending",
+        "public",
+        &["--latency-ms", "200", "--capacity", "1"],
+        json!({"minReplica": 1, "maxReplica": 3, "measure": {"pendingRequests": 1.0}}),
+    );
+    rt.create(pending).await;
+    let mut vllm = engine_endpoint(
+        "vllm",
+        "public",
+        &[],
+        json!({"minReplica": 1, "maxReplica": 3, "measure": {"inferenceLoad": {"requestsWaiting": 1.0}}}),
+    );
+    vllm["model"] = json!({"repository": "org/llm", "framework": "pytorch", "image": {"vLLM": {"url": "local/vllm"}}});
+    rt.create(vllm).await;
+    rt.wait_state("pending", "running").await;
+    rt.wait_state("vllm", "running").await;
+
+    // Keep 6 requests in flight against each; move the clock so samples spread over the window.
+    let load = |name: &'static str| {
+        let http = rt.http.clone();
+        let url = format!("{}/embed", rt.endpoint_url(name));
+        tokio::spawn(async move {
+            let workers: Vec<_> = (0..6)
+                .map(|_| {
+                    let (http, url) = (http.clone(), url.clone());
+                    tokio::spawn(async move {
+                        for _ in 0..40 {
+                            let _ = http.post(&url).json(&json!({"inputs": "x"})).send().await;
+                        }
+                    })
+                })
+                .collect();
+            for w in workers {
+                let _ = w.await;
+            }
+        })
+    };
+    let loads = [load("pending"), load("vllm")];
+    let mut grown = (false, false);
+    for _ in 0..200 {
+        rt.clock.advance(chrono::Duration::milliseconds(500));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        grown.0 |= rt.get("pending").await["status"]["targetReplica"]
+            .as_u64()
+            .unwrap_or(0)
+            > 1;
+        grown.1 |= rt.get("vllm").await["status"]["targetReplica"]
+            .as_u64()
+            .unwrap_or(0)
+            > 1;
+        if grown.0 && grown.1 {
+            break;
+        }
+    }
+    assert!(
+        grown.0,
+        "pendingRequests never scaled out: {}",
+        rt.get("pending").await["status"]
+    );
+    assert!(
+        grown.1,
+        "inferenceLoad never scaled out: {}",
+        rt.get("vllm").await["status"]
+    );
+    for l in loads {
+        l.abort();
+    }
+    rt.shutdown().await;
+}

@@ -423,21 +423,8 @@ impl Reconciler {
                         .last_exit
                         .clone()
                         .unwrap_or_else(|| "replicas keep failing".into());
-                    let old_ready = run.replicas.iter().any(|r| r.ready && r.generation != gen);
-                    if old_ready && !failed_update {
-                        stop_generation(run, self.provider.as_ref(), &gen).await;
-                        run.failed_generation = Some(gen);
-                        out.state = EndpointState::UpdateFailed;
-                        out.message = Some(format!(
-                            "update failed, previous replicas still serve: {why}"
-                        ));
-                    } else {
-                        stop_all(run, self.provider.as_ref()).await;
-                        out.state = EndpointState::Failed;
-                        out.message = Some(why);
-                        run.target = 0;
-                    }
-                    return finish(out, run);
+                    return give_up(run, self.provider.as_ref(), &gen, why, !failed_update, out)
+                        .await;
                 }
                 let last = run
                     .activity
@@ -546,23 +533,9 @@ impl Reconciler {
                     }
                     Err(why) => {
                         // Cannot start at all: retrying will not help.
-                        let old_ready = run
-                            .replicas
-                            .iter()
-                            .any(|r| r.ready && r.generation != serve_gen);
-                        if old_ready && rec.state != EndpointState::Pending {
-                            run.failed_generation = Some(gen.clone());
-                            out.state = EndpointState::UpdateFailed;
-                            out.message = Some(format!(
-                                "update failed, previous replicas still serve: {why}"
-                            ));
-                        } else {
-                            stop_all(run, self.provider.as_ref()).await;
-                            out.state = EndpointState::Failed;
-                            out.message = Some(why);
-                            run.target = 0;
-                        }
-                        return finish(out, run);
+                        let keep_old = rec.state != EndpointState::Pending && serve_gen == gen;
+                        return give_up(run, self.provider.as_ref(), &gen, why, keep_old, out)
+                            .await;
                     }
                 }
             }
@@ -594,12 +567,7 @@ impl Reconciler {
         if let Err(why) =
             sync_router(self.provider.as_ref(), &self.config, &self.http, rec, run).await
         {
-            stop_all(run, self.provider.as_ref()).await;
-            stop_router(run, self.provider.as_ref()).await;
-            out.state = EndpointState::Failed;
-            out.message = Some(why);
-            run.target = 0;
-            return finish(out, run);
+            return give_up(run, self.provider.as_ref(), &gen, why, false, out).await;
         }
         let ready = run
             .replicas
@@ -740,6 +708,34 @@ fn finish(mut out: Observed, run: &EndpointRun) -> Observed {
         .count() as u32;
     out.target = run.target;
     out
+}
+
+/// The spec cannot run: keep serving with the previous generation (`updateFailed`) when `keep_old` allows and
+/// it is up, else stop everything (`failed`). `why` becomes the status message.
+async fn give_up(
+    run: &mut EndpointRun,
+    provider: &dyn ReplicaProvider,
+    gen: &str,
+    why: String,
+    keep_old: bool,
+    mut out: Observed,
+) -> Observed {
+    let old_ready = run.replicas.iter().any(|r| r.ready && r.generation != gen);
+    if keep_old && old_ready {
+        stop_generation(run, provider, gen).await;
+        run.failed_generation = Some(gen.to_string());
+        out.state = EndpointState::UpdateFailed;
+        out.message = Some(format!(
+            "update failed, previous replicas still serve: {why}"
+        ));
+    } else {
+        stop_all(run, provider).await;
+        stop_router(run, provider).await;
+        out.state = EndpointState::Failed;
+        out.message = Some(why);
+        run.target = 0;
+    }
+    finish(out, run)
 }
 
 async fn stop_all(run: &mut EndpointRun, provider: &dyn ReplicaProvider) {
