@@ -1118,3 +1118,83 @@ async fn pending_requests_and_inference_load_scale_out() {
     }
     rt.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hardware_usage_scales_out_streams_pass_through_and_logs_follow() {
+    let rt = spawn(|c| {
+        c.runtime.scaling.evaluation_window_s = 2;
+        c.runtime.scaling.scale_up_stabilization_s = 0;
+    })
+    .await;
+    rt.create(engine_endpoint(
+        "cpu",
+        "public",
+        &["--busy", "--latency-ms", "100", "--capacity", "1"],
+        json!({"minReplica": 1, "maxReplica": 2, "measure": {"hardwareUsage": 20.0}}),
+    ))
+    .await;
+    rt.wait_state("cpu", "running").await;
+
+    // Follow the logs from now on: the scale-out's new replica announces itself there.
+    let mut follow = rt
+        .http
+        .get(format!(
+            "{}/v2/endpoint/{NS}/cpu/logs?tail=0&follow=true",
+            rt.url
+        ))
+        .bearer_auth(&rt.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(follow.status(), 200);
+
+    // A stream passes through as it is produced: the first event arrives before the last is sent.
+    let mut sse = rt
+        .http
+        .get(format!(
+            "{}/stream?n=3&interval_ms=400",
+            rt.endpoint_url("cpu")
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sse.headers()["content-type"], "text/event-stream");
+    let first = String::from_utf8(sse.chunk().await.unwrap().unwrap().to_vec()).unwrap();
+    assert!(
+        first.contains("data: 0") && !first.contains("data: 2"),
+        "{first:?}"
+    );
+
+    // One CPU kept busy against a 20% threshold: the replica count grows to the maximum.
+    let url = format!("{}/embed", rt.endpoint_url("cpu"));
+    let http = rt.http.clone();
+    let load = tokio::spawn(async move {
+        for _ in 0..100 {
+            let _ = http.post(&url).json(&json!({"inputs": "x"})).send().await;
+        }
+    });
+    let mut grown = false;
+    for _ in 0..100 {
+        rt.clock.advance(chrono::Duration::milliseconds(500));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if rt.get("cpu").await["status"]["targetReplica"] == 2 {
+            grown = true;
+            break;
+        }
+    }
+    assert!(
+        grown,
+        "hardwareUsage never scaled out: {}",
+        rt.get("cpu").await["status"]
+    );
+    load.abort();
+    let mut followed = String::new();
+    while !followed.contains("test engine pid") {
+        match tokio::time::timeout(Duration::from_secs(20), follow.chunk()).await {
+            Ok(Ok(Some(c))) => followed.push_str(&String::from_utf8_lossy(&c)),
+            other => panic!("the log stream ended or stalled ({other:?}): {followed}"),
+        }
+    }
+    assert!(followed.contains("stderr: test engine pid"), "{followed}");
+    rt.shutdown().await;
+}

@@ -66,6 +66,9 @@ struct Cli {
     /// /health always answers 503.
     #[arg(long)]
     fail_health: bool,
+    /// Inferences burn CPU for their latency instead of sleeping.
+    #[arg(long)]
+    busy: bool,
     /// Run as a custom-router sidecar instead of an engine (see `router.rs`).
     #[arg(long)]
     router: bool,
@@ -85,6 +88,7 @@ struct Engine {
     dim: usize,
     ready_at: Instant,
     fail_health: bool,
+    busy: bool,
     replica_id: String,
     sessions: Mutex<HashSet<String>>,
     next_session: AtomicU64,
@@ -117,7 +121,20 @@ impl Engine {
         };
         let Ok(_permit) = permit else { return false };
         let _running = Tracked::enter(&self.running);
-        sleep(self.latency).await;
+        if self.busy {
+            // Real CPU use, for the hardware measure: spin for the latency on a blocking thread.
+            let latency = self.latency;
+            let _ = tokio::task::spawn_blocking(move || {
+                let until = Instant::now() + latency;
+                let mut x = 0u64;
+                while Instant::now() < until {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                }
+            })
+            .await;
+        } else {
+            sleep(self.latency).await;
+        }
         true
     }
 }
@@ -338,6 +355,7 @@ async fn run(cli: Cli, started: Instant) -> Result<(), String> {
         dim: cli.dim,
         ready_at: started + Duration::from_millis(cli.start_delay_ms),
         fail_health: cli.fail_health,
+        busy: cli.busy,
         replica_id,
         sessions: Mutex::new(HashSet::new()),
         next_session: AtomicU64::new(0),

@@ -51,11 +51,16 @@ struct ReplicaRun {
     health_route: String,
     ready: bool,
     started_at: DateTime<Utc>,
-    cpu_mark: Option<(DateTime<Utc>, f64)>,
+    /// CPU seconds at a wall-clock instant: CPU use is physical, so it is timed by the real clock, not the
+    /// injected one.
+    cpu_mark: Option<(std::time::Instant, f64)>,
     cpu_percent: Option<f64>,
     /// Taken out of the routing table at this (wall-clock) instant; stopped once its requests finished.
     draining: Option<std::time::Instant>,
 }
+
+/// Shortest span a replica's CPU use is measured over.
+const CPU_SAMPLE: Duration = Duration::from_secs(1);
 
 /// The reconciler's pace while replicas start or drain.
 const FAST_TICK: Duration = Duration::from_millis(25);
@@ -825,13 +830,16 @@ async fn observe(
             }
         }
         if let Some(cpu) = provider.cpu_seconds(id) {
-            if let Some((at, before)) = r.cpu_mark {
-                let wall = (now - at).num_milliseconds() as f64 / 1000.0;
-                if wall > 0.0 {
+            // /proc counts in clock ticks (10 ms): measure over at least a second so the figure means something.
+            match r.cpu_mark {
+                Some((at, before)) if at.elapsed() >= CPU_SAMPLE => {
+                    let wall = at.elapsed().as_secs_f64();
                     r.cpu_percent = Some(((cpu - before) / wall * 100.0).max(0.0));
+                    r.cpu_mark = Some((std::time::Instant::now(), cpu));
                 }
+                Some(_) => {}
+                None => r.cpu_mark = Some((std::time::Instant::now(), cpu)),
             }
-            r.cpu_mark = Some((now, cpu));
         }
     }
     for (id, why) in failed {
