@@ -666,7 +666,7 @@ async fn crashes_restarts_failures_and_logs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn custom_commands_need_permission() {
+async fn custom_commands_and_the_cache_need_permission() {
     let rt = spawn(|_| {}).await;
     let _: Value = rt
         .admin
@@ -699,6 +699,38 @@ async fn custom_commands_need_permission() {
         .as_array()
         .unwrap()
         .is_empty());
+    // The response cache is for administrators too, on create and on update.
+    let mut cached = common::endpoint_body("cached");
+    cached["cacheHttpResponses"] = json!(true);
+    let err = bob
+        .create_endpoint::<Value>("bob", &cached)
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(reqwest::StatusCode::FORBIDDEN));
+    let _: Value = bob
+        .create_endpoint("bob", &common::endpoint_body("plain"))
+        .await
+        .unwrap();
+    let err = bob
+        .update_endpoint::<Value>(
+            "bob",
+            "plain",
+            &json!({"experimentalFeatures": {"cacheHttpResponses": true}}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(reqwest::StatusCode::FORBIDDEN));
+    let ok: Value = rt
+        .admin
+        .update_endpoint("bob", "plain", &json!({"cacheHttpResponses": true}))
+        .await
+        .unwrap();
+    assert_eq!(ok["cacheHttpResponses"], true);
+    // Once on, others may change other fields.
+    let _: Value = bob
+        .update_endpoint("bob", "plain", &json!({"tags": ["x"]}))
+        .await
+        .unwrap();
     rt.shutdown().await;
 }
 
@@ -1023,6 +1055,18 @@ async fn schedule_raises_and_lowers_the_bounds() {
     // After 22:00 the idle timeout of the entry applies.
     at(&rt, 22, 6);
     rt.wait_state("sched", "scaledToZero").await;
+    // A paused endpoint is left alone, even when an entry raises the minimum.
+    let _: Value = rt
+        .admin
+        .endpoint_action(NS, "sched", "pause")
+        .await
+        .unwrap();
+    at(&rt, 8, 30);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ep = rt.get("sched").await;
+    assert_eq!(ep["status"]["state"], "paused");
+    assert_eq!(ep["status"]["readyReplica"], 0);
+    assert!(rt.replica_pids().is_empty());
     rt.shutdown().await;
 }
 

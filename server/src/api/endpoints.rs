@@ -34,6 +34,23 @@ pub fn router() -> Router<AppState> {
         .route("/v2/provider/{namespace}", get(hardware))
 }
 
+/// The response cache is restricted to instance administrators (spec 2.7): enabling it (on create, or
+/// turning it on in an update) needs one.
+fn check_cache(
+    who: &Principal,
+    spec: &EndpointSpec,
+    before: Option<&EndpointSpec>,
+) -> ApiResult<()> {
+    let on =
+        |s: &EndpointSpec| s.cache_http_responses || s.experimental_features.cache_http_responses;
+    if on(spec) && !before.is_some_and(on) && !who.is_admin() {
+        return Err(ApiError::Forbidden(
+            "the response cache (cacheHttpResponses) can only be enabled by an instance administrator".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// A `custom` image with a command runs that command on this host: only the principals the config
 /// allows may set one (`runtime.custom_commands`, `runtime.custom_command_users`).
 fn check_custom_command(s: &AppState, who: &Principal, spec: &EndpointSpec) -> ApiResult<()> {
@@ -247,6 +264,7 @@ pub async fn create(
     seal_secrets(&s, &mut body, None);
     let spec = EndpointSpec::parse(&body).map_err(ApiError::invalid_body)?;
     check_custom_command(&s, &who, &spec)?;
+    check_cache(&who, &spec, None)?;
     let rec = insert_new(&s, &who, &namespace, spec).await?;
     s.runtime.kick();
     Ok(Json(render(&rec)))
@@ -316,6 +334,7 @@ pub async fn update(
         {
             check_custom_command(&s, &who, &spec)?;
         }
+        check_cache(&who, &spec, Some(&rec.spec))?;
         // Compute is checked against the hardware list only when it changes: an update of anything else
         // must not fail because the endpoint's instance type has since become unavailable.
         spec.compute.id = rec.spec.compute.id.clone();
