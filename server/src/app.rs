@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -132,6 +133,14 @@ pub struct Application {
     proxy: Proxy,
 }
 
+/// Responses go out as soon as they are written: with Nagle's algorithm a response whose head and body
+/// are written apart waits for the client's delayed ACK (about 40 ms).
+fn no_delay(tcp: &mut tokio::net::TcpStream) {
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!(error = %e, "TCP_NODELAY not set");
+    }
+}
+
 /// How long in-flight requests get to finish after a shutdown signal before replicas are stopped anyway.
 const DRAIN: Duration = Duration::from_secs(10);
 
@@ -236,7 +245,9 @@ impl Application {
             state.runtime.clone(),
             services.table,
         );
-        let reconciling = tokio::spawn(reconciler.run(stop_rx.clone()));
+        // The reconciler stops last, after requests drained: replicas serve until then.
+        let (reconciler_stop, reconciler_stopping) = watch::channel(false);
+        let reconciling = tokio::spawn(reconciler.run(reconciler_stopping));
         let signalled = {
             let runtime = runtime.clone();
             async move {
@@ -252,8 +263,11 @@ impl Application {
             let app = proxy::private_router(proxy.clone());
             let stop = until_stopped(stop_rx.clone());
             tokio::spawn(async move {
-                let serve = axum::serve(l, app.into_make_service_with_connect_info::<SocketAddr>())
-                    .with_graceful_shutdown(stop);
+                let serve = axum::serve(
+                    l.tap_io(no_delay),
+                    app.into_make_service_with_connect_info::<SocketAddr>(),
+                )
+                .with_graceful_shutdown(stop);
                 if let Err(e) = serve.await {
                     tracing::error!(error = %e, "private entry point failed");
                 }
@@ -263,7 +277,7 @@ impl Application {
             .merge(api::router(state.clone()))
             .layer(axum::middleware::from_fn_with_state(proxy, proxy::by_host));
         let serve = axum::serve(
-            listener,
+            listener.tap_io(no_delay),
             app.into_make_service_with_connect_info::<SocketAddr>(),
         )
         .with_graceful_shutdown(until_stopped(stop_rx.clone()));
@@ -279,6 +293,7 @@ impl Application {
             }
         };
         runtime.signal_stop();
+        reconciler_stop.send_replace(true);
         let _ = reconciling.await;
         services.sqlite.close().await;
         served

@@ -1242,3 +1242,143 @@ async fn hardware_usage_scales_out_streams_pass_through_and_logs_follow() {
     assert!(followed.contains("stderr: test engine pid"), "{followed}");
     rt.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_domains_and_host_code_are_guarded() {
+    let rt = spawn(|_| {}).await;
+    let mut routed = engine_endpoint(
+        "dom",
+        "public",
+        &[],
+        json!({"minReplica": 1, "maxReplica": 1}),
+    );
+    routed["route"] = json!({"domain": "models.example.com", "path": "/emb"});
+    rt.create(routed).await;
+    rt.wait_state("dom", "running").await;
+    // Served by Host + path prefix…
+    let via_domain = rt
+        .http
+        .post(format!("{}/emb/embed", rt.url))
+        .header("host", "models.example.com")
+        .json(&json!({"inputs": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(via_domain.status(), 200);
+    // …but only there: the server's own address still answers the API.
+    let api = rt
+        .http
+        .post(format!("{}/emb/embed", rt.url))
+        .json(&json!({"inputs": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(api.status(), 404);
+    // Under the prefix, with any port in Host, the replica answers (its health route here).
+    let health = rt
+        .http
+        .get(format!("{}/emb/health", rt.url))
+        .header("host", "models.example.com:8443")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    assert!(health.headers().contains_key("x-replica-id"));
+
+    // No endpoint can claim a taken domain and path, nor the server's own names.
+    let mut twin = engine_endpoint(
+        "twin",
+        "public",
+        &[],
+        json!({"minReplica": 0, "maxReplica": 1}),
+    );
+    twin["route"] = json!({"domain": "MODELS.example.com", "path": "/emb/"});
+    let err = rt
+        .admin
+        .create_endpoint::<Value>(NS, &twin)
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(reqwest::StatusCode::CONFLICT));
+    for own in ["localhost", "127.0.0.1"] {
+        let mut bad = engine_endpoint(
+            "own",
+            "public",
+            &[],
+            json!({"minReplica": 0, "maxReplica": 1}),
+        );
+        bad["route"] = json!({"domain": own, "path": "/"});
+        let err = rt
+            .admin
+            .create_endpoint::<Value>(NS, &bad)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.status(),
+            Some(reqwest::StatusCode::BAD_REQUEST),
+            "{own}"
+        );
+    }
+    let plain = engine_endpoint(
+        "plain",
+        "public",
+        &[],
+        json!({"minReplica": 0, "maxReplica": 1}),
+    );
+    rt.create(plain).await;
+    let err = rt
+        .admin
+        .update_endpoint::<Value>(
+            NS,
+            "plain",
+            &json!({"route": {"domain": "models.example.com", "path": "/emb"}}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(reqwest::StatusCode::CONFLICT));
+
+    // Variables that change what an engine runs are code execution: not for everyone.
+    let _: Value = rt
+        .admin
+        .admin_create_user(&json!({"name": "eve"}))
+        .await
+        .unwrap();
+    let eve = Client::new(
+        &rt.url,
+        Some(
+            rt.admin
+                .admin_create_token("eve", &json!({}))
+                .await
+                .unwrap(),
+        ),
+    );
+    let mut sneaky = common::endpoint_body("sneaky");
+    sneaky["model"]["env"] = json!({"LD_PRELOAD": "/tmp/evil.so"});
+    let err = eve
+        .create_endpoint::<Value>("eve", &sneaky)
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(reqwest::StatusCode::FORBIDDEN));
+    let _: Value = eve
+        .create_endpoint("eve", &common::endpoint_body("honest"))
+        .await
+        .unwrap();
+    let err = eve
+        .update_endpoint::<Value>(
+            "eve",
+            "honest",
+            &json!({"model": {"secrets": {"PYTHONSTARTUP": "/tmp/x.py"}}}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(reqwest::StatusCode::FORBIDDEN));
+    let ok: Value = eve
+        .update_endpoint(
+            "eve",
+            "honest",
+            &json!({"model": {"env": {"MODE": "fast"}}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok["model"]["env"]["MODE"], "fast");
+    rt.shutdown().await;
+}

@@ -51,12 +51,64 @@ fn check_cache(
     Ok(())
 }
 
-/// A `custom` image with a command runs that command on this host: only the principals the config
-/// allows may set one (`runtime.custom_commands`, `runtime.custom_command_users`).
-fn check_custom_command(s: &AppState, who: &Principal, spec: &EndpointSpec) -> ApiResult<()> {
-    let runs_command = matches!(spec.model.image, ModelImage::Custom(_))
-        && spec.model.command.as_ref().is_some_and(|c| !c.is_empty());
-    if !runs_command {
+/// Environment variables that change what a program runs (a preload, a startup script, a search path).
+/// Setting them is code execution on the host, like a custom command.
+fn runs_code(var: &str) -> bool {
+    const EXACT: [&str; 11] = [
+        "PATH",
+        "BASH_ENV",
+        "ENV",
+        "BROWSER",
+        "NODE_OPTIONS",
+        "PERL5OPT",
+        "PERL5LIB",
+        "RUBYOPT",
+        "RUBYLIB",
+        "JAVA_TOOL_OPTIONS",
+        "_JAVA_OPTIONS",
+    ];
+    let upper = var.to_ascii_uppercase();
+    EXACT.contains(&upper.as_str()) || upper.starts_with("LD_") || upper.starts_with("PYTHON")
+}
+
+/// What a spec makes the host run beyond the configured launchers: a `custom` image's command (with
+/// its args), or variables that change what a launcher runs. `None` when nothing.
+fn host_code(spec: &EndpointSpec) -> Option<String> {
+    let model = &spec.model;
+    if matches!(model.image, ModelImage::Custom(_))
+        && model.command.as_ref().is_some_and(|c| !c.is_empty())
+    {
+        return Some("custom images run model.command on the server's host".into());
+    }
+    let var = model
+        .env
+        .keys()
+        .chain(model.secrets.0.keys())
+        .find(|k| runs_code(k))?;
+    Some(format!(
+        "the variable {var} changes what the engine runs on the server's host"
+    ))
+}
+
+/// Code execution on the host is for the principals the config allows (`runtime.custom_commands`,
+/// `runtime.custom_command_users`). Checked when the spec asks for it and it changed.
+fn check_host_code(
+    s: &AppState,
+    who: &Principal,
+    spec: &EndpointSpec,
+    before: Option<&EndpointSpec>,
+) -> ApiResult<()> {
+    let Some(why) = host_code(spec) else {
+        return Ok(());
+    };
+    let same = before.is_some_and(|b| {
+        b.model.command == spec.model.command
+            && b.model.args == spec.model.args
+            && b.model.image == spec.model.image
+            && b.model.env == spec.model.env
+            && b.model.secrets == spec.model.secrets
+    });
+    if same {
         return Ok(());
     }
     let config = &s.runtime_config;
@@ -69,10 +121,40 @@ fn check_custom_command(s: &AppState, who: &Principal, spec: &EndpointSpec) -> A
     if allowed {
         Ok(())
     } else {
-        Err(ApiError::Forbidden(
-            "custom images run their command on the server's host; this server allows that only to the principals in runtime.custom_commands".into(),
-        ))
+        Err(ApiError::Forbidden(format!(
+            "{why}; this server allows that only to the principals in runtime.custom_commands"
+        )))
     }
+}
+
+/// A custom domain serves one endpoint: it must be a name (not an address or localhost) and its
+/// domain and path must not be another endpoint's.
+async fn check_route(s: &AppState, namespace: &str, spec: &EndpointSpec) -> ApiResult<()> {
+    let Some(route) = &spec.route else {
+        return Ok(());
+    };
+    let domain = route.domain.trim_end_matches('.').to_ascii_lowercase();
+    if crate::proxy::is_server_host(&domain, &s.runtime.public_url) {
+        return Err(ApiError::invalid_body(vec![Issue::new(
+            "route.domain",
+            "must be a domain of its own, not this server's address, an IP address or localhost",
+        )]));
+    }
+    let path = route.path.trim_end_matches('/');
+    let taken = s.store.all_endpoints().await?.into_iter().any(|other| {
+        !(other.namespace == namespace && other.spec.name == spec.name)
+            && other.spec.route.as_ref().is_some_and(|r| {
+                r.domain.trim_end_matches('.').eq_ignore_ascii_case(&domain)
+                    && r.path.trim_end_matches('/') == path
+            })
+    });
+    if taken {
+        return Err(ApiError::Conflict(format!(
+            "{}{} already routes to another endpoint",
+            route.domain, route.path
+        )));
+    }
+    Ok(())
 }
 
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
@@ -263,8 +345,9 @@ pub async fn create(
     strip_read_only(&mut body);
     seal_secrets(&s, &mut body, None);
     let spec = EndpointSpec::parse(&body).map_err(ApiError::invalid_body)?;
-    check_custom_command(&s, &who, &spec)?;
+    check_host_code(&s, &who, &spec, None)?;
     check_cache(&who, &spec, None)?;
+    check_route(&s, &namespace, &spec).await?;
     let rec = insert_new(&s, &who, &namespace, spec).await?;
     s.runtime.kick();
     Ok(Json(render(&rec)))
@@ -322,6 +405,13 @@ pub async fn update(
 ) -> ApiResult<Json<EndpointOut>> {
     authorize(s.store.as_ref(), &who, &namespace, Access::Change).await?;
     strip_read_only(&mut patch);
+    // A new custom domain is checked against the other endpoints before anything is written.
+    let current = load(&s, &namespace, &name).await?;
+    if let Ok(preview) = current.spec.apply_update(&patch) {
+        if preview.route != current.spec.route {
+            check_route(&s, &namespace, &preview).await?;
+        }
+    }
     let hardware = s.hardware.clone();
     let rec = modify(&s, &who, &namespace, &name, |rec| {
         let mut patch = patch.clone();
@@ -330,10 +420,7 @@ pub async fn update(
             .spec
             .apply_update(&patch)
             .map_err(ApiError::invalid_body)?;
-        if spec.model.command != rec.spec.model.command || spec.model.image != rec.spec.model.image
-        {
-            check_custom_command(&s, &who, &spec)?;
-        }
+        check_host_code(&s, &who, &spec, Some(&rec.spec))?;
         check_cache(&who, &spec, Some(&rec.spec))?;
         // Compute is checked against the hardware list only when it changes: an update of anything else
         // must not fail because the endpoint's instance type has since become unavailable.

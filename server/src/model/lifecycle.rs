@@ -128,9 +128,11 @@ pub enum TransitionError {
 ///
 /// - pending → initializing → running
 /// - running → updating → running | updateFailed; updateFailed → updating (next attempt)
-/// - running | updateFailed → scaledToZero (idle for scaleToZeroTimeout)
+/// - running | updateFailed → scaledToZero (idle for scaleToZeroTimeout); any active state → scaledToZero when
+///   the bounds in force allow no replica (maxReplica 0)
 /// - scaledToZero → initializing (woken by a request or a schedule entry raising minReplica)
-/// - any active state (pending, initializing, running, updating, updateFailed) → failed
+/// - any active state (pending, initializing, running, updating, updateFailed) → failed, and scaledToZero →
+///   failed when a wake-up cannot start a replica
 /// - paused and failed are left only by user actions.
 pub fn can_transition(from: EndpointState, to: EndpointState) -> bool {
     use EndpointState as S;
@@ -138,15 +140,18 @@ pub fn can_transition(from: EndpointState, to: EndpointState) -> bool {
         return true;
     }
     if to == S::Failed {
+        return from.is_active() || from == S::ScaledToZero;
+    }
+    if to == S::ScaledToZero {
         return from.is_active();
     }
     matches!(
         (from, to),
         (S::Pending, S::Initializing)
             | (S::Initializing, S::Running)
-            | (S::Running, S::Updating | S::ScaledToZero)
+            | (S::Running, S::Updating)
             | (S::Updating, S::Running | S::UpdateFailed)
-            | (S::UpdateFailed, S::Updating | S::ScaledToZero)
+            | (S::UpdateFailed, S::Updating)
             | (S::ScaledToZero, S::Initializing)
     )
 }
@@ -295,7 +300,11 @@ mod tests {
             (S::UpdateFailed, S::Updating),
             (S::Running, S::ScaledToZero),
             (S::UpdateFailed, S::ScaledToZero),
+            (S::Pending, S::ScaledToZero),
+            (S::Initializing, S::ScaledToZero),
+            (S::Updating, S::ScaledToZero),
             (S::ScaledToZero, S::Initializing),
+            (S::ScaledToZero, S::Failed),
             (S::Pending, S::Failed),
             (S::Initializing, S::Failed),
             (S::Running, S::Failed),

@@ -1,8 +1,8 @@
 //! The response cache: successful, non-streaming responses, keyed by endpoint, method, path, query, body
 //! and the caller's access; 60 minutes to live, reset on each hit; bounded in bytes (least recently used
-//! entries go first).
+//! entries go first, found in O(log n) through a use-ordered index).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use axum::body::Bytes;
@@ -24,20 +24,49 @@ pub struct Cached {
 struct Entry {
     value: Cached,
     expires: DateTime<Utc>,
-    last_used: DateTime<Utc>,
+    /// Position in the use order: higher is more recent.
+    used: u64,
     size: usize,
+}
+
+#[derive(Default)]
+struct Inner {
+    entries: HashMap<Key, Entry>,
+    /// `used` → key, oldest first.
+    order: BTreeMap<u64, Key>,
+    next_use: u64,
+    bytes: usize,
+}
+
+impl Inner {
+    fn remove(&mut self, key: &Key) {
+        if let Some(e) = self.entries.remove(key) {
+            self.order.remove(&e.used);
+            self.bytes -= e.size;
+        }
+    }
+
+    fn touch(&mut self, key: &Key) {
+        self.next_use += 1;
+        let used = self.next_use;
+        if let Some(e) = self.entries.get_mut(key) {
+            self.order.remove(&e.used);
+            e.used = used;
+            self.order.insert(used, *key);
+        }
+    }
 }
 
 pub struct ResponseCache {
     max_bytes: usize,
     pub max_entry: usize,
-    inner: Mutex<(HashMap<Key, Entry>, usize)>,
+    inner: Mutex<Inner>,
 }
 
-/// The cache key. `access` separates callers who may see different things (their account for
-/// authenticated endpoints).
+/// The cache key. `endpoint` names what answers (endpoint id, spec generation, accepted type); `access`
+/// separates callers who may see different things (their account for authenticated endpoints).
 pub fn key(
-    endpoint_id: &str,
+    endpoint: &[&str],
     method: &str,
     path: &str,
     query: &str,
@@ -45,7 +74,11 @@ pub fn key(
     body: &[u8],
 ) -> Key {
     let mut h = Sha256::new();
-    for part in [endpoint_id, method, path, query, access] {
+    for part in endpoint
+        .iter()
+        .copied()
+        .chain([method, path, query, access])
+    {
         h.update((part.len() as u64).to_le_bytes());
         h.update(part.as_bytes());
     }
@@ -58,24 +91,22 @@ impl ResponseCache {
         ResponseCache {
             max_bytes,
             max_entry: max_entry.min(max_bytes),
-            inner: Mutex::new((HashMap::new(), 0)),
+            inner: Mutex::new(Inner::default()),
         }
     }
 
     /// A live entry; a hit pushes its expiry 60 minutes from now.
     pub fn get(&self, key: &Key, now: DateTime<Utc>) -> Option<Cached> {
-        let mut guard = self.inner.lock().ok()?;
-        let (map, bytes) = &mut *guard;
-        let entry = map.get_mut(key)?;
+        let mut inner = self.inner.lock().ok()?;
+        let entry = inner.entries.get_mut(key)?;
         if entry.expires <= now {
-            let size = entry.size;
-            map.remove(key);
-            *bytes -= size;
+            inner.remove(key);
             return None;
         }
         entry.expires = now + Duration::minutes(TTL_MINUTES);
-        entry.last_used = now;
-        Some(entry.value.clone())
+        let value = entry.value.clone();
+        inner.touch(key);
+        Some(value)
     }
 
     pub fn put(&self, key: Key, value: Cached, now: DateTime<Utc>) {
@@ -89,31 +120,29 @@ impl ResponseCache {
         if size > self.max_entry {
             return;
         }
-        let Ok(mut guard) = self.inner.lock() else {
+        let Ok(mut inner) = self.inner.lock() else {
             return;
         };
-        let (map, bytes) = &mut *guard;
-        if let Some(old) = map.remove(&key) {
-            *bytes -= old.size;
-        }
-        while *bytes + size > self.max_bytes {
-            // Expired first, else the least recently used.
-            let victim = map
-                .iter()
-                .min_by_key(|(_, e)| (e.expires > now, e.last_used))
-                .map(|(k, _)| *k);
-            match victim.and_then(|k| map.remove(&k)) {
-                Some(e) => *bytes -= e.size,
-                None => break,
+        inner.remove(&key);
+        // Least recently used first (expired entries are among them: nothing refreshes those).
+        while inner.bytes + size > self.max_bytes {
+            let Some((_, oldest)) = inner.order.pop_first() else {
+                break;
+            };
+            if let Some(e) = inner.entries.remove(&oldest) {
+                inner.bytes -= e.size;
             }
         }
-        *bytes += size;
-        map.insert(
+        inner.next_use += 1;
+        let used = inner.next_use;
+        inner.bytes += size;
+        inner.order.insert(used, key);
+        inner.entries.insert(
             key,
             Entry {
                 value,
                 expires: now + Duration::minutes(TTL_MINUTES),
-                last_used: now,
+                used,
                 size,
             },
         );
@@ -123,7 +152,7 @@ impl ResponseCache {
     pub fn usage(&self) -> (usize, usize) {
         self.inner
             .lock()
-            .map(|g| (g.0.len(), g.1))
+            .map(|g| (g.entries.len(), g.bytes))
             .unwrap_or((0, 0))
     }
 }
@@ -145,7 +174,7 @@ mod tests {
     fn ttl_resets_on_each_hit() {
         let c = ResponseCache::new(10_000, 1_000);
         let t0 = Utc.with_ymd_and_hms(2026, 11, 22, 10, 0, 0).unwrap();
-        let k = key("ep", "POST", "/embed", "", "", b"{}");
+        let k = key(&["ep"], "POST", "/embed", "", "", b"{}");
         c.put(k, value(10), t0);
         assert!(c.get(&k, t0 + Duration::minutes(59)).is_some());
         // 59 + 59 minutes: alive only because the first hit reset the TTL.
@@ -156,16 +185,35 @@ mod tests {
 
     #[test]
     fn keys_separate_everything_that_matters() {
-        let base = key("ep", "POST", "/embed", "a=1", "u1", b"{}");
-        assert_ne!(base, key("ep2", "POST", "/embed", "a=1", "u1", b"{}"));
-        assert_ne!(base, key("ep", "GET", "/embed", "a=1", "u1", b"{}"));
-        assert_ne!(base, key("ep", "POST", "/embed", "a=2", "u1", b"{}"));
-        assert_ne!(base, key("ep", "POST", "/embed", "a=1", "u2", b"{}"));
-        assert_ne!(base, key("ep", "POST", "/embed", "a=1", "u1", b"{ }"));
+        let base = key(&["ep", "g1"], "POST", "/embed", "a=1", "u1", b"{}");
+        assert_ne!(
+            base,
+            key(&["ep2", "g1"], "POST", "/embed", "a=1", "u1", b"{}")
+        );
+        assert_ne!(
+            base,
+            key(&["ep", "g2"], "POST", "/embed", "a=1", "u1", b"{}")
+        );
+        assert_ne!(
+            base,
+            key(&["ep", "g1"], "GET", "/embed", "a=1", "u1", b"{}")
+        );
+        assert_ne!(
+            base,
+            key(&["ep", "g1"], "POST", "/embed", "a=2", "u1", b"{}")
+        );
+        assert_ne!(
+            base,
+            key(&["ep", "g1"], "POST", "/embed", "a=1", "u2", b"{}")
+        );
+        assert_ne!(
+            base,
+            key(&["ep", "g1"], "POST", "/embed", "a=1", "u1", b"{ }")
+        );
         // Field boundaries count: ("ab","c") differs from ("a","bc").
         assert_ne!(
-            key("ab", "c", "", "", "", b""),
-            key("a", "bc", "", "", "", b"")
+            key(&["ab"], "c", "", "", "", b""),
+            key(&["a"], "bc", "", "", "", b"")
         );
     }
 
@@ -174,7 +222,7 @@ mod tests {
         let c = ResponseCache::new(1_000, 400);
         let t0 = Utc.with_ymd_and_hms(2026, 11, 22, 10, 0, 0).unwrap();
         let keys: Vec<Key> = (0..5)
-            .map(|i| key("ep", "GET", &i.to_string(), "", "", b""))
+            .map(|i| key(&["ep"], "GET", &i.to_string(), "", "", b""))
             .collect();
         for (i, k) in keys.iter().enumerate() {
             c.put(*k, value(200), t0 + Duration::seconds(i as i64));
@@ -185,7 +233,7 @@ mod tests {
         assert!(bytes <= 1_000 && n < 5, "{n} entries, {bytes} bytes");
         assert!(c.get(&keys[0], t0 + Duration::seconds(10)).is_some());
         assert!(c.get(&keys[1], t0 + Duration::seconds(10)).is_none());
-        c.put(key("big", "", "", "", "", b""), value(500), t0);
-        assert!(c.get(&key("big", "", "", "", "", b""), t0).is_none());
+        c.put(key(&["big"], "", "", "", "", b""), value(500), t0);
+        assert!(c.get(&key(&["big"], "", "", "", "", b""), t0).is_none());
     }
 }

@@ -21,6 +21,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Router;
+use futures_util::{StreamExt, TryStreamExt};
 use http_body_util::BodyExt;
 use tokio::sync::watch;
 
@@ -138,22 +139,52 @@ pub fn private_router(proxy: Proxy) -> Router {
         .layer(axum::middleware::from_fn_with_state(proxy, by_host))
 }
 
+/// Whether `host` (with or without a port) names this server itself: its public host, an IP address or
+/// localhost. Those never route to an endpoint's custom domain, so no endpoint can take over the API.
+pub fn is_server_host(host: &str, public_url: &str) -> bool {
+    let bare = |h: &str| -> String {
+        let h = h.trim().trim_end_matches('.');
+        let h = match h.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or(v6),
+            None => h
+                .rsplit_once(':')
+                .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
+                .map_or(h, |(h, _)| h),
+        };
+        h.to_ascii_lowercase()
+    };
+    let host = bare(host);
+    let own = public_url
+        .split("://")
+        .nth(1)
+        .unwrap_or(public_url)
+        .split('/')
+        .next()
+        .unwrap_or("");
+    host.is_empty()
+        || host == "localhost"
+        || host.ends_with(".localhost")
+        || host.parse::<IpAddr>().is_ok()
+        || host == bare(own)
+}
+
 /// Serves requests whose `Host` is an endpoint's custom domain; everything else goes on to the API.
 pub async fn by_host(State(proxy): State<Proxy>, req: Request, next: Next) -> Response {
     let found = {
         let table = proxy.table.borrow();
-        if !table.has_domains() {
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or_else(|| req.uri().host())
+            .unwrap_or("");
+        if !table.has_domains() || is_server_host(host, &proxy.runtime.public_url) {
             None
         } else {
-            let host = req
-                .headers()
-                .get(header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .or_else(|| req.uri().host())
-                .unwrap_or("");
-            table
-                .by_host(host, req.uri().path())
-                .map(|(route, rest)| (route.clone(), rest.to_string()))
+            table.by_host(host, req.uri().path()).map(|(route, rest)| {
+                let rest = if rest.is_empty() { "/" } else { rest };
+                (route.clone(), rest.to_string())
+            })
         }
     };
     match found {
@@ -220,6 +251,22 @@ fn unavailable(message: impl Into<String>, retry_after: Option<u32>) -> Response
     .into_response()
 }
 
+/// One request held for a cold start, counted while it lives.
+struct Held<'a>(&'a crate::runtime::Activity);
+
+impl<'a> Held<'a> {
+    fn enter(activity: &'a crate::runtime::Activity) -> Held<'a> {
+        activity.waiting.fetch_add(1, Ordering::AcqRel);
+        Held(activity)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Counts a request in flight for the scaler and `least_connections` until dropped.
 struct InFlight(Arc<Route>, Option<Arc<crate::runtime::Backend>>);
 
@@ -236,22 +283,34 @@ impl Proxy {
     /// The caller's address: the socket's, or, from a trusted proxy, the last untrusted hop of
     /// `X-Forwarded-For`.
     fn client_ip(&self, peer: SocketAddr, headers: &HeaderMap) -> IpAddr {
-        let ip = peer.ip();
-        if self.trusted.is_empty() || !self.trusted.iter().any(|c| c.contains(ip)) {
-            return ip;
+        let mut client = peer.ip();
+        if !self.trusted(client) {
+            return client;
         }
-        let hops: Vec<IpAddr> = headers
+        // From the right: each trusted hop vouches for the one before it. A hop that does not parse ends
+        // the walk, so nothing an attacker wrote further left is believed.
+        let hops: Vec<&str> = headers
             .get_all("x-forwarded-for")
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
-            .filter_map(|h| h.trim().parse().ok())
             .collect();
-        hops.iter()
-            .rev()
-            .find(|h| !self.trusted.iter().any(|c| c.contains(**h)))
-            .copied()
-            .unwrap_or(ip)
+        for hop in hops.iter().rev() {
+            match hop.trim().parse::<IpAddr>() {
+                Ok(ip) => {
+                    client = ip;
+                    if !self.trusted(ip) {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        client
+    }
+
+    fn trusted(&self, ip: IpAddr) -> bool {
+        self.trusted.iter().any(|c| c.contains(ip))
     }
 
     /// Who may call an `authenticated` endpoint: a token allowed to read the namespace's endpoints.
@@ -377,10 +436,22 @@ impl Proxy {
                 .await
             {
                 Ok(b) => b.to_bytes(),
-                Err(_) => return ApiError::PayloadTooLarge(self.body_limit).into_response(),
+                Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                    return ApiError::PayloadTooLarge(self.body_limit).into_response()
+                }
+                Err(_) => {
+                    return ApiError::BadRequest("the request body could not be read".into())
+                        .into_response()
+                }
             };
+            // What the caller accepts changes the answer; a new spec generation is a new model.
+            let accept = parts
+                .headers
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
             let key = cache::key(
-                &route.id,
+                &[&route.id, &route.generation, accept],
                 parts.method.as_str(),
                 &rest,
                 parts.uri.query().unwrap_or(""),
@@ -396,7 +467,17 @@ impl Proxy {
             (body, None)
         };
 
-        let route = match self.ready_route(route, &parts.headers).await {
+        // The route may have changed while the token was checked or the body read: take the latest.
+        let latest = self
+            .table
+            .borrow()
+            .get(&route.namespace, &route.name)
+            .cloned();
+        let Some(latest) = latest else {
+            return ApiError::NotFound(format!("endpoint {} was deleted", route.name))
+                .into_response();
+        };
+        let route = match self.ready_route(&latest, &parts.headers).await {
             Ok(r) => r,
             Err(resp) => return resp,
         };
@@ -453,10 +534,7 @@ impl Proxy {
                 .get("x-forwarded-for")
                 .and_then(|v| v.to_str().ok())
             {
-                Some(prior)
-                    if !self.trusted.is_empty()
-                        && self.trusted.iter().any(|c| c.contains(peer.ip())) =>
-                {
+                Some(prior) if self.trusted(peer.ip()) => {
                     format!("{prior}, {}", peer.ip())
                 }
                 _ => peer.ip().to_string(),
@@ -472,11 +550,8 @@ impl Proxy {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
-                return ApiError::BadGateway(format!(
-                    "replica {} did not answer: {e:?}",
-                    backend.replica_id
-                ))
-                .into_response();
+                return ApiError::BadGateway("the endpoint's replica did not answer".into())
+                    .into_response();
             }
         };
         let (rparts, rbody) = resp.into_parts();
@@ -497,14 +572,40 @@ impl Proxy {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if let (Some(key), true, false) = (cache_key, rparts.status.is_success(), streaming) {
-            let limit = self.cache.max_entry;
-            let bytes = match http_body_util::Limited::new(rbody, limit).collect().await {
-                Ok(b) => b.to_bytes(),
-                Err(_) => {
-                    // Too large to cache, and already partly read: the caller gets a clear error rather than half a body.
-                    return ApiError::BadGateway(format!("response larger than the cache's {limit}-byte entry limit; retry with x-use-cache: false")).into_response();
+            let mut rbody = rbody;
+            let mut bytes = Vec::new();
+            loop {
+                match rbody.frame().await {
+                    None => break,
+                    Some(Ok(frame)) => {
+                        if let Some(data) = frame.data_ref() {
+                            bytes.extend_from_slice(data);
+                        }
+                        if bytes.len() > self.cache.max_entry {
+                            // Too large to cache: what was read goes first, the rest streams behind it.
+                            let head = futures_util::stream::once(async move {
+                                Ok::<_, axum::Error>(axum::body::Bytes::from(bytes))
+                            });
+                            let rest = rbody.into_data_stream().map_err(axum::Error::new);
+                            let body = Body::from_stream(head.chain(rest));
+                            let mut resp = Response::new(Body::new(body.with_guard(guard)));
+                            *resp.status_mut() = rparts.status;
+                            *resp.headers_mut() = headers;
+                            resp.headers_mut()
+                                .insert("x-cache", HeaderValue::from_static("MISS"));
+                            return resp;
+                        }
+                    }
+                    Some(Err(e)) => {
+                        tracing::warn!(endpoint = %route.name, error = %e, "replica response broke off");
+                        return ApiError::BadGateway(
+                            "the endpoint's replica response broke off".into(),
+                        )
+                        .into_response();
+                    }
                 }
-            };
+            }
+            let bytes = axum::body::Bytes::from(bytes);
             let value = Cached {
                 status: rparts.status,
                 headers,
@@ -561,7 +662,9 @@ impl Proxy {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<f64>().ok())
             .filter(|s| s.is_finite() && *s > 0.0)
-            .map(|s| Duration::from_secs_f64(s.min(self.config.max_scale_up_wait_s as f64)));
+            .map(|s| {
+                Duration::from_secs_f64(s.min(self.config.max_scale_up_wait_s.min(86_400) as f64))
+            });
         let Some(wait) = wait else {
             return Err(unavailable(
                 format!("endpoint {} is starting; retry shortly", route.name),
@@ -569,8 +672,9 @@ impl Proxy {
             ));
         };
         let activity = route.activity.clone();
-        if activity.waiting.fetch_add(1, Ordering::AcqRel) >= self.config.cold_start_queue as u32 {
-            activity.waiting.fetch_sub(1, Ordering::AcqRel);
+        // Released however this ends, a caller that hangs up included.
+        let _held = Held::enter(&activity);
+        if activity.waiting.load(Ordering::Acquire) > self.config.cold_start_queue as u32 {
             return Err(unavailable(
                 "too many requests are waiting for this endpoint to start",
                 Some(retry_after),
@@ -604,10 +708,11 @@ impl Proxy {
                 }
                 Some(_) => {}
             }
-            if tokio::time::timeout_at(deadline, table.changed())
-                .await
-                .is_err()
-            {
+            // A closed channel (the server stopping) ends the wait like a timeout.
+            if !matches!(
+                tokio::time::timeout_at(deadline, table.changed()).await,
+                Ok(Ok(()))
+            ) {
                 break Err(unavailable(
                     format!(
                         "endpoint {} did not start within {} s",
@@ -618,7 +723,6 @@ impl Proxy {
                 ));
             }
         };
-        activity.waiting.fetch_sub(1, Ordering::AcqRel);
         outcome
     }
 }
@@ -703,6 +807,36 @@ impl ApiError {
             StatusCode::UNAUTHORIZED => ApiError::Unauthorized(message),
             StatusCode::NOT_FOUND => ApiError::NotFound(message),
             _ => ApiError::Forbidden(message),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_names_itself() {
+        let public = "http://switchyard.example.com:8080";
+        for own in [
+            "switchyard.example.com",
+            "SWITCHYARD.example.com:8080",
+            "switchyard.example.com.",
+            "localhost:8080",
+            "api.localhost",
+            "127.0.0.1:9",
+            "[::1]:8080",
+            "10.0.0.7",
+            "",
+        ] {
+            assert!(is_server_host(own, public), "{own}");
+        }
+        for other in [
+            "models.example.com",
+            "models.example.com:443",
+            "example.com",
+        ] {
+            assert!(!is_server_host(other, public), "{other}");
         }
     }
 }

@@ -34,6 +34,8 @@ pub struct LocalProvider {
     logs: Arc<LogStore>,
     clock: Arc<dyn Clock>,
     children: Mutex<HashMap<String, Child>>,
+    /// Stops under way (grace period, then SIGKILL); shutdown waits for them.
+    stopping: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl LocalProvider {
@@ -46,7 +48,10 @@ impl LocalProvider {
         clock: Arc<dyn Clock>,
     ) -> std::io::Result<LocalProvider> {
         std::fs::create_dir_all(root.join("pids"))?;
+        // Absolute, so the sweep can compare it with a process's working directory.
+        let root = root.canonicalize()?;
         let provider = LocalProvider {
+            stopping: Mutex::new(Vec::new()),
             root,
             grace,
             logs,
@@ -74,11 +79,19 @@ impl LocalProvider {
             let pid = std::fs::read_to_string(&path)
                 .ok()
                 .and_then(|t| t.trim().parse::<i32>().ok());
-            if let Some(pid) = pid.filter(|p| *p > 1) {
-                let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok();
-                if cwd.is_some_and(|c| c.starts_with(&self.root)) {
-                    tracing::warn!(pid, "killing a replica left running by an earlier server");
-                    signal_group(pid as u32, libc::SIGKILL);
+            // The group's leader may be gone (it died with the server) while what it started lives on:
+            // look for any member of the recorded process group that works in our directory.
+            if let Some(pgid) = pid.filter(|p| *p > 1) {
+                let ours = group_members(pgid).into_iter().any(|member| {
+                    std::fs::read_link(format!("/proc/{member}/cwd"))
+                        .is_ok_and(|c| c.starts_with(&self.root))
+                });
+                if ours {
+                    tracing::warn!(
+                        pgid,
+                        "killing replica processes left running by an earlier server"
+                    );
+                    signal_group(pgid as u32, libc::SIGKILL);
                 }
             }
             let _ = std::fs::remove_file(&path);
@@ -98,7 +111,32 @@ impl LocalProvider {
     }
 }
 
+/// Processes whose process group is `pgid`, from `/proc`.
+fn group_members(pgid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    // After the name: state, ppid, pgrp.
+                    let rest = &stat[stat.rfind(')')? + 1..];
+                    rest.split_whitespace().nth(2)?.parse::<i32>().ok()
+                })
+                == Some(pgid)
+        })
+        .collect()
+}
+
 fn signal_group(pid: u32, signal: i32) {
+    // Never 0 or 1: killpg(0) is our own group.
+    if pid <= 1 {
+        return;
+    }
     // SAFETY: killpg has no memory effects; a stale or foreign group answers ESRCH or EPERM, both ignored.
     unsafe {
         libc::killpg(pid as libc::pid_t, signal);
@@ -202,7 +240,12 @@ impl ReplicaProvider for LocalProvider {
             let _ = std::fs::remove_dir_all(&workdir);
             ProviderError::Start(format!("cannot run {:?}: {e}", plan.program))
         })?;
-        let pid = child.id().unwrap_or(0);
+        let Some(pid) = child.id().filter(|p| *p > 1) else {
+            let _ = child.start_kill();
+            return Err(ProviderError::Start(
+                "the replica exited before it could be tracked".into(),
+            ));
+        };
         let _ = std::fs::write(self.pid_file(&plan.replica_id), pid.to_string());
         let who = (
             plan.namespace.clone(),
@@ -266,28 +309,47 @@ impl ReplicaProvider for LocalProvider {
         proc_cpu_seconds(pid)
     }
 
+    /// Returns at once: the replica is forgotten now, and its grace period runs in the background (one slow
+    /// replica must not hold up the reconciler). `stop_all` waits for those.
     async fn stop(&self, replica_id: &str) {
         let Some(child) = self.children().remove(replica_id) else {
             return;
         };
-        let mut exited = child.exited.clone();
-        if exited.borrow().is_none() {
-            signal_group(child.pid, libc::SIGTERM);
-            let ended = tokio::time::timeout(self.grace, exited.wait_for(|e| e.is_some())).await;
-            if ended.is_err() {
-                tracing::warn!(replica = replica_id, "replica ignored SIGTERM; killing it");
+        let grace = self.grace;
+        let pid_file = self.pid_file(replica_id);
+        let replica = replica_id.to_string();
+        let task = tokio::spawn(async move {
+            let mut exited = child.exited.clone();
+            if exited.borrow().is_none() {
+                signal_group(child.pid, libc::SIGTERM);
+                let ended = tokio::time::timeout(grace, exited.wait_for(|e| e.is_some())).await;
+                if ended.is_err() {
+                    tracing::warn!(%replica, "replica ignored SIGTERM; killing it");
+                }
             }
-        }
-        // Whatever the main process left in its group goes too.
-        signal_group(child.pid, libc::SIGKILL);
-        let _ = std::fs::remove_file(self.pid_file(replica_id));
-        let _ = std::fs::remove_dir_all(&child.workdir);
+            // Whatever the main process left in its group goes too.
+            signal_group(child.pid, libc::SIGKILL);
+            let _ = std::fs::remove_file(pid_file);
+            let _ = std::fs::remove_dir_all(&child.workdir);
+        });
+        let mut stopping = match self.stopping.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        stopping.retain(|t| !t.is_finished());
+        stopping.push(task);
     }
 
     async fn stop_all(&self) {
         let ids: Vec<String> = self.children().keys().cloned().collect();
-        let stops = ids.iter().map(|id| self.stop(id));
-        futures_util::future::join_all(stops).await;
+        for id in ids {
+            self.stop(&id).await;
+        }
+        let tasks = match self.stopping.lock() {
+            Ok(mut g) => std::mem::take(&mut *g),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        };
+        futures_util::future::join_all(tasks).await;
     }
 }
 

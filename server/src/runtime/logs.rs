@@ -125,6 +125,14 @@ impl LogStore {
         lines
     }
 
+    /// The last line a replica wrote, if any is kept.
+    pub fn last_line(&self, namespace: &str, name: &str, replica: &str) -> Option<String> {
+        let all = self.lock();
+        let logs = all.get(&(namespace.to_string(), name.to_string()))?;
+        let (_, lines) = logs.replicas.iter().find(|(id, _)| id == replica)?;
+        lines.back().map(|l| l.line.clone())
+    }
+
     /// Lines as they arrive, for every endpoint; the reader filters.
     pub fn subscribe(&self) -> broadcast::Receiver<(Key, LogLine)> {
         self.feed.subscribe()
@@ -160,6 +168,8 @@ mod tests {
         let all = store.read("ns", "ep", None, None);
         let texts: Vec<_> = all.iter().map(|l| l.line.as_str()).collect();
         assert_eq!(texts, ["a2", "b2", "a3", "b3", "a4", "b4"]);
+        assert_eq!(store.last_line("ns", "ep", "a").as_deref(), Some("a4"));
+        assert_eq!(store.last_line("ns", "ep", "zz"), None);
         let tail = store.read("ns", "ep", None, Some(2));
         assert_eq!(tail.len(), 2);
         assert_eq!(tail[1].line, "b4");

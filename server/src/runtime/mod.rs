@@ -74,6 +74,8 @@ pub struct Backend {
 #[derive(Debug)]
 pub struct Route {
     pub id: String,
+    /// The spec generation its replicas run (part of the response cache's key).
+    pub generation: String,
     pub namespace: String,
     pub name: String,
     pub state: EndpointState,

@@ -8,6 +8,7 @@
 //! request is dropped → write status if it changed.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,6 +59,16 @@ struct ReplicaRun {
     /// Taken out of the routing table at this (wall-clock) instant; stopped once its requests finished.
     draining: Option<std::time::Instant>,
 }
+
+impl ReplicaRun {
+    /// Ready and still in the routing table.
+    fn serving(&self) -> bool {
+        self.ready && self.draining.is_none()
+    }
+}
+
+/// Longest time setting honoured (ten years), so no setting can overflow the clock arithmetic.
+const MAX_SECONDS: u64 = 10 * 365 * 86_400;
 
 /// Shortest span a replica's CPU use is measured over.
 const CPU_SAMPLE: Duration = Duration::from_secs(1);
@@ -213,7 +224,14 @@ impl Reconciler {
         let mut routes = Vec::with_capacity(records.len());
         for rec in records {
             let observed = self.reconcile(&rec, now).await;
-            self.write_status(&rec, observed).await;
+            let waking = rec.state == EndpointState::ScaledToZero
+                && observed.state == EndpointState::Initializing;
+            if !self.write_status(&rec, observed).await && waking {
+                // The wake-up was taken but not recorded: keep it for the next tick.
+                self.handle
+                    .activity(&rec.namespace, &rec.spec.name)
+                    .request_wake();
+            }
             if let Some(route) = self.route(&rec) {
                 routes.push(route);
             }
@@ -227,7 +245,14 @@ impl Reconciler {
             .iter()
             .map(|r| {
                 let ids: Vec<&str> = r.backends.iter().map(|b| b.replica_id.as_str()).collect();
-                format!("{}:{}:{}:{:?};", r.id, r.state, ids.join(","), r.domain)
+                let router = r.router.as_ref().map(|b| b.replica_id.as_str());
+                format!(
+                    "{}:{}:{}:{:?}:{router:?};",
+                    r.id,
+                    r.state,
+                    ids.join(","),
+                    r.domain
+                )
             })
             .collect();
         // Spec-only changes (type, CIDR, balancer) must reach the proxy too.
@@ -264,6 +289,7 @@ impl Reconciler {
         let routed = spec.custom_router.is_none() || router.is_some();
         Some(Arc::new(Route {
             router,
+            generation: generation(&rec.spec),
             id: rec.id.clone(),
             namespace: rec.namespace.clone(),
             name: spec.name.clone(),
@@ -283,14 +309,15 @@ impl Reconciler {
             backends: run
                 .replicas
                 .iter()
-                .filter(|r| routed && r.ready && r.draining.is_none())
+                .filter(|r| routed && r.serving())
                 .map(|r| r.backend.clone())
                 .collect(),
             activity: run.activity.clone(),
         }))
     }
 
-    async fn write_status(&self, rec: &EndpointRecord, o: Observed) {
+    /// Writes what changed; false when the write did not happen (refused or stale).
+    async fn write_status(&self, rec: &EndpointRecord, o: Observed) -> bool {
         let current = Observed {
             state: rec.state,
             message: rec.message.clone(),
@@ -299,11 +326,11 @@ impl Reconciler {
             target: rec.target_replica,
         };
         if o == current {
-            return;
+            return true;
         }
         if !can_transition(rec.state, o.state) {
             tracing::error!(from = %rec.state, to = %o.state, "reconciler asked for a transition it may not make");
-            return;
+            return false;
         }
         let mut next = rec.clone();
         next.state = o.state;
@@ -317,10 +344,17 @@ impl Reconciler {
                 if rec.state != o.state {
                     tracing::info!(namespace = %rec.namespace, endpoint = %rec.spec.name, from = %rec.state, to = %o.state, "endpoint state");
                 }
+                true
             }
             // Changed by a user in between: the next tick sees the new record.
-            Err(StoreError::Stale) => self.handle.kick(),
-            Err(e) => tracing::warn!(error = %e, "writing endpoint status"),
+            Err(StoreError::Stale) => {
+                self.handle.kick();
+                false
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "writing endpoint status");
+                false
+            }
         }
     }
 
@@ -354,7 +388,7 @@ impl Reconciler {
             now,
         )
         .await;
-        let window = chrono::Duration::seconds(self.config.crash_window_s as i64);
+        let window = chrono::Duration::seconds(self.config.crash_window_s.min(MAX_SECONDS) as i64);
         while run.crashes.front().is_some_and(|t| *t + window < now) {
             run.crashes.pop_front();
         }
@@ -368,26 +402,27 @@ impl Reconciler {
         };
         // Retired replicas whose requests are done (or that had long enough) stop now. They left the routing
         // table at least two ticks ago, so no new request can be on its way to them.
-        let settle = Duration::from_millis(self.config.tick_ms.max(10) * 2);
-        let drained: Vec<String> = run
-            .replicas
-            .iter()
-            .filter(|r| {
-                r.draining.is_some_and(|t| {
-                    (t.elapsed() >= settle
-                        && r.backend
-                            .in_flight
-                            .load(std::sync::atomic::Ordering::Relaxed)
-                            == 0)
-                        || t.elapsed() >= MAX_DRAIN
-                })
+        // With a custom router, its requests count, and it must already have been told the replica is gone.
+        let settle = Duration::from_millis(self.config.tick_ms.clamp(10, 60_000) * 2);
+        let router_idle = match &run.router {
+            None => true,
+            Some(r) => {
+                let serving: Vec<String> = run
+                    .replicas
+                    .iter()
+                    .filter(|x| x.serving())
+                    .map(|x| format!("http://{}", x.info.addr))
+                    .collect();
+                r.announced.as_ref() == Some(&serving) && r.backend.in_flight.load(Relaxed) == 0
+            }
+        };
+        stop_where(run, self.provider.as_ref(), |r| {
+            r.draining.is_some_and(|t| {
+                (t.elapsed() >= settle && router_idle && r.backend.in_flight.load(Relaxed) == 0)
+                    || t.elapsed() >= MAX_DRAIN
             })
-            .map(|r| r.info.replica_id.clone())
-            .collect();
-        for id in drained {
-            self.provider.stop(&id).await;
-            run.replicas.retain(|r| r.info.replica_id != id);
-        }
+        })
+        .await;
         let gen = generation(&rec.spec);
         let bounds = bounds_at(&rec.spec.compute.scaling, now);
         match rec.state {
@@ -401,7 +436,7 @@ impl Reconciler {
             }
             EndpointState::ScaledToZero => {
                 let woken = run.activity.take_wake();
-                if woken || bounds.min > 0 {
+                if (woken || bounds.min > 0) && bounds.max > 0 {
                     out.state = EndpointState::Initializing;
                     out.message = Some(if woken {
                         "woken by a request".to_string()
@@ -420,6 +455,10 @@ impl Reconciler {
             state => {
                 // A request to an endpoint that is already up is no wake-up.
                 run.activity.take_wake();
+                if state == EndpointState::Pending {
+                    // Created or resumed: idle time counts from now, not from requests before a pause.
+                    run.since = now;
+                }
                 let failed_update = state == EndpointState::UpdateFailed
                     && run.failed_generation.as_deref() == Some(gen.as_str());
                 if run.crashes.len() >= self.config.max_crashes.max(1) as usize {
@@ -428,13 +467,18 @@ impl Reconciler {
                         .last_exit
                         .clone()
                         .unwrap_or_else(|| "replicas keep failing".into());
-                    return give_up(run, self.provider.as_ref(), &gen, why, !failed_update, out)
-                        .await;
+                    let keep_old = !failed_update
+                        && matches!(state, EndpointState::Updating | EndpointState::UpdateFailed);
+                    return give_up(run, self.provider.as_ref(), &gen, why, keep_old, out).await;
                 }
-                let last = run
-                    .activity
-                    .last_request()
-                    .map_or(run.since, |t| t.max(run.since));
+                // A request still running (a long stream) keeps the endpoint busy.
+                let last = if run.activity.in_flight.load(Relaxed) > 0 {
+                    now
+                } else {
+                    run.activity
+                        .last_request()
+                        .map_or(run.since, |t| t.max(run.since))
+                };
                 let settled = matches!(state, EndpointState::Running | EndpointState::UpdateFailed);
                 if (settled && idle_expired(&bounds, last, now)) || bounds.max == 0 {
                     retire_all(run, self.provider.as_ref()).await;
@@ -538,7 +582,11 @@ impl Reconciler {
                     }
                     Err(why) => {
                         // Cannot start at all: retrying will not help.
-                        let keep_old = rec.state != EndpointState::Pending && serve_gen == gen;
+                        let keep_old = serve_gen == gen
+                            && matches!(
+                                rec.state,
+                                EndpointState::Updating | EndpointState::UpdateFailed
+                            );
                         return give_up(run, self.provider.as_ref(), &gen, why, keep_old, out)
                             .await;
                     }
@@ -548,7 +596,7 @@ impl Reconciler {
         let ready_new = run
             .replicas
             .iter()
-            .filter(|r| r.generation == serve_gen && r.ready)
+            .filter(|r| r.generation == serve_gen && r.serving())
             .count();
         if ready_new >= target && target > 0 {
             for r in run
@@ -569,18 +617,23 @@ impl Reconciler {
                 run.failed_generation = None;
             }
         }
-        if let Err(why) =
-            sync_router(self.provider.as_ref(), &self.config, &self.http, rec, run).await
+        if let Err(why) = sync_router(
+            self.provider.as_ref(),
+            &self.config,
+            &self.http,
+            rec,
+            run,
+            now,
+        )
+        .await
         {
             return give_up(run, self.provider.as_ref(), &gen, why, false, out).await;
         }
-        let ready = run
-            .replicas
-            .iter()
-            .filter(|r| r.ready && r.draining.is_none())
-            .count();
+        let ready = run.replicas.iter().filter(|r| r.serving()).count();
         let others = run.replicas.iter().any(|r| r.generation != serve_gen);
+        // One step per tick: a state just entered (a wake-up) is left at the next tick at the earliest.
         out.state = match out.state {
+            s if s != rec.state => s,
             EndpointState::Pending => EndpointState::Initializing,
             EndpointState::Initializing if ready > 0 && !others => EndpointState::Running,
             EndpointState::Running if others => EndpointState::Updating,
@@ -617,6 +670,7 @@ async fn sync_router(
     http: &HttpClient,
     rec: &EndpointRecord,
     run: &mut EndpointRun,
+    now: DateTime<Utc>,
 ) -> Result<(), String> {
     let Some(spec) = &rec.spec.custom_router else {
         stop_router(run, provider).await;
@@ -625,17 +679,17 @@ async fn sync_router(
     if spec.protocol != RouterProtocol::Http {
         return Err("customRouter protocol extProc needs a gRPC external processor, which this server's proxy does not speak; use http".into());
     }
-    let stale = run.router.as_ref().is_some_and(|r| {
-        r.spec != *spec
-            || matches!(
-                provider.status(&r.backend.replica_id),
-                ReplicaStatus::Exited(_)
-            )
-    });
-    if stale {
-        stop_router(run, provider).await;
+    if let Some(r) = &run.router {
+        if let ReplicaStatus::Exited(how) = provider.status(&r.backend.replica_id) {
+            // A crash like a replica's: counted, and restarted after the backoff.
+            let why = format!("custom router {} exited ({how})", r.backend.replica_id);
+            stop_router(run, provider).await;
+            record_crash(run, config, now, why);
+        } else if r.spec != *spec {
+            stop_router(run, provider).await;
+        }
     }
-    if run.router.is_none() {
+    if run.router.is_none() && run.next_start_at.is_none_or(|t| t <= now) {
         let launcher = config.routers.get(&spec.tag).filter(|l| !l.command.is_empty()).ok_or_else(|| {
             format!("no custom router is configured for tag {:?} on this server (runtime.routers.{})", spec.tag, spec.tag)
         })?;
@@ -674,7 +728,7 @@ async fn sync_router(
     let backends: Vec<String> = run
         .replicas
         .iter()
-        .filter(|r| r.ready && r.draining.is_none())
+        .filter(|r| r.serving())
         .map(|r| format!("http://{}", r.info.addr))
         .collect();
     if router.announced.as_ref() != Some(&backends) {
@@ -706,11 +760,7 @@ async fn stop_router(run: &mut EndpointRun, provider: &dyn ReplicaProvider) {
 }
 
 fn finish(mut out: Observed, run: &EndpointRun) -> Observed {
-    out.ready = run
-        .replicas
-        .iter()
-        .filter(|r| r.ready && r.draining.is_none())
-        .count() as u32;
+    out.ready = run.replicas.iter().filter(|r| r.serving()).count() as u32;
     out.target = run.target;
     out
 }
@@ -727,7 +777,11 @@ async fn give_up(
 ) -> Observed {
     let old_ready = run.replicas.iter().any(|r| r.ready && r.generation != gen);
     if keep_old && old_ready {
-        stop_generation(run, provider, gen).await;
+        // The new generation's ready replicas may be serving: they drain; the others stop now.
+        stop_where(run, provider, |r| r.generation == gen && !r.ready).await;
+        for r in run.replicas.iter_mut().filter(|r| r.generation == gen) {
+            r.draining.get_or_insert_with(std::time::Instant::now);
+        }
         run.failed_generation = Some(gen.to_string());
         out.state = EndpointState::UpdateFailed;
         out.message = Some(format!(
@@ -752,31 +806,24 @@ async fn stop_all(run: &mut EndpointRun, provider: &dyn ReplicaProvider) {
 /// Scale to zero without dropping a request: ready replicas leave the routing table and stop once their
 /// requests are done; the others stop now.
 async fn retire_all(run: &mut EndpointRun, provider: &dyn ReplicaProvider) {
-    let starting: Vec<String> = run
-        .replicas
-        .iter()
-        .filter(|r| !r.ready)
-        .map(|r| r.info.replica_id.clone())
-        .collect();
-    for id in starting {
-        provider.stop(&id).await;
-        run.replicas.retain(|r| r.info.replica_id != id);
-    }
-    for r in run.replicas.iter_mut().filter(|r| r.draining.is_none()) {
-        r.draining = Some(std::time::Instant::now());
+    stop_where(run, provider, |r| !r.ready).await;
+    for r in run.replicas.iter_mut() {
+        r.draining.get_or_insert_with(std::time::Instant::now);
     }
 }
 
-async fn stop_generation(run: &mut EndpointRun, provider: &dyn ReplicaProvider, gen: &str) {
-    let ids: Vec<String> = run
-        .replicas
-        .iter()
-        .filter(|r| r.generation == gen)
-        .map(|r| r.info.replica_id.clone())
-        .collect();
-    for id in ids {
-        provider.stop(&id).await;
-        run.replicas.retain(|r| r.info.replica_id != id);
+/// Stops and forgets the replicas that `which` picks.
+async fn stop_where(
+    run: &mut EndpointRun,
+    provider: &dyn ReplicaProvider,
+    which: impl Fn(&ReplicaRun) -> bool,
+) {
+    let (gone, kept): (Vec<ReplicaRun>, Vec<ReplicaRun>) = std::mem::take(&mut run.replicas)
+        .into_iter()
+        .partition(|r| which(r));
+    run.replicas = kept;
+    for r in gone {
+        provider.stop(&r.info.replica_id).await;
     }
 }
 
@@ -790,7 +837,7 @@ async fn observe(
     config: &RuntimeConfig,
     now: DateTime<Utc>,
 ) {
-    let start_timeout = chrono::Duration::seconds(config.start_timeout_s as i64);
+    let start_timeout = chrono::Duration::seconds(config.start_timeout_s.min(MAX_SECONDS) as i64);
     let mut failed: Vec<(String, String)> = Vec::new();
     let checks = run.replicas.iter().filter(|r| !r.ready).map(|r| {
         let uri = format!("http://{}{}", r.info.addr, r.health_route);
@@ -806,11 +853,8 @@ async fn observe(
         if let ReplicaStatus::Exited(how) = provider.status(id) {
             let last = handle
                 .logs
-                .read(&run.namespace, &run.name, None, None)
-                .into_iter()
-                .rev()
-                .find(|l| l.replica == *id)
-                .map(|l| format!("; last output: {}", l.line))
+                .last_line(&run.namespace, &run.name, id)
+                .map(|l| format!("; last output: {l}"))
                 .unwrap_or_default();
             failed.push((id.clone(), format!("replica {id} exited ({how}){last}")));
             continue;
@@ -843,18 +887,25 @@ async fn observe(
         }
     }
     for (id, why) in failed {
-        tracing::warn!(namespace = %run.namespace, endpoint = %run.name, "{why}");
         provider.stop(&id).await;
         run.replicas.retain(|r| r.info.replica_id != id);
-        run.crashes.push_back(now);
-        run.last_exit = Some(why);
-        run.next_start_at = Some(now + ms(run.backoff));
-        run.backoff = (run.backoff * 2).min(Duration::from_millis(config.backoff_max_ms.max(1)));
+        record_crash(run, config, now, why);
     }
     // A replica that is up resets the backoff.
     if !run.replicas.is_empty() && run.replicas.iter().all(|r| r.ready) {
         run.backoff = Duration::from_millis(config.backoff_initial_ms);
     }
+}
+
+/// A replica or router that exited or never got healthy: counted for `max_crashes`, and the next start waits
+/// for the backoff, which doubles up to `backoff_max_ms`.
+fn record_crash(run: &mut EndpointRun, config: &RuntimeConfig, now: DateTime<Utc>, why: String) {
+    tracing::warn!(namespace = %run.namespace, endpoint = %run.name, "{why}");
+    run.crashes.push_back(now);
+    run.last_exit = Some(why);
+    run.next_start_at = Some(now.checked_add_signed(ms(run.backoff)).unwrap_or(now));
+    let max = Duration::from_millis(config.backoff_max_ms.clamp(1, 86_400_000));
+    run.backoff = run.backoff.saturating_mul(2).min(max);
 }
 
 async fn healthy(http: &HttpClient, uri: &str) -> bool {
@@ -872,7 +923,7 @@ async fn load_sample(
     http: &HttpClient,
     measure: Option<&Measure>,
 ) -> LoadSample {
-    let ready: Vec<&ReplicaRun> = run.replicas.iter().filter(|r| r.ready).collect();
+    let ready: Vec<&ReplicaRun> = run.replicas.iter().filter(|r| r.serving()).collect();
     let cpus: Vec<f64> = ready.iter().filter_map(|r| r.cpu_percent).collect();
     let mut sample = LoadSample {
         replicas: ready.len() as u32,
