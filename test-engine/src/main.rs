@@ -132,7 +132,8 @@ impl Engine {
                 }
             })
             .await;
-        } else {
+        } else if !self.latency.is_zero() {
+            // A zero sleep still waits for the timer wheel (about 1 ms): skip it.
             sleep(self.latency).await;
         }
         true

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -23,7 +24,7 @@ pub fn random(backends: &[Arc<Backend>]) -> Option<&Arc<Backend>> {
 }
 
 /// The replica with the highest hash of (client, replica): removing a replica moves only its own clients.
-pub fn sticky<'a>(backends: &'a [Arc<Backend>], client: &str) -> Option<&'a Arc<Backend>> {
+pub fn sticky(backends: &[Arc<Backend>], client: IpAddr) -> Option<&Arc<Backend>> {
     backends.iter().max_by_key(|b| {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         client.hash(&mut h);
@@ -44,11 +45,11 @@ pub fn least_connections(backends: &[Arc<Backend>]) -> Option<&Arc<Backend>> {
         .min_by_key(|b| b.in_flight.load(Ordering::Relaxed))
 }
 
-pub fn pick<'a>(
+pub fn pick(
     policy: LoadBalancer,
-    backends: &'a [Arc<Backend>],
-    client: &str,
-) -> Option<&'a Arc<Backend>> {
+    backends: &[Arc<Backend>],
+    client: IpAddr,
+) -> Option<&Arc<Backend>> {
     match policy {
         LoadBalancer::Random => random(backends),
         LoadBalancer::Sticky => sticky(backends, client),
@@ -86,11 +87,10 @@ mod tests {
     fn backends(n: usize) -> Vec<Arc<Backend>> {
         (0..n)
             .map(|i| {
-                Arc::new(Backend {
-                    replica_id: format!("r{i}"),
-                    addr: SocketAddr::from(([127, 0, 0, 1], 1000 + i as u16)),
-                    in_flight: Default::default(),
-                })
+                Arc::new(Backend::new(
+                    format!("r{i}"),
+                    SocketAddr::from(([127, 0, 0, 1], 1000 + i as u16)),
+                ))
             })
             .collect()
     }
@@ -98,16 +98,16 @@ mod tests {
     #[test]
     fn sticky_keeps_clients_and_moves_few() {
         let four = backends(4);
-        let clients: Vec<String> = (0..1000)
-            .map(|i| format!("10.0.{}.{}", i / 256, i % 256))
+        let clients: Vec<IpAddr> = (0..1000)
+            .map(|i| IpAddr::from([10, 0, (i / 256) as u8, (i % 256) as u8]))
             .collect();
         let before: Vec<String> = clients
             .iter()
-            .map(|c| sticky(&four, c).unwrap().replica_id.clone())
+            .map(|c| sticky(&four, *c).unwrap().replica_id.clone())
             .collect();
         // Same answer every time.
         for (c, b) in clients.iter().zip(&before) {
-            assert_eq!(&sticky(&four, c).unwrap().replica_id, b);
+            assert_eq!(&sticky(&four, *c).unwrap().replica_id, b);
         }
         // Every replica gets a share.
         for r in &four {
@@ -117,7 +117,7 @@ mod tests {
         // Removing r3 moves only r3's clients.
         let three = &four[..3];
         for (c, b) in clients.iter().zip(&before) {
-            let now = &sticky(three, c).unwrap().replica_id;
+            let now = &sticky(three, *c).unwrap().replica_id;
             if b != "r3" {
                 assert_eq!(now, b);
             }

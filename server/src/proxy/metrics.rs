@@ -1,10 +1,8 @@
 //! Prometheus metrics of the serving proxy: requests by endpoint and status, a latency histogram,
 //! requests in flight and replicas, rendered in the text exposition format.
 
-use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::runtime::RouteTable;
@@ -14,33 +12,60 @@ pub const BUCKETS: [f64; 12] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
 ];
 
-#[derive(Debug, Default)]
+/// Status codes counted one by one; anything outside 100..600 is counted as 0 (unknown).
+const STATUSES: usize = 600;
+
+#[derive(Debug)]
 pub struct EndpointStats {
-    by_status: Mutex<BTreeMap<u16, u64>>,
-    /// Cumulative per bucket is computed at render; here each request counts once, in its own bucket
-    /// (the last slot is +Inf).
+    /// One counter per status code: a request only adds to an atomic, no lock.
+    by_status: Box<[AtomicU64]>,
+    /// Each request counts once, in its own bucket (the last slot is +Inf); cumulative sums are made when
+    /// rendering.
     buckets: [AtomicU64; BUCKETS.len() + 1],
     sum_micros: AtomicU64,
     cache_hits: AtomicU64,
 }
 
+impl Default for EndpointStats {
+    fn default() -> Self {
+        EndpointStats {
+            by_status: (0..STATUSES).map(|_| AtomicU64::new(0)).collect(),
+            buckets: Default::default(),
+            sum_micros: AtomicU64::new(0),
+            cache_hits: AtomicU64::new(0),
+        }
+    }
+}
+
 impl EndpointStats {
     pub fn record(&self, status: u16, took: Duration) {
-        if let Ok(mut m) = self.by_status.lock() {
-            *m.entry(status).or_default() += 1;
-        }
+        let slot = if (100..STATUSES as u16).contains(&status) {
+            status as usize
+        } else {
+            0
+        };
+        self.by_status[slot].fetch_add(1, Ordering::Relaxed);
         let secs = took.as_secs_f64();
-        let slot = BUCKETS
+        let bucket = BUCKETS
             .iter()
             .position(|b| secs <= *b)
             .unwrap_or(BUCKETS.len());
-        self.buckets[slot].fetch_add(1, Ordering::Relaxed);
+        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
         self.sum_micros
             .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
     }
 
     pub fn cache_hit(&self) {
         self.cache_hits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// (status, count) for every status seen.
+    fn statuses(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        self.by_status
+            .iter()
+            .enumerate()
+            .map(|(s, n)| (s, n.load(Ordering::Relaxed)))
+            .filter(|(_, n)| *n > 0)
     }
 }
 
@@ -63,8 +88,8 @@ pub fn render(table: &RouteTable) -> String {
     };
     out.push_str("# HELP switchyard_proxy_requests_total Requests served by the proxy, by endpoint and status.\n# TYPE switchyard_proxy_requests_total counter\n");
     for r in &routes {
-        if let Ok(m) = r.activity.stats.by_status.lock() {
-            for (status, n) in m.iter() {
+        {
+            for (status, n) in r.activity.stats.statuses() {
                 let _ = writeln!(
                     out,
                     "switchyard_proxy_requests_total{{{},status=\"{status}\"}} {n}",
@@ -143,9 +168,8 @@ mod tests {
         s.record(200, Duration::from_micros(500));
         s.record(200, Duration::from_millis(30));
         s.record(503, Duration::from_secs(20));
-        let m = s.by_status.lock().unwrap().clone();
-        assert_eq!(m.get(&200), Some(&2));
-        assert_eq!(m.get(&503), Some(&1));
+        let m: Vec<(usize, u64)> = s.statuses().collect();
+        assert_eq!(m, [(200, 2), (503, 1)]);
         assert_eq!(s.buckets[0].load(Ordering::Relaxed), 1);
         assert_eq!(s.buckets[BUCKETS.len()].load(Ordering::Relaxed), 1);
         assert_eq!(escape("a\"b\\"), "a\\\"b\\\\");

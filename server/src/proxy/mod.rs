@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
+use axum::http::uri::PathAndQuery;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -485,7 +486,6 @@ impl Proxy {
         route.activity.in_flight.fetch_add(1, Ordering::Relaxed);
         let mut guard = InFlight(route.clone(), None);
 
-        let client_key = client.to_string();
         let session = parts
             .headers
             .get("mcp-session-id")
@@ -505,7 +505,7 @@ impl Proxy {
                         .and_then(|id| route.backends.iter().find(|b| b.replica_id == id))
                         .or_else(|| balance::least_connections(&route.backends))
                 }
-                None => balance::pick(route.load_balancer, &route.backends, &client_key),
+                None => balance::pick(route.load_balancer, &route.backends, client),
             },
         };
         let Some(backend) = backend.cloned() else {
@@ -514,38 +514,36 @@ impl Proxy {
         backend.in_flight.fetch_add(1, Ordering::Relaxed);
         guard.1 = Some(backend.clone());
 
-        let uri = match parts.uri.query() {
-            Some(q) => format!("http://{}{rest}?{q}", backend.addr),
-            None => format!("http://{}{rest}", backend.addr),
+        let path_and_query = match parts.uri.query() {
+            Some(q) => PathAndQuery::try_from(format!("{rest}?{q}")),
+            None => PathAndQuery::try_from(rest),
         };
-        let Ok(uri) = uri.parse::<Uri>() else {
+        let mut uri = axum::http::uri::Parts::default();
+        uri.scheme = Some(axum::http::uri::Scheme::HTTP);
+        uri.authority = Some(backend.authority.clone());
+        uri.path_and_query = path_and_query.ok();
+        let Ok(uri) = Uri::from_parts(uri) else {
             return ApiError::BadRequest("invalid request path".into()).into_response();
         };
-        let mut out = axum::http::Request::builder()
-            .method(parts.method.clone())
-            .uri(uri);
-        if let Some(h) = out.headers_mut() {
-            copy_headers(&parts.headers, h);
-            // Our token is for us, not for the model's container.
-            h.remove(header::AUTHORIZATION);
-            h.remove(PRIVATE_ACCOUNT_HEADER);
-            let forwarded = match parts
-                .headers
-                .get("x-forwarded-for")
-                .and_then(|v| v.to_str().ok())
-            {
-                Some(prior) if self.trusted(peer.ip()) => {
-                    format!("{prior}, {}", peer.ip())
-                }
-                _ => peer.ip().to_string(),
-            };
-            if let Ok(v) = HeaderValue::from_str(&forwarded) {
-                h.insert("x-forwarded-for", v);
+        // The caller's headers go on as they are, less the hop-by-hop ones, our token (it is for us, not
+        // for the model's container) and the private-link account.
+        let mut headers = parts.headers;
+        strip_hop_by_hop(&mut headers);
+        headers.remove(header::AUTHORIZATION);
+        headers.remove(PRIVATE_ACCOUNT_HEADER);
+        let forwarded = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+            Some(prior) if self.trusted(peer.ip()) => {
+                HeaderValue::from_str(&format!("{prior}, {}", peer.ip()))
             }
-        }
-        let Ok(out) = out.body(body) else {
-            return ApiError::BadRequest("invalid request".into()).into_response();
+            _ => HeaderValue::from_str(&peer.ip().to_string()),
         };
+        if let Ok(v) = forwarded {
+            headers.insert("x-forwarded-for", v);
+        }
+        let mut out = axum::http::Request::new(body);
+        *out.method_mut() = parts.method;
+        *out.uri_mut() = uri;
+        *out.headers_mut() = headers;
         let resp = match self.http.request(out).await {
             Ok(r) => r,
             Err(e) => {
@@ -564,14 +562,15 @@ impl Proxy {
                 self.sessions.remember(s, &backend.replica_id);
             }
         }
-        let mut headers = HeaderMap::with_capacity(rparts.headers.len() + 1);
-        copy_headers(&rparts.headers, &mut headers);
         let streaming = rparts
             .headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
-        if let (Some(key), true, false) = (cache_key, rparts.status.is_success(), streaming) {
+        let status = rparts.status;
+        let mut headers = rparts.headers;
+        strip_hop_by_hop(&mut headers);
+        if let (Some(key), true, false) = (cache_key, status.is_success(), streaming) {
             let mut rbody = rbody;
             let mut bytes = Vec::new();
             loop {
@@ -589,7 +588,7 @@ impl Proxy {
                             let rest = rbody.into_data_stream().map_err(axum::Error::new);
                             let body = Body::from_stream(head.chain(rest));
                             let mut resp = Response::new(Body::new(body.with_guard(guard)));
-                            *resp.status_mut() = rparts.status;
+                            *resp.status_mut() = status;
                             *resp.headers_mut() = headers;
                             resp.headers_mut()
                                 .insert("x-cache", HeaderValue::from_static("MISS"));
@@ -607,7 +606,7 @@ impl Proxy {
             }
             let bytes = axum::body::Bytes::from(bytes);
             let value = Cached {
-                status: rparts.status,
+                status,
                 headers,
                 body: bytes,
             };
@@ -616,7 +615,7 @@ impl Proxy {
             return cached_response(value, "MISS");
         }
         let mut resp = Response::new(Body::new(rbody.map_err(axum::Error::new).with_guard(guard)));
-        *resp.status_mut() = rparts.status;
+        *resp.status_mut() = status;
         *resp.headers_mut() = headers;
         if route.cache {
             resp.headers_mut()
@@ -741,12 +740,11 @@ fn stateful_session(route: &Route) -> bool {
     route.mcp_lb == Some(true)
 }
 
-fn copy_headers(from: &HeaderMap, to: &mut HeaderMap) {
-    for (k, v) in from {
-        if !HOP_BY_HOP.contains(&k.as_str()) && k != header::HOST {
-            to.append(k.clone(), v.clone());
-        }
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    for name in HOP_BY_HOP {
+        headers.remove(name);
     }
+    headers.remove(header::HOST);
 }
 
 fn cached_response(c: Cached, marker: &'static str) -> Response {

@@ -66,8 +66,22 @@ impl Activity {
 pub struct Backend {
     pub replica_id: String,
     pub addr: SocketAddr,
+    /// `addr` as a URI authority, made once rather than per request.
+    pub authority: axum::http::uri::Authority,
     /// Requests in flight to this replica (least-connections balancing).
     pub in_flight: AtomicU32,
+}
+
+impl Backend {
+    pub fn new(replica_id: String, addr: SocketAddr) -> Backend {
+        Backend {
+            authority: axum::http::uri::Authority::try_from(addr.to_string().as_str())
+                .unwrap_or_else(|_| axum::http::uri::Authority::from_static("127.0.0.1")),
+            replica_id,
+            addr,
+            in_flight: AtomicU32::new(0),
+        }
+    }
 }
 
 /// Everything the proxy needs to serve one endpoint.
@@ -99,7 +113,8 @@ pub struct Route {
 /// The published view of every endpoint, rebuilt by the reconciler when something changes.
 #[derive(Debug, Default)]
 pub struct RouteTable {
-    by_name: HashMap<(String, String), Arc<Route>>,
+    /// Namespace → name → route (looked up without allocating).
+    by_name: HashMap<String, HashMap<String, Arc<Route>>>,
     /// Domain → routes under it, longest path prefix first.
     by_domain: HashMap<String, Vec<Arc<Route>>>,
 }
@@ -117,7 +132,9 @@ impl RouteTable {
             }
             table
                 .by_name
-                .insert((r.namespace.clone(), r.name.clone()), r);
+                .entry(r.namespace.clone())
+                .or_default()
+                .insert(r.name.clone(), r);
         }
         for routes in table.by_domain.values_mut() {
             routes.sort_by_key(|r| {
@@ -128,7 +145,7 @@ impl RouteTable {
     }
 
     pub fn get(&self, namespace: &str, name: &str) -> Option<&Arc<Route>> {
-        self.by_name.get(&(namespace.to_string(), name.to_string()))
+        self.by_name.get(namespace)?.get(name)
     }
 
     /// The endpoint serving `host` + `path` through its custom domain, and the path left after its prefix.
@@ -148,7 +165,7 @@ impl RouteTable {
     }
 
     pub fn routes(&self) -> impl Iterator<Item = &Arc<Route>> {
-        self.by_name.values()
+        self.by_name.values().flat_map(|m| m.values())
     }
 }
 

@@ -566,11 +566,7 @@ impl Reconciler {
                         tracing::info!(namespace = %rec.namespace, endpoint = %rec.spec.name, replica = %info.replica_id, addr = %info.addr, "replica started");
                         run.replicas.push(ReplicaRun {
                             generation: serve_gen.clone(),
-                            backend: Arc::new(Backend {
-                                replica_id: info.replica_id.clone(),
-                                addr: info.addr,
-                                in_flight: Default::default(),
-                            }),
+                            backend: Arc::new(Backend::new(info.replica_id.clone(), info.addr)),
                             info,
                             health_route,
                             ready: false,
@@ -714,11 +710,7 @@ async fn sync_router(
         tracing::info!(endpoint = %rec.spec.name, router = %info.replica_id, addr = %info.addr, "custom router started");
         run.router = Some(RouterRun {
             spec: spec.clone(),
-            backend: Arc::new(Backend {
-                replica_id: info.replica_id,
-                addr: info.addr,
-                in_flight: Default::default(),
-            }),
+            backend: Arc::new(Backend::new(info.replica_id, info.addr)),
             announced: None,
         });
     }

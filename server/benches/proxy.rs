@@ -1,0 +1,459 @@
+//! Serving-proxy benchmark (not a test): the proxy against a direct call to the same replica, in one run.
+//! Prints req/s, p50, p99 and CPU per request for each path, then the derived figures beside their
+//! targets: added latency at 1 connection, throughput at 64 connections, the full feature path (auth +
+//! CIDR + cache lookup + least connections) against the plain path, cache hits against the direct
+//! replica, and the control plane's share of a cold start (0 → ready through Switchyard, minus the
+//! engine's own start). The replica is the workspace's test engine, a real child process on loopback.
+//!
+//! Run: `cargo build --release -p switchyard-test-engine && cargo bench -p switchyard-server --bench proxy`.
+//! Set `BENCH_SECONDS` to change the measured time per scenario (default 2.0).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, RequestBuilder};
+use serde_json::{json, Value};
+use switchyard_server::{Application, Config};
+
+const NS: &str = "admin";
+/// The request everywhere. The engine's `/echo` answers at once; its `/embed` holds each input in a tokio
+/// sleep even at `--latency-ms 0`, and that timer's 1 ms granularity would swamp µs-sized figures.
+const ROUTE: &str = "/echo";
+const BODY: &str = r#"{"inputs":"x"}"#;
+const COLD_RUNS: usize = 5;
+/// Turns each scenario takes within its measured time.
+const ROUNDS: usize = 8;
+
+/// Numbers every request, so that a body made from it is never sent twice.
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// The test engine beside this bench: `target/release/deps/proxy-…` → `target/release/switchyard-test-engine`.
+fn engine_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("bench exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let bin = dir.join("switchyard-test-engine");
+    if !bin.exists() {
+        let build = "cargo build --release -p switchyard-test-engine";
+        eprintln!("{} is missing: run `{build}` first", bin.display());
+        std::process::exit(2);
+    }
+    bin
+}
+
+struct Server {
+    url: String,
+    token: String,
+    data_dir: PathBuf,
+    http: reqwest::Client,
+    stop: tokio::sync::oneshot::Sender<()>,
+    done: tokio::task::JoinHandle<std::io::Result<()>>,
+    _dir: tempfile::TempDir,
+}
+
+async fn start(http: reqwest::Client) -> Server {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.store.data_dir = Some(dir.path().to_path_buf());
+    config.server.listen = "127.0.0.1:0".parse().expect("addr");
+    config.runtime.tick_ms = 100;
+    let app = Application::build(&config).await.expect("build");
+    let url = format!("http://{}", app.local_addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let done = tokio::spawn(app.run(async {
+        let _ = stopped.await;
+    }));
+    let token = std::fs::read_to_string(dir.path().join("admin-token")).expect("admin token");
+    let (token, data_dir) = (token.trim().to_string(), dir.path().to_path_buf());
+    let _dir = dir;
+    Server {
+        url,
+        token,
+        data_dir,
+        http,
+        stop,
+        done,
+        _dir,
+    }
+}
+
+/// A custom-image endpoint running the test engine, with `extra` merged into the spec.
+fn spec(name: &str, engine: &Path, min_replica: u32, extra: Value) -> Value {
+    let mut spec = json!({
+        "name": name, "type": "public",
+        "provider": {"vendor": "aws", "region": "us-east-1"},
+        "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x2",
+                    "scaling": {"minReplica": min_replica, "maxReplica": 1}},
+        "model": {
+            "framework": "custom", "repository": "bench/engine", "task": "feature-extraction",
+            "image": {"custom": {"url": "local/test-engine", "healthRoute": "/health"}},
+            "command": [engine, "--port", "{port}", "--latency-ms", "0", "--capacity", "256"],
+        },
+    });
+    for (k, v) in extra.as_object().expect("object") {
+        spec[k] = v.clone();
+    }
+    spec
+}
+
+/// CPU seconds so far of the threads of process `pid` whose name starts with `comm`.
+fn cpu_of(pid: &str, comm: &str) -> f64 {
+    let read = |p: PathBuf| std::fs::read_to_string(p).unwrap_or_default();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"));
+    let tasks = tasks.into_iter().flatten().flatten();
+    let ours = tasks.filter(|t| read(t.path().join("comm")).starts_with(comm));
+    // The first field of `schedstat`: nanoseconds on a CPU.
+    let ns = ours.map(|t| read(t.path().join("schedstat")));
+    let ns = ns.filter_map(|s| s.split(' ').next()?.parse::<f64>().ok());
+    ns.sum::<f64>() / 1e9
+}
+
+impl Server {
+    fn route_url(&self, name: &str) -> String {
+        format!("{}/endpoints/{NS}/{name}{ROUTE}", self.url)
+    }
+
+    async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> Value {
+        let url = format!("{}/v2/endpoint/{NS}{path}", self.url);
+        let mut req = self.http.request(method, url).bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("admin request");
+        let status = resp.status();
+        let body: Value = resp.json().await.expect("admin json");
+        assert!(status.is_success(), "{path}: {status} {body}");
+        body
+    }
+
+    /// Polls the endpoint until `ok` holds (bounded to 60 s).
+    async fn wait_for(&self, name: &str, what: &str, ok: impl Fn(&Value) -> bool) {
+        let path = format!("/{name}");
+        for _ in 0..3000 {
+            if ok(&self.admin(Method::GET, &path, None).await) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let status = &self.admin(Method::GET, &path, None).await["status"];
+        panic!("{name}: {what} never happened: {status}");
+    }
+
+    /// The pids in the replicas' pid files (named by replica id, `<endpoint>-<random>`) from `name`.
+    fn replica_pids(&self, name: &str) -> Vec<String> {
+        let dir = std::fs::read_dir(self.data_dir.join("replicas").join("pids"));
+        let files = dir.into_iter().flatten().flatten();
+        let files = files.filter(|f| f.file_name().to_string_lossy().starts_with(name));
+        let pids = files.map(|f| std::fs::read_to_string(f.path()).unwrap_or_default());
+        pids.map(|p| p.trim().to_string()).collect()
+    }
+
+    /// CPU seconds so far of the server's threads, of the load generator's, and of every replica.
+    fn cpu(&self) -> [f64; 3] {
+        let replicas = self.replica_pids("").iter().map(|p| cpu_of(p, "")).sum();
+        [cpu_of("self", "server"), cpu_of("self", "load"), replicas]
+    }
+}
+
+fn running(ep: &Value) -> bool {
+    ep["status"]["state"] == "running" && ep["status"]["readyReplica"] == 1
+}
+
+type Make = Arc<dyn Fn(usize) -> RequestBuilder + Send + Sync>;
+
+/// What the loads of one scenario saw: the latency of each success, the time they ran, the failures,
+/// and the CPU seconds spent meanwhile by the server, the load generator and the replicas.
+#[derive(Default)]
+struct Sample {
+    lat: Vec<Duration>,
+    seconds: f64,
+    errors: usize,
+    cpu: [f64; 3],
+}
+
+struct Figures {
+    rps: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+/// `conns` tasks, each sending `make(n)` after the other on its keep-alive connection until `seconds`
+/// have passed. Only 2xx responses read in full count; anything else is an error.
+async fn load(conns: usize, seconds: f64, make: &Make, into: &mut Sample) {
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(seconds);
+    let tasks: Vec<_> = (0..conns)
+        .map(|_| {
+            let make = make.clone();
+            tokio::spawn(async move {
+                let (mut lat, mut errors) = (Vec::with_capacity(1 << 14), 0);
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    let ok = match make(SEQ.fetch_add(1, Ordering::Relaxed)).send().await {
+                        Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                        Err(_) => false,
+                    };
+                    match ok {
+                        true => lat.push(t.elapsed()),
+                        false => errors += 1,
+                    }
+                }
+                (lat, errors)
+            })
+        })
+        .collect();
+    for t in tasks {
+        let (lat, errors) = t.await.expect("load task");
+        into.lat.extend(lat);
+        into.errors += errors;
+    }
+    into.seconds += start.elapsed().as_secs_f64();
+}
+
+/// Each scenario warmed up (connections open, caches filled), then all measured in turns, `ROUNDS`
+/// slices each, so that whatever else the machine does weighs on every scenario alike; prints the rows.
+async fn compare(
+    srv: &Server,
+    conns: usize,
+    secs: f64,
+    scenarios: &[(&str, &Make)],
+) -> Vec<Figures> {
+    let mut samples: Vec<Sample> = scenarios.iter().map(|_| Sample::default()).collect();
+    for (_, make) in scenarios {
+        load(conns, 0.2, make, &mut Sample::default()).await;
+    }
+    for _ in 0..ROUNDS {
+        for ((_, make), sample) in scenarios.iter().zip(&mut samples) {
+            let before = srv.cpu();
+            load(conns, secs / ROUNDS as f64, make, sample).await;
+            let after = srv.cpu();
+            (0..3).for_each(|i| sample.cpu[i] += after[i] - before[i]);
+        }
+    }
+    let rows = samples
+        .into_iter()
+        .zip(scenarios)
+        .map(|(mut s, (name, _))| {
+            s.lat.sort_unstable();
+            let n = s.lat.len();
+            let pct = |p: f64| s.lat[((n as f64 * p) as usize).min(n - 1)];
+            let (rps, p50, p99) = (n as f64 / s.seconds, pct(0.5), pct(0.99));
+            let cpu = s.cpu.map(|c| c * 1e6 / n as f64);
+            let errors = match s.errors {
+                0 => String::new(),
+                e => format!("  ({e} errors)"),
+            };
+            let (us50, us99, [proxy, client, engine]) = (us(p50), us(p99), cpu);
+            print!("{name:<40} {conns:>3} {rps:>8.0} {us50:>8.1} {us99:>8.1}");
+            println!("  {proxy:>7.1} {client:>7.1} {engine:>7.1}{errors}");
+            Figures { rps, p50, p99 }
+        });
+    rows.collect()
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// The `x-cache` header of one request, which must succeed.
+async fn x_cache(make: &Make) -> String {
+    let r = make(SEQ.fetch_add(1, Ordering::Relaxed)).send().await;
+    let r = r.expect("probe");
+    assert!(r.status().is_success(), "probe: {}", r.status());
+    let cache = r.headers().get("x-cache").and_then(|v| v.to_str().ok());
+    cache.unwrap_or("-").to_string()
+}
+
+fn median(mut v: Vec<Duration>) -> f64 {
+    v.sort_unstable();
+    ms(v[v.len() / 2])
+}
+
+/// The engine started by hand on a free port: spawn → `/health` answers 200 (polled every 2 ms).
+async fn engine_start(http: &reqwest::Client, engine: &Path) -> Duration {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr());
+    let port = free.expect("free port").port().to_string();
+    let url = format!("http://127.0.0.1:{port}/health");
+    let t = Instant::now();
+    let mut child = Command::new(engine)
+        .args(["--port", &port, "--latency-ms", "0", "--capacity", "256"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the test engine");
+    while !matches!(http.get(&url).send().await, Ok(r) if r.status().is_success()) {
+        assert!(t.elapsed().as_secs() < 30, "the engine never answered");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let took = t.elapsed();
+    let _ = child.kill();
+    let _ = child.wait();
+    took
+}
+
+/// `cold` scaled to zero (no replica process left), then one request held until a replica answers it.
+async fn switchyard_start(srv: &Server) -> Duration {
+    srv.admin(Method::POST, "/cold/scale-to-zero", None).await;
+    srv.wait_for("cold", "scale to zero", |ep| {
+        let status = &ep["status"];
+        let zero = status["state"] == "scaledToZero" && status["readyReplica"] == 0;
+        zero && srv.replica_pids("cold-").is_empty()
+    })
+    .await;
+    let t = Instant::now();
+    let req = srv.http.post(srv.route_url("cold")).body(BODY);
+    let req = req.header("content-type", "application/json");
+    let resp = req.header("x-scale-up-timeout", "30").send().await;
+    let took = t.elapsed();
+    assert_eq!(resp.expect("cold request").status(), 200, "cold request");
+    srv.wait_for("cold", "running", running).await;
+    took
+}
+
+async fn bench(srv: &Server, engine: &Path, secs: f64) {
+    let full_features = json!({
+        "type": "authenticated",
+        "network": {"cidrBlock": true, "cidrList": ["127.0.0.0/8"]},
+        "cacheHttpResponses": true,
+        "experimentalFeatures": {"loadBalancer": "least_connections"},
+    });
+    let cached = json!({"cacheHttpResponses": true});
+    // `cold` has a minimum of 0: at 1 the reconciler starts a scaled-to-zero endpoint again at once.
+    let (plain_spec, cold_spec) = (json!({}), json!({}));
+    let endpoints = [("plain", 1, plain_spec), ("full", 1, full_features)];
+    let more = [("cached", 1, cached), ("cold", 0, cold_spec)];
+    for (name, min, extra) in endpoints.into_iter().chain(more) {
+        let spec = spec(name, engine, min, extra);
+        srv.admin(Method::POST, "", Some(spec)).await;
+    }
+    for name in ["plain", "full", "cached"] {
+        srv.wait_for(name, "running, 1 ready replica", running)
+            .await;
+    }
+    // The replica's own address: the runtime gave it `PORT`, which the engine tells at `/env/PORT`.
+    let env = format!("{}/endpoints/{NS}/plain/env/PORT", srv.url);
+    let port = srv.http.get(env).send().await.expect("env").text().await;
+    let direct = format!("http://127.0.0.1:{}{ROUTE}", port.expect("port").trim());
+
+    let post = |url: &str, token: Option<&str>, unique: bool| -> Make {
+        let (http, url, token) = (srv.http.clone(), url.to_string(), token.map(str::to_string));
+        Arc::new(move |n| {
+            let req = http.post(&url).header("content-type", "application/json");
+            let req = match &token {
+                Some(t) => req.bearer_auth(t),
+                None => req,
+            };
+            match unique {
+                true => req.body(format!(r#"{{"inputs":"x{n}"}}"#)),
+                false => req.body(BODY),
+            }
+        })
+    };
+    let direct = post(&direct, None, false);
+    let plain = post(&srv.route_url("plain"), None, false);
+    let full = post(&srv.route_url("full"), Some(&srv.token), true);
+    let cached = post(&srv.route_url("cached"), None, false);
+    assert_eq!(x_cache(&full).await, "MISS", "full: new bodies miss");
+    x_cache(&cached).await;
+    assert_eq!(x_cache(&cached).await, "HIT", "cached: the same body hits");
+
+    println!("\nProxy against the replica itself (test engine, POST {ROUTE}, {secs} s each)");
+    println!("{:<75} CPU µs per request", "");
+    let head = "con    req/s   p50 µs   p99 µs    proxy  client  engine";
+    println!("{:<40} {head}", "scenario");
+    let (base, plain_name) = ("direct to the replica (baseline)", "proxy, plain");
+    let all = "proxy, auth+CIDR+cache miss+least conn";
+    let one = [(base, &direct), (plain_name, &plain), (all, &full)];
+    let one = compare(srv, 1, secs, &one).await;
+    let hits = "proxy, cache hits";
+    let many = [
+        (base, &direct),
+        (plain_name, &plain),
+        (all, &full),
+        (hits, &cached),
+    ];
+    let many = compare(srv, 64, secs, &many).await;
+
+    let (mut own, mut through) = (Vec::new(), Vec::new());
+    for _ in 0..COLD_RUNS {
+        own.push(engine_start(&srv.http, engine).await);
+        through.push(switchyard_start(srv).await);
+    }
+    println!("\nCold start, {COLD_RUNS} runs each (ms)");
+    let alone = "engine alone: spawn → /health 200";
+    let proxied = "Switchyard: scaled to zero → 200";
+    for (name, runs) in [(alone, &own), (proxied, &through)] {
+        let runs: Vec<_> = runs.iter().map(|d| format!("{:.1}", ms(*d))).collect();
+        println!("{name:<40} {}", runs.join(", "));
+    }
+
+    let (own, through) = (median(own), median(through));
+    let medians = format!("{own:.1} ms alone, {through:.1} ms through Switchyard");
+    println!("{:<40} {medians}", "medians");
+
+    println!("\nFigures (targets for a 2-core machine)");
+    let added = |f: &Figures| (us(f.p50) - us(one[0].p50), us(f.p99) - us(one[0].p99));
+    let ((add50, add99), (full50, _)) = (added(&one[1]), added(&one[2]));
+    let (ratio, hits) = (many[1].rps / many[0].rps, many[3].rps / many[0].rps);
+    let (features, share) = (full50 / add50, through - own);
+    let figures = [
+        ("added p50, 1 connection", add50, "µs", 40.0, true),
+        ("added p99, 1 connection", add99, "µs", 100.0, true),
+        ("req/s ÷ direct, 64 connections", ratio, "×", 0.5, false),
+        ("full ÷ plain added p50, 1 conn", features, "×", 1.25, true),
+        ("cache hits ÷ direct, 64 conns", hits, "×", 0.9, false),
+        (
+            "cold start: control plane's share",
+            share,
+            "ms",
+            250.0,
+            true,
+        ),
+    ];
+    // `at_most`: which side of the target passes.
+    for (name, value, unit, target, at_most) in figures {
+        let pass = if at_most {
+            value <= target
+        } else {
+            value >= target
+        };
+        let op = if at_most { "≤" } else { "≥" };
+        let word = if pass { "PASS" } else { "MISS" };
+        let target = format!("{op} {target} {unit}");
+        println!("{name:<40} {value:>10.2} {unit:<2}   target {target:<10} {word}");
+    }
+}
+
+fn main() {
+    let secs: f64 = std::env::var("BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0);
+    let engine = engine_bin();
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .tcp_nodelay(true)
+        .build()
+        .expect("client");
+    // The server on its own runtime, as in its own process, and the load generator on another; named
+    // threads, so that their CPU is told apart (and in a profile: `perf report --sort comm`).
+    let runtime = |name: &str| {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        let b = b.worker_threads(2).thread_name(name).enable_all();
+        b.build().expect("runtime")
+    };
+    let server_rt = runtime("server");
+    let srv = server_rt.block_on(start(http));
+    runtime("load").block_on(bench(&srv, &engine, secs));
+    // A clean shutdown stops every replica.
+    let _ = srv.stop.send(());
+    let wait = async { tokio::time::timeout(Duration::from_secs(30), srv.done).await };
+    let stopped = server_rt.block_on(wait).expect("server stops in time");
+    stopped.expect("join").expect("serve");
+}
