@@ -18,7 +18,7 @@ use tokio::sync::watch;
 
 use super::launch::{self, Launch};
 use super::provider::{ProviderError, ReplicaInfo, ReplicaPlan, ReplicaProvider, ReplicaStatus};
-use super::scaler::{bounds_at, idle_expired, LoadSample, Scaler, ScalerSettings};
+use super::scaler::{bounds_at, idle_expired, minute_of_day, LoadSample, Scaler, ScalerSettings};
 use super::{Activity, Backend, Route, RouteTable, RuntimeHandle};
 use crate::clock::Clock;
 use crate::config::RuntimeConfig;
@@ -89,6 +89,8 @@ struct RouterRun {
 
 struct EndpointRun {
     router: Option<RouterRun>,
+    /// The schedule entry (its `at`) in effect at the last tick; `None` before the first.
+    entry: Option<Option<String>>,
     namespace: String,
     name: String,
     replicas: Vec<ReplicaRun>,
@@ -365,6 +367,7 @@ impl Reconciler {
             .entry(rec.id.clone())
             .or_insert_with(|| EndpointRun {
                 router: None,
+                entry: None,
                 namespace: rec.namespace.clone(),
                 name: rec.spec.name.clone(),
                 replicas: Vec::new(),
@@ -425,6 +428,16 @@ impl Reconciler {
         .await;
         let gen = generation(&rec.spec);
         let bounds = bounds_at(&rec.spec.compute.scaling, now);
+        // A schedule entry taking effect is an event: it starts a scaled-to-zero endpoint once, when it
+        // begins (spec part 3), not at every tick it lasts.
+        let entry = rec
+            .spec
+            .compute
+            .scaling
+            .entry_in_effect(minute_of_day(now))
+            .map(|e| e.at.clone());
+        let entry_began = run.entry.as_ref().is_some_and(|before| *before != entry);
+        run.entry = Some(entry);
         match rec.state {
             EndpointState::Paused | EndpointState::Failed => {
                 // Out of the routing table first, so no request is sent to a replica being stopped.
@@ -436,7 +449,7 @@ impl Reconciler {
             }
             EndpointState::ScaledToZero => {
                 let woken = run.activity.take_wake();
-                if (woken || bounds.min > 0) && bounds.max > 0 {
+                if (woken || (entry_began && bounds.min > 0)) && bounds.max > 0 {
                     out.state = EndpointState::Initializing;
                     out.message = Some(if woken {
                         "woken by a request".to_string()
