@@ -17,12 +17,30 @@ use switchyard_server::{Application, Config};
     version,
     about = "Control plane for model-serving endpoints"
 )]
-#[command(arg_required_else_help = true)]
 struct Cli {
     #[command(flatten)]
     common: Common,
+    #[command(flatten)]
+    console: ConsoleArgs,
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+/// With no command: the operator console, on an in-process server or on `--server`.
+#[derive(Args, Clone, Default)]
+struct ConsoleArgs {
+    /// Open the console on this remote server instead of an in-process one.
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
+    /// Token for --server (default: SWITCHYARD_TOKEN, then <config dir>/token).
+    #[arg(long, env = "SWITCHYARD_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// No action that changes anything.
+    #[arg(long)]
+    read_only: bool,
+    /// Address of the in-process server (as for `serve`).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
 }
 
 #[derive(Args, Clone, Default)]
@@ -55,6 +73,8 @@ enum Command {
     },
     /// Print the OpenAPI document of the public API.
     Openapi,
+    /// Print the console's keymap as a cheat-sheet (Markdown).
+    Keys,
 }
 
 #[derive(Subcommand)]
@@ -135,6 +155,80 @@ async fn serve(common: &Common, listen: Option<SocketAddr>) -> Result<()> {
     Ok(())
 }
 
+/// The operator console: an in-process server (the same config and flags as `serve`) or `--server URL`.
+async fn console(common: &Common, args: &ConsoleArgs) -> Result<()> {
+    let mut config = load_config(common, None)?;
+    if let Some(l) = args.listen {
+        config.server.listen = l;
+    }
+    // The console owns the terminal: logs go to a daily file.
+    let log_dir = config.data_dir()?.join("logs");
+    std::fs::create_dir_all(&log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
+    let filter = tracing_subscriber::EnvFilter::try_new(&config.log.level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(tracing_appender::rolling::daily(&log_dir, "console.log"))
+        .init();
+    let log_file = log_dir.join("console.log.<date>").display().to_string();
+    let keymap_text = switchyard_server::config::default_config_file()
+        .and_then(|f| std::fs::read_to_string(f.with_file_name("keymap.toml")).ok());
+    if let Some(url) = &args.server {
+        let token = args.token.clone().or_else(|| {
+            let file = switchyard_server::config::default_config_file()?.with_file_name("token");
+            std::fs::read_to_string(file)
+                .ok()
+                .map(|t| t.trim().to_string())
+        });
+        let options = switchyard_ui::Options {
+            client: switchyard_server::client::Client::new(url, token),
+            server_label: url.clone(),
+            read_only: args.read_only,
+            log_file,
+            keymap_text,
+        };
+        return switchyard_ui::run(options).await.context("console");
+    }
+    let app = Application::build(&config).await?;
+    let url = format!("http://{}", app.local_addr());
+    let token = match std::fs::read_to_string(app.data_dir().join("admin-token")) {
+        Ok(t) => t.trim().to_string(),
+        // The first start's token file was removed: a console session gets a token of its own.
+        Err(_) => {
+            let state = app.state();
+            let (token, _) = switchyard_server::auth::accounts::issue_token(
+                state.store.as_ref(),
+                "admin",
+                Some("console".into()),
+                None,
+                Some(chrono::Duration::days(1)),
+                state.clock.now(),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("signing the console in as admin: {e}"))?;
+            token
+        }
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.run(async {
+        let _ = stopped.await;
+    }));
+    tracing::info!(%url, "in-process server listening");
+    let options = switchyard_ui::Options {
+        client: switchyard_server::client::Client::new(&url, Some(token)),
+        server_label: format!("in-process {url}"),
+        read_only: args.read_only,
+        log_file,
+        keymap_text,
+    };
+    let result = switchyard_ui::run(options).await.context("console");
+    let _ = stop.send(());
+    // Replicas stop with the server.
+    let _ = server.await;
+    result
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -173,6 +267,16 @@ fn run(cli: Cli) -> Result<()> {
             println!("{}", switchyard_server::api::openapi::document_json());
             Ok(())
         }
-        None => Ok(()),
+        Some(Command::Keys) => {
+            let text = switchyard_server::config::default_config_file()
+                .and_then(|f| std::fs::read_to_string(f.with_file_name("keymap.toml")).ok());
+            let (keymap, problems) = switchyard_ui::keymap::Keymap::with_overrides(text.as_deref());
+            for p in problems {
+                eprintln!("warning: {p}");
+            }
+            print!("{}", keymap.cheat_sheet());
+            Ok(())
+        }
+        None => rt.block_on(console(&cli.common, &cli.console)),
     }
 }

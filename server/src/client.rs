@@ -225,6 +225,14 @@ impl Client {
         self.get(&format!("/v2/provider/{namespace}")).await
     }
 
+    pub async fn admin_list_users<T: DeserializeOwned>(&self) -> ClientResult<T> {
+        self.get("/api/v1/admin/users").await
+    }
+
+    pub async fn admin_list_orgs<T: DeserializeOwned>(&self) -> ClientResult<T> {
+        self.get("/api/v1/admin/orgs").await
+    }
+
     pub async fn admin_create_user<T: DeserializeOwned>(&self, body: &Value) -> ClientResult<T> {
         self.post("/api/v1/admin/users", body).await
     }

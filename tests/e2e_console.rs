@@ -1,0 +1,126 @@
+//! The console end to end: the real binary in tmux (a real terminal), on its in-process server. Open it, filter
+//! the catalog, find an endpoint in the list, pause it through a confirmed action, quit with `:q`; the shell
+//! gets exit status 0 and its normal screen back.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::json;
+
+const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
+
+struct Tmux(String);
+
+impl Tmux {
+    fn start(data_dir: &Path) -> Tmux {
+        let name = format!("sy-console-{}", std::process::id());
+        let cmd = format!(
+            "{BIN} --data-dir {} --listen 127.0.0.1:0; echo EXITED $?; sleep 60",
+            data_dir.display()
+        );
+        let ok = Command::new("tmux")
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                &name,
+                "-x",
+                "120",
+                "-y",
+                "30",
+                &cmd,
+            ])
+            .env_remove("TMUX")
+            .status()
+            .expect("tmux (installed by scripts/test)");
+        assert!(ok.success());
+        Tmux(name)
+    }
+
+    fn screen(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.0])
+            .output()
+            .expect("capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        for k in keys {
+            let ok = Command::new("tmux")
+                .args(["send-keys", "-t", &self.0, k])
+                .status()
+                .expect("send-keys");
+            assert!(ok.success());
+            std::thread::sleep(Duration::from_millis(80));
+        }
+    }
+
+    /// Waits (bounded) until the screen shows `text`.
+    fn wait_for(&self, text: &str) -> String {
+        for _ in 0..150 {
+            let s = self.screen();
+            if s.contains(text) {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the screen never showed {text:?}:\n{}", self.screen());
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.0])
+            .status();
+    }
+}
+
+#[tokio::test]
+async fn browse_filter_act_and_quit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tmux = Tmux::start(dir.path());
+    let screen = tmux.wait_for("connected");
+    assert!(screen.contains("catalog (62/62)"), "{screen}");
+    let url = screen
+        .split_whitespace()
+        .find(|w| w.starts_with("http://127.0.0.1:"))
+        .expect("the status line names the server")
+        .to_string();
+
+    // Filter the catalog.
+    tmux.keys(&["/", "r", "e", "r", "a", "n", "k", "Enter"]);
+    let screen = tmux.wait_for("/rerank");
+    assert!(screen.contains("bge-reranker-base"), "{screen}");
+    assert!(!screen.contains("Qwen"), "{screen}");
+
+    // An endpoint created through the API shows up in the endpoints view.
+    let token = std::fs::read_to_string(dir.path().join("admin-token")).expect("token");
+    let http = reqwest::Client::new();
+    let created = http
+        .post(format!(
+            "{url}/api/v1/catalog/recipe/bge-large-en-v1-5-cpu-tei/deploy"
+        ))
+        .bearer_auth(token.trim())
+        .json(&json!({"namespace": "admin", "config": {"name": "console-test"}}))
+        .send()
+        .await
+        .expect("deploy");
+    assert_eq!(created.status(), 200);
+    tmux.keys(&[":", "e", "p", "Enter"]);
+    tmux.wait_for("console-test");
+
+    // Pause it: the dialog defaults to Cancel, so Tab to Yes first.
+    tmux.keys(&["p"]);
+    tmux.wait_for("pause admin/console-test?");
+    tmux.keys(&["Tab", "Enter"]);
+    tmux.wait_for("pause admin/console-test: paused");
+
+    tmux.keys(&[":", "q", "Enter"]);
+    let screen = tmux.wait_for("EXITED");
+    assert!(screen.contains("EXITED 0"), "{screen}");
+    // The alternate screen is gone: the shell's own lines are back.
+    assert!(!screen.contains("catalog ("), "{screen}");
+}

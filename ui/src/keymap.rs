@@ -1,0 +1,252 @@
+//! The keymap as data: (context, keys, action, description, dangerous). The help screen, the footer hints
+//! and `switchyard keys` are generated from it; a user file overrides single bindings.
+
+use serde::Deserialize;
+
+/// Where a binding applies. `Global` bindings apply in every view unless the view binds the key itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Context {
+    Global,
+    Catalog,
+    Endpoints,
+    Dialog,
+}
+
+impl Context {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Context::Global => "global",
+            Context::Catalog => "catalog",
+            Context::Endpoints => "endpoints",
+            Context::Dialog => "dialog",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Command {
+    Quit,
+    Help,
+    Command,
+    Filter,
+    Back,
+    NextView,
+    Down,
+    Up,
+    Top,
+    Bottom,
+    Refresh,
+    Describe,
+    Pause,
+    Resume,
+    ScaleToZero,
+    Delete,
+    Toggle,
+    Confirm,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Binding {
+    pub context: Context,
+    pub keys: Vec<String>,
+    pub action: Command,
+    pub description: String,
+    /// Changes something on the server: confirmed first, and absent in read-only mode.
+    #[serde(default)]
+    pub dangerous: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    binding: Vec<Binding>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Keymap {
+    bindings: Vec<Binding>,
+}
+
+const DEFAULT: &str = include_str!("../../assets/keymap.toml");
+
+impl Keymap {
+    /// The built-in keymap.
+    pub fn builtin() -> Keymap {
+        // The asset is part of the build and tested; an error here is a bug, shown at once.
+        let file: File =
+            toml::from_str(DEFAULT).unwrap_or_else(|e| panic!("assets/keymap.toml: {e}"));
+        Keymap {
+            bindings: file.binding,
+        }
+    }
+
+    /// The built-in keymap with a user file's bindings replacing those of the same context and action.
+    /// Returns the problems found (unreadable file, keys bound twice) for the console to show.
+    pub fn with_overrides(user: Option<&str>) -> (Keymap, Vec<String>) {
+        let mut map = Keymap::builtin();
+        let mut problems = Vec::new();
+        if let Some(text) = user {
+            match toml::from_str::<File>(text) {
+                Ok(file) => {
+                    for b in file.binding {
+                        map.bindings
+                            .retain(|d| !(d.context == b.context && d.action == b.action));
+                        map.bindings.push(b);
+                    }
+                }
+                Err(e) => problems.push(format!("keymap file ignored: {}", e.message())),
+            }
+        }
+        problems.extend(map.conflicts());
+        (map, problems)
+    }
+
+    /// Keys bound to two actions where both would apply.
+    pub fn conflicts(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, a) in self.bindings.iter().enumerate() {
+            for b in &self.bindings[i + 1..] {
+                if a.context != b.context || a.action == b.action {
+                    continue;
+                }
+                for k in a.keys.iter().filter(|k| b.keys.contains(k)) {
+                    out.push(format!(
+                        "key {k:?} in {} is bound to both {:?} and {:?}",
+                        a.context.as_str(),
+                        a.action,
+                        b.action
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// The action for `key` in `context` (falling back to the global bindings, except in dialogs).
+    pub fn lookup(&self, context: Context, key: &str, read_only: bool) -> Option<Command> {
+        let find = |ctx: Context| {
+            self.bindings
+                .iter()
+                .filter(|b| b.context == ctx && !(read_only && b.dangerous))
+                .find(|b| b.keys.iter().any(|k| k == key))
+                .map(|b| b.action)
+        };
+        match context {
+            Context::Dialog => find(Context::Dialog),
+            _ => find(context).or_else(|| find(Context::Global)),
+        }
+    }
+
+    /// Bindings that apply in `context`, its own first.
+    pub fn bindings(&self, context: Context, read_only: bool) -> impl Iterator<Item = &Binding> {
+        let own = self.bindings.iter().filter(move |b| b.context == context);
+        let global = self
+            .bindings
+            .iter()
+            .filter(move |b| b.context == Context::Global && context != Context::Dialog);
+        own.chain(global)
+            .filter(move |b| !(read_only && b.dangerous))
+    }
+
+    /// `keys: description` pairs for the footer.
+    pub fn hints(&self, context: Context, read_only: bool) -> Vec<(String, String)> {
+        self.bindings(context, read_only)
+            .map(|b| (b.keys.join("/"), b.description.clone()))
+            .collect()
+    }
+
+    /// The printed cheat-sheet (`switchyard keys`): one Markdown table.
+    pub fn cheat_sheet(&self) -> String {
+        let mut out = String::from("| Where | Keys | Does |\n|---|---|---|\n");
+        for b in &self.bindings {
+            let keys: Vec<String> = b.keys.iter().map(|k| format!("`{k}`")).collect();
+            let mark = if b.dangerous {
+                " (confirms; not in --read-only)"
+            } else {
+                ""
+            };
+            out.push_str(&format!(
+                "| {} | {} | {}{mark} |\n",
+                b.context.as_str(),
+                keys.join(" "),
+                b.description
+            ));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_keymap_has_no_conflicts_and_finds_keys() {
+        let map = Keymap::builtin();
+        assert_eq!(map.conflicts(), Vec::<String>::new());
+        assert_eq!(
+            map.lookup(Context::Endpoints, "p", false),
+            Some(Command::Pause)
+        );
+        assert_eq!(map.lookup(Context::Endpoints, "p", true), None);
+        assert_eq!(
+            map.lookup(Context::Catalog, "q", false),
+            Some(Command::Quit)
+        );
+        assert_eq!(map.lookup(Context::Dialog, "q", false), None);
+        assert_eq!(
+            map.lookup(Context::Dialog, "esc", false),
+            Some(Command::Back)
+        );
+        assert_eq!(map.lookup(Context::Catalog, "ctrl-d", false), None);
+    }
+
+    #[test]
+    fn user_overrides_replace_single_bindings_and_conflicts_are_reported() {
+        let user = r#"
+[[binding]]
+context = "endpoints"
+keys = ["P"]
+action = "pause"
+description = "pause it"
+dangerous = true
+
+[[binding]]
+context = "endpoints"
+keys = ["z"]
+action = "describe"
+description = "describe"
+"#;
+        let (map, problems) = Keymap::with_overrides(Some(user));
+        assert_eq!(
+            map.lookup(Context::Endpoints, "P", false),
+            Some(Command::Pause)
+        );
+        assert_eq!(map.lookup(Context::Endpoints, "p", false), None);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("\"z\""), "{problems:?}");
+        let (_, problems) = Keymap::with_overrides(Some("[[binding]]\ncontext = 3"));
+        assert!(
+            problems[0].starts_with("keymap file ignored"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn cheat_sheet_lists_every_binding() {
+        let sheet = Keymap::builtin().cheat_sheet();
+        assert!(
+            sheet.contains("| endpoints | `ctrl-d` | delete (confirms; not in --read-only) |"),
+            "{sheet}"
+        );
+        assert!(
+            sheet.contains("| global | `q` `ctrl-c` | quit |"),
+            "{sheet}"
+        );
+        assert_eq!(sheet.lines().count(), Keymap::builtin().bindings.len() + 2);
+    }
+}

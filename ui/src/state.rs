@@ -1,0 +1,689 @@
+//! The console's state and its one update function: terminal keys and API results come in as [`Action`]s,
+//! `update` changes the state and returns the [`Effect`]s (API calls) to run. No I/O and no `.await` here.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::keymap::{Command, Context, Keymap};
+
+/// One catalog item as the list shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CatalogRow {
+    pub repo_id: String,
+    pub author: String,
+    pub model: String,
+    pub task: String,
+    pub license: String,
+    pub accelerators: String,
+    pub engines: String,
+    pub created: String,
+    /// (public id, accelerator, engine, model file)
+    pub recipes: Vec<(String, String, String, String)>,
+}
+
+impl CatalogRow {
+    pub fn from_json(item: &Value) -> CatalogRow {
+        let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+        let recipes: Vec<(String, String, String, String)> = item["recipes"]
+            .as_array()
+            .map(|rs| {
+                rs.iter()
+                    .map(|r| {
+                        (
+                            s(&r["publicId"]),
+                            s(&r["accelerator"]),
+                            s(&r["engineType"]),
+                            s(&r["ggufFile"]),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let distinct = |f: fn(&(String, String, String, String)) -> &String| {
+            let mut v: Vec<String> = recipes.iter().map(|r| f(r).clone()).collect();
+            v.sort();
+            v.dedup();
+            v.join(",")
+        };
+        CatalogRow {
+            repo_id: s(&item["repoId"]),
+            author: s(&item["authorName"]),
+            model: s(&item["modelName"]),
+            task: s(&item["task"]),
+            license: s(&item["license"]),
+            accelerators: distinct(|r| &r.1),
+            engines: distinct(|r| &r.2),
+            created: s(&item["createdAt"]).chars().take(10).collect(),
+            recipes,
+        }
+    }
+
+    fn matches(&self, filter: &str) -> bool {
+        let f = filter.to_lowercase();
+        [
+            &self.repo_id,
+            &self.task,
+            &self.license,
+            &self.accelerators,
+            &self.engines,
+        ]
+        .iter()
+        .any(|v| v.to_lowercase().contains(&f))
+    }
+}
+
+/// One endpoint as the list shows it; `raw` is the whole resource for describe.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointRow {
+    pub namespace: String,
+    pub name: String,
+    pub state: String,
+    pub ready: u64,
+    pub target: u64,
+    pub model: String,
+    pub kind: String,
+    pub url: String,
+    pub updated: String,
+    pub raw: Value,
+}
+
+impl EndpointRow {
+    pub fn from_json(namespace: &str, ep: &Value) -> EndpointRow {
+        let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+        EndpointRow {
+            namespace: namespace.to_string(),
+            name: s(&ep["name"]),
+            state: s(&ep["status"]["state"]),
+            ready: ep["status"]["readyReplica"].as_u64().unwrap_or(0),
+            target: ep["status"]["targetReplica"].as_u64().unwrap_or(0),
+            model: s(&ep["model"]["repository"]),
+            kind: s(&ep["type"]),
+            url: s(&ep["status"]["url"]),
+            updated: s(&ep["status"]["updatedAt"])
+                .replace('T', " ")
+                .chars()
+                .take(19)
+                .collect(),
+            raw: ep.clone(),
+        }
+    }
+
+    fn matches(&self, filter: &str) -> bool {
+        let f = filter.to_lowercase();
+        [
+            &self.namespace,
+            &self.name,
+            &self.state,
+            &self.model,
+            &self.kind,
+        ]
+        .iter()
+        .any(|v| v.to_lowercase().contains(&f))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    Catalog,
+    Endpoints,
+}
+
+/// A lifecycle action on an endpoint, as the API names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointAction {
+    Pause,
+    Resume,
+    ScaleToZero,
+    Delete,
+}
+
+impl EndpointAction {
+    pub fn verb(self) -> &'static str {
+        match self {
+            EndpointAction::Pause => "pause",
+            EndpointAction::Resume => "resume",
+            EndpointAction::ScaleToZero => "scale-to-zero",
+            EndpointAction::Delete => "delete",
+        }
+    }
+}
+
+/// What covers the view, if anything. `Esc` closes it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Overlay {
+    None,
+    Help,
+    /// Title and pretty text.
+    Describe(String, String),
+    /// Cancel is the default button (`yes` false).
+    Confirm {
+        action: EndpointAction,
+        namespace: String,
+        name: String,
+        yes: bool,
+    },
+    /// `:` command line.
+    Command(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Connection {
+    Connecting,
+    Connected,
+    /// The server could not be reached: the console retries with backoff.
+    Unreachable(String),
+}
+
+/// A key pressed, named as the keymap names keys (`ctrl-c`, `enter`, `G`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Key(pub String);
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Key(Key),
+    /// A second passed (the clock in the status line) or a refresh is due.
+    Tick(DateTime<Utc>),
+    Resize,
+    SignedIn(Result<(String, Vec<String>), String>),
+    CatalogLoaded(Result<Vec<CatalogRow>, String>),
+    EndpointsLoaded(Result<Vec<EndpointRow>, String>),
+    /// An endpoint action finished: its message.
+    Done(Result<String, String>),
+}
+
+/// API work the runtime does for `update`; each reports back as an [`Action`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    SignIn,
+    LoadCatalog,
+    /// Every namespace the user may see.
+    LoadEndpoints(Vec<String>),
+    Act {
+        action: EndpointAction,
+        namespace: String,
+        name: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct State {
+    pub view: View,
+    pub overlay: Overlay,
+    pub catalog: Vec<CatalogRow>,
+    pub endpoints: Vec<EndpointRow>,
+    pub selected: usize,
+    /// `/` filter: editing (`Some(text)` while typing) and applied text.
+    pub filter: String,
+    pub filtering: bool,
+    pub server: String,
+    pub connection: Connection,
+    pub user: Option<String>,
+    pub namespaces: Vec<String>,
+    pub message: Option<(String, bool)>,
+    pub read_only: bool,
+    pub quit: bool,
+    pub now: DateTime<Utc>,
+    /// Where logs go, shown on the help screen.
+    pub log_file: String,
+    /// Problems with the keymap, shown once at start.
+    pub keymap_problems: Vec<String>,
+}
+
+impl State {
+    pub fn new(server: String, read_only: bool, now: DateTime<Utc>, log_file: String) -> State {
+        State {
+            view: View::Catalog,
+            overlay: Overlay::None,
+            catalog: Vec::new(),
+            endpoints: Vec::new(),
+            selected: 0,
+            filter: String::new(),
+            filtering: false,
+            server,
+            connection: Connection::Connecting,
+            user: None,
+            namespaces: Vec::new(),
+            message: None,
+            read_only,
+            quit: false,
+            now,
+            log_file,
+            keymap_problems: Vec::new(),
+        }
+    }
+
+    pub fn context(&self) -> Context {
+        match (&self.overlay, self.view) {
+            (Overlay::Confirm { .. }, _) => Context::Dialog,
+            (_, View::Catalog) => Context::Catalog,
+            (_, View::Endpoints) => Context::Endpoints,
+        }
+    }
+
+    /// Rows of the current view that pass the filter (indices into the view's list).
+    pub fn visible(&self) -> Vec<usize> {
+        match self.view {
+            View::Catalog => (0..self.catalog.len())
+                .filter(|i| self.catalog[*i].matches(&self.filter))
+                .collect(),
+            View::Endpoints => (0..self.endpoints.len())
+                .filter(|i| self.endpoints[*i].matches(&self.filter))
+                .collect(),
+        }
+    }
+
+    fn selected_endpoint(&self) -> Option<&EndpointRow> {
+        let rows = self.visible();
+        (self.view == View::Endpoints)
+            .then(|| rows.get(self.selected).map(|i| &self.endpoints[*i]))
+            .flatten()
+    }
+
+    fn switch(&mut self, view: View) -> Vec<Effect> {
+        self.view = view;
+        self.selected = 0;
+        self.filter.clear();
+        self.filtering = false;
+        self.overlay = Overlay::None;
+        self.refresh()
+    }
+
+    fn refresh(&self) -> Vec<Effect> {
+        match self.view {
+            View::Catalog => vec![Effect::LoadCatalog],
+            View::Endpoints if self.user.is_some() => {
+                vec![Effect::LoadEndpoints(self.namespaces.clone())]
+            }
+            View::Endpoints => vec![Effect::SignIn],
+        }
+    }
+}
+
+/// Applies one action. Returns the API calls to make.
+pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect> {
+    match action {
+        Action::Tick(now) => {
+            state.now = now;
+            // Live lists: the endpoints view refreshes every tick; a lost server is retried.
+            match (&state.connection, state.view) {
+                (Connection::Unreachable(_), _) if state.user.is_none() => vec![Effect::SignIn],
+                (_, View::Endpoints) if state.overlay == Overlay::None => state.refresh(),
+                _ => Vec::new(),
+            }
+        }
+        Action::Resize => Vec::new(),
+        Action::SignedIn(Ok((user, orgs))) => {
+            state.connection = Connection::Connected;
+            state.namespaces = std::iter::once(user.clone()).chain(orgs).collect();
+            state.user = Some(user);
+            state.refresh()
+        }
+        Action::SignedIn(Err(e))
+        | Action::CatalogLoaded(Err(e))
+        | Action::EndpointsLoaded(Err(e)) => {
+            state.connection = Connection::Unreachable(e);
+            Vec::new()
+        }
+        Action::CatalogLoaded(Ok(rows)) => {
+            state.connection = Connection::Connected;
+            state.catalog = rows;
+            clamp(state);
+            Vec::new()
+        }
+        Action::EndpointsLoaded(Ok(rows)) => {
+            state.connection = Connection::Connected;
+            state.endpoints = rows;
+            clamp(state);
+            Vec::new()
+        }
+        Action::Done(result) => {
+            state.message = Some(match result {
+                Ok(m) => (m, false),
+                Err(m) => (m, true),
+            });
+            state.refresh()
+        }
+        Action::Key(key) => on_key(state, &key.0, keymap),
+    }
+}
+
+fn clamp(state: &mut State) {
+    let n = state.visible().len();
+    state.selected = state.selected.min(n.saturating_sub(1));
+}
+
+fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
+    // Text entry first: the filter and the command line take every printable key.
+    if state.filtering {
+        match key {
+            "esc" => {
+                state.filtering = false;
+                state.filter.clear();
+            }
+            "enter" => state.filtering = false,
+            "backspace" => {
+                state.filter.pop();
+            }
+            k if k.chars().count() == 1 => state.filter.push_str(k),
+            _ => {}
+        }
+        state.selected = 0;
+        return Vec::new();
+    }
+    if let Overlay::Command(text) = &mut state.overlay {
+        match key {
+            "esc" => state.overlay = Overlay::None,
+            "backspace" => {
+                text.pop();
+            }
+            "enter" => {
+                let cmd = text.trim().to_string();
+                state.overlay = Overlay::None;
+                return run_command(state, &cmd);
+            }
+            k if k.chars().count() == 1 => text.push_str(k),
+            _ => {}
+        }
+        return Vec::new();
+    }
+    let Some(command) = keymap.lookup(state.context(), key, state.read_only) else {
+        return Vec::new();
+    };
+    if let Overlay::Confirm {
+        action,
+        namespace,
+        name,
+        yes,
+    } = &mut state.overlay
+    {
+        match command {
+            Command::Toggle => *yes = !*yes,
+            Command::Confirm if *yes => {
+                let effect = Effect::Act {
+                    action: *action,
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                };
+                state.overlay = Overlay::None;
+                return vec![effect];
+            }
+            Command::Confirm | Command::Back => state.overlay = Overlay::None,
+            _ => {}
+        }
+        return Vec::new();
+    }
+    let rows = state.visible().len();
+    match command {
+        Command::Quit => state.quit = true,
+        Command::Help => state.overlay = Overlay::Help,
+        Command::Command => state.overlay = Overlay::Command(String::new()),
+        Command::Filter => {
+            state.filtering = true;
+            state.filter.clear();
+        }
+        Command::Back => {
+            if state.overlay != Overlay::None {
+                state.overlay = Overlay::None;
+            } else {
+                state.filter.clear();
+                state.message = None;
+            }
+        }
+        Command::NextView => {
+            let next = match state.view {
+                View::Catalog => View::Endpoints,
+                View::Endpoints => View::Catalog,
+            };
+            return state.switch(next);
+        }
+        Command::Down => state.selected = (state.selected + 1).min(rows.saturating_sub(1)),
+        Command::Up => state.selected = state.selected.saturating_sub(1),
+        Command::Top => state.selected = 0,
+        Command::Bottom => state.selected = rows.saturating_sub(1),
+        Command::Refresh => return state.refresh(),
+        Command::Describe => describe(state),
+        Command::Pause | Command::Resume | Command::ScaleToZero | Command::Delete => {
+            if let Some(ep) = state.selected_endpoint() {
+                let action = match command {
+                    Command::Pause => EndpointAction::Pause,
+                    Command::Resume => EndpointAction::Resume,
+                    Command::ScaleToZero => EndpointAction::ScaleToZero,
+                    _ => EndpointAction::Delete,
+                };
+                state.overlay = Overlay::Confirm {
+                    action,
+                    namespace: ep.namespace.clone(),
+                    name: ep.name.clone(),
+                    yes: false,
+                };
+            }
+        }
+        Command::Toggle | Command::Confirm => {}
+    }
+    Vec::new()
+}
+
+fn describe(state: &mut State) {
+    let rows = state.visible();
+    let Some(&i) = rows.get(state.selected) else {
+        return;
+    };
+    state.overlay = match state.view {
+        View::Catalog => {
+            let item = &state.catalog[i];
+            let mut text = format!(
+                "{}\ntask {} · license {}\n\nRecipes:\n",
+                item.repo_id, item.task, item.license
+            );
+            for (id, accel, engine, file) in &item.recipes {
+                let file = if file.is_empty() {
+                    String::new()
+                } else {
+                    format!("  {file}")
+                };
+                text.push_str(&format!("  {id:<40} {accel:<7} {engine:<11}{file}\n"));
+            }
+            Overlay::Describe(item.repo_id.clone(), text)
+        }
+        View::Endpoints => {
+            let ep = &state.endpoints[i];
+            let text = serde_json::to_string_pretty(&ep.raw).unwrap_or_default();
+            Overlay::Describe(format!("{}/{}", ep.namespace, ep.name), text)
+        }
+    };
+}
+
+fn run_command(state: &mut State, cmd: &str) -> Vec<Effect> {
+    match cmd {
+        "q" | "quit" | "q!" => {
+            state.quit = true;
+            Vec::new()
+        }
+        "catalog" | "cat" => state.switch(View::Catalog),
+        "endpoints" | "ep" | "endpoint" => state.switch(View::Endpoints),
+        "help" => {
+            state.overlay = Overlay::Help;
+            Vec::new()
+        }
+        other => {
+            state.message = Some((
+                format!("unknown command :{other} (try :catalog, :endpoints, :q)"),
+                true,
+            ));
+            Vec::new()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use serde_json::json;
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap()
+    }
+
+    fn state() -> State {
+        State::new("in-process".into(), false, now(), "/tmp/x.log".into())
+    }
+
+    fn key(s: &mut State, k: &str) -> Vec<Effect> {
+        update(s, Action::Key(Key(k.into())), &Keymap::builtin())
+    }
+
+    fn endpoints() -> Vec<EndpointRow> {
+        ["alpha", "beta", "gamma"]
+            .iter()
+            .map(|n| {
+                EndpointRow::from_json(
+                    "alice",
+                    &json!({"name": n, "type": "public", "model": {"repository": "org/m"},
+                            "status": {"state": "running", "readyReplica": 1, "targetReplica": 1,
+                                       "updatedAt": "2026-11-22T10:00:00.000Z", "url": "http://x"}}),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sign_in_then_views_load_their_lists() {
+        let mut s = state();
+        let fx = update(
+            &mut s,
+            Action::SignedIn(Ok(("alice".into(), vec!["acme".into()]))),
+            &Keymap::builtin(),
+        );
+        assert_eq!(fx, [Effect::LoadCatalog]);
+        assert_eq!(s.connection, Connection::Connected);
+        assert_eq!(
+            key(&mut s, "tab"),
+            [Effect::LoadEndpoints(vec!["alice".into(), "acme".into()])]
+        );
+        assert_eq!(s.view, View::Endpoints);
+        // Live: each tick reloads the endpoints.
+        assert_eq!(
+            update(&mut s, Action::Tick(now()), &Keymap::builtin()).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn navigation_filter_and_commands() {
+        let mut s = state();
+        s.view = View::Endpoints;
+        update(
+            &mut s,
+            Action::EndpointsLoaded(Ok(endpoints())),
+            &Keymap::builtin(),
+        );
+        key(&mut s, "j");
+        key(&mut s, "j");
+        key(&mut s, "j");
+        assert_eq!(s.selected, 2);
+        key(&mut s, "g");
+        assert_eq!(s.selected, 0);
+        key(&mut s, "/");
+        for c in ["b", "e"] {
+            key(&mut s, c);
+        }
+        key(&mut s, "enter");
+        assert_eq!(s.visible(), [1]);
+        key(&mut s, "esc");
+        assert_eq!(s.visible().len(), 3);
+        key(&mut s, ":");
+        for c in "catalog".chars() {
+            key(&mut s, &c.to_string());
+        }
+        assert_eq!(key(&mut s, "enter"), [Effect::LoadCatalog]);
+        assert_eq!(s.view, View::Catalog);
+        key(&mut s, ":");
+        key(&mut s, "x");
+        key(&mut s, "enter");
+        assert!(s
+            .message
+            .as_ref()
+            .is_some_and(|(m, err)| *err && m.contains(":x")));
+        key(&mut s, ":");
+        key(&mut s, "q");
+        key(&mut s, "enter");
+        assert!(s.quit);
+    }
+
+    #[test]
+    fn dangerous_actions_confirm_with_cancel_as_default() {
+        let mut s = state();
+        s.view = View::Endpoints;
+        update(
+            &mut s,
+            Action::EndpointsLoaded(Ok(endpoints())),
+            &Keymap::builtin(),
+        );
+        key(&mut s, "j");
+        key(&mut s, "p");
+        assert!(matches!(s.overlay, Overlay::Confirm { yes: false, .. }));
+        // Enter on the default button cancels.
+        assert!(key(&mut s, "enter").is_empty());
+        assert_eq!(s.overlay, Overlay::None);
+        key(&mut s, "ctrl-d");
+        key(&mut s, "tab");
+        let fx = key(&mut s, "enter");
+        assert_eq!(
+            fx,
+            [Effect::Act {
+                action: EndpointAction::Delete,
+                namespace: "alice".into(),
+                name: "beta".into()
+            }]
+        );
+        // Read-only: no such actions at all.
+        s.read_only = true;
+        key(&mut s, "p");
+        assert_eq!(s.overlay, Overlay::None);
+    }
+
+    #[test]
+    fn unreachable_server_is_shown_and_retried() {
+        let mut s = state();
+        update(
+            &mut s,
+            Action::SignedIn(Err("connection refused".into())),
+            &Keymap::builtin(),
+        );
+        assert_eq!(
+            s.connection,
+            Connection::Unreachable("connection refused".into())
+        );
+        assert_eq!(
+            update(&mut s, Action::Tick(now()), &Keymap::builtin()),
+            [Effect::SignIn]
+        );
+    }
+
+    #[test]
+    fn catalog_rows_summarize_recipes() {
+        let row = CatalogRow::from_json(&json!({
+            "repoId": "Qwen/Qwen2.5-7B", "authorName": "Qwen", "modelName": "Qwen2.5-7B", "task": "text-generation",
+            "license": "apache-2.0", "createdAt": "2024-09-19T00:00:00.000Z",
+            "recipes": [{"publicId": "a", "accelerator": "gpu", "engineType": "vllm"},
+                        {"publicId": "b", "accelerator": "cpu", "engineType": "llamacpp", "ggufFile": "q4.gguf"},
+                        {"publicId": "c", "accelerator": "gpu", "engineType": "sglang"}]
+        }));
+        assert_eq!(row.accelerators, "cpu,gpu");
+        assert_eq!(row.engines, "llamacpp,sglang,vllm");
+        assert_eq!(row.created, "2024-09-19");
+        let mut s = state();
+        update(
+            &mut s,
+            Action::CatalogLoaded(Ok(vec![row])),
+            &Keymap::builtin(),
+        );
+        key(&mut s, "enter");
+        let Overlay::Describe(title, text) = &s.overlay else {
+            panic!("{:?}", s.overlay)
+        };
+        assert_eq!(title, "Qwen/Qwen2.5-7B");
+        assert!(text.contains("q4.gguf"));
+    }
+}

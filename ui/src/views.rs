@@ -1,0 +1,337 @@
+//! Drawing, from the state only: the status line, the view's table, the footer hints and the overlays.
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, TableState, Wrap};
+use ratatui::Frame;
+
+use crate::keymap::{Context, Keymap};
+use crate::state::{Connection, Overlay, State, View};
+
+pub const MIN_WIDTH: u16 = 80;
+pub const MIN_HEIGHT: u16 = 24;
+
+pub fn draw(frame: &mut Frame, state: &State, keymap: &Keymap) {
+    let area = frame.area();
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        let text = format!(
+            "The console needs at least {MIN_WIDTH}×{MIN_HEIGHT}; this terminal is {}×{}.",
+            area.width, area.height
+        );
+        frame.render_widget(Paragraph::new(text).wrap(Wrap { trim: true }), area);
+        return;
+    }
+    let [top, main, bottom] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(3),
+        Constraint::Length(2),
+    ])
+    .areas(area);
+    status_line(frame, top, state);
+    match state.view {
+        View::Catalog => catalog(frame, main, state),
+        View::Endpoints => endpoints(frame, main, state),
+    }
+    footer(frame, bottom, state, keymap);
+    match &state.overlay {
+        Overlay::None => {}
+        Overlay::Help => help(frame, area, state, keymap),
+        Overlay::Describe(title, text) => describe(frame, area, title, text),
+        Overlay::Confirm {
+            action,
+            namespace,
+            name,
+            yes,
+        } => confirm(
+            frame,
+            area,
+            &format!("{} {namespace}/{name}?", action.verb()),
+            *yes,
+        ),
+        Overlay::Command(_) => {}
+    }
+}
+
+fn status_line(frame: &mut Frame, area: Rect, state: &State) {
+    let (conn, colour) = match &state.connection {
+        Connection::Connecting => ("connecting".to_string(), Color::Yellow),
+        Connection::Connected => ("connected".to_string(), Color::Green),
+        Connection::Unreachable(why) => (format!("unreachable ({why}); retrying"), Color::Red),
+    };
+    let mut spans = vec![
+        Span::styled(
+            " switchyard ",
+            Style::new()
+                .add_modifier(Modifier::BOLD)
+                .fg(Color::Black)
+                .bg(Color::Cyan),
+        ),
+        Span::raw(format!(" {} ", state.server)),
+        Span::styled(conn, Style::new().fg(colour)),
+        Span::raw(format!("  user {}", state.user.as_deref().unwrap_or("-"))),
+    ];
+    if state.read_only {
+        spans.push(Span::styled("  read-only", Style::new().fg(Color::Yellow)));
+    }
+    spans.push(Span::raw(format!(
+        "  {} UTC",
+        state.now.format("%Y-%m-%d %H:%M:%S")
+    )));
+    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+fn state_colour(state: &str) -> Color {
+    match state {
+        "running" => Color::Green,
+        "initializing" | "pending" | "updating" => Color::Yellow,
+        "failed" | "updateFailed" => Color::Red,
+        "paused" | "scaledToZero" => Color::DarkGray,
+        _ => Color::Reset,
+    }
+}
+
+fn table<'a>(
+    frame: &mut Frame,
+    area: Rect,
+    state: &State,
+    title: String,
+    header: Vec<&'a str>,
+    widths: Vec<Constraint>,
+    rows: Vec<Row<'a>>,
+) {
+    let header = Row::new(header).style(Style::new().add_modifier(Modifier::BOLD));
+    let table = Table::new(rows, widths)
+        .header(header)
+        .block(Block::default().borders(Borders::ALL).title(title))
+        .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED));
+    let mut selection = TableState::default().with_selected(Some(state.selected));
+    frame.render_stateful_widget(table, area, &mut selection);
+}
+
+fn title(state: &State, name: &str, shown: usize, total: usize) -> String {
+    let filter = if state.filtering || !state.filter.is_empty() {
+        format!(
+            " /{}{}",
+            state.filter,
+            if state.filtering { "▏" } else { "" }
+        )
+    } else {
+        String::new()
+    };
+    format!(" {name} ({shown}/{total}){filter} ")
+}
+
+fn catalog(frame: &mut Frame, area: Rect, state: &State) {
+    let visible = state.visible();
+    let rows: Vec<Row> = visible
+        .iter()
+        .map(|i| {
+            let c = &state.catalog[*i];
+            Row::new(vec![
+                c.model.clone(),
+                c.author.clone(),
+                c.task.clone(),
+                c.license.clone(),
+                c.accelerators.clone(),
+                c.engines.clone(),
+                c.created.clone(),
+            ])
+        })
+        .collect();
+    let widths = vec![
+        Constraint::Fill(3),
+        Constraint::Fill(2),
+        Constraint::Fill(2),
+        Constraint::Length(12),
+        Constraint::Length(14),
+        Constraint::Fill(2),
+        Constraint::Length(10),
+    ];
+    let title = title(state, "catalog", visible.len(), state.catalog.len());
+    table(
+        frame,
+        area,
+        state,
+        title,
+        vec![
+            "MODEL",
+            "AUTHOR",
+            "TASK",
+            "LICENSE",
+            "ACCELERATORS",
+            "ENGINES",
+            "CREATED",
+        ],
+        widths,
+        rows,
+    );
+}
+
+fn endpoints(frame: &mut Frame, area: Rect, state: &State) {
+    let visible = state.visible();
+    let rows: Vec<Row> = visible
+        .iter()
+        .map(|i| {
+            let e = &state.endpoints[*i];
+            Row::new(vec![
+                Cell::from(e.name.clone()),
+                Cell::from(e.namespace.clone()),
+                Cell::from(e.state.clone()).style(Style::new().fg(state_colour(&e.state))),
+                Cell::from(format!("{}/{}", e.ready, e.target)),
+                Cell::from(e.model.clone()),
+                Cell::from(e.kind.clone()),
+                Cell::from(e.url.clone()),
+                Cell::from(e.updated.clone()),
+            ])
+        })
+        .collect();
+    let widths = vec![
+        Constraint::Fill(2),
+        Constraint::Fill(1),
+        Constraint::Length(13),
+        Constraint::Length(5),
+        Constraint::Fill(2),
+        Constraint::Length(13),
+        Constraint::Fill(3),
+        Constraint::Length(19),
+    ];
+    let title = title(state, "endpoints", visible.len(), state.endpoints.len());
+    table(
+        frame,
+        area,
+        state,
+        title,
+        vec![
+            "NAME",
+            "NAMESPACE",
+            "STATE",
+            "READY",
+            "MODEL",
+            "TYPE",
+            "URL",
+            "UPDATED",
+        ],
+        widths,
+        rows,
+    );
+}
+
+fn footer(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap) {
+    let [message, hints] =
+        Layout::vertical([Constraint::Length(1), Constraint::Length(1)]).areas(area);
+    let line = match (&state.overlay, &state.message) {
+        (Overlay::Command(text), _) => Line::from(format!(":{text}▏")),
+        (_, Some((m, true))) => Line::styled(m.clone(), Style::new().fg(Color::Red)),
+        (_, Some((m, false))) => Line::styled(m.clone(), Style::new().fg(Color::Green)),
+        _ => match state.keymap_problems.first() {
+            Some(p) => Line::styled(p.clone(), Style::new().fg(Color::Yellow)),
+            None => Line::default(),
+        },
+    };
+    frame.render_widget(Paragraph::new(line), message);
+    let spans: Vec<Span> = keymap
+        .hints(state.context(), state.read_only)
+        .into_iter()
+        .flat_map(|(k, d)| {
+            [
+                Span::styled(format!(" {k}"), Style::new().fg(Color::Cyan)),
+                Span::raw(format!(" {d} ")),
+            ]
+        })
+        .collect();
+    frame.render_widget(Paragraph::new(Line::from(spans)), hints);
+}
+
+fn centered(area: Rect, width: u16, height: u16) -> Rect {
+    let w = width.min(area.width);
+    let h = height.min(area.height);
+    Rect::new(
+        area.x + (area.width - w) / 2,
+        area.y + (area.height - h) / 2,
+        w,
+        h,
+    )
+}
+
+fn help(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap) {
+    let box_ = centered(area, 72, area.height.saturating_sub(4));
+    let mut lines = Vec::new();
+    for ctx in [
+        Context::Global,
+        Context::Catalog,
+        Context::Endpoints,
+        Context::Dialog,
+    ] {
+        lines.push(Line::styled(
+            ctx.as_str().to_string(),
+            Style::new().add_modifier(Modifier::BOLD),
+        ));
+        for b in keymap
+            .bindings(ctx, state.read_only)
+            .filter(|b| b.context == ctx)
+        {
+            lines.push(Line::from(format!(
+                "  {:<22} {}",
+                b.keys.join(" "),
+                b.description
+            )));
+        }
+    }
+    lines.push(Line::default());
+    lines.push(Line::from(format!("logs: {}", state.log_file)));
+    frame.render_widget(Clear, box_);
+    frame.render_widget(
+        Paragraph::new(lines).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(" help (esc to close) "),
+        ),
+        box_,
+    );
+}
+
+fn describe(frame: &mut Frame, area: Rect, title: &str, text: &str) {
+    let box_ = centered(
+        area,
+        area.width.saturating_sub(8),
+        area.height.saturating_sub(4),
+    );
+    frame.render_widget(Clear, box_);
+    frame.render_widget(
+        Paragraph::new(text.to_string())
+            .wrap(Wrap { trim: false })
+            .block(
+                Block::default()
+                    .borders(Borders::ALL)
+                    .title(format!(" {title} (esc to close) ")),
+            ),
+        box_,
+    );
+}
+
+fn confirm(frame: &mut Frame, area: Rect, question: &str, yes: bool) {
+    let box_ = centered(area, 50, 5);
+    let button = |label: &'static str, on: bool| {
+        let style = if on {
+            Style::new().add_modifier(Modifier::REVERSED)
+        } else {
+            Style::new()
+        };
+        Span::styled(format!(" {label} "), style)
+    };
+    let lines = vec![
+        Line::from(question.to_string()),
+        Line::default(),
+        Line::from(vec![
+            button("Cancel", !yes),
+            Span::raw("   "),
+            button("Yes", yes),
+        ]),
+    ];
+    frame.render_widget(Clear, box_);
+    frame.render_widget(
+        Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" confirm ")),
+        box_,
+    );
+}

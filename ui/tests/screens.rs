@@ -1,0 +1,141 @@
+//! Whole-screen snapshots at a fixed size for each view and dialog (fixed clock, fixed data).
+
+use chrono::TimeZone;
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+use serde_json::json;
+use switchyard_ui::keymap::Keymap;
+use switchyard_ui::state::{update, Action, CatalogRow, EndpointRow, Key, State};
+use switchyard_ui::views;
+
+fn state() -> State {
+    let now = chrono::Utc
+        .with_ymd_and_hms(2026, 11, 22, 12, 0, 0)
+        .unwrap();
+    let mut s = State::new(
+        "in-process".into(),
+        false,
+        now,
+        "/data/logs/console.log".into(),
+    );
+    let keymap = Keymap::builtin();
+    update(
+        &mut s,
+        Action::SignedIn(Ok(("admin".into(), vec!["acme".into()]))),
+        &keymap,
+    );
+    let catalog = [
+        (
+            "Qwen",
+            "Qwen2.5-7B-Instruct",
+            "text-generation",
+            "apache-2.0",
+            &[("gpu", "vllm"), ("cpu", "llamacpp")][..],
+        ),
+        (
+            "BAAI",
+            "bge-large-en-v1.5",
+            "feature-extraction",
+            "mit",
+            &[("cpu", "tei"), ("gpu", "tei")][..],
+        ),
+        (
+            "meta-llama",
+            "Llama-3.1-8B-Instruct",
+            "text-generation",
+            "llama3.1",
+            &[("gpu", "sglang")][..],
+        ),
+    ];
+    let rows = catalog
+        .iter()
+        .map(|(author, model, task, license, recipes)| {
+            CatalogRow::from_json(&json!({
+                "repoId": format!("{author}/{model}"), "authorName": author, "modelName": model, "task": task,
+                "license": license, "createdAt": "2024-09-19T00:00:00.000Z",
+                "recipes": recipes.iter().enumerate().map(|(i, (a, e))| json!({
+                    "publicId": format!("{}-{a}-{e}-{i}", model.to_lowercase()), "accelerator": a, "engineType": e
+                })).collect::<Vec<_>>()
+            }))
+        })
+        .collect();
+    update(&mut s, Action::CatalogLoaded(Ok(rows)), &keymap);
+    let endpoints = [("qwen", "admin", "running", 2, 2), ("embedder", "acme", "scaledToZero", 0, 0), ("broken", "acme", "failed", 0, 0)]
+        .iter()
+        .map(|(name, ns, st, ready, target)| {
+            EndpointRow::from_json(ns, &json!({
+                "name": name, "type": "authenticated", "model": {"repository": "Qwen/Qwen2.5-7B-Instruct"},
+                "status": {"state": st, "readyReplica": ready, "targetReplica": target,
+                           "url": format!("http://127.0.0.1:8080/endpoints/{ns}/{name}"),
+                           "updatedAt": "2026-11-22T11:58:00.000Z"}
+            }))
+        })
+        .collect();
+    update(&mut s, Action::EndpointsLoaded(Ok(endpoints)), &keymap);
+    s
+}
+
+fn screen(state: &State, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal
+        .draw(|f| views::draw(f, state, &Keymap::builtin()))
+        .unwrap();
+    let buffer = terminal.backend().buffer();
+    let mut out = String::new();
+    for y in 0..buffer.area.height {
+        let line: String = (0..buffer.area.width)
+            .map(|x| buffer[(x, y)].symbol())
+            .collect();
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn keys(s: &mut State, keys: &[&str]) {
+    for k in keys {
+        update(s, Action::Key(Key(k.to_string())), &Keymap::builtin());
+    }
+}
+
+#[test]
+fn catalog_view() {
+    let mut s = state();
+    insta::assert_snapshot!(screen(&s, 120, 24));
+    keys(&mut s, &["/", "t", "e", "i", "enter"]);
+    insta::assert_snapshot!("catalog_filtered", screen(&s, 120, 24));
+    keys(&mut s, &["enter"]);
+    insta::assert_snapshot!("catalog_recipes", screen(&s, 120, 24));
+}
+
+#[test]
+fn endpoints_view_and_dialogs() {
+    let mut s = state();
+    keys(&mut s, &[":", "e", "p", "enter"]);
+    insta::assert_snapshot!(screen(&s, 120, 24));
+    keys(&mut s, &["j", "ctrl-d"]);
+    insta::assert_snapshot!("endpoints_confirm_delete", screen(&s, 120, 24));
+    keys(&mut s, &["esc", "?"]);
+    insta::assert_snapshot!("help", screen(&s, 120, 30));
+}
+
+#[test]
+fn read_only_and_small_terminals() {
+    let mut s = state();
+    s.read_only = true;
+    keys(&mut s, &["tab"]);
+    let text = screen(&s, 120, 24);
+    assert!(text.contains("read-only"));
+    assert!(!text.contains("delete"), "{text}");
+    insta::assert_snapshot!("too_small", screen(&s, 60, 20));
+}
+
+#[test]
+fn readme_keymap_table_is_generated_from_the_keymap() {
+    let readme = include_str!("../../README.md");
+    let sheet = Keymap::builtin().cheat_sheet();
+    assert!(
+        readme.contains(&sheet),
+        "README.md's keymap table is out of date: paste `switchyard keys`:\n{sheet}"
+    );
+}
