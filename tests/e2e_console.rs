@@ -57,6 +57,15 @@ impl Tmux {
         }
     }
 
+    /// Types `text` literally.
+    fn type_text(&self, text: &str) {
+        let ok = Command::new("tmux")
+            .args(["send-keys", "-t", &self.0, "-l", text])
+            .status()
+            .expect("send-keys");
+        assert!(ok.success());
+    }
+
     /// Waits (bounded) until the screen shows `text`.
     fn wait_for(&self, text: &str) -> String {
         for _ in 0..150 {
@@ -117,6 +126,24 @@ async fn browse_filter_act_and_quit() {
     tmux.wait_for("pause admin/console-test?");
     tmux.keys(&["Tab", "Enter"]);
     tmux.wait_for("pause admin/console-test: paused");
+
+    // Its replica output (none: no launcher runs `tei` here), followed until closed.
+    tmux.keys(&["l"]);
+    tmux.wait_for("logs admin/console-test (following");
+    tmux.keys(&["Space"]);
+    tmux.wait_for("logs admin/console-test (paused");
+    tmux.keys(&["Escape"]);
+
+    // The catalog with the API's own filters; a filter the server refuses is shown, not hidden.
+    tmux.keys(&[":"]);
+    tmux.type_text("catalog task=text-ranking");
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("bge-reranker-base");
+    assert!(!screen.contains("Qwen"), "{screen}");
+    tmux.keys(&[":"]);
+    tmux.type_text("catalog limit=0");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("catalog: ");
 
     tmux.keys(&[":", "q", "Enter"]);
     let screen = tmux.wait_for("EXITED");

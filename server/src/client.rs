@@ -112,6 +112,37 @@ impl Client {
         serde_json::from_value(value).map_err(|e| ClientError::Decode(e.to_string()))
     }
 
+    /// `GET` of a plain-text answer (replica logs); errors are decoded as usual.
+    async fn get_text(&self, path: &str) -> ClientResult<String> {
+        let mut req = self.http.get(format!("{}{}", self.base, path));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| ClientError::Transport(e.to_string()))?;
+        let status = resp.status();
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| ClientError::Transport(e.to_string()))?;
+        if status.is_success() {
+            return Ok(text);
+        }
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let message = body
+            .get("error")
+            .and_then(Value::as_str)
+            .unwrap_or("error without a message")
+            .to_string();
+        Err(ClientError::Api {
+            status,
+            message,
+            body,
+        })
+    }
+
     async fn get<T: DeserializeOwned>(&self, path: &str) -> ClientResult<T> {
         self.request(Method::GET, path, None).await
     }
@@ -219,6 +250,17 @@ impl Client {
             None,
         )
         .await
+    }
+
+    /// The last `tail` lines of the endpoint's replica output.
+    pub async fn endpoint_logs(
+        &self,
+        namespace: &str,
+        name: &str,
+        tail: usize,
+    ) -> ClientResult<String> {
+        self.get_text(&format!("/v2/endpoint/{namespace}/{name}/logs?tail={tail}"))
+            .await
     }
 
     pub async fn hardware<T: DeserializeOwned>(&self, namespace: &str) -> ClientResult<T> {

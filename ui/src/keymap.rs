@@ -10,6 +10,8 @@ pub enum Context {
     Global,
     Catalog,
     Endpoints,
+    /// The logs pane of an endpoint.
+    Logs,
     Dialog,
 }
 
@@ -19,6 +21,7 @@ impl Context {
             Context::Global => "global",
             Context::Catalog => "catalog",
             Context::Endpoints => "endpoints",
+            Context::Logs => "logs",
             Context::Dialog => "dialog",
         }
     }
@@ -45,6 +48,8 @@ pub enum Command {
     Delete,
     Toggle,
     Confirm,
+    Logs,
+    Follow,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -36,6 +36,7 @@ pub fn key_name(ev: &KeyEvent) -> Option<String> {
         KeyCode::Char(c) if ev.modifiers.contains(KeyModifiers::CONTROL) => {
             return Some(format!("ctrl-{}", c.to_ascii_lowercase()))
         }
+        KeyCode::Char(' ') => "space".into(),
         KeyCode::Char(c) => c.to_string(),
         KeyCode::Enter => "enter".into(),
         KeyCode::Esc => "esc".into(),
@@ -108,7 +109,7 @@ async fn event_loop(
             }
         }
     });
-    for effect in [Effect::SignIn, Effect::LoadCatalog] {
+    for effect in [Effect::SignIn, Effect::LoadCatalog(Vec::new())] {
         spawn_effect(&client, effect, tx.clone());
     }
     terminal.draw(|f| views::draw(f, state, keymap))?;
@@ -148,9 +149,25 @@ fn spawn_effect(client: &Client, effect: Effect, tx: mpsc::UnboundedSender<Actio
 pub async fn perform(client: &Client, effect: Effect) -> Action {
     match effect {
         Effect::SignIn => Action::SignedIn(sign_in(client).await.map_err(|e| message(&e))),
-        Effect::LoadCatalog => Action::CatalogLoaded(
+        Effect::LoadLogs { namespace, name } => {
+            let text = client
+                .endpoint_logs(&namespace, &name, 500)
+                .await
+                .map_err(|e| message(&e));
+            Action::LogsLoaded {
+                namespace,
+                name,
+                text,
+            }
+        }
+        Effect::LoadCatalog(filters) => Action::CatalogLoaded(
             client
-                .catalog_list::<Value>(&[])
+                .catalog_list::<Value>(
+                    &filters
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), v.as_str()))
+                        .collect::<Vec<_>>(),
+                )
                 .await
                 .map(|v| {
                     v["items"]

@@ -164,6 +164,13 @@ pub enum Overlay {
     },
     /// `:` command line.
     Command(String),
+    /// An endpoint's replica output; refreshed every tick while `follow`.
+    Logs {
+        namespace: String,
+        name: String,
+        text: String,
+        follow: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,13 +196,23 @@ pub enum Action {
     EndpointsLoaded(Result<Vec<EndpointRow>, String>),
     /// An endpoint action finished: its message.
     Done(Result<String, String>),
+    LogsLoaded {
+        namespace: String,
+        name: String,
+        text: Result<String, String>,
+    },
 }
 
 /// API work the runtime does for `update`; each reports back as an [`Action`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
     SignIn,
-    LoadCatalog,
+    /// With the API's filters (`accelerator`, `engine`, `license`, `task`, `search`, `limit`).
+    LoadCatalog(Vec<(String, String)>),
+    LoadLogs {
+        namespace: String,
+        name: String,
+    },
     /// Every namespace the user may see.
     LoadEndpoints(Vec<String>),
     Act {
@@ -210,6 +227,8 @@ pub struct State {
     pub view: View,
     pub overlay: Overlay,
     pub catalog: Vec<CatalogRow>,
+    /// The filters the catalog was asked with (`:catalog task=… limit=…`).
+    pub catalog_filters: Vec<(String, String)>,
     pub endpoints: Vec<EndpointRow>,
     pub selected: usize,
     /// `/` filter: editing (`Some(text)` while typing) and applied text.
@@ -235,6 +254,7 @@ impl State {
             view: View::Catalog,
             overlay: Overlay::None,
             catalog: Vec::new(),
+            catalog_filters: Vec::new(),
             endpoints: Vec::new(),
             selected: 0,
             filter: String::new(),
@@ -255,6 +275,7 @@ impl State {
     pub fn context(&self) -> Context {
         match (&self.overlay, self.view) {
             (Overlay::Confirm { .. }, _) => Context::Dialog,
+            (Overlay::Logs { .. }, _) => Context::Logs,
             (_, View::Catalog) => Context::Catalog,
             (_, View::Endpoints) => Context::Endpoints,
         }
@@ -290,7 +311,7 @@ impl State {
 
     fn refresh(&self) -> Vec<Effect> {
         match self.view {
-            View::Catalog => vec![Effect::LoadCatalog],
+            View::Catalog => vec![Effect::LoadCatalog(self.catalog_filters.clone())],
             View::Endpoints if self.user.is_some() => {
                 vec![Effect::LoadEndpoints(self.namespaces.clone())]
             }
@@ -305,6 +326,18 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
         Action::Tick(now) => {
             state.now = now;
             // Live lists: the endpoints view refreshes every tick; a lost server is retried.
+            if let Overlay::Logs {
+                namespace,
+                name,
+                follow: true,
+                ..
+            } = &state.overlay
+            {
+                return vec![Effect::LoadLogs {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                }];
+            }
             match (&state.connection, state.view) {
                 (Connection::Unreachable(_), _) if state.user.is_none() => vec![Effect::SignIn],
                 (_, View::Endpoints) if state.overlay == Overlay::None => state.refresh(),
@@ -318,10 +351,31 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
             state.user = Some(user);
             state.refresh()
         }
-        Action::SignedIn(Err(e))
-        | Action::CatalogLoaded(Err(e))
-        | Action::EndpointsLoaded(Err(e)) => {
+        Action::SignedIn(Err(e)) | Action::EndpointsLoaded(Err(e)) => {
             state.connection = Connection::Unreachable(e);
+            Vec::new()
+        }
+        // A catalog query the server refused (a bad filter) is the user's to fix, not a lost server.
+        Action::CatalogLoaded(Err(e)) => {
+            state.message = Some((format!("catalog: {e}"), true));
+            Vec::new()
+        }
+        Action::LogsLoaded {
+            namespace,
+            name,
+            text,
+        } => {
+            if let Overlay::Logs {
+                namespace: n,
+                name: e,
+                text: shown,
+                ..
+            } = &mut state.overlay
+            {
+                if *n == namespace && *e == name {
+                    *shown = text.unwrap_or_else(|e| format!("(logs unavailable: {e})"));
+                }
+            }
             Vec::new()
         }
         Action::CatalogLoaded(Ok(rows)) => {
@@ -364,6 +418,7 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
             "backspace" => {
                 state.filter.pop();
             }
+            "space" => state.filter.push(' '),
             k if k.chars().count() == 1 => state.filter.push_str(k),
             _ => {}
         }
@@ -381,6 +436,7 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
                 state.overlay = Overlay::None;
                 return run_command(state, &cmd);
             }
+            "space" => text.push(' '),
             k if k.chars().count() == 1 => text.push_str(k),
             _ => {}
         }
@@ -458,6 +514,23 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
                 };
             }
         }
+        Command::Logs => {
+            if let Some(ep) = state.selected_endpoint() {
+                let (namespace, name) = (ep.namespace.clone(), ep.name.clone());
+                state.overlay = Overlay::Logs {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    text: String::new(),
+                    follow: true,
+                };
+                return vec![Effect::LoadLogs { namespace, name }];
+            }
+        }
+        Command::Follow => {
+            if let Overlay::Logs { follow, .. } = &mut state.overlay {
+                *follow = !*follow;
+            }
+        }
         Command::Toggle | Command::Confirm => {}
     }
     Vec::new()
@@ -500,6 +573,24 @@ fn run_command(state: &mut State, cmd: &str) -> Vec<Effect> {
             Vec::new()
         }
         "catalog" | "cat" => state.switch(View::Catalog),
+        // `:catalog task=text-generation accelerator=gpu limit=10`: the API's own filters.
+        c if c.starts_with("catalog ") => {
+            let mut filters = Vec::new();
+            for word in c["catalog ".len()..].split_whitespace() {
+                match word.split_once('=') {
+                    Some((k, v)) => filters.push((k.to_string(), v.to_string())),
+                    None => {
+                        state.message = Some((
+                            format!("{word}: filters are key=value (accelerator, engine, license, task, search, limit)"),
+                            true,
+                        ));
+                        return Vec::new();
+                    }
+                }
+            }
+            state.catalog_filters = filters;
+            state.switch(View::Catalog)
+        }
         "endpoints" | "ep" | "endpoint" => state.switch(View::Endpoints),
         "help" => {
             state.overlay = Overlay::Help;
@@ -555,7 +646,7 @@ mod tests {
             Action::SignedIn(Ok(("alice".into(), vec!["acme".into()]))),
             &Keymap::builtin(),
         );
-        assert_eq!(fx, [Effect::LoadCatalog]);
+        assert_eq!(fx, [Effect::LoadCatalog(Vec::new())]);
         assert_eq!(s.connection, Connection::Connected);
         assert_eq!(
             key(&mut s, "tab"),
@@ -596,7 +687,7 @@ mod tests {
         for c in "catalog".chars() {
             key(&mut s, &c.to_string());
         }
-        assert_eq!(key(&mut s, "enter"), [Effect::LoadCatalog]);
+        assert_eq!(key(&mut s, "enter"), [Effect::LoadCatalog(Vec::new())]);
         assert_eq!(s.view, View::Catalog);
         key(&mut s, ":");
         key(&mut s, "x");
@@ -640,6 +731,81 @@ mod tests {
         // Read-only: no such actions at all.
         s.read_only = true;
         key(&mut s, "p");
+        assert_eq!(s.overlay, Overlay::None);
+    }
+
+    #[test]
+    fn catalog_filters_and_logs() {
+        let mut s = state();
+        key(&mut s, ":");
+        for c in "catalog task=text-generation limit=5".chars() {
+            key(
+                &mut s,
+                &if c == ' ' {
+                    "space".to_string()
+                } else {
+                    c.to_string()
+                },
+            );
+        }
+        let fx = key(&mut s, "enter");
+        let want = vec![
+            ("task".to_string(), "text-generation".to_string()),
+            ("limit".to_string(), "5".to_string()),
+        ];
+        assert_eq!(fx, [Effect::LoadCatalog(want.clone())]);
+        assert_eq!(s.catalog_filters, want);
+        // A filter the server refuses is shown, and the server is still considered up.
+        update(
+            &mut s,
+            Action::SignedIn(Ok(("alice".into(), vec![]))),
+            &Keymap::builtin(),
+        );
+        update(
+            &mut s,
+            Action::CatalogLoaded(Err("limit: must be greater than 0".into())),
+            &Keymap::builtin(),
+        );
+        assert_eq!(s.connection, Connection::Connected);
+        assert!(s
+            .message
+            .as_ref()
+            .is_some_and(|(m, e)| *e && m.contains("limit")));
+
+        s.view = View::Endpoints;
+        update(
+            &mut s,
+            Action::EndpointsLoaded(Ok(endpoints())),
+            &Keymap::builtin(),
+        );
+        let fx = key(&mut s, "l");
+        assert_eq!(
+            fx,
+            [Effect::LoadLogs {
+                namespace: "alice".into(),
+                name: "alpha".into()
+            }]
+        );
+        update(
+            &mut s,
+            Action::LogsLoaded {
+                namespace: "alice".into(),
+                name: "alpha".into(),
+                text: Ok("line 1\nline 2".into()),
+            },
+            &Keymap::builtin(),
+        );
+        assert!(
+            matches!(&s.overlay, Overlay::Logs { text, follow: true, .. } if text.ends_with("line 2"))
+        );
+        // Following: every tick reloads; paused: nothing.
+        assert_eq!(
+            update(&mut s, Action::Tick(now()), &Keymap::builtin()).len(),
+            1
+        );
+        key(&mut s, "space");
+        assert!(update(&mut s, Action::Tick(now()), &Keymap::builtin()).is_empty());
+        key(&mut s, "esc");
         assert_eq!(s.overlay, Overlay::None);
     }
 

@@ -38,6 +38,12 @@ pub fn draw(frame: &mut Frame, state: &State, keymap: &Keymap) {
         Overlay::None => {}
         Overlay::Help => help(frame, area, state, keymap),
         Overlay::Describe(title, text) => describe(frame, area, title, text),
+        Overlay::Logs {
+            namespace,
+            name,
+            text,
+            follow,
+        } => logs(frame, area, &format!("{namespace}/{name}"), text, *follow),
         Overlay::Confirm {
             action,
             namespace,
@@ -261,6 +267,7 @@ fn help(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap) {
         Context::Global,
         Context::Catalog,
         Context::Endpoints,
+        Context::Logs,
         Context::Dialog,
     ] {
         lines.push(Line::styled(
@@ -306,6 +313,26 @@ fn describe(frame: &mut Frame, area: Rect, title: &str, text: &str) {
                     .borders(Borders::ALL)
                     .title(format!(" {title} (esc to close) ")),
             ),
+        box_,
+    );
+}
+
+fn logs(frame: &mut Frame, area: Rect, title: &str, text: &str, follow: bool) {
+    let box_ = centered(
+        area,
+        area.width.saturating_sub(4),
+        area.height.saturating_sub(4),
+    );
+    // The newest lines that fit, like `tail`.
+    let inner = box_.height.saturating_sub(2) as usize;
+    let lines: Vec<&str> = text.lines().collect();
+    let shown = lines[lines.len().saturating_sub(inner)..].join("\n");
+    let mode = if follow { "following" } else { "paused" };
+    frame.render_widget(Clear, box_);
+    frame.render_widget(
+        Paragraph::new(shown).block(Block::default().borders(Borders::ALL).title(format!(
+            " logs {title} ({mode}; space toggles, esc closes) "
+        ))),
         box_,
     );
 }
