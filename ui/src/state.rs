@@ -6,6 +6,11 @@ use serde_json::Value;
 
 use crate::keymap::{Command, Context, Keymap};
 
+/// The fields `/` looks in, lowercased and kept apart so a match never spans two of them.
+fn search_text(fields: &[&str]) -> String {
+    fields.join("\u{1}").to_lowercase()
+}
+
 /// One catalog item as the list shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CatalogRow {
@@ -19,6 +24,8 @@ pub struct CatalogRow {
     pub created: String,
     /// (public id, accelerator, engine, model file)
     pub recipes: Vec<(String, String, String, String)>,
+    /// What `/` searches, lowercased once.
+    search: String,
 }
 
 impl CatalogRow {
@@ -45,7 +52,8 @@ impl CatalogRow {
             v.dedup();
             v.join(",")
         };
-        CatalogRow {
+        let mut row = CatalogRow {
+            search: String::new(),
             repo_id: s(&item["repoId"]),
             author: s(&item["authorName"]),
             model: s(&item["modelName"]),
@@ -55,20 +63,19 @@ impl CatalogRow {
             engines: distinct(|r| &r.2),
             created: s(&item["createdAt"]).chars().take(10).collect(),
             recipes,
-        }
+        };
+        row.search = search_text(&[
+            &row.repo_id,
+            &row.task,
+            &row.license,
+            &row.accelerators,
+            &row.engines,
+        ]);
+        row
     }
 
     fn matches(&self, filter: &str) -> bool {
-        let f = filter.to_lowercase();
-        [
-            &self.repo_id,
-            &self.task,
-            &self.license,
-            &self.accelerators,
-            &self.engines,
-        ]
-        .iter()
-        .any(|v| v.to_lowercase().contains(&f))
+        self.search.contains(filter)
     }
 }
 
@@ -85,12 +92,15 @@ pub struct EndpointRow {
     pub url: String,
     pub updated: String,
     pub raw: Value,
+    /// What `/` searches, lowercased once.
+    search: String,
 }
 
 impl EndpointRow {
     pub fn from_json(namespace: &str, ep: &Value) -> EndpointRow {
         let s = |v: &Value| v.as_str().unwrap_or("").to_string();
-        EndpointRow {
+        let mut row = EndpointRow {
+            search: String::new(),
             namespace: namespace.to_string(),
             name: s(&ep["name"]),
             state: s(&ep["status"]["state"]),
@@ -105,20 +115,13 @@ impl EndpointRow {
                 .take(19)
                 .collect(),
             raw: ep.clone(),
-        }
+        };
+        row.search = search_text(&[&row.namespace, &row.name, &row.state, &row.model, &row.kind]);
+        row
     }
 
     fn matches(&self, filter: &str) -> bool {
-        let f = filter.to_lowercase();
-        [
-            &self.namespace,
-            &self.name,
-            &self.state,
-            &self.model,
-            &self.kind,
-        ]
-        .iter()
-        .any(|v| v.to_lowercase().contains(&f))
+        self.search.contains(filter)
     }
 }
 
@@ -283,12 +286,13 @@ impl State {
 
     /// Rows of the current view that pass the filter (indices into the view's list).
     pub fn visible(&self) -> Vec<usize> {
+        let f = self.filter.to_lowercase();
         match self.view {
             View::Catalog => (0..self.catalog.len())
-                .filter(|i| self.catalog[*i].matches(&self.filter))
+                .filter(|i| f.is_empty() || self.catalog[*i].matches(&f))
                 .collect(),
             View::Endpoints => (0..self.endpoints.len())
-                .filter(|i| self.endpoints[*i].matches(&self.filter))
+                .filter(|i| f.is_empty() || self.endpoints[*i].matches(&f))
                 .collect(),
         }
     }

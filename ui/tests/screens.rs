@@ -139,3 +139,35 @@ fn readme_keymap_table_is_generated_from_the_keymap() {
         "README.md's keymap table is out of date: paste `switchyard keys`:\n{sheet}"
     );
 }
+
+#[test]
+fn long_lists_scroll_to_the_selection() {
+    let mut s = state();
+    let rows = (0..100)
+        .map(|i| {
+            EndpointRow::from_json(
+                "admin",
+                &json!({"name": format!("endpoint-{i:03}"), "type": "public", "model": {"repository": "org/m"},
+                        "status": {"state": "running", "readyReplica": 1, "targetReplica": 1}}),
+            )
+        })
+        .collect();
+    keys(&mut s, &["tab"]);
+    update(
+        &mut s,
+        Action::EndpointsLoaded(Ok(rows)),
+        &Keymap::builtin(),
+    );
+    let top = screen(&s, 120, 24);
+    assert!(
+        top.contains("endpoint-000") && !top.contains("endpoint-099"),
+        "{top}"
+    );
+    keys(&mut s, &["G"]);
+    let bottom = screen(&s, 120, 24);
+    assert!(
+        bottom.contains("endpoint-099") && !bottom.contains("endpoint-000"),
+        "{bottom}"
+    );
+    assert!(bottom.contains("endpoints (100/100)"));
+}
