@@ -6,8 +6,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use serde_json::json;
-
 const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
 
 struct Tmux(String);
@@ -93,11 +91,6 @@ async fn browse_filter_act_and_quit() {
     let tmux = Tmux::start(dir.path());
     let screen = tmux.wait_for("connected");
     assert!(screen.contains("catalog (62/62)"), "{screen}");
-    let url = screen
-        .split_whitespace()
-        .find(|w| w.starts_with("http://127.0.0.1:"))
-        .expect("the status line names the server")
-        .to_string();
 
     // Filter the catalog.
     tmux.keys(&["/", "r", "e", "r", "a", "n", "k", "Enter"]);
@@ -105,21 +98,23 @@ async fn browse_filter_act_and_quit() {
     assert!(screen.contains("bge-reranker-base"), "{screen}");
     assert!(!screen.contains("Qwen"), "{screen}");
 
-    // An endpoint created through the API shows up in the endpoints view.
-    let token = std::fs::read_to_string(dir.path().join("admin-token")).expect("token");
-    let http = reqwest::Client::new();
-    let created = http
-        .post(format!(
-            "{url}/api/v1/catalog/recipe/bge-large-en-v1-5-cpu-tei/deploy"
-        ))
-        .bearer_auth(token.trim())
-        .json(&json!({"namespace": "admin", "config": {"name": "console-test"}}))
-        .send()
-        .await
-        .expect("deploy");
-    assert_eq!(created.status(), 200);
-    tmux.keys(&[":", "e", "p", "Enter"]);
-    tmux.wait_for("console-test");
+    // Deploy through the form: the server's validation issue shows beside its field, then a good name deploys
+    // and the endpoints view shows the new endpoint.
+    tmux.keys(&["Escape", "/"]);
+    tmux.type_text("bge-large");
+    tmux.keys(&["Enter", "D"]);
+    tmux.wait_for("deploy BAAI/bge-large-en-v1.5");
+    tmux.keys(&["Down", "Down"]);
+    tmux.type_text("Bad_Name");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("may contain only lowercase letters");
+    for _ in 0.."Bad_Name".len() {
+        tmux.keys(&["BSpace"]);
+    }
+    tmux.type_text("console-test");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("deployed admin/console-test");
+    tmux.wait_for("endpoints (1/1)");
 
     // Pause it: the dialog defaults to Cancel, so Tab to Yes first.
     tmux.keys(&["p"]);

@@ -50,6 +50,7 @@ pub enum Command {
     Confirm,
     Logs,
     Follow,
+    Deploy,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -5,6 +5,7 @@
 //!
 //! The console talks to the server only over HTTP, so the in-process and the remote cases are one path.
 
+pub mod form;
 pub mod keymap;
 pub mod state;
 pub mod views;
@@ -149,6 +150,32 @@ fn spawn_effect(client: &Client, effect: Effect, tx: mpsc::UnboundedSender<Actio
 pub async fn perform(client: &Client, effect: Effect) -> Action {
     match effect {
         Effect::SignIn => Action::SignedIn(sign_in(client).await.map_err(|e| message(&e))),
+        Effect::Deploy(request) => {
+            let namespace = request.body["namespace"].as_str().unwrap_or("").to_string();
+            let answer = match &request.target {
+                Ok(repo_id) => client.deploy_model::<Value>(repo_id, &request.body).await,
+                Err(recipe) => client.deploy_recipe::<Value>(recipe, &request.body).await,
+            };
+            Action::Deployed(match answer {
+                Ok(v) => Ok(format!(
+                    "{namespace}/{}",
+                    v["endpoint"]["name"].as_str().unwrap_or("")
+                )),
+                Err(ClientError::Api { message, body, .. }) => {
+                    let issues = body["issues"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|i| {
+                            let s = |k: &str| i[k].as_str().unwrap_or("").to_string();
+                            (s("path"), s("message"))
+                        })
+                        .collect();
+                    Err((message, issues))
+                }
+                Err(e) => Err((message(&e), Vec::new())),
+            })
+        }
         Effect::LoadLogs { namespace, name } => {
             let text = client
                 .endpoint_logs(&namespace, &name, 500)

@@ -167,6 +167,8 @@ pub enum Overlay {
     },
     /// `:` command line.
     Command(String),
+    /// The deploy form of a catalog item.
+    Deploy(Box<crate::form::DeployForm>),
     /// An endpoint's replica output; refreshed every tick while `follow`.
     Logs {
         namespace: String,
@@ -204,6 +206,8 @@ pub enum Action {
         name: String,
         text: Result<String, String>,
     },
+    /// `namespace/name` of the new endpoint, or the server's message and its `{path, message}` issues.
+    Deployed(Result<String, (String, Vec<(String, String)>)>),
 }
 
 /// API work the runtime does for `update`; each reports back as an [`Action`].
@@ -216,6 +220,7 @@ pub enum Effect {
         namespace: String,
         name: String,
     },
+    Deploy(crate::form::DeployRequest),
     /// Every namespace the user may see.
     LoadEndpoints(Vec<String>),
     Act {
@@ -401,6 +406,17 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
             });
             state.refresh()
         }
+        Action::Deployed(Ok(endpoint)) => {
+            state.message = Some((format!("deployed {endpoint}"), false));
+            state.switch(View::Endpoints)
+        }
+        Action::Deployed(Err((message, issues))) => {
+            match &mut state.overlay {
+                Overlay::Deploy(form) => form.refused(message, &issues),
+                _ => state.message = Some((format!("deploy: {message}"), true)),
+            }
+            Vec::new()
+        }
         Action::Key(key) => on_key(state, &key.0, keymap),
     }
 }
@@ -428,6 +444,13 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
         }
         state.selected = 0;
         return Vec::new();
+    }
+    if let Overlay::Deploy(form) = &mut state.overlay {
+        if key == "esc" {
+            state.overlay = Overlay::None;
+            return Vec::new();
+        }
+        return form.on_key(key).map(Effect::Deploy).into_iter().collect();
     }
     if let Overlay::Command(text) = &mut state.overlay {
         match key {
@@ -528,6 +551,19 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
                     follow: true,
                 };
                 return vec![Effect::LoadLogs { namespace, name }];
+            }
+        }
+        Command::Deploy => {
+            let rows = state.visible();
+            if let (View::Catalog, Some(&i)) = (state.view, rows.get(state.selected)) {
+                let item = &state.catalog[i];
+                let recipes = item.recipes.iter().map(|r| r.0.clone()).collect();
+                let namespace = state.user.clone().unwrap_or_default();
+                state.overlay = Overlay::Deploy(Box::new(crate::form::DeployForm::new(
+                    &item.repo_id,
+                    recipes,
+                    &namespace,
+                )));
             }
         }
         Command::Follow => {

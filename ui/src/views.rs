@@ -38,6 +38,7 @@ pub fn draw(frame: &mut Frame, state: &State, keymap: &Keymap) {
         Overlay::None => {}
         Overlay::Help => help(frame, area, state, keymap),
         Overlay::Describe(title, text) => describe(frame, area, title, text),
+        Overlay::Deploy(form) => deploy(frame, area, form),
         Overlay::Logs {
             namespace,
             name,
@@ -311,6 +312,53 @@ fn describe(frame: &mut Frame, area: Rect, title: &str, text: &str) {
                     .borders(Borders::ALL)
                     .title(format!(" {title} (esc to close) ")),
             ),
+        box_,
+    );
+}
+
+fn deploy(frame: &mut Frame, area: Rect, form: &crate::form::DeployForm) {
+    use crate::form::Field;
+    let box_ = centered(area, 96, Field::ALL.len() as u16 + 7);
+    let mut lines = Vec::new();
+    for (i, f) in Field::ALL.iter().enumerate() {
+        let focused = i == form.focus;
+        let marker = if focused { "▸" } else { " " };
+        let mut spans = vec![
+            Span::raw(format!("{marker} {:<26}", f.label())),
+            Span::styled(
+                format!("{}{}", form.value(*f), if focused { "▏" } else { "" }),
+                if focused {
+                    Style::new().add_modifier(Modifier::BOLD)
+                } else {
+                    Style::new()
+                },
+            ),
+        ];
+        if let Some(issue) = form.issue(*f) {
+            spans.push(Span::styled(
+                format!("  ← {issue}"),
+                Style::new().fg(Color::Red),
+            ));
+        }
+        lines.push(Line::from(spans));
+    }
+    lines.push(Line::default());
+    match (&form.error, form.busy) {
+        (_, true) => lines.push(Line::styled("deploying…", Style::new().fg(Color::Yellow))),
+        (Some(e), _) => lines.push(Line::styled(e.clone(), Style::new().fg(Color::Red))),
+        _ => lines.push(Line::default()),
+    }
+    lines.push(Line::styled(
+        "tab/↑↓ field  ←→ choose  enter deploy  esc cancel",
+        Style::new().fg(Color::Cyan),
+    ));
+    frame.render_widget(Clear, box_);
+    frame.render_widget(
+        Paragraph::new(lines).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(format!(" deploy {} ", form.repo_id)),
+        ),
         box_,
     );
 }

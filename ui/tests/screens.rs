@@ -171,3 +171,36 @@ fn long_lists_scroll_to_the_selection() {
     );
     assert!(bottom.contains("endpoints (100/100)"));
 }
+
+#[test]
+fn deploy_form_with_the_servers_issues() {
+    let mut s = state();
+    keys(&mut s, &["D", "down", "down"]);
+    for c in "Bad_Name".chars() {
+        keys(&mut s, &[&c.to_string()]);
+    }
+    let fx = update(&mut s, Action::Key(Key("enter".into())), &Keymap::builtin());
+    assert_eq!(fx.len(), 1);
+    update(
+        &mut s,
+        Action::Deployed(Err((
+            "invalid request body".into(),
+            vec![(
+                "config.name".into(),
+                "may contain only lowercase letters, digits and `-`".into(),
+            )],
+        ))),
+        &Keymap::builtin(),
+    );
+    insta::assert_snapshot!("deploy_form_issues", screen(&s, 120, 24));
+    update(
+        &mut s,
+        Action::Deployed(Ok("admin/qwen".into())),
+        &Keymap::builtin(),
+    );
+    let text = screen(&s, 120, 24);
+    assert!(
+        text.contains("deployed admin/qwen") && text.contains("endpoints ("),
+        "{text}"
+    );
+}
