@@ -116,6 +116,15 @@ async fn browse_filter_act_and_quit() {
     tmux.wait_for("deployed admin/console-test");
     tmux.wait_for("endpoints (1/1)");
 
+    // Its schedule: add an entry (00:00, the endpoint's own bounds), save it, and find it in the spec.
+    tmux.keys(&["s"]);
+    tmux.wait_for("schedule admin/console-test");
+    tmux.keys(&["a", "Enter"]);
+    tmux.wait_for("saved the schedule of admin/console-test");
+    tmux.keys(&["d"]);
+    tmux.wait_for("\"at\": \"00:00\"");
+    tmux.keys(&["Escape"]);
+
     // Pause it: the dialog defaults to Cancel, so Tab to Yes first.
     tmux.keys(&["p"]);
     tmux.wait_for("pause admin/console-test?");

@@ -51,6 +51,7 @@ pub enum Command {
     Logs,
     Follow,
     Deploy,
+    Schedule,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -7,6 +7,7 @@
 
 pub mod form;
 pub mod keymap;
+pub mod schedule;
 pub mod state;
 pub mod views;
 
@@ -176,6 +177,18 @@ pub async fn perform(client: &Client, effect: Effect) -> Action {
                 Err(e) => Err((message(&e), Vec::new())),
             })
         }
+        Effect::Update {
+            namespace,
+            name,
+            patch,
+            what,
+        } => Action::Done(
+            client
+                .update_endpoint::<Value>(&namespace, &name, &patch)
+                .await
+                .map(|_| format!("saved the {what} of {namespace}/{name}"))
+                .map_err(|e| format!("saving the {what} of {namespace}/{name}: {}", message(&e))),
+        ),
         Effect::LoadLogs { namespace, name } => {
             let text = client
                 .endpoint_logs(&namespace, &name, 500)

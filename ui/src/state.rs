@@ -167,6 +167,8 @@ pub enum Overlay {
     },
     /// `:` command line.
     Command(String),
+    /// The schedule editor of an endpoint.
+    Schedule(Box<crate::schedule::ScheduleEditor>),
     /// The deploy form of a catalog item.
     Deploy(Box<crate::form::DeployForm>),
     /// An endpoint's replica output; refreshed every tick while `follow`.
@@ -221,6 +223,13 @@ pub enum Effect {
         name: String,
     },
     Deploy(crate::form::DeployRequest),
+    /// A partial update of an endpoint; `what` names it in the result message.
+    Update {
+        namespace: String,
+        name: String,
+        patch: Value,
+        what: &'static str,
+    },
     /// Every namespace the user may see.
     LoadEndpoints(Vec<String>),
     Act {
@@ -445,6 +454,23 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
         state.selected = 0;
         return Vec::new();
     }
+    if let Overlay::Schedule(editor) = &mut state.overlay {
+        if key == "esc" {
+            state.overlay = Overlay::None;
+            return Vec::new();
+        }
+        let Some(patch) = editor.on_key(key) else {
+            return Vec::new();
+        };
+        let effect = Effect::Update {
+            namespace: editor.namespace.clone(),
+            name: editor.name.clone(),
+            patch,
+            what: "schedule",
+        };
+        state.overlay = Overlay::None;
+        return vec![effect];
+    }
     if let Overlay::Deploy(form) = &mut state.overlay {
         if key == "esc" {
             state.overlay = Overlay::None;
@@ -551,6 +577,12 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
                     follow: true,
                 };
                 return vec![Effect::LoadLogs { namespace, name }];
+            }
+        }
+        Command::Schedule => {
+            if let Some(ep) = state.selected_endpoint() {
+                let editor = crate::schedule::ScheduleEditor::new(&ep.namespace, &ep.name, &ep.raw);
+                state.overlay = Overlay::Schedule(Box::new(editor));
             }
         }
         Command::Deploy => {

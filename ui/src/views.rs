@@ -39,6 +39,7 @@ pub fn draw(frame: &mut Frame, state: &State, keymap: &Keymap) {
         Overlay::Help => help(frame, area, state, keymap),
         Overlay::Describe(title, text) => describe(frame, area, title, text),
         Overlay::Deploy(form) => deploy(frame, area, form),
+        Overlay::Schedule(editor) => schedule(frame, area, editor, state.now),
         Overlay::Logs {
             namespace,
             name,
@@ -358,6 +359,100 @@ fn deploy(frame: &mut Frame, area: Rect, form: &crate::form::DeployForm) {
             Block::default()
                 .borders(Borders::ALL)
                 .title(format!(" deploy {} ", form.repo_id)),
+        ),
+        box_,
+    );
+}
+
+fn schedule(
+    frame: &mut Frame,
+    area: Rect,
+    editor: &crate::schedule::ScheduleEditor,
+    now: chrono::DateTime<chrono::Utc>,
+) {
+    use crate::schedule::COLUMNS;
+    use chrono::Timelike;
+    let box_ = centered(area, 100, area.height.saturating_sub(4));
+    let minute = (now.hour() * 60 + now.minute()) as u16;
+    let now_entry = editor.in_effect(minute);
+    let axis: String = (0..8)
+        .map(|i| format!("{:<6}", format!("{:02}", i * 3)))
+        .collect();
+    let marker = format!(
+        "{}^ now ({:02}:{:02} UTC)",
+        " ".repeat((minute / 30) as usize),
+        now.hour(),
+        now.minute()
+    );
+    let mut lines = vec![
+        Line::from(format!(
+            "own values (no entries): min {} max {} · a cell is 30 min; a digit is the entry in effect",
+            editor.own_min, editor.own_max
+        )),
+        Line::default(),
+        Line::from(axis),
+        Line::styled(editor.timeline(), Style::new().fg(Color::Cyan)),
+        Line::from(marker),
+        Line::default(),
+        Line::styled(
+            format!("   #  {:<10} {:<6} {:<6} {}", COLUMNS[0], COLUMNS[1], COLUMNS[2], COLUMNS[3]),
+            Style::new().add_modifier(Modifier::BOLD),
+        ),
+    ];
+    for (i, e) in editor.entries.iter().enumerate() {
+        let cell = |col: usize, text: &str, width: usize| {
+            let focused = i == editor.row && col == editor.col;
+            let shown = format!(
+                "{:<width$}",
+                format!("{text}{}", if focused { "▏" } else { "" })
+            );
+            Span::styled(
+                shown,
+                if focused {
+                    Style::new().add_modifier(Modifier::REVERSED)
+                } else {
+                    Style::new()
+                },
+            )
+        };
+        let mark = if Some(i) == now_entry { "▶" } else { " " };
+        let mut spans = vec![
+            Span::styled(
+                format!(" {mark} {:<2} ", i + 1),
+                Style::new().fg(Color::Cyan),
+            ),
+            cell(0, &e.at, 10),
+            Span::raw(" "),
+            cell(1, &e.min, 6),
+            Span::raw(" "),
+            cell(2, &e.max, 6),
+            Span::raw(" "),
+            cell(3, &e.timeout, 8),
+        ];
+        for (_, m) in editor.issues.iter().filter(|(n, _)| *n == Some(i)) {
+            spans.push(Span::styled(format!("  {m}"), Style::new().fg(Color::Red)));
+        }
+        lines.push(Line::from(spans));
+    }
+    if editor.entries.is_empty() {
+        lines.push(Line::from(
+            "   (no entries: the endpoint's own values apply all day; `a` adds one)",
+        ));
+    }
+    for (_, m) in editor.issues.iter().filter(|(n, _)| n.is_none()) {
+        lines.push(Line::styled(m.clone(), Style::new().fg(Color::Red)));
+    }
+    lines.push(Line::default());
+    lines.push(Line::styled(
+        "↑↓ entry  tab/←→ field  a add  x remove  enter save (when valid)  esc cancel",
+        Style::new().fg(Color::Cyan),
+    ));
+    frame.render_widget(Clear, box_);
+    frame.render_widget(
+        Paragraph::new(lines).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(format!(" schedule {}/{} ", editor.namespace, editor.name)),
         ),
         box_,
     );

@@ -204,3 +204,36 @@ fn deploy_form_with_the_servers_issues() {
         "{text}"
     );
 }
+
+#[test]
+fn schedule_editor() {
+    let mut s = state();
+    let raw = json!({
+        "name": "qwen", "type": "public",
+        "provider": {"vendor": "aws", "region": "us-east-1"},
+        "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x2",
+                    "scaling": {"minReplica": 0, "maxReplica": 3, "schedule": [
+                        {"at": "08:00", "minReplica": 2, "maxReplica": 3},
+                        {"at": "20:00", "minReplica": 0, "maxReplica": 1, "scaleToZeroTimeout": 5}]}},
+        "model": {"repository": "Qwen/Qwen2.5-7B-Instruct", "framework": "pytorch", "image": {"hub": {}}},
+        "status": {"state": "running", "readyReplica": 2, "targetReplica": 2, "updatedAt": "2026-11-22T11:58:00.000Z"}
+    });
+    keys(&mut s, &["tab"]);
+    update(
+        &mut s,
+        Action::EndpointsLoaded(Ok(vec![EndpointRow::from_json("admin", &raw)])),
+        &Keymap::builtin(),
+    );
+    keys(&mut s, &["s"]);
+    insta::assert_snapshot!("schedule_editor", screen(&s, 120, 30));
+    // An entry whose maximum is above the endpoint's: the rule's message beside it, and no save.
+    keys(&mut s, &["down", "tab", "tab", "backspace", "7", "enter"]);
+    let text = screen(&s, 120, 30);
+    assert!(
+        text.contains("maxReplica: must be at most the endpoint's maxReplica (3)"),
+        "{text}"
+    );
+    keys(&mut s, &["backspace", "1"]);
+    let fx = update(&mut s, Action::Key(Key("enter".into())), &Keymap::builtin());
+    assert_eq!(fx.len(), 1, "{fx:?}");
+}
