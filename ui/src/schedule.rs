@@ -254,9 +254,7 @@ mod tests {
         e.on_key("tab");
         e.on_key("tab");
         e.on_key("backspace");
-        for k in ["9"] {
-            e.on_key(k);
-        }
+        e.on_key("9");
         // maxReplica 9 > the endpoint's 4.
         assert!(!e.valid());
         assert!(
