@@ -52,6 +52,7 @@ pub enum Command {
     Follow,
     Deploy,
     Schedule,
+    Edit,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -8,6 +8,7 @@
 pub mod form;
 pub mod keymap;
 pub mod schedule;
+pub mod spec;
 pub mod state;
 pub mod views;
 

@@ -167,6 +167,8 @@ pub enum Overlay {
     },
     /// `:` command line.
     Command(String),
+    /// The spec editor of an endpoint.
+    Spec(Box<crate::spec::SpecEditor>),
     /// The schedule editor of an endpoint.
     Schedule(Box<crate::schedule::ScheduleEditor>),
     /// The deploy form of a catalog item.
@@ -454,6 +456,23 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
         state.selected = 0;
         return Vec::new();
     }
+    if let Overlay::Spec(editor) = &mut state.overlay {
+        if key == "esc" {
+            state.overlay = Overlay::None;
+            return Vec::new();
+        }
+        let Some(patch) = editor.on_key(key) else {
+            return Vec::new();
+        };
+        let effect = Effect::Update {
+            namespace: editor.namespace.clone(),
+            name: editor.name.clone(),
+            patch,
+            what: "spec",
+        };
+        state.overlay = Overlay::None;
+        return vec![effect];
+    }
     if let Overlay::Schedule(editor) = &mut state.overlay {
         if key == "esc" {
             state.overlay = Overlay::None;
@@ -577,6 +596,12 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
                     follow: true,
                 };
                 return vec![Effect::LoadLogs { namespace, name }];
+            }
+        }
+        Command::Edit => {
+            if let Some(ep) = state.selected_endpoint() {
+                let editor = crate::spec::SpecEditor::new(&ep.namespace, &ep.name, &ep.raw);
+                state.overlay = Overlay::Spec(Box::new(editor));
             }
         }
         Command::Schedule => {

@@ -40,6 +40,7 @@ pub fn draw(frame: &mut Frame, state: &State, keymap: &Keymap) {
         Overlay::Describe(title, text) => describe(frame, area, title, text),
         Overlay::Deploy(form) => deploy(frame, area, form),
         Overlay::Schedule(editor) => schedule(frame, area, editor, state.now),
+        Overlay::Spec(editor) => spec(frame, area, editor),
         Overlay::Logs {
             namespace,
             name,
@@ -362,6 +363,43 @@ fn deploy(frame: &mut Frame, area: Rect, form: &crate::form::DeployForm) {
         ),
         box_,
     );
+}
+
+fn spec(frame: &mut Frame, area: Rect, editor: &crate::spec::SpecEditor) {
+    let box_ = centered(
+        area,
+        area.width.saturating_sub(6),
+        area.height.saturating_sub(2),
+    );
+    let shown_issues = editor.issues.len().min(5) as u16;
+    let [text, issues] =
+        Layout::vertical([Constraint::Min(3), Constraint::Length(shown_issues + 1)]).areas(box_);
+    let mut textarea = editor.text.clone();
+    textarea.set_line_number_style(Style::new().fg(Color::DarkGray));
+    textarea.set_block(Block::default().borders(Borders::ALL).title(format!(
+        " spec {}/{} (JSON; ctrl-s saves when valid, esc cancels) ",
+        editor.namespace, editor.name
+    )));
+    frame.render_widget(Clear, box_);
+    frame.render_widget(&textarea, text);
+    let mut lines: Vec<Line> = editor
+        .issues
+        .iter()
+        .take(5)
+        .map(|(line, m)| {
+            Line::styled(
+                format!("line {}: {m}", line + 1),
+                Style::new().fg(Color::Red),
+            )
+        })
+        .collect();
+    if lines.is_empty() {
+        lines.push(Line::styled(
+            "valid: ctrl-s saves",
+            Style::new().fg(Color::Green),
+        ));
+    }
+    frame.render_widget(Paragraph::new(lines), issues);
 }
 
 fn schedule(

@@ -237,3 +237,44 @@ fn schedule_editor() {
     let fx = update(&mut s, Action::Key(Key("enter".into())), &Keymap::builtin());
     assert_eq!(fx.len(), 1, "{fx:?}");
 }
+
+#[test]
+fn spec_editor_shows_issues_at_their_line() {
+    let mut s = state();
+    let raw = json!({
+        "name": "qwen", "type": "public",
+        "provider": {"vendor": "aws", "region": "us-east-1"},
+        "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x2",
+                    "scaling": {"minReplica": 0, "maxReplica": 3}},
+        "model": {"repository": "Qwen/Qwen2.5-7B-Instruct", "framework": "pytorch", "image": {"hub": {}}},
+        "status": {"state": "running", "readyReplica": 1, "targetReplica": 1, "updatedAt": "2026-11-22T11:58:00.000Z"}
+    });
+    keys(&mut s, &["tab"]);
+    update(
+        &mut s,
+        Action::EndpointsLoaded(Ok(vec![EndpointRow::from_json("admin", &raw)])),
+        &Keymap::builtin(),
+    );
+    keys(&mut s, &["e"]);
+    insta::assert_snapshot!("spec_editor", screen(&s, 120, 30));
+    // `"type": "public"` → `"type": "publix"`: the rule's message names the line.
+    keys(
+        &mut s,
+        &["down", "down", "end", "left", "left", "backspace", "x"],
+    );
+    let text = screen(&s, 120, 30);
+    assert!(text.contains("line 3: type:"), "{text}");
+    let fx = update(
+        &mut s,
+        Action::Key(Key("ctrl-s".into())),
+        &Keymap::builtin(),
+    );
+    assert!(fx.is_empty(), "an invalid spec is not saved");
+    keys(&mut s, &["backspace", "c"]);
+    let fx = update(
+        &mut s,
+        Action::Key(Key("ctrl-s".into())),
+        &Keymap::builtin(),
+    );
+    assert_eq!(fx.len(), 1, "{fx:?}");
+}
