@@ -67,6 +67,29 @@ pub struct Binding {
     pub dangerous: bool,
 }
 
+impl Command {
+    /// Whether the action changes something on the server. Read-only mode removes these whatever a keymap
+    /// file says.
+    pub fn changes_something(self) -> bool {
+        matches!(
+            self,
+            Command::Pause
+                | Command::Resume
+                | Command::ScaleToZero
+                | Command::Delete
+                | Command::Deploy
+                | Command::Schedule
+                | Command::Edit
+        )
+    }
+}
+
+impl Binding {
+    fn changes_something(&self) -> bool {
+        self.dangerous || self.action.changes_something()
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
@@ -139,7 +162,7 @@ impl Keymap {
         let find = |ctx: Context| {
             self.bindings
                 .iter()
-                .filter(|b| b.context == ctx && !(read_only && b.dangerous))
+                .filter(|b| b.context == ctx && !(read_only && b.changes_something()))
                 .find(|b| b.keys.iter().any(|k| k == key))
                 .map(|b| b.action)
         };
@@ -152,12 +175,11 @@ impl Keymap {
     /// Bindings that apply in `context`, its own first.
     pub fn bindings(&self, context: Context, read_only: bool) -> impl Iterator<Item = &Binding> {
         let own = self.bindings.iter().filter(move |b| b.context == context);
-        let global = self
-            .bindings
-            .iter()
-            .filter(move |b| b.context == Context::Global && context != Context::Dialog);
+        let global = self.bindings.iter().filter(move |b| {
+            b.context == Context::Global && !matches!(context, Context::Global | Context::Dialog)
+        });
         own.chain(global)
-            .filter(move |b| !(read_only && b.dangerous))
+            .filter(move |b| !(read_only && b.changes_something()))
     }
 
     /// `keys: description` pairs for the footer.

@@ -72,7 +72,7 @@ pub async fn run(options: Options) -> std::io::Result<()> {
     );
     state.keymap_problems = problems;
     // Raw mode and the alternate screen, with a panic hook that restores the terminal.
-    let mut terminal = ratatui::init();
+    let mut terminal = ratatui::try_init()?;
     let result = event_loop(&mut terminal, &mut state, &keymap, options.client).await;
     ratatui::restore();
     result
@@ -94,7 +94,8 @@ async fn event_loop(
             }
             Ok(Event::Resize(..)) => Some(Action::Resize),
             Ok(_) => None,
-            Err(_) => break,
+            // No more input: quit rather than run on deaf.
+            Err(_) => Some(Action::Key(Key("ctrl-c".into()))),
         };
         if let Some(a) = action {
             if keys.send(a).is_err() {
@@ -112,9 +113,8 @@ async fn event_loop(
             }
         }
     });
-    for effect in [Effect::SignIn, Effect::LoadCatalog(Vec::new())] {
-        spawn_effect(&client, effect, tx.clone());
-    }
+    // The catalog loads once signed in.
+    spawn_effect(&client, Effect::SignIn, tx.clone());
     terminal.draw(|f| views::draw(f, state, keymap))?;
     while let Some(first) = rx.recv().await {
         // Everything that is already waiting is applied before one redraw.
@@ -133,8 +133,15 @@ async fn event_loop(
     Ok(())
 }
 
+/// A client error for the screen; a refusal of the token starts with its status (`401 …`), which `update`
+/// tells from a lost server.
 fn message(e: &ClientError) -> String {
     match e {
+        ClientError::Api {
+            status, message, ..
+        } if status.as_u16() == 401 || status.as_u16() == 403 => {
+            format!("{} {message}", status.as_u16())
+        }
         ClientError::Api { message, .. } => message.clone(),
         other => other.to_string(),
     }

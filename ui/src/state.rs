@@ -188,6 +188,8 @@ pub enum Connection {
     Connected,
     /// The server could not be reached: the console retries with backoff.
     Unreachable(String),
+    /// The server refused the token.
+    Unauthorized(String),
 }
 
 /// A key pressed, named as the keymap names keys (`ctrl-c`, `enter`, `G`).
@@ -260,6 +262,10 @@ pub struct State {
     pub message: Option<(String, bool)>,
     pub read_only: bool,
     pub quit: bool,
+    /// An endpoints load is under way: ticks do not start another.
+    pub loading: bool,
+    retry_at: Option<DateTime<Utc>>,
+    retry_delay: chrono::Duration,
     pub now: DateTime<Utc>,
     /// Where logs go, shown on the help screen.
     pub log_file: String,
@@ -285,6 +291,9 @@ impl State {
             message: None,
             read_only,
             quit: false,
+            loading: false,
+            retry_at: None,
+            retry_delay: chrono::Duration::seconds(1),
             now,
             log_file,
             keymap_problems: Vec::new(),
@@ -329,10 +338,11 @@ impl State {
         self.refresh()
     }
 
-    fn refresh(&self) -> Vec<Effect> {
+    fn refresh(&mut self) -> Vec<Effect> {
         match self.view {
             View::Catalog => vec![Effect::LoadCatalog(self.catalog_filters.clone())],
             View::Endpoints if self.user.is_some() => {
+                self.loading = true;
                 vec![Effect::LoadEndpoints(self.namespaces.clone())]
             }
             View::Endpoints => vec![Effect::SignIn],
@@ -359,19 +369,37 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
                 }];
             }
             match (&state.connection, state.view) {
-                (Connection::Unreachable(_), _) if state.user.is_none() => vec![Effect::SignIn],
-                (_, View::Endpoints) if state.overlay == Overlay::None => state.refresh(),
+                // Retried with backoff: 1 s, doubling up to 30 s.
+                (Connection::Unreachable(_), _) if state.user.is_none() => {
+                    if state.retry_at.is_some_and(|t| now < t) {
+                        return Vec::new();
+                    }
+                    state.retry_at = Some(now + state.retry_delay);
+                    state.retry_delay = (state.retry_delay * 2).min(chrono::Duration::seconds(30));
+                    vec![Effect::SignIn]
+                }
+                (_, View::Endpoints) if state.overlay == Overlay::None && !state.loading => {
+                    state.refresh()
+                }
                 _ => Vec::new(),
             }
         }
         Action::Resize => Vec::new(),
         Action::SignedIn(Ok((user, orgs))) => {
             state.connection = Connection::Connected;
+            state.retry_at = None;
+            state.retry_delay = chrono::Duration::seconds(1);
             state.namespaces = std::iter::once(user.clone()).chain(orgs).collect();
             state.user = Some(user);
             state.refresh()
         }
+        // A token the server refuses is not a lost server: no retrying.
+        Action::SignedIn(Err(e)) if e.starts_with("401") || e.starts_with("403") => {
+            state.connection = Connection::Unauthorized(e);
+            Vec::new()
+        }
         Action::SignedIn(Err(e)) | Action::EndpointsLoaded(Err(e)) => {
+            state.loading = false;
             state.connection = Connection::Unreachable(e);
             Vec::new()
         }
@@ -385,15 +413,17 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
             name,
             text,
         } => {
+            // Paused logs stay as they are, even when a load was already under way.
             if let Overlay::Logs {
                 namespace: n,
                 name: e,
                 text: shown,
-                ..
+                follow: true,
             } = &mut state.overlay
             {
                 if *n == namespace && *e == name {
-                    *shown = text.unwrap_or_else(|e| format!("(logs unavailable: {e})"));
+                    *shown =
+                        printable(&text.unwrap_or_else(|e| format!("(logs unavailable: {e})")));
                 }
             }
             Vec::new()
@@ -405,8 +435,20 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
             Vec::new()
         }
         Action::EndpointsLoaded(Ok(rows)) => {
+            state.loading = false;
             state.connection = Connection::Connected;
+            // The selection follows its endpoint when rows come and go.
+            let selected = state
+                .selected_endpoint()
+                .map(|e| (e.namespace.clone(), e.name.clone()));
             state.endpoints = rows;
+            if let Some((ns, name)) = selected {
+                if let Some(at) = state.visible().iter().position(|i| {
+                    state.endpoints[*i].namespace == ns && state.endpoints[*i].name == name
+                }) {
+                    state.selected = at;
+                }
+            }
             clamp(state);
             Vec::new()
         }
@@ -432,12 +474,46 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
     }
 }
 
+/// Replica output as text the terminal shows as it is: tabs expanded, escape sequences and other control
+/// characters dropped (a replica's colours or cursor moves must not reach our screen).
+fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\n' => out.push('\n'),
+            '\t' => out.push_str("    "),
+            '\u{1b}' => {
+                // CSI sequences (`ESC [ … final`), else the one character after ESC.
+                if chars.peek() == Some(&'[') {
+                    chars.next();
+                    for d in chars.by_ref() {
+                        if ('@'..='~').contains(&d) {
+                            break;
+                        }
+                    }
+                } else {
+                    chars.next();
+                }
+            }
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 fn clamp(state: &mut State) {
     let n = state.visible().len();
     state.selected = state.selected.min(n.saturating_sub(1));
 }
 
 fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
+    // ctrl-c always quits, whatever is open and whatever a keymap file says.
+    if key == "ctrl-c" {
+        state.quit = true;
+        return Vec::new();
+    }
     // Text entry first: the filter and the command line take every printable key.
     if state.filtering {
         match key {
@@ -517,6 +593,20 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
     let Some(command) = keymap.lookup(state.context(), key, state.read_only) else {
         return Vec::new();
     };
+    if state.read_only && command.changes_something() {
+        return Vec::new();
+    }
+    // Help, describe and logs cover the list: keys do not reach it through them.
+    let covered = match &state.overlay {
+        Overlay::Help | Overlay::Describe(..) => {
+            !matches!(command, Command::Back | Command::Quit | Command::Help)
+        }
+        Overlay::Logs { .. } => !matches!(command, Command::Back | Command::Quit | Command::Follow),
+        _ => false,
+    };
+    if covered {
+        return Vec::new();
+    }
     if let Overlay::Confirm {
         action,
         namespace,
@@ -750,7 +840,13 @@ mod tests {
             [Effect::LoadEndpoints(vec!["alice".into(), "acme".into()])]
         );
         assert_eq!(s.view, View::Endpoints);
-        // Live: each tick reloads the endpoints.
+        // Live: each tick reloads the endpoints, but never while a load is under way.
+        assert!(update(&mut s, Action::Tick(now()), &Keymap::builtin()).is_empty());
+        update(
+            &mut s,
+            Action::EndpointsLoaded(Ok(Vec::new())),
+            &Keymap::builtin(),
+        );
         assert_eq!(
             update(&mut s, Action::Tick(now()), &Keymap::builtin()).len(),
             1
@@ -907,6 +1003,57 @@ mod tests {
     }
 
     #[test]
+    fn replica_output_is_made_printable() {
+        assert_eq!(
+            printable("a\tb\u{1b}[31mred\u{1b}[0m\r\nnext\u{7}"),
+            "a    bred\nnext"
+        );
+    }
+
+    #[test]
+    fn read_only_holds_whatever_the_keymap_says_and_ctrl_c_always_quits() {
+        let user = "[[binding]]\ncontext = \"endpoints\"\nkeys = [\"x\"]\naction = \"delete\"\ndescription = \"delete\"\n";
+        let (map, _) = Keymap::with_overrides(Some(user));
+        let mut s = state();
+        s.read_only = true;
+        s.view = View::Endpoints;
+        update(&mut s, Action::EndpointsLoaded(Ok(endpoints())), &map);
+        update(&mut s, Action::Key(Key("x".into())), &map);
+        assert_eq!(s.overlay, Overlay::None);
+        key(&mut s, "/");
+        key(&mut s, "ctrl-c");
+        assert!(s.quit);
+    }
+
+    #[test]
+    fn overlays_keep_keys_from_the_list_and_the_selection_follows_its_endpoint() {
+        let mut s = state();
+        s.view = View::Endpoints;
+        update(
+            &mut s,
+            Action::EndpointsLoaded(Ok(endpoints())),
+            &Keymap::builtin(),
+        );
+        key(&mut s, "j");
+        key(&mut s, "?");
+        key(&mut s, "j");
+        assert_eq!(s.selected, 1);
+        key(&mut s, "esc");
+        // beta is selected; a reload with a new first row keeps it selected.
+        let mut rows = endpoints();
+        rows.insert(
+            0,
+            EndpointRow::from_json("alice", &json!({"name": "aaa", "status": {}})),
+        );
+        update(
+            &mut s,
+            Action::EndpointsLoaded(Ok(rows)),
+            &Keymap::builtin(),
+        );
+        assert_eq!(s.endpoints[s.visible()[s.selected]].name, "beta");
+    }
+
+    #[test]
     fn unreachable_server_is_shown_and_retried() {
         let mut s = state();
         update(
@@ -922,6 +1069,32 @@ mod tests {
             update(&mut s, Action::Tick(now()), &Keymap::builtin()),
             [Effect::SignIn]
         );
+        // Backoff: not again within the next second, then after it.
+        assert!(update(&mut s, Action::Tick(now()), &Keymap::builtin()).is_empty());
+        let later = now() + chrono::Duration::seconds(1);
+        assert_eq!(
+            update(&mut s, Action::Tick(later), &Keymap::builtin()),
+            [Effect::SignIn]
+        );
+        assert!(update(
+            &mut s,
+            Action::Tick(later + chrono::Duration::seconds(1)),
+            &Keymap::builtin()
+        )
+        .is_empty());
+        // A refused token is not retried.
+        update(
+            &mut s,
+            Action::SignedIn(Err("401 Unauthorized: invalid or expired token".into())),
+            &Keymap::builtin(),
+        );
+        assert!(matches!(s.connection, Connection::Unauthorized(_)));
+        assert!(update(
+            &mut s,
+            Action::Tick(later + chrono::Duration::seconds(60)),
+            &Keymap::builtin()
+        )
+        .is_empty());
     }
 
     #[test]

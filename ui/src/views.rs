@@ -67,6 +67,7 @@ fn status_line(frame: &mut Frame, area: Rect, state: &State) {
         Connection::Connecting => ("connecting".to_string(), Color::Yellow),
         Connection::Connected => ("connected".to_string(), Color::Green),
         Connection::Unreachable(why) => (format!("unreachable ({why}); retrying"), Color::Red),
+        Connection::Unauthorized(why) => (format!("not signed in ({why})"), Color::Red),
     };
     let mut spans = vec![
         Span::styled(
@@ -262,41 +263,47 @@ fn centered(area: Rect, width: u16, height: u16) -> Rect {
 }
 
 fn help(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap) {
-    let box_ = centered(area, 72, area.height.saturating_sub(4));
-    let mut lines = Vec::new();
-    for ctx in [
-        Context::Global,
+    let box_ = centered(area, 100, area.height.saturating_sub(2));
+    let section = |ctxs: &[Context]| -> Vec<Line> {
+        let mut lines = Vec::new();
+        for ctx in ctxs {
+            lines.push(Line::styled(
+                ctx.as_str().to_string(),
+                Style::new().add_modifier(Modifier::BOLD),
+            ));
+            for b in keymap
+                .bindings(*ctx, state.read_only)
+                .filter(|b| b.context == *ctx)
+            {
+                lines.push(Line::from(format!(
+                    "  {:<18} {}",
+                    b.keys.join(" "),
+                    b.description
+                )));
+            }
+        }
+        lines
+    };
+    // Two columns, so the whole keymap fits an 80×24 terminal.
+    let left = section(&[Context::Global]);
+    let mut right = section(&[
         Context::Catalog,
         Context::Endpoints,
         Context::Logs,
         Context::Dialog,
-    ] {
-        lines.push(Line::styled(
-            ctx.as_str().to_string(),
-            Style::new().add_modifier(Modifier::BOLD),
-        ));
-        for b in keymap
-            .bindings(ctx, state.read_only)
-            .filter(|b| b.context == ctx)
-        {
-            lines.push(Line::from(format!(
-                "  {:<22} {}",
-                b.keys.join(" "),
-                b.description
-            )));
-        }
-    }
-    lines.push(Line::default());
-    lines.push(Line::from(format!("logs: {}", state.log_file)));
+    ]);
+    right.push(Line::default());
+    right.push(Line::from(format!("logs: {}", state.log_file)));
     frame.render_widget(Clear, box_);
-    frame.render_widget(
-        Paragraph::new(lines).block(
-            Block::default()
-                .borders(Borders::ALL)
-                .title(" help (esc to close) "),
-        ),
-        box_,
-    );
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(" help (esc to close) ");
+    let inner = block.inner(box_);
+    frame.render_widget(block, box_);
+    let [l, r] =
+        Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(inner);
+    frame.render_widget(Paragraph::new(left), l);
+    frame.render_widget(Paragraph::new(right).wrap(Wrap { trim: false }), r);
 }
 
 fn describe(frame: &mut Frame, area: Rect, title: &str, text: &str) {
