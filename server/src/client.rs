@@ -53,7 +53,12 @@ impl Client {
         Client {
             base: base_url.trim_end_matches('/').to_string(),
             token,
-            http: reqwest::Client::new(),
+            // A server that stops answering must not hang a caller (the console polls every second).
+            http: reqwest::Client::builder()
+                .connect_timeout(std::time::Duration::from_secs(5))
+                .timeout(std::time::Duration::from_secs(30))
+                .build()
+                .unwrap_or_default(),
         }
     }
 

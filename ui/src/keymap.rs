@@ -90,6 +90,36 @@ impl Binding {
     }
 }
 
+/// Names the console gives keys: one character, `ctrl-` and a letter, or a named key.
+fn known_key(k: &str) -> bool {
+    const NAMED: [&str; 17] = [
+        "enter",
+        "esc",
+        "tab",
+        "backtab",
+        "backspace",
+        "up",
+        "down",
+        "left",
+        "right",
+        "home",
+        "end",
+        "pageup",
+        "pagedown",
+        "delete",
+        "space",
+        "insert",
+        "null",
+    ];
+    let one = |s: &str| s.chars().count() == 1;
+    one(k)
+        || NAMED.contains(&k)
+        || k.strip_prefix("ctrl-")
+            .is_some_and(|c| one(c) && c.chars().all(|c| c.is_ascii_lowercase()))
+        || k.strip_prefix('f')
+            .is_some_and(|n| n.parse::<u8>().is_ok_and(|n| (1..=24).contains(&n)))
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
@@ -133,6 +163,14 @@ impl Keymap {
             }
         }
         problems.extend(map.conflicts());
+        for b in &map.bindings {
+            for k in b.keys.iter().filter(|k| !known_key(k)) {
+                problems.push(format!(
+                    "key {k:?} of {:?} is not a key name (e.g. `a`, `ctrl-d`, `enter`, `f5`)",
+                    b.action
+                ));
+            }
+        }
         (map, problems)
     }
 
@@ -194,10 +232,13 @@ impl Keymap {
         let mut out = String::from("| Where | Keys | Does |\n|---|---|---|\n");
         for b in &self.bindings {
             let keys: Vec<String> = b.keys.iter().map(|k| format!("`{k}`")).collect();
-            let mark = if b.dangerous {
-                " (confirms; not in --read-only)"
-            } else {
-                ""
+            // Lifecycle actions ask first; forms are their own confirmation.
+            let mark = match b.action {
+                Command::Pause | Command::Resume | Command::ScaleToZero | Command::Delete => {
+                    " (asks first; not in --read-only)"
+                }
+                _ if b.changes_something() => " (not in --read-only)",
+                _ => "",
             };
             out.push_str(&format!(
                 "| {} | {} | {}{mark} |\n",
@@ -259,6 +300,14 @@ description = "describe"
         assert_eq!(map.lookup(Context::Endpoints, "p", false), None);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("\"z\""), "{problems:?}");
+        let bad = "[[binding]]\ncontext = \"endpoints\"\nkeys = [\"Ctrl+S\"]\naction = \"edit\"\ndescription = \"e\"\n";
+        let (_, problems) = Keymap::with_overrides(Some(bad));
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("\"Ctrl+S\" of Edit is not a key name")),
+            "{problems:?}"
+        );
         let (_, problems) = Keymap::with_overrides(Some("[[binding]]\ncontext = 3"));
         assert!(
             problems[0].starts_with("keymap file ignored"),
@@ -270,7 +319,11 @@ description = "describe"
     fn cheat_sheet_lists_every_binding() {
         let sheet = Keymap::builtin().cheat_sheet();
         assert!(
-            sheet.contains("| endpoints | `ctrl-d` | delete (confirms; not in --read-only) |"),
+            sheet.contains("| endpoints | `ctrl-d` | delete (asks first; not in --read-only) |"),
+            "{sheet}"
+        );
+        assert!(
+            sheet.contains("| catalog | `D` | deploy (not in --read-only) |"),
             "{sheet}"
         );
         assert!(
