@@ -12,7 +12,9 @@ struct Tmux(String);
 
 impl Tmux {
     fn start(data_dir: &Path) -> Tmux {
-        let name = format!("sy-console-{}", std::process::id());
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("sy-console-{}-{n}", std::process::id());
         let cmd = format!(
             "{BIN} --data-dir {} --listen 127.0.0.1:0; echo EXITED $?; sleep 60",
             data_dir.display()
@@ -153,5 +155,35 @@ async fn browse_filter_act_and_quit() {
     let screen = tmux.wait_for("EXITED");
     assert!(screen.contains("EXITED 0"), "{screen}");
     // The alternate screen is gone: the shell's own lines are back.
+    assert!(!screen.contains("catalog ("), "{screen}");
+}
+
+/// SIGTERM (or a closed ssh session's SIGHUP) quits cleanly: exit status 0, the terminal given back.
+#[test]
+fn sigterm_quits_cleanly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tmux = Tmux::start(dir.path());
+    tmux.wait_for("connected");
+    let pane = Command::new("tmux")
+        .args(["list-panes", "-t", &tmux.0, "-F", "#{pane_pid}"])
+        .output()
+        .expect("list-panes");
+    let shell = String::from_utf8_lossy(&pane.stdout).trim().to_string();
+    let child = Command::new("pgrep")
+        .args(["-P", &shell, "switchyard"])
+        .output()
+        .expect("pgrep");
+    let pid = String::from_utf8_lossy(&child.stdout).trim().to_string();
+    assert!(
+        !pid.is_empty(),
+        "no console process under the pane's shell {shell}"
+    );
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill")
+        .success());
+    let screen = tmux.wait_for("EXITED");
+    assert!(screen.contains("EXITED 0"), "{screen}");
     assert!(!screen.contains("catalog ("), "{screen}");
 }

@@ -53,6 +53,7 @@ pub enum Command {
     Deploy,
     Schedule,
     Edit,
+    Copy,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -103,6 +103,25 @@ async fn event_loop(
             }
         }
     });
+    // SIGTERM and SIGHUP (a closed ssh session) quit like ctrl-c: the terminal and the server are put back.
+    #[cfg(unix)]
+    {
+        let signals = tx.clone();
+        tokio::spawn(async move {
+            use tokio::signal::unix::{signal, SignalKind};
+            let (Ok(mut term), Ok(mut hup)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::hangup()),
+            ) else {
+                return;
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = hup.recv() => {}
+            }
+            let _ = signals.send(Action::Key(Key("ctrl-c".into())));
+        });
+    }
     let ticks = tx.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(1));
@@ -121,7 +140,11 @@ async fn event_loop(
         let mut next = Some(first);
         while let Some(action) = next {
             for effect in state::update(state, action, keymap) {
-                spawn_effect(&client, effect, tx.clone());
+                match effect {
+                    // The terminal is ours: the clipboard escape is written here, not in a task.
+                    Effect::Copy(text) => copy_to_clipboard(&text),
+                    other => spawn_effect(&client, other, tx.clone()),
+                }
             }
             next = rx.try_recv().ok();
         }
@@ -147,6 +170,23 @@ fn message(e: &ClientError) -> String {
     }
 }
 
+/// The OSC 52 sequence that asks the terminal to put `text` on the clipboard.
+pub fn osc52(text: &str) -> String {
+    use base64::Engine;
+    format!(
+        "\x1b]52;c;{}\x07",
+        base64::engine::general_purpose::STANDARD.encode(text)
+    )
+}
+
+fn copy_to_clipboard(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout();
+    let _ = out
+        .write_all(osc52(text).as_bytes())
+        .and_then(|()| out.flush());
+}
+
 fn spawn_effect(client: &Client, effect: Effect, tx: mpsc::UnboundedSender<Action>) {
     let client = client.clone();
     tokio::spawn(async move {
@@ -159,6 +199,8 @@ fn spawn_effect(client: &Client, effect: Effect, tx: mpsc::UnboundedSender<Actio
 pub async fn perform(client: &Client, effect: Effect) -> Action {
     match effect {
         Effect::SignIn => Action::SignedIn(sign_in(client).await.map_err(|e| message(&e))),
+        // Done by the event loop itself.
+        Effect::Copy(text) => Action::Done(Ok(format!("copied {text}"))),
         Effect::Deploy(request) => {
             let namespace = request.body["namespace"].as_str().unwrap_or("").to_string();
             let answer = match &request.target {
@@ -293,4 +335,14 @@ async fn sign_in(client: &Client) -> Result<(String, Vec<String>), ClientError> 
         }
     }
     Ok((name, others))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clipboard_escape() {
+        assert_eq!(osc52("http://x"), "\x1b]52;c;aHR0cDovL3g=\x07");
+    }
 }

@@ -227,6 +227,8 @@ pub enum Effect {
         name: String,
     },
     Deploy(crate::form::DeployRequest),
+    /// Put text on the user's clipboard (OSC 52: works over ssh too).
+    Copy(String),
     /// A partial update of an endpoint; `what` names it in the result message.
     Update {
         namespace: String,
@@ -676,6 +678,17 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
                 };
             }
         }
+        Command::Copy => {
+            let rows = state.visible();
+            let text = rows.get(state.selected).map(|&i| match state.view {
+                View::Catalog => state.catalog[i].repo_id.clone(),
+                View::Endpoints => state.endpoints[i].url.clone(),
+            });
+            if let Some(text) = text.filter(|t| !t.is_empty()) {
+                state.message = Some((format!("copied {text}"), false));
+                return vec![Effect::Copy(text)];
+            }
+        }
         Command::Logs => {
             if let Some(ep) = state.selected_endpoint() {
                 let (namespace, name) = (ep.namespace.clone(), ep.name.clone());
@@ -1000,6 +1013,22 @@ mod tests {
         assert!(update(&mut s, Action::Tick(now()), &Keymap::builtin()).is_empty());
         key(&mut s, "esc");
         assert_eq!(s.overlay, Overlay::None);
+    }
+
+    #[test]
+    fn copy_puts_the_url_on_the_clipboard() {
+        let mut s = state();
+        s.view = View::Endpoints;
+        update(
+            &mut s,
+            Action::EndpointsLoaded(Ok(endpoints())),
+            &Keymap::builtin(),
+        );
+        assert_eq!(key(&mut s, "y"), [Effect::Copy("http://x".into())]);
+        assert!(s
+            .message
+            .as_ref()
+            .is_some_and(|(m, _)| m == "copied http://x"));
     }
 
     #[test]
