@@ -155,6 +155,15 @@ async fn serve(common: &Common, listen: Option<SocketAddr>) -> Result<()> {
     Ok(())
 }
 
+/// A file of the user's beside the config file in use (`--config`, else the platform config dir's).
+fn user_file(common: &Common, name: &str) -> Option<String> {
+    let config = match &common.config {
+        Some(c) => c.clone(),
+        None => switchyard_server::config::default_config_file()?,
+    };
+    std::fs::read_to_string(config.with_file_name(name)).ok()
+}
+
 /// The operator console: an in-process server (the same config and flags as `serve`) or `--server URL`.
 async fn console(common: &Common, args: &ConsoleArgs) -> Result<()> {
     let mut config = load_config(common, None)?;
@@ -172,15 +181,12 @@ async fn console(common: &Common, args: &ConsoleArgs) -> Result<()> {
         .with_writer(tracing_appender::rolling::daily(&log_dir, "console.log"))
         .init();
     let log_file = log_dir.join("console.log.<date>").display().to_string();
-    let keymap_text = switchyard_server::config::default_config_file()
-        .and_then(|f| std::fs::read_to_string(f.with_file_name("keymap.toml")).ok());
+    let keymap_text = user_file(common, "keymap.toml");
     if let Some(url) = &args.server {
-        let token = args.token.clone().or_else(|| {
-            let file = switchyard_server::config::default_config_file()?.with_file_name("token");
-            std::fs::read_to_string(file)
-                .ok()
-                .map(|t| t.trim().to_string())
-        });
+        let token = args
+            .token
+            .clone()
+            .or_else(|| user_file(common, "token").map(|t| t.trim().to_string()));
         let options = switchyard_ui::Options {
             client: switchyard_server::client::Client::new(url, token),
             server_label: url.clone(),
@@ -268,8 +274,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Some(Command::Keys) => {
-            let text = switchyard_server::config::default_config_file()
-                .and_then(|f| std::fs::read_to_string(f.with_file_name("keymap.toml")).ok());
+            let text = user_file(&cli.common, "keymap.toml");
             let (keymap, problems) = switchyard_ui::keymap::Keymap::with_overrides(text.as_deref());
             for p in problems {
                 eprintln!("warning: {p}");

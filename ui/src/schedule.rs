@@ -2,6 +2,7 @@
 //! as you type by the server's own rules (`EndpointSpec::parse` on the endpoint with the edited schedule).
 
 use serde_json::{json, Value};
+use switchyard_server::model::status::strip_response_fields;
 use switchyard_server::model::EndpointSpec;
 
 /// One entry as typed: `at` is `HH:MM`, the counts are digits (an empty timeout means the default).
@@ -42,11 +43,7 @@ fn minutes(at: &str) -> Option<u16> {
 impl ScheduleEditor {
     pub fn new(namespace: &str, name: &str, endpoint: &Value) -> ScheduleEditor {
         let mut spec = endpoint.clone();
-        if let Value::Object(m) = &mut spec {
-            for k in ["status", "healthRoute", "accountId"] {
-                m.remove(k);
-            }
-        }
+        strip_response_fields(&mut spec);
         let scaling = &endpoint["compute"]["scaling"];
         let entries = scaling["schedule"]
             .as_array()

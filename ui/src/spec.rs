@@ -3,10 +3,8 @@
 
 use ratatui_textarea::{Input, Key, TextArea};
 use serde_json::Value;
+use switchyard_server::model::status::strip_response_fields;
 use switchyard_server::model::EndpointSpec;
-
-/// Fields of a response that are not part of the spec.
-const READ_ONLY: [&str; 3] = ["status", "healthRoute", "accountId"];
 
 #[derive(Debug, Clone)]
 pub struct SpecEditor {
@@ -77,11 +75,7 @@ fn input(key: &str) -> Option<Input> {
 impl SpecEditor {
     pub fn new(namespace: &str, name: &str, endpoint: &Value) -> SpecEditor {
         let mut spec = endpoint.clone();
-        if let Value::Object(m) = &mut spec {
-            for k in READ_ONLY {
-                m.remove(k);
-            }
-        }
+        strip_response_fields(&mut spec);
         let text = serde_json::to_string_pretty(&spec).unwrap_or_default();
         let mut editor = SpecEditor {
             namespace: namespace.to_string(),

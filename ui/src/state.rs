@@ -534,46 +534,38 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
         state.selected = 0;
         return Vec::new();
     }
-    if let Overlay::Spec(editor) = &mut state.overlay {
+    // The forms and editors take every key; `esc` closes them, a save closes them with its effect.
+    if matches!(
+        state.overlay,
+        Overlay::Spec(_) | Overlay::Schedule(_) | Overlay::Deploy(_)
+    ) {
         if key == "esc" {
             state.overlay = Overlay::None;
             return Vec::new();
         }
-        let Some(patch) = editor.on_key(key) else {
-            return Vec::new();
-        };
-        let effect = Effect::Update {
-            namespace: editor.namespace.clone(),
-            name: editor.name.clone(),
+        let update = |namespace: &str, name: &str, patch, what| Effect::Update {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
             patch,
-            what: "spec",
+            what,
         };
-        state.overlay = Overlay::None;
-        return vec![effect];
-    }
-    if let Overlay::Schedule(editor) = &mut state.overlay {
-        if key == "esc" {
+        let saved = match &mut state.overlay {
+            Overlay::Spec(e) => e
+                .on_key(key)
+                .map(|p| update(&e.namespace, &e.name, p, "spec")),
+            Overlay::Schedule(e) => e
+                .on_key(key)
+                .map(|p| update(&e.namespace, &e.name, p, "schedule")),
+            // The deploy form stays open until the server answers (its issues go beside the fields).
+            Overlay::Deploy(form) => {
+                return form.on_key(key).map(Effect::Deploy).into_iter().collect()
+            }
+            _ => None,
+        };
+        if saved.is_some() {
             state.overlay = Overlay::None;
-            return Vec::new();
         }
-        let Some(patch) = editor.on_key(key) else {
-            return Vec::new();
-        };
-        let effect = Effect::Update {
-            namespace: editor.namespace.clone(),
-            name: editor.name.clone(),
-            patch,
-            what: "schedule",
-        };
-        state.overlay = Overlay::None;
-        return vec![effect];
-    }
-    if let Overlay::Deploy(form) = &mut state.overlay {
-        if key == "esc" {
-            state.overlay = Overlay::None;
-            return Vec::new();
-        }
-        return form.on_key(key).map(Effect::Deploy).into_iter().collect();
+        return saved.into_iter().collect();
     }
     if let Overlay::Command(text) = &mut state.overlay {
         match key {

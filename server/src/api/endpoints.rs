@@ -14,6 +14,7 @@ use crate::auth::{authorize, Access, Principal};
 use crate::config::CustomCommands;
 use crate::crypto::random_id;
 use crate::hardware::HardwareList;
+use crate::model::status::strip_response_fields;
 use crate::model::{EndpointOut, EndpointSpec, EndpointState, Issue, LifecycleAction, ModelImage};
 use crate::store::{Actor, EndpointRecord, StoreError};
 
@@ -160,18 +161,6 @@ async fn check_route(s: &AppState, namespace: &str, spec: &EndpointSpec) -> ApiR
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct EndpointListOut {
     pub items: Vec<EndpointOut>,
-}
-
-/// Fields a response carries that are not part of the spec. They are ignored on input, so the body of
-/// a `GET` can be edited and sent back as it is.
-const READ_ONLY_FIELDS: [&str; 3] = ["status", "healthRoute", "accountId"];
-
-fn strip_read_only(body: &mut Value) {
-    if let Value::Object(m) = body {
-        for k in READ_ONLY_FIELDS {
-            m.remove(k);
-        }
-    }
 }
 
 /// Replaces every secret value given in a spec or patch by its ciphertext, before anything else sees it.
@@ -342,7 +331,7 @@ pub async fn create(
             return Err(ApiError::invalid_body(empty));
         }
     }
-    strip_read_only(&mut body);
+    strip_response_fields(&mut body);
     seal_secrets(&s, &mut body, None);
     let spec = EndpointSpec::parse(&body).map_err(ApiError::invalid_body)?;
     check_host_code(&s, &who, &spec, None)?;
@@ -404,7 +393,7 @@ pub async fn update(
     JsonBody(mut patch): JsonBody,
 ) -> ApiResult<Json<EndpointOut>> {
     authorize(s.store.as_ref(), &who, &namespace, Access::Change).await?;
-    strip_read_only(&mut patch);
+    strip_response_fields(&mut patch);
     // A new custom domain is checked against the other endpoints before anything is written.
     let current = load(&s, &namespace, &name).await?;
     if let Ok(preview) = current.spec.apply_update(&patch) {

@@ -47,6 +47,19 @@ pub struct EndpointOut {
     pub account_id: Option<String>,
 }
 
+/// Fields a response carries that are not part of the spec. They are ignored on input, so the body of a
+/// `GET` can be edited and sent back as it is.
+pub const RESPONSE_ONLY_FIELDS: [&str; 3] = ["status", "healthRoute", "accountId"];
+
+/// Removes the response-only fields from an endpoint body, leaving its spec.
+pub fn strip_response_fields(body: &mut serde_json::Value) {
+    if let serde_json::Value::Object(m) = body {
+        for k in RESPONSE_ONLY_FIELDS {
+            m.remove(k);
+        }
+    }
+}
+
 impl EndpointOut {
     /// Builds a response body. Redacts the spec itself (redacting twice is harmless), so no caller can
     /// forget to and leak a secret.
