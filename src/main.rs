@@ -41,6 +41,9 @@ struct ConsoleArgs {
     /// Address of the in-process server (as for `serve`).
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
+    /// Mouse support: the wheel scrolls, a click selects (hold shift to select text in the terminal).
+    #[arg(long)]
+    mouse: bool,
 }
 
 #[derive(Args, Clone, Default)]
@@ -182,17 +185,21 @@ async fn console(common: &Common, args: &ConsoleArgs) -> Result<()> {
         .init();
     let log_file = log_dir.join("console.log.<date>").display().to_string();
     let keymap_text = user_file(common, "keymap.toml");
+    // The token for remote servers (`--server`, and `:server URL` in the console).
+    let remote_token = args
+        .token
+        .clone()
+        .or_else(|| user_file(common, "token").map(|t| t.trim().to_string()));
     if let Some(url) = &args.server {
-        let token = args
-            .token
-            .clone()
-            .or_else(|| user_file(common, "token").map(|t| t.trim().to_string()));
         let options = switchyard_ui::Options {
-            client: switchyard_server::client::Client::new(url, token),
+            client: switchyard_server::client::Client::new(url, remote_token.clone()),
             server_label: url.clone(),
             read_only: args.read_only,
             log_file,
             keymap_text,
+            remote_token,
+            mouse: args.mouse,
+            server_stopped: None,
         };
         return switchyard_ui::run(options).await.context("console");
     }
@@ -217,9 +224,20 @@ async fn console(common: &Common, args: &ConsoleArgs) -> Result<()> {
         }
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(app.run(async {
-        let _ = stopped.await;
-    }));
+    // A server that stops on its own says why, in the console.
+    let (failed, server_stopped) = tokio::sync::oneshot::channel::<String>();
+    let server = tokio::spawn(async move {
+        let result = app
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await;
+        if let Err(e) = &result {
+            tracing::error!(error = %e, "the in-process server stopped");
+            let _ = failed.send(e.to_string());
+        }
+        result
+    });
     tracing::info!(%url, "in-process server listening");
     let options = switchyard_ui::Options {
         client: switchyard_server::client::Client::new(&url, Some(token)),
@@ -227,6 +245,9 @@ async fn console(common: &Common, args: &ConsoleArgs) -> Result<()> {
         read_only: args.read_only,
         log_file,
         keymap_text,
+        remote_token,
+        mouse: args.mouse,
+        server_stopped: Some(server_stopped),
     };
     let result = switchyard_ui::run(options).await.context("console");
     let _ = stop.send(());

@@ -12,11 +12,18 @@ struct Tmux(String);
 
 impl Tmux {
     fn start(data_dir: &Path) -> Tmux {
+        Tmux::start_with(data_dir, "")
+    }
+
+    /// Runs the console with `env` (`NAME=value …`) in front. After it exits the pane shows its exit status,
+    /// and `TTY-SAME` when the terminal's settings are what they were before it started.
+    fn start_with(data_dir: &Path, env: &str) -> Tmux {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!("sy-console-{}-{n}", std::process::id());
         let cmd = format!(
-            "{BIN} --data-dir {} --listen 127.0.0.1:0; echo EXITED $?; sleep 60",
+            "before=$(stty -g); {env} {BIN} --data-dir {} --listen 127.0.0.1:0; echo EXITED $?; \
+             [ \"$(stty -g)\" = \"$before\" ] && echo TTY-SAME; sleep 60",
             data_dir.display()
         );
         let ok = Command::new("tmux")
@@ -90,7 +97,19 @@ impl Drop for Tmux {
 #[tokio::test]
 async fn browse_filter_act_and_quit() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let tmux = Tmux::start(dir.path());
+    // The "editor": raises maxReplica to 2 in the file it is given.
+    let editor = dir.path().join("editor.sh");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nsed -i 's/\"maxReplica\": [0-9]*/\"maxReplica\": 2/' \"$1\"\n",
+    )
+    .expect("editor script");
+    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let tmux = Tmux::start_with(
+        &dir.path().join("data"),
+        &format!("VISUAL= EDITOR={}", editor.display()),
+    );
     let screen = tmux.wait_for("connected");
     assert!(screen.contains("catalog (62/62)"), "{screen}");
 
@@ -127,6 +146,22 @@ async fn browse_filter_act_and_quit() {
     tmux.wait_for("\"at\": \"00:00\"");
     tmux.keys(&["Escape"]);
 
+    // The spec in $EDITOR: the console gives it the terminal, takes it back with the edited text in its own
+    // editor (checked), and ctrl-s saves it.
+    tmux.keys(&["E"]);
+    tmux.wait_for("back from the editor");
+    tmux.wait_for("\"maxReplica\": 2");
+    tmux.keys(&["C-s"]);
+    tmux.wait_for("saved the spec of admin/console-test");
+    std::thread::sleep(Duration::from_millis(500));
+    tmux.keys(&["d", "/"]);
+    tmux.type_text("maxreplica");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("/maxreplica (n next");
+    let screen = tmux.wait_for("\"maxReplica\": 2");
+    assert!(!screen.contains("\"maxReplica\": 1"), "{screen}");
+    tmux.keys(&["Escape", "Escape"]);
+
     // Pause it: the dialog defaults to Cancel, so Tab to Yes first.
     tmux.keys(&["p"]);
     tmux.wait_for("pause admin/console-test?");
@@ -151,9 +186,20 @@ async fn browse_filter_act_and_quit() {
     tmux.keys(&["Enter"]);
     tmux.wait_for("catalog: ");
 
+    // Another server, unreachable: the console stays up and says so; `:server` goes back.
+    tmux.keys(&[":"]);
+    tmux.type_text("server http://127.0.0.1:9");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("unreachable");
+    tmux.keys(&[":"]);
+    tmux.type_text("server");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("connected");
+
     tmux.keys(&[":", "q", "Enter"]);
     let screen = tmux.wait_for("EXITED");
     assert!(screen.contains("EXITED 0"), "{screen}");
+    assert!(screen.contains("TTY-SAME"), "{screen}");
     // The alternate screen is gone: the shell's own lines are back.
     assert!(!screen.contains("catalog ("), "{screen}");
 }
@@ -185,5 +231,22 @@ fn sigterm_quits_cleanly() {
         .success());
     let screen = tmux.wait_for("EXITED");
     assert!(screen.contains("EXITED 0"), "{screen}");
+    assert!(!screen.contains("catalog ("), "{screen}");
+}
+
+/// A panic (debug builds have `:panic` for this) still gives the terminal back: the shell's screen, and its
+/// settings as they were.
+#[test]
+fn a_panic_restores_the_terminal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tmux = Tmux::start_with(dir.path(), "RUST_BACKTRACE=0");
+    tmux.wait_for("connected");
+    tmux.keys(&[":"]);
+    tmux.type_text("panic");
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("EXITED");
+    assert!(screen.contains("EXITED 101"), "{screen}");
+    assert!(screen.contains("asked to panic"), "{screen}");
+    assert!(screen.contains("TTY-SAME"), "{screen}");
     assert!(!screen.contains("catalog ("), "{screen}");
 }

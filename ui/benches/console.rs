@@ -68,7 +68,7 @@ async fn first_frame() -> (Duration, Duration, Duration) {
         .expect("draw");
     let first = started.elapsed();
     let client = Client::new(&url, Some(token.trim().to_string()));
-    for effect in [Effect::SignIn, Effect::LoadCatalog(Vec::new())] {
+    for effect in [Effect::SignIn, Effect::LoadCatalog(1, Vec::new())] {
         let action = perform(&client, effect).await;
         update(&mut state, action, &keymap);
     }
@@ -109,7 +109,7 @@ fn main() {
     let mut full = empty.clone();
     update(
         &mut full,
-        Action::EndpointsLoaded(Ok(endpoints(10_000))),
+        Action::EndpointsLoaded(full.endpoints_seq, Ok(endpoints(10_000))),
         &keymap,
     );
     let mut filtered = full.clone();

@@ -10,8 +10,10 @@ pub enum Context {
     Global,
     Catalog,
     Endpoints,
-    /// The logs pane of an endpoint.
+    /// The logs pane of an endpoint (its own keys, then the pager's).
     Logs,
+    /// Describe and logs: scrolling and searching a text.
+    Pager,
     Dialog,
 }
 
@@ -22,6 +24,7 @@ impl Context {
             Context::Catalog => "catalog",
             Context::Endpoints => "endpoints",
             Context::Logs => "logs",
+            Context::Pager => "pager",
             Context::Dialog => "dialog",
         }
     }
@@ -53,7 +56,13 @@ pub enum Command {
     Deploy,
     Schedule,
     Edit,
+    EditExternal,
     Copy,
+    PageDown,
+    PageUp,
+    Search,
+    NextMatch,
+    PrevMatch,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -81,6 +90,7 @@ impl Command {
                 | Command::Deploy
                 | Command::Schedule
                 | Command::Edit
+                | Command::EditExternal
         )
     }
 }
@@ -196,28 +206,31 @@ impl Keymap {
         out
     }
 
-    /// The action for `key` in `context` (falling back to the global bindings, except in dialogs).
-    pub fn lookup(&self, context: Context, key: &str, read_only: bool) -> Option<Command> {
-        let find = |ctx: Context| {
-            self.bindings
-                .iter()
-                .filter(|b| b.context == ctx && !(read_only && b.changes_something()))
-                .find(|b| b.keys.iter().any(|k| k == key))
-                .map(|b| b.action)
-        };
+    /// The contexts whose bindings apply in `context`, in the order they are looked in: its own, then (except
+    /// in dialogs) the more general ones.
+    fn chain(context: Context) -> &'static [Context] {
         match context {
-            Context::Dialog => find(Context::Dialog),
-            _ => find(context).or_else(|| find(Context::Global)),
+            Context::Global => &[Context::Global],
+            Context::Dialog => &[Context::Dialog],
+            Context::Catalog => &[Context::Catalog, Context::Global],
+            Context::Endpoints => &[Context::Endpoints, Context::Global],
+            Context::Pager => &[Context::Pager, Context::Global],
+            Context::Logs => &[Context::Logs, Context::Pager, Context::Global],
         }
+    }
+
+    /// The action for `key` in `context`.
+    pub fn lookup(&self, context: Context, key: &str, read_only: bool) -> Option<Command> {
+        self.bindings(context, read_only)
+            .find(|b| b.keys.iter().any(|k| k == key))
+            .map(|b| b.action)
     }
 
     /// Bindings that apply in `context`, its own first.
     pub fn bindings(&self, context: Context, read_only: bool) -> impl Iterator<Item = &Binding> {
-        let own = self.bindings.iter().filter(move |b| b.context == context);
-        let global = self.bindings.iter().filter(move |b| {
-            b.context == Context::Global && !matches!(context, Context::Global | Context::Dialog)
-        });
-        own.chain(global)
+        Keymap::chain(context)
+            .iter()
+            .flat_map(move |ctx| self.bindings.iter().filter(move |b| b.context == *ctx))
             .filter(move |b| !(read_only && b.changes_something()))
     }
 

@@ -7,15 +7,19 @@
 
 pub mod form;
 pub mod keymap;
+pub mod pager;
 pub mod schedule;
 pub mod spec;
 pub mod state;
 pub mod views;
 
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
-use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::crossterm::event::{
+    self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEventKind,
+};
 use serde_json::Value;
 use switchyard_server::client::{Client, ClientError};
 use tokio::sync::mpsc;
@@ -31,6 +35,13 @@ pub struct Options {
     pub log_file: String,
     /// The user's keymap overrides, if the file exists.
     pub keymap_text: Option<String>,
+    /// The token for `:server URL` without one (`--token`, `SWITCHYARD_TOKEN`, the config dir's token file).
+    /// Never the in-process server's own admin token.
+    pub remote_token: Option<String>,
+    /// Mouse support: the wheel scrolls, a click selects a row (the terminal's own selection then needs shift).
+    pub mouse: bool,
+    /// Tells why the in-process server stopped, if it stops on its own.
+    pub server_stopped: Option<tokio::sync::oneshot::Receiver<String>>,
 }
 
 /// A key as the keymap names it.
@@ -65,44 +76,123 @@ pub fn key_name(ev: &KeyEvent) -> Option<String> {
 pub async fn run(options: Options) -> std::io::Result<()> {
     let (keymap, problems) = Keymap::with_overrides(options.keymap_text.as_deref());
     let mut state = State::new(
-        options.server_label,
+        options.server_label.clone(),
         options.read_only,
         Utc::now(),
-        options.log_file,
+        options.log_file.clone(),
     );
     state.keymap_problems = problems;
     // Raw mode and the alternate screen, with a panic hook that restores the terminal.
     let mut terminal = ratatui::try_init()?;
-    let result = event_loop(&mut terminal, &mut state, &keymap, options.client).await;
+    if options.mouse {
+        let _ = ratatui::crossterm::execute!(std::io::stdout(), event::EnableMouseCapture);
+        // After ratatui's hook (which restores the terminal), mouse reporting is turned off too.
+        let restore = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let _ = ratatui::crossterm::execute!(std::io::stdout(), event::DisableMouseCapture);
+            restore(info);
+        }));
+    }
+    let result = event_loop(&mut terminal, &mut state, &keymap, options).await;
+    let _ = ratatui::crossterm::execute!(std::io::stdout(), event::DisableMouseCapture);
     ratatui::restore();
     result
 }
+
+/// Lets the event loop take the terminal's input away from the reading thread while `$EDITOR` runs.
+#[derive(Default)]
+struct InputGate {
+    /// (pause asked, paused)
+    state: Mutex<(bool, bool)>,
+    changed: Condvar,
+}
+
+impl InputGate {
+    /// Called by the reading thread between reads: parks while a pause is asked.
+    fn wait_if_paused(&self) {
+        let Ok(mut s) = self.state.lock() else {
+            return;
+        };
+        while s.0 {
+            s.1 = true;
+            self.changed.notify_all();
+            s = match self.changed.wait(s) {
+                Ok(s) => s,
+                Err(_) => return,
+            };
+        }
+        s.1 = false;
+    }
+
+    /// Returns once the reading thread is parked.
+    fn pause(&self) {
+        let Ok(mut s) = self.state.lock() else {
+            return;
+        };
+        s.0 = true;
+        while !s.1 {
+            s = match self.changed.wait_timeout(s, Duration::from_secs(1)) {
+                Ok((s, _)) => s,
+                Err(_) => return,
+            };
+        }
+    }
+
+    fn resume(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.0 = false;
+            self.changed.notify_all();
+        }
+    }
+}
+
+/// Terminal events become actions on a thread of their own. The thread checks the gate between short polls,
+/// so it can be stopped without losing a key to it.
+fn read_input(tx: mpsc::UnboundedSender<(u64, Action)>, gate: Arc<InputGate>) {
+    std::thread::spawn(move || loop {
+        gate.wait_if_paused();
+        let action = match event::poll(Duration::from_millis(200)) {
+            Ok(false) => continue,
+            Ok(true) => match event::read() {
+                Ok(Event::Key(k)) if k.kind != KeyEventKind::Release => {
+                    key_name(&k).map(|n| Action::Key(Key(n)))
+                }
+                Ok(Event::Resize(w, h)) => Some(Action::Resize(w, h)),
+                Ok(Event::Mouse(m)) => match m.kind {
+                    MouseEventKind::ScrollDown => Some(Action::Wheel(true)),
+                    MouseEventKind::ScrollUp => Some(Action::Wheel(false)),
+                    MouseEventKind::Down(MouseButton::Left) => Some(Action::Click(m.row)),
+                    _ => None,
+                },
+                Ok(_) => None,
+                Err(_) => Some(Action::Key(Key("ctrl-c".into()))),
+            },
+            // No more input: quit rather than run on deaf.
+            Err(_) => Some(Action::Key(Key("ctrl-c".into()))),
+        };
+        if let Some(a) = action {
+            if tx.send((ALWAYS, a)).is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// The epoch of actions that do not come from a server (keys, ticks): never dropped.
+const ALWAYS: u64 = u64::MAX;
 
 async fn event_loop(
     terminal: &mut ratatui::DefaultTerminal,
     state: &mut State,
     keymap: &Keymap,
-    client: Client,
+    mut options: Options,
 ) -> std::io::Result<()> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Action>();
-    // Terminal events are read on a thread of their own (the read blocks).
-    let keys = tx.clone();
-    std::thread::spawn(move || loop {
-        let action = match event::read() {
-            Ok(Event::Key(k)) if k.kind != KeyEventKind::Release => {
-                key_name(&k).map(|n| Action::Key(Key(n)))
-            }
-            Ok(Event::Resize(..)) => Some(Action::Resize),
-            Ok(_) => None,
-            // No more input: quit rather than run on deaf.
-            Err(_) => Some(Action::Key(Key("ctrl-c".into()))),
-        };
-        if let Some(a) = action {
-            if keys.send(a).is_err() {
-                break;
-            }
-        }
-    });
+    let home = options.client.clone();
+    let mut client = options.client.clone();
+    // Every action carries the epoch it was asked in: answers from a server the console has left are dropped.
+    let (tx, mut rx) = mpsc::unbounded_channel::<(u64, Action)>();
+    let gate = Arc::new(InputGate::default());
+    read_input(tx.clone(), gate.clone());
     // SIGTERM and SIGHUP (a closed ssh session) quit like ctrl-c: the terminal and the server are put back.
     #[cfg(unix)]
     {
@@ -119,31 +209,78 @@ async fn event_loop(
                 _ = term.recv() => {}
                 _ = hup.recv() => {}
             }
-            let _ = signals.send(Action::Key(Key("ctrl-c".into())));
+            let _ = signals.send((ALWAYS, Action::Key(Key("ctrl-c".into()))));
+        });
+    }
+    if let Some(stopped) = options.server_stopped.take() {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            if let Ok(why) = stopped.await {
+                let _ = tx.send((ALWAYS, Action::ServerStopped(why)));
+            }
         });
     }
     let ticks = tx.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(1));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
-            if ticks.send(Action::Tick(Utc::now())).is_err() {
+            if ticks.send((ALWAYS, Action::Tick(Utc::now()))).is_err() {
                 break;
             }
         }
     });
+    if let Ok(size) = terminal.size() {
+        state.size = (size.width, size.height);
+    }
     // The catalog loads once signed in.
-    spawn_effect(&client, Effect::SignIn, tx.clone());
-    terminal.draw(|f| views::draw(f, state, keymap))?;
+    spawn_effect(&client, Effect::SignIn, state.epoch, tx.clone());
     while let Some(first) = rx.recv().await {
+        if state.dirty {
+            state.dirty = false;
+            terminal.draw(|f| views::draw(f, state, keymap))?;
+        }
         // Everything that is already waiting is applied before one redraw.
         let mut next = Some(first);
-        while let Some(action) = next {
-            for effect in state::update(state, action, keymap) {
-                match effect {
-                    // The terminal is ours: the clipboard escape is written here, not in a task.
-                    Effect::Copy(text) => copy_to_clipboard(&text),
-                    other => spawn_effect(&client, other, tx.clone()),
+        while let Some((epoch, action)) = next {
+            if epoch == ALWAYS || epoch == state.epoch {
+                for effect in state::update(state, action, keymap) {
+                    match effect {
+                        // The terminal is ours: the clipboard escape is written here, not in a task.
+                        Effect::Copy(text) => copy_to_clipboard(&text),
+                        Effect::Connect(to) => {
+                            client = match to {
+                                Some((url, token)) => {
+                                    Client::new(&url, token.or(options.remote_token.clone()))
+                                }
+                                None => home.clone(),
+                            }
+                        }
+                        Effect::ExternalEdit {
+                            namespace,
+                            name,
+                            original,
+                            format,
+                            text,
+                        } => {
+                            let text = tokio::task::block_in_place(|| {
+                                edit_externally(terminal, &gate, &text, format, options.mouse)
+                            });
+                            state.dirty = true;
+                            let _ = tx.send((
+                                ALWAYS,
+                                Action::ExternallyEdited {
+                                    namespace,
+                                    name,
+                                    original,
+                                    format,
+                                    text,
+                                },
+                            ));
+                        }
+                        other => spawn_effect(&client, other, state.epoch, tx.clone()),
+                    }
                 }
             }
             next = rx.try_recv().ok();
@@ -151,9 +288,68 @@ async fn event_loop(
         if state.quit {
             break;
         }
-        terminal.draw(|f| views::draw(f, state, keymap))?;
+        if state.dirty {
+            state.dirty = false;
+            terminal.draw(|f| views::draw(f, state, keymap))?;
+        }
     }
     Ok(())
+}
+
+/// `$VISUAL`, else `$EDITOR`, else `vi`, on a private temporary file holding `text`; the console gives the
+/// terminal to it and takes it back after. Returns the text the editor left, or why there is none.
+fn edit_externally(
+    terminal: &mut ratatui::DefaultTerminal,
+    gate: &InputGate,
+    text: &str,
+    format: spec::Format,
+    mouse: bool,
+) -> Result<String, String> {
+    use ratatui::crossterm::{execute, terminal as term};
+    use std::io::Write;
+    let editor = ["VISUAL", "EDITOR"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|e| !e.trim().is_empty()))
+        .unwrap_or_else(|| "vi".to_string());
+    let path = std::env::temp_dir().join(format!(
+        "switchyard-spec-{}-{}.{}",
+        std::process::id(),
+        Utc::now().timestamp_nanos_opt().unwrap_or(0),
+        format.extension()
+    ));
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+        .open(&path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    gate.pause();
+    let mut out = std::io::stdout();
+    let _ = execute!(out, event::DisableMouseCapture, term::LeaveAlternateScreen);
+    let _ = term::disable_raw_mode();
+    // Through the shell, so `EDITOR="code --wait"` works as it does for git.
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{editor} \"$1\""))
+        .arg("switchyard")
+        .arg(&path)
+        .status();
+    let _ = term::enable_raw_mode();
+    let _ = execute!(out, term::EnterAlternateScreen);
+    if mouse {
+        let _ = execute!(out, event::EnableMouseCapture);
+    }
+    let _ = terminal.clear();
+    gate.resume();
+    let edited = std::fs::read_to_string(&path);
+    let _ = std::fs::remove_file(&path);
+    match status {
+        Ok(s) if s.success() => edited.map_err(|e| format!("reading {}: {e}", path.display())),
+        Ok(s) => Err(format!("{editor} exited with {s}: the edit was dropped")),
+        Err(e) => Err(format!("running {editor}: {e}")),
+    }
 }
 
 /// A client error for the screen; a refusal of the token starts with its status (`401 …`), which `update`
@@ -187,58 +383,79 @@ fn copy_to_clipboard(text: &str) {
         .and_then(|()| out.flush());
 }
 
-fn spawn_effect(client: &Client, effect: Effect, tx: mpsc::UnboundedSender<Action>) {
+fn spawn_effect(
+    client: &Client,
+    effect: Effect,
+    epoch: u64,
+    tx: mpsc::UnboundedSender<(u64, Action)>,
+) {
     let client = client.clone();
     tokio::spawn(async move {
         let action = perform(&client, effect).await;
-        let _ = tx.send(action);
+        let _ = tx.send((epoch, action));
     });
+}
+
+/// A refusal as the screen shows it: the message and the `{path, message}` issues of a 422.
+fn refusal(e: &ClientError) -> state::Refusal {
+    match e {
+        ClientError::Api { message, body, .. } => {
+            let issues = body["issues"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|i| {
+                    let s = |k: &str| i[k].as_str().unwrap_or("").to_string();
+                    (s("path"), s("message"))
+                })
+                .collect();
+            (message.clone(), issues)
+        }
+        other => (message(other), Vec::new()),
+    }
 }
 
 /// Runs one effect against the server.
 pub async fn perform(client: &Client, effect: Effect) -> Action {
     match effect {
         Effect::SignIn => Action::SignedIn(sign_in(client).await.map_err(|e| message(&e))),
-        // Done by the event loop itself.
-        Effect::Copy(text) => Action::Done(Ok(format!("copied {text}"))),
+        // Done by the event loop itself, which owns the terminal and the client.
+        Effect::Copy(_) | Effect::Connect(_) | Effect::ExternalEdit { .. } => {
+            Action::Done(Err("the console runs this itself".into()))
+        }
         Effect::Deploy(request) => {
             let namespace = request.body["namespace"].as_str().unwrap_or("").to_string();
             let answer = match &request.target {
                 Ok(repo_id) => client.deploy_model::<Value>(repo_id, &request.body).await,
                 Err(recipe) => client.deploy_recipe::<Value>(recipe, &request.body).await,
             };
-            Action::Deployed(match answer {
-                Ok(v) => Ok(format!(
-                    "{namespace}/{}",
-                    v["endpoint"]["name"].as_str().unwrap_or("")
-                )),
-                Err(ClientError::Api { message, body, .. }) => {
-                    let issues = body["issues"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(|i| {
-                            let s = |k: &str| i[k].as_str().unwrap_or("").to_string();
-                            (s("path"), s("message"))
-                        })
-                        .collect();
-                    Err((message, issues))
-                }
-                Err(e) => Err((message(&e), Vec::new())),
-            })
+            Action::Deployed(
+                answer
+                    .map(|v| {
+                        format!(
+                            "{namespace}/{}",
+                            v["endpoint"]["name"].as_str().unwrap_or("")
+                        )
+                    })
+                    .map_err(|e| refusal(&e)),
+            )
         }
         Effect::Update {
             namespace,
             name,
             patch,
-            what,
-        } => Action::Done(
-            client
+        } => {
+            let result = client
                 .update_endpoint::<Value>(&namespace, &name, &patch)
                 .await
-                .map(|_| format!("saved the {what} of {namespace}/{name}"))
-                .map_err(|e| format!("saving the {what} of {namespace}/{name}: {}", message(&e))),
-        ),
+                .map(|_| String::new())
+                .map_err(|e| refusal(&e));
+            Action::Saved {
+                namespace,
+                name,
+                result,
+            }
+        }
         Effect::LoadLogs { namespace, name } => {
             let text = client
                 .endpoint_logs(&namespace, &name, 500)
@@ -250,7 +467,8 @@ pub async fn perform(client: &Client, effect: Effect) -> Action {
                 text,
             }
         }
-        Effect::LoadCatalog(filters) => Action::CatalogLoaded(
+        Effect::LoadCatalog(seq, filters) => Action::CatalogLoaded(
+            seq,
             client
                 .catalog_list::<Value>(
                     &filters
@@ -267,7 +485,7 @@ pub async fn perform(client: &Client, effect: Effect) -> Action {
                 })
                 .map_err(|e| message(&e)),
         ),
-        Effect::LoadEndpoints(namespaces) => {
+        Effect::LoadEndpoints(seq, namespaces) => {
             let mut rows = Vec::new();
             for ns in &namespaces {
                 match client.list_endpoints::<Value>(ns).await {
@@ -280,10 +498,10 @@ pub async fn perform(client: &Client, effect: Effect) -> Action {
                     ),
                     // A namespace that went away, or lost access: skip it.
                     Err(ClientError::Api { .. }) => {}
-                    Err(e) => return Action::EndpointsLoaded(Err(message(&e))),
+                    Err(e) => return Action::EndpointsLoaded(seq, Err(message(&e))),
                 }
             }
-            Action::EndpointsLoaded(Ok(rows))
+            Action::EndpointsLoaded(seq, Ok(rows))
         }
         Effect::Act {
             action,

@@ -29,6 +29,18 @@ pub struct ScheduleEditor {
     pub col: usize,
     /// What the server's rules say of the current edit: (entry index or none, message).
     pub issues: Vec<(Option<usize>, String)>,
+    /// A save is under way: the editor stays open until the server answers.
+    pub busy: bool,
+}
+
+/// An issue of the spec placed at its schedule entry, when its path is inside one.
+fn placed(path: &str, message: &str) -> (Option<usize>, String) {
+    let entry = path
+        .strip_prefix("compute.scaling.schedule[")
+        .and_then(|rest| rest.split(']').next())
+        .and_then(|n| n.parse::<usize>().ok());
+    let field = path.rsplit('.').next().unwrap_or("");
+    (entry, format!("{field}: {message}"))
 }
 
 fn count(v: &Value) -> String {
@@ -66,6 +78,7 @@ impl ScheduleEditor {
             row: 0,
             col: 0,
             issues: Vec::new(),
+            busy: false,
         };
         editor.check();
         editor
@@ -100,19 +113,17 @@ impl ScheduleEditor {
         spec["compute"]["scaling"]["schedule"] = self.schedule();
         self.issues = match EndpointSpec::parse(&spec) {
             Ok(_) => Vec::new(),
-            Err(issues) => issues
-                .into_iter()
-                .map(|i| {
-                    let entry = i
-                        .path
-                        .strip_prefix("compute.scaling.schedule[")
-                        .and_then(|rest| rest.split(']').next())
-                        .and_then(|n| n.parse::<usize>().ok());
-                    let field = i.path.rsplit('.').next().unwrap_or("").to_string();
-                    (entry, format!("{field}: {}", i.message))
-                })
-                .collect(),
+            Err(issues) => issues.iter().map(|i| placed(&i.path, &i.message)).collect(),
         };
+    }
+
+    /// The server refused the save: its issues go to their entries, the edit stays.
+    pub fn refused(&mut self, message: String, issues: &[(String, String)]) {
+        self.busy = false;
+        self.issues = issues.iter().map(|(p, m)| placed(p, m)).collect();
+        if self.issues.is_empty() {
+            self.issues.push((None, message));
+        }
     }
 
     pub fn valid(&self) -> bool {
@@ -159,6 +170,9 @@ impl ScheduleEditor {
 
     /// A key while the editor is open; `Some(patch)` when saved (only a schedule the rules accept).
     pub fn on_key(&mut self, key: &str) -> Option<Value> {
+        if self.busy {
+            return None;
+        }
         match key {
             "down" => self.row = (self.row + 1).min(self.entries.len().saturating_sub(1)),
             "up" => self.row = self.row.saturating_sub(1),
@@ -188,6 +202,7 @@ impl ScheduleEditor {
                 }
             }
             "enter" if self.valid() => {
+                self.busy = true;
                 return Some(json!({"compute": {"scaling": {"schedule": self.schedule()}}}));
             }
             k if k.len() == 1 => {

@@ -1,26 +1,143 @@
-//! The spec editor: an endpoint's spec as JSON in a text area, checked as you type by the server's own rules
-//! (`EndpointSpec::parse`), each issue shown at its line; saved through the update API only when valid.
+//! The spec editor: an endpoint's spec as JSON or TOML in a text area, checked as you type by the server's own
+//! rules (`EndpointSpec::parse`), each issue shown at its line; saved through the update API only when valid,
+//! as the difference from the spec as read (so a removed key is removed, not kept).
 
 use ratatui_textarea::{Input, Key, TextArea};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use switchyard_server::model::status::strip_response_fields;
 use switchyard_server::model::EndpointSpec;
+
+/// The text format of the editor; `ctrl-t` switches between them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Toml,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Json => "JSON",
+            Format::Toml => "TOML",
+        }
+    }
+
+    pub fn extension(self) -> &'static str {
+        match self {
+            Format::Json => "json",
+            Format::Toml => "toml",
+        }
+    }
+
+    /// A spec as text. TOML has no null: null fields are left out, which the update reads as "unchanged"
+    /// (see [`patch`]).
+    pub fn write(self, spec: &Value) -> String {
+        match self {
+            Format::Json => serde_json::to_string_pretty(spec).unwrap_or_default(),
+            Format::Toml => toml::to_string_pretty(&without_nulls(spec)).unwrap_or_default(),
+        }
+    }
+
+    /// Text back to a spec, or the 0-based line of the first syntax error and its message.
+    pub fn read(self, text: &str) -> Result<Value, (usize, String)> {
+        match self {
+            Format::Json => serde_json::from_str(text)
+                .map_err(|e| (e.line().saturating_sub(1), format!("JSON: {e}"))),
+            Format::Toml => toml::from_str::<Value>(text).map_err(|e| {
+                let line = e
+                    .span()
+                    .map(|s| text[..s.start.min(text.len())].matches('\n').count())
+                    .unwrap_or(0);
+                (line, format!("TOML: {}", e.message()))
+            }),
+        }
+    }
+
+    /// The 0-based line of a spec path (`compute.scaling.maxReplica`) in this format's text.
+    pub fn line_of(self, lines: &[String], path: &str) -> usize {
+        match self {
+            Format::Json => line_of(lines, path),
+            Format::Toml => toml_line_of(lines, path),
+        }
+    }
+}
+
+fn without_nulls(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), without_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(without_nulls).collect()),
+        other => other.clone(),
+    }
+}
+
+/// The update that turns `before` into `after`, as the API's deep merge reads it: changed keys with their new
+/// value, removed keys as null, unchanged keys left out. Objects are compared key by key; arrays and scalars
+/// are replaced whole, and so is a one-key variant (`model.image`, `compute.scaling.measure`) whose key changed.
+pub fn patch(before: &Value, after: &Value) -> Value {
+    diff(before, after, &[])
+}
+
+fn diff(before: &Value, after: &Value, path: &[&str]) -> Value {
+    let variant = matches!(path, ["model", "image"] | ["compute", "scaling", "measure"]);
+    match (before, after) {
+        (Value::Object(b), Value::Object(a)) if variant && a.keys().next() != b.keys().next() => {
+            after.clone()
+        }
+        (Value::Object(b), Value::Object(a)) => {
+            let mut out = Map::new();
+            for (k, new) in a {
+                match b.get(k) {
+                    Some(old) if old == new => {}
+                    Some(old @ Value::Object(_)) if new.is_object() => {
+                        let here = [path, &[k.as_str()]].concat();
+                        out.insert(k.clone(), diff(old, new, &here));
+                    }
+                    _ => {
+                        out.insert(k.clone(), new.clone());
+                    }
+                }
+            }
+            for k in b.keys().filter(|k| !a.contains_key(*k)) {
+                if !b[k].is_null() {
+                    out.insert(k.clone(), Value::Null);
+                }
+            }
+            Value::Object(out)
+        }
+        _ => after.clone(),
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct SpecEditor {
     pub namespace: String,
     pub name: String,
+    pub format: Format,
+    /// The spec as read from the server; a save sends the difference from it.
+    pub original: Value,
     pub text: TextArea<'static>,
     /// (line, 0-based; message)
     pub issues: Vec<(usize, String)>,
+    /// A save is under way: the editor stays open, keeping the text, until the server answers.
+    pub busy: bool,
+    /// The server's refusal of the last save, or a note (e.g. nothing changed).
+    pub note: Option<String>,
 }
 
 impl PartialEq for SpecEditor {
     fn eq(&self, other: &Self) -> bool {
         self.namespace == other.namespace
             && self.name == other.name
+            && self.format == other.format
             && self.text.lines() == other.text.lines()
             && self.issues == other.issues
+            && self.busy == other.busy
+            && self.note == other.note
     }
 }
 
@@ -43,6 +160,51 @@ pub fn line_of(lines: &[String], path: &str) -> usize {
         }
     }
     at
+}
+
+/// The line of `path` in TOML: the deepest table header the path goes through (`[compute.scaling]`,
+/// `[[compute.scaling.schedule]]`), then the key after it.
+fn toml_line_of(lines: &[String], path: &str) -> usize {
+    let keys: Vec<&str> = path
+        .split('.')
+        .map(|s| s.split('[').next().unwrap_or(s))
+        .filter(|s| !s.is_empty())
+        .collect();
+    let header = |l: &str| -> Option<String> {
+        let t = l.trim();
+        let inner = t.strip_prefix("[[").and_then(|t| t.strip_suffix("]]"));
+        inner
+            .or_else(|| t.strip_prefix('[').and_then(|t| t.strip_suffix(']')))
+            .map(|h| h.replace('"', ""))
+    };
+    for depth in (0..=keys.len()).rev() {
+        let table = keys[..depth].join(".");
+        let start = if depth == 0 {
+            Some(0)
+        } else {
+            lines
+                .iter()
+                .position(|l| header(l).as_deref() == Some(table.as_str()))
+        };
+        let Some(start) = start else {
+            continue;
+        };
+        let Some(key) = keys.get(depth) else {
+            return start;
+        };
+        let found = lines[start..]
+            .iter()
+            .enumerate()
+            .skip(usize::from(depth > 0))
+            .take_while(|(_, l)| header(l).is_none())
+            .find(|(_, l)| {
+                l.trim_start()
+                    .strip_prefix(key)
+                    .is_some_and(|r| r.trim_start().starts_with('='))
+            });
+        return found.map_or(start, |(i, _)| start + i);
+    }
+    0
 }
 
 /// Our key names as the text area's input.
@@ -72,54 +234,135 @@ fn input(key: &str) -> Option<Input> {
     })
 }
 
+/// What a key in the editor asks for beyond editing the text.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Keep editing.
+    Stay,
+    /// Save this update (the difference from the spec as read).
+    Save(Value),
+    /// Edit the current text in `$EDITOR`.
+    External,
+}
+
 impl SpecEditor {
     pub fn new(namespace: &str, name: &str, endpoint: &Value) -> SpecEditor {
         let mut spec = endpoint.clone();
         strip_response_fields(&mut spec);
-        let text = serde_json::to_string_pretty(&spec).unwrap_or_default();
+        let text = Format::Json.write(&spec);
+        SpecEditor::with_text(namespace, name, spec, Format::Json, &text)
+    }
+
+    /// An editor on `text` (e.g. back from `$EDITOR`), saving against `original`.
+    pub fn with_text(
+        namespace: &str,
+        name: &str,
+        original: Value,
+        format: Format,
+        text: &str,
+    ) -> SpecEditor {
         let mut editor = SpecEditor {
             namespace: namespace.to_string(),
             name: name.to_string(),
+            format,
+            original,
             text: TextArea::new(text.lines().map(str::to_string).collect()),
             issues: Vec::new(),
+            busy: false,
+            note: None,
         };
         editor.check();
         editor
     }
 
+    pub fn contents(&self) -> String {
+        self.text.lines().join("\n")
+    }
+
     /// The text parsed and checked; `Ok` is the spec to save.
     fn parsed(&self) -> Result<Value, Vec<(usize, String)>> {
-        let lines = self.text.lines();
-        let value: Value = serde_json::from_str(&lines.join("\n"))
-            .map_err(|e| vec![(e.line().saturating_sub(1), format!("JSON: {e}"))])?;
+        let value = self.format.read(&self.contents()).map_err(|e| vec![e])?;
         EndpointSpec::parse(&value).map_err(|issues| {
             issues
-                .into_iter()
-                .map(|i| {
-                    (
-                        line_of(lines, &i.path),
-                        format!("{}: {}", i.path, i.message),
-                    )
-                })
+                .iter()
+                .map(|i| self.placed(&i.path, &i.message))
                 .collect::<Vec<_>>()
         })?;
         Ok(value)
+    }
+
+    fn placed(&self, path: &str, message: &str) -> (usize, String) {
+        (
+            self.format.line_of(self.text.lines(), path),
+            format!("{path}: {message}"),
+        )
     }
 
     pub fn check(&mut self) {
         self.issues = self.parsed().err().unwrap_or_default();
     }
 
-    /// A key while the editor is open; `Some(spec)` on `ctrl-s` when it is valid.
-    pub fn on_key(&mut self, key: &str) -> Option<Value> {
-        if key == "ctrl-s" {
-            return self.parsed().ok();
+    /// The server refused the save: its issues go to their lines, the text stays as it is.
+    pub fn refused(&mut self, message: String, issues: &[(String, String)]) {
+        self.busy = false;
+        self.issues = issues.iter().map(|(p, m)| self.placed(p, m)).collect();
+        self.note = Some(message);
+    }
+
+    /// Switches between JSON and TOML, when the text parses.
+    fn switch_format(&mut self) {
+        let other = match self.format {
+            Format::Json => Format::Toml,
+            Format::Toml => Format::Json,
+        };
+        match self.format.read(&self.contents()) {
+            Ok(value) => {
+                let text = other.write(&value);
+                self.text = TextArea::new(text.lines().map(str::to_string).collect());
+                self.format = other;
+                self.note = None;
+                self.check();
+            }
+            Err((line, _)) => {
+                self.note = Some(format!(
+                    "fix the {} at line {} before switching to {}",
+                    self.format.name(),
+                    line + 1,
+                    other.name()
+                ))
+            }
         }
-        if let Some(i) = input(key) {
-            self.text.input(i);
-            self.check();
+    }
+
+    /// A key while the editor is open.
+    pub fn on_key(&mut self, key: &str) -> Outcome {
+        if self.busy {
+            return Outcome::Stay;
         }
-        None
+        match key {
+            "ctrl-s" => {
+                let Ok(spec) = self.parsed() else {
+                    return Outcome::Stay;
+                };
+                let update = patch(&self.original, &spec);
+                if update.as_object().is_some_and(Map::is_empty) {
+                    self.note = Some("nothing changed".into());
+                    return Outcome::Stay;
+                }
+                self.busy = true;
+                self.note = None;
+                return Outcome::Save(update);
+            }
+            "ctrl-t" => self.switch_format(),
+            "ctrl-e" => return Outcome::External,
+            _ => {
+                if let Some(i) = input(key) {
+                    self.text.input(i);
+                    self.check();
+                }
+            }
+        }
+        Outcome::Stay
     }
 }
 
@@ -162,15 +405,78 @@ mod tests {
         assert_eq!(e.issues.len(), 1, "{:?}", e.issues);
         assert_eq!(e.issues[0].0, min_line);
         assert!(e.issues[0].1.contains("minReplica"));
-        assert_eq!(e.on_key("ctrl-s"), None);
+        assert_eq!(e.on_key("ctrl-s"), Outcome::Stay);
+        assert!(!e.busy);
         // Broken JSON: the parser's line.
         e.on_key("backspace");
         e.on_key("x");
         assert!(e.issues[0].1.starts_with("JSON"), "{:?}", e.issues);
         e.on_key("backspace");
         e.on_key("1");
-        let saved = e.on_key("ctrl-s").expect("valid");
-        assert_eq!(saved["compute"]["scaling"]["minReplica"], 1);
+        // Only what changed is sent.
+        assert_eq!(
+            e.on_key("ctrl-s"),
+            Outcome::Save(json!({"compute": {"scaling": {"minReplica": 1}}}))
+        );
+        assert!(e.busy);
+        // Refused by the server: the text stays, the issue goes to its line.
+        let text = e.contents();
+        e.refused(
+            "invalid".into(),
+            &[("compute.scaling.maxReplica".into(), "too many".into())],
+        );
+        assert_eq!(e.contents(), text);
+        assert!(!e.busy);
+        assert_eq!(
+            e.issues[0].0,
+            line_of(e.text.lines(), "compute.scaling.maxReplica")
+        );
+    }
+
+    #[test]
+    fn the_update_is_the_difference_and_removed_keys_are_null() {
+        let before = json!({"a": 1, "env": {"X": "1", "Y": "2"}, "model": {"image": {"hub": {}}},
+                            "keep": {"k": [1, 2]}, "unset": null});
+        let after = json!({"a": 2, "env": {"X": "1"}, "model": {"image": {"tei": {"url": "u"}}},
+                           "keep": {"k": [1, 2]}, "new": true});
+        assert_eq!(
+            patch(&before, &after),
+            json!({"a": 2, "env": {"Y": null}, "model": {"image": {"tei": {"url": "u"}}}, "new": true})
+        );
+        assert_eq!(patch(&before, &before), json!({}));
+    }
+
+    #[test]
+    fn toml_round_trips_and_finds_its_lines() {
+        let mut e = SpecEditor::new("ns", "ep", &endpoint());
+        let json_text = e.contents();
+        e.on_key("ctrl-t");
+        assert_eq!(e.format, Format::Toml);
+        assert!(e.issues.is_empty(), "{:?}", e.issues);
+        let toml_text = e.contents();
+        assert!(toml_text.contains("[compute.scaling]"), "{toml_text}");
+        let line = toml_line_of(e.text.lines(), "compute.scaling.maxReplica");
+        assert!(
+            e.text.lines()[line].starts_with("maxReplica ="),
+            "{line}: {toml_text}"
+        );
+        let line = toml_line_of(e.text.lines(), "model.image.hub");
+        assert!(e.text.lines()[line].contains("hub"), "{toml_text}");
+        // Nothing changed by the round trip: no update to send.
+        assert_eq!(e.on_key("ctrl-s"), Outcome::Stay);
+        assert_eq!(e.note.as_deref(), Some("nothing changed"));
+        e.on_key("ctrl-t");
+        assert_eq!(e.format, Format::Json);
+        let back: Value = serde_json::from_str(&e.contents()).unwrap();
+        let first: Value = serde_json::from_str(&json_text).unwrap();
+        assert_eq!(patch(&first, &back), json!({}), "{}", e.contents());
+        // A syntax error in TOML is placed at its line, and blocks switching.
+        let broken = "name = \"ep\"\n[compute\nx = 1\n";
+        let mut t = SpecEditor::with_text("ns", "ep", json!({}), Format::Toml, broken);
+        assert_eq!(t.issues[0].0, 1, "{:?}", t.issues);
+        t.on_key("ctrl-t");
+        assert_eq!(t.format, Format::Toml);
+        assert!(t.note.as_deref().unwrap_or("").contains("line 2"));
     }
 
     #[test]

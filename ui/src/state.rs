@@ -5,6 +5,11 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::keymap::{Command, Context, Keymap};
+use crate::pager::Pager;
+use crate::spec::{Format, Outcome};
+
+/// A refusal from the server: its message and its `{path, message}` issues.
+pub type Refusal = (String, Vec<(String, String)>);
 
 /// The fields `/` looks in, lowercased and kept apart so a match never spans two of them.
 fn search_text(fields: &[&str]) -> String {
@@ -156,8 +161,8 @@ impl EndpointAction {
 pub enum Overlay {
     None,
     Help,
-    /// Title and pretty text.
-    Describe(String, String),
+    /// A catalog item's recipes or an endpoint's whole resource.
+    Describe(Pager),
     /// Cancel is the default button (`yes` false).
     Confirm {
         action: EndpointAction,
@@ -177,7 +182,7 @@ pub enum Overlay {
     Logs {
         namespace: String,
         name: String,
-        text: String,
+        pager: Pager,
         follow: bool,
     },
 }
@@ -201,10 +206,31 @@ pub enum Action {
     Key(Key),
     /// A second passed (the clock in the status line) or a refresh is due.
     Tick(DateTime<Utc>),
-    Resize,
+    /// The terminal's new size (columns, rows).
+    Resize(u16, u16),
+    /// A mouse wheel turn (`true`: down) or a click on a screen row.
+    Wheel(bool),
+    Click(u16),
     SignedIn(Result<(String, Vec<String>), String>),
-    CatalogLoaded(Result<Vec<CatalogRow>, String>),
-    EndpointsLoaded(Result<Vec<EndpointRow>, String>),
+    /// The answer to the load with this sequence number; older answers than the latest asked are dropped.
+    CatalogLoaded(u64, Result<Vec<CatalogRow>, String>),
+    EndpointsLoaded(u64, Result<Vec<EndpointRow>, String>),
+    /// An update from an editor was saved (its message) or refused.
+    Saved {
+        namespace: String,
+        name: String,
+        result: Result<String, Refusal>,
+    },
+    /// `$EDITOR` closed: the text it left, for the spec editor.
+    ExternallyEdited {
+        namespace: String,
+        name: String,
+        original: Value,
+        format: Format,
+        text: Result<String, String>,
+    },
+    /// The in-process server stopped on its own: why.
+    ServerStopped(String),
     /// An endpoint action finished: its message.
     Done(Result<String, String>),
     LogsLoaded {
@@ -212,16 +238,17 @@ pub enum Action {
         name: String,
         text: Result<String, String>,
     },
-    /// `namespace/name` of the new endpoint, or the server's message and its `{path, message}` issues.
-    Deployed(Result<String, (String, Vec<(String, String)>)>),
+    /// `namespace/name` of the new endpoint, or the server's refusal.
+    Deployed(Result<String, Refusal>),
 }
 
 /// API work the runtime does for `update`; each reports back as an [`Action`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
     SignIn,
-    /// With the API's filters (`accelerator`, `engine`, `license`, `task`, `search`, `limit`).
-    LoadCatalog(Vec<(String, String)>),
+    /// With a sequence number and the API's filters (`accelerator`, `engine`, `license`, `task`, `search`,
+    /// `limit`).
+    LoadCatalog(u64, Vec<(String, String)>),
     LoadLogs {
         namespace: String,
         name: String,
@@ -229,15 +256,24 @@ pub enum Effect {
     Deploy(crate::form::DeployRequest),
     /// Put text on the user's clipboard (OSC 52: works over ssh too).
     Copy(String),
-    /// A partial update of an endpoint; `what` names it in the result message.
+    /// A partial update of an endpoint, from an editor (answered by `Action::Saved`).
     Update {
         namespace: String,
         name: String,
         patch: Value,
-        what: &'static str,
     },
-    /// Every namespace the user may see.
-    LoadEndpoints(Vec<String>),
+    /// Every namespace the user may see, with a sequence number.
+    LoadEndpoints(u64, Vec<String>),
+    /// Suspend the console and edit `text` in `$VISUAL`/`$EDITOR` (the runtime owns the terminal).
+    ExternalEdit {
+        namespace: String,
+        name: String,
+        original: Value,
+        format: Format,
+        text: String,
+    },
+    /// Talk to another server from now on (`None`: the one the console started with), with a token.
+    Connect(Option<(String, Option<String>)>),
     Act {
         action: EndpointAction,
         namespace: String,
@@ -266,6 +302,17 @@ pub struct State {
     pub quit: bool,
     /// An endpoints load is under way: ticks do not start another.
     pub loading: bool,
+    /// The latest catalog and endpoints loads asked for.
+    pub catalog_seq: u64,
+    pub endpoints_seq: u64,
+    /// Bumped when the console switches server: answers from before are dropped by the runtime.
+    pub epoch: u64,
+    /// The server the console started with (`:server` alone goes back to it).
+    pub home: String,
+    /// The terminal's size (columns, rows).
+    pub size: (u16, u16),
+    /// Something on screen changed since the last frame.
+    pub dirty: bool,
     retry_at: Option<DateTime<Utc>>,
     retry_delay: chrono::Duration,
     pub now: DateTime<Utc>,
@@ -278,6 +325,7 @@ pub struct State {
 impl State {
     pub fn new(server: String, read_only: bool, now: DateTime<Utc>, log_file: String) -> State {
         State {
+            home: server.clone(),
             view: View::Catalog,
             overlay: Overlay::None,
             catalog: Vec::new(),
@@ -294,6 +342,11 @@ impl State {
             read_only,
             quit: false,
             loading: false,
+            catalog_seq: 0,
+            endpoints_seq: 0,
+            epoch: 0,
+            size: (80, 24),
+            dirty: true,
             retry_at: None,
             retry_delay: chrono::Duration::seconds(1),
             now,
@@ -306,6 +359,7 @@ impl State {
         match (&self.overlay, self.view) {
             (Overlay::Confirm { .. }, _) => Context::Dialog,
             (Overlay::Logs { .. }, _) => Context::Logs,
+            (Overlay::Describe(_), _) => Context::Pager,
             (_, View::Catalog) => Context::Catalog,
             (_, View::Endpoints) => Context::Endpoints,
         }
@@ -342,20 +396,41 @@ impl State {
 
     fn refresh(&mut self) -> Vec<Effect> {
         match self.view {
-            View::Catalog => vec![Effect::LoadCatalog(self.catalog_filters.clone())],
+            View::Catalog => {
+                self.catalog_seq += 1;
+                vec![Effect::LoadCatalog(
+                    self.catalog_seq,
+                    self.catalog_filters.clone(),
+                )]
+            }
             View::Endpoints if self.user.is_some() => {
                 self.loading = true;
-                vec![Effect::LoadEndpoints(self.namespaces.clone())]
+                self.endpoints_seq += 1;
+                vec![Effect::LoadEndpoints(
+                    self.endpoints_seq,
+                    self.namespaces.clone(),
+                )]
             }
             View::Endpoints => vec![Effect::SignIn],
         }
     }
 }
 
-/// Applies one action. Returns the API calls to make.
+/// Applies one action. Returns the API calls to make. Sets `dirty` when the screen needs drawing again.
 pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect> {
+    // Ticks and refreshes mostly change nothing on screen: they say so themselves.
+    if !matches!(
+        action,
+        Action::Tick(_) | Action::EndpointsLoaded(..) | Action::LogsLoaded { .. }
+    ) {
+        state.dirty = true;
+    }
     match action {
         Action::Tick(now) => {
+            // The clock shows minutes: one frame a minute when nothing else happens.
+            if now.format("%H:%M").to_string() != state.now.format("%H:%M").to_string() {
+                state.dirty = true;
+            }
             state.now = now;
             // Live lists: the endpoints view refreshes every tick; a lost server is retried.
             if let Overlay::Logs {
@@ -386,7 +461,22 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
                 _ => Vec::new(),
             }
         }
-        Action::Resize => Vec::new(),
+        Action::Resize(w, h) => {
+            state.size = (w, h);
+            Vec::new()
+        }
+        Action::Wheel(down) => {
+            let command = if down { Command::Down } else { Command::Up };
+            on_command(state, command)
+        }
+        Action::Click(row) => {
+            if state.overlay == Overlay::None && !state.filtering {
+                if let Some(i) = crate::views::row_at(state, row) {
+                    state.selected = i;
+                }
+            }
+            Vec::new()
+        }
         Action::SignedIn(Ok((user, orgs))) => {
             state.connection = Connection::Connected;
             state.retry_at = None;
@@ -400,13 +490,20 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
             state.connection = Connection::Unauthorized(e);
             Vec::new()
         }
-        Action::SignedIn(Err(e)) | Action::EndpointsLoaded(Err(e)) => {
+        Action::SignedIn(Err(e)) => {
+            state.connection = Connection::Unreachable(e);
+            Vec::new()
+        }
+        Action::EndpointsLoaded(seq, _) if seq < state.endpoints_seq => Vec::new(),
+        Action::CatalogLoaded(seq, _) if seq < state.catalog_seq => Vec::new(),
+        Action::EndpointsLoaded(_, Err(e)) => {
             state.loading = false;
+            state.dirty = true;
             state.connection = Connection::Unreachable(e);
             Vec::new()
         }
         // A catalog query the server refused (a bad filter) is the user's to fix, not a lost server.
-        Action::CatalogLoaded(Err(e)) => {
+        Action::CatalogLoaded(_, Err(e)) => {
             state.message = Some((format!("catalog: {e}"), true));
             Vec::new()
         }
@@ -419,26 +516,37 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
             if let Overlay::Logs {
                 namespace: n,
                 name: e,
-                text: shown,
+                pager,
                 follow: true,
             } = &mut state.overlay
             {
                 if *n == namespace && *e == name {
-                    *shown =
+                    let text =
                         printable(&text.unwrap_or_else(|e| format!("(logs unavailable: {e})")));
+                    if text.lines().ne(pager.lines.iter().map(String::as_str)) {
+                        pager.set_text(&text);
+                        state.dirty = true;
+                    }
                 }
             }
             Vec::new()
         }
-        Action::CatalogLoaded(Ok(rows)) => {
+        Action::CatalogLoaded(_, Ok(rows)) => {
             state.connection = Connection::Connected;
             state.catalog = rows;
             clamp(state);
             Vec::new()
         }
-        Action::EndpointsLoaded(Ok(rows)) => {
+        Action::EndpointsLoaded(_, Ok(rows)) => {
             state.loading = false;
-            state.connection = Connection::Connected;
+            if state.connection != Connection::Connected {
+                state.connection = Connection::Connected;
+                state.dirty = true;
+            }
+            if rows == state.endpoints {
+                return Vec::new();
+            }
+            state.dirty = true;
             // The selection follows its endpoint when rows come and go.
             let selected = state
                 .selected_endpoint()
@@ -460,6 +568,70 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
                 Err(m) => (m, true),
             });
             state.refresh()
+        }
+        Action::Saved {
+            namespace,
+            name,
+            result,
+        } => {
+            // The editor that is waiting for this answer, if it is still open.
+            let open = match &state.overlay {
+                Overlay::Spec(e) if e.busy && e.namespace == namespace && e.name == name => {
+                    Some("spec")
+                }
+                Overlay::Schedule(e) if e.busy && e.namespace == namespace && e.name == name => {
+                    Some("schedule")
+                }
+                _ => None,
+            };
+            let what = open.unwrap_or("update");
+            match result {
+                Ok(_) => {
+                    state.message =
+                        Some((format!("saved the {what} of {namespace}/{name}"), false));
+                    if open.is_some() {
+                        state.overlay = Overlay::None;
+                    }
+                    state.refresh()
+                }
+                // The editor keeps its text and shows the refusal; a closed one leaves a message.
+                Err((message, issues)) => {
+                    match &mut state.overlay {
+                        Overlay::Spec(e) if open.is_some() => e.refused(message, &issues),
+                        Overlay::Schedule(e) if open.is_some() => e.refused(message, &issues),
+                        _ => {
+                            state.message =
+                                Some((format!("saving {namespace}/{name}: {message}"), true))
+                        }
+                    }
+                    Vec::new()
+                }
+            }
+        }
+        Action::ExternallyEdited {
+            namespace,
+            name,
+            original,
+            format,
+            text,
+        } => {
+            match text {
+                Ok(text) => {
+                    let mut editor = crate::spec::SpecEditor::with_text(
+                        &namespace, &name, original, format, &text,
+                    );
+                    editor.note =
+                        Some("back from the editor: ctrl-s saves, esc drops the edit".into());
+                    state.overlay = Overlay::Spec(Box::new(editor));
+                }
+                Err(e) => state.message = Some((e, true)),
+            }
+            Vec::new()
+        }
+        Action::ServerStopped(why) => {
+            state.message = Some((format!("the in-process server stopped: {why}"), true));
+            state.connection = Connection::Unreachable(why);
+            Vec::new()
         }
         Action::Deployed(Ok(endpoint)) => {
             state.message = Some((format!("deployed {endpoint}"), false));
@@ -516,7 +688,7 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
         state.quit = true;
         return Vec::new();
     }
-    // Text entry first: the filter and the command line take every printable key.
+    // Text entry first: the filter, a pager's search and the command line take every printable key.
     if state.filtering {
         match key {
             "esc" => {
@@ -524,17 +696,31 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
                 state.filter.clear();
             }
             "enter" => state.filtering = false,
-            "backspace" => {
-                state.filter.pop();
-            }
-            "space" => state.filter.push(' '),
-            k if k.chars().count() == 1 => state.filter.push_str(k),
-            _ => {}
+            other => type_into(&mut state.filter, other),
         }
         state.selected = 0;
         return Vec::new();
     }
-    // The forms and editors take every key; `esc` closes them, a save closes them with its effect.
+    let height = crate::views::pager_height(state.size);
+    if let Some((pager, _)) = state.pager().filter(|(p, _)| p.typing) {
+        match key {
+            "esc" => {
+                pager.typing = false;
+                pager.query.clear();
+                pager.current = None;
+            }
+            "enter" => {
+                pager.typing = false;
+                if !pager.find(true, height) {
+                    state.message = Some((format!("no match for {:?}", pager.query), true));
+                }
+            }
+            other => type_into(&mut pager.query, other),
+        }
+        return Vec::new();
+    }
+    // The forms and editors take every key; `esc` closes them. They stay open until the server answers a
+    // save: a refused one keeps what was typed.
     if matches!(
         state.overlay,
         Overlay::Spec(_) | Overlay::Schedule(_) | Overlay::Deploy(_)
@@ -543,44 +729,41 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
             state.overlay = Overlay::None;
             return Vec::new();
         }
-        let update = |namespace: &str, name: &str, patch, what| Effect::Update {
+        let update = |namespace: &str, name: &str, patch| Effect::Update {
             namespace: namespace.to_string(),
             name: name.to_string(),
             patch,
-            what,
         };
-        let saved = match &mut state.overlay {
-            Overlay::Spec(e) => e
-                .on_key(key)
-                .map(|p| update(&e.namespace, &e.name, p, "spec")),
+        return match &mut state.overlay {
+            Overlay::Spec(e) => match e.on_key(key) {
+                Outcome::Stay => Vec::new(),
+                Outcome::Save(patch) => vec![update(&e.namespace, &e.name, patch)],
+                Outcome::External => vec![Effect::ExternalEdit {
+                    namespace: e.namespace.clone(),
+                    name: e.name.clone(),
+                    original: e.original.clone(),
+                    format: e.format,
+                    text: e.contents(),
+                }],
+            },
             Overlay::Schedule(e) => e
                 .on_key(key)
-                .map(|p| update(&e.namespace, &e.name, p, "schedule")),
-            // The deploy form stays open until the server answers (its issues go beside the fields).
-            Overlay::Deploy(form) => {
-                return form.on_key(key).map(Effect::Deploy).into_iter().collect()
-            }
-            _ => None,
+                .map(|p| update(&e.namespace, &e.name, p))
+                .into_iter()
+                .collect(),
+            Overlay::Deploy(form) => form.on_key(key).map(Effect::Deploy).into_iter().collect(),
+            _ => Vec::new(),
         };
-        if saved.is_some() {
-            state.overlay = Overlay::None;
-        }
-        return saved.into_iter().collect();
     }
     if let Overlay::Command(text) = &mut state.overlay {
         match key {
             "esc" => state.overlay = Overlay::None,
-            "backspace" => {
-                text.pop();
-            }
             "enter" => {
                 let cmd = text.trim().to_string();
                 state.overlay = Overlay::None;
                 return run_command(state, &cmd);
             }
-            "space" => text.push(' '),
-            k if k.chars().count() == 1 => text.push_str(k),
-            _ => {}
+            other => type_into(text, other),
         }
         return Vec::new();
     }
@@ -590,15 +773,127 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
     if state.read_only && command.changes_something() {
         return Vec::new();
     }
-    // Help, describe and logs cover the list: keys do not reach it through them.
-    let covered = match &state.overlay {
-        Overlay::Help | Overlay::Describe(..) => {
-            !matches!(command, Command::Back | Command::Quit | Command::Help)
+    on_command(state, command)
+}
+
+/// A key typed into a line of text: backspace deletes, space and single characters are added.
+fn type_into(text: &mut String, key: &str) {
+    match key {
+        "backspace" => {
+            text.pop();
         }
-        Overlay::Logs { .. } => !matches!(command, Command::Back | Command::Quit | Command::Follow),
-        _ => false,
+        "space" => text.push(' '),
+        k if k.chars().count() == 1 => text.push_str(k),
+        _ => {}
+    }
+}
+
+impl State {
+    /// The open pager (describe or logs) and, for logs, whether they follow.
+    fn pager(&mut self) -> Option<(&mut Pager, Option<&mut bool>)> {
+        match &mut self.overlay {
+            Overlay::Describe(p) => Some((p, None)),
+            Overlay::Logs { pager, follow, .. } => Some((pager, Some(follow))),
+            _ => None,
+        }
+    }
+}
+
+/// Scrolling and searching in describe and logs. Moving away from the end of followed logs pauses them,
+/// like `less +F`.
+fn on_pager(state: &mut State, command: Command) -> Vec<Effect> {
+    let height = crate::views::pager_height(state.size);
+    let page = height as isize;
+    let mut reload = None;
+    let mut note = None;
+    let Some((pager, follow)) = state.pager() else {
+        return Vec::new();
     };
-    if covered {
+    let mut pause = false;
+    match command {
+        Command::Back if !pager.query.is_empty() => {
+            pager.query.clear();
+            pager.current = None;
+        }
+        Command::Down => pager.scroll(1, height),
+        Command::PageDown => pager.scroll(page, height),
+        Command::Up => {
+            pager.scroll(-1, height);
+            pause = true;
+        }
+        Command::PageUp => {
+            pager.scroll(-page, height);
+            pause = true;
+        }
+        Command::Top => {
+            pager.to_top();
+            pause = true;
+        }
+        Command::Bottom => {
+            pager.to_end(height);
+            pager.tail = follow.as_deref() == Some(&true);
+        }
+        Command::Search => {
+            pager.typing = true;
+            pager.query.clear();
+            pager.current = None;
+        }
+        Command::NextMatch | Command::PrevMatch => {
+            if !pager.find(command == Command::NextMatch, height) {
+                note = Some(if pager.query.is_empty() {
+                    "no search: / searches".to_string()
+                } else {
+                    format!("no match for {:?}", pager.query)
+                });
+            }
+            pause = true;
+        }
+        Command::Follow => {
+            if let Some(follow) = follow {
+                *follow = !*follow;
+                pager.tail = *follow;
+                if *follow {
+                    reload = Some(());
+                }
+            }
+            pause = false;
+        }
+        Command::Back => state.overlay = Overlay::None,
+        Command::Quit => state.quit = true,
+        Command::Help => state.overlay = Overlay::Help,
+        // The pager covers the list: other keys do not reach it.
+        _ => {}
+    }
+    if pause {
+        if let Some((_, Some(follow))) = state.pager() {
+            *follow = false;
+        }
+    }
+    if let Some(n) = note {
+        state.message = Some((n, true));
+    }
+    match (&state.overlay, reload) {
+        (
+            Overlay::Logs {
+                namespace, name, ..
+            },
+            Some(()),
+        ) => vec![Effect::LoadLogs {
+            namespace: namespace.clone(),
+            name: name.clone(),
+        }],
+        _ => Vec::new(),
+    }
+}
+
+fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
+    if state.pager().is_some() {
+        return on_pager(state, command);
+    }
+    // Help covers the list: keys do not reach it through it.
+    if state.overlay == Overlay::Help
+        && !matches!(command, Command::Back | Command::Quit | Command::Help)
+    {
         return Vec::new();
     }
     if let Overlay::Confirm {
@@ -650,6 +945,14 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
         }
         Command::Down => state.selected = (state.selected + 1).min(rows.saturating_sub(1)),
         Command::Up => state.selected = state.selected.saturating_sub(1),
+        Command::PageDown => {
+            let page = crate::views::list_height(state.size);
+            state.selected = (state.selected + page).min(rows.saturating_sub(1));
+        }
+        Command::PageUp => {
+            let page = crate::views::list_height(state.size);
+            state.selected = state.selected.saturating_sub(page);
+        }
         Command::Top => state.selected = 0,
         Command::Bottom => state.selected = rows.saturating_sub(1),
         Command::Refresh => return state.refresh(),
@@ -687,7 +990,7 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
                 state.overlay = Overlay::Logs {
                     namespace: namespace.clone(),
                     name: name.clone(),
-                    text: String::new(),
+                    pager: Pager::new(format!("logs {namespace}/{name}"), "", true),
                     follow: true,
                 };
                 return vec![Effect::LoadLogs { namespace, name }];
@@ -697,6 +1000,18 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
             if let Some(ep) = state.selected_endpoint() {
                 let editor = crate::spec::SpecEditor::new(&ep.namespace, &ep.name, &ep.raw);
                 state.overlay = Overlay::Spec(Box::new(editor));
+            }
+        }
+        Command::EditExternal => {
+            if let Some(ep) = state.selected_endpoint() {
+                let editor = crate::spec::SpecEditor::new(&ep.namespace, &ep.name, &ep.raw);
+                return vec![Effect::ExternalEdit {
+                    namespace: editor.namespace.clone(),
+                    name: editor.name.clone(),
+                    text: editor.contents(),
+                    original: editor.original,
+                    format: editor.format,
+                }];
             }
         }
         Command::Schedule => {
@@ -718,12 +1033,12 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
                 )));
             }
         }
-        Command::Follow => {
-            if let Overlay::Logs { follow, .. } = &mut state.overlay {
-                *follow = !*follow;
-            }
-        }
-        Command::Toggle | Command::Confirm => {}
+        Command::Follow
+        | Command::Search
+        | Command::NextMatch
+        | Command::PrevMatch
+        | Command::Toggle
+        | Command::Confirm => {}
     }
     Vec::new()
 }
@@ -733,7 +1048,7 @@ fn describe(state: &mut State) {
     let Some(&i) = rows.get(state.selected) else {
         return;
     };
-    state.overlay = match state.view {
+    let (title, text) = match state.view {
         View::Catalog => {
             let item = &state.catalog[i];
             let mut text = format!(
@@ -748,14 +1063,50 @@ fn describe(state: &mut State) {
                 };
                 text.push_str(&format!("  {id:<40} {accel:<7} {engine:<11}{file}\n"));
             }
-            Overlay::Describe(item.repo_id.clone(), text)
+            (item.repo_id.clone(), text)
         }
         View::Endpoints => {
             let ep = &state.endpoints[i];
             let text = serde_json::to_string_pretty(&ep.raw).unwrap_or_default();
-            Overlay::Describe(format!("{}/{}", ep.namespace, ep.name), text)
+            (format!("{}/{}", ep.namespace, ep.name), text)
         }
     };
+    state.overlay = Overlay::Describe(Pager::new(title, &text, false));
+}
+
+impl State {
+    /// Forgets everything of the server in use and talks to another (`Effect::Connect`).
+    fn connect(&mut self, label: String, to: Option<(String, Option<String>)>) -> Vec<Effect> {
+        self.epoch += 1;
+        self.server = label;
+        self.connection = Connection::Connecting;
+        self.user = None;
+        self.namespaces.clear();
+        self.catalog.clear();
+        self.endpoints.clear();
+        self.selected = 0;
+        self.overlay = Overlay::None;
+        self.loading = false;
+        self.retry_at = None;
+        self.retry_delay = chrono::Duration::seconds(1);
+        vec![Effect::Connect(to), Effect::SignIn]
+    }
+}
+
+/// The command line as shown: a token typed after `:server URL` is masked.
+pub fn shown_command(text: &str) -> String {
+    let words: Vec<&str> = text.split(' ').collect();
+    match words.as_slice() {
+        ["server", url, token, rest @ ..] if !token.is_empty() => {
+            let mut shown = format!("server {url} {}", "•".repeat(token.chars().count()));
+            for w in rest {
+                shown.push(' ');
+                shown.push_str(w);
+            }
+            shown
+        }
+        _ => text.to_string(),
+    }
 }
 
 fn run_command(state: &mut State, cmd: &str) -> Vec<Effect> {
@@ -788,9 +1139,33 @@ fn run_command(state: &mut State, cmd: &str) -> Vec<Effect> {
             state.overlay = Overlay::Help;
             Vec::new()
         }
+        // `:server` goes back to the server the console started with.
+        "server" => {
+            let home = state.home.clone();
+            state.message = Some((format!("back to {home}"), false));
+            state.connect(home, None)
+        }
+        // `:server URL [TOKEN]`: another server; without a token, the one the console started with.
+        c if c.starts_with("server ") => {
+            let mut words = c["server ".len()..].split_whitespace();
+            let url = words.next().unwrap_or("").trim_end_matches('/').to_string();
+            let token = words.next().map(str::to_string);
+            if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 10 {
+                state.message = Some((
+                    format!("{url}: a server is an http:// or https:// URL (:server URL [TOKEN])"),
+                    true,
+                ));
+                return Vec::new();
+            }
+            state.message = Some((format!("switched to {url}"), false));
+            state.connect(url.clone(), Some((url, token)))
+        }
+        // Debug builds only: the terminal must come back after a panic, and a test checks that it does.
+        #[cfg(debug_assertions)]
+        "panic" => panic!("the console was asked to panic (:panic, debug builds only)"),
         other => {
             state.message = Some((
-                format!("unknown command :{other} (try :catalog, :endpoints, :q)"),
+                format!("unknown command :{other} (try :catalog, :endpoints, :server, :q)"),
                 true,
             ));
             Vec::new()
@@ -830,6 +1205,11 @@ mod tests {
             .collect()
     }
 
+    fn loaded(s: &mut State, rows: Result<Vec<EndpointRow>, String>) {
+        let seq = s.endpoints_seq;
+        update(s, Action::EndpointsLoaded(seq, rows), &Keymap::builtin());
+    }
+
     #[test]
     fn sign_in_then_views_load_their_lists() {
         let mut s = state();
@@ -838,20 +1218,19 @@ mod tests {
             Action::SignedIn(Ok(("alice".into(), vec!["acme".into()]))),
             &Keymap::builtin(),
         );
-        assert_eq!(fx, [Effect::LoadCatalog(Vec::new())]);
+        assert_eq!(fx, [Effect::LoadCatalog(1, Vec::new())]);
         assert_eq!(s.connection, Connection::Connected);
         assert_eq!(
             key(&mut s, "tab"),
-            [Effect::LoadEndpoints(vec!["alice".into(), "acme".into()])]
+            [Effect::LoadEndpoints(
+                1,
+                vec!["alice".into(), "acme".into()]
+            )]
         );
         assert_eq!(s.view, View::Endpoints);
         // Live: each tick reloads the endpoints, but never while a load is under way.
         assert!(update(&mut s, Action::Tick(now()), &Keymap::builtin()).is_empty());
-        update(
-            &mut s,
-            Action::EndpointsLoaded(Ok(Vec::new())),
-            &Keymap::builtin(),
-        );
+        loaded(&mut s, Ok(Vec::new()));
         assert_eq!(
             update(&mut s, Action::Tick(now()), &Keymap::builtin()).len(),
             1
@@ -862,11 +1241,7 @@ mod tests {
     fn navigation_filter_and_commands() {
         let mut s = state();
         s.view = View::Endpoints;
-        update(
-            &mut s,
-            Action::EndpointsLoaded(Ok(endpoints())),
-            &Keymap::builtin(),
-        );
+        loaded(&mut s, Ok(endpoints()));
         key(&mut s, "j");
         key(&mut s, "j");
         key(&mut s, "j");
@@ -885,7 +1260,7 @@ mod tests {
         for c in "catalog".chars() {
             key(&mut s, &c.to_string());
         }
-        assert_eq!(key(&mut s, "enter"), [Effect::LoadCatalog(Vec::new())]);
+        assert!(matches!(&key(&mut s, "enter")[..], [Effect::LoadCatalog(_, f)] if f.is_empty()));
         assert_eq!(s.view, View::Catalog);
         key(&mut s, ":");
         key(&mut s, "x");
@@ -904,11 +1279,7 @@ mod tests {
     fn dangerous_actions_confirm_with_cancel_as_default() {
         let mut s = state();
         s.view = View::Endpoints;
-        update(
-            &mut s,
-            Action::EndpointsLoaded(Ok(endpoints())),
-            &Keymap::builtin(),
-        );
+        loaded(&mut s, Ok(endpoints()));
         key(&mut s, "j");
         key(&mut s, "p");
         assert!(matches!(s.overlay, Overlay::Confirm { yes: false, .. }));
@@ -951,7 +1322,7 @@ mod tests {
             ("task".to_string(), "text-generation".to_string()),
             ("limit".to_string(), "5".to_string()),
         ];
-        assert_eq!(fx, [Effect::LoadCatalog(want.clone())]);
+        assert_eq!(fx, [Effect::LoadCatalog(1, want.clone())]);
         assert_eq!(s.catalog_filters, want);
         // A filter the server refuses is shown, and the server is still considered up.
         update(
@@ -959,9 +1330,10 @@ mod tests {
             Action::SignedIn(Ok(("alice".into(), vec![]))),
             &Keymap::builtin(),
         );
+        let seq = s.catalog_seq;
         update(
             &mut s,
-            Action::CatalogLoaded(Err("limit: must be greater than 0".into())),
+            Action::CatalogLoaded(seq, Err("limit: must be greater than 0".into())),
             &Keymap::builtin(),
         );
         assert_eq!(s.connection, Connection::Connected);
@@ -971,11 +1343,7 @@ mod tests {
             .is_some_and(|(m, e)| *e && m.contains("limit")));
 
         s.view = View::Endpoints;
-        update(
-            &mut s,
-            Action::EndpointsLoaded(Ok(endpoints())),
-            &Keymap::builtin(),
-        );
+        loaded(&mut s, Ok(endpoints()));
         let fx = key(&mut s, "l");
         assert_eq!(
             fx,
@@ -994,7 +1362,7 @@ mod tests {
             &Keymap::builtin(),
         );
         assert!(
-            matches!(&s.overlay, Overlay::Logs { text, follow: true, .. } if text.ends_with("line 2"))
+            matches!(&s.overlay, Overlay::Logs { pager, follow: true, .. } if pager.lines.last().is_some_and(|l| l == "line 2"))
         );
         // Following: every tick reloads; paused: nothing.
         assert_eq!(
@@ -1011,11 +1379,7 @@ mod tests {
     fn copy_puts_the_url_on_the_clipboard() {
         let mut s = state();
         s.view = View::Endpoints;
-        update(
-            &mut s,
-            Action::EndpointsLoaded(Ok(endpoints())),
-            &Keymap::builtin(),
-        );
+        loaded(&mut s, Ok(endpoints()));
         assert_eq!(key(&mut s, "y"), [Effect::Copy("http://x".into())]);
         assert!(s
             .message
@@ -1038,7 +1402,8 @@ mod tests {
         let mut s = state();
         s.read_only = true;
         s.view = View::Endpoints;
-        update(&mut s, Action::EndpointsLoaded(Ok(endpoints())), &map);
+        let seq = s.endpoints_seq;
+        update(&mut s, Action::EndpointsLoaded(seq, Ok(endpoints())), &map);
         update(&mut s, Action::Key(Key("x".into())), &map);
         assert_eq!(s.overlay, Overlay::None);
         key(&mut s, "/");
@@ -1050,11 +1415,7 @@ mod tests {
     fn overlays_keep_keys_from_the_list_and_the_selection_follows_its_endpoint() {
         let mut s = state();
         s.view = View::Endpoints;
-        update(
-            &mut s,
-            Action::EndpointsLoaded(Ok(endpoints())),
-            &Keymap::builtin(),
-        );
+        loaded(&mut s, Ok(endpoints()));
         key(&mut s, "j");
         key(&mut s, "?");
         key(&mut s, "j");
@@ -1066,11 +1427,7 @@ mod tests {
             0,
             EndpointRow::from_json("alice", &json!({"name": "aaa", "status": {}})),
         );
-        update(
-            &mut s,
-            Action::EndpointsLoaded(Ok(rows)),
-            &Keymap::builtin(),
-        );
+        loaded(&mut s, Ok(rows));
         assert_eq!(s.endpoints[s.visible()[s.selected]].name, "beta");
     }
 
@@ -1133,14 +1490,195 @@ mod tests {
         let mut s = state();
         update(
             &mut s,
-            Action::CatalogLoaded(Ok(vec![row])),
+            Action::CatalogLoaded(0, Ok(vec![row])),
             &Keymap::builtin(),
         );
         key(&mut s, "enter");
-        let Overlay::Describe(title, text) = &s.overlay else {
+        let Overlay::Describe(pager) = &s.overlay else {
             panic!("{:?}", s.overlay)
         };
-        assert_eq!(title, "Qwen/Qwen2.5-7B");
-        assert!(text.contains("q4.gguf"));
+        assert_eq!(pager.title, "Qwen/Qwen2.5-7B");
+        assert!(pager.lines.iter().any(|l| l.contains("q4.gguf")));
+    }
+
+    #[test]
+    fn stale_answers_are_dropped_and_idle_ticks_draw_nothing() {
+        let mut s = state();
+        update(
+            &mut s,
+            Action::SignedIn(Ok(("alice".into(), vec![]))),
+            &Keymap::builtin(),
+        );
+        // Two catalog loads under way; the older answer arrives last and is dropped.
+        key(&mut s, "r");
+        assert_eq!(s.catalog_seq, 2);
+        let row = |id: &str| CatalogRow::from_json(&json!({"repoId": id}));
+        update(
+            &mut s,
+            Action::CatalogLoaded(2, Ok(vec![row("new")])),
+            &Keymap::builtin(),
+        );
+        update(
+            &mut s,
+            Action::CatalogLoaded(1, Ok(vec![row("old")])),
+            &Keymap::builtin(),
+        );
+        assert_eq!(s.catalog[0].repo_id, "new");
+        // Ticks within the minute shown, and reloads that bring the same rows, need no frame.
+        key(&mut s, "tab");
+        loaded(&mut s, Ok(endpoints()));
+        s.dirty = false;
+        let t = now() + chrono::Duration::seconds(1);
+        update(&mut s, Action::Tick(t), &Keymap::builtin());
+        loaded(&mut s, Ok(endpoints()));
+        assert!(!s.dirty);
+        // A changed row does, and so does the next minute.
+        let mut rows = endpoints();
+        rows[0].state = "failed".into();
+        loaded(&mut s, Ok(rows));
+        assert!(s.dirty);
+        s.dirty = false;
+        update(
+            &mut s,
+            Action::Tick(now() + chrono::Duration::seconds(61)),
+            &Keymap::builtin(),
+        );
+        assert!(s.dirty);
+    }
+
+    #[test]
+    fn switching_server_forgets_the_old_one() {
+        let mut s = state();
+        update(
+            &mut s,
+            Action::SignedIn(Ok(("alice".into(), vec![]))),
+            &Keymap::builtin(),
+        );
+        key(&mut s, ":");
+        for c in "server http://10.0.0.5:8080 sy_secret".chars() {
+            key(
+                &mut s,
+                &if c == ' ' {
+                    "space".into()
+                } else {
+                    c.to_string()
+                },
+            );
+        }
+        let Overlay::Command(text) = &s.overlay else {
+            panic!("{:?}", s.overlay)
+        };
+        assert_eq!(shown_command(text), "server http://10.0.0.5:8080 •••••••••");
+        let epoch = s.epoch;
+        let fx = key(&mut s, "enter");
+        assert_eq!(
+            fx,
+            [
+                Effect::Connect(Some((
+                    "http://10.0.0.5:8080".into(),
+                    Some("sy_secret".into())
+                ))),
+                Effect::SignIn
+            ]
+        );
+        assert_eq!(s.epoch, epoch + 1);
+        assert_eq!(s.server, "http://10.0.0.5:8080");
+        assert_eq!(s.user, None);
+        assert_eq!(s.connection, Connection::Connecting);
+        // Back home; a URL that is not one is refused and changes nothing.
+        key(&mut s, ":");
+        for c in "server".chars() {
+            key(&mut s, &c.to_string());
+        }
+        assert_eq!(
+            key(&mut s, "enter"),
+            [Effect::Connect(None), Effect::SignIn]
+        );
+        assert_eq!(s.server, "in-process");
+        key(&mut s, ":");
+        for c in "server ftp://x".chars() {
+            key(
+                &mut s,
+                &if c == ' ' {
+                    "space".into()
+                } else {
+                    c.to_string()
+                },
+            );
+        }
+        assert!(key(&mut s, "enter").is_empty());
+        assert_eq!(s.epoch, epoch + 2);
+    }
+
+    #[test]
+    fn logs_scroll_back_pauses_them_and_search_finds_lines() {
+        let mut s = state();
+        s.view = View::Endpoints;
+        s.size = (100, 26);
+        loaded(&mut s, Ok(endpoints()));
+        key(&mut s, "l");
+        let text: Vec<String> = (0..100).map(|i| format!("request {i}")).collect();
+        let logs = |s: &mut State, text: String| {
+            update(
+                s,
+                Action::LogsLoaded {
+                    namespace: "alice".into(),
+                    name: "alpha".into(),
+                    text: Ok(text),
+                },
+                &Keymap::builtin(),
+            )
+        };
+        logs(&mut s, text.join("\n"));
+        let pager = |s: &State| match &s.overlay {
+            Overlay::Logs { pager, follow, .. } => (pager.clone(), *follow),
+            other => panic!("{other:?}"),
+        };
+        let height = crate::views::pager_height(s.size);
+        assert_eq!(pager(&s).0.first_line(height), 100 - height);
+        key(&mut s, "pageup");
+        let (p, follow) = pager(&s);
+        assert!(!follow, "scrolling back pauses");
+        assert_eq!(p.first_line(height), 100 - 2 * height);
+        // Paused: new output does not move the view.
+        logs(&mut s, format!("{}\nrequest 100", text.join("\n")));
+        assert_eq!(pager(&s).0.lines.len(), 100);
+        for k in [
+            "/", "r", "e", "q", "u", "e", "s", "t", "space", "4", "2", "enter",
+        ] {
+            key(&mut s, k);
+        }
+        assert_eq!(pager(&s).0.current, Some(42));
+        // space follows again, at the end.
+        assert_eq!(key(&mut s, "space").len(), 1);
+        assert!(pager(&s).1 && pager(&s).0.tail);
+    }
+
+    #[test]
+    fn an_answer_for_a_closed_editor_is_a_message_and_clicks_select_rows() {
+        let mut s = state();
+        s.view = View::Endpoints;
+        s.size = (100, 30);
+        loaded(&mut s, Ok(endpoints()));
+        update(
+            &mut s,
+            Action::Saved {
+                namespace: "alice".into(),
+                name: "beta".into(),
+                result: Err(("conflict".into(), vec![])),
+            },
+            &Keymap::builtin(),
+        );
+        assert!(s
+            .message
+            .as_ref()
+            .is_some_and(|(m, e)| *e && m == "saving alice/beta: conflict"));
+        // Rows start below the status line, the border and the header.
+        update(&mut s, Action::Click(5), &Keymap::builtin());
+        assert_eq!(s.selected, 2);
+        update(&mut s, Action::Click(1), &Keymap::builtin());
+        assert_eq!(s.selected, 2);
+        update(&mut s, Action::Wheel(false), &Keymap::builtin());
+        assert_eq!(s.selected, 1);
     }
 }

@@ -7,10 +7,39 @@ use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, Table
 use ratatui::Frame;
 
 use crate::keymap::{Context, Keymap};
+use crate::pager::Pager;
 use crate::state::{Connection, Overlay, State, View};
 
 pub const MIN_WIDTH: u16 = 80;
 pub const MIN_HEIGHT: u16 = 24;
+
+/// Lines of text a pager (describe, logs) shows on a terminal of `size`: the box leaves two rows above and
+/// below, and has a border.
+pub fn pager_height(size: (u16, u16)) -> usize {
+    (size.1 as usize).saturating_sub(6).max(1)
+}
+
+/// Rows of a view's table on a terminal of `size`: status line, footer, border and header taken away.
+pub fn list_height(size: (u16, u16)) -> usize {
+    (size.1 as usize).saturating_sub(3 + 3).max(1)
+}
+
+/// The first row of the list shown, keeping the selection in sight (the same rule `list` draws with).
+fn list_offset(selected: usize, height: usize) -> usize {
+    selected.saturating_sub(height.saturating_sub(1))
+}
+
+/// The row of the current view under screen row `y` (a mouse click), if any.
+pub fn row_at(state: &State, y: u16) -> Option<usize> {
+    // Status line, table border, header.
+    let first = 3usize;
+    let height = list_height(state.size);
+    let y = (y as usize).checked_sub(first).filter(|y| *y < height)?;
+    let rows = state.visible().len();
+    let selected = state.selected.min(rows.saturating_sub(1));
+    let at = list_offset(selected, height) + y;
+    (at < rows).then_some(at)
+}
 
 pub fn draw(frame: &mut Frame, state: &State, keymap: &Keymap) {
     let area = frame.area();
@@ -37,16 +66,19 @@ pub fn draw(frame: &mut Frame, state: &State, keymap: &Keymap) {
     match &state.overlay {
         Overlay::None => {}
         Overlay::Help => help(frame, area, state, keymap),
-        Overlay::Describe(title, text) => describe(frame, area, title, text),
+        Overlay::Describe(pager) => pane(frame, area, pager, "esc to close"),
         Overlay::Deploy(form) => deploy(frame, area, form),
         Overlay::Schedule(editor) => schedule(frame, area, editor, state.now),
         Overlay::Spec(editor) => spec(frame, area, editor),
-        Overlay::Logs {
-            namespace,
-            name,
-            text,
-            follow,
-        } => logs(frame, area, &format!("{namespace}/{name}"), text, *follow),
+        Overlay::Logs { pager, follow, .. } => {
+            let mode = if *follow { "following" } else { "paused" };
+            pane(
+                frame,
+                area,
+                pager,
+                &format!("{mode}; space toggles, esc closes"),
+            )
+        }
         Overlay::Confirm {
             action,
             namespace,
@@ -86,7 +118,7 @@ fn status_line(frame: &mut Frame, area: Rect, state: &State) {
     }
     spans.push(Span::raw(format!(
         "  {} UTC",
-        state.now.format("%Y-%m-%d %H:%M:%S")
+        state.now.format("%Y-%m-%d %H:%M")
     )));
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
 }
@@ -115,7 +147,7 @@ fn list<'a>(
     let visible = state.visible();
     let height = (area.height as usize).saturating_sub(3).max(1);
     let selected = state.selected.min(visible.len().saturating_sub(1));
-    let offset = selected.saturating_sub(height - 1);
+    let offset = list_offset(selected, height);
     let rows: Vec<Row> = visible
         .iter()
         .skip(offset)
@@ -229,7 +261,9 @@ fn footer(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap) {
     let [message, hints] =
         Layout::vertical([Constraint::Length(1), Constraint::Length(1)]).areas(area);
     let line = match (&state.overlay, &state.message) {
-        (Overlay::Command(text), _) => Line::from(format!(":{text}▏")),
+        (Overlay::Command(text), _) => {
+            Line::from(format!(":{}▏", crate::state::shown_command(text)))
+        }
         (_, Some((m, true))) => Line::styled(m.clone(), Style::new().fg(Color::Red)),
         (_, Some((m, false))) => Line::styled(m.clone(), Style::new().fg(Color::Green)),
         _ => match state.keymap_problems.first() {
@@ -285,19 +319,18 @@ fn help(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap) {
         lines
     };
     // Two columns, so the whole keymap fits an 80×24 terminal.
-    let left = section(&[Context::Global]);
-    let mut right = section(&[
+    let left = section(&[Context::Global, Context::Pager]);
+    let right = section(&[
         Context::Catalog,
         Context::Endpoints,
         Context::Logs,
         Context::Dialog,
     ]);
-    right.push(Line::default());
-    right.push(Line::from(format!("logs: {}", state.log_file)));
     frame.render_widget(Clear, box_);
     let block = Block::default()
         .borders(Borders::ALL)
-        .title(" help (esc to close) ");
+        .title(" help (esc to close) ")
+        .title_bottom(format!(" console log: {} ", state.log_file));
     let inner = block.inner(box_);
     frame.render_widget(block, box_);
     let [l, r] =
@@ -306,21 +339,63 @@ fn help(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap) {
     frame.render_widget(Paragraph::new(right).wrap(Wrap { trim: false }), r);
 }
 
-fn describe(frame: &mut Frame, area: Rect, title: &str, text: &str) {
+/// Describe and logs: the lines in the window, search matches highlighted, the current match's line marked.
+fn pane(frame: &mut Frame, area: Rect, pager: &Pager, how: &str) {
     let box_ = centered(
         area,
-        area.width.saturating_sub(8),
+        area.width.saturating_sub(4),
         area.height.saturating_sub(4),
     );
+    let height = box_.height.saturating_sub(2) as usize;
+    let first = pager.first_line(height);
+    let hit = Style::new().fg(Color::Black).bg(Color::Yellow);
+    let lines: Vec<Line> = pager
+        .lines
+        .iter()
+        .enumerate()
+        .skip(first)
+        .take(height)
+        .map(|(i, line)| {
+            let mut spans = Vec::new();
+            let mut at = 0;
+            for (start, end) in pager.matches_in(line) {
+                spans.push(Span::raw(&line[at..start]));
+                spans.push(Span::styled(&line[start..end], hit));
+                at = end;
+            }
+            spans.push(Span::raw(&line[at..]));
+            let l = Line::from(spans);
+            if pager.current == Some(i) {
+                l.style(Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED))
+            } else {
+                l
+            }
+        })
+        .collect();
+    let search = if pager.typing {
+        format!(" /{}▏", pager.query)
+    } else if !pager.query.is_empty() {
+        format!(" /{} (n next, N previous)", pager.query)
+    } else {
+        String::new()
+    };
+    let position = if pager.lines.len() > height {
+        format!(
+            " {}-{}/{}",
+            first + 1,
+            (first + height).min(pager.lines.len()),
+            pager.lines.len()
+        )
+    } else {
+        String::new()
+    };
     frame.render_widget(Clear, box_);
     frame.render_widget(
-        Paragraph::new(text.to_string())
-            .wrap(Wrap { trim: false })
-            .block(
-                Block::default()
-                    .borders(Borders::ALL)
-                    .title(format!(" {title} (esc to close) ")),
-            ),
+        Paragraph::new(lines).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(format!(" {} ({how}){position}{search} ", pager.title)),
+        ),
         box_,
     );
 }
@@ -378,14 +453,21 @@ fn spec(frame: &mut Frame, area: Rect, editor: &crate::spec::SpecEditor) {
         area.width.saturating_sub(6),
         area.height.saturating_sub(2),
     );
-    let shown_issues = editor.issues.len().min(5) as u16;
+    let shown_issues =
+        editor.issues.len().min(5) as u16 + u16::from(editor.busy || editor.note.is_some());
     let [text, issues] =
         Layout::vertical([Constraint::Min(3), Constraint::Length(shown_issues + 1)]).areas(box_);
     let mut textarea = editor.text.clone();
     textarea.set_line_number_style(Style::new().fg(Color::DarkGray));
     textarea.set_block(Block::default().borders(Borders::ALL).title(format!(
-        " spec {}/{} (JSON; ctrl-s saves when valid, esc cancels) ",
-        editor.namespace, editor.name
+        " spec {}/{} ({}; ctrl-s saves when valid, ctrl-t {}, ctrl-e $EDITOR, esc cancels) ",
+        editor.namespace,
+        editor.name,
+        editor.format.name(),
+        match editor.format {
+            crate::spec::Format::Json => "TOML",
+            crate::spec::Format::Toml => "JSON",
+        }
     )));
     frame.render_widget(Clear, box_);
     frame.render_widget(&textarea, text);
@@ -400,6 +482,14 @@ fn spec(frame: &mut Frame, area: Rect, editor: &crate::spec::SpecEditor) {
             )
         })
         .collect();
+    if editor.busy {
+        lines.insert(0, Line::styled("saving…", Style::new().fg(Color::Yellow)));
+    } else if let Some(note) = &editor.note {
+        lines.insert(
+            0,
+            Line::styled(note.clone(), Style::new().fg(Color::Yellow)),
+        );
+    }
     if lines.is_empty() {
         lines.push(Line::styled(
             "valid: ctrl-s saves",
@@ -487,7 +577,11 @@ fn schedule(
     for (_, m) in editor.issues.iter().filter(|(n, _)| n.is_none()) {
         lines.push(Line::styled(m.clone(), Style::new().fg(Color::Red)));
     }
-    lines.push(Line::default());
+    lines.push(if editor.busy {
+        Line::styled("saving…", Style::new().fg(Color::Yellow))
+    } else {
+        Line::default()
+    });
     lines.push(Line::styled(
         "↑↓ entry  tab/←→ field  a add  x remove  enter save (when valid)  esc cancel",
         Style::new().fg(Color::Cyan),
@@ -499,26 +593,6 @@ fn schedule(
                 .borders(Borders::ALL)
                 .title(format!(" schedule {}/{} ", editor.namespace, editor.name)),
         ),
-        box_,
-    );
-}
-
-fn logs(frame: &mut Frame, area: Rect, title: &str, text: &str, follow: bool) {
-    let box_ = centered(
-        area,
-        area.width.saturating_sub(4),
-        area.height.saturating_sub(4),
-    );
-    // The newest lines that fit, like `tail`.
-    let inner = box_.height.saturating_sub(2) as usize;
-    let lines: Vec<&str> = text.lines().collect();
-    let shown = lines[lines.len().saturating_sub(inner)..].join("\n");
-    let mode = if follow { "following" } else { "paused" };
-    frame.render_widget(Clear, box_);
-    frame.render_widget(
-        Paragraph::new(shown).block(Block::default().borders(Borders::ALL).title(format!(
-            " logs {title} ({mode}; space toggles, esc closes) "
-        ))),
         box_,
     );
 }

@@ -5,7 +5,7 @@ use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use serde_json::json;
 use switchyard_ui::keymap::Keymap;
-use switchyard_ui::state::{update, Action, CatalogRow, EndpointRow, Key, State};
+use switchyard_ui::state::{update, Action, CatalogRow, Effect, EndpointRow, Key, State};
 use switchyard_ui::views;
 
 fn state() -> State {
@@ -59,7 +59,8 @@ fn state() -> State {
             }))
         })
         .collect();
-    update(&mut s, Action::CatalogLoaded(Ok(rows)), &keymap);
+    let seq = s.catalog_seq;
+    update(&mut s, Action::CatalogLoaded(seq, Ok(rows)), &keymap);
     let endpoints = [("qwen", "admin", "running", 2, 2), ("embedder", "acme", "scaledToZero", 0, 0), ("broken", "acme", "failed", 0, 0)]
         .iter()
         .map(|(name, ns, st, ready, target)| {
@@ -71,8 +72,14 @@ fn state() -> State {
             }))
         })
         .collect();
-    update(&mut s, Action::EndpointsLoaded(Ok(endpoints)), &keymap);
+    loaded(&mut s, Ok(endpoints));
     s
+}
+
+/// The answer to the latest endpoints load.
+fn loaded(s: &mut State, rows: Result<Vec<EndpointRow>, String>) {
+    let seq = s.endpoints_seq;
+    update(s, Action::EndpointsLoaded(seq, rows), &Keymap::builtin());
 }
 
 fn screen(state: &State, width: u16, height: u16) -> String {
@@ -117,6 +124,18 @@ fn endpoints_view_and_dialogs() {
     insta::assert_snapshot!("endpoints_confirm_delete", screen(&s, 120, 24));
     keys(&mut s, &["esc", "?"]);
     insta::assert_snapshot!("help", screen(&s, 120, 30));
+    // The whole keymap and the log file fit the smallest terminal the console takes.
+    let small = screen(&s, 80, 24);
+    for text in [
+        "refresh",
+        "previous match",
+        "scale to zero",
+        "pause/follow",
+        "cancel",
+        "console log: /data/logs/console.log",
+    ] {
+        assert!(small.contains(text), "{text}: {small}");
+    }
 }
 
 #[test]
@@ -153,11 +172,7 @@ fn long_lists_scroll_to_the_selection() {
         })
         .collect();
     keys(&mut s, &["tab"]);
-    update(
-        &mut s,
-        Action::EndpointsLoaded(Ok(rows)),
-        &Keymap::builtin(),
-    );
+    loaded(&mut s, Ok(rows));
     let top = screen(&s, 120, 24);
     assert!(
         top.contains("endpoint-000") && !top.contains("endpoint-099"),
@@ -219,11 +234,7 @@ fn schedule_editor() {
         "status": {"state": "running", "readyReplica": 2, "targetReplica": 2, "updatedAt": "2026-11-22T11:58:00.000Z"}
     });
     keys(&mut s, &["tab"]);
-    update(
-        &mut s,
-        Action::EndpointsLoaded(Ok(vec![EndpointRow::from_json("admin", &raw)])),
-        &Keymap::builtin(),
-    );
+    loaded(&mut s, Ok(vec![EndpointRow::from_json("admin", &raw)]));
     keys(&mut s, &["s"]);
     insta::assert_snapshot!("schedule_editor", screen(&s, 120, 30));
     // An entry whose maximum is above the endpoint's: the rule's message beside it, and no save.
@@ -250,11 +261,7 @@ fn spec_editor_shows_issues_at_their_line() {
         "status": {"state": "running", "readyReplica": 1, "targetReplica": 1, "updatedAt": "2026-11-22T11:58:00.000Z"}
     });
     keys(&mut s, &["tab"]);
-    update(
-        &mut s,
-        Action::EndpointsLoaded(Ok(vec![EndpointRow::from_json("admin", &raw)])),
-        &Keymap::builtin(),
-    );
+    loaded(&mut s, Ok(vec![EndpointRow::from_json("admin", &raw)]));
     keys(&mut s, &["e"]);
     insta::assert_snapshot!("spec_editor", screen(&s, 120, 30));
     // `"type": "public"` → `"type": "publix"`: the rule's message names the line.
@@ -270,11 +277,86 @@ fn spec_editor_shows_issues_at_their_line() {
         &Keymap::builtin(),
     );
     assert!(fx.is_empty(), "an invalid spec is not saved");
-    keys(&mut s, &["backspace", "c"]);
+    // Back to what it was: nothing to save.
+    keys(&mut s, &["backspace", "c", "ctrl-s"]);
+    assert!(screen(&s, 120, 30).contains("nothing changed"));
+    // `"type": "authenticated"`: only that is sent.
+    for _ in 0.."public".len() {
+        keys(&mut s, &["backspace"]);
+    }
+    for c in "authenticated".chars() {
+        keys(&mut s, &[&c.to_string()]);
+    }
     let fx = update(
         &mut s,
         Action::Key(Key("ctrl-s".into())),
         &Keymap::builtin(),
     );
-    assert_eq!(fx.len(), 1, "{fx:?}");
+    assert_eq!(
+        fx,
+        [Effect::Update {
+            namespace: "admin".into(),
+            name: "qwen".into(),
+            patch: json!({"type": "authenticated"})
+        }]
+    );
+    assert!(screen(&s, 120, 30).contains("saving…"));
+    // The server refuses it: the editor stays open with the text, the issue at its line.
+    update(
+        &mut s,
+        Action::Saved {
+            namespace: "admin".into(),
+            name: "qwen".into(),
+            result: Err((
+                "invalid request body".into(),
+                vec![("type".into(), "not allowed here".into())],
+            )),
+        },
+        &Keymap::builtin(),
+    );
+    insta::assert_snapshot!("spec_editor_refused", screen(&s, 120, 30));
+    // Saved: the editor closes and the list reloads.
+    keys(&mut s, &["ctrl-s"]);
+    let fx = update(
+        &mut s,
+        Action::Saved {
+            namespace: "admin".into(),
+            name: "qwen".into(),
+            result: Ok(String::new()),
+        },
+        &Keymap::builtin(),
+    );
+    assert!(matches!(fx[..], [Effect::LoadEndpoints(..)]), "{fx:?}");
+    assert!(screen(&s, 120, 30).contains("saved the spec of admin/qwen"));
+}
+
+#[test]
+fn describe_scrolls_and_searches() {
+    let mut s = state();
+    let raw = json!({
+        "name": "qwen", "type": "public",
+        "model": {"repository": "Qwen/Qwen2.5-7B-Instruct", "env": (0..60).map(|i| (format!("VAR_{i:02}"), json!(format!("value {i}")))).collect::<serde_json::Map<_, _>>()},
+        "status": {"state": "running", "readyReplica": 1, "targetReplica": 1, "updatedAt": "2026-11-22T11:58:00.000Z"}
+    });
+    keys(&mut s, &["tab"]);
+    loaded(&mut s, Ok(vec![EndpointRow::from_json("admin", &raw)]));
+    update(&mut s, Action::Resize(120, 30), &Keymap::builtin());
+    keys(&mut s, &["d"]);
+    let text = screen(&s, 120, 30);
+    assert!(
+        text.contains("VAR_00") && !text.contains("VAR_59"),
+        "{text}"
+    );
+    keys(&mut s, &["/", "v", "a", "r", "_", "5", "0", "enter"]);
+    insta::assert_snapshot!("describe_search", screen(&s, 120, 30));
+    keys(&mut s, &["G"]);
+    let text = screen(&s, 120, 30);
+    assert!(text.contains("VAR_59"), "{text}");
+    keys(&mut s, &["esc"]);
+    assert!(
+        !screen(&s, 120, 30).contains("(n next"),
+        "esc clears the search first"
+    );
+    keys(&mut s, &["esc"]);
+    assert!(!screen(&s, 120, 30).contains("VAR_59"), "then closes");
 }
