@@ -107,9 +107,10 @@ fn main() {
         &keymap,
     );
     let mut full = empty.clone();
+    let seq = full.endpoints_seq;
     update(
         &mut full,
-        Action::EndpointsLoaded(full.endpoints_seq, Ok(endpoints(10_000))),
+        Action::EndpointsLoaded(seq, Ok(endpoints(10_000))),
         &keymap,
     );
     let mut filtered = full.clone();

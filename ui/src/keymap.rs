@@ -234,11 +234,18 @@ impl Keymap {
             .filter(move |b| !(read_only && b.changes_something()))
     }
 
-    /// `keys: description` pairs for the footer.
+    /// `keys: description` pairs for the footer; a binding whose keys the context binds itself is left out.
     pub fn hints(&self, context: Context, read_only: bool) -> Vec<(String, String)> {
-        self.bindings(context, read_only)
-            .map(|b| (b.keys.join("/"), b.description.clone()))
-            .collect()
+        let mut seen: Vec<&str> = Vec::new();
+        let mut out = Vec::new();
+        for b in self.bindings(context, read_only) {
+            if b.keys.iter().all(|k| seen.contains(&k.as_str())) {
+                continue;
+            }
+            seen.extend(b.keys.iter().map(String::as_str));
+            out.push((b.keys.join("/"), b.description.clone()));
+        }
+        out
     }
 
     /// The printed cheat-sheet (`switchyard keys`): one Markdown table.
