@@ -702,7 +702,7 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
         return Vec::new();
     }
     let height = crate::views::pager_height(state.size);
-    if let Some((pager, _)) = state.pager().filter(|(p, _)| p.typing) {
+    if let Some((pager, follow)) = state.pager().filter(|(p, _)| p.typing) {
         match key {
             "esc" => {
                 pager.typing = false;
@@ -711,6 +711,10 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
             }
             "enter" => {
                 pager.typing = false;
+                // Looking for something in logs pauses them, so the match stays put.
+                if let Some(follow) = follow {
+                    *follow = false;
+                }
                 if !pager.find(true, height) {
                     state.message = Some((format!("no match for {:?}", pager.query), true));
                 }
@@ -946,11 +950,11 @@ fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
         Command::Down => state.selected = (state.selected + 1).min(rows.saturating_sub(1)),
         Command::Up => state.selected = state.selected.saturating_sub(1),
         Command::PageDown => {
-            let page = crate::views::list_height(state.size);
+            let page = crate::views::list_height(state.view, state.size);
             state.selected = (state.selected + page).min(rows.saturating_sub(1));
         }
         Command::PageUp => {
-            let page = crate::views::list_height(state.size);
+            let page = crate::views::list_height(state.view, state.size);
             state.selected = state.selected.saturating_sub(page);
         }
         Command::Top => state.selected = 0,

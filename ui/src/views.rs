@@ -19,9 +19,17 @@ pub fn pager_height(size: (u16, u16)) -> usize {
     (size.1 as usize).saturating_sub(6).max(1)
 }
 
-/// Rows of a view's table on a terminal of `size`: status line, footer, border and header taken away.
-pub fn list_height(size: (u16, u16)) -> usize {
-    (size.1 as usize).saturating_sub(3 + 3).max(1)
+/// Rows of the catalog's detail pane (the selected model's recipes), under the list.
+const DETAIL_HEIGHT: u16 = 7;
+
+/// Rows of a view's table on a terminal of `size`: status line, footer, border and header taken away, and the
+/// catalog's detail pane.
+pub fn list_height(view: View, size: (u16, u16)) -> usize {
+    let detail = match view {
+        View::Catalog => DETAIL_HEIGHT as usize,
+        View::Endpoints => 0,
+    };
+    (size.1 as usize).saturating_sub(3 + 3 + detail).max(1)
 }
 
 /// The first row of the list shown, keeping the selection in sight (the same rule `list` draws with).
@@ -33,7 +41,7 @@ fn list_offset(selected: usize, height: usize) -> usize {
 pub fn row_at(state: &State, y: u16) -> Option<usize> {
     // Status line, table border, header.
     let first = 3usize;
-    let height = list_height(state.size);
+    let height = list_height(state.view, state.size);
     let y = (y as usize).checked_sub(first).filter(|y| *y < height)?;
     let rows = state.visible().len();
     let selected = state.selected.min(rows.saturating_sub(1));
@@ -173,6 +181,9 @@ fn list<'a>(
 }
 
 fn catalog(frame: &mut Frame, area: Rect, state: &State) {
+    let [area, detail] =
+        Layout::vertical([Constraint::Min(3), Constraint::Length(DETAIL_HEIGHT)]).areas(area);
+    recipes(frame, detail, state);
     let widths = [
         Constraint::Fill(3),
         Constraint::Fill(2),
@@ -210,6 +221,48 @@ fn catalog(frame: &mut Frame, area: Rect, state: &State) {
                 c.created.clone(),
             ])
         },
+    );
+}
+
+/// The detail pane: the selected model's recipes (all of them with `enter`).
+fn recipes(frame: &mut Frame, area: Rect, state: &State) {
+    let visible = state.visible();
+    let item = visible
+        .get(state.selected.min(visible.len().saturating_sub(1)))
+        .map(|i| &state.catalog[*i]);
+    let room = area.height.saturating_sub(3) as usize;
+    let mut lines = vec![Line::styled(
+        format!(
+            "{:<44} {:<12} {:<12} MODEL FILE",
+            "RECIPE", "ACCELERATOR", "ENGINE"
+        ),
+        Style::new().add_modifier(Modifier::BOLD),
+    )];
+    let title = match item {
+        Some(item) => {
+            let shown = if item.recipes.len() > room {
+                room.saturating_sub(1)
+            } else {
+                room
+            };
+            for (id, accel, engine, file) in item.recipes.iter().take(shown) {
+                lines.push(Line::from(format!(
+                    "{id:<44} {accel:<12} {engine:<12} {file}"
+                )));
+            }
+            if item.recipes.len() > shown {
+                lines.push(Line::styled(
+                    format!("… {} more (enter shows all)", item.recipes.len() - shown),
+                    Style::new().fg(Color::DarkGray),
+                ));
+            }
+            format!(" recipes of {} ({}) ", item.repo_id, item.recipes.len())
+        }
+        None => " recipes ".to_string(),
+    };
+    frame.render_widget(
+        Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(title)),
+        area,
     );
 }
 

@@ -360,3 +360,49 @@ fn describe_scrolls_and_searches() {
     keys(&mut s, &["esc"]);
     assert!(!screen(&s, 120, 30).contains("VAR_59"), "then closes");
 }
+
+#[test]
+fn logs_with_a_search_and_the_command_line() {
+    let mut s = state();
+    update(&mut s, Action::Resize(120, 24), &Keymap::builtin());
+    keys(&mut s, &["tab", "l"]);
+    let output: Vec<String> = (0..40)
+        .map(|i| {
+            if i % 9 == 4 {
+                format!("2026-11-22T11:{i:02}:00Z WARN slow request {i}")
+            } else {
+                format!("2026-11-22T11:{i:02}:00Z INFO request {i} 200")
+            }
+        })
+        .collect();
+    update(
+        &mut s,
+        Action::LogsLoaded {
+            namespace: "admin".into(),
+            name: "qwen".into(),
+            text: Ok(output.join("\n")),
+        },
+        &Keymap::builtin(),
+    );
+    let text = screen(&s, 120, 24);
+    assert!(
+        text.contains("request 39") && !text.contains("request 0 "),
+        "{text}"
+    );
+    keys(&mut s, &["/", "w", "a", "r", "n", "enter"]);
+    insta::assert_snapshot!("logs_search", screen(&s, 120, 24));
+    keys(&mut s, &["esc", "esc", ":"]);
+    for c in "server http://10.0.0.5:8080 sy_secret".chars() {
+        let k = if c == ' ' {
+            "space".to_string()
+        } else {
+            c.to_string()
+        };
+        keys(&mut s, &[&k]);
+    }
+    let text = screen(&s, 120, 24);
+    assert!(
+        text.contains(":server http://10.0.0.5:8080 •••••••••") && !text.contains("sy_secret"),
+        "{text}"
+    );
+}
