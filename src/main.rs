@@ -185,7 +185,7 @@ async fn console(common: &Common, args: &ConsoleArgs) -> Result<()> {
         .init();
     let log_file = log_dir.join("console.log.<date>").display().to_string();
     let keymap_text = user_file(common, "keymap.toml");
-    // The token for remote servers (`--server`, and `:server URL` in the console).
+    // The token for `--server` (and `:server` back to that same URL).
     let remote_token = args
         .token
         .clone()
@@ -197,7 +197,7 @@ async fn console(common: &Common, args: &ConsoleArgs) -> Result<()> {
             read_only: args.read_only,
             log_file,
             keymap_text,
-            remote_token,
+            remote_token: remote_token.map(|t| (url.clone(), t)),
             mouse: args.mouse,
             server_stopped: None,
         };
@@ -245,7 +245,7 @@ async fn console(common: &Common, args: &ConsoleArgs) -> Result<()> {
         read_only: args.read_only,
         log_file,
         keymap_text,
-        remote_token,
+        remote_token: None,
         mouse: args.mouse,
         server_stopped: Some(server_stopped),
     };

@@ -35,9 +35,10 @@ pub struct Options {
     pub log_file: String,
     /// The user's keymap overrides, if the file exists.
     pub keymap_text: Option<String>,
-    /// The token for `:server URL` without one (`--token`, `SWITCHYARD_TOKEN`, the config dir's token file).
-    /// Never the in-process server's own admin token.
-    pub remote_token: Option<String>,
+    /// The `--server` URL and its token (`--token`, `SWITCHYARD_TOKEN`, the config dir's token file): `:server`
+    /// to that same URL without a token uses it. It never goes to another server, and the in-process server's
+    /// admin token never leaves the console.
+    pub remote_token: Option<(String, String)>,
     /// Mouse support: the wheel scrolls, a click selects a row (the terminal's own selection then needs shift).
     pub mouse: bool,
     /// Tells why the in-process server stopped, if it stops on its own.
@@ -181,6 +182,9 @@ fn read_input(tx: mpsc::UnboundedSender<(u64, Action)>, gate: Arc<InputGate>) {
 /// The epoch of actions that do not come from a server (keys, ticks): never dropped.
 const ALWAYS: u64 = u64::MAX;
 
+/// `$EDITOR` has the terminal: a SIGINT is meant for it.
+static EDITING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 async fn event_loop(
     terminal: &mut ratatui::DefaultTerminal,
     state: &mut State,
@@ -193,21 +197,30 @@ async fn event_loop(
     let (tx, mut rx) = mpsc::unbounded_channel::<(u64, Action)>();
     let gate = Arc::new(InputGate::default());
     read_input(tx.clone(), gate.clone());
-    // SIGTERM and SIGHUP (a closed ssh session) quit like ctrl-c: the terminal and the server are put back.
+    // SIGTERM, SIGHUP (a closed ssh session) and SIGINT quit like ctrl-c: the terminal and the server are
+    // put back. SIGINT while `$EDITOR` has the terminal is the editor's (ctrl-c typed there reaches us too).
     #[cfg(unix)]
     {
         let signals = tx.clone();
         tokio::spawn(async move {
             use tokio::signal::unix::{signal, SignalKind};
-            let (Ok(mut term), Ok(mut hup)) = (
+            let (Ok(mut term), Ok(mut hup), Ok(mut int)) = (
                 signal(SignalKind::terminate()),
                 signal(SignalKind::hangup()),
+                signal(SignalKind::interrupt()),
             ) else {
                 return;
             };
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = hup.recv() => {}
+            loop {
+                tokio::select! {
+                    _ = term.recv() => break,
+                    _ = hup.recv() => break,
+                    _ = int.recv() => {
+                        if !EDITING.load(std::sync::atomic::Ordering::SeqCst) {
+                            break;
+                        }
+                    }
+                }
             }
             let _ = signals.send((ALWAYS, Action::Key(Key("ctrl-c".into()))));
         });
@@ -252,7 +265,10 @@ async fn event_loop(
                         Effect::Connect(to) => {
                             client = match to {
                                 Some((url, token)) => {
-                                    Client::new(&url, token.or(options.remote_token.clone()))
+                                    let known = options.remote_token.as_ref().filter(|(u, _)| {
+                                        u.trim_end_matches('/') == url.trim_end_matches('/')
+                                    });
+                                    Client::new(&url, token.or(known.map(|(_, t)| t.clone())))
                                 }
                                 None => home.clone(),
                             }
@@ -330,12 +346,14 @@ fn edit_externally(
     let _ = execute!(out, event::DisableMouseCapture, term::LeaveAlternateScreen);
     let _ = term::disable_raw_mode();
     // Through the shell, so `EDITOR="code --wait"` works as it does for git.
+    EDITING.store(true, std::sync::atomic::Ordering::SeqCst);
     let status = std::process::Command::new("sh")
         .arg("-c")
         .arg(format!("{editor} \"$1\""))
         .arg("switchyard")
         .arg(&path)
         .status();
+    EDITING.store(false, std::sync::atomic::Ordering::SeqCst);
     let _ = term::enable_raw_mode();
     let _ = execute!(out, term::EnterAlternateScreen);
     if mouse {

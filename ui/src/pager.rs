@@ -100,8 +100,12 @@ impl Pager {
     pub fn matches_in<'a>(&'a self, line: &'a str) -> impl Iterator<Item = (usize, usize)> + 'a {
         let query = self.query.to_lowercase();
         let lower = line.to_lowercase();
-        // Lowercasing can change byte lengths outside ASCII: highlight only when it did not.
-        let usable = !query.is_empty() && lower.len() == line.len();
+        // Lowercasing can change a character's byte length (e.g. the Kelvin sign): highlight only when no
+        // character's did, so offsets in `lower` are offsets in `line`.
+        let usable = !query.is_empty()
+            && line
+                .chars()
+                .all(|c| c.to_lowercase().map(char::len_utf8).sum::<usize>() == c.len_utf8());
         let mut at = 0;
         std::iter::from_fn(move || {
             if !usable {
@@ -167,5 +171,11 @@ mod tests {
             p.matches_in(line).collect::<Vec<_>>(),
             vec![(3, 8), (16, 21)]
         );
+        // Characters whose lowercase has another length: found, but not highlighted (no slicing mid-char).
+        p.query = "k".into();
+        assert_eq!(p.matches_in("ȺȺ\u{212A}").count(), 0);
+        p.lines = vec!["ȺȺ\u{212A}".into()];
+        p.current = None;
+        assert!(p.find(true, 10));
     }
 }

@@ -30,11 +30,11 @@ impl Format {
     }
 
     /// A spec as text. TOML has no null: null fields are left out, which the update reads as "unchanged"
-    /// (see [`patch`]).
-    pub fn write(self, spec: &Value) -> String {
+    /// (see [`patch`]). Some JSON has no TOML form at all (a null inside an array, a number past i64): an error.
+    pub fn write(self, spec: &Value) -> Result<String, String> {
         match self {
-            Format::Json => serde_json::to_string_pretty(spec).unwrap_or_default(),
-            Format::Toml => toml::to_string_pretty(&without_nulls(spec)).unwrap_or_default(),
+            Format::Json => serde_json::to_string_pretty(spec).map_err(|e| e.to_string()),
+            Format::Toml => toml::to_string_pretty(&without_nulls(spec)).map_err(|e| e.to_string()),
         }
     }
 
@@ -95,7 +95,11 @@ fn diff(before: &Value, after: &Value, path: &[&str]) -> Value {
                     Some(old) if old == new => {}
                     Some(old @ Value::Object(_)) if new.is_object() => {
                         let here = [path, &[k.as_str()]].concat();
-                        out.insert(k.clone(), diff(old, new, &here));
+                        let inner = diff(old, new, &here);
+                        // Nothing changed inside (e.g. only a redacted secret was dropped): nothing to send.
+                        if inner.as_object().is_none_or(|m| !m.is_empty()) {
+                            out.insert(k.clone(), inner);
+                        }
                     }
                     _ => {
                         out.insert(k.clone(), new.clone());
@@ -162,13 +166,20 @@ pub fn line_of(lines: &[String], path: &str) -> usize {
     at
 }
 
-/// The line of `path` in TOML: the deepest table header the path goes through (`[compute.scaling]`,
-/// `[[compute.scaling.schedule]]`), then the key after it.
+/// The line of `path` in TOML: the deepest table header the path goes through (`[compute.scaling]`, or the
+/// n-th `[[compute.scaling.schedule]]` for `schedule[n]`), then the key after it.
 fn toml_line_of(lines: &[String], path: &str) -> usize {
-    let keys: Vec<&str> = path
+    // (key, index into an array of tables)
+    let segments: Vec<(&str, usize)> = path
         .split('.')
-        .map(|s| s.split('[').next().unwrap_or(s))
-        .filter(|s| !s.is_empty())
+        .filter_map(|s| {
+            let mut parts = s.split('[');
+            let key = parts.next().filter(|k| !k.is_empty())?;
+            let index = parts
+                .next()
+                .and_then(|i| i.trim_end_matches(']').parse().ok());
+            Some((key, index.unwrap_or(0)))
+        })
         .collect();
     let header = |l: &str| -> Option<String> {
         let t = l.trim();
@@ -177,19 +188,24 @@ fn toml_line_of(lines: &[String], path: &str) -> usize {
             .or_else(|| t.strip_prefix('[').and_then(|t| t.strip_suffix(']')))
             .map(|h| h.replace('"', ""))
     };
-    for depth in (0..=keys.len()).rev() {
-        let table = keys[..depth].join(".");
+    for depth in (0..=segments.len()).rev() {
+        let table: Vec<&str> = segments[..depth].iter().map(|(k, _)| *k).collect();
+        let table = table.join(".");
         let start = if depth == 0 {
             Some(0)
         } else {
+            let nth = segments[depth - 1].1;
             lines
                 .iter()
-                .position(|l| header(l).as_deref() == Some(table.as_str()))
+                .enumerate()
+                .filter(|(_, l)| header(l).as_deref() == Some(table.as_str()))
+                .nth(nth)
+                .map(|(i, _)| i)
         };
         let Some(start) = start else {
             continue;
         };
-        let Some(key) = keys.get(depth) else {
+        let Some((key, _)) = segments.get(depth) else {
             return start;
         };
         let found = lines[start..]
@@ -249,7 +265,7 @@ impl SpecEditor {
     pub fn new(namespace: &str, name: &str, endpoint: &Value) -> SpecEditor {
         let mut spec = endpoint.clone();
         strip_response_fields(&mut spec);
-        let text = Format::Json.write(&spec);
+        let text = Format::Json.write(&spec).unwrap_or_default();
         SpecEditor::with_text(namespace, name, spec, Format::Json, &text)
     }
 
@@ -315,13 +331,15 @@ impl SpecEditor {
             Format::Json => Format::Toml,
             Format::Toml => Format::Json,
         };
-        match self.format.read(&self.contents()) {
-            Ok(value) => {
-                let text = other.write(&value);
+        match self.format.read(&self.contents()).map(|v| other.write(&v)) {
+            Ok(Ok(text)) => {
                 self.text = TextArea::new(text.lines().map(str::to_string).collect());
                 self.format = other;
                 self.note = None;
                 self.check();
+            }
+            Ok(Err(e)) => {
+                self.note = Some(format!("this spec has no {} form: {e}", other.name()));
             }
             Err((line, _)) => {
                 self.note = Some(format!(
@@ -344,6 +362,22 @@ impl SpecEditor {
                 let Ok(spec) = self.parsed() else {
                     return Outcome::Stay;
                 };
+                // A secret is shown as null; the API keeps a secret sent as null, so deleting its line
+                // cannot remove it. Say so rather than save something that does not do what it seems to.
+                let kept: Vec<&String> = self.original["model"]["secrets"]
+                    .as_object()
+                    .into_iter()
+                    .flat_map(|m| m.keys())
+                    .filter(|k| spec["model"]["secrets"].get(k.as_str()).is_none())
+                    .collect();
+                if !kept.is_empty() {
+                    self.note =
+                        Some(format!(
+                        "secrets cannot be removed by deleting them here (the API keeps them): {}",
+                        kept.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
+                    ));
+                    return Outcome::Stay;
+                }
                 let update = patch(&self.original, &spec);
                 if update.as_object().is_some_and(Map::is_empty) {
                     self.note = Some("nothing changed".into());
@@ -444,6 +478,27 @@ mod tests {
             json!({"a": 2, "env": {"Y": null}, "model": {"image": {"tei": {"url": "u"}}}, "new": true})
         );
         assert_eq!(patch(&before, &before), json!({}));
+        // Objects in which nothing changed are left out.
+        let with_secret = json!({"model": {"secrets": {"K": null}, "repository": "r"}});
+        let dropped = json!({"model": {"secrets": {}, "repository": "r"}});
+        assert_eq!(patch(&with_secret, &dropped), json!({}));
+    }
+
+    #[test]
+    fn deleting_a_secret_is_refused_with_a_reason() {
+        let mut ep = endpoint();
+        ep["model"]["secrets"] = json!({"HF_TOKEN": null});
+        let mut e = SpecEditor::new("ns", "ep", &ep);
+        let text = e.contents().replace("\"HF_TOKEN\": null", "");
+        e.text = TextArea::new(text.lines().map(str::to_string).collect());
+        e.check();
+        assert!(e.issues.is_empty(), "{:?}", e.issues);
+        assert_eq!(e.on_key("ctrl-s"), Outcome::Stay);
+        assert!(
+            e.note.as_deref().unwrap_or("").contains("HF_TOKEN"),
+            "{:?}",
+            e.note
+        );
     }
 
     #[test]
@@ -470,6 +525,24 @@ mod tests {
         let back: Value = serde_json::from_str(&e.contents()).unwrap();
         let first: Value = serde_json::from_str(&json_text).unwrap();
         assert_eq!(patch(&first, &back), json!({}), "{}", e.contents());
+        // The n-th entry of an array of tables.
+        let lines: Vec<String> = "[compute.scaling]\nmaxReplica = 3\n[[compute.scaling.schedule]]\nat = \"08:00\"\n[[compute.scaling.schedule]]\nat = \"20:00\"\n"
+            .lines()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(toml_line_of(&lines, "compute.scaling.schedule[1].at"), 5);
+        assert_eq!(toml_line_of(&lines, "compute.scaling.schedule[0].at"), 3);
+        // A spec with no TOML form keeps its text.
+        let mut j =
+            SpecEditor::with_text("ns", "ep", json!({}), Format::Json, "{\"a\": [1, null]}");
+        j.on_key("ctrl-t");
+        assert_eq!(j.format, Format::Json);
+        assert_eq!(j.contents(), "{\"a\": [1, null]}");
+        assert!(
+            j.note.as_deref().unwrap_or("").contains("no TOML form"),
+            "{:?}",
+            j.note
+        );
         // A syntax error in TOML is placed at its line, and blocks switching.
         let broken = "name = \"ep\"\n[compute\nx = 1\n";
         let mut t = SpecEditor::with_text("ns", "ep", json!({}), Format::Toml, broken);

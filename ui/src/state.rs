@@ -630,7 +630,10 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
         }
         Action::ServerStopped(why) => {
             state.message = Some((format!("the in-process server stopped: {why}"), true));
-            state.connection = Connection::Unreachable(why);
+            // Only while the console is on it: after `:server URL` the other server is still fine.
+            if state.server == state.home {
+                state.connection = Connection::Unreachable(why);
+            }
             Vec::new()
         }
         Action::Deployed(Ok(endpoint)) => {
@@ -819,8 +822,16 @@ fn on_pager(state: &mut State, command: Command) -> Vec<Effect> {
             pager.query.clear();
             pager.current = None;
         }
-        Command::Down => pager.scroll(1, height),
-        Command::PageDown => pager.scroll(page, height),
+        Command::Down | Command::PageDown => {
+            pager.scroll(if command == Command::Down { 1 } else { page }, height);
+            // Down to the end keeps following; anywhere above it pauses.
+            let at_end = pager.first_line(height) + height >= pager.lines.len();
+            match follow {
+                Some(true) if at_end => pager.tail = true,
+                Some(true) => pause = true,
+                _ => {}
+            }
+        }
         Command::Up => {
             pager.scroll(-1, height);
             pause = true;
@@ -1097,20 +1108,22 @@ impl State {
     }
 }
 
-/// The command line as shown: a token typed after `:server URL` is masked.
+/// The command line as shown: whatever follows the URL of `:server URL` (a token) is masked, split the way
+/// the command itself splits it.
 pub fn shown_command(text: &str) -> String {
-    let words: Vec<&str> = text.split(' ').collect();
-    match words.as_slice() {
-        ["server", url, token, rest @ ..] if !token.is_empty() => {
-            let mut shown = format!("server {url} {}", "•".repeat(token.chars().count()));
-            for w in rest {
-                shown.push(' ');
-                shown.push_str(w);
-            }
-            shown
-        }
-        _ => text.to_string(),
+    let mut words = text.split_whitespace();
+    if words.next() != Some("server") {
+        return text.to_string();
     }
+    let Some(url) = words.next() else {
+        return text.to_string();
+    };
+    let after_url = text.find(url).map_or(text.len(), |i| i + url.len());
+    let masked: String = text[after_url..]
+        .chars()
+        .map(|c| if c.is_whitespace() { c } else { '•' })
+        .collect();
+    format!("{}{masked}", &text[..after_url])
 }
 
 fn run_command(state: &mut State, cmd: &str) -> Vec<Effect> {
@@ -1573,6 +1586,11 @@ mod tests {
             panic!("{:?}", s.overlay)
         };
         assert_eq!(shown_command(text), "server http://10.0.0.5:8080 •••••••••");
+        assert_eq!(
+            shown_command(" server  http://h  tok en"),
+            " server  http://h  ••• ••"
+        );
+        assert_eq!(shown_command("catalog task=x"), "catalog task=x");
         let epoch = s.epoch;
         let fx = key(&mut s, "enter");
         assert_eq!(
@@ -1655,6 +1673,10 @@ mod tests {
         assert_eq!(pager(&s).0.current, Some(42));
         // space follows again, at the end.
         assert_eq!(key(&mut s, "space").len(), 1);
+        assert!(pager(&s).1 && pager(&s).0.tail);
+        // Down at the end (a key, or the mouse wheel) keeps following.
+        key(&mut s, "j");
+        update(&mut s, Action::Wheel(true), &Keymap::builtin());
         assert!(pager(&s).1 && pager(&s).0.tail);
     }
 
