@@ -4,6 +4,8 @@
 //! CIDR + cache lookup + least connections) against the plain path, cache hits against the direct
 //! replica, and the control plane's share of a cold start (0 → ready through Switchyard, minus the
 //! engine's own start). The replica is the workspace's test engine, a real child process on loopback.
+//! A raw TCP relay (bytes copied both ways, no HTTP) on the server's runtime shows the floor that the
+//! kernel and the scheduler set for any proxy on the machine.
 //!
 //! Run: `cargo build --release -p switchyard-test-engine && cargo bench -p switchyard-server --bench proxy`.
 //! Set `BENCH_SECONDS` to change the measured time per scenario (default 2.0).
@@ -316,7 +318,30 @@ async fn switchyard_start(srv: &Server) -> Duration {
     took
 }
 
-async fn bench(srv: &Server, engine: &Path, secs: f64) {
+/// The floor under any proxy: a TCP relay on the server's runtime that copies bytes both ways without
+/// reading them (no HTTP, no routing). Whatever it adds over the direct call, the kernel and the scheduler
+/// cost every proxy on this machine. Returns its URL for `ROUTE`.
+fn relay(server: &tokio::runtime::Handle, to: String) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind relay");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let addr = listener.local_addr().expect("relay addr");
+    server.spawn(async move {
+        let listener = tokio::net::TcpListener::from_std(listener).expect("relay listener");
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let to = to.clone();
+            tokio::spawn(async move {
+                let _ = inbound.set_nodelay(true);
+                if let Ok(mut out) = tokio::net::TcpStream::connect(&to).await {
+                    let _ = out.set_nodelay(true);
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                }
+            });
+        }
+    });
+    format!("http://{addr}{ROUTE}")
+}
+
+async fn bench(srv: &Server, engine: &Path, secs: f64, server: tokio::runtime::Handle) {
     let full_features = json!({
         "type": "authenticated",
         "network": {"cidrBlock": true, "cidrList": ["127.0.0.0/8"]},
@@ -339,7 +364,9 @@ async fn bench(srv: &Server, engine: &Path, secs: f64) {
     // The replica's own address: the runtime gave it `PORT`, which the engine tells at `/env/PORT`.
     let env = format!("{}/endpoints/{NS}/plain/env/PORT", srv.url);
     let port = srv.http.get(env).send().await.expect("env").text().await;
-    let direct = format!("http://127.0.0.1:{}{ROUTE}", port.expect("port").trim());
+    let port = port.expect("port").trim().to_string();
+    let direct = format!("http://127.0.0.1:{port}{ROUTE}");
+    let relayed = relay(&server, format!("127.0.0.1:{port}"));
 
     let post = |url: &str, token: Option<&str>, unique: bool| -> Make {
         let (http, url, token) = (srv.http.clone(), url.to_string(), token.map(str::to_string));
@@ -356,6 +383,7 @@ async fn bench(srv: &Server, engine: &Path, secs: f64) {
         })
     };
     let direct = post(&direct, None, false);
+    let relayed = post(&relayed, None, false);
     let plain = post(&srv.route_url("plain"), None, false);
     let full = post(&srv.route_url("full"), Some(&srv.token), true);
     let cached = post(&srv.route_url("cached"), None, false);
@@ -368,8 +396,14 @@ async fn bench(srv: &Server, engine: &Path, secs: f64) {
     let head = "con    req/s   p50 µs   p99 µs    proxy  client  engine";
     println!("{:<40} {head}", "scenario");
     let (base, plain_name) = ("direct to the replica (baseline)", "proxy, plain");
+    let floor = "raw TCP relay (floor for any proxy)";
     let all = "proxy, auth+CIDR+cache miss+least conn";
-    let one = [(base, &direct), (plain_name, &plain), (all, &full)];
+    let one = [
+        (base, &direct),
+        (plain_name, &plain),
+        (all, &full),
+        (floor, &relayed),
+    ];
     let one = compare(srv, 1, secs, &one).await;
     let hits = "proxy, cache hits";
     let many = [
@@ -377,6 +411,7 @@ async fn bench(srv: &Server, engine: &Path, secs: f64) {
         (plain_name, &plain),
         (all, &full),
         (hits, &cached),
+        (floor, &relayed),
     ];
     let many = compare(srv, 64, secs, &many).await;
 
@@ -416,6 +451,21 @@ async fn bench(srv: &Server, engine: &Path, secs: f64) {
             true,
         ),
     ];
+    // The same figures for the byte relay: what no proxy here can do better than.
+    let (relay50, relay99) = added(&one[3]);
+    let relay_ratio = many[4].rps / many[0].rps;
+    println!(
+        "{:<40} {relay50:>10.2} µs   (added p50 of the raw TCP relay)",
+        "floor"
+    );
+    println!(
+        "{:<40} {relay99:>10.2} µs   (added p99 of the raw TCP relay)",
+        "floor"
+    );
+    println!(
+        "{:<40} {relay_ratio:>10.2} ×    (req/s ÷ direct of the raw TCP relay, 64 connections)",
+        "floor"
+    );
     // `at_most`: which side of the target passes.
     for (name, value, unit, target, at_most) in figures {
         let pass = if at_most {
@@ -450,7 +500,7 @@ fn main() {
     };
     let server_rt = runtime("server");
     let srv = server_rt.block_on(start(http));
-    runtime("load").block_on(bench(&srv, &engine, secs));
+    runtime("load").block_on(bench(&srv, &engine, secs, server_rt.handle().clone()));
     // A clean shutdown stops every replica.
     let _ = srv.stop.send(());
     let wait = async { tokio::time::timeout(Duration::from_secs(30), srv.done).await };

@@ -249,11 +249,10 @@ async fn event_loop(
     }
     // The catalog loads once signed in.
     spawn_effect(&client, Effect::SignIn, state.epoch, tx.clone());
+    // The first frame at once; after it, a frame only when an action changed something on screen.
+    terminal.draw(|f| views::draw(f, state, keymap))?;
+    state.dirty = false;
     while let Some(first) = rx.recv().await {
-        if state.dirty {
-            state.dirty = false;
-            terminal.draw(|f| views::draw(f, state, keymap))?;
-        }
         // Everything that is already waiting is applied before one redraw.
         let mut next = Some(first);
         while let Some((epoch, action)) = next {
