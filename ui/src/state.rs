@@ -1208,6 +1208,25 @@ mod tests {
         update(s, Action::Key(Key(k.into())), &Keymap::builtin())
     }
 
+    /// Types `text` a key at a time (spaces as `space`).
+    fn typed(s: &mut State, text: &str) {
+        for c in text.chars() {
+            key(
+                s,
+                &if c == ' ' {
+                    "space".into()
+                } else {
+                    c.to_string()
+                },
+            );
+        }
+    }
+
+    fn signed_in(s: &mut State) {
+        let who = Action::SignedIn(Ok(("alice".into(), vec![])));
+        update(s, who, &Keymap::builtin());
+    }
+
     fn endpoints() -> Vec<EndpointRow> {
         ["alpha", "beta", "gamma"]
             .iter()
@@ -1274,9 +1293,7 @@ mod tests {
         key(&mut s, "esc");
         assert_eq!(s.visible().len(), 3);
         key(&mut s, ":");
-        for c in "catalog".chars() {
-            key(&mut s, &c.to_string());
-        }
+        typed(&mut s, "catalog");
         assert!(matches!(&key(&mut s, "enter")[..], [Effect::LoadCatalog(_, f)] if f.is_empty()));
         assert_eq!(s.view, View::Catalog);
         key(&mut s, ":");
@@ -1324,16 +1341,7 @@ mod tests {
     fn catalog_filters_and_logs() {
         let mut s = state();
         key(&mut s, ":");
-        for c in "catalog task=text-generation limit=5".chars() {
-            key(
-                &mut s,
-                &if c == ' ' {
-                    "space".to_string()
-                } else {
-                    c.to_string()
-                },
-            );
-        }
+        typed(&mut s, "catalog task=text-generation limit=5");
         let fx = key(&mut s, "enter");
         let want = vec![
             ("task".to_string(), "text-generation".to_string()),
@@ -1342,11 +1350,7 @@ mod tests {
         assert_eq!(fx, [Effect::LoadCatalog(1, want.clone())]);
         assert_eq!(s.catalog_filters, want);
         // A filter the server refuses is shown, and the server is still considered up.
-        update(
-            &mut s,
-            Action::SignedIn(Ok(("alice".into(), vec![]))),
-            &Keymap::builtin(),
-        );
+        signed_in(&mut s);
         let seq = s.catalog_seq;
         update(
             &mut s,
@@ -1521,11 +1525,7 @@ mod tests {
     #[test]
     fn stale_answers_are_dropped_and_idle_ticks_draw_nothing() {
         let mut s = state();
-        update(
-            &mut s,
-            Action::SignedIn(Ok(("alice".into(), vec![]))),
-            &Keymap::builtin(),
-        );
+        signed_in(&mut s);
         // Two catalog loads under way; the older answer arrives last and is dropped.
         key(&mut s, "r");
         assert_eq!(s.catalog_seq, 2);
@@ -1566,22 +1566,9 @@ mod tests {
     #[test]
     fn switching_server_forgets_the_old_one() {
         let mut s = state();
-        update(
-            &mut s,
-            Action::SignedIn(Ok(("alice".into(), vec![]))),
-            &Keymap::builtin(),
-        );
+        signed_in(&mut s);
         key(&mut s, ":");
-        for c in "server http://10.0.0.5:8080 sy_secret".chars() {
-            key(
-                &mut s,
-                &if c == ' ' {
-                    "space".into()
-                } else {
-                    c.to_string()
-                },
-            );
-        }
+        typed(&mut s, "server http://10.0.0.5:8080 sy_secret");
         let Overlay::Command(text) = &s.overlay else {
             panic!("{:?}", s.overlay)
         };
@@ -1609,25 +1596,14 @@ mod tests {
         assert_eq!(s.connection, Connection::Connecting);
         // Back home; a URL that is not one is refused and changes nothing.
         key(&mut s, ":");
-        for c in "server".chars() {
-            key(&mut s, &c.to_string());
-        }
+        typed(&mut s, "server");
         assert_eq!(
             key(&mut s, "enter"),
             [Effect::Connect(None), Effect::SignIn]
         );
         assert_eq!(s.server, "in-process");
         key(&mut s, ":");
-        for c in "server ftp://x".chars() {
-            key(
-                &mut s,
-                &if c == ' ' {
-                    "space".into()
-                } else {
-                    c.to_string()
-                },
-            );
-        }
+        typed(&mut s, "server ftp://x");
         assert!(key(&mut s, "enter").is_empty());
         assert_eq!(s.epoch, epoch + 2);
     }
