@@ -7,6 +7,7 @@
 pub mod balance;
 pub mod cache;
 pub mod metrics;
+pub mod upstream;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -32,7 +33,6 @@ use crate::clock::Clock;
 use crate::config::ProxyConfig;
 use crate::crypto::hash_token;
 use crate::model::{Cidr, EndpointState, EndpointType};
-use crate::runtime::reconciler::HttpClient;
 use crate::runtime::{Route, RouteTable, RuntimeHandle};
 use crate::store::Store;
 use cache::{Cached, ResponseCache};
@@ -58,7 +58,6 @@ type TokenAnswer = Result<String, (StatusCode, String)>;
 pub struct ProxyInner {
     pub table: watch::Receiver<Arc<RouteTable>>,
     pub runtime: RuntimeHandle,
-    pub http: HttpClient,
     pub store: Arc<dyn Store>,
     pub clock: Arc<dyn Clock>,
     pub config: ProxyConfig,
@@ -100,7 +99,6 @@ impl Proxy {
             inner: Arc::new(ProxyInner {
                 table: runtime.table.clone(),
                 runtime,
-                http: crate::runtime::reconciler::http_client(),
                 store,
                 clock,
                 cache: ResponseCache::new(config.cache_max_bytes, config.cache_max_entry_bytes),
@@ -269,13 +267,22 @@ impl Drop for Held<'_> {
 }
 
 /// Counts a request in flight for the scaler and `least_connections` until dropped.
-struct InFlight(Arc<Route>, Option<Arc<crate::runtime::Backend>>);
+/// A request in flight: counted on its route and replica until its response has been passed on, when the
+/// replica connection it used goes back to the replica's pool.
+struct InFlight(
+    Arc<Route>,
+    Option<Arc<crate::runtime::Backend>>,
+    Option<hyper::client::conn::http1::SendRequest<Body>>,
+);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.activity.in_flight.fetch_sub(1, Ordering::Relaxed);
         if let Some(b) = &self.1 {
             b.in_flight.fetch_sub(1, Ordering::Relaxed);
+            if let Some(sender) = self.2.take() {
+                b.pool.give_back(sender);
+            }
         }
     }
 }
@@ -484,7 +491,7 @@ impl Proxy {
         };
         route.activity.touch(self.clock.now());
         route.activity.in_flight.fetch_add(1, Ordering::Relaxed);
-        let mut guard = InFlight(route.clone(), None);
+        let mut guard = InFlight(route.clone(), None, None);
 
         let session = parts
             .headers
@@ -514,15 +521,12 @@ impl Proxy {
         backend.in_flight.fetch_add(1, Ordering::Relaxed);
         guard.1 = Some(backend.clone());
 
+        // Origin form (`/path?query`): the connection is the replica's already.
         let path_and_query = match parts.uri.query() {
             Some(q) => PathAndQuery::try_from(format!("{rest}?{q}")),
             None => PathAndQuery::try_from(rest),
         };
-        let mut uri = axum::http::uri::Parts::default();
-        uri.scheme = Some(axum::http::uri::Scheme::HTTP);
-        uri.authority = Some(backend.authority.clone());
-        uri.path_and_query = path_and_query.ok();
-        let Ok(uri) = Uri::from_parts(uri) else {
+        let Ok(uri) = path_and_query.map(Uri::from) else {
             return ApiError::BadRequest("invalid request path".into()).into_response();
         };
         // The caller's headers go on as they are, less the hop-by-hop ones, our token (it is for us, not
@@ -544,8 +548,17 @@ impl Proxy {
         *out.method_mut() = parts.method;
         *out.uri_mut() = uri;
         *out.headers_mut() = headers;
-        let resp = match self.http.request(out).await {
-            Ok(r) => r,
+        // HTTP/1.1 needs a Host; a caller's own goes on as it is.
+        if !out.headers().contains_key(header::HOST) {
+            if let Ok(host) = HeaderValue::from_str(backend.authority.as_str()) {
+                out.headers_mut().insert(header::HOST, host);
+            }
+        }
+        let resp = match upstream::send(&backend.pool, backend.addr, out).await {
+            Ok((r, sender)) => {
+                guard.2 = Some(sender);
+                r
+            }
             Err(e) => {
                 tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
                 return ApiError::BadGateway("the endpoint's replica did not answer".into())

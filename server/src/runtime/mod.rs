@@ -70,6 +70,8 @@ pub struct Backend {
     pub authority: axum::http::uri::Authority,
     /// Requests in flight to this replica (least-connections balancing).
     pub in_flight: AtomicU32,
+    /// The proxy's idle connections to it.
+    pub pool: crate::proxy::upstream::Pool,
 }
 
 impl Backend {
@@ -80,6 +82,7 @@ impl Backend {
             replica_id,
             addr,
             in_flight: AtomicU32::new(0),
+            pool: Default::default(),
         }
     }
 }

@@ -1,0 +1,224 @@
+//! Connections from the proxy to replicas: HTTP/1.1 on loopback, kept per replica and reused.
+//!
+//! Leaner than a general-purpose client on the hot path: a replica's idle connections sit in its own
+//! [`Pool`] (no lookup by host), a request takes one, and the connection goes back when the response has been
+//! passed on in full. A pooled connection the replica closed meanwhile is noticed before anything was sent,
+//! and the request goes out on a new one.
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+
+/// Idle connections kept per replica; more are closed when they come back.
+const IDLE_PER_REPLICA: usize = 256;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A replica's idle connections.
+#[derive(Default)]
+pub struct Pool {
+    idle: Mutex<Vec<SendRequest<Body>>>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let idle = self.idle.lock().map(|i| i.len()).unwrap_or(0);
+        f.debug_struct("Pool").field("idle", &idle).finish()
+    }
+}
+
+impl Pool {
+    fn take(&self) -> Option<SendRequest<Body>> {
+        let mut idle = self.idle.lock().ok()?;
+        while let Some(sender) = idle.pop() {
+            if !sender.is_closed() {
+                return Some(sender);
+            }
+        }
+        None
+    }
+
+    /// A connection whose exchange is over (the response was read to its end).
+    pub fn give_back(&self, sender: SendRequest<Body>) {
+        if sender.is_closed() {
+            return;
+        }
+        if let Ok(mut idle) = self.idle.lock() {
+            if idle.len() < IDLE_PER_REPLICA {
+                idle.push(sender);
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum Error {
+    Connect(std::io::Error),
+    Http(hyper::Error),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Connect(e) => write!(f, "connecting: {e}"),
+            Error::Http(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+async fn connect(addr: SocketAddr) -> Result<SendRequest<Body>, Error> {
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
+        .await
+        .map_err(|_| Error::Connect(std::io::ErrorKind::TimedOut.into()))?
+        .map_err(Error::Connect)?;
+    stream.set_nodelay(true).map_err(Error::Connect)?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(Error::Http)?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "replica connection ended");
+        }
+    });
+    Ok(sender)
+}
+
+/// Sends `req` (origin-form URI) to the replica at `addr`, on an idle connection of `pool` or a new one.
+/// Returns the response and the connection, to be given back once the response has been read in full.
+pub async fn send(
+    pool: &Pool,
+    addr: SocketAddr,
+    req: Request<Body>,
+) -> Result<(Response<Incoming>, SendRequest<Body>), Error> {
+    let mut req = req;
+    // A pooled connection may have been closed by the replica since: when nothing was sent, the request
+    // comes back and goes out on a new connection.
+    if let Some(mut sender) = pool.take() {
+        if sender.ready().await.is_ok() {
+            match sender.try_send_request(req).await {
+                Ok(resp) => return Ok((resp, sender)),
+                Err(mut e) => match e.take_message() {
+                    Some(back) => req = back,
+                    None => return Err(Error::Http(e.into_error())),
+                },
+            }
+        }
+    }
+    let mut sender = connect(addr).await?;
+    let resp = sender.send_request(req).await.map_err(Error::Http)?;
+    Ok((resp, sender))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[derive(Clone, Copy, PartialEq)]
+    enum Close {
+        Never,
+        /// After one answer, saying so (`connection: close`).
+        Said,
+        /// After one answer, without a word (like an idle timeout on the replica's side).
+        Silently,
+    }
+
+    /// A replica on loopback that answers `ok` to every request, counting the connections it accepted.
+    async fn replica(close: Close) -> (SocketAddr, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    loop {
+                        // Requests here have no body: the head's end is the request's end.
+                        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match conn.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        buf.clear();
+                        let head = if close == Close::Said {
+                            "connection: close\r\n"
+                        } else {
+                            ""
+                        };
+                        let answer =
+                            format!("HTTP/1.1 200 OK\r\n{head}content-length: 2\r\n\r\nok");
+                        if conn.write_all(answer.as_bytes()).await.is_err() || close != Close::Never
+                        {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    async fn get(pool: &Pool, addr: SocketAddr) -> String {
+        let req = Request::builder()
+            .uri("/x")
+            .header("host", "replica")
+            .body(Body::empty())
+            .unwrap();
+        let (resp, sender) = send(pool, addr, req).await.expect("answer");
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        pool.give_back(sender);
+        String::from_utf8_lossy(&body).into_owned()
+    }
+
+    #[tokio::test]
+    async fn connections_are_reused() {
+        let (addr, accepted) = replica(Close::Never).await;
+        let pool = Pool::default();
+        for _ in 0..5 {
+            assert_eq!(get(&pool, addr).await, "ok");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_closed_connection_is_replaced() {
+        let (addr, accepted) = replica(Close::Said).await;
+        let pool = Pool::default();
+        for _ in 0..3 {
+            assert_eq!(get(&pool, addr).await, "ok");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+        // Closed without a word: a pooled connection may look open when taken; the request is not lost.
+        let (addr, accepted) = replica(Close::Silently).await;
+        for _ in 0..20 {
+            assert_eq!(get(&pool, addr).await, "ok");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 20);
+    }
+
+    #[tokio::test]
+    async fn a_replica_that_is_gone_is_an_error() {
+        let addr = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let req = Request::builder().uri("/").body(Body::empty()).unwrap();
+        let err = send(&Pool::default(), addr, req)
+            .await
+            .err()
+            .expect("refused");
+        assert!(matches!(err, Error::Connect(_)), "{err}");
+    }
+}
