@@ -260,12 +260,14 @@ impl Application {
             let _ = rx.wait_for(|s| *s).await;
         };
         if let Some(l) = private_listener {
-            let app = proxy::private_router(proxy.clone());
+            let app = proxy::private_front(proxy.clone());
             let stop = until_stopped(stop_rx.clone());
             tokio::spawn(async move {
                 let serve = axum::serve(
                     l.tap_io(no_delay),
-                    app.into_make_service_with_connect_info::<SocketAddr>(),
+                    axum::ServiceExt::<axum::extract::Request>::into_make_service_with_connect_info::<
+                        SocketAddr,
+                    >(app),
                 )
                 .with_graceful_shutdown(stop);
                 if let Err(e) = serve.await {
@@ -273,12 +275,15 @@ impl Application {
                 }
             });
         }
-        let app = proxy::router(proxy.clone())
-            .merge(api::router(state.clone()))
-            .layer(axum::middleware::from_fn_with_state(proxy, proxy::by_host));
+        let app = proxy::Front::new(
+            proxy.clone(),
+            proxy::router(proxy).merge(api::router(state.clone())),
+        );
         let serve = axum::serve(
             listener.tap_io(no_delay),
-            app.into_make_service_with_connect_info::<SocketAddr>(),
+            axum::ServiceExt::<axum::extract::Request>::into_make_service_with_connect_info::<
+                SocketAddr,
+            >(app),
         )
         .with_graceful_shutdown(until_stopped(stop_rx.clone()));
         let drained = async {

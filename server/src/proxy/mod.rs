@@ -19,9 +19,8 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::uri::PathAndQuery;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get};
+use axum::routing::get;
 use axum::Router;
 use futures_util::{StreamExt, TryStreamExt};
 use http_body_util::BodyExt;
@@ -122,20 +121,17 @@ impl Proxy {
 }
 
 /// `/endpoints/…` and, on the public listener, `/metrics`.
+/// The proxy's own page: `/metrics` (endpoints themselves are served by [`Front`], before routing).
 pub fn router(proxy: Proxy) -> Router {
-    let mut r = Router::new().route("/endpoints/{*path}", any(by_path));
-    if !proxy.private {
-        r = r.route("/metrics", get(metrics_page));
-    }
-    r.with_state(proxy)
+    Router::new()
+        .route("/metrics", get(metrics_page))
+        .with_state(proxy)
 }
 
-/// The private entry point's whole router: its endpoints by path, and by custom domain.
-pub fn private_router(proxy: Proxy) -> Router {
-    let proxy = proxy.private();
-    router(proxy.clone())
-        .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
-        .layer(axum::middleware::from_fn_with_state(proxy, by_host))
+/// The private entry point: its endpoints by path and by custom domain, nothing else.
+pub fn private_front(proxy: Proxy) -> Front<Router> {
+    let inner = Router::new().fallback(|| async { ApiError::NotFound("no such endpoint".into()) });
+    Front::new(proxy.private(), inner)
 }
 
 /// Whether `host` (with or without a port) names this server itself: its public host, an IP address or
@@ -167,31 +163,77 @@ pub fn is_server_host(host: &str, public_url: &str) -> bool {
         || host == bare(own)
 }
 
-/// Serves requests whose `Host` is an endpoint's custom domain; everything else goes on to the API.
-pub async fn by_host(State(proxy): State<Proxy>, req: Request, next: Next) -> Response {
-    let found = {
-        let table = proxy.table.borrow();
-        let host = req
-            .headers()
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .or_else(|| req.uri().host())
-            .unwrap_or("");
-        if !table.has_domains() || is_server_host(host, &proxy.runtime.public_url) {
-            None
-        } else {
-            table.by_host(host, req.uri().path()).map(|(route, rest)| {
-                let rest = if rest.is_empty() { "/" } else { rest };
-                (route.clone(), rest.to_string())
-            })
+/// The endpoint a request is for by its `Host` (an endpoint's custom domain), and the path to send on.
+fn by_host_route(proxy: &Proxy, req: &Request) -> Option<(Arc<Route>, String)> {
+    let table = proxy.table.borrow();
+    if !table.has_domains() {
+        return None;
+    }
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri().host())
+        .unwrap_or("");
+    if is_server_host(host, &proxy.runtime.public_url) {
+        return None;
+    }
+    table.by_host(host, req.uri().path()).map(|(route, rest)| {
+        let rest = if rest.is_empty() { "/" } else { rest };
+        (route.clone(), rest.to_string())
+    })
+}
+
+/// The front of a listener: requests for an endpoint (by custom domain, or under `/endpoints/`) go straight
+/// to the proxy, before any routing; everything else goes on to `inner` (the API's router). Serving traffic
+/// pays for no router and no middleware it does not use.
+#[derive(Clone)]
+pub struct Front<S> {
+    proxy: Proxy,
+    inner: S,
+}
+
+impl<S> Front<S> {
+    pub fn new(proxy: Proxy, inner: S) -> Front<S> {
+        Front { proxy, inner }
+    }
+}
+
+impl<S> tower::Service<Request> for Front<S>
+where
+    S: tower::Service<Request, Response = Response, Error = std::convert::Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = futures_util::future::BoxFuture<'static, Result<Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let target = by_host_route(&self.proxy, &req).map(Ok).or_else(|| {
+            let path = req.uri().path().strip_prefix("/endpoints/")?;
+            Some(by_path_route(&self.proxy, path))
+        });
+        match target {
+            Some(Ok((route, rest))) => {
+                let proxy = self.proxy.clone();
+                Box::pin(async move {
+                    let peer = peer_of(&req);
+                    Ok(proxy.serve(route, rest, peer, req).await)
+                })
+            }
+            Some(Err(e)) => Box::pin(std::future::ready(Ok(e.into_response()))),
+            None => Box::pin(self.inner.call(req)),
         }
-    };
-    match found {
-        Some((route, rest)) => {
-            let peer = peer_of(&req);
-            proxy.serve(route, rest, peer, req).await
-        }
-        None => next.run(req).await,
     }
 }
 
@@ -202,18 +244,15 @@ fn peer_of(req: &Request) -> SocketAddr {
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
 }
 
-async fn by_path(State(proxy): State<Proxy>, req: Request) -> Response {
-    let path = req.uri().path();
-    let mut parts = path.trim_start_matches("/endpoints/").splitn(3, '/');
+/// The endpoint of `{namespace}/{name}/{rest…}` (the path after `/endpoints/`), and the path to send on.
+fn by_path_route(proxy: &Proxy, path: &str) -> Result<(Arc<Route>, String), ApiError> {
+    let mut parts = path.splitn(3, '/');
     let (ns, name) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let rest = format!("/{}", parts.next().unwrap_or(""));
     let route = proxy.table.borrow().get(ns, name).cloned();
-    let Some(route) = route else {
-        return ApiError::NotFound(format!("no endpoint {name:?} in namespace {ns:?}"))
-            .into_response();
-    };
-    let peer = peer_of(&req);
-    proxy.serve(route, rest, peer, req).await
+    route
+        .map(|r| (r, rest))
+        .ok_or_else(|| ApiError::NotFound(format!("no endpoint {name:?} in namespace {ns:?}")))
 }
 
 async fn metrics_page(State(proxy): State<Proxy>, headers: HeaderMap) -> Response {
@@ -548,11 +587,10 @@ impl Proxy {
         *out.method_mut() = parts.method;
         *out.uri_mut() = uri;
         *out.headers_mut() = headers;
-        // HTTP/1.1 needs a Host; a caller's own goes on as it is.
-        if !out.headers().contains_key(header::HOST) {
-            if let Ok(host) = HeaderValue::from_str(backend.authority.as_str()) {
-                out.headers_mut().insert(header::HOST, host);
-            }
+        // The caller's Host was for us (it is stripped above): the replica sees its own address, as if
+        // called directly.
+        if let Ok(host) = HeaderValue::from_str(backend.authority.as_str()) {
+            out.headers_mut().insert(header::HOST, host);
         }
         let resp = match upstream::send(&backend.pool, backend.addr, out).await {
             Ok((r, sender)) => {

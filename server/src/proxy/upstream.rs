@@ -1,13 +1,15 @@
 //! Connections from the proxy to replicas: HTTP/1.1 on loopback, kept per replica and reused.
 //!
 //! Leaner than a general-purpose client on the hot path: a replica's idle connections sit in its own
-//! [`Pool`] (no lookup by host), a request takes one, and the connection goes back when the response has been
-//! passed on in full. A pooled connection the replica closed meanwhile is noticed before anything was sent,
-//! and the request goes out on a new one.
+//! [`Pool`] (no lookup by host), a request takes one that is ready (never one still busy with an earlier
+//! exchange, e.g. an upload the replica answered early), and the connection goes back when the response has
+//! been passed on in full. Connections idle for [`IDLE_TIMEOUT`] are closed, before a replica's own keep-alive
+//! timeout would close them under a request; a pooled connection the replica closed all the same is noticed
+//! before anything was sent, and the request goes out on a new one.
 
 use std::net::SocketAddr;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{Request, Response};
@@ -17,12 +19,14 @@ use hyper_util::rt::TokioIo;
 
 /// Idle connections kept per replica; more are closed when they come back.
 const IDLE_PER_REPLICA: usize = 256;
+/// Below the common keep-alive timeouts of model servers (uvicorn's is 5 s).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A replica's idle connections.
+/// A replica's idle connections, each with the time it came back.
 #[derive(Default)]
 pub struct Pool {
-    idle: Mutex<Vec<SendRequest<Body>>>,
+    idle: Mutex<Vec<(Instant, SendRequest<Body>)>>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -33,24 +37,24 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
+    /// The most recently used connection that is ready for a request. Closed and long-idle ones are dropped
+    /// on the way; busy ones stay for later.
     fn take(&self) -> Option<SendRequest<Body>> {
         let mut idle = self.idle.lock().ok()?;
-        while let Some(sender) = idle.pop() {
-            if !sender.is_closed() {
-                return Some(sender);
-            }
-        }
-        None
+        let now = Instant::now();
+        idle.retain(|(at, s)| !s.is_closed() && now.duration_since(*at) < IDLE_TIMEOUT);
+        let i = idle.iter().rposition(|(_, s)| s.is_ready())?;
+        Some(idle.swap_remove(i).1)
     }
 
-    /// A connection whose exchange is over (the response was read to its end).
+    /// A connection whose response was passed on (it may still be finishing its request's upload).
     pub fn give_back(&self, sender: SendRequest<Body>) {
         if sender.is_closed() {
             return;
         }
         if let Ok(mut idle) = self.idle.lock() {
             if idle.len() < IDLE_PER_REPLICA {
-                idle.push(sender);
+                idle.push((Instant::now(), sender));
             }
         }
     }
@@ -99,17 +103,16 @@ pub async fn send(
     // A pooled connection may have been closed by the replica since: when nothing was sent, the request
     // comes back and goes out on a new connection.
     if let Some(mut sender) = pool.take() {
-        if sender.ready().await.is_ok() {
-            match sender.try_send_request(req).await {
-                Ok(resp) => return Ok((resp, sender)),
-                Err(mut e) => match e.take_message() {
-                    Some(back) => req = back,
-                    None => return Err(Error::Http(e.into_error())),
-                },
-            }
+        match sender.try_send_request(req).await {
+            Ok(resp) => return Ok((resp, sender)),
+            Err(mut e) => match e.take_message() {
+                Some(back) => req = back,
+                None => return Err(Error::Http(e.into_error())),
+            },
         }
     }
     let mut sender = connect(addr).await?;
+    sender.ready().await.map_err(Error::Http)?;
     let resp = sender.send_request(req).await.map_err(Error::Http)?;
     Ok((resp, sender))
 }
@@ -206,6 +209,30 @@ mod tests {
             assert_eq!(get(&pool, addr).await, "ok");
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 20);
+    }
+
+    #[tokio::test]
+    async fn a_connection_still_uploading_is_not_taken() {
+        let (addr, accepted) = replica(Close::Never).await;
+        let pool = Pool::default();
+        // An upload that never ends; the replica answers after the head, before the body.
+        let (_keep_open, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(1);
+        let body = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        let req = Request::builder()
+            .method("POST")
+            .uri("/upload")
+            .header("host", "replica")
+            .body(Body::from_stream(body))
+            .unwrap();
+        let (resp, sender) = send(&pool, addr, req).await.expect("early answer");
+        resp.into_body().collect().await.unwrap();
+        pool.give_back(sender);
+        // The next request does not wait behind the upload: it gets a connection of its own.
+        let answer = tokio::time::timeout(Duration::from_secs(5), get(&pool, addr)).await;
+        assert_eq!(answer.expect("no wait"), "ok");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]
