@@ -22,7 +22,6 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use futures_util::{StreamExt, TryStreamExt};
 use http_body_util::BodyExt;
 use tokio::sync::watch;
 
@@ -621,51 +620,18 @@ impl Proxy {
         let status = rparts.status;
         let mut headers = rparts.headers;
         strip_hop_by_hop(&mut headers);
-        if let (Some(key), true, false) = (cache_key, status.is_success(), streaming) {
-            let mut rbody = rbody;
-            let mut bytes = Vec::new();
-            loop {
-                match rbody.frame().await {
-                    None => break,
-                    Some(Ok(frame)) => {
-                        if let Some(data) = frame.data_ref() {
-                            bytes.extend_from_slice(data);
-                        }
-                        if bytes.len() > self.cache.max_entry {
-                            // Too large to cache: what was read goes first, the rest streams behind it.
-                            let head = futures_util::stream::once(async move {
-                                Ok::<_, axum::Error>(axum::body::Bytes::from(bytes))
-                            });
-                            let rest = rbody.into_data_stream().map_err(axum::Error::new);
-                            let body = Body::from_stream(head.chain(rest));
-                            let mut resp = Response::new(Body::new(body.with_guard(guard)));
-                            *resp.status_mut() = status;
-                            *resp.headers_mut() = headers;
-                            resp.headers_mut()
-                                .insert("x-cache", HeaderValue::from_static("MISS"));
-                            return resp;
-                        }
-                    }
-                    Some(Err(e)) => {
-                        tracing::warn!(endpoint = %route.name, error = %e, "replica response broke off");
-                        return ApiError::BadGateway(
-                            "the endpoint's replica response broke off".into(),
-                        )
-                        .into_response();
-                    }
-                }
-            }
-            let bytes = axum::body::Bytes::from(bytes);
-            let value = Cached {
-                status,
-                headers,
-                body: bytes,
-            };
-            self.cache.put(key, value.clone(), self.clock.now());
-            drop(guard);
-            return cached_response(value, "MISS");
-        }
-        let mut resp = Response::new(Body::new(rbody.map_err(axum::Error::new).with_guard(guard)));
+        // A response that may be cached streams to the caller like any other, copied on its way, and is
+        // stored once it has passed in full (and fits an entry).
+        let filling = match (cache_key, status.is_success(), streaming) {
+            (Some(key), true, false) => Some((self.clone(), key, status, headers.clone())),
+            _ => None,
+        };
+        let rbody = Filling {
+            body: rbody.map_err(axum::Error::new),
+            copy: filling.as_ref().map(|_| Vec::new()),
+            entry: filling,
+        };
+        let mut resp = Response::new(Body::new(rbody.with_guard(guard)));
         *resp.status_mut() = status;
         *resp.headers_mut() = headers;
         if route.cache {
@@ -821,6 +787,73 @@ impl<B> WithGuard for B {
             body: self,
             _guard: guard,
         }
+    }
+}
+
+/// A response body on its way to the caller, copied as it passes when it may be cached (`entry`), and put in
+/// the cache once it has passed in full. A body larger than an entry stops being copied; one that breaks off
+/// is not stored.
+struct Filling<B> {
+    body: B,
+    copy: Option<Vec<u8>>,
+    entry: Option<(Proxy, cache::Key, StatusCode, HeaderMap)>,
+}
+
+impl<B> Filling<B> {
+    fn store(&mut self) {
+        if let (Some(copy), Some((proxy, key, status, headers))) =
+            (self.copy.take(), self.entry.take())
+        {
+            let value = Cached {
+                status,
+                headers,
+                body: copy.into(),
+            };
+            proxy.cache.put(key, value, proxy.clock.now());
+        }
+    }
+}
+
+impl<B> http_body::Body for Filling<B>
+where
+    B: http_body::Body<Data = axum::body::Bytes> + Unpin,
+{
+    type Data = axum::body::Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
+        match &polled {
+            std::task::Poll::Ready(Some(Ok(frame))) => {
+                let max = self.entry.as_ref().map_or(0, |(p, ..)| p.cache.max_entry);
+                if let (Some(copy), Some(data)) = (self.copy.as_mut(), frame.data_ref()) {
+                    if copy.len() + data.len() > max {
+                        self.copy = None;
+                    } else {
+                        copy.extend_from_slice(data);
+                    }
+                }
+                // The server may not ask again once the body says it has ended.
+                if self.body.is_end_stream() {
+                    self.store();
+                }
+            }
+            std::task::Poll::Ready(Some(Err(_))) => self.copy = None,
+            std::task::Poll::Ready(None) => self.store(),
+            std::task::Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 
