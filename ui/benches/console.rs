@@ -69,8 +69,9 @@ async fn first_frame() -> (Duration, Duration, Duration) {
     let first = started.elapsed();
     let client = Client::new(&url, Some(token.trim().to_string()));
     for effect in [Effect::SignIn, Effect::LoadCatalog(1, Vec::new())] {
-        let action = perform(&client, effect).await;
-        update(&mut state, action, &keymap);
+        if let Some(action) = perform(&client, effect).await {
+            update(&mut state, action, &keymap);
+        }
     }
     terminal
         .draw(|f| views::draw(f, &state, &keymap))

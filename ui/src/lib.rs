@@ -408,8 +408,9 @@ fn spawn_effect(
 ) {
     let client = client.clone();
     tokio::spawn(async move {
-        let action = perform(&client, effect).await;
-        let _ = tx.send((epoch, action));
+        if let Some(action) = perform(&client, effect).await {
+            let _ = tx.send((epoch, action));
+        }
     });
 }
 
@@ -432,14 +433,13 @@ fn refusal(e: &ClientError) -> state::Refusal {
     }
 }
 
-/// Runs one effect against the server.
-pub async fn perform(client: &Client, effect: Effect) -> Action {
-    match effect {
+/// Runs one effect against the server; `None` for the effects the event loop runs itself (it owns the
+/// terminal and the client).
+pub async fn perform(client: &Client, effect: Effect) -> Option<Action> {
+    Some(match effect {
         Effect::SignIn => Action::SignedIn(sign_in(client).await.map_err(|e| message(&e))),
         // Done by the event loop itself, which owns the terminal and the client.
-        Effect::Copy(_) | Effect::Connect(_) | Effect::ExternalEdit { .. } => {
-            Action::Done(Err("the console runs this itself".into()))
-        }
+        Effect::Copy(_) | Effect::Connect(_) | Effect::ExternalEdit { .. } => return None,
         Effect::Deploy(request) => {
             let namespace = request.body["namespace"].as_str().unwrap_or("").to_string();
             let answer = match &request.target {
@@ -515,7 +515,7 @@ pub async fn perform(client: &Client, effect: Effect) -> Action {
                     ),
                     // A namespace that went away, or lost access: skip it.
                     Err(ClientError::Api { .. }) => {}
-                    Err(e) => return Action::EndpointsLoaded(seq, Err(message(&e))),
+                    Err(e) => return Some(Action::EndpointsLoaded(seq, Err(message(&e)))),
                 }
             }
             Action::EndpointsLoaded(seq, Ok(rows))
@@ -541,7 +541,7 @@ pub async fn perform(client: &Client, effect: Effect) -> Action {
                     .map_err(|e| format!("{} {namespace}/{name}: {}", action.verb(), message(&e))),
             )
         }
-    }
+    })
 }
 
 /// The signed-in user and the namespaces to list: their own and their organizations', or, for an instance

@@ -148,10 +148,11 @@ fn list<'a>(
     area: Rect,
     state: &State,
     (name, total): (&str, usize),
-    header: &[&'a str],
-    widths: &[Constraint],
+    columns: &[(&'a str, Constraint)],
     row: impl Fn(usize) -> Row<'a>,
 ) {
+    let header: Vec<&str> = columns.iter().map(|c| c.0).collect();
+    let widths: Vec<Constraint> = columns.iter().map(|c| c.1).collect();
     let visible = state.visible();
     let height = (area.height as usize).saturating_sub(3).max(1);
     let selected = state.selected.min(visible.len().saturating_sub(1));
@@ -172,8 +173,8 @@ fn list<'a>(
         String::new()
     };
     let title = format!(" {name} ({}/{total}){filter} ", visible.len());
-    let table = Table::new(rows, widths.to_vec())
-        .header(Row::new(header.to_vec()).style(Style::new().add_modifier(Modifier::BOLD)))
+    let table = Table::new(rows, widths)
+        .header(Row::new(header).style(Style::new().add_modifier(Modifier::BOLD)))
         .block(Block::default().borders(Borders::ALL).title(title))
         .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED));
     let mut selection = TableState::default().with_selected(Some(selected - offset));
@@ -184,31 +185,21 @@ fn catalog(frame: &mut Frame, area: Rect, state: &State) {
     let [area, detail] =
         Layout::vertical([Constraint::Min(3), Constraint::Length(DETAIL_HEIGHT)]).areas(area);
     recipes(frame, detail, state);
-    let widths = [
-        Constraint::Fill(3),
-        Constraint::Fill(2),
-        Constraint::Fill(2),
-        Constraint::Length(12),
-        Constraint::Length(14),
-        Constraint::Fill(2),
-        Constraint::Length(10),
-    ];
-    let header = [
-        "MODEL",
-        "AUTHOR",
-        "TASK",
-        "LICENSE",
-        "ACCELERATORS",
-        "ENGINES",
-        "CREATED",
+    let columns = [
+        ("MODEL", Constraint::Fill(3)),
+        ("AUTHOR", Constraint::Fill(2)),
+        ("TASK", Constraint::Fill(2)),
+        ("LICENSE", Constraint::Length(12)),
+        ("ACCELERATORS", Constraint::Length(14)),
+        ("ENGINES", Constraint::Fill(2)),
+        ("CREATED", Constraint::Length(10)),
     ];
     list(
         frame,
         area,
         state,
         ("catalog", state.catalog.len()),
-        &header,
-        &widths,
+        &columns,
         |i| {
             let c = &state.catalog[i];
             Row::new(vec![
@@ -267,33 +258,22 @@ fn recipes(frame: &mut Frame, area: Rect, state: &State) {
 }
 
 fn endpoints(frame: &mut Frame, area: Rect, state: &State) {
-    let widths = [
-        Constraint::Fill(2),
-        Constraint::Fill(1),
-        Constraint::Length(13),
-        Constraint::Length(5),
-        Constraint::Fill(2),
-        Constraint::Length(13),
-        Constraint::Fill(3),
-        Constraint::Length(19),
-    ];
-    let header = [
-        "NAME",
-        "NAMESPACE",
-        "STATE",
-        "READY",
-        "MODEL",
-        "TYPE",
-        "URL",
-        "UPDATED",
+    let columns = [
+        ("NAME", Constraint::Fill(2)),
+        ("NAMESPACE", Constraint::Fill(1)),
+        ("STATE", Constraint::Length(13)),
+        ("READY", Constraint::Length(5)),
+        ("MODEL", Constraint::Fill(2)),
+        ("TYPE", Constraint::Length(13)),
+        ("URL", Constraint::Fill(3)),
+        ("UPDATED", Constraint::Length(19)),
     ];
     list(
         frame,
         area,
         state,
         ("endpoints", state.endpoints.len()),
-        &header,
-        &widths,
+        &columns,
         |i| {
             let e = &state.endpoints[i];
             Row::new(vec![
