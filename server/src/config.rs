@@ -149,7 +149,8 @@ impl Default for RuntimeConfig {
 }
 
 /// How an engine image is started on this host. `command` may use `{port}`, `{repository}`,
-/// `{revision}` (the spec's, or `main`), `{model_file}` (llamacpp `modelPath`) and `{workdir}`.
+/// `{revision}` (the spec's, or `main`) and `{model_file}` (llamacpp `modelPath`). Each replica runs in a
+/// directory of its own, which is its working directory and `HOME`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Launcher {

@@ -119,7 +119,6 @@ impl Proxy {
     }
 }
 
-/// `/endpoints/…` and, on the public listener, `/metrics`.
 /// The proxy's own page: `/metrics` (endpoints themselves are served by [`Front`], before routing).
 pub fn router(proxy: Proxy) -> Router {
     Router::new()
@@ -304,9 +303,8 @@ impl Drop for Held<'_> {
     }
 }
 
-/// Counts a request in flight for the scaler and `least_connections` until dropped.
-/// A request in flight: counted on its route and replica until its response has been passed on, when the
-/// replica connection it used goes back to the replica's pool.
+/// A request in flight: counted on its route and replica (for the scaler and `least_connections`) until its
+/// response has been passed on, when the replica connection it used goes back to the replica's pool.
 struct InFlight(
     Arc<Route>,
     Option<Arc<crate::runtime::Backend>>,
@@ -588,9 +586,7 @@ impl Proxy {
         *out.headers_mut() = headers;
         // The caller's Host was for us (it is stripped above): the replica sees its own address, as if
         // called directly.
-        if let Ok(host) = HeaderValue::from_str(backend.authority.as_str()) {
-            out.headers_mut().insert(header::HOST, host);
-        }
+        out.headers_mut().insert(header::HOST, backend.host.clone());
         let resp = match upstream::send(&backend.pool, backend.addr, out).await {
             Ok((r, sender)) => {
                 guard.2 = Some(sender);

@@ -150,11 +150,7 @@ pub fn plan(
                 "a custom image runs model.command on this server's local provider; set model.command".into(),
             ));
         };
-        (
-            program.clone(),
-            rest.to_vec(),
-            image_route.unwrap_or(DEFAULT_HEALTH_ROUTE).to_string(),
-        )
+        (program.clone(), rest.to_vec(), image.health_route())
     } else {
         let key = image.key();
         let launcher = config.launchers.get(key).filter(|l| !l.command.is_empty()).ok_or_else(|| {

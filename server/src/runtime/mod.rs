@@ -66,8 +66,8 @@ impl Activity {
 pub struct Backend {
     pub replica_id: String,
     pub addr: SocketAddr,
-    /// `addr` as a URI authority, made once rather than per request.
-    pub authority: axum::http::uri::Authority,
+    /// `addr` as a `Host` header, made once rather than per request.
+    pub host: axum::http::HeaderValue,
     /// Requests in flight to this replica (least-connections balancing).
     pub in_flight: AtomicU32,
     /// The proxy's idle connections to it.
@@ -77,8 +77,9 @@ pub struct Backend {
 impl Backend {
     pub fn new(replica_id: String, addr: SocketAddr) -> Backend {
         Backend {
-            authority: axum::http::uri::Authority::try_from(addr.to_string().as_str())
-                .unwrap_or_else(|_| axum::http::uri::Authority::from_static("127.0.0.1")),
+            // A socket address is always a valid header value.
+            host: axum::http::HeaderValue::from_str(&addr.to_string())
+                .unwrap_or_else(|_| axum::http::HeaderValue::from_static("127.0.0.1")),
             replica_id,
             addr,
             in_flight: AtomicU32::new(0),

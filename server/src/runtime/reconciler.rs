@@ -29,7 +29,8 @@ use crate::model::{
 };
 use crate::store::{EndpointRecord, Store, StoreError};
 
-/// A plain HTTP/1 client for health checks, metrics scrapes and the proxy.
+/// A plain HTTP/1 client for the reconciler's health checks, metrics scrapes and custom-router updates (the
+/// proxy keeps connections of its own: `proxy::upstream`).
 pub type HttpClient = hyper_util::client::legacy::Client<
     hyper_util::client::legacy::connect::HttpConnector,
     axum::body::Body,

@@ -155,14 +155,7 @@ pub struct ScalerSettings {
 
 impl Default for ScalerSettings {
     fn default() -> Self {
-        ScalerSettings {
-            evaluation_window: Duration::seconds(60),
-            scale_up_stabilization: Duration::seconds(30),
-            scale_down_stabilization: Duration::seconds(300),
-            tolerance: 0.1,
-            default_hardware_threshold: 80.0,
-            default_pending_threshold: 1.5,
-        }
+        ScalerSettings::from_config(&ScalingConfig::default())
     }
 }
 
