@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use super::AppState;
-use crate::auth::{authenticate, bearer, Principal};
+use crate::auth::{authenticate, bearer_in, Principal};
 use crate::model::issue::parse_json;
 
 /// A request body that is syntactically JSON. Its meaning is checked by the model's parsers.
@@ -85,10 +85,7 @@ impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let header = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        authenticate(state.store.as_ref(), bearer(header), state.clock.now()).await
+        let token = bearer_in(&parts.headers);
+        authenticate(state.store.as_ref(), token, state.clock.now()).await
     }
 }

@@ -54,6 +54,15 @@ impl Principal {
     }
 }
 
+/// The bearer token of a request's `Authorization` header, if it has one.
+pub fn bearer_in(headers: &axum::http::HeaderMap) -> Option<&str> {
+    bearer(
+        headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
+    )
+}
+
 /// The token in an `Authorization: Bearer …` header value, if there is one.
 pub fn bearer(header: Option<&str>) -> Option<&str> {
     let value = header?.trim();

@@ -26,7 +26,7 @@ use http_body_util::BodyExt;
 use tokio::sync::watch;
 
 use crate::api::error::ApiError;
-use crate::auth::{authenticate, authorize, bearer, Access};
+use crate::auth::{authenticate, authorize, bearer_in, Access};
 use crate::clock::Clock;
 use crate::config::ProxyConfig;
 use crate::crypto::hash_token;
@@ -255,11 +255,7 @@ fn by_path_route(proxy: &Proxy, path: &str) -> Result<(Arc<Route>, String), ApiE
 
 async fn metrics_page(State(proxy): State<Proxy>, headers: HeaderMap) -> Response {
     if !proxy.config.public_metrics {
-        let token = bearer(
-            headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok()),
-        );
+        let token = bearer_in(&headers);
         let who = match authenticate(proxy.store.as_ref(), token, proxy.clock.now()).await {
             Ok(w) => w,
             Err(e) => return e.into_response(),
@@ -360,11 +356,7 @@ impl Proxy {
     /// Who may call an `authenticated` endpoint: a token allowed to read the namespace's endpoints.
     /// Answers are remembered for `auth_cache_s` so the store is not asked on every request.
     async fn check_token(&self, namespace: &str, headers: &HeaderMap) -> Result<String, Response> {
-        let token = bearer(
-            headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok()),
-        );
+        let token = bearer_in(headers);
         let Some(token) = token else {
             return Err(ApiError::Unauthorized(
                 "this endpoint needs a bearer token (Authorization: Bearer …)".into(),
@@ -618,16 +610,22 @@ impl Proxy {
         strip_hop_by_hop(&mut headers);
         // A response that may be cached streams to the caller like any other, copied on its way, and is
         // stored once it has passed in full (and fits an entry).
-        let filling = match (cache_key, status.is_success(), streaming) {
-            (Some(key), true, false) => Some((self.clone(), key, status, headers.clone())),
+        let fill = match (cache_key, status.is_success(), streaming) {
+            (Some(key), true, false) => Some(Fill {
+                copy: Vec::new(),
+                proxy: self.clone(),
+                key,
+                status,
+                headers: headers.clone(),
+            }),
             _ => None,
         };
-        let rbody = Filling {
+        let rbody = Passing {
             body: rbody.map_err(axum::Error::new),
-            copy: filling.as_ref().map(|_| Vec::new()),
-            entry: filling,
+            _guard: guard,
+            fill,
         };
-        let mut resp = Response::new(Body::new(rbody.with_guard(guard)));
+        let mut resp = Response::new(Body::new(rbody));
         *resp.status_mut() = status;
         *resp.headers_mut() = headers;
         if route.cache {
@@ -772,45 +770,38 @@ fn cached_response(c: Cached, marker: &'static str) -> Response {
     resp
 }
 
-/// A body that releases the in-flight count when the response is fully sent (or dropped).
-trait WithGuard: Sized {
-    fn with_guard<G: Send + 'static>(self, guard: G) -> Guarded<Self, G>;
-}
-
-impl<B> WithGuard for B {
-    fn with_guard<G: Send + 'static>(self, guard: G) -> Guarded<Self, G> {
-        Guarded {
-            body: self,
-            _guard: guard,
-        }
-    }
-}
-
-/// A response body on its way to the caller, copied as it passes when it may be cached (`entry`), and put in
-/// the cache once it has passed in full. A body larger than an entry stops being copied; one that breaks off
-/// is not stored.
-struct Filling<B> {
+/// A replica's response body on its way to the caller. It holds the request's in-flight guard, so the count
+/// drops (and the replica connection goes back to its pool) when the response is fully sent or dropped; and,
+/// when the response may be cached, it copies the body as it passes and stores it once passed in full. A body
+/// larger than an entry stops being copied; one that breaks off is not stored.
+struct Passing<B> {
     body: B,
-    copy: Option<Vec<u8>>,
-    entry: Option<(Proxy, cache::Key, StatusCode, HeaderMap)>,
+    _guard: InFlight,
+    fill: Option<Fill>,
 }
 
-impl<B> Filling<B> {
+struct Fill {
+    copy: Vec<u8>,
+    proxy: Proxy,
+    key: cache::Key,
+    status: StatusCode,
+    headers: HeaderMap,
+}
+
+impl<B> Passing<B> {
     fn store(&mut self) {
-        if let (Some(copy), Some((proxy, key, status, headers))) =
-            (self.copy.take(), self.entry.take())
-        {
+        if let Some(f) = self.fill.take() {
             let value = Cached {
-                status,
-                headers,
-                body: copy.into(),
+                status: f.status,
+                headers: f.headers,
+                body: f.copy.into(),
             };
-            proxy.cache.put(key, value, proxy.clock.now());
+            f.proxy.cache.put(f.key, value, f.proxy.clock.now());
         }
     }
 }
 
-impl<B> http_body::Body for Filling<B>
+impl<B> http_body::Body for Passing<B>
 where
     B: http_body::Body<Data = axum::body::Bytes> + Unpin,
 {
@@ -824,12 +815,11 @@ where
         let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
         match &polled {
             std::task::Poll::Ready(Some(Ok(frame))) => {
-                let max = self.entry.as_ref().map_or(0, |(p, ..)| p.cache.max_entry);
-                if let (Some(copy), Some(data)) = (self.copy.as_mut(), frame.data_ref()) {
-                    if copy.len() + data.len() > max {
-                        self.copy = None;
+                if let (Some(f), Some(data)) = (self.fill.as_mut(), frame.data_ref()) {
+                    if f.copy.len() + data.len() > f.proxy.cache.max_entry {
+                        self.fill = None;
                     } else {
-                        copy.extend_from_slice(data);
+                        f.copy.extend_from_slice(data);
                     }
                 }
                 // The server may not ask again once the body says it has ended.
@@ -837,36 +827,11 @@ where
                     self.store();
                 }
             }
-            std::task::Poll::Ready(Some(Err(_))) => self.copy = None,
+            std::task::Poll::Ready(Some(Err(_))) => self.fill = None,
             std::task::Poll::Ready(None) => self.store(),
             std::task::Poll::Pending => {}
         }
         polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
-    }
-}
-
-struct Guarded<B, G> {
-    body: B,
-    _guard: G,
-}
-
-impl<B: http_body::Body + Unpin, G: Unpin> http_body::Body for Guarded<B, G> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
