@@ -362,7 +362,6 @@ impl Reconciler {
     }
 
     async fn reconcile(&mut self, rec: &EndpointRecord, now: DateTime<Utc>) -> Observed {
-        let activity = self.handle.activity(&rec.namespace, &rec.spec.name);
         let run = self
             .runs
             .entry(rec.id.clone())
@@ -372,7 +371,8 @@ impl Reconciler {
                 namespace: rec.namespace.clone(),
                 name: rec.spec.name.clone(),
                 replicas: Vec::new(),
-                activity,
+                // Looked up (a lock and a map key) only for an endpoint new to the reconciler.
+                activity: self.handle.activity(&rec.namespace, &rec.spec.name),
                 scaler: Scaler::default(),
                 target: 0,
                 crashes: VecDeque::new(),
