@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use axum::body::Bytes;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use chrono::{DateTime, Duration, Utc};
 use sha2::{Digest, Sha256};
 
@@ -55,6 +55,34 @@ impl Inner {
             self.order.insert(used, *key);
         }
     }
+}
+
+/// What an entry costs beside its body and headers (key, expiry, map slots), and what each header costs
+/// beside its name and value: estimates, so that the byte bound stays near the memory actually held.
+const PER_ENTRY: usize = 160;
+const PER_HEADER: usize = 48;
+
+/// The headers with their values copied into one buffer of their own. Values parsed from a connection are
+/// slices of that connection's read buffer: a stored entry holding them would keep the whole buffer (several
+/// kilobytes) alive as long as the entry lives, uncounted by the byte bound.
+fn compact(headers: &HeaderMap) -> HeaderMap {
+    let mut all = Vec::with_capacity(headers.values().map(HeaderValue::len).sum());
+    for v in headers.values() {
+        all.extend_from_slice(v.as_bytes());
+    }
+    let all = Bytes::from(all);
+    let mut out = HeaderMap::with_capacity(headers.len());
+    let mut at = 0;
+    for (name, v) in headers {
+        let end = at + v.len();
+        // The same bytes as a value that was valid: this does not fail.
+        if let Ok(mut value) = HeaderValue::from_maybe_shared(all.slice(at..end)) {
+            value.set_sensitive(v.is_sensitive());
+            out.append(name.clone(), value);
+        }
+        at = end;
+    }
+    out
 }
 
 pub struct ResponseCache {
@@ -109,17 +137,20 @@ impl ResponseCache {
         Some(value)
     }
 
-    pub fn put(&self, key: Key, value: Cached, now: DateTime<Utc>) {
+    /// Stores `value` with its headers copied to storage of their own (see [`compact`]), unless it is larger
+    /// than an entry may be; older entries go first to make room.
+    pub fn put(&self, key: Key, mut value: Cached, now: DateTime<Utc>) {
         let size = value.body.len()
             + value
                 .headers
                 .iter()
-                .map(|(k, v)| k.as_str().len() + v.len())
+                .map(|(k, v)| k.as_str().len() + v.len() + PER_HEADER)
                 .sum::<usize>()
-            + 64;
+            + PER_ENTRY;
         if size > self.max_entry {
             return;
         }
+        value.headers = compact(&value.headers);
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
@@ -203,6 +234,36 @@ mod tests {
             key(&["ab"], "c", "", "", "", b""),
             key(&["a"], "bc", "", "", "", b"")
         );
+    }
+
+    #[test]
+    fn stored_headers_do_not_hold_the_read_buffer() {
+        // As a connection parses them: values are slices of the buffer the response was read into.
+        let buffer = Bytes::from(format!("{:<8192}", "application/json;secret;a;b"));
+        let slice = |r: std::ops::Range<usize>| HeaderValue::from_maybe_shared(buffer.slice(r));
+        let mut headers = HeaderMap::new();
+        headers.insert("content-type", slice(0..16).unwrap());
+        let mut secret = slice(17..23).unwrap();
+        secret.set_sensitive(true);
+        headers.insert("x-secret", secret);
+        headers.append("vary", slice(24..25).unwrap());
+        headers.append("vary", slice(26..27).unwrap());
+        let c = ResponseCache::new(100_000, 10_000);
+        let t0 = Utc.with_ymd_and_hms(2026, 11, 22, 10, 0, 0).unwrap();
+        let k = key(&["ep"], "GET", "/", "", "", b"");
+        let mut v = value(3);
+        v.headers = headers.clone();
+        c.put(k, v, t0);
+        let stored = c.get(&k, t0).expect("stored").headers;
+        assert_eq!(stored, headers);
+        assert!(stored["x-secret"].is_sensitive());
+        let held = buffer.as_ptr_range();
+        for v in stored.values() {
+            assert!(
+                !held.contains(&v.as_bytes().as_ptr()),
+                "{v:?} is in the read buffer"
+            );
+        }
     }
 
     #[test]

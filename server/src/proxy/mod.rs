@@ -467,18 +467,9 @@ impl Proxy {
                 .is_none_or(|v| !v.eq_ignore_ascii_case("false"));
         let (parts, body) = req.into_parts();
         let (body, cache_key) = if use_cache {
-            let bytes = match http_body_util::Limited::new(body, self.body_limit)
-                .collect()
-                .await
-            {
-                Ok(b) => b.to_bytes(),
-                Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-                    return ApiError::PayloadTooLarge(self.body_limit).into_response()
-                }
-                Err(_) => {
-                    return ApiError::BadRequest("the request body could not be read".into())
-                        .into_response()
-                }
+            let bytes = match read_body(body, self.body_limit).await {
+                Ok(b) => b,
+                Err(e) => return e.into_response(),
             };
             // What the caller accepts changes the answer; a new spec generation is a new model.
             let accept = parts
@@ -745,6 +736,27 @@ fn serving(route: &Route) -> bool {
             route.state,
             EndpointState::Paused | EndpointState::Failed | EndpointState::ScaledToZero
         )
+}
+
+/// The whole request body, up to `limit` bytes, read on a task of its own.
+///
+/// hyper's body channel wakes the connection's task each time a chunk is taken from it, even when the
+/// connection has already read the whole body. Read here, on that same task, the wake lands on the running
+/// task: tokio then queues it as a yield and wakes an idle worker to help, a futex round trip and a thread
+/// woken for nothing on every request (measured at 20–25 µs of CPU per request on two vCPUs). On a task of
+/// its own, the read wakes the connection task in the ordinary way, through the worker's next-task slot.
+async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
+    let read =
+        tokio::spawn(async move { http_body_util::Limited::new(body, limit).collect().await });
+    match read.await {
+        Ok(Ok(b)) => Ok(b.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(ApiError::PayloadTooLarge(limit))
+        }
+        _ => Err(ApiError::BadRequest(
+            "the request body could not be read".into(),
+        )),
+    }
 }
 
 fn stateful_session(route: &Route) -> bool {
