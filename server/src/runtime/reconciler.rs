@@ -226,7 +226,8 @@ impl Reconciler {
         }
         let mut routes = Vec::with_capacity(records.len());
         for rec in records {
-            let observed = self.reconcile(&rec, now).await;
+            let gen = generation(&rec.spec);
+            let observed = self.reconcile(&rec, &gen, now).await;
             let waking = rec.state == EndpointState::ScaledToZero
                 && observed.state == EndpointState::Initializing;
             if !self.write_status(&rec, observed).await && waking {
@@ -235,7 +236,7 @@ impl Reconciler {
                     .activity(&rec.namespace, &rec.spec.name)
                     .request_wake();
             }
-            if let Some(route) = self.route(&rec) {
+            if let Some(route) = self.route(&rec, gen) {
                 routes.push(route);
             }
         }
@@ -279,7 +280,8 @@ impl Reconciler {
         }
     }
 
-    fn route(&self, rec: &EndpointRecord) -> Option<Arc<Route>> {
+    /// What the proxy needs of the endpoint, `gen` being its spec's [`generation`].
+    fn route(&self, rec: &EndpointRecord, gen: String) -> Option<Arc<Route>> {
         let run = self.runs.get(&rec.id)?;
         let spec = &rec.spec;
         let features = &spec.experimental_features;
@@ -292,7 +294,7 @@ impl Reconciler {
         let routed = spec.custom_router.is_none() || router.is_some();
         Some(Arc::new(Route {
             router,
-            generation: generation(&rec.spec),
+            generation: gen,
             id: rec.id.clone(),
             namespace: rec.namespace.clone(),
             name: spec.name.clone(),
@@ -361,7 +363,7 @@ impl Reconciler {
         }
     }
 
-    async fn reconcile(&mut self, rec: &EndpointRecord, now: DateTime<Utc>) -> Observed {
+    async fn reconcile(&mut self, rec: &EndpointRecord, gen: &str, now: DateTime<Utc>) -> Observed {
         let run = self
             .runs
             .entry(rec.id.clone())
@@ -427,7 +429,6 @@ impl Reconciler {
             })
         })
         .await;
-        let gen = generation(&rec.spec);
         let bounds = bounds_at(&rec.spec.compute.scaling, now);
         // A schedule entry taking effect is an event: it starts a scaled-to-zero endpoint once, when it
         // begins (spec part 3), not at every tick it lasts.
@@ -474,7 +475,7 @@ impl Reconciler {
                     run.since = now;
                 }
                 let failed_update = state == EndpointState::UpdateFailed
-                    && run.failed_generation.as_deref() == Some(gen.as_str());
+                    && run.failed_generation.as_deref() == Some(gen);
                 if run.crashes.len() >= self.config.max_crashes.max(1) as usize {
                     run.crashes.clear();
                     let why = run
@@ -483,7 +484,7 @@ impl Reconciler {
                         .unwrap_or_else(|| "replicas keep failing".into());
                     let keep_old = !failed_update
                         && matches!(state, EndpointState::Updating | EndpointState::UpdateFailed);
-                    return give_up(run, self.provider.as_ref(), &gen, why, keep_old, out).await;
+                    return give_up(run, self.provider.as_ref(), gen, why, keep_old, out).await;
                 }
                 // A request still running (a long stream) keeps the endpoint busy.
                 let last = if run.activity.in_flight.load(Relaxed) > 0 {
@@ -522,10 +523,10 @@ impl Reconciler {
 
         // Roll replicas of the generation to serve up to the target.
         let failed_update = rec.state == EndpointState::UpdateFailed
-            && run.failed_generation.as_deref() == Some(gen.as_str());
+            && run.failed_generation.as_deref() == Some(gen);
         let (serve_gen, serve_spec) = match (&run.good, failed_update) {
             (Some((g, s)), true) => (g.clone(), s.clone()),
-            _ => (gen.clone(), rec.spec.clone()),
+            _ => (gen.to_string(), rec.spec.clone()),
         };
         let target = run.target as usize;
         // Surplus: not-ready ones stop at once, ready ones drain; the newest go first.
@@ -597,7 +598,7 @@ impl Reconciler {
                                 rec.state,
                                 EndpointState::Updating | EndpointState::UpdateFailed
                             );
-                        return give_up(run, self.provider.as_ref(), &gen, why, keep_old, out)
+                        return give_up(run, self.provider.as_ref(), gen, why, keep_old, out)
                             .await;
                     }
                 }
@@ -623,7 +624,7 @@ impl Reconciler {
                 }
             }
             if serve_gen == gen {
-                run.good = Some((gen.clone(), rec.spec.clone()));
+                run.good = Some((gen.to_string(), rec.spec.clone()));
                 run.failed_generation = None;
             }
         }
@@ -637,7 +638,7 @@ impl Reconciler {
         )
         .await
         {
-            return give_up(run, self.provider.as_ref(), &gen, why, false, out).await;
+            return give_up(run, self.provider.as_ref(), gen, why, false, out).await;
         }
         let ready = run.replicas.iter().filter(|r| r.serving()).count();
         let others = run.replicas.iter().any(|r| r.generation != serve_gen);
