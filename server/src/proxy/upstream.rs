@@ -244,8 +244,7 @@ mod tests {
         let req = Request::builder().uri("/").body(Body::empty()).unwrap();
         let err = send(&Pool::default(), addr, req)
             .await
-            .err()
-            .expect("refused");
+            .expect_err("refused");
         assert!(matches!(err, Error::Connect(_)), "{err}");
     }
 }
