@@ -60,7 +60,6 @@ async fn start(http: reqwest::Client) -> Server {
     let mut config = Config::default();
     config.store.data_dir = Some(dir.path().to_path_buf());
     config.server.listen = "127.0.0.1:0".parse().expect("addr");
-    config.runtime.tick_ms = 100;
     let app = Application::build(&config).await.expect("build");
     let url = format!("http://{}", app.local_addr());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
