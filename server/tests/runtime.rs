@@ -1274,11 +1274,12 @@ async fn custom_domains_and_host_code_are_guarded() {
         .await
         .unwrap();
     assert_eq!(api.status(), 404);
-    // Under the prefix, with any port in Host, the replica answers (its health route here).
+    // Under the prefix, with any port, case or trailing dot in Host, the replica answers (its health
+    // route here).
     let health = rt
         .http
         .get(format!("{}/emb/health", rt.url))
-        .header("host", "models.example.com:8443")
+        .header("host", "Models.Example.COM.:8443")
         .send()
         .await
         .unwrap();

@@ -64,6 +64,8 @@ pub struct ProxyInner {
     auth: Mutex<HashMap<(String, String), (Instant, TokenAnswer)>>,
     sessions: balance::McpSessions,
     body_limit: usize,
+    /// The server's public host, bare: never an endpoint's custom domain.
+    own_host: String,
 }
 
 /// The proxy as one listener serves it: the public one, or the private entry point.
@@ -93,6 +95,7 @@ impl Proxy {
             .iter()
             .map(|c| Cidr::parse(c).map_err(|e| format!("proxy.trusted_proxies {c:?}: {e}")))
             .collect::<Result<Vec<_>, _>>()?;
+        let runtime_url = runtime.public_url.clone();
         Ok(Proxy {
             inner: Arc::new(ProxyInner {
                 table: runtime.table.clone(),
@@ -105,6 +108,7 @@ impl Proxy {
                 auth: Mutex::new(HashMap::new()),
                 sessions: Default::default(),
                 body_limit,
+                own_host: url_host(&runtime_url),
             }),
             private: false,
         })
@@ -132,33 +136,35 @@ pub fn private_front(proxy: Proxy) -> Front<Router> {
     Front::new(proxy.private(), inner)
 }
 
-/// Whether `host` (with or without a port) names this server itself: its public host, an IP address or
-/// localhost. Those never route to an endpoint's custom domain, so no endpoint can take over the API.
-pub fn is_server_host(host: &str, public_url: &str) -> bool {
-    let bare = |h: &str| -> String {
-        let h = h.trim().trim_end_matches('.');
-        let h = match h.strip_prefix('[') {
-            Some(v6) => v6.split(']').next().unwrap_or(v6),
-            None => h
-                .rsplit_once(':')
-                .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
-                .map_or(h, |(h, _)| h),
-        };
-        h.to_ascii_lowercase()
+/// A host as every comparison here takes it: without port, IPv6 brackets or trailing dot, in lowercase.
+/// `Host` headers, custom domains and the server's own address all go through it.
+pub fn bare_host(host: &str) -> String {
+    let h = host.trim();
+    let h = match h.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(v6),
+        None => h
+            .rsplit_once(':')
+            .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
+            .map_or(h, |(h, _)| h),
     };
-    let host = bare(host);
-    let own = public_url
-        .split("://")
-        .nth(1)
-        .unwrap_or(public_url)
-        .split('/')
-        .next()
-        .unwrap_or("");
+    h.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// The bare host of a URL such as the server's public URL.
+pub fn url_host(url: &str) -> String {
+    let authority = url.split("://").nth(1).unwrap_or(url);
+    bare_host(authority.split('/').next().unwrap_or(""))
+}
+
+/// Whether `host` (bare, see [`bare_host`]) names this server itself: `own` (its public host, bare), an IP
+/// address or localhost. Those never route to an endpoint's custom domain, so no endpoint can take over
+/// the API.
+pub fn is_server_host(host: &str, own: &str) -> bool {
     host.is_empty()
         || host == "localhost"
         || host.ends_with(".localhost")
         || host.parse::<IpAddr>().is_ok()
-        || host == bare(own)
+        || host == own
 }
 
 /// The endpoint a request is for by its `Host` (an endpoint's custom domain), and the path to send on.
@@ -173,10 +179,11 @@ fn by_host_route(proxy: &Proxy, req: &Request) -> Option<(Arc<Route>, String)> {
         .and_then(|h| h.to_str().ok())
         .or_else(|| req.uri().host())
         .unwrap_or("");
-    if is_server_host(host, &proxy.runtime.public_url) {
+    let host = bare_host(host);
+    if is_server_host(&host, &proxy.own_host) {
         return None;
     }
-    table.by_host(host, req.uri().path()).map(|(route, rest)| {
+    table.by_host(&host, req.uri().path()).map(|(route, rest)| {
         let rest = if rest.is_empty() { "/" } else { rest };
         (route.clone(), rest.to_string())
     })
@@ -872,8 +879,9 @@ mod tests {
 
     #[test]
     fn the_server_names_itself() {
-        let public = "http://switchyard.example.com:8080";
-        for own in [
+        let own = url_host("http://switchyard.example.com:8080/");
+        assert_eq!(own, "switchyard.example.com");
+        for host in [
             "switchyard.example.com",
             "SWITCHYARD.example.com:8080",
             "switchyard.example.com.",
@@ -884,14 +892,14 @@ mod tests {
             "10.0.0.7",
             "",
         ] {
-            assert!(is_server_host(own, public), "{own}");
+            assert!(is_server_host(&bare_host(host), &own), "{host}");
         }
-        for other in [
+        for host in [
             "models.example.com",
-            "models.example.com:443",
+            "Models.Example.com.:443",
             "example.com",
         ] {
-            assert!(!is_server_host(other, public), "{other}");
+            assert!(!is_server_host(&bare_host(host), &own), "{host}");
         }
     }
 }

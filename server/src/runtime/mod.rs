@@ -130,7 +130,7 @@ impl RouteTable {
             if let Some((domain, _)) = &r.domain {
                 table
                     .by_domain
-                    .entry(domain.to_ascii_lowercase())
+                    .entry(crate::proxy::bare_host(domain))
                     .or_default()
                     .push(r.clone());
             }
@@ -152,10 +152,10 @@ impl RouteTable {
         self.by_name.get(namespace)?.get(name)
     }
 
-    /// The endpoint serving `host` + `path` through its custom domain, and the path left after its prefix.
+    /// The endpoint serving `host` (bare: see [`crate::proxy::bare_host`]) + `path` through its custom
+    /// domain, and the path left after its prefix.
     pub fn by_host<'p>(&self, host: &str, path: &'p str) -> Option<(&Arc<Route>, &'p str)> {
-        let host = host.split(':').next().unwrap_or(host).to_ascii_lowercase();
-        let routes = self.by_domain.get(&host)?;
+        let routes = self.by_domain.get(host)?;
         routes.iter().find_map(|r| {
             let (_, prefix) = r.domain.as_ref()?;
             let prefix = prefix.trim_end_matches('/');

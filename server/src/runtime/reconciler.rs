@@ -598,8 +598,7 @@ impl Reconciler {
                                 rec.state,
                                 EndpointState::Updating | EndpointState::UpdateFailed
                             );
-                        return give_up(run, self.provider.as_ref(), gen, why, keep_old, out)
-                            .await;
+                        return give_up(run, self.provider.as_ref(), gen, why, keep_old, out).await;
                     }
                 }
             }
