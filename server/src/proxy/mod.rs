@@ -36,18 +36,25 @@ use crate::store::Store;
 use cache::{Cached, ResponseCache};
 
 /// The header a private link sets with the cloud account it connects (see `proxy.private_listen`).
-pub const PRIVATE_ACCOUNT_HEADER: &str = "x-private-link-account";
+pub const PRIVATE_ACCOUNT_HEADER: HeaderName = HeaderName::from_static("x-private-link-account");
+// Names the proxy reads or writes on every request, made once: a name given as text is parsed at each use.
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_USE_CACHE: HeaderName = HeaderName::from_static("x-use-cache");
+const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
+const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+const X_SCALE_UP_TIMEOUT: HeaderName = HeaderName::from_static("x-scale-up-timeout");
 
-/// Headers that belong to one connection and are not forwarded.
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+/// Headers that belong to one connection and are not forwarded (RFC 9110 §7.6.1), beside those that the
+/// `Connection` header names.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
 ];
 
 /// What the store said of a (token, namespace): the account id, or the refusal.
@@ -337,7 +344,7 @@ impl Proxy {
         // From the right: each trusted hop vouches for the one before it. A hop that does not parse ends
         // the walk, so nothing an attacker wrote further left is believed.
         let hops: Vec<&str> = headers
-            .get_all("x-forwarded-for")
+            .get_all(&X_FORWARDED_FOR)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
@@ -431,7 +438,7 @@ impl Proxy {
         if self.private {
             let account = req
                 .headers()
-                .get(PRIVATE_ACCOUNT_HEADER)
+                .get(&PRIVATE_ACCOUNT_HEADER)
                 .and_then(|v| v.to_str().ok());
             let allowed = match (&route.private_account, account) {
                 (Some(want), Some(got)) => {
@@ -469,7 +476,7 @@ impl Proxy {
         let use_cache = route.cache
             && req
                 .headers()
-                .get("x-use-cache")
+                .get(&X_USE_CACHE)
                 .and_then(|v| v.to_str().ok())
                 .is_none_or(|v| !v.eq_ignore_ascii_case("false"));
         let (parts, body) = req.into_parts();
@@ -521,7 +528,7 @@ impl Proxy {
 
         let session = parts
             .headers
-            .get("mcp-session-id")
+            .get(&MCP_SESSION_ID)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         let backend = match (&route.router, route.mcp_lb) {
@@ -560,15 +567,15 @@ impl Proxy {
         let mut headers = parts.headers;
         strip_hop_by_hop(&mut headers);
         headers.remove(header::AUTHORIZATION);
-        headers.remove(PRIVATE_ACCOUNT_HEADER);
-        let forwarded = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        headers.remove(&PRIVATE_ACCOUNT_HEADER);
+        let forwarded = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
             Some(prior) if self.trusted(peer.ip()) => {
                 HeaderValue::from_str(&format!("{prior}, {}", peer.ip()))
             }
-            _ => HeaderValue::from_str(&peer.ip().to_string()),
+            _ => Ok(ip_value(peer.ip())),
         };
         if let Ok(v) = forwarded {
-            headers.insert("x-forwarded-for", v);
+            headers.insert(X_FORWARDED_FOR, v);
         }
         let mut out = axum::http::Request::new(body);
         *out.method_mut() = parts.method;
@@ -592,7 +599,7 @@ impl Proxy {
         if stateful_session(&route) && session.is_none() {
             if let Some(s) = rparts
                 .headers
-                .get("mcp-session-id")
+                .get(&MCP_SESSION_ID)
                 .and_then(|v| v.to_str().ok())
             {
                 self.sessions.remember(s, &backend.replica_id);
@@ -628,7 +635,7 @@ impl Proxy {
         *resp.headers_mut() = headers;
         if route.cache {
             resp.headers_mut()
-                .insert("x-cache", HeaderValue::from_static("MISS"));
+                .insert(X_CACHE, HeaderValue::from_static("MISS"));
         }
         resp
     }
@@ -666,7 +673,7 @@ impl Proxy {
         route.activity.request_wake();
         self.runtime.kick();
         let wait = headers
-            .get("x-scale-up-timeout")
+            .get(&X_SCALE_UP_TIMEOUT)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<f64>().ok())
             .filter(|s| s.is_finite() && *s > 0.0)
@@ -770,8 +777,35 @@ fn stateful_session(route: &Route) -> bool {
     route.mcp_lb == Some(true)
 }
 
+/// `ip` as a header value. The last one made on this thread is kept: traffic comes from few addresses
+/// (a load balancer in front, or a handful of clients), and formatting one is a noticeable share of a
+/// request's own work.
+fn ip_value(ip: IpAddr) -> HeaderValue {
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(IpAddr, HeaderValue)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    LAST.with_borrow_mut(|last| match last {
+        Some((at, value)) if *at == ip => value.clone(),
+        _ => {
+            // An address's text is always a valid header value.
+            let value = HeaderValue::from_str(&ip.to_string())
+                .unwrap_or_else(|_| HeaderValue::from_static(""));
+            *last = Some((ip, value.clone()));
+            value
+        }
+    })
+}
+
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    for name in HOP_BY_HOP {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(&HOP_BY_HOP) {
         headers.remove(name);
     }
     headers.remove(header::HOST);
@@ -782,10 +816,8 @@ fn cached_response(c: Cached, marker: &'static str) -> Response {
     *resp.status_mut() = c.status;
     *resp.headers_mut() = c.headers;
     resp.headers_mut().remove(header::CONTENT_LENGTH);
-    resp.headers_mut().insert(
-        HeaderName::from_static("x-cache"),
-        HeaderValue::from_static(marker),
-    );
+    resp.headers_mut()
+        .insert(X_CACHE, HeaderValue::from_static(marker));
     resp
 }
 
@@ -876,6 +908,34 @@ impl ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_stay_behind() {
+        let mut h = HeaderMap::new();
+        for (name, value) in [
+            ("connection", "keep-alive, X-Trace"),
+            ("keep-alive", "timeout=5"),
+            ("x-trace", "1"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "h2c"),
+            ("host", "models.example.com"),
+            ("content-type", "application/json"),
+        ] {
+            h.insert(name, HeaderValue::from_static(value));
+        }
+        strip_hop_by_hop(&mut h);
+        let left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        assert_eq!(left, ["content-type"]);
+    }
+
+    #[test]
+    fn forwarded_for_names_each_address() {
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "::1".parse().unwrap());
+        assert_eq!(ip_value(a), "10.0.0.1");
+        assert_eq!(ip_value(a), "10.0.0.1");
+        assert_eq!(ip_value(b), "::1");
+        assert_eq!(ip_value(a), "10.0.0.1");
+    }
 
     #[test]
     fn the_server_names_itself() {
