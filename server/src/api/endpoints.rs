@@ -259,6 +259,8 @@ pub async fn insert_new(
         version: 1,
     };
     state.store.insert_endpoint(&rec).await?;
+    // However it was created (here or by a deploy from the catalog), the reconciler starts on it now.
+    state.runtime.kick();
     tracing::info!(namespace, endpoint = %rec.spec.name, by = %who.account.name, "endpoint created");
     Ok(rec)
 }
@@ -337,7 +339,6 @@ pub async fn create(
     check_cache(&who, &spec, None)?;
     check_route(&s, &namespace, &spec).await?;
     let rec = insert_new(&s, &who, &namespace, spec).await?;
-    s.runtime.kick();
     Ok(Json(render(&rec)))
 }
 

@@ -10,7 +10,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
@@ -132,6 +132,10 @@ pub struct Reconciler {
     http: HttpClient,
     runs: HashMap<String, EndpointRun>,
     published: String,
+    /// The endpoints as last read from the store, with the reconciler's own writes applied since; `None`
+    /// when they must be read again. The quick ticks between two full ones go by these: everything else
+    /// that changes an endpoint kicks the reconciler, and a kicked tick reads the store.
+    records: Option<Vec<EndpointRecord>>,
 }
 
 /// What identifies the replicas a spec needs: a change here means new replicas; a change elsewhere
@@ -174,6 +178,7 @@ impl Reconciler {
             http: http_client(),
             runs: HashMap::new(),
             published: String::new(),
+            records: None,
         }
     }
 
@@ -181,9 +186,18 @@ impl Reconciler {
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
         let tick = Duration::from_millis(self.config.tick_ms.max(10));
         let kick = self.handle.kick.clone();
+        let mut read_at = Instant::now();
         loop {
             if *shutdown.borrow() {
                 break;
+            }
+            // A full tick reads every endpoint from the store; the quick ones in between, while replicas
+            // start or drain, go by what the reconciler holds.
+            if read_at.elapsed() >= tick {
+                self.records = None;
+            }
+            if self.records.is_none() {
+                read_at = Instant::now();
             }
             if let Err(e) = self.tick().await {
                 tracing::warn!(error = %e, "reconcile tick failed; retrying");
@@ -197,7 +211,8 @@ impl Reconciler {
             let pause = if busy { tick.min(FAST_TICK) } else { tick };
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
-                _ = kick.notified() => {}
+                // An endpoint was created, changed or deleted, or a request asks to wake one.
+                _ = kick.notified() => self.records = None,
                 _ = shutdown.changed() => {}
             }
         }
@@ -205,9 +220,12 @@ impl Reconciler {
         tracing::info!("replicas stopped");
     }
 
-    /// One pass over every endpoint.
+    /// One pass over every endpoint: those held (see `records`), or else read from the store.
     pub async fn tick(&mut self) -> Result<(), StoreError> {
-        let records = self.store.all_endpoints().await?;
+        let records = match self.records.take() {
+            Some(held) => held,
+            None => self.store.all_endpoints().await?,
+        };
         let now = self.clock.now();
         let live: HashSet<&str> = records.iter().map(|r| r.id.as_str()).collect();
         let gone: Vec<String> = self
@@ -225,22 +243,34 @@ impl Reconciler {
             }
         }
         let mut routes = Vec::with_capacity(records.len());
+        let mut held = Vec::with_capacity(records.len());
+        let mut all_written = true;
         for rec in records {
             let gen = generation(&rec.spec);
             let observed = self.reconcile(&rec, &gen, now).await;
             let waking = rec.state == EndpointState::ScaledToZero
                 && observed.state == EndpointState::Initializing;
-            if !self.write_status(&rec, observed).await && waking {
-                // The wake-up was taken but not recorded: keep it for the next tick.
-                self.handle
-                    .activity(&rec.namespace, &rec.spec.name)
-                    .request_wake();
-            }
+            let rec = match self.write_status(&rec, observed).await {
+                Some(written) => written,
+                None => {
+                    all_written = false;
+                    if waking {
+                        // The wake-up was taken but not recorded: keep it for the next tick.
+                        self.handle
+                            .activity(&rec.namespace, &rec.spec.name)
+                            .request_wake();
+                    }
+                    rec
+                }
+            };
             if let Some(route) = self.route(&rec, gen) {
                 routes.push(route);
             }
+            held.push(rec);
         }
         self.publish(routes);
+        // What the store holds now, unless a write failed: then the next tick reads it again.
+        self.records = all_written.then_some(held);
         Ok(())
     }
 
@@ -321,8 +351,9 @@ impl Reconciler {
         }))
     }
 
-    /// Writes what changed; false when the write did not happen (refused or stale).
-    async fn write_status(&self, rec: &EndpointRecord, o: Observed) -> bool {
+    /// Writes what changed. Returns the endpoint as stored after it (`rec` itself when nothing changed), or
+    /// `None` when the write did not happen (refused or stale).
+    async fn write_status(&self, rec: &EndpointRecord, o: Observed) -> Option<EndpointRecord> {
         let current = Observed {
             state: rec.state,
             message: rec.message.clone(),
@@ -331,11 +362,11 @@ impl Reconciler {
             target: rec.target_replica,
         };
         if o == current {
-            return true;
+            return Some(rec.clone());
         }
         if !can_transition(rec.state, o.state) {
             tracing::error!(from = %rec.state, to = %o.state, "reconciler asked for a transition it may not make");
-            return false;
+            return None;
         }
         let mut next = rec.clone();
         next.state = o.state;
@@ -345,20 +376,20 @@ impl Reconciler {
         next.target_replica = o.target;
         next.updated_at = self.clock.now();
         match self.store.update_endpoint(&next).await {
-            Ok(_) => {
+            Ok(written) => {
                 if rec.state != o.state {
                     tracing::info!(namespace = %rec.namespace, endpoint = %rec.spec.name, from = %rec.state, to = %o.state, "endpoint state");
                 }
-                true
+                Some(written)
             }
             // Changed by a user in between: the next tick sees the new record.
             Err(StoreError::Stale) => {
                 self.handle.kick();
-                false
+                None
             }
             Err(e) => {
                 tracing::warn!(error = %e, "writing endpoint status");
-                false
+                None
             }
         }
     }
