@@ -37,14 +37,31 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
-    /// The most recently used connection that is ready for a request. Closed and long-idle ones are dropped
-    /// on the way; busy ones stay for later.
+    /// The most recently used connection that is ready for a request. Long-idle ones (at the front: they
+    /// came back first) and closed ones met on the way are dropped; busy ones stay for later. The usual
+    /// case looks at one connection, however many are idle.
     fn take(&self) -> Option<SendRequest<Body>> {
         let mut idle = self.idle.lock().ok()?;
         let now = Instant::now();
-        idle.retain(|(at, s)| !s.is_closed() && now.duration_since(*at) < IDLE_TIMEOUT);
-        let i = idle.iter().rposition(|(_, s)| s.is_ready())?;
-        Some(idle.swap_remove(i).1)
+        let expired = idle
+            .iter()
+            .take_while(|(at, _)| now.duration_since(*at) >= IDLE_TIMEOUT)
+            .count();
+        idle.drain(..expired);
+        let mut busy = Vec::new();
+        let mut found = None;
+        while let Some((at, sender)) = idle.pop() {
+            if sender.is_closed() {
+                continue;
+            }
+            if sender.is_ready() {
+                found = Some(sender);
+                break;
+            }
+            busy.push((at, sender));
+        }
+        idle.extend(busy.into_iter().rev());
+        found
     }
 
     /// A connection whose response was passed on (it may still be finishing its request's upload).
