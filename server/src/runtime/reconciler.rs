@@ -250,9 +250,9 @@ impl Reconciler {
             let observed = self.reconcile(&rec, &gen, now).await;
             let waking = rec.state == EndpointState::ScaledToZero
                 && observed.state == EndpointState::Initializing;
-            let rec = match self.write_status(&rec, observed).await {
-                Some(written) => written,
-                None => {
+            let rec = match self.write_status(rec, observed).await {
+                Ok(written) => written,
+                Err(rec) => {
                     all_written = false;
                     if waking {
                         // The wake-up was taken but not recorded: keep it for the next tick.
@@ -352,8 +352,12 @@ impl Reconciler {
     }
 
     /// Writes what changed. Returns the endpoint as stored after it (`rec` itself when nothing changed), or
-    /// `None` when the write did not happen (refused or stale).
-    async fn write_status(&self, rec: &EndpointRecord, o: Observed) -> Option<EndpointRecord> {
+    /// `rec` as an error when the write did not happen (refused or stale).
+    async fn write_status(
+        &self,
+        rec: EndpointRecord,
+        o: Observed,
+    ) -> Result<EndpointRecord, EndpointRecord> {
         let current = Observed {
             state: rec.state,
             message: rec.message.clone(),
@@ -362,11 +366,11 @@ impl Reconciler {
             target: rec.target_replica,
         };
         if o == current {
-            return Some(rec.clone());
+            return Ok(rec);
         }
         if !can_transition(rec.state, o.state) {
             tracing::error!(from = %rec.state, to = %o.state, "reconciler asked for a transition it may not make");
-            return None;
+            return Err(rec);
         }
         let mut next = rec.clone();
         next.state = o.state;
@@ -380,16 +384,16 @@ impl Reconciler {
                 if rec.state != o.state {
                     tracing::info!(namespace = %rec.namespace, endpoint = %rec.spec.name, from = %rec.state, to = %o.state, "endpoint state");
                 }
-                Some(written)
+                Ok(written)
             }
             // Changed by a user in between: the next tick sees the new record.
             Err(StoreError::Stale) => {
                 self.handle.kick();
-                None
+                Err(rec)
             }
             Err(e) => {
                 tracing::warn!(error = %e, "writing endpoint status");
-                None
+                Err(rec)
             }
         }
     }
