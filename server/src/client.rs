@@ -80,6 +80,29 @@ impl Client {
         path: &str,
         body: Option<&Value>,
     ) -> ClientResult<T> {
+        let bytes = self.fetch(method, path, body).await?;
+        let value: Value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode(e.to_string()))?
+        };
+        serde_json::from_value(value).map_err(|e| ClientError::Decode(e.to_string()))
+    }
+
+    /// `GET` of a plain-text answer (replica logs); errors are decoded as usual.
+    async fn get_text(&self, path: &str) -> ClientResult<String> {
+        let bytes = self.fetch(Method::GET, path, None).await?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// Sends a request and returns the body of a successful answer; any other answer is an
+    /// [`ClientError::Api`] with the server's message.
+    async fn fetch(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> ClientResult<axum::body::Bytes> {
         let mut req = self.http.request(method, format!("{}{}", self.base, path));
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
@@ -87,55 +110,14 @@ impl Client {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| ClientError::Transport(e.to_string()))?;
+        let transport = |e: reqwest::Error| ClientError::Transport(e.to_string());
+        let resp = req.send().await.map_err(transport)?;
         let status = resp.status();
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| ClientError::Transport(e.to_string()))?;
-        let value: Value = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes)
-                .map_err(|e| ClientError::Decode(format!("{status}: {e}")))?
-        };
-        if !status.is_success() {
-            let message = value
-                .get("error")
-                .and_then(Value::as_str)
-                .unwrap_or("error without a message")
-                .to_string();
-            return Err(ClientError::Api {
-                status,
-                message,
-                body: value,
-            });
-        }
-        serde_json::from_value(value).map_err(|e| ClientError::Decode(e.to_string()))
-    }
-
-    /// `GET` of a plain-text answer (replica logs); errors are decoded as usual.
-    async fn get_text(&self, path: &str) -> ClientResult<String> {
-        let mut req = self.http.get(format!("{}{}", self.base, path));
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
-        }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| ClientError::Transport(e.to_string()))?;
-        let status = resp.status();
-        let text = resp
-            .text()
-            .await
-            .map_err(|e| ClientError::Transport(e.to_string()))?;
+        let bytes = resp.bytes().await.map_err(transport)?;
         if status.is_success() {
-            return Ok(text);
+            return Ok(bytes);
         }
-        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         let message = body
             .get("error")
             .and_then(Value::as_str)
