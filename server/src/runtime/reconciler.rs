@@ -644,19 +644,7 @@ impl Reconciler {
             .filter(|r| r.generation == serve_gen && r.serving())
             .count();
         if ready_new >= target && target > 0 {
-            for r in run
-                .replicas
-                .iter_mut()
-                .filter(|r| r.generation != serve_gen)
-            {
-                if !r.ready {
-                    r.draining = std::time::Instant::now()
-                        .checked_sub(MAX_DRAIN)
-                        .or(Some(std::time::Instant::now()));
-                } else if r.draining.is_none() {
-                    r.draining = Some(std::time::Instant::now());
-                }
-            }
+            retire_where(run, self.provider.as_ref(), |r| r.generation != serve_gen).await;
             if serve_gen == gen {
                 run.good = Some((gen.to_string(), rec.spec.clone()));
                 run.failed_generation = None;
@@ -818,11 +806,8 @@ async fn give_up(
 ) -> Observed {
     let old_ready = run.replicas.iter().any(|r| r.ready && r.generation != gen);
     if keep_old && old_ready {
-        // The new generation's ready replicas may be serving: they drain; the others stop now.
-        stop_where(run, provider, |r| r.generation == gen && !r.ready).await;
-        for r in run.replicas.iter_mut().filter(|r| r.generation == gen) {
-            r.draining.get_or_insert_with(std::time::Instant::now);
-        }
+        // The new generation's ready replicas may be serving.
+        retire_where(run, provider, |r| r.generation == gen).await;
         run.failed_generation = Some(gen.to_string());
         out.state = EndpointState::UpdateFailed;
         out.message = Some(format!(
@@ -844,11 +829,20 @@ async fn stop_all(run: &mut EndpointRun, provider: &dyn ReplicaProvider) {
     }
 }
 
-/// Scale to zero without dropping a request: ready replicas leave the routing table and stop once their
-/// requests are done; the others stop now.
+/// Scale to zero without dropping a request (see [`retire_where`]).
 async fn retire_all(run: &mut EndpointRun, provider: &dyn ReplicaProvider) {
-    stop_where(run, provider, |r| !r.ready).await;
-    for r in run.replicas.iter_mut() {
+    retire_where(run, provider, |_| true).await;
+}
+
+/// Retires the replicas that `which` picks without dropping a request: ready ones leave the routing table
+/// and stop once their requests are done; the others stop now.
+async fn retire_where(
+    run: &mut EndpointRun,
+    provider: &dyn ReplicaProvider,
+    which: impl Fn(&ReplicaRun) -> bool,
+) {
+    stop_where(run, provider, |r| which(r) && !r.ready).await;
+    for r in run.replicas.iter_mut().filter(|r| which(r)) {
         r.draining.get_or_insert_with(std::time::Instant::now);
     }
 }
