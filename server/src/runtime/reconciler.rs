@@ -475,6 +475,9 @@ impl Reconciler {
             .map(|e| e.at.clone());
         let entry_began = run.entry.as_ref().is_some_and(|before| *before != entry);
         run.entry = Some(entry);
+        // This spec already failed to roll out: the previous generation goes on serving.
+        let failed_update = rec.state == EndpointState::UpdateFailed
+            && run.failed_generation.as_deref() == Some(gen);
         match rec.state {
             EndpointState::Paused | EndpointState::Failed => {
                 // Out of the routing table first, so no request is sent to a replica being stopped.
@@ -509,8 +512,6 @@ impl Reconciler {
                     // Created or resumed: idle time counts from now, not from requests before a pause.
                     run.since = now;
                 }
-                let failed_update = state == EndpointState::UpdateFailed
-                    && run.failed_generation.as_deref() == Some(gen);
                 if run.crashes.len() >= self.config.max_crashes.max(1) as usize {
                     run.crashes.clear();
                     let why = run
@@ -557,8 +558,6 @@ impl Reconciler {
         }
 
         // Roll replicas of the generation to serve up to the target.
-        let failed_update = rec.state == EndpointState::UpdateFailed
-            && run.failed_generation.as_deref() == Some(gen);
         let (serve_gen, serve_spec) = match (&run.good, failed_update) {
             (Some((g, s)), true) => (g.clone(), s.clone()),
             _ => (gen.to_string(), rec.spec.clone()),
