@@ -448,13 +448,8 @@ impl Reconciler {
         let router_idle = match &run.router {
             None => true,
             Some(r) => {
-                let serving: Vec<String> = run
-                    .replicas
-                    .iter()
-                    .filter(|x| x.serving())
-                    .map(|x| format!("http://{}", x.info.addr))
-                    .collect();
-                r.announced.as_ref() == Some(&serving) && r.backend.in_flight.load(Relaxed) == 0
+                r.announced.as_ref() == Some(&serving_urls(run))
+                    && r.backend.in_flight.load(Relaxed) == 0
             }
         };
         stop_where(run, self.provider.as_ref(), |r| {
@@ -696,6 +691,12 @@ impl Reconciler {
 
 /// Keeps the endpoint's custom-router sidecar running (restarted when its spec changes or it exits)
 /// and tells it the ready replicas whenever they change. `Err` when it cannot run here at all.
+/// The replicas that take requests, as a custom router is told them.
+fn serving_urls(run: &EndpointRun) -> Vec<String> {
+    let serving = run.replicas.iter().filter(|r| r.serving());
+    serving.map(|r| format!("http://{}", r.info.addr)).collect()
+}
+
 async fn sync_router(
     provider: &dyn ReplicaProvider,
     config: &RuntimeConfig,
@@ -750,15 +751,10 @@ async fn sync_router(
             announced: None,
         });
     }
+    let backends = serving_urls(run);
     let Some(router) = run.router.as_mut() else {
         return Ok(());
     };
-    let backends: Vec<String> = run
-        .replicas
-        .iter()
-        .filter(|r| r.serving())
-        .map(|r| format!("http://{}", r.info.addr))
-        .collect();
     if router.announced.as_ref() != Some(&backends) {
         let body = serde_json::json!({ "backends": backends }).to_string();
         let req = axum::http::Request::post(format!(
