@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use crate::model::Issue;
 use crate::store::StoreError;
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum ApiError {
     /// 400 `{error, issues}`: an invalid request body.
     InvalidBody {

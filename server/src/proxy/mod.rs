@@ -58,7 +58,7 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 ];
 
 /// What the store said of a (token, namespace): the account id, or the refusal.
-type TokenAnswer = Result<String, (StatusCode, String)>;
+type TokenAnswer = Result<String, ApiError>;
 
 pub struct ProxyInner {
     pub table: watch::Receiver<Arc<RouteTable>>,
@@ -381,7 +381,7 @@ impl Proxy {
         let ttl = Duration::from_secs(self.config.auth_cache_s);
         if let Some((at, answer)) = self.auth.lock().ok().and_then(|m| m.get(&key).cloned()) {
             if at.elapsed() < ttl {
-                return answer.map_err(|(s, m)| ApiError::from_status(s, m).into_response());
+                return answer.map_err(IntoResponse::into_response);
             }
         }
         let answer = async {
@@ -390,17 +390,17 @@ impl Proxy {
             Ok::<_, ApiError>(who.account.id)
         }
         .await;
-        let answer = match answer {
-            Err(ApiError::Internal(cause)) => return Err(ApiError::Internal(cause).into_response()),
-            other => other.map_err(|e| (e.status(), e.message())),
-        };
+        // A store failure is not an answer to remember.
+        if let Err(e @ ApiError::Internal(_)) = answer {
+            return Err(e.into_response());
+        }
         if let Ok(mut m) = self.auth.lock() {
             if m.len() > 100_000 {
                 m.clear();
             }
             m.insert(key, (Instant::now(), answer.clone()));
         }
-        answer.map_err(|(s, m)| ApiError::from_status(s, m).into_response())
+        answer.map_err(IntoResponse::into_response)
     }
 
     async fn serve(
@@ -891,17 +891,6 @@ where
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
-    }
-}
-
-impl ApiError {
-    /// An error from a status and message remembered by the proxy's token cache.
-    fn from_status(status: StatusCode, message: String) -> ApiError {
-        match status {
-            StatusCode::UNAUTHORIZED => ApiError::Unauthorized(message),
-            StatusCode::NOT_FOUND => ApiError::NotFound(message),
-            _ => ApiError::Forbidden(message),
-        }
     }
 }
 
