@@ -102,7 +102,7 @@ impl Proxy {
             .iter()
             .map(|c| Cidr::parse(c).map_err(|e| format!("proxy.trusted_proxies {c:?}: {e}")))
             .collect::<Result<Vec<_>, _>>()?;
-        let runtime_url = runtime.public_url.clone();
+        let own_host = url_host(&runtime.public_url);
         Ok(Proxy {
             inner: Arc::new(ProxyInner {
                 table: runtime.table.clone(),
@@ -115,7 +115,7 @@ impl Proxy {
                 auth: Mutex::new(HashMap::new()),
                 sessions: Default::default(),
                 body_limit,
-                own_host: url_host(&runtime_url),
+                own_host,
             }),
             private: false,
         })
