@@ -5,7 +5,8 @@
 //! replica, and the control plane's share of a cold start (0 → ready through Switchyard, minus the
 //! engine's own start). The replica is the workspace's test engine, a real child process on loopback.
 //! A raw TCP relay (bytes copied both ways, no HTTP) on the server's runtime shows the floor that the
-//! kernel and the scheduler set for any proxy on the machine.
+//! kernel and the scheduler set for any proxy on the machine; a blocking relay (a thread per direction)
+//! shows, at one connection, what a hop costs without an event loop.
 //!
 //! Run: `cargo build --release -p switchyard-test-engine && cargo bench -p switchyard-server --bench proxy`.
 //! Set `BENCH_SECONDS` to change the measured time per scenario (default 2.0).
@@ -340,6 +341,34 @@ fn relay(server: &tokio::runtime::Handle, to: String) -> String {
     format!("http://{addr}{ROUTE}")
 }
 
+/// A blocking relay: a thread per direction per connection, plain `read` and `write`, no event loop. At one
+/// connection it shows what a hop costs on this machine without an async runtime's wake-ups (it is no design
+/// for many connections). Its threads are named `server-…`, so their CPU counts as the proxy's.
+fn blocking_relay(to: String) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind relay");
+    let addr = listener.local_addr().expect("relay addr");
+    let thread = || std::thread::Builder::new().name("server-relay".into());
+    let accept = move || {
+        for inbound in listener.incoming().flatten() {
+            let Ok(out) = std::net::TcpStream::connect(&to) else {
+                continue;
+            };
+            let _ = (inbound.set_nodelay(true), out.set_nodelay(true));
+            let (Ok(inbound2), Ok(out2)) = (inbound.try_clone(), out.try_clone()) else {
+                continue;
+            };
+            for (mut from, mut into) in [(inbound, out), (out2, inbound2)] {
+                let _ = thread().spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut into);
+                    let _ = into.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        }
+    };
+    thread().spawn(accept).expect("relay thread");
+    format!("http://{addr}{ROUTE}")
+}
+
 async fn bench(srv: &Server, engine: &Path, secs: f64, server: tokio::runtime::Handle) {
     let full_features = json!({
         "type": "authenticated",
@@ -366,6 +395,7 @@ async fn bench(srv: &Server, engine: &Path, secs: f64, server: tokio::runtime::H
     let port = port.expect("port").trim().to_string();
     let direct = format!("http://127.0.0.1:{port}{ROUTE}");
     let relayed = relay(&server, format!("127.0.0.1:{port}"));
+    let blocking = blocking_relay(format!("127.0.0.1:{port}"));
 
     let post = |url: &str, token: Option<&str>, unique: bool| -> Make {
         let (http, url, token) = (srv.http.clone(), url.to_string(), token.map(str::to_string));
@@ -383,6 +413,7 @@ async fn bench(srv: &Server, engine: &Path, secs: f64, server: tokio::runtime::H
     };
     let direct = post(&direct, None, false);
     let relayed = post(&relayed, None, false);
+    let blocking = post(&blocking, None, false);
     let plain = post(&srv.route_url("plain"), None, false);
     let full = post(&srv.route_url("full"), Some(&srv.token), true);
     let cached = post(&srv.route_url("cached"), None, false);
@@ -397,11 +428,13 @@ async fn bench(srv: &Server, engine: &Path, secs: f64, server: tokio::runtime::H
     let (base, plain_name) = ("direct to the replica (baseline)", "proxy, plain");
     let floor = "raw TCP relay (floor for any proxy)";
     let all = "proxy, auth+CIDR+cache miss+least conn";
+    let threads = "blocking relay (thread per direction)";
     let one = [
         (base, &direct),
         (plain_name, &plain),
         (all, &full),
         (floor, &relayed),
+        (threads, &blocking),
     ];
     let one = compare(srv, 1, secs, &one).await;
     let hits = "proxy, cache hits";
@@ -464,6 +497,11 @@ async fn bench(srv: &Server, engine: &Path, secs: f64, server: tokio::runtime::H
     println!(
         "{:<40} {relay_ratio:>10.2} ×    (req/s ÷ direct of the raw TCP relay, 64 connections)",
         "floor"
+    );
+    println!(
+        "{:<40} {:>10.2} µs   (added p50 of the blocking relay, no event loop)",
+        "floor",
+        added(&one[4]).0
     );
     // What the proxy adds beyond any relay: its own work (HTTP, routing, features), not the machine's.
     println!(
