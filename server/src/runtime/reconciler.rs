@@ -689,14 +689,14 @@ impl Reconciler {
     }
 }
 
-/// Keeps the endpoint's custom-router sidecar running (restarted when its spec changes or it exits)
-/// and tells it the ready replicas whenever they change. `Err` when it cannot run here at all.
 /// The replicas that take requests, as a custom router is told them.
 fn serving_urls(run: &EndpointRun) -> Vec<String> {
     let serving = run.replicas.iter().filter(|r| r.serving());
     serving.map(|r| format!("http://{}", r.info.addr)).collect()
 }
 
+/// Keeps the endpoint's custom-router sidecar running (restarted when its spec changes or it exits)
+/// and tells it the ready replicas whenever they change. `Err` when it cannot run here at all.
 async fn sync_router(
     provider: &dyn ReplicaProvider,
     config: &RuntimeConfig,
