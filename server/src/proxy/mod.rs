@@ -29,7 +29,6 @@ use crate::api::error::ApiError;
 use crate::auth::{authenticate, authorize, bearer_in, Access};
 use crate::clock::Clock;
 use crate::config::ProxyConfig;
-use crate::crypto::hash_token;
 use crate::model::{Cidr, EndpointState, EndpointType};
 use crate::runtime::{Route, RouteTable, RuntimeHandle};
 use crate::store::Store;
@@ -57,6 +56,17 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::UPGRADE,
 ];
 
+/// The token cache's key for a (token, namespace): one digest of both, so that a lookup allocates nothing
+/// and no token is held in the clear.
+fn token_key(token: &str, namespace: &str) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update((token.len() as u64).to_le_bytes());
+    h.update(token.as_bytes());
+    h.update(namespace.as_bytes());
+    h.finalize().into()
+}
+
 /// What the store said of a (token, namespace): the account id, or the refusal.
 type TokenAnswer = Result<String, ApiError>;
 
@@ -68,7 +78,8 @@ pub struct ProxyInner {
     pub config: ProxyConfig,
     trusted: Vec<Cidr>,
     pub cache: ResponseCache,
-    auth: Mutex<HashMap<(String, String), (Instant, TokenAnswer)>>,
+    /// Token answers by [`token_key`].
+    auth: Mutex<HashMap<[u8; 32], (Instant, TokenAnswer)>>,
     sessions: balance::McpSessions,
     body_limit: usize,
     /// The server's public host, bare: never an endpoint's custom domain.
@@ -377,7 +388,7 @@ impl Proxy {
             )
             .into_response());
         };
-        let key = (hash_token(token), namespace.to_string());
+        let key = token_key(token, namespace);
         let ttl = Duration::from_secs(self.config.auth_cache_s);
         if let Some((at, answer)) = self.auth.lock().ok().and_then(|m| m.get(&key).cloned()) {
             if at.elapsed() < ttl {
@@ -942,6 +953,16 @@ mod tests {
             closed.is_ok(),
             "the body read went on after the request was dropped"
         );
+    }
+
+    #[test]
+    fn token_answers_are_kept_apart() {
+        let key = token_key("sy_abc", "acme");
+        assert_eq!(key, token_key("sy_abc", "acme"));
+        assert_ne!(key, token_key("sy_abc", "other"));
+        assert_ne!(key, token_key("sy_abd", "acme"));
+        // Where the token ends counts: ("sy_abca", "cme") is another pair.
+        assert_ne!(key, token_key("sy_abca", "cme"));
     }
 
     #[test]
