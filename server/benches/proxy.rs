@@ -483,32 +483,34 @@ async fn bench(srv: &Server, engine: &Path, secs: f64, server: tokio::runtime::H
             true,
         ),
     ];
-    // The same figures for the byte relay: what no proxy here can do better than.
+    // The same figures for the relays: what no proxy here can do better than; and what the proxy adds
+    // beyond a relay, its own work (HTTP, routing, features), not the machine's.
     let (relay50, relay99) = added(&one[3]);
-    let relay_ratio = many[4].rps / many[0].rps;
-    println!(
-        "{:<40} {relay50:>10.2} µs   (added p50 of the raw TCP relay)",
-        "floor"
-    );
-    println!(
-        "{:<40} {relay99:>10.2} µs   (added p99 of the raw TCP relay)",
-        "floor"
-    );
-    println!(
-        "{:<40} {relay_ratio:>10.2} ×    (req/s ÷ direct of the raw TCP relay, 64 connections)",
-        "floor"
-    );
-    println!(
-        "{:<40} {:>10.2} µs   (added p50 of the blocking relay, no event loop)",
-        "floor",
-        added(&one[4]).0
-    );
-    // What the proxy adds beyond any relay: its own work (HTTP, routing, features), not the machine's.
-    println!(
-        "{:<40} {:>10.2} µs   (added p50 of the plain path minus the relay's)",
-        "proxy's own share",
-        add50 - relay50
-    );
+    let floors = [
+        ("floor", relay50, "µs", "added p50 of the raw TCP relay"),
+        ("floor", relay99, "µs", "added p99 of the raw TCP relay"),
+        (
+            "floor",
+            many[4].rps / many[0].rps,
+            "×",
+            "req/s ÷ direct of the raw TCP relay, 64 connections",
+        ),
+        (
+            "floor",
+            added(&one[4]).0,
+            "µs",
+            "added p50 of the blocking relay, no event loop",
+        ),
+        (
+            "proxy's own share",
+            add50 - relay50,
+            "µs",
+            "added p50 of the plain path minus the relay's",
+        ),
+    ];
+    for (name, value, unit, what) in floors {
+        println!("{name:<40} {value:>10.2} {unit:<2}   ({what})");
+    }
     // `at_most`: which side of the target passes.
     for (name, value, unit, target, at_most) in figures {
         let pass = if at_most {
