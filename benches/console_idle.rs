@@ -38,46 +38,31 @@ fn idle_cpu(pid: u32) -> f64 {
     windows[WINDOWS / 2]
 }
 
-fn tmux(args: &[&str]) -> String {
-    let out = Command::new("tmux")
-        .args(args)
-        .env_remove("TMUX")
-        .output()
-        .expect("tmux");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+#[path = "../tests/common/tmux.rs"]
+mod tmux;
 
-/// Starts the console in tmux; returns the session, the console's pid and the times from the start to its
-/// first frame and to "connected" (as a terminal shows them; polled every few milliseconds).
-fn console(data: &std::path::Path) -> (String, u32, Duration, Duration) {
-    let name = format!("sy-idle-{}", std::process::id());
+use tmux::Tmux;
+
+/// Starts the console in tmux; returns the session (closed when dropped), the console's pid and the times
+/// from the start to its first frame and to "connected" (as a terminal shows them; polled every few
+/// milliseconds).
+fn console(data: &std::path::Path) -> (Tmux, u32, Duration, Duration) {
     let cmd = format!(
         "exec {BIN} --data-dir {} --listen 127.0.0.1:0",
         data.display()
     );
-    tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        &name,
-        "-x",
-        "120",
-        "-y",
-        "30",
-        &cmd,
-    ]);
+    let session = Tmux::new(format!("sy-idle-{}", std::process::id()), &cmd);
     let started = Instant::now();
     let mut first = None;
     while started.elapsed() < Duration::from_secs(15) {
-        let screen = tmux(&["capture-pane", "-p", "-t", &name]);
+        let screen = session.screen();
         if first.is_none() && screen.contains(" switchyard ") {
             first = Some(started.elapsed());
         }
         if screen.contains("connected") {
             let connected = started.elapsed();
-            let pid = tmux(&["list-panes", "-t", &name, "-F", "#{pane_pid}"]);
-            let pid = pid.trim().parse().expect("pane pid");
-            return (name, pid, first.unwrap_or(connected), connected);
+            let pid = session.pane_pid().parse().expect("pane pid");
+            return (session, pid, first.unwrap_or(connected), connected);
         }
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -136,7 +121,7 @@ fn main() {
     );
     std::thread::sleep(Duration::from_secs(2));
     let console = idle_cpu(pid);
-    tmux(&["kill-session", "-t", &session]);
+    drop(session);
     let extra = console - baseline;
     println!(
         "  console on its in-process server, catalog    {console:>7.3} ms/s   console's own share {extra:>6.3} ms/s \

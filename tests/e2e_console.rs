@@ -6,92 +6,28 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
+mod common;
 
-struct Tmux(String);
+use common::tmux::Tmux;
+use common::BIN;
 
-impl Tmux {
-    fn start(data_dir: &Path) -> Tmux {
-        Tmux::start_with(data_dir, "")
-    }
-
-    /// Runs the console with `env` (`NAME=value …`) in front. After it exits the pane shows its exit status,
-    /// and `TTY-SAME` when the terminal's settings are what they were before it started.
-    fn start_with(data_dir: &Path, env: &str) -> Tmux {
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let name = format!("sy-console-{}-{n}", std::process::id());
-        let cmd = format!(
-            "before=$(stty -g); {env} {BIN} --data-dir {} --listen 127.0.0.1:0; echo EXITED $?; \
-             [ \"$(stty -g)\" = \"$before\" ] && echo TTY-SAME; sleep 60",
-            data_dir.display()
-        );
-        let ok = Command::new("tmux")
-            .args([
-                "new-session",
-                "-d",
-                "-s",
-                &name,
-                "-x",
-                "120",
-                "-y",
-                "30",
-                &cmd,
-            ])
-            .env_remove("TMUX")
-            .status()
-            .expect("tmux (installed by scripts/test)");
-        assert!(ok.success());
-        Tmux(name)
-    }
-
-    fn screen(&self) -> String {
-        let out = Command::new("tmux")
-            .args(["capture-pane", "-p", "-t", &self.0])
-            .output()
-            .expect("capture-pane");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        for k in keys {
-            let ok = Command::new("tmux")
-                .args(["send-keys", "-t", &self.0, k])
-                .status()
-                .expect("send-keys");
-            assert!(ok.success());
-            std::thread::sleep(Duration::from_millis(80));
-        }
-    }
-
-    /// Types `text` literally.
-    fn type_text(&self, text: &str) {
-        let ok = Command::new("tmux")
-            .args(["send-keys", "-t", &self.0, "-l", text])
-            .status()
-            .expect("send-keys");
-        assert!(ok.success());
-    }
-
-    /// Waits (bounded) until the screen shows `text`.
-    fn wait_for(&self, text: &str) -> String {
-        for _ in 0..150 {
-            let s = self.screen();
-            if s.contains(text) {
-                return s;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("the screen never showed {text:?}:\n{}", self.screen());
-    }
+/// Runs the console in tmux. After it exits the pane shows its exit status, and `TTY-SAME` when the
+/// terminal's settings are what they were before it started.
+fn start(data_dir: &Path) -> Tmux {
+    start_with(data_dir, "")
 }
 
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["kill-session", "-t", &self.0])
-            .status();
-    }
+/// The same with `env` (`NAME=value …`) in front of the console.
+fn start_with(data_dir: &Path, env: &str) -> Tmux {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("sy-console-{}-{n}", std::process::id());
+    let cmd = format!(
+        "before=$(stty -g); {env} {BIN} --data-dir {} --listen 127.0.0.1:0; echo EXITED $?; \
+         [ \"$(stty -g)\" = \"$before\" ] && echo TTY-SAME; sleep 60",
+        data_dir.display()
+    );
+    Tmux::new(name, &cmd)
 }
 
 #[tokio::test]
@@ -106,7 +42,7 @@ async fn browse_filter_act_and_quit() {
     .expect("editor script");
     std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("chmod");
-    let tmux = Tmux::start_with(
+    let tmux = start_with(
         &dir.path().join("data"),
         &format!("VISUAL= EDITOR={}", editor.display()),
     );
@@ -208,13 +144,9 @@ async fn browse_filter_act_and_quit() {
 #[test]
 fn sigterm_quits_cleanly() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let tmux = Tmux::start(dir.path());
+    let tmux = start(dir.path());
     tmux.wait_for("connected");
-    let pane = Command::new("tmux")
-        .args(["list-panes", "-t", &tmux.0, "-F", "#{pane_pid}"])
-        .output()
-        .expect("list-panes");
-    let shell = String::from_utf8_lossy(&pane.stdout).trim().to_string();
+    let shell = tmux.pane_pid();
     let child = Command::new("pgrep")
         .args(["-P", &shell, "switchyard"])
         .output()
@@ -239,7 +171,7 @@ fn sigterm_quits_cleanly() {
 #[test]
 fn a_panic_restores_the_terminal() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let tmux = Tmux::start_with(dir.path(), "RUST_BACKTRACE=0");
+    let tmux = start_with(dir.path(), "RUST_BACKTRACE=0");
     tmux.wait_for("connected");
     tmux.keys(&[":"]);
     tmux.type_text("panic");

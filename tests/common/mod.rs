@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod tmux;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -1,0 +1,81 @@
+//! A tmux session as a real terminal for the console, shared by its end-to-end test and its idle benchmark.
+
+#![allow(dead_code)]
+
+use std::process::Command;
+use std::time::Duration;
+
+/// Runs `tmux` with `args` (outside any tmux the caller is in) and returns what it printed.
+pub fn run(args: &[&str]) -> String {
+    let out = Command::new("tmux")
+        .args(args)
+        .env_remove("TMUX")
+        .output()
+        .expect("tmux (installed by scripts/test)");
+    assert!(out.status.success(), "tmux {args:?} failed");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A detached 120×30 session running `cmd`; killed when dropped.
+pub struct Tmux(pub String);
+
+impl Tmux {
+    pub fn new(name: String, cmd: &str) -> Tmux {
+        run(&[
+            "new-session",
+            "-d",
+            "-s",
+            &name,
+            "-x",
+            "120",
+            "-y",
+            "30",
+            cmd,
+        ]);
+        Tmux(name)
+    }
+
+    pub fn screen(&self) -> String {
+        run(&["capture-pane", "-p", "-t", &self.0])
+    }
+
+    /// The pid of the pane's first process.
+    pub fn pane_pid(&self) -> String {
+        run(&["list-panes", "-t", &self.0, "-F", "#{pane_pid}"])
+            .trim()
+            .to_string()
+    }
+
+    pub fn keys(&self, keys: &[&str]) {
+        for k in keys {
+            run(&["send-keys", "-t", &self.0, k]);
+            std::thread::sleep(Duration::from_millis(80));
+        }
+    }
+
+    /// Types `text` literally.
+    pub fn type_text(&self, text: &str) {
+        run(&["send-keys", "-t", &self.0, "-l", text]);
+    }
+
+    /// Waits (bounded) until the screen shows `text`.
+    pub fn wait_for(&self, text: &str) -> String {
+        for _ in 0..150 {
+            let s = self.screen();
+            if s.contains(text) {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the screen never showed {text:?}:\n{}", self.screen());
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.0])
+            .env_remove("TMUX")
+            .status();
+    }
+}
