@@ -272,27 +272,12 @@ async fn event_loop(
                                 None => home.clone(),
                             }
                         }
-                        Effect::ExternalEdit {
-                            namespace,
-                            name,
-                            original,
-                            format,
-                            text,
-                        } => {
+                        Effect::ExternalEdit(edit, text) => {
                             let text = tokio::task::block_in_place(|| {
-                                edit_externally(terminal, &gate, &text, format, options.mouse)
+                                edit_externally(terminal, &gate, &text, edit.format, options.mouse)
                             });
                             state.dirty = true;
-                            let _ = tx.send((
-                                ALWAYS,
-                                Action::ExternallyEdited {
-                                    namespace,
-                                    name,
-                                    original,
-                                    format,
-                                    text,
-                                },
-                            ));
+                            let _ = tx.send((ALWAYS, Action::ExternallyEdited(edit, text)));
                         }
                         other => spawn_effect(&client, other, state.epoch, tx.clone()),
                     }
@@ -439,7 +424,7 @@ pub async fn perform(client: &Client, effect: Effect) -> Option<Action> {
     Some(match effect {
         Effect::SignIn => Action::SignedIn(sign_in(client).await.map_err(|e| message(&e))),
         // Done by the event loop itself, which owns the terminal and the client.
-        Effect::Copy(_) | Effect::Connect(_) | Effect::ExternalEdit { .. } => return None,
+        Effect::Copy(_) | Effect::Connect(_) | Effect::ExternalEdit(..) => return None,
         Effect::Deploy(request) => {
             let namespace = request.body["namespace"].as_str().unwrap_or("").to_string();
             let answer = match &request.target {

@@ -7,6 +7,8 @@ use serde_json::{Map, Value};
 use switchyard_server::model::status::strip_response_fields;
 use switchyard_server::model::EndpointSpec;
 
+use crate::state::{Effect, ExternalEdit};
+
 /// The text format of the editor; `ctrl-t` switches between them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -266,20 +268,26 @@ impl SpecEditor {
         let mut spec = endpoint.clone();
         strip_response_fields(&mut spec);
         let text = Format::Json.write(&spec).unwrap_or_default();
-        SpecEditor::with_text(namespace, name, spec, Format::Json, &text)
-    }
-
-    /// An editor on `text` (e.g. back from `$EDITOR`), saving against `original`.
-    pub fn with_text(
-        namespace: &str,
-        name: &str,
-        original: Value,
-        format: Format,
-        text: &str,
-    ) -> SpecEditor {
-        let mut editor = SpecEditor {
+        let edit = ExternalEdit {
             namespace: namespace.to_string(),
             name: name.to_string(),
+            original: spec,
+            format: Format::Json,
+        };
+        SpecEditor::with_text(edit, &text)
+    }
+
+    /// An editor on `text` (e.g. back from `$EDITOR`), saving against the spec the edit started from.
+    pub fn with_text(edit: ExternalEdit, text: &str) -> SpecEditor {
+        let ExternalEdit {
+            namespace,
+            name,
+            original,
+            format,
+        } = edit;
+        let mut editor = SpecEditor {
+            namespace,
+            name,
             format,
             original,
             text: TextArea::new(text.lines().map(str::to_string).collect()),
@@ -293,6 +301,17 @@ impl SpecEditor {
 
     pub fn contents(&self) -> String {
         self.text.lines().join("\n")
+    }
+
+    /// The effect that hands this editor's text to `$EDITOR`.
+    pub fn external(&self) -> Effect {
+        let edit = ExternalEdit {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            original: self.original.clone(),
+            format: self.format,
+        };
+        Effect::ExternalEdit(edit, self.contents())
     }
 
     /// The text parsed and checked; `Ok` is the spec to save.
@@ -403,6 +422,16 @@ impl SpecEditor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An edit of `ns/ep`, started from an empty spec.
+    fn blank(format: Format) -> ExternalEdit {
+        ExternalEdit {
+            namespace: "ns".into(),
+            name: "ep".into(),
+            original: json!({}),
+            format,
+        }
+    }
     use serde_json::json;
 
     fn endpoint() -> Value {
@@ -533,8 +562,7 @@ mod tests {
         assert_eq!(toml_line_of(&lines, "compute.scaling.schedule[1].at"), 5);
         assert_eq!(toml_line_of(&lines, "compute.scaling.schedule[0].at"), 3);
         // A spec with no TOML form keeps its text.
-        let mut j =
-            SpecEditor::with_text("ns", "ep", json!({}), Format::Json, "{\"a\": [1, null]}");
+        let mut j = SpecEditor::with_text(blank(Format::Json), "{\"a\": [1, null]}");
         j.on_key("ctrl-t");
         assert_eq!(j.format, Format::Json);
         assert_eq!(j.contents(), "{\"a\": [1, null]}");
@@ -545,7 +573,7 @@ mod tests {
         );
         // A syntax error in TOML is placed at its line, and blocks switching.
         let broken = "name = \"ep\"\n[compute\nx = 1\n";
-        let mut t = SpecEditor::with_text("ns", "ep", json!({}), Format::Toml, broken);
+        let mut t = SpecEditor::with_text(blank(Format::Toml), broken);
         assert_eq!(t.issues[0].0, 1, "{:?}", t.issues);
         t.on_key("ctrl-t");
         assert_eq!(t.format, Format::Toml);

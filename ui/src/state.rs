@@ -222,13 +222,7 @@ pub enum Action {
         result: Result<String, Refusal>,
     },
     /// `$EDITOR` closed: the text it left, for the spec editor.
-    ExternallyEdited {
-        namespace: String,
-        name: String,
-        original: Value,
-        format: Format,
-        text: Result<String, String>,
-    },
+    ExternallyEdited(ExternalEdit, Result<String, String>),
     /// The in-process server stopped on its own: why.
     ServerStopped(String),
     /// An endpoint action finished: its message.
@@ -240,6 +234,16 @@ pub enum Action {
     },
     /// `namespace/name` of the new endpoint, or the server's refusal.
     Deployed(Result<String, Refusal>),
+}
+
+/// A spec handed to `$EDITOR`: whose it is, the spec it started from and the text's format (what the spec
+/// editor needs again when the text comes back).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExternalEdit {
+    pub namespace: String,
+    pub name: String,
+    pub original: Value,
+    pub format: Format,
 }
 
 /// API work the runtime does for `update`; each reports back as an [`Action`].
@@ -265,13 +269,7 @@ pub enum Effect {
     /// Every namespace the user may see, with a sequence number.
     LoadEndpoints(u64, Vec<String>),
     /// Suspend the console and edit `text` in `$VISUAL`/`$EDITOR` (the runtime owns the terminal).
-    ExternalEdit {
-        namespace: String,
-        name: String,
-        original: Value,
-        format: Format,
-        text: String,
-    },
+    ExternalEdit(ExternalEdit, String),
     /// Talk to another server from now on (`None`: the one the console started with), with a token.
     Connect(Option<(String, Option<String>)>),
     Act {
@@ -608,18 +606,10 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
                 }
             }
         }
-        Action::ExternallyEdited {
-            namespace,
-            name,
-            original,
-            format,
-            text,
-        } => {
+        Action::ExternallyEdited(edit, text) => {
             match text {
                 Ok(text) => {
-                    let mut editor = crate::spec::SpecEditor::with_text(
-                        &namespace, &name, original, format, &text,
-                    );
+                    let mut editor = crate::spec::SpecEditor::with_text(edit, &text);
                     editor.note =
                         Some("back from the editor: ctrl-s saves, esc drops the edit".into());
                     state.overlay = Overlay::Spec(Box::new(editor));
@@ -745,13 +735,7 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
             Overlay::Spec(e) => match e.on_key(key) {
                 Outcome::Stay => Vec::new(),
                 Outcome::Save(patch) => vec![update(&e.namespace, &e.name, patch)],
-                Outcome::External => vec![Effect::ExternalEdit {
-                    namespace: e.namespace.clone(),
-                    name: e.name.clone(),
-                    original: e.original.clone(),
-                    format: e.format,
-                    text: e.contents(),
-                }],
+                Outcome::External => vec![e.external()],
             },
             Overlay::Schedule(e) => e
                 .on_key(key)
@@ -1020,13 +1004,7 @@ fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
         Command::EditExternal => {
             if let Some(ep) = state.selected_endpoint() {
                 let editor = crate::spec::SpecEditor::new(&ep.namespace, &ep.name, &ep.raw);
-                return vec![Effect::ExternalEdit {
-                    namespace: editor.namespace.clone(),
-                    name: editor.name.clone(),
-                    text: editor.contents(),
-                    original: editor.original,
-                    format: editor.format,
-                }];
+                return vec![editor.external()];
             }
         }
         Command::Schedule => {
