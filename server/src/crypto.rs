@@ -40,6 +40,17 @@ pub fn hash_token(token: &str) -> String {
     hex(&Sha256::digest(token.as_bytes()))
 }
 
+/// SHA-256 of `parts` in order, each led by its length, so that where one part ends counts (("ab", "c")
+/// and ("a", "bc") differ).
+pub fn digest_of<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for part in parts {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part);
+    }
+    h.finalize().into()
+}
+
 /// Whether two byte strings are equal, in time that depends only on their lengths.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {

@@ -8,7 +8,6 @@ use std::sync::Mutex;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use chrono::{DateTime, Duration, Utc};
-use sha2::{Digest, Sha256};
 
 pub const TTL_MINUTES: i64 = 60;
 
@@ -101,17 +100,11 @@ pub fn key(
     access: &str,
     body: &[u8],
 ) -> Key {
-    let mut h = Sha256::new();
-    for part in endpoint
+    let parts = endpoint
         .iter()
         .copied()
-        .chain([method, path, query, access])
-    {
-        h.update((part.len() as u64).to_le_bytes());
-        h.update(part.as_bytes());
-    }
-    h.update(body);
-    h.finalize().into()
+        .chain([method, path, query, access]);
+    crate::crypto::digest_of(parts.map(str::as_bytes).chain([body]))
 }
 
 impl ResponseCache {

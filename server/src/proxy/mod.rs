@@ -59,12 +59,7 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 /// The token cache's key for a (token, namespace): one digest of both, so that a lookup allocates nothing
 /// and no token is held in the clear.
 fn token_key(token: &str, namespace: &str) -> [u8; 32] {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    h.update((token.len() as u64).to_le_bytes());
-    h.update(token.as_bytes());
-    h.update(namespace.as_bytes());
-    h.finalize().into()
+    crate::crypto::digest_of([token.as_bytes(), namespace.as_bytes()])
 }
 
 /// What the store said of a (token, namespace): the account id, or the refusal.
