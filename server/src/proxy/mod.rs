@@ -321,18 +321,21 @@ impl Drop for Held<'_> {
 
 /// A request in flight: counted on its route and replica (for the scaler and `least_connections`) until its
 /// response has been passed on, when the replica connection it used goes back to the replica's pool.
-struct InFlight(
-    Arc<Route>,
-    Option<Arc<crate::runtime::Backend>>,
-    Option<hyper::client::conn::http1::SendRequest<Body>>,
-);
+struct InFlight {
+    route: Arc<Route>,
+    replica: Option<Arc<crate::runtime::Backend>>,
+    connection: Option<hyper::client::conn::http1::SendRequest<Body>>,
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.activity.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if let Some(b) = &self.1 {
+        self.route
+            .activity
+            .in_flight
+            .fetch_sub(1, Ordering::Relaxed);
+        if let Some(b) = &self.replica {
             b.in_flight.fetch_sub(1, Ordering::Relaxed);
-            if let Some(sender) = self.2.take() {
+            if let Some(sender) = self.connection.take() {
                 b.pool.give_back(sender);
             }
         }
@@ -530,7 +533,11 @@ impl Proxy {
         };
         route.activity.touch(self.clock.now());
         route.activity.in_flight.fetch_add(1, Ordering::Relaxed);
-        let mut guard = InFlight(route.clone(), None, None);
+        let mut guard = InFlight {
+            route: route.clone(),
+            replica: None,
+            connection: None,
+        };
 
         let session = parts
             .headers
@@ -558,7 +565,7 @@ impl Proxy {
             return unavailable("no replica is ready", Some(self.config.retry_after_s));
         };
         backend.in_flight.fetch_add(1, Ordering::Relaxed);
-        guard.1 = Some(backend.clone());
+        guard.replica = Some(backend.clone());
 
         // Origin form (`/path?query`): the connection is the replica's already.
         let path_and_query = match parts.uri.query() {
@@ -592,7 +599,7 @@ impl Proxy {
         out.headers_mut().insert(header::HOST, backend.host.clone());
         let resp = match upstream::send(&backend.pool, backend.addr, out).await {
             Ok((r, sender)) => {
-                guard.2 = Some(sender);
+                guard.connection = Some(sender);
                 r
             }
             Err(e) => {
