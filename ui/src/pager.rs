@@ -34,13 +34,17 @@ impl Pager {
         }
     }
 
+    /// The first line shown when the end is in sight, in a pane of `height` lines.
+    fn last_top(&self, height: usize) -> usize {
+        self.lines.len().saturating_sub(height.max(1))
+    }
+
     /// The first line shown in a pane of `height` lines.
     pub fn first_line(&self, height: usize) -> usize {
-        let last_top = self.lines.len().saturating_sub(height.max(1));
         if self.tail {
-            last_top
+            self.last_top(height)
         } else {
-            self.top.min(last_top)
+            self.top.min(self.last_top(height))
         }
     }
 
@@ -48,8 +52,7 @@ impl Pager {
     pub fn scroll(&mut self, delta: isize, height: usize) {
         let from = self.first_line(height);
         self.tail = false;
-        let last_top = self.lines.len().saturating_sub(height.max(1));
-        self.top = from.saturating_add_signed(delta).min(last_top);
+        self.top = from.saturating_add_signed(delta).min(self.last_top(height));
     }
 
     pub fn to_top(&mut self) {
@@ -59,7 +62,7 @@ impl Pager {
 
     pub fn to_end(&mut self, height: usize) {
         self.tail = false;
-        self.top = self.lines.len().saturating_sub(height.max(1));
+        self.top = self.last_top(height);
     }
 
     /// Moves to the next (or previous) line matching the query, wrapping around; the match is brought into
@@ -99,13 +102,17 @@ impl Pager {
     /// Where `query` occurs in `line` (byte ranges), for highlighting.
     pub fn matches_in<'a>(&'a self, line: &'a str) -> impl Iterator<Item = (usize, usize)> + 'a {
         let query = self.query.to_lowercase();
-        let lower = line.to_lowercase();
         // Lowercasing can change a character's byte length (e.g. the Kelvin sign): highlight only when no
-        // character's did, so offsets in `lower` are offsets in `line`.
+        // character's did, so offsets in `lower` are offsets in `line`. Without a search, nothing is done.
         let usable = !query.is_empty()
             && line
                 .chars()
                 .all(|c| c.to_lowercase().map(char::len_utf8).sum::<usize>() == c.len_utf8());
+        let lower = if usable {
+            line.to_lowercase()
+        } else {
+            String::new()
+        };
         let mut at = 0;
         std::iter::from_fn(move || {
             if !usable {
@@ -161,7 +168,8 @@ mod tests {
         assert_eq!(p.current, Some(7));
         assert!(p.find(false, 10));
         assert_eq!(p.current, Some(97), "wraps to the last match");
-        assert!(p.first_line(10) <= 97);
+        let first = p.first_line(10);
+        assert!(first <= 97 && 97 < first + 10, "97 in sight from {first}");
         p.query = "nowhere".into();
         assert!(!p.find(true, 10));
         assert_eq!(p.current, None);

@@ -17,6 +17,14 @@ pub enum Format {
 }
 
 impl Format {
+    /// The format `ctrl-t` switches to.
+    pub fn other(self) -> Format {
+        match self {
+            Format::Json => Format::Toml,
+            Format::Toml => Format::Json,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Format::Json => "JSON",
@@ -346,10 +354,7 @@ impl SpecEditor {
 
     /// Switches between JSON and TOML, when the text parses.
     fn switch_format(&mut self) {
-        let other = match self.format {
-            Format::Json => Format::Toml,
-            Format::Toml => Format::Json,
-        };
+        let other = self.format.other();
         match self.format.read(&self.contents()).map(|v| other.write(&v)) {
             Ok(Ok(text)) => {
                 self.text = TextArea::new(text.lines().map(str::to_string).collect());

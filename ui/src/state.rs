@@ -426,7 +426,7 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
     match action {
         Action::Tick(now) => {
             // The clock shows minutes: one frame a minute when nothing else happens.
-            if now.format("%H:%M").to_string() != state.now.format("%H:%M").to_string() {
+            if now.timestamp().div_euclid(60) != state.now.timestamp().div_euclid(60) {
                 state.dirty = true;
             }
             state.now = now;

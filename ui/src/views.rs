@@ -497,10 +497,7 @@ fn spec(frame: &mut Frame, area: Rect, editor: &crate::spec::SpecEditor) {
         editor.namespace,
         editor.name,
         editor.format.name(),
-        match editor.format {
-            crate::spec::Format::Json => "TOML",
-            crate::spec::Format::Toml => "JSON",
-        }
+        editor.format.other().name(),
     )));
     frame.render_widget(Clear, box_);
     frame.render_widget(&textarea, text);
