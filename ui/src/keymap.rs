@@ -3,6 +3,8 @@
 
 use serde::Deserialize;
 
+use crate::state::EndpointAction;
+
 /// Where a binding applies. `Global` bindings apply in every view unless the view binds the key itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -78,6 +80,17 @@ pub struct Binding {
 }
 
 impl Command {
+    /// The endpoint lifecycle action this command asks for (confirmed first), if it is one.
+    pub fn endpoint_action(self) -> Option<EndpointAction> {
+        match self {
+            Command::Pause => Some(EndpointAction::Pause),
+            Command::Resume => Some(EndpointAction::Resume),
+            Command::ScaleToZero => Some(EndpointAction::ScaleToZero),
+            Command::Delete => Some(EndpointAction::Delete),
+            _ => None,
+        }
+    }
+
     /// Whether the action changes something on the server. Read-only mode removes these whatever a keymap
     /// file says.
     pub fn changes_something(self) -> bool {
@@ -254,12 +267,12 @@ impl Keymap {
         for b in &self.bindings {
             let keys: Vec<String> = b.keys.iter().map(|k| format!("`{k}`")).collect();
             // Lifecycle actions ask first; forms are their own confirmation.
-            let mark = match b.action {
-                Command::Pause | Command::Resume | Command::ScaleToZero | Command::Delete => {
-                    " (asks first; not in --read-only)"
-                }
-                _ if b.changes_something() => " (not in --read-only)",
-                _ => "",
+            let mark = if b.action.endpoint_action().is_some() {
+                " (asks first; not in --read-only)"
+            } else if b.changes_something() {
+                " (not in --read-only)"
+            } else {
+                ""
             };
             out.push_str(&format!(
                 "| {} | {} | {}{mark} |\n",

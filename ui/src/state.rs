@@ -758,12 +758,10 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
         }
         return Vec::new();
     }
+    // In read-only mode, lookup finds no command that changes something, whatever the keymap says.
     let Some(command) = keymap.lookup(state.context(), key, state.read_only) else {
         return Vec::new();
     };
-    if state.read_only && command.changes_something() {
-        return Vec::new();
-    }
     on_command(state, command)
 }
 
@@ -957,13 +955,8 @@ fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
         Command::Refresh => return state.refresh(),
         Command::Describe => describe(state),
         Command::Pause | Command::Resume | Command::ScaleToZero | Command::Delete => {
-            if let Some(ep) = state.selected_endpoint() {
-                let action = match command {
-                    Command::Pause => EndpointAction::Pause,
-                    Command::Resume => EndpointAction::Resume,
-                    Command::ScaleToZero => EndpointAction::ScaleToZero,
-                    _ => EndpointAction::Delete,
-                };
+            if let (Some(ep), Some(action)) = (state.selected_endpoint(), command.endpoint_action())
+            {
                 state.overlay = Overlay::Confirm {
                     action,
                     namespace: ep.namespace.clone(),
