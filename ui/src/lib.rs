@@ -25,7 +25,7 @@ use switchyard_server::client::{Client, ClientError};
 use tokio::sync::mpsc;
 
 use keymap::Keymap;
-use state::{Action, Effect, EndpointAction, EndpointRow, Key, State};
+use state::{Action, Effect, EndpointAction, EndpointRow, Key, SignInFailure, State};
 
 pub struct Options {
     pub client: Client,
@@ -354,15 +354,24 @@ fn edit_externally(
     }
 }
 
-/// A client error for the screen; a refusal of the token starts with its status (`401 …`), which `update`
-/// tells from a lost server.
+/// Whether the server refused the token (401 or 403), as opposed to failing in some other way.
+fn refused_token(e: &ClientError) -> bool {
+    matches!(e, ClientError::Api { status, .. } if status.as_u16() == 401 || status.as_u16() == 403)
+}
+
+fn sign_in_failure(e: &ClientError) -> SignInFailure {
+    match refused_token(e) {
+        true => SignInFailure::Refused(message(e)),
+        false => SignInFailure::Unreachable(message(e)),
+    }
+}
+
+/// A client error for the screen; a refusal of the token starts with its status (`401 …`).
 fn message(e: &ClientError) -> String {
     match e {
         ClientError::Api {
             status, message, ..
-        } if status.as_u16() == 401 || status.as_u16() == 403 => {
-            format!("{} {message}", status.as_u16())
-        }
+        } if refused_token(e) => format!("{} {message}", status.as_u16()),
         ClientError::Api { message, .. } => message.clone(),
         other => other.to_string(),
     }
@@ -422,7 +431,7 @@ fn refusal(e: &ClientError) -> state::Refusal {
 /// terminal and the client).
 pub async fn perform(client: &Client, effect: Effect) -> Option<Action> {
     Some(match effect {
-        Effect::SignIn => Action::SignedIn(sign_in(client).await.map_err(|e| message(&e))),
+        Effect::SignIn => Action::SignedIn(sign_in(client).await.map_err(|e| sign_in_failure(&e))),
         // Done by the event loop itself, which owns the terminal and the client.
         Effect::Copy(_) | Effect::Connect(_) | Effect::ExternalEdit(..) => return None,
         Effect::Deploy(request) => {

@@ -201,6 +201,13 @@ pub enum Connection {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Key(pub String);
 
+/// Why signing in failed: the server refused the token (not retried), or could not be asked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SignInFailure {
+    Refused(String),
+    Unreachable(String),
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     Key(Key),
@@ -211,7 +218,7 @@ pub enum Action {
     /// A mouse wheel turn (`true`: down) or a click on a screen row.
     Wheel(bool),
     Click(u16),
-    SignedIn(Result<(String, Vec<String>), String>),
+    SignedIn(Result<(String, Vec<String>), SignInFailure>),
     /// The answer to the load with this sequence number; older answers than the latest asked are dropped.
     CatalogLoaded(u64, Result<Vec<CatalogRow>, String>),
     EndpointsLoaded(u64, Result<Vec<EndpointRow>, String>),
@@ -484,11 +491,11 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
             state.refresh()
         }
         // A token the server refuses is not a lost server: no retrying.
-        Action::SignedIn(Err(e)) if e.starts_with("401") || e.starts_with("403") => {
+        Action::SignedIn(Err(SignInFailure::Refused(e))) => {
             state.connection = Connection::Unauthorized(e);
             Vec::new()
         }
-        Action::SignedIn(Err(e)) => {
+        Action::SignedIn(Err(SignInFailure::Unreachable(e))) => {
             state.connection = Connection::Unreachable(e);
             Vec::new()
         }
@@ -1428,7 +1435,7 @@ mod tests {
         let mut s = state();
         update(
             &mut s,
-            Action::SignedIn(Err("connection refused".into())),
+            Action::SignedIn(Err(SignInFailure::Unreachable("connection refused".into()))),
             &Keymap::builtin(),
         );
         assert_eq!(
@@ -1455,7 +1462,9 @@ mod tests {
         // A refused token is not retried.
         update(
             &mut s,
-            Action::SignedIn(Err("401 Unauthorized: invalid or expired token".into())),
+            Action::SignedIn(Err(SignInFailure::Refused(
+                "401 Unauthorized: invalid or expired token".into(),
+            ))),
             &Keymap::builtin(),
         );
         assert!(matches!(s.connection, Connection::Unauthorized(_)));
