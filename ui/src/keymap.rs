@@ -1,6 +1,7 @@
 //! The keymap as data: (context, keys, action, description, dangerous). The help screen, the footer hints
 //! and `switchyard keys` are generated from it; a user file overrides single bindings.
 
+use ratatui::crossterm::event::KeyCode;
 use serde::Deserialize;
 
 use crate::state::EndpointAction;
@@ -114,30 +115,31 @@ impl Binding {
     }
 }
 
-/// Names the console gives keys: one character, `ctrl-` and a letter, or a named key.
+/// The keys with names, as the console reads them from the terminal and keymap files write them.
+pub const NAMED_KEYS: [(KeyCode, &str); 15] = [
+    (KeyCode::Enter, "enter"),
+    (KeyCode::Esc, "esc"),
+    (KeyCode::Tab, "tab"),
+    (KeyCode::BackTab, "backtab"),
+    (KeyCode::Backspace, "backspace"),
+    (KeyCode::Up, "up"),
+    (KeyCode::Down, "down"),
+    (KeyCode::Left, "left"),
+    (KeyCode::Right, "right"),
+    (KeyCode::Home, "home"),
+    (KeyCode::End, "end"),
+    (KeyCode::PageUp, "pageup"),
+    (KeyCode::PageDown, "pagedown"),
+    (KeyCode::Delete, "delete"),
+    (KeyCode::Insert, "insert"),
+];
+
+/// Names the console gives keys: one character, `ctrl-` and a letter, `space`, `f1`…`f24`, or a named key.
 fn known_key(k: &str) -> bool {
-    const NAMED: [&str; 17] = [
-        "enter",
-        "esc",
-        "tab",
-        "backtab",
-        "backspace",
-        "up",
-        "down",
-        "left",
-        "right",
-        "home",
-        "end",
-        "pageup",
-        "pagedown",
-        "delete",
-        "space",
-        "insert",
-        "null",
-    ];
     let one = |s: &str| s.chars().count() == 1;
     one(k)
-        || NAMED.contains(&k)
+        || k == "space"
+        || NAMED_KEYS.iter().any(|(_, name)| *name == k)
         || k.strip_prefix("ctrl-")
             .is_some_and(|c| one(c) && c.chars().all(|c| c.is_ascii_lowercase()))
         || k.strip_prefix('f')

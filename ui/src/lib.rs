@@ -47,30 +47,20 @@ pub struct Options {
 
 /// A key as the keymap names it.
 pub fn key_name(ev: &KeyEvent) -> Option<String> {
-    let base = match ev.code {
+    let name = match ev.code {
         KeyCode::Char(c) if ev.modifiers.contains(KeyModifiers::CONTROL) => {
-            return Some(format!("ctrl-{}", c.to_ascii_lowercase()))
+            format!("ctrl-{}", c.to_ascii_lowercase())
         }
         KeyCode::Char(' ') => "space".into(),
         KeyCode::Char(c) => c.to_string(),
-        KeyCode::Enter => "enter".into(),
-        KeyCode::Esc => "esc".into(),
-        KeyCode::Tab => "tab".into(),
-        KeyCode::BackTab => "backtab".into(),
-        KeyCode::Backspace => "backspace".into(),
-        KeyCode::Up => "up".into(),
-        KeyCode::Down => "down".into(),
-        KeyCode::Left => "left".into(),
-        KeyCode::Right => "right".into(),
-        KeyCode::Home => "home".into(),
-        KeyCode::End => "end".into(),
-        KeyCode::PageUp => "pageup".into(),
-        KeyCode::PageDown => "pagedown".into(),
-        KeyCode::Delete => "delete".into(),
         KeyCode::F(n) => format!("f{n}"),
-        _ => return None,
+        code => keymap::NAMED_KEYS
+            .iter()
+            .find(|(named, _)| *named == code)?
+            .1
+            .to_string(),
     };
-    Some(base)
+    Some(name)
 }
 
 /// Runs the console until the user quits. The terminal is restored on every exit path, a panic included.
