@@ -379,7 +379,8 @@ fn pane(frame: &mut Frame, area: Rect, pager: &Pager, how: &str) {
         area.width.saturating_sub(4),
         area.height.saturating_sub(4),
     );
-    let height = box_.height.saturating_sub(2) as usize;
+    // The same count the keys scroll by.
+    let height = pager_height((area.width, area.height));
     let first = pager.first_line(height);
     let hit = Style::new().fg(Color::Black).bg(Color::Yellow);
     let lines: Vec<Line> = pager
