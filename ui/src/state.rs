@@ -800,7 +800,7 @@ impl State {
 fn on_pager(state: &mut State, command: Command) -> Vec<Effect> {
     let height = crate::views::pager_height(state.size);
     let page = height as isize;
-    let mut reload = None;
+    let mut reload = false;
     let mut note = None;
     let Some((pager, follow)) = state.pager() else {
         return Vec::new();
@@ -856,11 +856,8 @@ fn on_pager(state: &mut State, command: Command) -> Vec<Effect> {
             if let Some(follow) = follow {
                 *follow = !*follow;
                 pager.tail = *follow;
-                if *follow {
-                    reload = Some(());
-                }
+                reload = *follow;
             }
-            pause = false;
         }
         Command::Back => state.overlay = Overlay::None,
         Command::Quit => state.quit = true,
@@ -876,13 +873,10 @@ fn on_pager(state: &mut State, command: Command) -> Vec<Effect> {
     if let Some(n) = note {
         state.message = Some((n, true));
     }
-    match (&state.overlay, reload) {
-        (
-            Overlay::Logs {
-                namespace, name, ..
-            },
-            Some(()),
-        ) => vec![Effect::LoadLogs {
+    match &state.overlay {
+        Overlay::Logs {
+            namespace, name, ..
+        } if reload => vec![Effect::LoadLogs {
             namespace: namespace.clone(),
             name: name.clone(),
         }],
