@@ -23,36 +23,36 @@ pub struct Cached {
 struct Entry {
     value: Cached,
     expires: DateTime<Utc>,
-    /// Position in the use order: higher is more recent.
-    used: u64,
     size: usize,
 }
 
+/// One shard: entries in use order in a B-tree (oldest first), found by key through the map. The map holds
+/// only positions, so growing it moves a few bytes per entry, not whole entries.
 #[derive(Default)]
-struct Inner {
-    entries: HashMap<Key, Entry>,
-    /// `used` → key, oldest first.
-    order: BTreeMap<u64, Key>,
+struct Shard {
+    /// Key → position in `order`.
+    at: HashMap<Key, u64>,
+    /// Position (higher is more recently used) → entry.
+    order: BTreeMap<u64, (Key, Entry)>,
     next_use: u64,
     bytes: usize,
 }
 
-impl Inner {
-    fn remove(&mut self, key: &Key) {
-        if let Some(e) = self.entries.remove(key) {
-            self.order.remove(&e.used);
-            self.bytes -= e.size;
-        }
+impl Shard {
+    fn remove(&mut self, key: &Key) -> Option<Entry> {
+        let used = self.at.remove(key)?;
+        let (_, entry) = self.order.remove(&used)?;
+        self.bytes -= entry.size;
+        Some(entry)
     }
 
-    fn touch(&mut self, key: &Key) {
+    /// Puts `entry` in as the most recently used.
+    fn push(&mut self, key: Key, entry: Entry) {
         self.next_use += 1;
         let used = self.next_use;
-        if let Some(e) = self.entries.get_mut(key) {
-            self.order.remove(&e.used);
-            e.used = used;
-            self.order.insert(used, *key);
-        }
+        self.bytes += entry.size;
+        self.at.insert(key, used);
+        self.order.insert(used, (key, entry));
     }
 }
 
@@ -85,10 +85,16 @@ fn compact(headers: &HeaderMap) -> HeaderMap {
 }
 
 pub struct ResponseCache {
+    /// Per shard.
     max_bytes: usize,
     pub max_entry: usize,
-    inner: Mutex<Inner>,
+    /// A power of two: a key's shard is picked by a mask of its last byte.
+    shards: Vec<Mutex<Shard>>,
 }
+
+/// Most shards a cache is split into: fewer callers wait on one lock, and a growing map pauses its shard
+/// alone, for a sixteenth of the time.
+const MAX_SHARDS: usize = 16;
 
 /// The cache key. `endpoint` names what answers (endpoint id, spec generation, accepted type); `access`
 /// separates callers who may see different things (their account for authenticated endpoints).
@@ -108,34 +114,50 @@ pub fn key(
 }
 
 impl ResponseCache {
+    /// At most `max_bytes` in all, `max_entry` per response. Split in shards (least recently used first
+    /// within each) when each still holds at least four of the largest responses.
     pub fn new(max_bytes: usize, max_entry: usize) -> ResponseCache {
+        let max_entry = max_entry.min(max_bytes);
+        let fits = max_bytes / max_entry.max(1) / 4;
+        let n = 1 << fits.clamp(1, MAX_SHARDS).ilog2();
         ResponseCache {
-            max_bytes,
-            max_entry: max_entry.min(max_bytes),
-            inner: Mutex::new(Inner::default()),
+            max_bytes: max_bytes / n,
+            max_entry,
+            shards: (0..n).map(|_| Mutex::default()).collect(),
         }
+    }
+
+    fn shard(&self, key: &Key) -> Option<std::sync::MutexGuard<'_, Shard>> {
+        let i = usize::from(key[31]) & (self.shards.len() - 1);
+        self.shards[i].lock().ok()
     }
 
     /// A live entry; a hit pushes its expiry 60 minutes from now.
     pub fn get(&self, key: &Key, now: DateTime<Utc>) -> Option<Cached> {
-        let mut inner = self.inner.lock().ok()?;
-        let entry = inner.entries.get_mut(key)?;
+        let mut shard = self.shard(key)?;
+        let mut entry = shard.remove(key)?;
         if entry.expires <= now {
-            inner.remove(key);
             return None;
         }
         entry.expires = now + Duration::minutes(TTL_MINUTES);
         let value = entry.value.clone();
-        inner.touch(key);
+        shard.push(*key, entry);
         Some(value)
     }
 
-    /// Stores `value` with its headers copied to storage of their own (see [`compact`]), unless it is larger
-    /// than an entry may be; older entries go first to make room.
-    pub fn put(&self, key: Key, mut value: Cached, now: DateTime<Utc>) {
-        let size = value.body.len()
-            + value
-                .headers
+    /// Stores a response of `status` and `headers` whose body came in `chunks`, copied to storage of its
+    /// own (see [`compact`]), unless it is larger than an entry may be; older entries go first to make room.
+    pub fn put(
+        &self,
+        key: Key,
+        status: StatusCode,
+        headers: &HeaderMap,
+        chunks: &[Bytes],
+        now: DateTime<Utc>,
+    ) {
+        let body_len = chunks.iter().map(Bytes::len).sum::<usize>();
+        let size = body_len
+            + headers
                 .iter()
                 .map(|(k, v)| k.as_str().len() + v.len() + PER_HEADER)
                 .sum::<usize>()
@@ -143,30 +165,31 @@ impl ResponseCache {
         if size > self.max_entry {
             return;
         }
-        value.headers = compact(&value.headers);
-        let Ok(mut inner) = self.inner.lock() else {
+        let mut body = Vec::with_capacity(body_len);
+        chunks.iter().for_each(|c| body.extend_from_slice(c));
+        let value = Cached {
+            status,
+            headers: compact(headers),
+            body: body.into(),
+        };
+        let Some(mut shard) = self.shard(&key) else {
             return;
         };
-        inner.remove(&key);
+        shard.remove(&key);
         // Least recently used first (expired entries are among them: nothing refreshes those).
-        while inner.bytes + size > self.max_bytes {
-            let Some((_, oldest)) = inner.order.pop_first() else {
+        while shard.bytes + size > self.max_bytes {
+            let Some((_, (oldest, e))) = shard.order.pop_first() else {
                 break;
             };
-            if let Some(e) = inner.entries.remove(&oldest) {
-                inner.bytes -= e.size;
-            }
+            shard.at.remove(&oldest);
+            shard.bytes -= e.size;
         }
-        inner.next_use += 1;
-        let used = inner.next_use;
-        inner.bytes += size;
-        inner.order.insert(used, key);
-        inner.entries.insert(
+        let expires = now + Duration::minutes(TTL_MINUTES);
+        shard.push(
             key,
             Entry {
                 value,
-                expires: now + Duration::minutes(TTL_MINUTES),
-                used,
+                expires,
                 size,
             },
         );
@@ -174,10 +197,8 @@ impl ResponseCache {
 
     /// Entries and bytes held.
     pub fn usage(&self) -> (usize, usize) {
-        self.inner
-            .lock()
-            .map(|g| (g.entries.len(), g.bytes))
-            .unwrap_or((0, 0))
+        let shards = self.shards.iter().filter_map(|s| s.lock().ok());
+        shards.fold((0, 0), |(n, b), s| (n + s.at.len(), b + s.bytes))
     }
 }
 
@@ -186,12 +207,11 @@ mod tests {
     use super::*;
     use chrono::TimeZone;
 
-    fn value(n: usize) -> Cached {
-        Cached {
-            status: StatusCode::OK,
-            headers: HeaderMap::new(),
-            body: Bytes::from(vec![b'x'; n]),
-        }
+    /// Stores an answer of `n` bytes (in two chunks, as a body may come) under `k`.
+    fn put(c: &ResponseCache, k: Key, n: usize, t: DateTime<Utc>) {
+        let body = Bytes::from(vec![b'x'; n]);
+        let chunks = [body.slice(..n / 2), body.slice(n / 2..)];
+        c.put(k, StatusCode::OK, &HeaderMap::new(), &chunks, t);
     }
 
     #[test]
@@ -199,7 +219,7 @@ mod tests {
         let c = ResponseCache::new(10_000, 1_000);
         let t0 = Utc.with_ymd_and_hms(2026, 11, 22, 10, 0, 0).unwrap();
         let k = key(&["ep"], "POST", "/embed", "", "", b"{}");
-        c.put(k, value(10), t0);
+        put(&c, k, 10, t0);
         assert!(c.get(&k, t0 + Duration::minutes(59)).is_some());
         // 59 + 59 minutes: alive only because the first hit reset the TTL.
         assert!(c.get(&k, t0 + Duration::minutes(118)).is_some());
@@ -230,9 +250,10 @@ mod tests {
     }
 
     #[test]
-    fn stored_headers_do_not_hold_the_read_buffer() {
-        // As a connection parses them: values are slices of the buffer the response was read into.
-        let buffer = Bytes::from(format!("{:<8192}", "application/json;secret;a;b"));
+    fn an_entry_does_not_hold_the_read_buffer() {
+        // As a connection parses them: header values and body chunks are slices of the buffer the response
+        // was read into.
+        let buffer = Bytes::from(format!("{:<8192}", "application/json;secret;a;b;{}"));
         let slice = |r: std::ops::Range<usize>| HeaderValue::from_maybe_shared(buffer.slice(r));
         let mut headers = HeaderMap::new();
         headers.insert("content-type", slice(0..16).unwrap());
@@ -244,19 +265,43 @@ mod tests {
         let c = ResponseCache::new(100_000, 10_000);
         let t0 = Utc.with_ymd_and_hms(2026, 11, 22, 10, 0, 0).unwrap();
         let k = key(&["ep"], "GET", "/", "", "", b"");
-        let mut v = value(3);
-        v.headers = headers.clone();
-        c.put(k, v, t0);
-        let stored = c.get(&k, t0).expect("stored").headers;
-        assert_eq!(stored, headers);
-        assert!(stored["x-secret"].is_sensitive());
+        let chunks = [buffer.slice(28..29), buffer.slice(29..30)];
+        c.put(k, StatusCode::CREATED, &headers, &chunks, t0);
+        let stored = c.get(&k, t0).expect("stored");
+        assert_eq!(stored.status, StatusCode::CREATED);
+        assert_eq!(stored.headers, headers);
+        assert_eq!(&stored.body[..], b"{}");
+        assert!(stored.headers["x-secret"].is_sensitive());
         let held = buffer.as_ptr_range();
-        for v in stored.values() {
-            assert!(
-                !held.contains(&v.as_bytes().as_ptr()),
-                "{v:?} is in the read buffer"
-            );
+        let body = stored.body.as_ptr();
+        let values = stored.headers.values().map(|v| v.as_bytes().as_ptr());
+        for at in values.chain([body]) {
+            assert!(!held.contains(&at), "a stored part is in the read buffer");
         }
+    }
+
+    #[test]
+    fn shards_keep_the_bound_together() {
+        // Room for 16 shards of 4 largest entries each: split, and still bounded in all.
+        let c = ResponseCache::new(64_000, 1_000);
+        assert_eq!(c.shards.len(), 16);
+        let t0 = Utc.with_ymd_and_hms(2026, 11, 22, 10, 0, 0).unwrap();
+        let keys: Vec<Key> = (0..2_000)
+            .map(|i| key(&["ep"], "GET", &i.to_string(), "", "", b""))
+            .collect();
+        for k in &keys {
+            put(&c, *k, 500, t0);
+        }
+        let (n, bytes) = c.usage();
+        assert!(bytes <= 64_000, "{bytes} bytes held");
+        // Each shard full to within one entry: no shard is left unused.
+        assert!(n > 16 * 5, "{n} entries");
+        // The newest entries are there, the oldest gone.
+        assert!(c.get(&keys[1_999], t0).is_some());
+        assert!(c.get(&keys[0], t0).is_none());
+        // Too small to split: one shard, as large as the cache.
+        assert_eq!(ResponseCache::new(1_000, 400).shards.len(), 1);
+        assert_eq!(ResponseCache::new(100_000, 10_000).shards.len(), 2);
     }
 
     #[test]
@@ -267,7 +312,7 @@ mod tests {
             .map(|i| key(&["ep"], "GET", &i.to_string(), "", "", b""))
             .collect();
         for (i, k) in keys.iter().enumerate() {
-            c.put(*k, value(200), t0 + Duration::seconds(i as i64));
+            put(&c, *k, 200, t0 + Duration::seconds(i as i64));
             // Keep the first one in use.
             c.get(&keys[0], t0 + Duration::seconds(i as i64));
         }
@@ -275,7 +320,7 @@ mod tests {
         assert!(bytes <= 1_000 && n < 5, "{n} entries, {bytes} bytes");
         assert!(c.get(&keys[0], t0 + Duration::seconds(10)).is_some());
         assert!(c.get(&keys[1], t0 + Duration::seconds(10)).is_none());
-        c.put(key(&["big"], "", "", "", "", b""), value(500), t0);
+        put(&c, key(&["big"], "", "", "", "", b""), 500, t0);
         assert!(c.get(&key(&["big"], "", "", "", "", b""), t0).is_none());
     }
 }
