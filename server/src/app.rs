@@ -64,6 +64,12 @@ impl Services {
         clock: Arc<dyn Clock>,
         public_url: String,
     ) -> Result<Services, StartError> {
+        let parsed = reqwest::Url::parse(&public_url).ok();
+        if !parsed.is_some_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some()) {
+            return Err(StartError(format!(
+                "runtime.public_url {public_url:?} is not an http(s) URL with a host"
+            )));
+        }
         let data_dir = config.data_dir().map_err(|e| StartError(e.to_string()))?;
         std::fs::create_dir_all(&data_dir)
             .map_err(|e| fail("creating the data dir")(format!("{}: {e}", data_dir.display())))?;

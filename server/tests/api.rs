@@ -773,3 +773,23 @@ async fn a_lost_key_file_stops_the_start_instead_of_orphaning_secrets() {
         "no new key was made"
     );
 }
+
+#[tokio::test]
+async fn a_public_url_that_is_not_one_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    for bad in ["switchyard.example.com", "ftp://example.com", "http://"] {
+        let mut config = switchyard_server::Config::default();
+        config.store.data_dir = Some(dir.path().to_path_buf());
+        config.server.listen = "127.0.0.1:0".parse().unwrap();
+        config.runtime.public_url = Some(bad.into());
+        let err = switchyard_server::Application::build(&config)
+            .await
+            .err()
+            .expect("refuses to start");
+        assert!(err.to_string().contains("runtime.public_url"), "{err}");
+        assert!(
+            !dir.path().join("switchyard.db").exists(),
+            "nothing was created"
+        );
+    }
+}

@@ -135,7 +135,7 @@ async fn check_route(s: &AppState, namespace: &str, spec: &EndpointSpec) -> ApiR
         return Ok(());
     };
     let domain = crate::proxy::bare_host(&route.domain);
-    if crate::proxy::is_server_host(&domain, &crate::proxy::url_host(&s.runtime.public_url)) {
+    if crate::proxy::is_server_host(&domain, &s.runtime.public_host) {
         return Err(ApiError::invalid_body(vec![Issue::new(
             "route.domain",
             "must be a domain of its own, not this server's address, an IP address or localhost",

@@ -77,8 +77,6 @@ pub struct ProxyInner {
     auth: Mutex<HashMap<[u8; 32], (Instant, TokenAnswer)>>,
     sessions: balance::McpSessions,
     body_limit: usize,
-    /// The server's public host, bare: never an endpoint's custom domain.
-    own_host: String,
 }
 
 /// The proxy as one listener serves it: the public one, or the private entry point.
@@ -108,7 +106,6 @@ impl Proxy {
             .iter()
             .map(|c| Cidr::parse(c).map_err(|e| format!("proxy.trusted_proxies {c:?}: {e}")))
             .collect::<Result<Vec<_>, _>>()?;
-        let own_host = url_host(&runtime.public_url);
         Ok(Proxy {
             inner: Arc::new(ProxyInner {
                 table: runtime.table.clone(),
@@ -121,7 +118,6 @@ impl Proxy {
                 auth: Mutex::new(HashMap::new()),
                 sessions: Default::default(),
                 body_limit,
-                own_host,
             }),
             private: false,
         })
@@ -163,12 +159,6 @@ pub fn bare_host(host: &str) -> String {
     h.trim_end_matches('.').to_ascii_lowercase()
 }
 
-/// The bare host of a URL such as the server's public URL.
-pub fn url_host(url: &str) -> String {
-    let authority = url.split("://").nth(1).unwrap_or(url);
-    bare_host(authority.split('/').next().unwrap_or(""))
-}
-
 /// Whether `host` (bare, see [`bare_host`]) names this server itself: `own` (its public host, bare), an IP
 /// address or localhost. Those never route to an endpoint's custom domain, so no endpoint can take over
 /// the API.
@@ -193,7 +183,7 @@ fn by_host_route(proxy: &Proxy, req: &Request) -> Option<(Arc<Route>, String)> {
         .or_else(|| req.uri().host())
         .unwrap_or("");
     let host = bare_host(host);
-    if is_server_host(&host, &proxy.own_host) {
+    if is_server_host(&host, &proxy.runtime.public_host) {
         return None;
     }
     table.by_host(&host, req.uri().path()).map(|(route, rest)| {
@@ -1070,8 +1060,12 @@ mod tests {
 
     #[test]
     fn the_server_names_itself() {
-        let own = url_host("http://switchyard.example.com:8080/");
+        let (runtime, _) =
+            crate::runtime::handle("http://Switchyard.example.com.:8080/".into(), 10);
+        let own = runtime.public_host;
         assert_eq!(own, "switchyard.example.com");
+        let (v6, _) = crate::runtime::handle("https://[::1]/".into(), 10);
+        assert_eq!(v6.public_host, "::1");
         for host in [
             "switchyard.example.com",
             "SWITCHYARD.example.com:8080",

@@ -185,6 +185,8 @@ pub struct RuntimeHandle {
     pub logs: Arc<logs::LogStore>,
     /// Base of `status.url`.
     pub public_url: String,
+    /// Its host, bare (see [`crate::proxy::bare_host`]): never an endpoint's custom domain.
+    pub public_host: String,
     /// Flips to true when the server shuts down (ends log streams, stops the reconciler).
     stop: Arc<watch::Sender<bool>>,
 }
@@ -237,6 +239,10 @@ pub fn handle(
         kick: Arc::new(Notify::new()),
         activities: Default::default(),
         logs: Arc::new(logs::LogStore::new(log_lines)),
+        public_host: reqwest::Url::parse(&public_url)
+            .ok()
+            .and_then(|u| u.host_str().map(crate::proxy::bare_host))
+            .unwrap_or_default(),
         public_url: public_url.trim_end_matches('/').to_string(),
         stop: Arc::new(watch::channel(false).0),
     };
