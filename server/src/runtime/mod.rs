@@ -86,6 +86,31 @@ impl Backend {
             pool: Default::default(),
         }
     }
+
+    /// A request of the server's own (a health check, a metrics scrape, the backend list for a custom
+    /// router; its URI a path), on the same connections as traffic: the status and at most `limit` bytes
+    /// of body, or `None` when no whole answer came within `timeout`.
+    pub async fn call(
+        &self,
+        mut req: axum::http::Request<axum::body::Body>,
+        limit: usize,
+        timeout: std::time::Duration,
+    ) -> Option<(axum::http::StatusCode, axum::body::Bytes)> {
+        use http_body_util::BodyExt;
+        req.headers_mut()
+            .insert(axum::http::header::HOST, self.host.clone());
+        let answer = async {
+            let (resp, sender) = crate::proxy::upstream::send(&self.pool, self.addr, req)
+                .await
+                .ok()?;
+            let (parts, body) = resp.into_parts();
+            let body = http_body_util::Limited::new(body, limit).collect().await;
+            // Read in full: the connection can take the next request.
+            self.pool.give_back(sender);
+            Some((parts.status, body.ok()?.to_bytes()))
+        };
+        tokio::time::timeout(timeout, answer).await.ok().flatten()
+    }
 }
 
 /// Everything the proxy needs to serve one endpoint.
@@ -247,4 +272,74 @@ pub fn handle(
         stop: Arc::new(watch::channel(false).0),
     };
     (handle, tx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A replica on loopback, counting the connections it accepted: `/big` answers more than the caller
+    /// takes, `/silent` never answers, anything else answers `ok`.
+    async fn replica() -> (SocketAddr, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    loop {
+                        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match conn.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        let head = String::from_utf8_lossy(&buf).into_owned();
+                        buf.clear();
+                        let body = match head.split(' ').nth(1) {
+                            Some("/silent") => {
+                                tokio::time::sleep(Duration::from_secs(60)).await;
+                                return;
+                            }
+                            Some("/big") => "x".repeat(2048),
+                            _ => "ok".to_string(),
+                        };
+                        let len = body.len();
+                        let answer =
+                            format!("HTTP/1.1 200 OK\r\ncontent-length: {len}\r\n\r\n{body}");
+                        if conn.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    #[tokio::test]
+    async fn own_calls_take_the_whole_answer_within_bounds() {
+        let (addr, accepted) = replica().await;
+        let backend = Backend::new("r1".into(), addr);
+        let call = |path: &'static str, timeout_ms: u64| {
+            let timeout = Duration::from_millis(timeout_ms);
+            let req = axum::http::Request::get(path).body(Default::default());
+            backend.call(req.unwrap(), 1024, timeout)
+        };
+        for _ in 0..3 {
+            let (status, body) = call("/health", 5_000).await.expect("an answer");
+            assert_eq!((status.as_u16(), &body[..]), (200, &b"ok"[..]));
+        }
+        // Each answer read in full: one connection served them all.
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        assert!(call("/big", 5_000).await.is_none(), "over the limit");
+        assert!(call("/silent", 200).await.is_none(), "past the timeout");
+    }
 }

@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
@@ -29,22 +30,8 @@ use crate::model::{
 };
 use crate::store::{EndpointRecord, Store, StoreError};
 
-/// A plain HTTP/1 client for the reconciler's health checks, metrics scrapes and custom-router updates (the
-/// proxy keeps connections of its own: `proxy::upstream`).
-pub type HttpClient = hyper_util::client::legacy::Client<
-    hyper_util::client::legacy::connect::HttpConnector,
-    axum::body::Body,
->;
-
-pub fn http_client() -> HttpClient {
-    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(Duration::from_secs(5)));
-    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(60))
-        .pool_max_idle_per_host(256)
-        .build(connector)
-}
+/// How long a health check, metrics scrape or custom-router update may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 struct ReplicaRun {
     generation: String,
@@ -129,7 +116,6 @@ pub struct Reconciler {
     settings: ScalerSettings,
     handle: RuntimeHandle,
     table: watch::Sender<Arc<RouteTable>>,
-    http: HttpClient,
     runs: HashMap<String, EndpointRun>,
     published: String,
     /// The endpoints as last read from the store, with the reconciler's own writes applied since; `None`
@@ -175,7 +161,6 @@ impl Reconciler {
             settings,
             handle,
             table,
-            http: http_client(),
             runs: HashMap::new(),
             published: String::new(),
             records: None,
@@ -420,15 +405,7 @@ impl Reconciler {
                 good: None,
                 since: now,
             });
-        observe(
-            run,
-            self.provider.as_ref(),
-            &self.http,
-            &self.handle,
-            &self.config,
-            now,
-        )
-        .await;
+        observe(run, self.provider.as_ref(), &self.handle, &self.config, now).await;
         let window = chrono::Duration::seconds(self.config.crash_window_s.min(MAX_SECONDS) as i64);
         while run.crashes.front().is_some_and(|t| *t + window < now) {
             run.crashes.pop_front();
@@ -539,8 +516,7 @@ impl Reconciler {
                     });
                     return out;
                 }
-                let sample =
-                    load_sample(run, &self.http, rec.spec.compute.scaling.measure.as_ref()).await;
+                let sample = load_sample(run, rec.spec.compute.scaling.measure.as_ref()).await;
                 run.scaler.observe(now, sample);
                 run.target = run.scaler.desired(
                     now,
@@ -644,16 +620,7 @@ impl Reconciler {
                 run.failed_generation = None;
             }
         }
-        if let Err(why) = sync_router(
-            self.provider.as_ref(),
-            &self.config,
-            &self.http,
-            rec,
-            run,
-            now,
-        )
-        .await
-        {
+        if let Err(why) = sync_router(self.provider.as_ref(), &self.config, rec, run, now).await {
             return give_up(run, self.provider.as_ref(), gen, why, false, out).await;
         }
         let ready = run.replicas.iter().filter(|r| r.serving()).count();
@@ -700,7 +667,6 @@ fn serving_urls(run: &EndpointRun) -> Vec<String> {
 async fn sync_router(
     provider: &dyn ReplicaProvider,
     config: &RuntimeConfig,
-    http: &HttpClient,
     rec: &EndpointRecord,
     run: &mut EndpointRun,
     now: DateTime<Utc>,
@@ -757,20 +723,14 @@ async fn sync_router(
     };
     if router.announced.as_ref() != Some(&backends) {
         let body = serde_json::json!({ "backends": backends }).to_string();
-        let req = axum::http::Request::post(format!(
-            "http://{}/_custom_router/set-backends",
-            router.backend.addr
-        ))
-        .header(axum::http::header::CONTENT_TYPE, "application/json")
-        .body(axum::body::Body::from(body));
+        let req = axum::http::Request::post("/_custom_router/set-backends")
+            .header(axum::http::header::CONTENT_TYPE, "application/json")
+            .body(body.into());
+        // The sidecar may still be starting: not told now, told at a later tick.
         if let Ok(req) = req {
-            // The sidecar may still be starting: not told now, told at a later tick.
-            if let Ok(Ok(resp)) =
-                tokio::time::timeout(Duration::from_secs(2), http.request(req)).await
-            {
-                if resp.status().is_success() {
-                    router.announced = Some(backends);
-                }
+            let told = router.backend.call(req, 64 * 1024, PROBE_TIMEOUT).await;
+            if told.is_some_and(|(status, _)| status.is_success()) {
+                router.announced = Some(backends);
             }
         }
     }
@@ -862,7 +822,6 @@ async fn stop_where(
 async fn observe(
     run: &mut EndpointRun,
     provider: &dyn ReplicaProvider,
-    http: &HttpClient,
     handle: &RuntimeHandle,
     config: &RuntimeConfig,
     now: DateTime<Utc>,
@@ -870,9 +829,8 @@ async fn observe(
     let start_timeout = chrono::Duration::seconds(config.start_timeout_s.min(MAX_SECONDS) as i64);
     let mut failed: Vec<(String, String)> = Vec::new();
     let checks = run.replicas.iter().filter(|r| !r.ready).map(|r| {
-        let uri = format!("http://{}{}", r.info.addr, r.health_route);
         let id = r.info.replica_id.clone();
-        async move { (id, healthy(http, &uri).await) }
+        async move { (id, healthy(&r.backend, &r.health_route).await) }
     });
     let results: HashMap<String, bool> = futures_util::future::join_all(checks)
         .await
@@ -938,21 +896,16 @@ fn record_crash(run: &mut EndpointRun, config: &RuntimeConfig, now: DateTime<Utc
     run.backoff = run.backoff.saturating_mul(2).min(max);
 }
 
-async fn healthy(http: &HttpClient, uri: &str) -> bool {
-    let Ok(req) = axum::http::Request::get(uri).body(axum::body::Body::empty()) else {
+/// Whether the replica's health route answers 200.
+async fn healthy(backend: &Backend, route: &str) -> bool {
+    let Ok(req) = axum::http::Request::get(route).body(Default::default()) else {
         return false;
     };
-    match tokio::time::timeout(Duration::from_secs(2), http.request(req)).await {
-        Ok(Ok(resp)) => resp.status() == axum::http::StatusCode::OK,
-        _ => false,
-    }
+    let answer = backend.call(req, 64 * 1024, PROBE_TIMEOUT).await;
+    answer.is_some_and(|(status, _)| status == StatusCode::OK)
 }
 
-async fn load_sample(
-    run: &EndpointRun,
-    http: &HttpClient,
-    measure: Option<&Measure>,
-) -> LoadSample {
+async fn load_sample(run: &EndpointRun, measure: Option<&Measure>) -> LoadSample {
     let ready: Vec<&ReplicaRun> = run.replicas.iter().filter(|r| r.serving()).collect();
     let cpus: Vec<f64> = ready.iter().filter_map(|r| r.cpu_percent).collect();
     let mut sample = LoadSample {
@@ -966,7 +919,7 @@ async fn load_sample(
         requests_waiting: None,
     };
     if matches!(measure, Some(Measure::InferenceLoad(_))) && !ready.is_empty() {
-        let scrapes = ready.iter().map(|r| scrape(http, r.info.addr));
+        let scrapes = ready.iter().map(|r| scrape(&r.backend));
         let got: Vec<EngineLoad> = futures_util::future::join_all(scrapes)
             .await
             .into_iter()
@@ -1018,22 +971,14 @@ pub fn parse_engine_metrics(text: &str) -> EngineLoad {
     }
 }
 
-async fn scrape(http: &HttpClient, addr: std::net::SocketAddr) -> Option<EngineLoad> {
-    use http_body_util::BodyExt;
-    let req = axum::http::Request::get(format!("http://{addr}/metrics"))
-        .body(axum::body::Body::empty())
+async fn scrape(backend: &Backend) -> Option<EngineLoad> {
+    let req = axum::http::Request::get("/metrics")
+        .body(Default::default())
         .ok()?;
-    let resp = tokio::time::timeout(Duration::from_secs(2), http.request(req))
-        .await
-        .ok()?
-        .ok()?;
-    let body = http_body_util::Limited::new(resp.into_body(), 1024 * 1024);
-    let bytes = tokio::time::timeout(Duration::from_secs(2), body.collect())
-        .await
-        .ok()?
-        .ok()?
-        .to_bytes();
-    Some(parse_engine_metrics(&String::from_utf8_lossy(&bytes)))
+    let (status, bytes) = backend.call(req, 1024 * 1024, PROBE_TIMEOUT).await?;
+    status
+        .is_success()
+        .then(|| parse_engine_metrics(&String::from_utf8_lossy(&bytes)))
 }
 
 #[cfg(test)]
