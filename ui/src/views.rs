@@ -22,14 +22,52 @@ pub fn pager_height(size: (u16, u16)) -> usize {
 /// Rows of the catalog's detail pane (the selected model's recipes), under the list.
 const DETAIL_HEIGHT: u16 = 7;
 
-/// Rows of a view's table on a terminal of `size`: status line, footer, border and header taken away, and the
-/// catalog's detail pane.
-pub fn list_height(view: View, size: (u16, u16)) -> usize {
-    let detail = match view {
-        View::Catalog => DETAIL_HEIGHT as usize,
-        View::Endpoints => 0,
+/// Where the parts of the main screen go: the status line, the view's table, the catalog's detail pane and
+/// the footer. Drawing, paging and mouse clicks all take the table's place from here.
+struct Screen {
+    top: Rect,
+    table: Rect,
+    detail: Option<Rect>,
+    bottom: Rect,
+}
+
+fn screen(view: View, area: Rect) -> Screen {
+    let [top, main, bottom] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(3),
+        Constraint::Length(2),
+    ])
+    .areas(area);
+    let (table, detail) = match view {
+        View::Catalog => {
+            let [table, detail] =
+                Layout::vertical([Constraint::Min(3), Constraint::Length(DETAIL_HEIGHT)])
+                    .areas(main);
+            (table, Some(detail))
+        }
+        View::Endpoints => (main, None),
     };
-    (size.1 as usize).saturating_sub(3 + 3 + detail).max(1)
+    Screen {
+        top,
+        table,
+        detail,
+        bottom,
+    }
+}
+
+/// The table of a view on a terminal of `size`.
+fn table_area(view: View, size: (u16, u16)) -> Rect {
+    screen(view, Rect::new(0, 0, size.0, size.1)).table
+}
+
+/// Rows a table in `area` shows: its border and header taken away.
+fn table_rows(area: Rect) -> usize {
+    (area.height as usize).saturating_sub(3).max(1)
+}
+
+/// Rows of a view's table on a terminal of `size` (what page up and down move by).
+pub fn list_height(view: View, size: (u16, u16)) -> usize {
+    table_rows(table_area(view, size))
 }
 
 /// The first row of the list shown, keeping the selection in sight (the same rule `list` draws with).
@@ -39,9 +77,10 @@ fn list_offset(selected: usize, height: usize) -> usize {
 
 /// The row of the current view under screen row `y` (a mouse click), if any.
 pub fn row_at(state: &State, y: u16) -> Option<usize> {
-    // Status line, table border, header.
-    let first = 3usize;
-    let height = list_height(state.view, state.size);
+    let table = table_area(state.view, state.size);
+    // Below the table's top border and header.
+    let first = table.y as usize + 2;
+    let height = table_rows(table);
     let y = (y as usize).checked_sub(first).filter(|y| *y < height)?;
     let rows = state.visible().len();
     let selected = state.selected.min(rows.saturating_sub(1));
@@ -59,18 +98,16 @@ pub fn draw(frame: &mut Frame, state: &State, keymap: &Keymap) {
         frame.render_widget(Paragraph::new(text).wrap(Wrap { trim: true }), area);
         return;
     }
-    let [top, main, bottom] = Layout::vertical([
-        Constraint::Length(1),
-        Constraint::Min(3),
-        Constraint::Length(2),
-    ])
-    .areas(area);
-    status_line(frame, top, state);
-    match state.view {
-        View::Catalog => catalog(frame, main, state),
-        View::Endpoints => endpoints(frame, main, state),
+    let screen = screen(state.view, area);
+    status_line(frame, screen.top, state);
+    if let Some(detail) = screen.detail {
+        recipes(frame, detail, state);
     }
-    footer(frame, bottom, state, keymap);
+    match state.view {
+        View::Catalog => catalog(frame, screen.table, state),
+        View::Endpoints => endpoints(frame, screen.table, state),
+    }
+    footer(frame, screen.bottom, state, keymap);
     match &state.overlay {
         Overlay::None => {}
         Overlay::Help => help(frame, area, state, keymap),
@@ -154,7 +191,7 @@ fn list<'a>(
     let header: Vec<&str> = columns.iter().map(|c| c.0).collect();
     let widths: Vec<Constraint> = columns.iter().map(|c| c.1).collect();
     let visible = state.visible();
-    let height = (area.height as usize).saturating_sub(3).max(1);
+    let height = table_rows(area);
     let selected = state.selected.min(visible.len().saturating_sub(1));
     let offset = list_offset(selected, height);
     let rows: Vec<Row> = visible
@@ -182,9 +219,6 @@ fn list<'a>(
 }
 
 fn catalog(frame: &mut Frame, area: Rect, state: &State) {
-    let [area, detail] =
-        Layout::vertical([Constraint::Min(3), Constraint::Length(DETAIL_HEIGHT)]).areas(area);
-    recipes(frame, detail, state);
     let columns = [
         ("MODEL", Constraint::Fill(3)),
         ("AUTHOR", Constraint::Fill(2)),

@@ -406,3 +406,61 @@ fn logs_with_a_search_and_the_command_line() {
         "{text}"
     );
 }
+
+#[test]
+fn clicks_and_pages_follow_the_drawn_table() {
+    let mut s = state();
+    update(&mut s, Action::Resize(120, 24), &Keymap::builtin());
+    // The catalog: a click on the line a model is drawn on selects it.
+    let drawn = screen(&s, 120, 24);
+    let line = drawn.lines().position(|l| l.contains("bge-large")).unwrap();
+    update(&mut s, Action::Click(line as u16), &Keymap::builtin());
+    assert_eq!(
+        s.selected,
+        s.visible().iter().position(|i| *i == 1).unwrap()
+    );
+    // A click on the border or the detail pane selects nothing new.
+    update(&mut s, Action::Click(1), &Keymap::builtin());
+    update(&mut s, Action::Click(20), &Keymap::builtin());
+    assert_eq!(
+        s.selected,
+        s.visible().iter().position(|i| *i == 1).unwrap()
+    );
+
+    let rows = (0..100)
+        .map(|i| {
+            EndpointRow::from_json(
+                "admin",
+                &json!({"name": format!("endpoint-{i:03}"), "type": "public", "model": {"repository": "org/m"},
+                        "status": {"state": "running", "readyReplica": 1, "targetReplica": 1}}),
+            )
+        })
+        .collect();
+    keys(&mut s, &["tab"]);
+    loaded(&mut s, Ok(rows));
+    let drawn = screen(&s, 120, 24);
+    let shown: Vec<usize> = drawn
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains("endpoint-"))
+        .map(|(y, _)| y)
+        .collect();
+    // As many rows drawn as a page moves by.
+    let page = views::list_height(s.view, s.size);
+    assert_eq!(shown.len(), page, "{drawn}");
+    keys(&mut s, &["pagedown"]);
+    assert_eq!(s.selected, page);
+    // Scrolled: the selection is on the last line drawn, and a click on the first line picks the row there.
+    let drawn = screen(&s, 120, 24);
+    let last = *shown.last().unwrap();
+    assert!(
+        drawn
+            .lines()
+            .nth(last)
+            .unwrap()
+            .contains(&format!("endpoint-{page:03}")),
+        "{drawn}"
+    );
+    update(&mut s, Action::Click(shown[0] as u16), &Keymap::builtin());
+    assert_eq!(s.selected, 1);
+}
