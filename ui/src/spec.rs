@@ -129,11 +129,9 @@ fn diff(before: &Value, after: &Value, path: &[&str]) -> Value {
 
 #[derive(Debug, Clone)]
 pub struct SpecEditor {
-    pub namespace: String,
-    pub name: String,
-    pub format: Format,
-    /// The spec as read from the server; a save sends the difference from it.
-    pub original: Value,
+    /// Whose spec, the spec as read from the server (a save sends the difference from it) and the text's
+    /// format: what goes to `$EDITOR` and back.
+    pub edit: ExternalEdit,
     pub text: TextArea<'static>,
     /// (line, 0-based; message)
     pub issues: Vec<(usize, String)>,
@@ -145,9 +143,7 @@ pub struct SpecEditor {
 
 impl PartialEq for SpecEditor {
     fn eq(&self, other: &Self) -> bool {
-        self.namespace == other.namespace
-            && self.name == other.name
-            && self.format == other.format
+        self.edit == other.edit
             && self.text.lines() == other.text.lines()
             && self.issues == other.issues
             && self.busy == other.busy
@@ -271,33 +267,31 @@ pub enum Outcome {
     External,
 }
 
+/// An edit of the spec of `endpoint` (as the API shows it; the fields only a response has are left out),
+/// and the spec's text to start from.
+pub fn edit_of(namespace: &str, name: &str, endpoint: &Value) -> (ExternalEdit, String) {
+    let mut spec = endpoint.clone();
+    strip_response_fields(&mut spec);
+    let text = Format::Json.write(&spec).unwrap_or_default();
+    let edit = ExternalEdit {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        original: spec,
+        format: Format::Json,
+    };
+    (edit, text)
+}
+
 impl SpecEditor {
     pub fn new(namespace: &str, name: &str, endpoint: &Value) -> SpecEditor {
-        let mut spec = endpoint.clone();
-        strip_response_fields(&mut spec);
-        let text = Format::Json.write(&spec).unwrap_or_default();
-        let edit = ExternalEdit {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            original: spec,
-            format: Format::Json,
-        };
+        let (edit, text) = edit_of(namespace, name, endpoint);
         SpecEditor::with_text(edit, &text)
     }
 
     /// An editor on `text` (e.g. back from `$EDITOR`), saving against the spec the edit started from.
     pub fn with_text(edit: ExternalEdit, text: &str) -> SpecEditor {
-        let ExternalEdit {
-            namespace,
-            name,
-            original,
-            format,
-        } = edit;
         let mut editor = SpecEditor {
-            namespace,
-            name,
-            format,
-            original,
+            edit,
             text: TextArea::new(text.lines().map(str::to_string).collect()),
             issues: Vec::new(),
             busy: false,
@@ -313,18 +307,16 @@ impl SpecEditor {
 
     /// The effect that hands this editor's text to `$EDITOR`.
     pub fn external(&self) -> Effect {
-        let edit = ExternalEdit {
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
-            original: self.original.clone(),
-            format: self.format,
-        };
-        Effect::ExternalEdit(edit, self.contents())
+        Effect::ExternalEdit(self.edit.clone(), self.contents())
     }
 
     /// The text parsed and checked; `Ok` is the spec to save.
     fn parsed(&self) -> Result<Value, Vec<(usize, String)>> {
-        let value = self.format.read(&self.contents()).map_err(|e| vec![e])?;
+        let value = self
+            .edit
+            .format
+            .read(&self.contents())
+            .map_err(|e| vec![e])?;
         EndpointSpec::parse(&value).map_err(|issues| {
             issues
                 .iter()
@@ -336,7 +328,7 @@ impl SpecEditor {
 
     fn placed(&self, path: &str, message: &str) -> (usize, String) {
         (
-            self.format.line_of(self.text.lines(), path),
+            self.edit.format.line_of(self.text.lines(), path),
             format!("{path}: {message}"),
         )
     }
@@ -354,11 +346,16 @@ impl SpecEditor {
 
     /// Switches between JSON and TOML, when the text parses.
     fn switch_format(&mut self) {
-        let other = self.format.other();
-        match self.format.read(&self.contents()).map(|v| other.write(&v)) {
+        let other = self.edit.format.other();
+        match self
+            .edit
+            .format
+            .read(&self.contents())
+            .map(|v| other.write(&v))
+        {
             Ok(Ok(text)) => {
                 self.text = TextArea::new(text.lines().map(str::to_string).collect());
-                self.format = other;
+                self.edit.format = other;
                 self.note = None;
                 self.check();
             }
@@ -368,7 +365,7 @@ impl SpecEditor {
             Err((line, _)) => {
                 self.note = Some(format!(
                     "fix the {} at line {} before switching to {}",
-                    self.format.name(),
+                    self.edit.format.name(),
                     line + 1,
                     other.name()
                 ))
@@ -388,7 +385,7 @@ impl SpecEditor {
                 };
                 // A secret is shown as null; the API keeps a secret sent as null, so deleting its line
                 // cannot remove it. Say so rather than save something that does not do what it seems to.
-                let kept: Vec<&String> = self.original["model"]["secrets"]
+                let kept: Vec<&String> = self.edit.original["model"]["secrets"]
                     .as_object()
                     .into_iter()
                     .flat_map(|m| m.keys())
@@ -402,7 +399,7 @@ impl SpecEditor {
                     ));
                     return Outcome::Stay;
                 }
-                let update = patch(&self.original, &spec);
+                let update = patch(&self.edit.original, &spec);
                 if update.as_object().is_some_and(Map::is_empty) {
                     self.note = Some("nothing changed".into());
                     return Outcome::Stay;
@@ -540,7 +537,7 @@ mod tests {
         let mut e = SpecEditor::new("ns", "ep", &endpoint());
         let json_text = e.contents();
         e.on_key("ctrl-t");
-        assert_eq!(e.format, Format::Toml);
+        assert_eq!(e.edit.format, Format::Toml);
         assert!(e.issues.is_empty(), "{:?}", e.issues);
         let toml_text = e.contents();
         assert!(toml_text.contains("[compute.scaling]"), "{toml_text}");
@@ -555,7 +552,7 @@ mod tests {
         assert_eq!(e.on_key("ctrl-s"), Outcome::Stay);
         assert_eq!(e.note.as_deref(), Some("nothing changed"));
         e.on_key("ctrl-t");
-        assert_eq!(e.format, Format::Json);
+        assert_eq!(e.edit.format, Format::Json);
         let back: Value = serde_json::from_str(&e.contents()).unwrap();
         let first: Value = serde_json::from_str(&json_text).unwrap();
         assert_eq!(patch(&first, &back), json!({}), "{}", e.contents());
@@ -569,7 +566,7 @@ mod tests {
         // A spec with no TOML form keeps its text.
         let mut j = SpecEditor::with_text(blank(Format::Json), "{\"a\": [1, null]}");
         j.on_key("ctrl-t");
-        assert_eq!(j.format, Format::Json);
+        assert_eq!(j.edit.format, Format::Json);
         assert_eq!(j.contents(), "{\"a\": [1, null]}");
         assert!(
             j.note.as_deref().unwrap_or("").contains("no TOML form"),
@@ -581,7 +578,7 @@ mod tests {
         let mut t = SpecEditor::with_text(blank(Format::Toml), broken);
         assert_eq!(t.issues[0].0, 1, "{:?}", t.issues);
         t.on_key("ctrl-t");
-        assert_eq!(t.format, Format::Toml);
+        assert_eq!(t.edit.format, Format::Toml);
         assert!(t.note.as_deref().unwrap_or("").contains("line 2"));
     }
 

@@ -581,7 +581,9 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
         } => {
             // The editor that is waiting for this answer, if it is still open.
             let open = match &state.overlay {
-                Overlay::Spec(e) if e.busy && e.namespace == namespace && e.name == name => {
+                Overlay::Spec(e)
+                    if e.busy && e.edit.namespace == namespace && e.edit.name == name =>
+                {
                     Some("spec")
                 }
                 Overlay::Schedule(e) if e.busy && e.namespace == namespace && e.name == name => {
@@ -741,7 +743,7 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
         return match &mut state.overlay {
             Overlay::Spec(e) => match e.on_key(key) {
                 Outcome::Stay => Vec::new(),
-                Outcome::Save(patch) => vec![update(&e.namespace, &e.name, patch)],
+                Outcome::Save(patch) => vec![update(&e.edit.namespace, &e.edit.name, patch)],
                 Outcome::External => vec![e.external()],
             },
             Overlay::Schedule(e) => e
@@ -997,8 +999,8 @@ fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
         }
         Command::EditExternal => {
             if let Some(ep) = state.selected_endpoint() {
-                let editor = crate::spec::SpecEditor::new(&ep.namespace, &ep.name, &ep.raw);
-                return vec![editor.external()];
+                let (edit, text) = crate::spec::edit_of(&ep.namespace, &ep.name, &ep.raw);
+                return vec![Effect::ExternalEdit(edit, text)];
             }
         }
         Command::Schedule => {

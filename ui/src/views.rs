@@ -529,10 +529,10 @@ fn spec(frame: &mut Frame, area: Rect, editor: &crate::spec::SpecEditor) {
     textarea.set_line_number_style(Style::new().fg(Color::DarkGray));
     textarea.set_block(Block::default().borders(Borders::ALL).title(format!(
         " spec {}/{} ({}; ctrl-s saves when valid, ctrl-t {}, ctrl-e $EDITOR, esc cancels) ",
-        editor.namespace,
-        editor.name,
-        editor.format.name(),
-        editor.format.other().name(),
+        editor.edit.namespace,
+        editor.edit.name,
+        editor.edit.format.name(),
+        editor.edit.format.other().name(),
     )));
     frame.render_widget(Clear, box_);
     frame.render_widget(&textarea, text);
