@@ -27,31 +27,56 @@ pub struct CatalogRow {
     pub accelerators: String,
     pub engines: String,
     pub created: String,
-    /// (public id, accelerator, engine, model file)
-    pub recipes: Vec<(String, String, String, String)>,
+    pub recipes: Vec<Recipe>,
     /// What `/` searches, lowercased once.
     search: String,
+}
+
+/// One recipe of a catalog model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recipe {
+    pub id: String,
+    pub accelerator: String,
+    pub engine: String,
+    /// The model file, for engines that take one (empty otherwise).
+    pub file: String,
+}
+
+impl Recipe {
+    /// The column heads over [`Recipe::line`]s.
+    pub fn header() -> String {
+        Recipe::columns("RECIPE", "ACCELERATOR", "ENGINE", "MODEL FILE")
+    }
+
+    /// The recipe as a line of the recipes pane and of a model's description.
+    pub fn line(&self) -> String {
+        Recipe::columns(&self.id, &self.accelerator, &self.engine, &self.file)
+    }
+
+    fn columns(id: &str, accelerator: &str, engine: &str, file: &str) -> String {
+        format!("{id:<44} {accelerator:<12} {engine:<12} {file}")
+            .trim_end()
+            .to_string()
+    }
 }
 
 impl CatalogRow {
     pub fn from_json(item: &Value) -> CatalogRow {
         let s = |v: &Value| v.as_str().unwrap_or("").to_string();
-        let recipes: Vec<(String, String, String, String)> = item["recipes"]
+        let recipes: Vec<Recipe> = item["recipes"]
             .as_array()
             .map(|rs| {
                 rs.iter()
-                    .map(|r| {
-                        (
-                            s(&r["publicId"]),
-                            s(&r["accelerator"]),
-                            s(&r["engineType"]),
-                            s(&r["ggufFile"]),
-                        )
+                    .map(|r| Recipe {
+                        id: s(&r["publicId"]),
+                        accelerator: s(&r["accelerator"]),
+                        engine: s(&r["engineType"]),
+                        file: s(&r["ggufFile"]),
                     })
                     .collect()
             })
             .unwrap_or_default();
-        let distinct = |f: fn(&(String, String, String, String)) -> &String| {
+        let distinct = |f: fn(&Recipe) -> &String| {
             let mut v: Vec<String> = recipes.iter().map(|r| f(r).clone()).collect();
             v.sort();
             v.dedup();
@@ -64,8 +89,8 @@ impl CatalogRow {
             model: s(&item["modelName"]),
             task: s(&item["task"]),
             license: s(&item["license"]),
-            accelerators: distinct(|r| &r.1),
-            engines: distinct(|r| &r.2),
+            accelerators: distinct(|r| &r.accelerator),
+            engines: distinct(|r| &r.engine),
             created: s(&item["createdAt"]).chars().take(10).collect(),
             recipes,
         };
@@ -1013,7 +1038,7 @@ fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
             let rows = state.visible();
             if let (View::Catalog, Some(&i)) = (state.view, rows.get(state.selected)) {
                 let item = &state.catalog[i];
-                let recipes = item.recipes.iter().map(|r| r.0.clone()).collect();
+                let recipes = item.recipes.iter().map(|r| r.id.clone()).collect();
                 let namespace = state.user.clone().unwrap_or_default();
                 state.overlay = Overlay::Deploy(Box::new(crate::form::DeployForm::new(
                     &item.repo_id,
@@ -1041,16 +1066,15 @@ fn describe(state: &mut State) {
         View::Catalog => {
             let item = &state.catalog[i];
             let mut text = format!(
-                "{}\ntask {} · license {}\n\nRecipes:\n",
-                item.repo_id, item.task, item.license
+                "{}\ntask {} · license {}\n\n{}\n",
+                item.repo_id,
+                item.task,
+                item.license,
+                Recipe::header()
             );
-            for (id, accel, engine, file) in &item.recipes {
-                let file = if file.is_empty() {
-                    String::new()
-                } else {
-                    format!("  {file}")
-                };
-                text.push_str(&format!("  {id:<40} {accel:<7} {engine:<11}{file}\n"));
+            for recipe in &item.recipes {
+                text.push_str(&recipe.line());
+                text.push('\n');
             }
             (item.repo_id.clone(), text)
         }

@@ -8,7 +8,7 @@ use ratatui::Frame;
 
 use crate::keymap::{Context, Keymap};
 use crate::pager::Pager;
-use crate::state::{Connection, Overlay, State, View};
+use crate::state::{Connection, Overlay, Recipe, State, View};
 
 pub const MIN_WIDTH: u16 = 80;
 pub const MIN_HEIGHT: u16 = 24;
@@ -257,10 +257,7 @@ fn recipes(frame: &mut Frame, area: Rect, state: &State) {
         .map(|i| &state.catalog[*i]);
     let room = area.height.saturating_sub(3) as usize;
     let mut lines = vec![Line::styled(
-        format!(
-            "{:<44} {:<12} {:<12} MODEL FILE",
-            "RECIPE", "ACCELERATOR", "ENGINE"
-        ),
+        Recipe::header(),
         Style::new().add_modifier(Modifier::BOLD),
     )];
     let title = match item {
@@ -270,10 +267,8 @@ fn recipes(frame: &mut Frame, area: Rect, state: &State) {
             } else {
                 room
             };
-            for (id, accel, engine, file) in item.recipes.iter().take(shown) {
-                lines.push(Line::from(format!(
-                    "{id:<44} {accel:<12} {engine:<12} {file}"
-                )));
+            for recipe in item.recipes.iter().take(shown) {
+                lines.push(Line::from(recipe.line()));
             }
             if item.recipes.len() > shown {
                 lines.push(Line::styled(
