@@ -99,13 +99,15 @@ pub fn draw(frame: &mut Frame, state: &State, keymap: &Keymap) {
         return;
     }
     let screen = screen(state.view, area);
+    // The filtered rows, found once for the frame.
+    let visible = state.visible();
     status_line(frame, screen.top, state);
     if let Some(detail) = screen.detail {
-        recipes(frame, detail, state);
+        recipes(frame, detail, state, &visible);
     }
     match state.view {
-        View::Catalog => catalog(frame, screen.table, state),
-        View::Endpoints => endpoints(frame, screen.table, state),
+        View::Catalog => catalog(frame, screen.table, state, &visible),
+        View::Endpoints => endpoints(frame, screen.table, state, &visible),
     }
     footer(frame, screen.bottom, state, keymap);
     match &state.overlay {
@@ -184,13 +186,13 @@ fn list<'a>(
     frame: &mut Frame,
     area: Rect,
     state: &State,
+    visible: &[usize],
     (name, total): (&str, usize),
     columns: &[(&'a str, Constraint)],
     row: impl Fn(usize) -> Row<'a>,
 ) {
     let header: Vec<&str> = columns.iter().map(|c| c.0).collect();
     let widths: Vec<Constraint> = columns.iter().map(|c| c.1).collect();
-    let visible = state.visible();
     let height = table_rows(area);
     let selected = state.selected.min(visible.len().saturating_sub(1));
     let offset = list_offset(selected, height);
@@ -218,7 +220,7 @@ fn list<'a>(
     frame.render_stateful_widget(table, area, &mut selection);
 }
 
-fn catalog(frame: &mut Frame, area: Rect, state: &State) {
+fn catalog(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
     let columns = [
         ("MODEL", Constraint::Fill(3)),
         ("AUTHOR", Constraint::Fill(2)),
@@ -232,6 +234,7 @@ fn catalog(frame: &mut Frame, area: Rect, state: &State) {
         frame,
         area,
         state,
+        visible,
         ("catalog", state.catalog.len()),
         &columns,
         |i| {
@@ -250,8 +253,7 @@ fn catalog(frame: &mut Frame, area: Rect, state: &State) {
 }
 
 /// The detail pane: the selected model's recipes (all of them with `enter`).
-fn recipes(frame: &mut Frame, area: Rect, state: &State) {
-    let visible = state.visible();
+fn recipes(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
     let item = visible
         .get(state.selected.min(visible.len().saturating_sub(1)))
         .map(|i| &state.catalog[*i]);
@@ -286,7 +288,7 @@ fn recipes(frame: &mut Frame, area: Rect, state: &State) {
     );
 }
 
-fn endpoints(frame: &mut Frame, area: Rect, state: &State) {
+fn endpoints(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
     let columns = [
         ("NAME", Constraint::Fill(2)),
         ("NAMESPACE", Constraint::Fill(1)),
@@ -301,6 +303,7 @@ fn endpoints(frame: &mut Frame, area: Rect, state: &State) {
         frame,
         area,
         state,
+        visible,
         ("endpoints", state.endpoints.len()),
         &columns,
         |i| {
