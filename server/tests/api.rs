@@ -751,23 +751,32 @@ async fn secrets_updates_are_exact() {
     assert_eq!(now["model"]["secrets"], json!({"API_KEY": null}));
 }
 
+/// A server's configuration with its data in `dir`, on a free loopback port.
+fn config_in(dir: &std::path::Path) -> switchyard_server::Config {
+    let mut config = switchyard_server::Config::default();
+    config.store.data_dir = Some(dir.to_path_buf());
+    config.server.listen = "127.0.0.1:0".parse().unwrap();
+    config
+}
+
+/// Why a server with `config` does not start.
+async fn refusal(config: &switchyard_server::Config) -> String {
+    let built = switchyard_server::Application::build(config).await;
+    built.err().expect("refuses to start").to_string()
+}
+
 #[tokio::test]
 async fn a_lost_key_file_stops_the_start_instead_of_orphaning_secrets() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = switchyard_server::Config::default();
-    config.store.data_dir = Some(dir.path().to_path_buf());
-    config.server.listen = "127.0.0.1:0".parse().unwrap();
+    let config = config_in(dir.path());
     drop(
         switchyard_server::Application::build(&config)
             .await
             .unwrap(),
     );
     std::fs::remove_file(dir.path().join("secret.key")).unwrap();
-    let err = switchyard_server::Application::build(&config)
-        .await
-        .err()
-        .expect("refuses to start");
-    assert!(err.to_string().contains("missing"), "{err}");
+    let err = refusal(&config).await;
+    assert!(err.contains("missing"), "{err}");
     assert!(
         !dir.path().join("secret.key").exists(),
         "no new key was made"
@@ -778,15 +787,10 @@ async fn a_lost_key_file_stops_the_start_instead_of_orphaning_secrets() {
 async fn a_public_url_that_is_not_one_stops_the_start() {
     let dir = tempfile::tempdir().unwrap();
     for bad in ["switchyard.example.com", "ftp://example.com", "http://"] {
-        let mut config = switchyard_server::Config::default();
-        config.store.data_dir = Some(dir.path().to_path_buf());
-        config.server.listen = "127.0.0.1:0".parse().unwrap();
+        let mut config = config_in(dir.path());
         config.runtime.public_url = Some(bad.into());
-        let err = switchyard_server::Application::build(&config)
-            .await
-            .err()
-            .expect("refuses to start");
-        assert!(err.to_string().contains("runtime.public_url"), "{err}");
+        let err = refusal(&config).await;
+        assert!(err.contains("runtime.public_url"), "{err}");
         assert!(
             !dir.path().join("switchyard.db").exists(),
             "nothing was created"

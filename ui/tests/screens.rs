@@ -99,6 +99,19 @@ fn screen(state: &State, width: u16, height: u16) -> String {
     out
 }
 
+/// `n` running endpoints in `admin`, `endpoint-000` on.
+fn running_endpoints(n: usize) -> Vec<EndpointRow> {
+    (0..n)
+        .map(|i| {
+            EndpointRow::from_json(
+                "admin",
+                &json!({"name": format!("endpoint-{i:03}"), "type": "public", "model": {"repository": "org/m"},
+                        "status": {"state": "running", "readyReplica": 1, "targetReplica": 1}}),
+            )
+        })
+        .collect()
+}
+
 fn keys(s: &mut State, keys: &[&str]) {
     for k in keys {
         update(s, Action::Key(Key(k.to_string())), &Keymap::builtin());
@@ -162,15 +175,7 @@ fn readme_keymap_table_is_generated_from_the_keymap() {
 #[test]
 fn long_lists_scroll_to_the_selection() {
     let mut s = state();
-    let rows = (0..100)
-        .map(|i| {
-            EndpointRow::from_json(
-                "admin",
-                &json!({"name": format!("endpoint-{i:03}"), "type": "public", "model": {"repository": "org/m"},
-                        "status": {"state": "running", "readyReplica": 1, "targetReplica": 1}}),
-            )
-        })
-        .collect();
+    let rows = running_endpoints(100);
     keys(&mut s, &["tab"]);
     loaded(&mut s, Ok(rows));
     let top = screen(&s, 120, 24);
@@ -427,15 +432,7 @@ fn clicks_and_pages_follow_the_drawn_table() {
         s.visible().iter().position(|i| *i == 1).unwrap()
     );
 
-    let rows = (0..100)
-        .map(|i| {
-            EndpointRow::from_json(
-                "admin",
-                &json!({"name": format!("endpoint-{i:03}"), "type": "public", "model": {"repository": "org/m"},
-                        "status": {"state": "running", "readyReplica": 1, "targetReplica": 1}}),
-            )
-        })
-        .collect();
+    let rows = running_endpoints(100);
     keys(&mut s, &["tab"]);
     loaded(&mut s, Ok(rows));
     let drawn = screen(&s, 120, 24);

@@ -134,16 +134,17 @@ pub async fn send(
     Ok((resp, sender))
 }
 
+/// A replica stub for tests: HTTP/1.1 on loopback, counting the connections it accepted.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use http_body_util::BodyExt;
+pub(crate) mod stub {
+    use std::net::SocketAddr;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
+    use std::time::Duration;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[derive(Clone, Copy, PartialEq)]
-    enum Close {
+    pub enum Close {
         Never,
         /// After one answer, saying so (`connection: close`).
         Said,
@@ -151,8 +152,9 @@ mod tests {
         Silently,
     }
 
-    /// A replica on loopback that answers `ok` to every request, counting the connections it accepted.
-    async fn replica(close: Close) -> (SocketAddr, Arc<AtomicUsize>) {
+    /// Answers `ok` to every request (which must have no body), but `/big` with 2 KiB and `/silent` never;
+    /// closes its connections as `close` says.
+    pub async fn replica(close: Close) -> (SocketAddr, Arc<AtomicUsize>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -171,14 +173,28 @@ mod tests {
                                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
                             }
                         }
+                        let path = String::from_utf8_lossy(&buf)
+                            .split(' ')
+                            .nth(1)
+                            .unwrap_or("")
+                            .to_string();
                         buf.clear();
+                        let body = match path.as_str() {
+                            "/silent" => {
+                                tokio::time::sleep(Duration::from_secs(60)).await;
+                                return;
+                            }
+                            "/big" => "x".repeat(2048),
+                            _ => "ok".to_string(),
+                        };
                         let head = if close == Close::Said {
                             "connection: close\r\n"
                         } else {
                             ""
                         };
+                        let len = body.len();
                         let answer =
-                            format!("HTTP/1.1 200 OK\r\n{head}content-length: 2\r\n\r\nok");
+                            format!("HTTP/1.1 200 OK\r\n{head}content-length: {len}\r\n\r\n{body}");
                         if conn.write_all(answer.as_bytes()).await.is_err() || close != Close::Never
                         {
                             return;
@@ -189,6 +205,14 @@ mod tests {
         });
         (addr, accepted)
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stub::{replica, Close};
+    use super::*;
+    use http_body_util::BodyExt;
+    use std::sync::atomic::Ordering;
 
     async fn get(pool: &Pool, addr: SocketAddr) -> String {
         let req = Request::builder()

@@ -277,56 +277,13 @@ pub fn handle(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use crate::proxy::upstream::stub::{replica, Close};
+    use std::sync::atomic::Ordering;
     use std::time::Duration;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    /// A replica on loopback, counting the connections it accepted: `/big` answers more than the caller
-    /// takes, `/silent` never answers, anything else answers `ok`.
-    async fn replica() -> (SocketAddr, Arc<AtomicUsize>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let count = accepted.clone();
-        tokio::spawn(async move {
-            while let Ok((mut conn, _)) = listener.accept().await {
-                count.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let mut buf = Vec::new();
-                    let mut chunk = [0u8; 1024];
-                    loop {
-                        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                            match conn.read(&mut chunk).await {
-                                Ok(0) | Err(_) => return,
-                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                            }
-                        }
-                        let head = String::from_utf8_lossy(&buf).into_owned();
-                        buf.clear();
-                        let body = match head.split(' ').nth(1) {
-                            Some("/silent") => {
-                                tokio::time::sleep(Duration::from_secs(60)).await;
-                                return;
-                            }
-                            Some("/big") => "x".repeat(2048),
-                            _ => "ok".to_string(),
-                        };
-                        let len = body.len();
-                        let answer =
-                            format!("HTTP/1.1 200 OK\r\ncontent-length: {len}\r\n\r\n{body}");
-                        if conn.write_all(answer.as_bytes()).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
-        (addr, accepted)
-    }
 
     #[tokio::test]
     async fn own_calls_take_the_whole_answer_within_bounds() {
-        let (addr, accepted) = replica().await;
+        let (addr, accepted) = replica(Close::Never).await;
         let backend = Backend::new("r1".into(), addr);
         let call = |path: &'static str, timeout_ms: u64| {
             let timeout = Duration::from_millis(timeout_ms);
