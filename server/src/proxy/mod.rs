@@ -765,9 +765,7 @@ fn serving(route: &Route) -> bool {
 /// through the worker's next-task slot.
 ///
 /// The read ends as soon as the body says it has (a body of known length, once all of it has come) rather
-/// than when the connection closes the channel: that close is one more hand-off between the two tasks, and
-/// tokio runs only three in a row through the next-task slot before it queues one and wakes the other
-/// worker for it.
+/// than when the connection closes the channel: one hand-off fewer between the two tasks.
 ///
 /// The task is aborted if the request is dropped first (the caller went away).
 async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
