@@ -583,11 +583,9 @@ impl Proxy {
         let mut out = axum::http::Request::new(body);
         *out.method_mut() = parts.method;
         *out.uri_mut() = uri;
+        // The caller's Host was for us (it is stripped above): the replica sees its own.
         *out.headers_mut() = headers;
-        // The caller's Host was for us (it is stripped above): the replica sees its own address, as if
-        // called directly.
-        out.headers_mut().insert(header::HOST, backend.host.clone());
-        let resp = match upstream::send(&backend.pool, backend.addr, out).await {
+        let resp = match backend.send(out).await {
             Ok((r, sender)) => {
                 guard.connection = Some(sender);
                 r

@@ -109,13 +109,13 @@ async fn connect(addr: SocketAddr) -> Result<SendRequest<Body>, Error> {
     Ok(sender)
 }
 
+/// A replica's response, and the connection it came on: given back to the pool once the response has been
+/// read in full.
+pub type Exchange = (Response<Incoming>, SendRequest<Body>);
+
 /// Sends `req` (origin-form URI) to the replica at `addr`, on an idle connection of `pool` or a new one.
 /// Returns the response and the connection, to be given back once the response has been read in full.
-pub async fn send(
-    pool: &Pool,
-    addr: SocketAddr,
-    req: Request<Body>,
-) -> Result<(Response<Incoming>, SendRequest<Body>), Error> {
+pub async fn send(pool: &Pool, addr: SocketAddr, req: Request<Body>) -> Result<Exchange, Error> {
     let mut req = req;
     // A pooled connection may have been closed by the replica since: when nothing was sent, the request
     // comes back and goes out on a new connection.

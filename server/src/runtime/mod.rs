@@ -87,22 +87,29 @@ impl Backend {
         }
     }
 
+    /// Sends `req` (its URI a path) to this replica with the replica's own address as `Host`, as if called
+    /// directly: see [`crate::proxy::upstream::send`].
+    pub async fn send(
+        &self,
+        mut req: axum::http::Request<axum::body::Body>,
+    ) -> Result<crate::proxy::upstream::Exchange, crate::proxy::upstream::Error> {
+        req.headers_mut()
+            .insert(axum::http::header::HOST, self.host.clone());
+        crate::proxy::upstream::send(&self.pool, self.addr, req).await
+    }
+
     /// A request of the server's own (a health check, a metrics scrape, the backend list for a custom
     /// router; its URI a path), on the same connections as traffic: the status and at most `limit` bytes
     /// of body, or `None` when no whole answer came within `timeout`.
     pub async fn call(
         &self,
-        mut req: axum::http::Request<axum::body::Body>,
+        req: axum::http::Request<axum::body::Body>,
         limit: usize,
         timeout: std::time::Duration,
     ) -> Option<(axum::http::StatusCode, axum::body::Bytes)> {
         use http_body_util::BodyExt;
-        req.headers_mut()
-            .insert(axum::http::header::HOST, self.host.clone());
         let answer = async {
-            let (resp, sender) = crate::proxy::upstream::send(&self.pool, self.addr, req)
-                .await
-                .ok()?;
+            let (resp, sender) = self.send(req).await.ok()?;
             let (parts, body) = resp.into_parts();
             let body = http_body_util::Limited::new(body, limit).collect().await;
             // Read in full: the connection can take the next request.
