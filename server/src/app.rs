@@ -64,12 +64,11 @@ impl Services {
         clock: Arc<dyn Clock>,
         public_url: String,
     ) -> Result<Services, StartError> {
-        let parsed = reqwest::Url::parse(&public_url).ok();
-        if !parsed.is_some_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some()) {
+        let Some(public_host) = crate::runtime::public_host(&public_url) else {
             return Err(StartError(format!(
                 "runtime.public_url {public_url:?} is not an http(s) URL with a host"
             )));
-        }
+        };
         let data_dir = config.data_dir().map_err(|e| StartError(e.to_string()))?;
         std::fs::create_dir_all(&data_dir)
             .map_err(|e| fail("creating the data dir")(format!("{}: {e}", data_dir.display())))?;
@@ -105,7 +104,8 @@ impl Services {
             tracing::info!(file = %path.display(), "created user 'admin'; its token is in this file (mode 0600)");
         }
         let store: Arc<dyn Store> = Arc::new(sqlite.clone());
-        let (runtime, table) = crate::runtime::handle(public_url, config.runtime.log_lines);
+        let (runtime, table) =
+            crate::runtime::handle(public_url, public_host, config.runtime.log_lines);
         let state = AppState(Arc::new(AppInner {
             runtime,
             runtime_config: config.runtime.clone(),

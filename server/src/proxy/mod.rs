@@ -1056,12 +1056,13 @@ mod tests {
 
     #[test]
     fn the_server_names_itself() {
-        let (runtime, _) =
-            crate::runtime::handle("http://Switchyard.example.com.:8080/".into(), 10);
-        let own = runtime.public_host;
+        let public_host = crate::runtime::public_host;
+        let own = public_host("http://Switchyard.example.com.:8080/").unwrap();
         assert_eq!(own, "switchyard.example.com");
-        let (v6, _) = crate::runtime::handle("https://[::1]/".into(), 10);
-        assert_eq!(v6.public_host, "::1");
+        assert_eq!(public_host("https://[::1]/").as_deref(), Some("::1"));
+        for not_one in ["switchyard.example.com", "ftp://example.com", "http://"] {
+            assert_eq!(public_host(not_one), None, "{not_one}");
+        }
         for host in [
             "switchyard.example.com",
             "SWITCHYARD.example.com:8080",

@@ -260,9 +260,21 @@ impl RuntimeHandle {
     }
 }
 
-/// Creates the channel pair between the reconciler and its readers.
+/// The host of the server's public URL, bare (see [`crate::proxy::bare_host`]); `None` unless `url` is an
+/// http(s) URL with a host.
+pub fn public_host(url: &str) -> Option<String> {
+    let url = reqwest::Url::parse(url).ok()?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return None;
+    }
+    url.host_str().map(crate::proxy::bare_host)
+}
+
+/// Creates the channel pair between the reconciler and its readers, for a server whose endpoints are served
+/// under `public_url` (at `public_host`, see [`public_host`]).
 pub fn handle(
     public_url: String,
+    public_host: String,
     log_lines: usize,
 ) -> (RuntimeHandle, watch::Sender<Arc<RouteTable>>) {
     let (tx, rx) = watch::channel(Arc::new(RouteTable::default()));
@@ -271,10 +283,7 @@ pub fn handle(
         kick: Arc::new(Notify::new()),
         activities: Default::default(),
         logs: Arc::new(logs::LogStore::new(log_lines)),
-        public_host: reqwest::Url::parse(&public_url)
-            .ok()
-            .and_then(|u| u.host_str().map(crate::proxy::bare_host))
-            .unwrap_or_default(),
+        public_host,
         public_url: public_url.trim_end_matches('/').to_string(),
         stop: Arc::new(watch::channel(false).0),
     };
