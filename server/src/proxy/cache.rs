@@ -48,6 +48,16 @@ impl Shard {
         Some(entry)
     }
 
+    /// Drops the least recently used entry; false when there is none.
+    fn evict_oldest(&mut self) -> bool {
+        let Some((_, (oldest, entry))) = self.order.pop_first() else {
+            return false;
+        };
+        self.at.remove(&oldest);
+        self.bytes -= entry.size;
+        true
+    }
+
     /// Puts `entry` in as the most recently used.
     fn push(&mut self, key: Key, entry: Entry) {
         self.next_use += 1;
@@ -72,8 +82,9 @@ const PER_HEADER: usize = 9;
 /// Of its own: header values and body chunks parsed from a connection are slices of that connection's read
 /// buffer, and an entry holding them would keep the whole buffer (several kilobytes) alive, uncounted by the
 /// byte bound. In one buffer: one allocation per entry, and a few hundred bytes less than a header map.
-fn pack(headers: &HeaderMap, chunks: &[Bytes], size: usize) -> Bytes {
-    let mut data = Vec::with_capacity(size);
+fn pack(headers: &HeaderMap, chunks: &[Bytes]) -> Bytes {
+    let body_len = chunks.iter().map(Bytes::len).sum::<usize>();
+    let mut data = Vec::with_capacity(packed_len(headers, body_len));
     for (name, value) in headers {
         let (name, v) = (name.as_str().as_bytes(), value.as_bytes());
         data.extend_from_slice(&(name.len() as u32).to_le_bytes());
@@ -84,9 +95,14 @@ fn pack(headers: &HeaderMap, chunks: &[Bytes], size: usize) -> Bytes {
     }
     chunks.iter().for_each(|c| data.extend_from_slice(c));
     // The body's length last: the headers end where the body begins.
-    let body_len = chunks.iter().map(Bytes::len).sum::<usize>();
     data.extend_from_slice(&(body_len as u64).to_le_bytes());
     data.into()
+}
+
+/// The length of what [`pack`] makes of `headers` and a body of `body_len` bytes.
+fn packed_len(headers: &HeaderMap, body_len: usize) -> usize {
+    let each = |(k, v): (&HeaderName, &HeaderValue)| k.as_str().len() + v.len() + PER_HEADER;
+    headers.iter().map(each).sum::<usize>() + body_len + 8
 }
 
 /// The headers and body that [`pack`] packed (values and body share its buffer).
@@ -202,29 +218,18 @@ impl ResponseCache {
         chunks: &[Bytes],
         now: DateTime<Utc>,
     ) {
-        let packed = chunks.iter().map(Bytes::len).sum::<usize>()
-            + headers
-                .iter()
-                .map(|(k, v)| k.as_str().len() + v.len() + PER_HEADER)
-                .sum::<usize>()
-            + 8;
-        let size = packed + PER_ENTRY;
+        let body_len = chunks.iter().map(Bytes::len).sum::<usize>();
+        let size = packed_len(headers, body_len) + PER_ENTRY;
         if size > self.max_entry {
             return;
         }
-        let data = pack(headers, chunks, packed);
+        let data = pack(headers, chunks);
         let Some(mut shard) = self.shard(&key) else {
             return;
         };
         shard.remove(&key);
         // Least recently used first (expired entries are among them: nothing refreshes those).
-        while shard.bytes + size > self.max_bytes {
-            let Some((_, (oldest, e))) = shard.order.pop_first() else {
-                break;
-            };
-            shard.at.remove(&oldest);
-            shard.bytes -= e.size;
-        }
+        while shard.bytes + size > self.max_bytes && shard.evict_oldest() {}
         let expires = now + Duration::minutes(TTL_MINUTES);
         shard.push(
             key,
@@ -331,8 +336,10 @@ mod tests {
                 headers.append(name, HeaderValue::from_str(v).unwrap());
             }
             let chunks: Vec<Bytes> = chunks.iter().map(|c| Bytes::from(c.to_string())).collect();
-            let size: usize = chunks.iter().map(Bytes::len).sum();
-            let back = unpack(StatusCode::ACCEPTED, &pack(&headers, &chunks, size));
+            let packed = pack(&headers, &chunks);
+            let body_len = chunks.iter().map(Bytes::len).sum();
+            assert_eq!(packed.len(), packed_len(&headers, body_len));
+            let back = unpack(StatusCode::ACCEPTED, &packed);
             assert_eq!(back.status, StatusCode::ACCEPTED);
             assert_eq!(back.headers, headers);
             assert_eq!(back.body, chunks.concat());
