@@ -777,10 +777,12 @@ async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiErr
     match (&mut read.0).await {
         Ok(Ok(b)) => Ok(b),
         Ok(Err(e)) => Err(e),
-        Err(_) => Err(ApiError::BadRequest(
-            "the request body could not be read".into(),
-        )),
+        Err(_) => Err(unreadable()),
     }
+}
+
+fn unreadable() -> ApiError {
+    ApiError::BadRequest("the request body could not be read".into())
 }
 
 /// The data of `body` up to `limit` bytes, until the body ends or says it has. One chunk is kept as it came.
@@ -794,8 +796,7 @@ async fn collect(mut body: Body, limit: usize) -> Result<axum::body::Bytes, ApiE
         let Some(frame) = body.frame().await else {
             break;
         };
-        let frame =
-            frame.map_err(|_| ApiError::BadRequest("the request body could not be read".into()))?;
+        let frame = frame.map_err(|_| unreadable())?;
         if let Ok(data) = frame.into_data() {
             len += data.len();
             if len > limit {
