@@ -41,7 +41,7 @@ fn fail(context: &str) -> impl FnOnce(String) -> StartError + '_ {
 pub struct Services {
     pub state: AppState,
     /// Where the reconciler publishes the routing table.
-    pub table: tokio::sync::watch::Sender<Arc<crate::runtime::RouteTable>>,
+    pub table: tokio::sync::watch::Sender<Arc<crate::routing::RouteTable>>,
     pub sqlite: SqliteStore,
     pub data_dir: PathBuf,
     /// Set when this start created the first administrator.
@@ -64,7 +64,7 @@ impl Services {
         clock: Arc<dyn Clock>,
         public_url: String,
     ) -> Result<Services, StartError> {
-        let Some(public_host) = crate::runtime::public_host(&public_url) else {
+        let Some(public_host) = crate::routing::public_host(&public_url) else {
             return Err(StartError(format!(
                 "runtime.public_url {public_url:?} is not an http(s) URL with a host"
             )));

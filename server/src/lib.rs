@@ -2,6 +2,7 @@
 //! (persistence behind one trait), `auth` (tokens, principals, namespace access), the `api`
 //! (axum routers), the in-memory `catalog` index and the `hardware` list, assembled by `app`.
 //! `client` is the typed HTTP client used by the console, the CLI and the tests.
+//! `routing` is the table the `runtime` publishes and the serving `proxy` reads (runtime → routing ← proxy).
 
 pub mod api;
 pub mod app;
@@ -15,6 +16,7 @@ pub mod deploy;
 pub mod hardware;
 pub mod model;
 pub mod proxy;
+pub mod routing;
 pub mod runtime;
 pub mod store;
 

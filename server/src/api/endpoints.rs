@@ -134,8 +134,8 @@ async fn check_route(s: &AppState, namespace: &str, spec: &EndpointSpec) -> ApiR
     let Some(route) = &spec.route else {
         return Ok(());
     };
-    let domain = crate::proxy::bare_host(&route.domain);
-    if crate::proxy::is_server_host(&domain, &s.runtime.public_host) {
+    let domain = crate::routing::bare_host(&route.domain);
+    if crate::routing::is_server_host(&domain, &s.runtime.public_host) {
         return Err(ApiError::invalid_body(vec![Issue::new(
             "route.domain",
             "must be a domain of its own, not this server's address, an IP address or localhost",
@@ -145,7 +145,8 @@ async fn check_route(s: &AppState, namespace: &str, spec: &EndpointSpec) -> ApiR
     let taken = s.store.all_endpoints().await?.into_iter().any(|other| {
         !(other.namespace == namespace && other.spec.name == spec.name)
             && other.spec.route.as_ref().is_some_and(|r| {
-                crate::proxy::bare_host(&r.domain) == domain && r.path.trim_end_matches('/') == path
+                crate::routing::bare_host(&r.domain) == domain
+                    && r.path.trim_end_matches('/') == path
             })
     });
     if taken {

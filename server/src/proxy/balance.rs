@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use rand::Rng;
 
 use crate::model::LoadBalancer;
-use crate::runtime::Backend;
+use crate::routing::Backend;
 
 /// Most MCP sessions remembered; the oldest half is dropped past this.
 const MAX_SESSIONS: usize = 100_000;

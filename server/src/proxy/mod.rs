@@ -6,8 +6,6 @@
 
 pub mod balance;
 pub mod cache;
-pub mod metrics;
-pub mod upstream;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -30,7 +28,9 @@ use crate::auth::{authenticate, authorize, bearer_in, Access};
 use crate::clock::Clock;
 use crate::config::ProxyConfig;
 use crate::model::{Cidr, EndpointState, EndpointType};
-use crate::runtime::{Route, RouteTable, RuntimeHandle};
+use crate::routing::{
+    bare_host, is_server_host, Activity, Backend, Route, RouteTable, RoutingHandle,
+};
 use crate::store::Store;
 use cache::{Cached, ResponseCache};
 
@@ -67,7 +67,7 @@ type TokenAnswer = Result<String, ApiError>;
 
 pub struct ProxyInner {
     pub table: watch::Receiver<Arc<RouteTable>>,
-    pub runtime: RuntimeHandle,
+    pub routing: RoutingHandle,
     pub store: Arc<dyn Store>,
     pub clock: Arc<dyn Clock>,
     pub config: ProxyConfig,
@@ -94,8 +94,9 @@ impl std::ops::Deref for Proxy {
 }
 
 impl Proxy {
+    /// A proxy reading the routing table `routing` gives (a runtime's handle will do).
     pub fn new(
-        runtime: RuntimeHandle,
+        routing: impl Into<RoutingHandle>,
         store: Arc<dyn Store>,
         clock: Arc<dyn Clock>,
         config: ProxyConfig,
@@ -106,10 +107,11 @@ impl Proxy {
             .iter()
             .map(|c| Cidr::parse(c).map_err(|e| format!("proxy.trusted_proxies {c:?}: {e}")))
             .collect::<Result<Vec<_>, _>>()?;
+        let routing = routing.into();
         Ok(Proxy {
             inner: Arc::new(ProxyInner {
-                table: runtime.table.clone(),
-                runtime,
+                table: routing.table.clone(),
+                routing,
                 store,
                 clock,
                 cache: ResponseCache::new(config.cache_max_bytes, config.cache_max_entry_bytes),
@@ -145,31 +147,6 @@ pub fn private_front(proxy: Proxy) -> Front<Router> {
     Front::new(proxy.private(), inner)
 }
 
-/// A host as every comparison here takes it: without port, IPv6 brackets or trailing dot, in lowercase.
-/// `Host` headers, custom domains and the server's own address all go through it.
-pub fn bare_host(host: &str) -> String {
-    let h = host.trim();
-    let h = match h.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or(v6),
-        None => h
-            .rsplit_once(':')
-            .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
-            .map_or(h, |(h, _)| h),
-    };
-    h.trim_end_matches('.').to_ascii_lowercase()
-}
-
-/// Whether `host` (bare, see [`bare_host`]) names this server itself: `own` (its public host, bare), an IP
-/// address or localhost. Those never route to an endpoint's custom domain, so no endpoint can take over
-/// the API.
-pub fn is_server_host(host: &str, own: &str) -> bool {
-    host.is_empty()
-        || host == "localhost"
-        || host.ends_with(".localhost")
-        || host.parse::<IpAddr>().is_ok()
-        || host == own
-}
-
 /// The endpoint a request is for by its `Host` (an endpoint's custom domain), and the path to send on.
 fn by_host_route(proxy: &Proxy, req: &Request) -> Option<(Arc<Route>, String)> {
     let table = proxy.table.borrow();
@@ -183,7 +160,7 @@ fn by_host_route(proxy: &Proxy, req: &Request) -> Option<(Arc<Route>, String)> {
         .or_else(|| req.uri().host())
         .unwrap_or("");
     let host = bare_host(host);
-    if is_server_host(&host, &proxy.runtime.public_host) {
+    if is_server_host(&host, &proxy.routing.public_host) {
         return None;
     }
     table.by_host(&host, req.uri().path()).map(|(route, rest)| {
@@ -274,7 +251,7 @@ async fn metrics_page(State(proxy): State<Proxy>, headers: HeaderMap) -> Respons
             return e.into_response();
         }
     }
-    let text = metrics::render(&proxy.table.borrow());
+    let text = crate::routing::metrics::render(&proxy.table.borrow());
     (
         [(
             header::CONTENT_TYPE,
@@ -294,10 +271,10 @@ fn unavailable(message: impl Into<String>, retry_after: Option<u32>) -> Response
 }
 
 /// One request held for a cold start, counted while it lives.
-struct Held<'a>(&'a crate::runtime::Activity);
+struct Held<'a>(&'a Activity);
 
 impl<'a> Held<'a> {
-    fn enter(activity: &'a crate::runtime::Activity) -> Held<'a> {
+    fn enter(activity: &'a Activity) -> Held<'a> {
         activity.waiting.fetch_add(1, Ordering::AcqRel);
         Held(activity)
     }
@@ -313,7 +290,7 @@ impl Drop for Held<'_> {
 /// response has been passed on, when the replica connection it used goes back to the replica's pool.
 struct InFlight {
     route: Arc<Route>,
-    replica: Option<Arc<crate::runtime::Backend>>,
+    replica: Option<Arc<Backend>>,
     connection: Option<hyper::client::conn::http1::SendRequest<Body>>,
 }
 
@@ -673,7 +650,7 @@ impl Proxy {
         // Also when the table shows it still up: it may be a tick old, and the endpoint just scaled to zero.
         // For an endpoint that is starting anyway the reconciler drops the flag.
         route.activity.request_wake();
-        self.runtime.kick();
+        self.routing.kick();
         let wait = headers
             .get(&X_SCALE_UP_TIMEOUT)
             .and_then(|v| v.to_str().ok())
@@ -721,7 +698,7 @@ impl Proxy {
                 // The table this request first saw may have been a tick old: wake whatever it is now.
                 Some(r) if r.state == EndpointState::ScaledToZero => {
                     r.activity.request_wake();
-                    self.runtime.kick();
+                    self.routing.kick();
                 }
                 Some(_) => {}
             }
@@ -1053,36 +1030,5 @@ mod tests {
         assert_eq!(ip_value(a), "10.0.0.1");
         assert_eq!(ip_value(b), "::1");
         assert_eq!(ip_value(a), "10.0.0.1");
-    }
-
-    #[test]
-    fn the_server_names_itself() {
-        let public_host = crate::runtime::public_host;
-        let own = public_host("http://Switchyard.example.com.:8080/").unwrap();
-        assert_eq!(own, "switchyard.example.com");
-        assert_eq!(public_host("https://[::1]/").as_deref(), Some("::1"));
-        for not_one in ["switchyard.example.com", "ftp://example.com", "http://"] {
-            assert_eq!(public_host(not_one), None, "{not_one}");
-        }
-        for host in [
-            "switchyard.example.com",
-            "SWITCHYARD.example.com:8080",
-            "switchyard.example.com.",
-            "localhost:8080",
-            "api.localhost",
-            "127.0.0.1:9",
-            "[::1]:8080",
-            "10.0.0.7",
-            "",
-        ] {
-            assert!(is_server_host(&bare_host(host), &own), "{host}");
-        }
-        for host in [
-            "models.example.com",
-            "Models.Example.com.:443",
-            "example.com",
-        ] {
-            assert!(!is_server_host(&bare_host(host), &own), "{host}");
-        }
     }
 }

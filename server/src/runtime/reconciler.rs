@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use super::launch::{self, Launch};
 use super::provider::{ProviderError, ReplicaInfo, ReplicaPlan, ReplicaProvider, ReplicaStatus};
 use super::scaler::{bounds_at, idle_expired, minute_of_day, LoadSample, Scaler, ScalerSettings};
-use super::{Activity, Backend, Route, RouteTable, RuntimeHandle};
+use super::RuntimeHandle;
 use crate::clock::Clock;
 use crate::config::RuntimeConfig;
 use crate::crypto::{hex, random_id, SecretBox};
@@ -28,6 +28,7 @@ use crate::model::{
     can_transition, CustomRouter, EndpointSpec, EndpointState, EndpointType, Measure,
     RouterProtocol,
 };
+use crate::routing::{Activity, Backend, Route, RouteTable};
 use crate::store::{EndpointRecord, Store, StoreError};
 
 /// How long a health check, metrics scrape or custom-router update may take.
@@ -170,7 +171,7 @@ impl Reconciler {
     /// Ticks until `shutdown` flips to true, then stops every replica.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
         let tick = Duration::from_millis(self.config.tick_ms.max(10));
-        let kick = self.handle.kick.clone();
+        let kick = self.handle.kicks();
         let mut read_at = Instant::now();
         loop {
             if *shutdown.borrow() {

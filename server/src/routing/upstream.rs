@@ -1,4 +1,4 @@
-//! Connections from the proxy to replicas: HTTP/1.1 on loopback, kept per replica and reused.
+//! Connections to replicas, for traffic and the server's own calls: HTTP/1.1 on loopback, kept and reused.
 //!
 //! Leaner than a general-purpose client on the hot path: a replica's idle connections sit in its own
 //! [`Pool`] (no lookup by host), a request takes one that is ready (never one still busy with an earlier

@@ -1,73 +1,13 @@
-//! Prometheus metrics of the serving proxy: requests by endpoint and status, a latency histogram,
-//! requests in flight and replicas, rendered in the text exposition format.
+//! The Prometheus text of the serving proxy's metrics, read from the routing table's counters.
+//!
+//! Requests by endpoint and status, a latency histogram, requests in flight and replicas, rendered in the
+//! text exposition format.
 
 use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
-use crate::runtime::RouteTable;
-
-/// Upper bounds of the latency buckets, in seconds.
-pub const BUCKETS: [f64; 12] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
-];
-
-/// Status codes counted one by one; anything outside 100..600 is counted as 0 (unknown).
-const STATUSES: usize = 600;
-
-#[derive(Debug)]
-pub struct EndpointStats {
-    /// One counter per status code: a request only adds to an atomic, no lock.
-    by_status: Box<[AtomicU64]>,
-    /// Each request counts once, in its own bucket (the last slot is +Inf); cumulative sums are made when
-    /// rendering.
-    buckets: [AtomicU64; BUCKETS.len() + 1],
-    sum_micros: AtomicU64,
-    cache_hits: AtomicU64,
-}
-
-impl Default for EndpointStats {
-    fn default() -> Self {
-        EndpointStats {
-            by_status: (0..STATUSES).map(|_| AtomicU64::new(0)).collect(),
-            buckets: Default::default(),
-            sum_micros: AtomicU64::new(0),
-            cache_hits: AtomicU64::new(0),
-        }
-    }
-}
-
-impl EndpointStats {
-    pub fn record(&self, status: u16, took: Duration) {
-        let slot = if (100..STATUSES as u16).contains(&status) {
-            status as usize
-        } else {
-            0
-        };
-        self.by_status[slot].fetch_add(1, Ordering::Relaxed);
-        let secs = took.as_secs_f64();
-        let bucket = BUCKETS
-            .iter()
-            .position(|b| secs <= *b)
-            .unwrap_or(BUCKETS.len());
-        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
-        self.sum_micros
-            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
-    }
-
-    pub fn cache_hit(&self) {
-        self.cache_hits.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// (status, count) for every status seen.
-    fn statuses(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
-        self.by_status
-            .iter()
-            .enumerate()
-            .map(|(s, n)| (s, n.load(Ordering::Relaxed)))
-            .filter(|(_, n)| *n > 0)
-    }
-}
+use super::stats::BUCKETS;
+use super::table::{Route, RouteTable};
 
 fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
@@ -79,7 +19,7 @@ pub fn render(table: &RouteTable) -> String {
     let mut routes: Vec<_> = table.routes().collect();
     routes.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     let mut out = String::new();
-    let labels = |r: &crate::runtime::Route| {
+    let labels = |r: &Route| {
         format!(
             "namespace=\"{}\",endpoint=\"{}\"",
             escape(&r.namespace),
@@ -161,6 +101,8 @@ pub fn render(table: &RouteTable) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::routing::stats::EndpointStats;
+    use std::time::Duration;
 
     #[test]
     fn buckets_are_cumulative_at_render() {

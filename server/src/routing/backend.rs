@@ -1,0 +1,92 @@
+//! A ready replica as routing sees it: its address, its requests in flight and its pool of connections.
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU32;
+
+use super::upstream;
+
+/// A ready replica as the proxy sees it.
+#[derive(Debug)]
+pub struct Backend {
+    pub replica_id: String,
+    pub addr: SocketAddr,
+    /// `addr` as a `Host` header, made once rather than per request.
+    pub host: axum::http::HeaderValue,
+    /// Requests in flight to this replica (least-connections balancing).
+    pub in_flight: AtomicU32,
+    /// The proxy's idle connections to it.
+    pub pool: upstream::Pool,
+}
+
+impl Backend {
+    pub fn new(replica_id: String, addr: SocketAddr) -> Backend {
+        Backend {
+            // A socket address is always a valid header value.
+            host: axum::http::HeaderValue::from_str(&addr.to_string())
+                .unwrap_or_else(|_| axum::http::HeaderValue::from_static("127.0.0.1")),
+            replica_id,
+            addr,
+            in_flight: AtomicU32::new(0),
+            pool: Default::default(),
+        }
+    }
+
+    /// Sends `req` (its URI a path) to this replica with the replica's own address as `Host`, as if called
+    /// directly: see [`upstream::send`].
+    pub async fn send(
+        &self,
+        mut req: axum::http::Request<axum::body::Body>,
+    ) -> Result<upstream::Exchange, upstream::Error> {
+        req.headers_mut()
+            .insert(axum::http::header::HOST, self.host.clone());
+        upstream::send(&self.pool, self.addr, req).await
+    }
+
+    /// A request of the server's own (a health check, a metrics scrape, the backend list for a custom
+    /// router; its URI a path), on the same connections as traffic: the status and at most `limit` bytes
+    /// of body, or `None` when no whole answer came within `timeout`.
+    pub async fn call(
+        &self,
+        req: axum::http::Request<axum::body::Body>,
+        limit: usize,
+        timeout: std::time::Duration,
+    ) -> Option<(axum::http::StatusCode, axum::body::Bytes)> {
+        use http_body_util::BodyExt;
+        let answer = async {
+            let (resp, sender) = self.send(req).await.ok()?;
+            let (parts, body) = resp.into_parts();
+            let body = http_body_util::Limited::new(body, limit).collect().await;
+            // Read in full: the connection can take the next request.
+            self.pool.give_back(sender);
+            Some((parts.status, body.ok()?.to_bytes()))
+        };
+        tokio::time::timeout(timeout, answer).await.ok().flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::routing::upstream::stub::{replica, Close};
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn own_calls_take_the_whole_answer_within_bounds() {
+        let (addr, accepted) = replica(Close::Never).await;
+        let backend = Backend::new("r1".into(), addr);
+        let call = |path: &'static str, timeout_ms: u64| {
+            let timeout = Duration::from_millis(timeout_ms);
+            let req = axum::http::Request::get(path).body(Default::default());
+            backend.call(req.unwrap(), 1024, timeout)
+        };
+        for _ in 0..3 {
+            let (status, body) = call("/health", 5_000).await.expect("an answer");
+            assert_eq!((status.as_u16(), &body[..]), (200, &b"ok"[..]));
+        }
+        // Each answer read in full: one connection served them all.
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        assert!(call("/big", 5_000).await.is_none(), "over the limit");
+        assert!(call("/silent", 200).await.is_none(), "past the timeout");
+    }
+}
