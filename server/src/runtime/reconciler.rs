@@ -5,9 +5,12 @@
 //! (paused and failed hold nothing; scaledToZero wakes on a request or a schedule minimum; active states
 //! scale to zero when idle, else the scaler sets the target) → roll replicas of the current spec
 //! generation up to the target, and stop the old generation only once the new one is all ready, so no
-//! request is dropped → write status if it changed.
+//! request is dropped → write status if it changed. Each is a step of its own: `Steps::observe` and
+//! `stop_drained`, `decide_target`, `roll_out`, `sync_router` and `next_status` within `reconcile`; then
+//! the tick's `write_status`, and `publish` of the routes.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +22,9 @@ use tokio::sync::watch;
 
 use super::launch::{self, Launch};
 use super::provider::{ProviderError, ReplicaInfo, ReplicaPlan, ReplicaProvider, ReplicaStatus};
-use super::scaler::{bounds_at, idle_expired, minute_of_day, LoadSample, Scaler, ScalerSettings};
+use super::scaler::{
+    bounds_at, idle_expired, minute_of_day, Bounds, LoadSample, Scaler, ScalerSettings,
+};
 use super::RuntimeHandle;
 use crate::clock::Clock;
 use crate::config::RuntimeConfig;
@@ -213,21 +218,7 @@ impl Reconciler {
             None => self.store.all_endpoints().await?,
         };
         let now = self.clock.now();
-        let live: HashSet<&str> = records.iter().map(|r| r.id.as_str()).collect();
-        let gone: Vec<String> = self
-            .runs
-            .keys()
-            .filter(|id| !live.contains(id.as_str()))
-            .cloned()
-            .collect();
-        for id in gone {
-            if let Some(mut run) = self.runs.remove(&id) {
-                stop_all(&mut run, self.provider.as_ref()).await;
-                stop_router(&mut run, self.provider.as_ref()).await;
-                self.handle.forget_activity(&run.namespace, &run.name);
-                self.handle.logs.forget(&run.namespace, &run.name);
-            }
-        }
+        self.forget_deleted(&records).await;
         let mut routes = Vec::with_capacity(records.len());
         let mut held = Vec::with_capacity(records.len());
         let mut all_written = true;
@@ -260,6 +251,26 @@ impl Reconciler {
         Ok(())
     }
 
+    /// Stops the replicas and router of every endpoint not in `records` (deleted), and forgets it.
+    async fn forget_deleted(&mut self, records: &[EndpointRecord]) {
+        let live: HashSet<&str> = records.iter().map(|r| r.id.as_str()).collect();
+        let gone: Vec<String> = self
+            .runs
+            .keys()
+            .filter(|id| !live.contains(id.as_str()))
+            .cloned()
+            .collect();
+        for id in gone {
+            if let Some(mut run) = self.runs.remove(&id) {
+                stop_all(&mut run, self.provider.as_ref()).await;
+                stop_router(&mut run, self.provider.as_ref()).await;
+                self.handle.forget_activity(&run.namespace, &run.name);
+                self.handle.logs.forget(&run.namespace, &run.name);
+            }
+        }
+    }
+
+    /// Publishes the routes as the new table, unless nothing the proxy uses changed.
     fn publish(&mut self, routes: Vec<Arc<Route>>) {
         let signature: String = routes
             .iter()
@@ -384,44 +395,111 @@ impl Reconciler {
         }
     }
 
+    /// One endpoint's pass, in steps: observe its replicas, decide the target from its state, roll replicas of
+    /// the generation to serve up to it, keep its custom router in step, and say what its status should be
+    /// (written by [`Self::write_status`]).
     async fn reconcile(&mut self, rec: &EndpointRecord, gen: &str, now: DateTime<Utc>) -> Observed {
+        let steps = Steps {
+            provider: self.provider.as_ref(),
+            config: &self.config,
+            settings: &self.settings,
+            secrets: &self.secrets,
+            handle: &self.handle,
+        };
         let run = self
             .runs
             .entry(rec.id.clone())
-            .or_insert_with(|| EndpointRun {
-                router: None,
-                entry: None,
-                namespace: rec.namespace.clone(),
-                name: rec.spec.name.clone(),
-                replicas: Vec::new(),
-                // Looked up (a lock and a map key) only for an endpoint new to the reconciler.
-                activity: self.handle.activity(&rec.namespace, &rec.spec.name),
-                scaler: Scaler::default(),
-                target: 0,
-                crashes: VecDeque::new(),
-                last_exit: None,
-                backoff: Duration::from_millis(self.config.backoff_initial_ms),
-                next_start_at: None,
-                failed_generation: None,
-                good: None,
-                since: now,
-            });
-        observe(run, self.provider.as_ref(), &self.handle, &self.config, now).await;
-        let window = chrono::Duration::seconds(self.config.crash_window_s.min(MAX_SECONDS) as i64);
-        while run.crashes.front().is_some_and(|t| *t + window < now) {
-            run.crashes.pop_front();
-        }
-        let url = Some(self.handle.endpoint_url(&rec.namespace, &rec.spec.name));
-        let mut out = Observed {
+            .or_insert_with(|| steps.new_run(rec, now));
+        steps.observe(run, now).await;
+        let url = Some(steps.handle.endpoint_url(&rec.namespace, &rec.spec.name));
+        let out = Observed {
             state: rec.state,
             message: rec.message.clone(),
             url,
             ready: 0,
             target: 0,
         };
-        // Retired replicas whose requests are done (or that had long enough) stop now. They left the routing
-        // table at least two ticks ago, so no new request can be on its way to them.
-        // With a custom router, its requests count, and it must already have been told the replica is gone.
+        steps.stop_drained(run).await;
+        let pass = Pass {
+            rec,
+            gen,
+            now,
+            failed_update: rec.state == EndpointState::UpdateFailed
+                && run.failed_generation.as_deref() == Some(gen),
+        };
+        let out = match steps.decide_target(run, &pass, out).await {
+            ControlFlow::Continue(out) => out,
+            ControlFlow::Break(done) => return done,
+        };
+        let serve_gen = match steps.roll_out(run, &pass).await {
+            Ok(serve_gen) => serve_gen,
+            Err((why, keep_old)) => {
+                return give_up(run, steps.provider, gen, why, keep_old, out).await
+            }
+        };
+        if let Err(why) = sync_router(steps.provider, steps.config, rec, run, now).await {
+            return give_up(run, steps.provider, gen, why, false, out).await;
+        }
+        next_status(run, &pass, &serve_gen, out)
+    }
+}
+
+/// What the steps of a pass use of the reconciler: all of it but the endpoints' runs, which they are given
+/// one at a time.
+struct Steps<'a> {
+    provider: &'a dyn ReplicaProvider,
+    config: &'a RuntimeConfig,
+    settings: &'a ScalerSettings,
+    secrets: &'a SecretBox,
+    handle: &'a RuntimeHandle,
+}
+
+/// The endpoint a pass is for.
+struct Pass<'a> {
+    rec: &'a EndpointRecord,
+    /// Its spec's [`generation`].
+    gen: &'a str,
+    now: DateTime<Utc>,
+    /// This spec already failed to roll out: the previous generation goes on serving.
+    failed_update: bool,
+}
+
+impl Steps<'_> {
+    /// The run of an endpoint new to the reconciler.
+    fn new_run(&self, rec: &EndpointRecord, now: DateTime<Utc>) -> EndpointRun {
+        EndpointRun {
+            router: None,
+            entry: None,
+            namespace: rec.namespace.clone(),
+            name: rec.spec.name.clone(),
+            replicas: Vec::new(),
+            // Looked up (a lock and a map key) only for an endpoint new to the reconciler.
+            activity: self.handle.activity(&rec.namespace, &rec.spec.name),
+            scaler: Scaler::default(),
+            target: 0,
+            crashes: VecDeque::new(),
+            last_exit: None,
+            backoff: Duration::from_millis(self.config.backoff_initial_ms),
+            next_start_at: None,
+            failed_generation: None,
+            good: None,
+            since: now,
+        }
+    }
+
+    /// Looks at the replicas (see [`observe`]) and forgets the crashes older than the crash window.
+    async fn observe(&self, run: &mut EndpointRun, now: DateTime<Utc>) {
+        observe(run, self.provider, self.handle, self.config, now).await;
+        let window = chrono::Duration::seconds(self.config.crash_window_s.min(MAX_SECONDS) as i64);
+        while run.crashes.front().is_some_and(|t| *t + window < now) {
+            run.crashes.pop_front();
+        }
+    }
+
+    /// Retired replicas whose requests are done (or that had long enough) stop now. They left the routing
+    /// table at least two ticks ago, so no new request can be on its way to them.
+    /// With a custom router, its requests count, and it must already have been told the replica is gone.
+    async fn stop_drained(&self, run: &mut EndpointRun) {
         let settle = Duration::from_millis(self.config.tick_ms.clamp(10, 60_000) * 2);
         let router_idle = match &run.router {
             None => true,
@@ -430,112 +508,164 @@ impl Reconciler {
                     && r.backend.in_flight.load(Relaxed) == 0
             }
         };
-        stop_where(run, self.provider.as_ref(), |r| {
+        stop_where(run, self.provider, |r| {
             r.draining.is_some_and(|t| {
                 (t.elapsed() >= settle && router_idle && r.backend.in_flight.load(Relaxed) == 0)
                     || t.elapsed() >= MAX_DRAIN
             })
         })
         .await;
-        let bounds = bounds_at(&rec.spec.compute.scaling, now);
-        // A schedule entry taking effect is an event: it starts a scaled-to-zero endpoint once, when it
-        // begins (spec part 3), not at every tick it lasts.
-        let entry = rec
-            .spec
-            .compute
-            .scaling
-            .entry_in_effect(minute_of_day(now))
-            .map(|e| e.at.clone());
-        let entry_began = run.entry.as_ref().is_some_and(|before| *before != entry);
-        run.entry = Some(entry);
-        // This spec already failed to roll out: the previous generation goes on serving.
-        let failed_update = rec.state == EndpointState::UpdateFailed
-            && run.failed_generation.as_deref() == Some(gen);
-        match rec.state {
+    }
+
+    /// Sets the replica target from the endpoint's state. `Break` with the status when the pass ends here
+    /// (nothing is to run, or the endpoint was given up or scaled to zero); else `Continue` to roll out.
+    async fn decide_target(
+        &self,
+        run: &mut EndpointRun,
+        pass: &Pass<'_>,
+        out: Observed,
+    ) -> ControlFlow<Observed, Observed> {
+        let bounds = bounds_at(&pass.rec.spec.compute.scaling, pass.now);
+        let entry_began = schedule_began(run, pass.rec, pass.now);
+        match pass.rec.state {
             EndpointState::Paused | EndpointState::Failed => {
                 // Out of the routing table first, so no request is sent to a replica being stopped.
-                retire_all(run, self.provider.as_ref()).await;
-                stop_router(run, self.provider.as_ref()).await;
+                retire_all(run, self.provider).await;
+                stop_router(run, self.provider).await;
                 run.scaler.reset();
                 run.target = 0;
-                return out;
+                ControlFlow::Break(out)
             }
             EndpointState::ScaledToZero => {
-                let woken = run.activity.take_wake();
-                if (woken || (entry_began && bounds.min > 0)) && bounds.max > 0 {
-                    out.state = EndpointState::Initializing;
-                    out.message = Some(if woken {
-                        "woken by a request".to_string()
-                    } else {
-                        "started by the schedule".to_string()
-                    });
-                    run.since = now;
-                    run.target = bounds.min.max(1).min(bounds.max.max(1));
-                } else {
-                    retire_all(run, self.provider.as_ref()).await;
-                    stop_router(run, self.provider.as_ref()).await;
-                    run.target = 0;
-                    return out;
-                }
+                self.wake_or_hold(run, pass, &bounds, entry_began, out)
+                    .await
             }
-            state => {
-                // A request to an endpoint that is already up is no wake-up.
-                run.activity.take_wake();
-                if state == EndpointState::Pending {
-                    // Created or resumed: idle time counts from now, not from requests before a pause.
-                    run.since = now;
-                }
-                if run.crashes.len() >= self.config.max_crashes.max(1) as usize {
-                    run.crashes.clear();
-                    let why = run
-                        .last_exit
-                        .clone()
-                        .unwrap_or_else(|| "replicas keep failing".into());
-                    let keep_old = !failed_update
-                        && matches!(state, EndpointState::Updating | EndpointState::UpdateFailed);
-                    return give_up(run, self.provider.as_ref(), gen, why, keep_old, out).await;
-                }
-                // A request still running (a long stream) keeps the endpoint busy.
-                let last = if run.activity.in_flight.load(Relaxed) > 0 {
-                    now
-                } else {
-                    run.activity
-                        .last_request()
-                        .map_or(run.since, |t| t.max(run.since))
-                };
-                let settled = matches!(state, EndpointState::Running | EndpointState::UpdateFailed);
-                if (settled && idle_expired(&bounds, last, now)) || bounds.max == 0 {
-                    retire_all(run, self.provider.as_ref()).await;
-                    run.scaler.reset();
-                    run.target = 0;
-                    out.state = EndpointState::ScaledToZero;
-                    out.message = Some(match bounds.scale_to_zero_after {
-                        Some(m) if bounds.max > 0 => {
-                            format!("scaled to zero after {m} min without requests")
-                        }
-                        _ => "the schedule in effect allows no replicas".to_string(),
-                    });
-                    return out;
-                }
-                let sample = load_sample(run, rec.spec.compute.scaling.measure.as_ref()).await;
-                run.scaler.observe(now, sample);
-                run.target = run.scaler.desired(
-                    now,
-                    run.target.max(1),
-                    &bounds,
-                    rec.spec.compute.scaling.measure.as_ref(),
-                    &self.settings,
-                );
-            }
+            state => self.scale(run, pass, state, &bounds, out).await,
         }
+    }
 
-        // Roll replicas of the generation to serve up to the target.
-        let (serve_gen, serve_spec) = match (&run.good, failed_update) {
-            (Some((g, s)), true) => (g.clone(), s.clone()),
-            _ => (gen.to_string(), rec.spec.clone()),
-        };
+    /// A scaled-to-zero endpoint starts when a request asked it to, or when a schedule entry with a minimum
+    /// began; else it holds nothing.
+    async fn wake_or_hold(
+        &self,
+        run: &mut EndpointRun,
+        pass: &Pass<'_>,
+        bounds: &Bounds,
+        entry_began: bool,
+        mut out: Observed,
+    ) -> ControlFlow<Observed, Observed> {
+        let woken = run.activity.take_wake();
+        if (woken || (entry_began && bounds.min > 0)) && bounds.max > 0 {
+            out.state = EndpointState::Initializing;
+            out.message = Some(if woken {
+                "woken by a request".to_string()
+            } else {
+                "started by the schedule".to_string()
+            });
+            run.since = pass.now;
+            run.target = bounds.min.max(1).min(bounds.max.max(1));
+            ControlFlow::Continue(out)
+        } else {
+            retire_all(run, self.provider).await;
+            stop_router(run, self.provider).await;
+            run.target = 0;
+            ControlFlow::Break(out)
+        }
+    }
+
+    /// An endpoint that is up or on its way (`state`): given up past `max_crashes`, scaled to zero when idle,
+    /// else the scaler sets the target.
+    async fn scale(
+        &self,
+        run: &mut EndpointRun,
+        pass: &Pass<'_>,
+        state: EndpointState,
+        bounds: &Bounds,
+        out: Observed,
+    ) -> ControlFlow<Observed, Observed> {
+        // A request to an endpoint that is already up is no wake-up.
+        run.activity.take_wake();
+        if state == EndpointState::Pending {
+            // Created or resumed: idle time counts from now, not from requests before a pause.
+            run.since = pass.now;
+        }
+        if run.crashes.len() >= self.config.max_crashes.max(1) as usize {
+            run.crashes.clear();
+            let why = run
+                .last_exit
+                .clone()
+                .unwrap_or_else(|| "replicas keep failing".into());
+            let keep_old = !pass.failed_update
+                && matches!(state, EndpointState::Updating | EndpointState::UpdateFailed);
+            let out = give_up(run, self.provider, pass.gen, why, keep_old, out).await;
+            return ControlFlow::Break(out);
+        }
+        let last = last_busy(run, pass.now);
+        let settled = matches!(state, EndpointState::Running | EndpointState::UpdateFailed);
+        if (settled && idle_expired(bounds, last, pass.now)) || bounds.max == 0 {
+            return ControlFlow::Break(self.scale_to_zero(run, bounds, out).await);
+        }
+        let measure = pass.rec.spec.compute.scaling.measure.as_ref();
+        let sample = load_sample(run, measure).await;
+        run.scaler.observe(pass.now, sample);
+        run.target =
+            run.scaler
+                .desired(pass.now, run.target.max(1), bounds, measure, self.settings);
+        ControlFlow::Continue(out)
+    }
+
+    /// Retires every replica of an endpoint that was idle long enough, or that the schedule in effect
+    /// allows none.
+    async fn scale_to_zero(
+        &self,
+        run: &mut EndpointRun,
+        bounds: &Bounds,
+        mut out: Observed,
+    ) -> Observed {
+        retire_all(run, self.provider).await;
+        run.scaler.reset();
+        run.target = 0;
+        out.state = EndpointState::ScaledToZero;
+        out.message = Some(match bounds.scale_to_zero_after {
+            Some(m) if bounds.max > 0 => {
+                format!("scaled to zero after {m} min without requests")
+            }
+            _ => "the schedule in effect allows no replicas".to_string(),
+        });
+        out
+    }
+
+    /// Rolls replicas of the generation to serve up to the target, and retires the other generations once
+    /// it is all up. Returns that generation, or why the spec cannot run and whether the previous generation
+    /// may go on serving.
+    async fn roll_out(
+        &self,
+        run: &mut EndpointRun,
+        pass: &Pass<'_>,
+    ) -> Result<String, (String, bool)> {
+        let (serve_gen, serve_spec) = serving_generation(run, pass);
         let target = run.target as usize;
-        // Surplus: not-ready ones stop at once, ready ones drain; the newest go first.
+        self.shed_surplus(run, &serve_gen, target).await;
+        let started = self
+            .start_missing(run, pass, &serve_gen, &serve_spec, target)
+            .await;
+        if let Err(why) = started {
+            // Cannot start at all: retrying will not help.
+            let keep_old = serve_gen == pass.gen
+                && matches!(
+                    pass.rec.state,
+                    EndpointState::Updating | EndpointState::UpdateFailed
+                );
+            return Err((why, keep_old));
+        }
+        self.retire_old_generations(run, pass, &serve_gen, target)
+            .await;
+        Ok(serve_gen)
+    }
+
+    /// Surplus replicas of `serve_gen` over `target`: not-ready ones stop at once, ready ones drain; the
+    /// newest go first.
+    async fn shed_surplus(&self, run: &mut EndpointRun, serve_gen: &str, target: usize) {
         loop {
             let mine: Vec<usize> = (0..run.replicas.len())
                 .filter(|i| {
@@ -559,102 +689,156 @@ impl Reconciler {
                 self.provider.stop(&r.info.replica_id).await;
             }
         }
+    }
+
+    /// Starts replicas of `serve_gen` (running `spec`) up to `target`, once the crash backoff is over.
+    /// `Err` says why one cannot start at all.
+    async fn start_missing(
+        &self,
+        run: &mut EndpointRun,
+        pass: &Pass<'_>,
+        serve_gen: &str,
+        spec: &EndpointSpec,
+        target: usize,
+    ) -> Result<(), String> {
         let have = run
             .replicas
             .iter()
             .filter(|r| r.generation == serve_gen && r.draining.is_none())
             .count();
-        if have < target && run.next_start_at.is_none_or(|t| t <= now) {
+        if have < target && run.next_start_at.is_none_or(|t| t <= pass.now) {
             for _ in have..target {
-                let replica_id = format!("{}-{}", rec.spec.name, &random_id()[..8]);
-                let started = match launch::plan(
-                    &self.config,
-                    &self.secrets,
-                    &rec.namespace,
-                    &serve_spec,
-                    &replica_id,
-                ) {
-                    Ok(Launch { plan, health_route }) => self
-                        .provider
-                        .start(&plan)
-                        .await
-                        .map(|info| (info, health_route))
-                        .map_err(|ProviderError::Start(e)| e),
-                    Err(e) => Err(e.0),
-                };
-                match started {
-                    Ok((info, health_route)) => {
-                        tracing::info!(namespace = %rec.namespace, endpoint = %rec.spec.name, replica = %info.replica_id, addr = %info.addr, "replica started");
-                        run.replicas.push(ReplicaRun {
-                            generation: serve_gen.clone(),
-                            backend: Arc::new(Backend::new(info.replica_id.clone(), info.addr)),
-                            info,
-                            health_route,
-                            ready: false,
-                            started_at: now,
-                            cpu_mark: None,
-                            cpu_percent: None,
-                            draining: None,
-                        });
-                    }
-                    Err(why) => {
-                        // Cannot start at all: retrying will not help.
-                        let keep_old = serve_gen == gen
-                            && matches!(
-                                rec.state,
-                                EndpointState::Updating | EndpointState::UpdateFailed
-                            );
-                        return give_up(run, self.provider.as_ref(), gen, why, keep_old, out).await;
-                    }
-                }
+                let replica = self.start_replica(pass, serve_gen, spec).await?;
+                run.replicas.push(replica);
             }
         }
+        Ok(())
+    }
+
+    /// Starts one replica of `serve_gen`, running `spec`.
+    async fn start_replica(
+        &self,
+        pass: &Pass<'_>,
+        serve_gen: &str,
+        spec: &EndpointSpec,
+    ) -> Result<ReplicaRun, String> {
+        let rec = pass.rec;
+        let replica_id = format!("{}-{}", rec.spec.name, &random_id()[..8]);
+        let Launch { plan, health_route } =
+            launch::plan(self.config, self.secrets, &rec.namespace, spec, &replica_id)
+                .map_err(|e| e.0)?;
+        let info = self
+            .provider
+            .start(&plan)
+            .await
+            .map_err(|ProviderError::Start(e)| e)?;
+        tracing::info!(namespace = %rec.namespace, endpoint = %rec.spec.name, replica = %info.replica_id, addr = %info.addr, "replica started");
+        Ok(ReplicaRun {
+            generation: serve_gen.to_string(),
+            backend: Arc::new(Backend::new(info.replica_id.clone(), info.addr)),
+            info,
+            health_route,
+            ready: false,
+            started_at: pass.now,
+            cpu_mark: None,
+            cpu_percent: None,
+            draining: None,
+        })
+    }
+
+    /// Once `target` replicas of `serve_gen` serve, the other generations' replicas retire; when that is
+    /// the spec's own generation, it is the last good one.
+    async fn retire_old_generations(
+        &self,
+        run: &mut EndpointRun,
+        pass: &Pass<'_>,
+        serve_gen: &str,
+        target: usize,
+    ) {
         let ready_new = run
             .replicas
             .iter()
             .filter(|r| r.generation == serve_gen && r.serving())
             .count();
         if ready_new >= target && target > 0 {
-            retire_where(run, self.provider.as_ref(), |r| r.generation != serve_gen).await;
-            if serve_gen == gen {
-                run.good = Some((gen.to_string(), rec.spec.clone()));
+            retire_where(run, self.provider, |r| r.generation != serve_gen).await;
+            if serve_gen == pass.gen {
+                run.good = Some((pass.gen.to_string(), pass.rec.spec.clone()));
                 run.failed_generation = None;
             }
         }
-        if let Err(why) = sync_router(self.provider.as_ref(), &self.config, rec, run, now).await {
-            return give_up(run, self.provider.as_ref(), gen, why, false, out).await;
-        }
-        let ready = run.replicas.iter().filter(|r| r.serving()).count();
-        let others = run.replicas.iter().any(|r| r.generation != serve_gen);
-        // One step per tick: a state just entered (a wake-up) is left at the next tick at the earliest.
-        out.state = match out.state {
-            s if s != rec.state => s,
-            EndpointState::Pending => EndpointState::Initializing,
-            EndpointState::Initializing if ready > 0 && !others => EndpointState::Running,
-            EndpointState::Running if others => EndpointState::Updating,
-            EndpointState::Updating if !others && ready > 0 => EndpointState::Running,
-            EndpointState::UpdateFailed if !failed_update => EndpointState::Updating,
-            s => s,
-        };
-        out.message = match out.state {
-            EndpointState::Running | EndpointState::Updating | EndpointState::Initializing
-                if !run.crashes.is_empty() =>
-            {
-                run.last_exit.as_ref().map(|m| {
-                    format!(
-                        "restarting a replica ({} exits lately): {m}",
-                        run.crashes.len()
-                    )
-                })
-            }
-            EndpointState::Running | EndpointState::Updating => None,
-            EndpointState::Initializing if ready == 0 => {
-                Some(format!("starting {} replica(s)", run.target))
-            }
-            _ => out.message,
-        };
-        finish(out, run)
     }
+}
+
+/// Whether a schedule entry took effect since the last tick; notes the one in effect now. A schedule entry
+/// taking effect is an event: it starts a scaled-to-zero endpoint once, when it begins (spec part 3), not
+/// at every tick it lasts.
+fn schedule_began(run: &mut EndpointRun, rec: &EndpointRecord, now: DateTime<Utc>) -> bool {
+    let entry = rec
+        .spec
+        .compute
+        .scaling
+        .entry_in_effect(minute_of_day(now))
+        .map(|e| e.at.clone());
+    let began = run.entry.as_ref().is_some_and(|before| *before != entry);
+    run.entry = Some(entry);
+    began
+}
+
+/// When the endpoint was last busy, for its idle time: its last request (none before `since`), or now
+/// while a request is still running.
+fn last_busy(run: &EndpointRun, now: DateTime<Utc>) -> DateTime<Utc> {
+    // A request still running (a long stream) keeps the endpoint busy.
+    if run.activity.in_flight.load(Relaxed) > 0 {
+        now
+    } else {
+        run.activity
+            .last_request()
+            .map_or(run.since, |t| t.max(run.since))
+    }
+}
+
+/// The generation to roll replicas of, and its spec: the spec's own, or the last good one while the spec
+/// has failed to roll out.
+fn serving_generation(run: &EndpointRun, pass: &Pass<'_>) -> (String, EndpointSpec) {
+    match (&run.good, pass.failed_update) {
+        (Some((g, s)), true) => (g.clone(), s.clone()),
+        _ => (pass.gen.to_string(), pass.rec.spec.clone()),
+    }
+}
+
+/// The status after a roll-out: the next state, one step per tick, and its message.
+fn next_status(run: &EndpointRun, pass: &Pass<'_>, serve_gen: &str, mut out: Observed) -> Observed {
+    let ready = run.replicas.iter().filter(|r| r.serving()).count();
+    let others = run.replicas.iter().any(|r| r.generation != serve_gen);
+    // One step per tick: a state just entered (a wake-up) is left at the next tick at the earliest.
+    out.state = match out.state {
+        s if s != pass.rec.state => s,
+        EndpointState::Pending => EndpointState::Initializing,
+        EndpointState::Initializing if ready > 0 && !others => EndpointState::Running,
+        EndpointState::Running if others => EndpointState::Updating,
+        EndpointState::Updating if !others && ready > 0 => EndpointState::Running,
+        EndpointState::UpdateFailed if !pass.failed_update => EndpointState::Updating,
+        s => s,
+    };
+    out.message = match out.state {
+        EndpointState::Running | EndpointState::Updating | EndpointState::Initializing
+            if !run.crashes.is_empty() =>
+        {
+            run.last_exit.as_ref().map(|m| {
+                format!(
+                    "restarting a replica ({} exits lately): {m}",
+                    run.crashes.len()
+                )
+            })
+        }
+        EndpointState::Running | EndpointState::Updating => None,
+        EndpointState::Initializing if ready == 0 => {
+            Some(format!("starting {} replica(s)", run.target))
+        }
+        _ => out.message,
+    };
+    finish(out, run)
 }
 
 /// The replicas that take requests, as a custom router is told them.
