@@ -1,8 +1,12 @@
-//! The serving data plane. A request for `/endpoints/{ns}/{name}/…` (or for a custom domain + path
-//! prefix) goes: resolve the endpoint in the latest routing table → entry point check (private endpoints
-//! only on the private listener) → CIDR allow list → access by type → response cache → wake a
-//! scaled-to-zero endpoint (503 + Retry-After, or hold with `X-Scale-Up-Timeout`) → pick a replica →
-//! forward, streaming both ways → record activity and metrics for the scaler and `/metrics`.
+//! The serving proxy: the data plane that takes each request for an endpoint to one of its replicas.
+//!
+//! A request for `/endpoints/{ns}/{name}/…` (or for a custom domain + path prefix) goes: resolve the
+//! endpoint in the latest routing table → entry point check (private endpoints only on the private
+//! listener) → CIDR allow list → access by type → response cache → wake a scaled-to-zero endpoint (503 +
+//! Retry-After, or hold with `X-Scale-Up-Timeout`) → pick a replica → forward, streaming both ways → record
+//! activity and metrics for the scaler and `/metrics`. Each is a step of `Proxy::serve_inner`:
+//! `check_access`, `cache_lookup`, `current_route` (with `ready_route` and `hold` for a cold start),
+//! `pick_replica`, `outgoing`, the send, and `respond`.
 
 pub mod balance;
 pub mod cache;
@@ -15,12 +19,15 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
+use axum::http::request::Parts;
 use axum::http::uri::PathAndQuery;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use chrono::{DateTime, Utc};
 use http_body_util::BodyExt;
+use hyper::body::Incoming;
 use tokio::sync::watch;
 
 use crate::api::error::ApiError;
@@ -294,6 +301,25 @@ struct InFlight {
     connection: Option<hyper::client::conn::http1::SendRequest<Body>>,
 }
 
+impl InFlight {
+    /// A request counted on `route` (whose activity it touches) from now on.
+    fn enter(route: &Arc<Route>, now: DateTime<Utc>) -> InFlight {
+        route.activity.touch(now);
+        route.activity.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight {
+            route: route.clone(),
+            replica: None,
+            connection: None,
+        }
+    }
+
+    /// The request counted on `replica` too, from now on.
+    fn add_replica(&mut self, replica: &Arc<Backend>) {
+        replica.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.replica = Some(replica.clone());
+    }
+}
+
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.route
@@ -395,6 +421,11 @@ impl Proxy {
         resp
     }
 
+    /// One request, in steps: who may call ([`Self::check_access`]) → the response cache
+    /// ([`Self::cache_lookup`]) → the route as it is now, woken if it must be ([`Self::current_route`]) →
+    /// a replica ([`Self::pick_replica`]) → the request it gets ([`Self::outgoing`]) → the response on its
+    /// way back ([`Self::respond`]). What is in flight is counted from the route's wake-up to the response's
+    /// end.
     async fn serve_inner(
         &self,
         route: &Arc<Route>,
@@ -402,18 +433,91 @@ impl Proxy {
         peer: SocketAddr,
         req: Request,
     ) -> Response {
-        // Entry point: private endpoints exist only on the private listener, and only for their account.
+        let (client, access) = match self.check_access(route, peer, req.headers()).await {
+            Ok(admitted) => admitted,
+            Err(resp) => return resp,
+        };
+        // The cache answers before anything wakes the endpoint.
+        let use_cache = wants_cache(route, req.headers());
+        let (parts, body) = req.into_parts();
+        let (body, cache_key) = if use_cache {
+            match self.cache_lookup(route, &parts, body, &rest, &access).await {
+                Ok((body, key)) => (body, Some(key)),
+                Err(answered) => return answered,
+            }
+        } else {
+            (body, None)
+        };
+        let route = match self.current_route(route, &parts.headers).await {
+            Ok(r) => r,
+            Err(resp) => return resp,
+        };
+        let mut guard = InFlight::enter(&route, self.clock.now());
+        let session = parts
+            .headers
+            .get(&MCP_SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let backend = self.pick_replica(&route, session.as_deref(), client);
+        let Some(backend) = backend.cloned() else {
+            return unavailable("no replica is ready", Some(self.config.retry_after_s));
+        };
+        guard.add_replica(&backend);
+        let out = match self.outgoing(parts, rest, body, peer) {
+            Ok(out) => out,
+            Err(e) => return e.into_response(),
+        };
+        let resp = match backend.send(out).await {
+            Ok((r, sender)) => {
+                guard.connection = Some(sender);
+                r
+            }
+            Err(e) => {
+                tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
+                return ApiError::BadGateway("the endpoint's replica did not answer".into())
+                    .into_response();
+            }
+        };
+        self.respond(&route, &backend, session.as_deref(), resp, guard, cache_key)
+    }
+
+    /// Who may call: the entry point (see [`Self::check_entry`]), the CIDR allow list, and access by type.
+    /// Returns the caller's address, and for an `authenticated` endpoint its account (part of the cache key).
+    async fn check_access(
+        &self,
+        route: &Route,
+        peer: SocketAddr,
+        headers: &HeaderMap,
+    ) -> Result<(IpAddr, String), Response> {
+        self.check_entry(route, headers)
+            .map_err(IntoResponse::into_response)?;
+        let client = self.client_ip(peer, headers);
+        if let Some(allow) = &route.allow {
+            if !allow.iter().any(|c| c.contains(client)) {
+                return Err(ApiError::Forbidden(format!(
+                    "{client} is not in this endpoint's allowed CIDR blocks"
+                ))
+                .into_response());
+            }
+        }
+        let access = match route.endpoint_type {
+            EndpointType::Authenticated => self.check_token(&route.namespace, headers).await?,
+            EndpointType::Public | EndpointType::Private => String::new(),
+        };
+        Ok((client, access))
+    }
+
+    /// Entry point: private endpoints exist only on the private listener, and only for their account.
+    fn check_entry(&self, route: &Route, headers: &HeaderMap) -> Result<(), ApiError> {
         let is_private = route.endpoint_type == EndpointType::Private;
         if is_private != self.private {
-            return ApiError::NotFound(format!(
+            return Err(ApiError::NotFound(format!(
                 "no endpoint {:?} in namespace {:?}",
                 route.name, route.namespace
-            ))
-            .into_response();
+            )));
         }
         if self.private {
-            let account = req
-                .headers()
+            let account = headers
                 .get(&PRIVATE_ACCOUNT_HEADER)
                 .and_then(|v| v.to_str().ok());
             let allowed = match (&route.private_account, account) {
@@ -423,101 +527,85 @@ impl Proxy {
                 _ => false,
             };
             if !allowed {
-                return ApiError::Forbidden(
+                return Err(ApiError::Forbidden(
                     "this private endpoint does not accept connections from that account".into(),
-                )
-                .into_response();
+                ));
             }
         }
-        let client = self.client_ip(peer, req.headers());
-        if let Some(allow) = &route.allow {
-            if !allow.iter().any(|c| c.contains(client)) {
-                return ApiError::Forbidden(format!(
-                    "{client} is not in this endpoint's allowed CIDR blocks"
-                ))
-                .into_response();
-            }
+        Ok(())
+    }
+
+    /// The response cache (see [`wants_cache`]): reads the body, which the key covers, and looks the request
+    /// up. Returns the body to send on and the key to store the response under; `Err` is the answer already
+    /// made (a hit, or a body that could not be read).
+    async fn cache_lookup(
+        &self,
+        route: &Route,
+        parts: &Parts,
+        body: Body,
+        rest: &str,
+        access: &str,
+    ) -> Result<(Body, cache::Key), Response> {
+        let bytes = match read_body(body, self.body_limit).await {
+            Ok(b) => b,
+            Err(e) => return Err(e.into_response()),
+        };
+        // What the caller accepts changes the answer; a new spec generation is a new model.
+        let accept = parts
+            .headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let key = cache::key(
+            &[&route.id, &route.generation, accept],
+            parts.method.as_str(),
+            rest,
+            parts.uri.query().unwrap_or(""),
+            access,
+            &bytes,
+        );
+        if let Some(hit) = self.cache.get(&key, self.clock.now()) {
+            route.activity.stats.cache_hit();
+            return Err(cached_response(hit, "HIT"));
         }
-        let access = match route.endpoint_type {
-            EndpointType::Authenticated => {
-                match self.check_token(&route.namespace, req.headers()).await {
-                    Ok(account) => account,
-                    Err(resp) => return resp,
-                }
-            }
-            EndpointType::Public | EndpointType::Private => String::new(),
-        };
+        Ok((Body::from(bytes), key))
+    }
 
-        // The cache answers before anything wakes the endpoint.
-        let use_cache = route.cache
-            && req
-                .headers()
-                .get(&X_USE_CACHE)
-                .and_then(|v| v.to_str().ok())
-                .is_none_or(|v| !v.eq_ignore_ascii_case("false"));
-        let (parts, body) = req.into_parts();
-        let (body, cache_key) = if use_cache {
-            let bytes = match read_body(body, self.body_limit).await {
-                Ok(b) => b,
-                Err(e) => return e.into_response(),
-            };
-            // What the caller accepts changes the answer; a new spec generation is a new model.
-            let accept = parts
-                .headers
-                .get(header::ACCEPT)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let key = cache::key(
-                &[&route.id, &route.generation, accept],
-                parts.method.as_str(),
-                &rest,
-                parts.uri.query().unwrap_or(""),
-                &access,
-                &bytes,
-            );
-            if let Some(hit) = self.cache.get(&key, self.clock.now()) {
-                route.activity.stats.cache_hit();
-                return cached_response(hit, "HIT");
-            }
-            (Body::from(bytes), Some(key))
-        } else {
-            (body, None)
-        };
-
-        // The route may have changed while the token was checked or the body read: take the latest.
+    /// The route as the latest table has it (it may have changed while the token was checked or the body
+    /// read), once it has a replica to send to (see [`Self::ready_route`]).
+    async fn current_route(
+        &self,
+        route: &Route,
+        headers: &HeaderMap,
+    ) -> Result<Arc<Route>, Response> {
         let latest = self
             .table
             .borrow()
             .get(&route.namespace, &route.name)
             .cloned();
         let Some(latest) = latest else {
-            return ApiError::NotFound(format!("endpoint {} was deleted", route.name))
-                .into_response();
+            return Err(
+                ApiError::NotFound(format!("endpoint {} was deleted", route.name)).into_response(),
+            );
         };
-        let route = match self.ready_route(&latest, &parts.headers).await {
-            Ok(r) => r,
-            Err(resp) => return resp,
-        };
-        route.activity.touch(self.clock.now());
-        route.activity.in_flight.fetch_add(1, Ordering::Relaxed);
-        let mut guard = InFlight {
-            route: route.clone(),
-            replica: None,
-            connection: None,
-        };
+        self.ready_route(&latest, headers).await
+    }
 
-        let session = parts
-            .headers
-            .get(&MCP_SESSION_ID)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let backend = match (&route.router, route.mcp_lb) {
+    /// The replica to send to: the custom router when there is one (it balances by itself), else the one
+    /// that issued the caller's MCP session, or the route's balancer's pick.
+    fn pick_replica<'r>(
+        &self,
+        route: &'r Route,
+        session: Option<&str>,
+        client: IpAddr,
+    ) -> Option<&'r Arc<Backend>> {
+        match (&route.router, route.mcp_lb) {
             // A custom router balances by itself.
             (Some(router), _) => Some(router),
             (None, mcp) => match mcp {
                 Some(stateful) => {
                     let known = if stateful {
-                        session.as_deref().and_then(|s| self.sessions.replica_of(s))
+                        session.and_then(|s| self.sessions.replica_of(s))
                     } else {
                         None
                     };
@@ -527,20 +615,25 @@ impl Proxy {
                 }
                 None => balance::pick(route.load_balancer, &route.backends, client),
             },
-        };
-        let Some(backend) = backend.cloned() else {
-            return unavailable("no replica is ready", Some(self.config.retry_after_s));
-        };
-        backend.in_flight.fetch_add(1, Ordering::Relaxed);
-        guard.replica = Some(backend.clone());
+        }
+    }
 
+    /// The request as the replica gets it: `rest` (and the query) in origin form, `body`, and the caller's
+    /// method and headers, less those that are not for the replica, with `X-Forwarded-For` naming the caller.
+    fn outgoing(
+        &self,
+        parts: Parts,
+        rest: String,
+        body: Body,
+        peer: SocketAddr,
+    ) -> Result<axum::http::Request<Body>, ApiError> {
         // Origin form (`/path?query`): the connection is the replica's already.
         let path_and_query = match parts.uri.query() {
             Some(q) => PathAndQuery::try_from(format!("{rest}?{q}")),
             None => PathAndQuery::try_from(rest),
         };
         let Ok(uri) = path_and_query.map(Uri::from) else {
-            return ApiError::BadRequest("invalid request path".into()).into_response();
+            return Err(ApiError::BadRequest("invalid request path".into()));
         };
         // The caller's headers go on as they are, less the hop-by-hop ones, our token (it is for us, not
         // for the model's container) and the private-link account.
@@ -562,19 +655,23 @@ impl Proxy {
         *out.uri_mut() = uri;
         // The caller's Host was for us (it is stripped above): the replica sees its own.
         *out.headers_mut() = headers;
-        let resp = match backend.send(out).await {
-            Ok((r, sender)) => {
-                guard.connection = Some(sender);
-                r
-            }
-            Err(e) => {
-                tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
-                return ApiError::BadGateway("the endpoint's replica did not answer".into())
-                    .into_response();
-            }
-        };
+        Ok(out)
+    }
+
+    /// The replica's response on its way to the caller, holding `guard` until it has passed: an MCP session
+    /// it opened is remembered, its hop-by-hop headers stay behind, and when it may be cached (under
+    /// `cache_key`) it is copied as it passes.
+    fn respond(
+        &self,
+        route: &Route,
+        backend: &Backend,
+        session: Option<&str>,
+        resp: axum::http::Response<Incoming>,
+        guard: InFlight,
+        cache_key: Option<cache::Key>,
+    ) -> Response {
         let (rparts, rbody) = resp.into_parts();
-        if stateful_session(&route) && session.is_none() {
+        if stateful_session(route) && session.is_none() {
             if let Some(s) = rparts
                 .headers
                 .get(&MCP_SESSION_ID)
@@ -651,20 +748,32 @@ impl Proxy {
         // For an endpoint that is starting anyway the reconciler drops the flag.
         route.activity.request_wake();
         self.routing.kick();
-        let wait = headers
+        let Some(wait) = self.scale_up_wait(headers) else {
+            return Err(unavailable(
+                format!("endpoint {} is starting; retry shortly", route.name),
+                Some(retry_after),
+            ));
+        };
+        self.hold(route, wait).await
+    }
+
+    /// How long the caller asked to be held while the endpoint starts (`X-Scale-Up-Timeout: seconds`), up
+    /// to `max_scale_up_wait_s`; `None` when it did not ask.
+    fn scale_up_wait(&self, headers: &HeaderMap) -> Option<Duration> {
+        headers
             .get(&X_SCALE_UP_TIMEOUT)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<f64>().ok())
             .filter(|s| s.is_finite() && *s > 0.0)
             .map(|s| {
                 Duration::from_secs_f64(s.min(self.config.max_scale_up_wait_s.min(86_400) as f64))
-            });
-        let Some(wait) = wait else {
-            return Err(unavailable(
-                format!("endpoint {} is starting; retry shortly", route.name),
-                Some(retry_after),
-            ));
-        };
+            })
+    }
+
+    /// Holds the request, in a bounded queue, until the endpoint serves, or for `wait` at most; follows
+    /// the route through each new table.
+    async fn hold(&self, route: &Arc<Route>, wait: Duration) -> Result<Arc<Route>, Response> {
+        let retry_after = self.config.retry_after_s;
         let activity = route.activity.clone();
         // Released however this ends, a caller that hangs up included.
         let _held = Held::enter(&activity);
@@ -786,6 +895,16 @@ async fn collect(mut body: Body, limit: usize) -> Result<axum::body::Bytes, ApiE
         0 | 1 => chunks.pop().unwrap_or_default(),
         _ => chunks.concat().into(),
     })
+}
+
+/// Whether the response cache is used: the route has it on, and the caller did not opt out
+/// (`X-Use-Cache: false`).
+fn wants_cache(route: &Route, headers: &HeaderMap) -> bool {
+    route.cache
+        && headers
+            .get(&X_USE_CACHE)
+            .and_then(|v| v.to_str().ok())
+            .is_none_or(|v| !v.eq_ignore_ascii_case("false"))
 }
 
 fn stateful_session(route: &Route) -> bool {
