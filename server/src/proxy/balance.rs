@@ -1,5 +1,7 @@
-//! Choosing a replica: random, sticky (rendezvous hashing on the client, so a client keeps its replica
-//! while it lives and few clients move when replicas come and go), least connections, and MCP sessions.
+//! Replica choice: the load-balancing policies and the MCP session table.
+//!
+//! Policies: random, sticky (rendezvous hashing on the client, so a client keeps its replica while it lives
+//! and few clients move when replicas come and go), least connections, and MCP sessions.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};

@@ -1,6 +1,8 @@
-//! The response cache: successful, non-streaming responses, keyed by endpoint, method, path, query, body
-//! and the caller's access; 60 minutes to live, reset on each hit; bounded in bytes (least recently used
-//! entries go first, found in O(log n) through a use-ordered index).
+//! The proxy's response cache.
+//!
+//! It holds successful, non-streaming responses, keyed by endpoint, method, path, query, body and the
+//! caller's access; 60 minutes to live, reset on each hit; bounded in bytes (least recently used entries go
+//! first, found in O(log n) through a use-ordered index).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;

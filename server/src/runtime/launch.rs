@@ -1,6 +1,8 @@
-//! From an endpoint spec to the command line of one replica: `custom` images run `model.command` +
-//! `model.args`; engine images run the launcher configured for their key, with the engine flags derived
-//! from the image fields (e.g. llamacpp `ctxSize` → `--ctx-size`) and then `model.args`.
+//! Launch plans: from an endpoint spec, the command line, environment and health route of one replica.
+//!
+//! `custom` images run `model.command` + `model.args`; engine images run the launcher configured for their
+//! key, with the engine flags derived from the image fields (e.g. llamacpp `ctxSize` → `--ctx-size`) and
+//! then `model.args`.
 
 use std::collections::BTreeMap;
 

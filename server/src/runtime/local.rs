@@ -1,5 +1,7 @@
-//! The `local` provider: each replica is a child process on a free loopback port, in its own process
-//! group and working directory, with a minimal environment. Its output goes to the log store.
+//! The `local` replica provider: replicas as child processes on loopback ports.
+//!
+//! Each replica is a child process on a free loopback port, in its own process group and working directory,
+//! with a minimal environment. Its output goes to the log store.
 //!
 //! No orphans: a clean stop kills the whole process group (SIGTERM, then SIGKILL after the grace period);
 //! children get SIGKILL if the server dies (`PR_SET_PDEATHSIG`); and a pid file per replica lets the next

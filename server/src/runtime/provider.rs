@@ -1,6 +1,7 @@
-//! What the reconciler asks of whatever runs replicas: start one from a plan, tell whether it still runs,
-//! report its CPU use, stop it. The `local` provider runs child processes; a Kubernetes provider would
-//! implement the same trait with pods.
+//! The replica provider interface: what the reconciler asks of whatever runs replicas.
+//!
+//! Start one from a plan, tell whether it still runs, report its CPU use, stop it. The `local` provider
+//! runs child processes; a Kubernetes provider would implement the same trait with pods.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

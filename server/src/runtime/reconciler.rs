@@ -1,5 +1,7 @@
-//! The reconciler: each tick, for every endpoint, compares what runs with what the spec, the state and the
-//! scaler ask for; starts, stops and replaces replicas; writes status; publishes the routing table.
+//! The reconciler: it brings each endpoint's replicas, status and route in line with its spec and state.
+//!
+//! Each tick, for every endpoint, it compares what runs with what the spec, the state and the scaler ask
+//! for; starts, stops and replaces replicas; writes status; publishes the routing table.
 //!
 //! Per endpoint, in order: observe replicas (exited? healthy yet? too slow to start?) → decide the state
 //! (paused and failed hold nothing; scaledToZero wakes on a request or a schedule minimum; active states

@@ -1,7 +1,9 @@
-//! The scaling engine's decisions, as pure functions of the time they are given: the bounds a schedule puts
-//! in force ([`bounds_at`]), when an idle endpoint scales to zero ([`idle_expired`]), and how many replicas
-//! its load asks for ([`Scaler::desired`]). No I/O, no clock, no sleeping: the reconciler samples the load
-//! each tick, passes `now`, and acts on the answers.
+//! The scaling engine: the bounds in force, idleness, and how many replicas an endpoint needs.
+//!
+//! Its decisions are pure functions of the time they are given: the bounds a schedule puts in force
+//! ([`bounds_at`]), when an idle endpoint scales to zero ([`idle_expired`]), and how many replicas its load
+//! asks for ([`Scaler::desired`]). No I/O, no clock, no sleeping: the reconciler samples the load each
+//! tick, passes `now`, and acts on the answers.
 //!
 //! # How the replica count is decided
 //!
