@@ -876,37 +876,60 @@ async fn sync_router(
         }
     }
     if run.router.is_none() && run.next_start_at.is_none_or(|t| t <= now) {
-        let launcher = config.routers.get(&spec.tag).filter(|l| !l.command.is_empty()).ok_or_else(|| {
-            format!("no custom router is configured for tag {:?} on this server (runtime.routers.{})", spec.tag, spec.tag)
-        })?;
-        let mut command = launcher.command.iter().cloned();
-        let plan = ReplicaPlan {
-            namespace: rec.namespace.clone(),
-            endpoint: rec.spec.name.clone(),
-            replica_id: format!("{}-router-{}", rec.spec.name, &random_id()[..8]),
-            program: command.next().unwrap_or_default(),
-            args: command.collect(),
-            env: launcher
-                .env
-                .iter()
-                .chain(&spec.env)
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        };
-        let info = provider
-            .start(&plan)
-            .await
-            .map_err(|ProviderError::Start(e)| format!("custom router: {e}"))?;
-        tracing::info!(endpoint = %rec.spec.name, router = %info.replica_id, addr = %info.addr, "custom router started");
-        run.router = Some(RouterRun {
-            spec: spec.clone(),
-            backend: Arc::new(Backend::new(info.replica_id, info.addr)),
-            announced: None,
-        });
+        run.router = Some(start_router(provider, config, rec, spec).await?);
     }
+    announce_backends(run).await;
+    Ok(())
+}
+
+/// Starts the custom-router sidecar `spec` asks for, with the launcher configured for its tag.
+async fn start_router(
+    provider: &dyn ReplicaProvider,
+    config: &RuntimeConfig,
+    rec: &EndpointRecord,
+    spec: &CustomRouter,
+) -> Result<RouterRun, String> {
+    let launcher = config
+        .routers
+        .get(&spec.tag)
+        .filter(|l| !l.command.is_empty())
+        .ok_or_else(|| {
+            format!(
+                "no custom router is configured for tag {:?} on this server (runtime.routers.{})",
+                spec.tag, spec.tag
+            )
+        })?;
+    let mut command = launcher.command.iter().cloned();
+    let plan = ReplicaPlan {
+        namespace: rec.namespace.clone(),
+        endpoint: rec.spec.name.clone(),
+        replica_id: format!("{}-router-{}", rec.spec.name, &random_id()[..8]),
+        program: command.next().unwrap_or_default(),
+        args: command.collect(),
+        env: launcher
+            .env
+            .iter()
+            .chain(&spec.env)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    };
+    let info = provider
+        .start(&plan)
+        .await
+        .map_err(|ProviderError::Start(e)| format!("custom router: {e}"))?;
+    tracing::info!(endpoint = %rec.spec.name, router = %info.replica_id, addr = %info.addr, "custom router started");
+    Ok(RouterRun {
+        spec: spec.clone(),
+        backend: Arc::new(Backend::new(info.replica_id, info.addr)),
+        announced: None,
+    })
+}
+
+/// Tells the custom router the replicas that serve, when they changed since it last acknowledged them.
+async fn announce_backends(run: &mut EndpointRun) {
     let backends = serving_urls(run);
     let Some(router) = run.router.as_mut() else {
-        return Ok(());
+        return;
     };
     if router.announced.as_ref() != Some(&backends) {
         let body = serde_json::json!({ "backends": backends }).to_string();
@@ -921,7 +944,6 @@ async fn sync_router(
             }
         }
     }
-    Ok(())
 }
 
 async fn stop_router(run: &mut EndpointRun, provider: &dyn ReplicaProvider) {
@@ -1049,16 +1071,7 @@ async fn observe(
             }
         }
         if let Some(cpu) = provider.cpu_seconds(id) {
-            // /proc counts in clock ticks (10 ms): measure over at least a second so the figure means something.
-            match r.cpu_mark {
-                Some((at, before)) if at.elapsed() >= CPU_SAMPLE => {
-                    let wall = at.elapsed().as_secs_f64();
-                    r.cpu_percent = Some(((cpu - before) / wall * 100.0).max(0.0));
-                    r.cpu_mark = Some((std::time::Instant::now(), cpu));
-                }
-                Some(_) => {}
-                None => r.cpu_mark = Some((std::time::Instant::now(), cpu)),
-            }
+            sample_cpu(r, cpu);
         }
     }
     for (id, why) in failed {
@@ -1069,6 +1082,20 @@ async fn observe(
     // A replica that is up resets the backoff.
     if !run.replicas.is_empty() && run.replicas.iter().all(|r| r.ready) {
         run.backoff = Duration::from_millis(config.backoff_initial_ms);
+    }
+}
+
+/// Takes the replica's CPU time so far (`cpu` seconds): its CPU use is the rate since the last sample.
+fn sample_cpu(r: &mut ReplicaRun, cpu: f64) {
+    // /proc counts in clock ticks (10 ms): measure over at least a second so the figure means something.
+    match r.cpu_mark {
+        Some((at, before)) if at.elapsed() >= CPU_SAMPLE => {
+            let wall = at.elapsed().as_secs_f64();
+            r.cpu_percent = Some(((cpu - before) / wall * 100.0).max(0.0));
+            r.cpu_mark = Some((std::time::Instant::now(), cpu));
+        }
+        Some(_) => {}
+        None => r.cpu_mark = Some((std::time::Instant::now(), cpu)),
     }
 }
 
