@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Subcommand;
-use switchyard_server::auth::accounts;
 use switchyard_server::clock::SystemClock;
 use switchyard_server::model::account::{AccountKind, Role, Scope};
 use switchyard_server::model::catalog::CatalogEntry;
+use switchyard_server::services::{accounts, catalog, Error as ServiceError};
 use switchyard_server::{Config, Services};
 
 #[derive(Subcommand)]
@@ -110,6 +110,7 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
         eprintln!("created user 'admin'; its token is in {}", p.display());
     }
     let store = services.state.store.as_ref();
+    let ctx: &switchyard_server::services::Context = &services.state;
     let now = chrono::Utc::now();
     match command {
         AdminCommand::User { command } => match command {
@@ -121,7 +122,7 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
             }
             UserCommand::List => {
                 println!("{:<24} {:<36} {:<6} CREATED", "NAME", "EMAIL", "ADMIN");
-                for a in store.list_accounts(AccountKind::User).await? {
+                for a in accounts::list_accounts(store, AccountKind::User).await? {
                     println!(
                         "{:<24} {:<36} {:<6} {}",
                         a.name,
@@ -140,7 +141,7 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
             }
             OrgCommand::List => {
                 println!("{:<24} CREATED", "NAME");
-                for a in store.list_accounts(AccountKind::Org).await? {
+                for a in accounts::list_accounts(store, AccountKind::Org).await? {
                     println!("{:<24} {}", a.name, fmt_time(a.created_at));
                 }
             }
@@ -153,7 +154,7 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
             }
             OrgCommand::Members { org } => {
                 println!("{:<24} ROLE", "USER");
-                for m in store.list_members(&org).await? {
+                for m in accounts::list_members(store, &org).await? {
                     println!("{:<24} {}", m.user, m.role.as_str());
                 }
             }
@@ -190,7 +191,7 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
                     "{:<26} {:<28} {:<22} {:<22} SCOPES",
                     "ID", "NAME", "CREATED", "EXPIRES"
                 );
-                for t in store.list_tokens(&user).await? {
+                for t in accounts::list_tokens(store, &user).await? {
                     let scopes = t.scopes.as_ref().map_or("(all)".to_string(), |s| {
                         s.iter().map(|x| x.as_str()).collect::<Vec<_>>().join(",")
                     });
@@ -205,15 +206,13 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
                 }
             }
             TokenCommand::Revoke { id } => {
-                if !store.delete_token(&id).await? {
-                    bail!("no token {id:?}");
-                }
+                accounts::revoke_token(store, &id).await?;
                 println!("revoked {id}");
             }
         },
         AdminCommand::Catalog { command } => match command {
             CatalogCommand::List => {
-                let idx = services.state.catalog.get(store).await?;
+                let idx = ctx.catalog.get(store).await?;
                 println!("{:<56} {:<26} {:<14} RECIPES", "REPO", "TASK", "LICENSE");
                 for e in idx.entries() {
                     let recipes: Vec<_> = e.recipes.iter().map(|r| r.public_id.as_str()).collect();
@@ -235,19 +234,13 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
                 };
                 let entry: CatalogEntry =
                     serde_json::from_str(&text).context("parsing the catalog item")?;
-                if let Some((field, msg)) = entry.problems().into_iter().next() {
-                    bail!("{field}: {msg}");
-                }
-                if let Some(conflict) = services
-                    .state
-                    .catalog
-                    .get(store)
-                    .await?
-                    .recipe_id_conflict(&entry)
-                {
-                    bail!("{conflict}");
-                }
-                let added = store.put_catalog_entry(&entry, now).await?;
+                let added = match catalog::put_item(ctx, &entry).await {
+                    Err(ServiceError::Invalid(issues)) => match issues.first() {
+                        Some(i) => bail!("{}: {}", i.path, i.message),
+                        None => bail!("invalid catalog item"),
+                    },
+                    other => other?,
+                };
                 println!(
                     "{} {}",
                     if added { "added" } else { "replaced" },
@@ -255,9 +248,7 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
                 );
             }
             CatalogCommand::Remove { repo_id } => {
-                if !store.delete_catalog_entry(&repo_id).await? {
-                    bail!("no catalog item {repo_id:?}");
-                }
+                catalog::delete_item(ctx, &repo_id).await?;
                 println!("removed {repo_id}");
             }
         },

@@ -16,6 +16,7 @@ pub mod hardware;
 pub mod model;
 pub mod proxy;
 pub mod runtime;
+pub mod services;
 pub mod store;
 
 pub use app::{Application, Services};

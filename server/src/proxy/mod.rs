@@ -26,7 +26,7 @@ use http_body_util::BodyExt;
 use tokio::sync::watch;
 
 use crate::api::error::ApiError;
-use crate::auth::{authenticate, authorize, bearer_in, Access};
+use crate::auth::{authenticate, authorize, bearer_in, Action, Resource};
 use crate::clock::Clock;
 use crate::config::ProxyConfig;
 use crate::model::{Cidr, EndpointState, EndpointType};
@@ -145,30 +145,7 @@ pub fn private_front(proxy: Proxy) -> Front<Router> {
     Front::new(proxy.private(), inner)
 }
 
-/// A host as every comparison here takes it: without port, IPv6 brackets or trailing dot, in lowercase.
-/// `Host` headers, custom domains and the server's own address all go through it.
-pub fn bare_host(host: &str) -> String {
-    let h = host.trim();
-    let h = match h.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or(v6),
-        None => h
-            .rsplit_once(':')
-            .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
-            .map_or(h, |(h, _)| h),
-    };
-    h.trim_end_matches('.').to_ascii_lowercase()
-}
-
-/// Whether `host` (bare, see [`bare_host`]) names this server itself: `own` (its public host, bare), an IP
-/// address or localhost. Those never route to an endpoint's custom domain, so no endpoint can take over
-/// the API.
-pub fn is_server_host(host: &str, own: &str) -> bool {
-    host.is_empty()
-        || host == "localhost"
-        || host.ends_with(".localhost")
-        || host.parse::<IpAddr>().is_ok()
-        || host == own
-}
+pub use crate::model::host::{bare_host, is_server_host};
 
 /// The endpoint a request is for by its `Host` (an endpoint's custom domain), and the path to send on.
 fn by_host_route(proxy: &Proxy, req: &Request) -> Option<(Arc<Route>, String)> {
@@ -268,10 +245,10 @@ async fn metrics_page(State(proxy): State<Proxy>, headers: HeaderMap) -> Respons
         let token = bearer_in(&headers);
         let who = match authenticate(proxy.store.as_ref(), token, proxy.clock.now()).await {
             Ok(w) => w,
-            Err(e) => return e.into_response(),
+            Err(e) => return ApiError::from(e).into_response(),
         };
         if let Err(e) = who.require_instance_admin() {
-            return e.into_response();
+            return ApiError::from(e).into_response();
         }
     }
     let text = metrics::render(&proxy.table.borrow());
@@ -385,7 +362,14 @@ impl Proxy {
         }
         let answer = async {
             let who = authenticate(self.store.as_ref(), Some(token), self.clock.now()).await?;
-            authorize(self.store.as_ref(), &who, namespace, Access::Read).await?;
+            authorize(
+                self.store.as_ref(),
+                &who,
+                namespace,
+                Resource::Inference,
+                Action::Read,
+            )
+            .await?;
             Ok::<_, ApiError>(who.account.id)
         }
         .await;
