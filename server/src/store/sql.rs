@@ -49,13 +49,25 @@ impl StoreUrl {
         if s.starts_with("postgres://") || s.starts_with("postgresql://") {
             return Ok(StoreUrl::Postgres(s.to_string()));
         }
-        let path = s.strip_prefix("sqlite://").unwrap_or(s);
+        // A `sqlite://` URL may carry options after `?`; the store sets its own.
+        let path = match s.strip_prefix("sqlite://") {
+            Some(rest) => rest.split('?').next().unwrap_or(rest),
+            None => s,
+        };
         if path.is_empty() || s.contains("://") && !s.starts_with("sqlite://") {
             return Err(format!(
                 "{:?}: expected postgres://…, sqlite://PATH or a file path",
                 redact(s)
             ));
         }
+        // What `url()` escapes in a `sqlite://` URL comes back as it was.
+        let path = match s.starts_with("sqlite://") {
+            true => path
+                .replace("%3F", "?")
+                .replace("%23", "#")
+                .replace("%25", "%"),
+            false => path.to_string(),
+        };
         Ok(StoreUrl::Sqlite(PathBuf::from(path)))
     }
 
@@ -74,7 +86,8 @@ impl StoreUrl {
         }
     }
 
-    fn connect_url(&self) -> String {
+    /// The URL to connect with (it may hold a password: never log it).
+    pub fn url(&self) -> String {
         match self {
             // sqlx percent-decodes the path and cuts it at `?`: escape what would be taken apart.
             StoreUrl::Sqlite(p) => {
@@ -130,7 +143,7 @@ impl SqlStore {
             Backend::Postgres => options.max_connections(16),
         };
         let pool = options
-            .connect(&url.connect_url())
+            .connect(&url.url())
             .await
             .map_err(|e| StoreError::Backend(format!("{}: {e}", url.redacted())))?;
         let store = SqlStore { pool, backend };
@@ -254,6 +267,8 @@ mod tests {
             StoreUrl::parse("sqlite:///tmp/a.db"),
             Ok(StoreUrl::Sqlite("/tmp/a.db".into()))
         );
+        let url = StoreUrl::Sqlite("/tmp/a b?.db".into());
+        assert_eq!(StoreUrl::parse(&url.url()), Ok(url.clone()));
         let pg = StoreUrl::parse("postgres://sy:hunter2@db:5432/sy").expect("postgres");
         assert_eq!(pg.backend(), Backend::Postgres);
         assert_eq!(pg.redacted(), "postgres://sy:***@db:5432/sy");
