@@ -10,6 +10,8 @@ use switchyard_server::clock::SystemClock;
 use switchyard_server::model::account::{AccountKind, Role, Scope};
 use switchyard_server::model::catalog::CatalogEntry;
 use switchyard_server::services::{accounts, catalog, Error as ServiceError};
+use switchyard_server::store::copy::copy_store;
+use switchyard_server::store::{SqlStore, Store, StoreUrl, Synchronous};
 use switchyard_server::{Config, Services};
 
 #[derive(Subcommand)]
@@ -33,6 +35,27 @@ pub enum AdminCommand {
     Catalog {
         #[command(subcommand)]
         command: CatalogCommand,
+    },
+    /// The store as a whole: copy it to another backend.
+    Store {
+        #[command(subcommand)]
+        command: StoreCommand,
+    },
+    /// Take a consistent online backup of the SQLite store into FILE (a new file), while a server
+    /// may be running on it. For PostgreSQL, use pg_dump.
+    Backup { file: PathBuf },
+}
+
+#[derive(Subcommand)]
+pub enum StoreCommand {
+    /// Copy a whole store into an empty one (SQLite ⇄ PostgreSQL), checking each table's row count.
+    /// URLs: postgres://user:password@host/db, sqlite://PATH or a file path. The target's schema is
+    /// created; a target that holds any row is refused. Stop servers writing to the source first.
+    Copy {
+        #[arg(long, value_name = "URL")]
+        from: String,
+        #[arg(long, value_name = "URL")]
+        to: String,
     },
 }
 
@@ -104,7 +127,48 @@ fn fmt_time(t: chrono::DateTime<chrono::Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
+/// Opens the store at `url` as an operator names it (a SQLite source must already exist).
+async fn open_store(url: &str, must_exist: bool) -> Result<SqlStore> {
+    let url = StoreUrl::parse(url).map_err(|e| anyhow!(e))?;
+    if let (true, StoreUrl::Sqlite(path)) = (must_exist, &url) {
+        if !path.exists() {
+            bail!("{} does not exist", path.display());
+        }
+    }
+    SqlStore::open(&url, Synchronous::Normal)
+        .await
+        .with_context(|| format!("opening {}", url.redacted()))
+}
+
+async fn run_store(config: &Config, command: &AdminCommand) -> Result<bool> {
+    match command {
+        AdminCommand::Store {
+            command: StoreCommand::Copy { from, to },
+        } => {
+            let (source, target) = (open_store(from, true).await?, open_store(to, false).await?);
+            let report = copy_store(&source, &target).await?;
+            for (table, rows) in &report {
+                println!("{table:<16} {rows:>8} rows");
+            }
+            println!("copied; every table's count matches the source");
+            Ok(true)
+        }
+        AdminCommand::Backup { file } => {
+            let url = config.store_url()?;
+            let source = open_store(&url.url(), true).await?;
+            source.backup(file).await?;
+            println!("backed up {} to {}", url.redacted(), file.display());
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
 pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
+    // Whole-store commands work on the stores they name, without opening the service.
+    if run_store(config, &command).await? {
+        return Ok(());
+    }
     let services = Services::open(config, Arc::new(SystemClock)).await?;
     if let Some(p) = &services.admin_token_file {
         eprintln!("created user 'admin'; its token is in {}", p.display());
@@ -252,6 +316,9 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
                 println!("removed {repo_id}");
             }
         },
+        AdminCommand::Store { .. } | AdminCommand::Backup { .. } => {
+            unreachable!("handled by run_store")
+        }
     }
     Ok(())
 }
