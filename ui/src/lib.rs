@@ -6,6 +6,7 @@
 //! The console talks to the server only over HTTP, so the in-process and the remote cases are one path.
 
 pub mod form;
+pub mod format;
 pub mod keymap;
 pub mod pager;
 pub mod schedule;
@@ -292,7 +293,7 @@ fn edit_externally(
     terminal: &mut ratatui::DefaultTerminal,
     gate: &InputGate,
     text: &str,
-    format: spec::Format,
+    format: format::Format,
     mouse: bool,
 ) -> Result<String, String> {
     use ratatui::crossterm::{execute, terminal as term};

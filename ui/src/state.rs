@@ -4,9 +4,10 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use crate::format::Format;
 use crate::keymap::{Command, Context, Keymap};
 use crate::pager::Pager;
-use crate::spec::{Format, Outcome};
+use crate::spec::Outcome;
 
 /// A refusal from the server: its message and its `{path, message}` issues.
 pub type Refusal = (String, Vec<(String, String)>);
