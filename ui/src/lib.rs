@@ -5,6 +5,7 @@
 //!
 //! The console talks to the server only over HTTP, so the in-process and the remote cases are one path.
 
+pub mod effects;
 pub mod form;
 pub mod format;
 pub mod keymap;
@@ -25,8 +26,9 @@ use serde_json::Value;
 use switchyard_server::client::{Client, ClientError};
 use tokio::sync::mpsc;
 
+use effects::{Effect, EndpointAction};
 use keymap::Keymap;
-use state::{Action, Effect, EndpointAction, EndpointRow, Key, SignInFailure, State};
+use state::{Action, EndpointRow, Key, SignInFailure, State};
 
 pub struct Options {
     pub client: Client,

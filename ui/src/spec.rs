@@ -7,8 +7,8 @@ use serde_json::{Map, Value};
 use switchyard_server::model::status::strip_response_fields;
 use switchyard_server::model::EndpointSpec;
 
+use crate::effects::{Effect, ExternalEdit};
 use crate::format::Format;
-use crate::state::{Effect, ExternalEdit};
 
 /// The update that turns `before` into `after`, as the API's deep merge reads it: changed keys with their new
 /// value, removed keys as null, unchanged keys left out. Objects are compared key by key; arrays and scalars

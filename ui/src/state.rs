@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::format::Format;
+pub use crate::effects::{Effect, EndpointAction, ExternalEdit};
 use crate::keymap::{Command, Context, Keymap};
 use crate::pager::Pager;
 use crate::spec::Outcome;
@@ -162,26 +162,6 @@ pub enum View {
     Endpoints,
 }
 
-/// A lifecycle action on an endpoint, as the API names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EndpointAction {
-    Pause,
-    Resume,
-    ScaleToZero,
-    Delete,
-}
-
-impl EndpointAction {
-    pub fn verb(self) -> &'static str {
-        match self {
-            EndpointAction::Pause => "pause",
-            EndpointAction::Resume => "resume",
-            EndpointAction::ScaleToZero => "scale-to-zero",
-            EndpointAction::Delete => "delete",
-        }
-    }
-}
-
 /// What covers the view, if anything. `Esc` closes it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Overlay {
@@ -267,49 +247,6 @@ pub enum Action {
     },
     /// `namespace/name` of the new endpoint, or the server's refusal.
     Deployed(Result<String, Refusal>),
-}
-
-/// A spec handed to `$EDITOR`: whose it is, the spec it started from and the text's format (what the spec
-/// editor needs again when the text comes back).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ExternalEdit {
-    pub namespace: String,
-    pub name: String,
-    pub original: Value,
-    pub format: Format,
-}
-
-/// API work the runtime does for `update`; each reports back as an [`Action`].
-#[derive(Debug, Clone, PartialEq)]
-pub enum Effect {
-    SignIn,
-    /// With a sequence number and the API's filters (`accelerator`, `engine`, `license`, `task`, `search`,
-    /// `limit`).
-    LoadCatalog(u64, Vec<(String, String)>),
-    LoadLogs {
-        namespace: String,
-        name: String,
-    },
-    Deploy(crate::form::DeployRequest),
-    /// Put text on the user's clipboard (OSC 52: works over ssh too).
-    Copy(String),
-    /// A partial update of an endpoint, from an editor (answered by `Action::Saved`).
-    Update {
-        namespace: String,
-        name: String,
-        patch: Value,
-    },
-    /// Every namespace the user may see, with a sequence number.
-    LoadEndpoints(u64, Vec<String>),
-    /// Suspend the console and edit `text` in `$VISUAL`/`$EDITOR` (the runtime owns the terminal).
-    ExternalEdit(ExternalEdit, String),
-    /// Talk to another server from now on (`None`: the one the console started with), with a token.
-    Connect(Option<(String, Option<String>)>),
-    Act {
-        action: EndpointAction,
-        namespace: String,
-        name: String,
-    },
 }
 
 #[derive(Debug, Clone)]
