@@ -2,6 +2,7 @@
 //! `update` changes the state and returns the [`Effect`]s (API calls) to run. No I/O and no `.await` here.
 
 use chrono::{DateTime, Utc};
+use ratatui::layout::{Constraint, Layout, Rect};
 use serde_json::Value;
 
 pub use crate::effects::{Effect, EndpointAction, ExternalEdit};
@@ -439,7 +440,7 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
         }
         Action::Click(row) => {
             if state.overlay == Overlay::None && !state.filtering {
-                if let Some(i) = crate::views::row_at(state, row) {
+                if let Some(i) = row_at(state, row) {
                     state.selected = i;
                 }
             }
@@ -666,7 +667,7 @@ fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
         state.selected = 0;
         return Vec::new();
     }
-    let height = crate::views::pager_height(state.size);
+    let height = pager_height(state.size);
     if let Some((pager, follow)) = state.pager().filter(|(p, _)| p.typing) {
         match key {
             "esc" => {
@@ -763,7 +764,7 @@ impl State {
 /// Scrolling and searching in describe and logs. Moving away from the end of followed logs pauses them,
 /// like `less +F`.
 fn on_pager(state: &mut State, command: Command) -> Vec<Effect> {
-    let height = crate::views::pager_height(state.size);
+    let height = pager_height(state.size);
     let page = height as isize;
     let mut reload = false;
     let mut note = None;
@@ -909,11 +910,11 @@ fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
         Command::Down => state.selected = (state.selected + 1).min(rows.saturating_sub(1)),
         Command::Up => state.selected = state.selected.saturating_sub(1),
         Command::PageDown => {
-            let page = crate::views::list_height(state.view, state.size);
+            let page = list_height(state.view, state.size);
             state.selected = (state.selected + page).min(rows.saturating_sub(1));
         }
         Command::PageUp => {
-            let page = crate::views::list_height(state.view, state.size);
+            let page = list_height(state.view, state.size);
             state.selected = state.selected.saturating_sub(page);
         }
         Command::Top => state.selected = 0,
@@ -1124,6 +1125,83 @@ fn run_command(state: &mut State, cmd: &str) -> Vec<Effect> {
             Vec::new()
         }
     }
+}
+
+// Where things are on a terminal of a given size: paging and clicks need them as much as drawing does.
+
+/// Lines of text a pager (describe, logs) shows on a terminal of `size`: the box leaves two rows above and
+/// below, and has a border.
+pub fn pager_height(size: (u16, u16)) -> usize {
+    (size.1 as usize).saturating_sub(6).max(1)
+}
+
+/// Rows of the catalog's detail pane (the selected model's recipes), under the list.
+const DETAIL_HEIGHT: u16 = 7;
+
+/// Where the parts of the main screen go: the status line, the view's table, the catalog's detail pane and
+/// the footer. Drawing, paging and mouse clicks all take the table's place from here.
+pub struct Screen {
+    pub top: Rect,
+    pub table: Rect,
+    pub detail: Option<Rect>,
+    pub bottom: Rect,
+}
+
+pub fn screen(view: View, area: Rect) -> Screen {
+    let [top, main, bottom] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(3),
+        Constraint::Length(2),
+    ])
+    .areas(area);
+    let (table, detail) = match view {
+        View::Catalog => {
+            let [table, detail] =
+                Layout::vertical([Constraint::Min(3), Constraint::Length(DETAIL_HEIGHT)])
+                    .areas(main);
+            (table, Some(detail))
+        }
+        View::Endpoints => (main, None),
+    };
+    Screen {
+        top,
+        table,
+        detail,
+        bottom,
+    }
+}
+
+/// The table of a view on a terminal of `size`.
+fn table_area(view: View, size: (u16, u16)) -> Rect {
+    screen(view, Rect::new(0, 0, size.0, size.1)).table
+}
+
+/// Rows a table in `area` shows: its border and header taken away.
+pub fn table_rows(area: Rect) -> usize {
+    (area.height as usize).saturating_sub(3).max(1)
+}
+
+/// Rows of a view's table on a terminal of `size` (what page up and down move by).
+pub fn list_height(view: View, size: (u16, u16)) -> usize {
+    table_rows(table_area(view, size))
+}
+
+/// The first row of the list shown, keeping the selection in sight (the same rule `list` draws with).
+pub fn list_offset(selected: usize, height: usize) -> usize {
+    selected.saturating_sub(height.saturating_sub(1))
+}
+
+/// The row of the current view under screen row `y` (a mouse click), if any.
+pub fn row_at(state: &State, y: u16) -> Option<usize> {
+    let table = table_area(state.view, state.size);
+    // Below the table's top border and header.
+    let first = table.y as usize + 2;
+    let height = table_rows(table);
+    let y = (y as usize).checked_sub(first).filter(|y| *y < height)?;
+    let rows = state.visible().len();
+    let selected = state.selected.min(rows.saturating_sub(1));
+    let at = list_offset(selected, height) + y;
+    (at < rows).then_some(at)
 }
 
 #[cfg(test)]
@@ -1570,7 +1648,7 @@ mod tests {
             Overlay::Logs { pager, follow, .. } => (pager.clone(), *follow),
             other => panic!("{other:?}"),
         };
-        let height = crate::views::pager_height(s.size);
+        let height = pager_height(s.size);
         assert_eq!(pager(&s).0.first_line(height), 100 - height);
         key(&mut s, "pageup");
         let (p, follow) = pager(&s);
