@@ -6,12 +6,16 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, TableState, Wrap};
 use ratatui::Frame;
 
+use crate::form::{DeployForm, Field};
 use crate::keymap::{Context, Keymap};
 use crate::pager::Pager;
-use crate::state::{list_offset, screen, table_rows, Connection, Overlay, Recipe, State, View};
+use crate::schedule::{ScheduleEditor, COLUMNS};
+use crate::spec::SpecEditor;
+use crate::state::layout::{list_offset, screen, table_rows};
+use crate::state::{shown_command, Connection, Overlay, Recipe, State, View};
 
 /// The heights the keys page by, which are also the rows drawn.
-pub use crate::state::{list_height, pager_height};
+pub use crate::state::layout::{list_height, pager_height};
 
 pub const MIN_WIDTH: u16 = 80;
 pub const MIN_HEIGHT: u16 = 24;
@@ -254,9 +258,7 @@ fn footer(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap) {
     let [message, hints] =
         Layout::vertical([Constraint::Length(1), Constraint::Length(1)]).areas(area);
     let line = match (&state.overlay, &state.message) {
-        (Overlay::Command(text), _) => {
-            Line::from(format!(":{}▏", crate::state::shown_command(text)))
-        }
+        (Overlay::Command(text), _) => Line::from(format!(":{}▏", shown_command(text))),
         (_, Some((m, true))) => Line::styled(m.clone(), Style::new().fg(Color::Red)),
         (_, Some((m, false))) => Line::styled(m.clone(), Style::new().fg(Color::Green)),
         _ => match state.keymap_problems.first() {
@@ -394,8 +396,7 @@ fn pane(frame: &mut Frame, area: Rect, pager: &Pager, how: &str) {
     );
 }
 
-fn deploy(frame: &mut Frame, area: Rect, form: &crate::form::DeployForm) {
-    use crate::form::Field;
+fn deploy(frame: &mut Frame, area: Rect, form: &DeployForm) {
     let box_ = centered(area, 96, Field::ALL.len() as u16 + 7);
     let mut lines = Vec::new();
     for (i, f) in Field::ALL.iter().enumerate() {
@@ -441,7 +442,7 @@ fn deploy(frame: &mut Frame, area: Rect, form: &crate::form::DeployForm) {
     );
 }
 
-fn spec(frame: &mut Frame, area: Rect, editor: &crate::spec::SpecEditor) {
+fn spec(frame: &mut Frame, area: Rect, editor: &SpecEditor) {
     let box_ = centered(
         area,
         area.width.saturating_sub(6),
@@ -493,10 +494,9 @@ fn spec(frame: &mut Frame, area: Rect, editor: &crate::spec::SpecEditor) {
 fn schedule(
     frame: &mut Frame,
     area: Rect,
-    editor: &crate::schedule::ScheduleEditor,
+    editor: &ScheduleEditor,
     now: chrono::DateTime<chrono::Utc>,
 ) {
-    use crate::schedule::COLUMNS;
     use chrono::Timelike;
     let box_ = centered(area, 100, area.height.saturating_sub(4));
     let minute = (now.hour() * 60 + now.minute()) as u16;
