@@ -4,6 +4,30 @@
 //! drawn from the state, only after something changed.
 //!
 //! The console talks to the server only over HTTP, so the in-process and the remote cases are one path.
+//!
+//! # Layers
+//!
+//! The modules, lowest first. Each imports only modules listed before it, never one after it: there is no
+//! import cycle, the views draw from the state, and the state knows nothing of the views.
+//!
+//! 1. Plain data, for everything above:
+//!    - `format`: the spec's text formats, JSON and TOML. Imports nothing of the crate.
+//!    - `effects`: what the state asks the runtime to do ([`effects::Effect`]) and the requests it carries
+//!      (`EndpointAction`, `DeployRequest`, `ExternalEdit`). Imports `format`.
+//! 2. The widgets' own state and the keymap, each knowing nothing of the console around it:
+//!    - `pager`: a scrollable, searchable text (describe, logs). Imports nothing of the crate.
+//!    - `form`: the deploy form. Imports `effects`.
+//!    - `schedule`: the schedule editor. Imports nothing of the crate.
+//!    - `spec`: the spec editor. Imports `format`, `effects`.
+//!    - `keymap`: keys to commands, per context. Imports `effects`.
+//! 3. `state`: the console's state and its one `update` function, no I/O. Imports layers 1 and 2; its own
+//!    modules are layered the same way (listed in `state/mod.rs`), and `state::layout` holds the screen
+//!    geometry that paging and clicks need and the views draw with.
+//! 4. `views`: drawing, from `&State` only. Imports layers 1 to 3.
+//! 5. This file: the event loop, the terminal, `$EDITOR` and running effects against the server. Imports
+//!    everything.
+//!
+//! A module's own tests may use anything. `tests/layers.rs` checks the order.
 
 pub mod effects;
 pub mod form;
