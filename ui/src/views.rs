@@ -9,7 +9,7 @@ use ratatui::Frame;
 use crate::form::{DeployForm, Field};
 use crate::keymap::{Context, Keymap};
 use crate::pager::Pager;
-use crate::schedule::{ScheduleEditor, COLUMNS};
+use crate::schedule::{Entry, ScheduleEditor, COLUMNS};
 use crate::spec::SpecEditor;
 use crate::state::layout::{list_offset, screen, table_rows};
 use crate::state::{shown_command, Connection, Overlay, Recipe, State, View};
@@ -501,64 +501,9 @@ fn schedule(
     let box_ = centered(area, 100, area.height.saturating_sub(4));
     let minute = (now.hour() * 60 + now.minute()) as u16;
     let now_entry = editor.in_effect(minute);
-    let axis: String = (0..8)
-        .map(|i| format!("{:<6}", format!("{:02}", i * 3)))
-        .collect();
-    let marker = format!(
-        "{}^ now ({:02}:{:02} UTC)",
-        " ".repeat((minute / 30) as usize),
-        now.hour(),
-        now.minute()
-    );
-    let mut lines = vec![
-        Line::from(format!(
-            "own values (no entries): min {} max {} · a cell is 30 min; a digit is the entry in effect",
-            editor.own_min, editor.own_max
-        )),
-        Line::default(),
-        Line::from(axis),
-        Line::styled(editor.timeline(), Style::new().fg(Color::Cyan)),
-        Line::from(marker),
-        Line::default(),
-        Line::styled(
-            format!("   #  {:<10} {:<6} {:<6} {}", COLUMNS[0], COLUMNS[1], COLUMNS[2], COLUMNS[3]),
-            Style::new().add_modifier(Modifier::BOLD),
-        ),
-    ];
+    let mut lines = schedule_day(editor, now);
     for (i, e) in editor.entries.iter().enumerate() {
-        let cell = |col: usize, text: &str, width: usize| {
-            let focused = i == editor.row && col == editor.col;
-            let shown = format!(
-                "{:<width$}",
-                format!("{text}{}", if focused { "▏" } else { "" })
-            );
-            Span::styled(
-                shown,
-                if focused {
-                    Style::new().add_modifier(Modifier::REVERSED)
-                } else {
-                    Style::new()
-                },
-            )
-        };
-        let mark = if Some(i) == now_entry { "▶" } else { " " };
-        let mut spans = vec![
-            Span::styled(
-                format!(" {mark} {:<2} ", i + 1),
-                Style::new().fg(Color::Cyan),
-            ),
-            cell(0, &e.at, 10),
-            Span::raw(" "),
-            cell(1, &e.min, 6),
-            Span::raw(" "),
-            cell(2, &e.max, 6),
-            Span::raw(" "),
-            cell(3, &e.timeout, 8),
-        ];
-        for (_, m) in editor.issues.iter().filter(|(n, _)| *n == Some(i)) {
-            spans.push(Span::styled(format!("  {m}"), Style::new().fg(Color::Red)));
-        }
-        lines.push(Line::from(spans));
+        lines.push(schedule_entry(editor, i, e, Some(i) == now_entry));
     }
     if editor.entries.is_empty() {
         lines.push(Line::from(
@@ -586,6 +531,75 @@ fn schedule(
         ),
         box_,
     );
+}
+
+/// The schedule editor's head: the endpoint's own values, the day's timeline with the time now marked, and
+/// the entries' column heads.
+fn schedule_day(editor: &ScheduleEditor, now: chrono::DateTime<chrono::Utc>) -> Vec<Line<'static>> {
+    use chrono::Timelike;
+    let minute = (now.hour() * 60 + now.minute()) as u16;
+    let axis: String = (0..8)
+        .map(|i| format!("{:<6}", format!("{:02}", i * 3)))
+        .collect();
+    let marker = format!(
+        "{}^ now ({:02}:{:02} UTC)",
+        " ".repeat((minute / 30) as usize),
+        now.hour(),
+        now.minute()
+    );
+    vec![
+        Line::from(format!(
+            "own values (no entries): min {} max {} · a cell is 30 min; a digit is the entry in effect",
+            editor.own_min, editor.own_max
+        )),
+        Line::default(),
+        Line::from(axis),
+        Line::styled(editor.timeline(), Style::new().fg(Color::Cyan)),
+        Line::from(marker),
+        Line::default(),
+        Line::styled(
+            format!("   #  {:<10} {:<6} {:<6} {}", COLUMNS[0], COLUMNS[1], COLUMNS[2], COLUMNS[3]),
+            Style::new().add_modifier(Modifier::BOLD),
+        ),
+    ]
+}
+
+/// One entry of the schedule: its number (marked when it is in effect now), its fields with the focused one
+/// shown, and its issues.
+fn schedule_entry(editor: &ScheduleEditor, i: usize, e: &Entry, in_effect: bool) -> Line<'static> {
+    let cell = |col: usize, text: &str, width: usize| {
+        let focused = i == editor.row && col == editor.col;
+        let shown = format!(
+            "{:<width$}",
+            format!("{text}{}", if focused { "▏" } else { "" })
+        );
+        Span::styled(
+            shown,
+            if focused {
+                Style::new().add_modifier(Modifier::REVERSED)
+            } else {
+                Style::new()
+            },
+        )
+    };
+    let mark = if in_effect { "▶" } else { " " };
+    let mut spans = vec![
+        Span::styled(
+            format!(" {mark} {:<2} ", i + 1),
+            Style::new().fg(Color::Cyan),
+        ),
+        cell(0, &e.at, 10),
+        Span::raw(" "),
+        cell(1, &e.min, 6),
+        Span::raw(" "),
+        cell(2, &e.max, 6),
+        Span::raw(" "),
+        cell(3, &e.timeout, 8),
+    ];
+    for (_, m) in editor.issues.iter().filter(|(n, _)| *n == Some(i)) {
+        spans.push(Span::styled(format!("  {m}"), Style::new().fg(Color::Red)));
+    }
+    Line::from(spans)
 }
 
 fn confirm(frame: &mut Frame, area: Rect, question: &str, yes: bool) {
