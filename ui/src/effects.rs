@@ -1,5 +1,7 @@
-//! What the console's state asks the runtime to do: [`Effect`]s, and the requests they carry (an endpoint
-//! action, a deploy, a spec handed to `$EDITOR`). Plain data, below everything that makes or runs an effect.
+//! What the state asks the runtime to do ([`Effect`]), and the requests it carries.
+//!
+//! The requests are an endpoint action, a deploy and a spec handed to `$EDITOR`. Plain data, below everything
+//! that makes or runs an effect.
 
 use serde_json::Value;
 

@@ -1,5 +1,6 @@
-//! The spec's text formats, JSON and TOML: a spec written as text, read back, and the line a spec path
-//! (`compute.scaling.maxReplica`) is on. Imports nothing from the crate.
+//! The spec's text formats, JSON and TOML: writing, reading back, and the line a spec path is on.
+//!
+//! Imports nothing of the crate.
 
 use serde_json::Value;
 

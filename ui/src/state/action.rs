@@ -1,5 +1,7 @@
-//! What comes into `update`: an [`Action`] (a key, a tick, the terminal's size, the mouse, the answer to an
-//! effect), and what a typed key does to a line of text (the filter, a search, the command line).
+//! What comes into `update` ([`Action`], [`Key`]), and what a typed key does to a line of text.
+//!
+//! An action is a key, a tick, the terminal's size, the mouse, or the answer to an effect; the lines typed
+//! into are the filter, a pane's search and the command line.
 
 use chrono::{DateTime, Utc};
 

@@ -1,5 +1,6 @@
-//! The `:` command line: typing it, running what was typed (`:catalog`, `:endpoints`, `:server`, `:help`,
-//! `:q`), and showing it with the token of `:server URL TOKEN` masked.
+//! The `:` command line: typing it, running it, and showing it with a `:server` token masked.
+//!
+//! The commands are `:catalog [filters]`, `:endpoints`, `:server [URL [TOKEN]]`, `:help` and `:q`.
 
 use super::action::type_into;
 use super::connection::connect;

@@ -1,5 +1,6 @@
-//! An endpoint's lifecycle actions (pause, resume, scale to zero, delete): the dialog that asks first, with
-//! cancel as the default button, and the server's answer.
+//! Endpoint lifecycle actions: the dialog that asks first (cancel by default), and the answer.
+//!
+//! The actions are pause, resume, scale to zero and delete.
 
 use super::lists::refresh;
 use super::model::State;

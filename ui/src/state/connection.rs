@@ -1,5 +1,6 @@
-//! The server and the connection to it: signing in (the answer), retrying a lost server with backoff, the
-//! in-process server stopping, and switching to another server.
+//! The server and the connection to it: signing in, retrying with backoff, switching server.
+//!
+//! Also the in-process server stopping on its own.
 
 use chrono::{DateTime, Utc};
 

@@ -1,6 +1,7 @@
-//! The spec and schedule editors and the deploy form: opening them on the selected row (or handing the spec
-//! to `$EDITOR`), their keys, and the server's answer to a save or a deploy: the editor closes, or keeps
-//! what was typed and shows the refusal.
+//! The spec and schedule editors and the deploy form: opening, their keys, and answers to their saves.
+//!
+//! An editor opens on the selected row (or hands the spec to `$EDITOR`) and stays open until the server
+//! answers: it closes, or keeps what was typed and shows the refusal.
 
 use super::action::Refusal;
 use super::lists::{refresh, switch};

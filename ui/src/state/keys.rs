@@ -1,6 +1,7 @@
-//! Where a key goes: text being typed (the filter, a pane's search, an editor, the command line) takes it
-//! first; otherwise the keymap names a command, which goes to what is open (a pane, help, the dialog) or to
-//! the list.
+//! Where a key goes: text being typed first, else the keymap's command, to what is open or the list.
+//!
+//! Text being typed is the filter, a pane's search, an editor or the command line; what is open is a pane,
+//! help or the confirm dialog.
 
 use super::model::State;
 use super::overlay::Overlay;

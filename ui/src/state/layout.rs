@@ -1,6 +1,8 @@
-//! Where things are on a terminal of a given size: the main screen's parts (status line, the view's table,
-//! the catalog's detail pane, footer) and a pager's lines. Paging and mouse clicks need them as much as
-//! drawing does: the state pages and picks rows with them, and the views draw with the same numbers.
+//! Screen geometry: where the table, the panes and the rows are on a terminal of a given size.
+//!
+//! The main screen's parts (status line, the view's table, the catalog's detail pane, footer) and a pager's
+//! lines. Paging and mouse clicks need them as much as drawing does: the state pages and picks rows with
+//! them, and the views draw with the same numbers.
 
 use ratatui::layout::{Constraint, Layout, Rect};
 

@@ -1,6 +1,7 @@
-//! The two lists, the catalog and the endpoints: loading them (the answers), switching between them, the
-//! selection (keys, the mouse, following its endpoint through a reload), the `/` filter, and copying the
-//! selected row's id or URL.
+//! The catalog and endpoints lists: loading, switching, the selection, the `/` filter, copying a row.
+//!
+//! The selection moves with keys and the mouse, and follows its endpoint through a reload; copying puts the
+//! selected model's id or endpoint's URL on the clipboard.
 
 use super::action::type_into;
 use super::layout::{list_height, row_at};

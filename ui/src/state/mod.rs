@@ -1,6 +1,7 @@
-//! The console's state and its one update function: terminal keys and API results come in as [`Action`]s,
-//! [`update`] changes the [`State`] and returns the [`Effect`]s (API calls) to run. No I/O and no `.await`
-//! here, and nothing of the views: they draw from the state.
+//! The console's state and its one update function; the views draw from it, and it knows nothing of them.
+//!
+//! Terminal keys and API results come in as [`Action`]s; [`update`] changes the [`State`] and returns the
+//! [`Effect`]s (API calls) to run. No I/O and no `.await` here.
 //!
 //! The modules, lowest first; each imports only modules listed before it (and the crate's lower layers),
 //! and this file only declares them and re-exports what the rest of the crate uses:

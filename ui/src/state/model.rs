@@ -1,6 +1,6 @@
-//! The console's [`State`]: the view and what covers it, the two lists and the selection, the server and the
-//! connection to it; and what is read off it (the keymap's context, the rows that pass the filter, the
-//! selected endpoint).
+//! The [`State`] struct (view, overlay, lists, selection, server, connection) and what is read off it.
+//!
+//! What is read off it: the keymap's context, the rows that pass the filter, the selected endpoint.
 
 use chrono::{DateTime, Utc};
 

@@ -1,5 +1,4 @@
-//! What covers the view, if anything: help, the confirmation dialog, the command line, a pane (describe,
-//! logs) or an editor (spec, schedule, deploy form).
+//! What covers the view: help, the confirm dialog, the command line, a pane or an editor.
 
 use crate::effects::EndpointAction;
 use crate::form::DeployForm;

@@ -1,5 +1,7 @@
-//! Describe and logs, the panes over the list: opening them, a replica's output coming in (made printable),
-//! and reading them: scrolling, searching (`/`, `n`, `N`) and, for logs, following like `less +F`.
+//! Describe and logs, the panes over the list: opening them, scrolling, searching and following.
+//!
+//! A replica's output comes in made printable; followed logs pause when scrolled away from their end, like
+//! `less +F`.
 
 use super::action::type_into;
 use super::layout::pager_height;

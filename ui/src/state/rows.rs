@@ -1,5 +1,6 @@
-//! The rows of the two lists, the catalog's models (with their recipes) and the endpoints, as parsed from the
-//! API, and what the `/` filter matches in them.
+//! The rows of the two lists, catalog models (with their recipes) and endpoints, as parsed from the API.
+//!
+//! Each keeps, lowercased once, what the `/` filter matches in it.
 
 use serde_json::Value;
 

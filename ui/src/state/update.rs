@@ -1,5 +1,4 @@
-//! The one update function: an [`Action`] changes the [`State`] and names the [`Effect`]s to run. Each kind
-//! of action goes to the module that owns what it changes; a tick is handled here.
+//! The one update function: each action goes to the module owning what it changes; ticks are here.
 
 use chrono::{DateTime, Utc};
 
