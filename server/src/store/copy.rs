@@ -13,9 +13,12 @@ enum Col {
     Int,
 }
 
+/// A table to copy: its name, the order to read it in, and its columns.
+type Table = (&'static str, &'static str, &'static [(&'static str, Col)]);
+
 /// Every table with its columns, parents before children. `events` is copied in `seq` order without
 /// its `seq`: the target numbers them anew, in the same order.
-const TABLES: &[(&str, &str, &[(&str, Col)])] = &[
+const TABLES: &[Table] = &[
     (
         "accounts",
         "id",
