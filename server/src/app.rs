@@ -26,9 +26,6 @@ use crate::runtime::reconciler::Reconciler;
 use crate::services::accounts::bootstrap_admin;
 use crate::store::{SqlStore, Store, StoreUrl};
 
-/// File name of the database inside the data dir.
-pub const DB_FILE: &str = "switchyard.db";
-
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct StartError(pub String);

@@ -383,7 +383,7 @@ impl Config {
                 message,
             }),
             None => Ok(crate::store::StoreUrl::Sqlite(
-                self.data_dir()?.join(crate::app::DB_FILE),
+                self.data_dir()?.join(crate::store::DB_FILE),
             )),
         }
     }

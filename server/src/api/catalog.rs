@@ -7,7 +7,6 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::Value;
 
-use super::endpoints::render;
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, PathParams, QueryPairs};
 use super::AppState;
@@ -15,6 +14,7 @@ use crate::auth::{authorize, Action, Principal, Resource};
 use crate::deploy::{plan_model, plan_recipe, Plan, PlanError};
 use crate::model::catalog::CatalogQuery;
 use crate::model::{DeployModelIn, DeployRecipeIn, EndpointOut};
+use crate::services::endpoints::render;
 
 pub fn router() -> Router<AppState> {
     Router::new()

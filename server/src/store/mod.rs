@@ -46,6 +46,9 @@ impl From<sqlx::Error> for StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// File name of the SQLite database inside the data dir, when `store.url` does not name a store.
+pub const DB_FILE: &str = "switchyard.db";
+
 /// A session on the store: every area's operations, on one connection. From [`Store::begin`] it is a
 /// unit of work (nothing is visible to others until [`Session::commit`]; dropped, it rolls back); from
 /// [`Store::read`] each statement stands alone, which is what a plain read wants.
