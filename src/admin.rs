@@ -6,10 +6,12 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Subcommand;
-use switchyard_server::auth::accounts;
 use switchyard_server::clock::SystemClock;
 use switchyard_server::model::account::{AccountKind, Role, Scope};
 use switchyard_server::model::catalog::CatalogEntry;
+use switchyard_server::services::{accounts, catalog, Error as ServiceError};
+use switchyard_server::store::copy::copy_store;
+use switchyard_server::store::{SqlStore, Store, StoreUrl, Synchronous};
 use switchyard_server::{Config, Services};
 
 #[derive(Subcommand)]
@@ -33,6 +35,27 @@ pub enum AdminCommand {
     Catalog {
         #[command(subcommand)]
         command: CatalogCommand,
+    },
+    /// The store as a whole: copy it to another backend.
+    Store {
+        #[command(subcommand)]
+        command: StoreCommand,
+    },
+    /// Take a consistent online backup of the SQLite store into FILE (a new file), while a server
+    /// may be running on it. For PostgreSQL, use pg_dump.
+    Backup { file: PathBuf },
+}
+
+#[derive(Subcommand)]
+pub enum StoreCommand {
+    /// Copy a whole store into an empty one (SQLite ⇄ PostgreSQL), checking each table's row count.
+    /// URLs: postgres://user:password@host/db, sqlite://PATH or a file path. The target's schema is
+    /// created; a target that holds any row is refused. Stop servers writing to the source first.
+    Copy {
+        #[arg(long, value_name = "URL")]
+        from: String,
+        #[arg(long, value_name = "URL")]
+        to: String,
     },
 }
 
@@ -104,12 +127,54 @@ fn fmt_time(t: chrono::DateTime<chrono::Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
+/// Opens the store at `url` as an operator names it (a SQLite source must already exist).
+async fn open_store(url: &str, must_exist: bool) -> Result<SqlStore> {
+    let url = StoreUrl::parse(url).map_err(|e| anyhow!(e))?;
+    if let (true, StoreUrl::Sqlite(path)) = (must_exist, &url) {
+        if !path.exists() {
+            bail!("{} does not exist", path.display());
+        }
+    }
+    SqlStore::open(&url, Synchronous::Normal)
+        .await
+        .with_context(|| format!("opening {}", url.redacted()))
+}
+
+async fn run_store(config: &Config, command: &AdminCommand) -> Result<bool> {
+    match command {
+        AdminCommand::Store {
+            command: StoreCommand::Copy { from, to },
+        } => {
+            let (source, target) = (open_store(from, true).await?, open_store(to, false).await?);
+            let report = copy_store(&source, &target).await?;
+            for (table, rows) in &report {
+                println!("{table:<16} {rows:>8} rows");
+            }
+            println!("copied; every table's count matches the source");
+            Ok(true)
+        }
+        AdminCommand::Backup { file } => {
+            let url = config.store_url()?;
+            let source = open_store(&url.url(), true).await?;
+            source.backup(file).await?;
+            println!("backed up {} to {}", url.redacted(), file.display());
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
 pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
+    // Whole-store commands work on the stores they name, without opening the service.
+    if run_store(config, &command).await? {
+        return Ok(());
+    }
     let services = Services::open(config, Arc::new(SystemClock)).await?;
     if let Some(p) = &services.admin_token_file {
         eprintln!("created user 'admin'; its token is in {}", p.display());
     }
     let store = services.state.store.as_ref();
+    let ctx: &switchyard_server::services::Context = &services.state;
     let now = chrono::Utc::now();
     match command {
         AdminCommand::User { command } => match command {
@@ -121,7 +186,7 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
             }
             UserCommand::List => {
                 println!("{:<24} {:<36} {:<6} CREATED", "NAME", "EMAIL", "ADMIN");
-                for a in store.list_accounts(AccountKind::User).await? {
+                for a in accounts::list_accounts(store, AccountKind::User).await? {
                     println!(
                         "{:<24} {:<36} {:<6} {}",
                         a.name,
@@ -140,7 +205,7 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
             }
             OrgCommand::List => {
                 println!("{:<24} CREATED", "NAME");
-                for a in store.list_accounts(AccountKind::Org).await? {
+                for a in accounts::list_accounts(store, AccountKind::Org).await? {
                     println!("{:<24} {}", a.name, fmt_time(a.created_at));
                 }
             }
@@ -153,7 +218,7 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
             }
             OrgCommand::Members { org } => {
                 println!("{:<24} ROLE", "USER");
-                for m in store.list_members(&org).await? {
+                for m in accounts::list_members(store, &org).await? {
                     println!("{:<24} {}", m.user, m.role.as_str());
                 }
             }
@@ -190,7 +255,7 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
                     "{:<26} {:<28} {:<22} {:<22} SCOPES",
                     "ID", "NAME", "CREATED", "EXPIRES"
                 );
-                for t in store.list_tokens(&user).await? {
+                for t in accounts::list_tokens(store, &user).await? {
                     let scopes = t.scopes.as_ref().map_or("(all)".to_string(), |s| {
                         s.iter().map(|x| x.as_str()).collect::<Vec<_>>().join(",")
                     });
@@ -205,15 +270,13 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
                 }
             }
             TokenCommand::Revoke { id } => {
-                if !store.delete_token(&id).await? {
-                    bail!("no token {id:?}");
-                }
+                accounts::revoke_token(store, &id).await?;
                 println!("revoked {id}");
             }
         },
         AdminCommand::Catalog { command } => match command {
             CatalogCommand::List => {
-                let idx = services.state.catalog.get(store).await?;
+                let idx = ctx.catalog.get(store).await?;
                 println!("{:<56} {:<26} {:<14} RECIPES", "REPO", "TASK", "LICENSE");
                 for e in idx.entries() {
                     let recipes: Vec<_> = e.recipes.iter().map(|r| r.public_id.as_str()).collect();
@@ -235,19 +298,13 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
                 };
                 let entry: CatalogEntry =
                     serde_json::from_str(&text).context("parsing the catalog item")?;
-                if let Some((field, msg)) = entry.problems().into_iter().next() {
-                    bail!("{field}: {msg}");
-                }
-                if let Some(conflict) = services
-                    .state
-                    .catalog
-                    .get(store)
-                    .await?
-                    .recipe_id_conflict(&entry)
-                {
-                    bail!("{conflict}");
-                }
-                let added = store.put_catalog_entry(&entry, now).await?;
+                let added = match catalog::put_item(ctx, &entry).await {
+                    Err(ServiceError::Invalid(issues)) => match issues.first() {
+                        Some(i) => bail!("{}: {}", i.path, i.message),
+                        None => bail!("invalid catalog item"),
+                    },
+                    other => other?,
+                };
                 println!(
                     "{} {}",
                     if added { "added" } else { "replaced" },
@@ -255,12 +312,13 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
                 );
             }
             CatalogCommand::Remove { repo_id } => {
-                if !store.delete_catalog_entry(&repo_id).await? {
-                    bail!("no catalog item {repo_id:?}");
-                }
+                catalog::delete_item(ctx, &repo_id).await?;
                 println!("removed {repo_id}");
             }
         },
+        AdminCommand::Store { .. } | AdminCommand::Backup { .. } => {
+            unreachable!("handled by run_store")
+        }
     }
     Ok(())
 }

@@ -210,7 +210,7 @@ async fn console(common: &Common, args: &ConsoleArgs) -> Result<()> {
         // The first start's token file was removed: a console session gets a token of its own.
         Err(_) => {
             let state = app.state();
-            let (token, _) = switchyard_server::auth::accounts::issue_token(
+            let (token, _) = switchyard_server::services::accounts::issue_token(
                 state.store.as_ref(),
                 "admin",
                 Some("console".into()),

@@ -1,6 +1,8 @@
 //! Control-plane benchmark (not a test): the catalog list over a generated catalog of 10,000 items
 //! (no filter, each filter, search), the seed catalog, and deploys, each printed beside `GET /health`
-//! measured in the same run on the same server. Real HTTP on loopback, real SQLite file.
+//! measured in the same run on the same server; all of it on each backend in turn: the embedded
+//! SQLite file, then PostgreSQL (Debian's, started for the run by `scripts/postgres` unless
+//! `SWITCHYARD_TEST_POSTGRES` names one). Real HTTP on loopback.
 //!
 //! Run: `cargo bench -p switchyard-server --bench control_plane`. Set `BENCH_SECONDS` to change the
 //! time per scenario (default 1.5).
@@ -18,10 +20,71 @@ struct Server {
     _dir: tempfile::TempDir,
 }
 
-async fn start(seed_items: Option<usize>) -> Server {
+/// A PostgreSQL server for the run: the one named in the environment, or a throwaway one.
+struct Postgres {
+    url: String,
+    child: Option<std::process::Child>,
+}
+
+impl Postgres {
+    fn start() -> Postgres {
+        if let Ok(url) = std::env::var("SWITCHYARD_TEST_POSTGRES") {
+            return Postgres { url, child: None };
+        }
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+        let mut child = std::process::Command::new("bash")
+            .arg("-c")
+            .arg("trap 'exit 0' TERM; source scripts/postgres; echo \"$SWITCHYARD_TEST_POSTGRES\"; while sleep 1; do :; done")
+            .current_dir(root)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start PostgreSQL (scripts/postgres)");
+        let mut line = String::new();
+        let out = child.stdout.take().expect("stdout");
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line).expect("its URL");
+        Postgres {
+            url: line.trim().to_string(),
+            child: Some(child),
+        }
+    }
+
+    /// A new empty database on it.
+    async fn database(&self) -> String {
+        use sqlx::{Connection, Executor};
+        sqlx::any::install_default_drivers();
+        let name = format!(
+            "bench_{}",
+            switchyard_server::crypto::random_id().to_lowercase()
+        );
+        let mut conn = sqlx::AnyConnection::connect(&self.url)
+            .await
+            .expect("connect");
+        conn.execute(format!("CREATE DATABASE {name}").as_str())
+            .await
+            .expect("create database");
+        let base = self
+            .url
+            .rsplit_once('/')
+            .map_or(self.url.as_str(), |(b, _)| b);
+        format!("{base}/{name}")
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            // SIGTERM: the script's trap stops the server and removes its directory.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = child.wait();
+        }
+    }
+}
+
+async fn start(seed_items: Option<usize>, store_url: Option<String>) -> Server {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = Config::default();
     config.store.data_dir = Some(dir.path().to_path_buf());
+    config.store.url = store_url;
     config.server.listen = "127.0.0.1:0".parse().expect("addr");
     if let Some(n) = seed_items {
         let path = dir.path().join("catalog.json");
@@ -157,6 +220,12 @@ fn header(title: &str) {
     );
 }
 
+/// What one backend did: deploys/s at 1 and 16 connections.
+struct Deploys {
+    one: f64,
+    sixteen: f64,
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     let seconds: f64 = std::env::var("BENCH_SECONDS")
@@ -167,13 +236,39 @@ async fn main() {
         .pool_max_idle_per_host(64)
         .build()
         .expect("client");
+    let pg = Postgres::start();
+    println!("SQLite: a file in a temp dir, synchronous = normal (WAL). PostgreSQL 15 on loopback, default settings (fsync at each commit).");
+    let sqlite = backend("SQLite", &http, seconds, None).await;
+    let postgres = backend("PostgreSQL", &http, seconds, Some(&pg)).await;
+    let ratio = postgres.sixteen / sqlite.sixteen;
+    println!(
+        "\nDeploys/s, PostgreSQL beside SQLite: {:.0} vs {:.0} at 1 connection, {:.0} vs {:.0} at 16 = {:.2}x  (target >= 0.5x) {}",
+        postgres.one,
+        sqlite.one,
+        postgres.sixteen,
+        sqlite.sixteen,
+        ratio,
+        if ratio >= 0.5 { "PASS" } else { "MISS" }
+    );
+    println!("Targets (2-core machine): list p99 <= 5 ms with filters at 10,000 items; seed list >= 50% of /health; >= 1,000 deploys/s.");
+}
 
-    let big = start(Some(10_000)).await;
+async fn backend(
+    name: &str,
+    http: &reqwest::Client,
+    seconds: f64,
+    pg: Option<&Postgres>,
+) -> Deploys {
+    let url = match pg {
+        Some(pg) => Some(pg.database().await),
+        None => None,
+    };
+    let big = start(Some(10_000), url).await;
     let get = |srv: &Server, path: &str| {
         let (http, url) = (http.clone(), format!("{}{path}", srv.url));
         move |_: usize| http.get(&url)
     };
-
+    println!("\n=== {name}");
     header("Catalog list, 10,000 items (latency at 1 connection)");
     let health1 = measure(1, seconds, get(&big, "/health")).await;
     row("GET /health (baseline)", 1, &health1, None);
@@ -201,7 +296,11 @@ async fn main() {
         row(name, 1, &f, Some(&health1));
     }
 
-    let seed = start(None).await;
+    let url = match pg {
+        Some(pg) => Some(pg.database().await),
+        None => None,
+    };
+    let seed = start(None, url).await;
     header("Seed catalog list against /health (throughput at 16 connections)");
     let health16 = measure(16, seconds, get(&seed, "/health")).await;
     row("GET /health (baseline)", 16, &health16, None);
@@ -245,5 +344,8 @@ async fn main() {
     row("deploy, 1 connection", 1, &d1, Some(&health_d));
     let d16 = measure(16, seconds, deploy("b")).await;
     row("deploy, 16 connections", 16, &d16, Some(&health_d));
-    println!("\nTargets (2-core machine): list p99 <= 5 ms with filters at 10,000 items; seed list >= 50% of /health; >= 1,000 deploys/s.");
+    Deploys {
+        one: d1.rps,
+        sixteen: d16.rps,
+    }
 }

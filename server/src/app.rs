@@ -15,7 +15,6 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::api::{self, AppInner, AppState};
-use crate::auth::accounts::bootstrap_admin;
 use crate::catalog::{load_seed, CatalogCache};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
@@ -24,10 +23,8 @@ use crate::hardware::HardwareList;
 use crate::proxy::{self, Proxy};
 use crate::runtime::local::LocalProvider;
 use crate::runtime::reconciler::Reconciler;
-use crate::store::{SqliteStore, Store};
-
-/// File name of the database inside the data dir.
-pub const DB_FILE: &str = "switchyard.db";
+use crate::services::accounts::bootstrap_admin;
+use crate::store::{SqlStore, Store, StoreUrl};
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -37,12 +34,24 @@ fn fail(context: &str) -> impl FnOnce(String) -> StartError + '_ {
     move |e| StartError(format!("{context}: {e}"))
 }
 
+/// The key that seals endpoint secrets: `secrets.key`, or the key file (created only when `create`).
+fn open_secrets(config: &Config, create: bool) -> Result<SecretBox, StartError> {
+    match &config.secrets.key {
+        Some(k) => SecretBox::from_base64(k),
+        None => SecretBox::from_key_file(
+            &config.key_file().map_err(|e| StartError(e.to_string()))?,
+            create,
+        ),
+    }
+    .map_err(|e| StartError(e.to_string()))
+}
+
 /// The parts of the service that do not depend on a listener; also what `switchyard admin` opens.
 pub struct Services {
     pub state: AppState,
     /// Where the reconciler publishes the routing table.
     pub table: tokio::sync::watch::Sender<Arc<crate::routing::RouteTable>>,
-    pub sqlite: SqliteStore,
+    pub store: Arc<dyn Store>,
     pub data_dir: PathBuf,
     /// Set when this start created the first administrator.
     pub admin_token_file: Option<PathBuf>,
@@ -72,48 +81,62 @@ impl Services {
         let data_dir = config.data_dir().map_err(|e| StartError(e.to_string()))?;
         std::fs::create_dir_all(&data_dir)
             .map_err(|e| fail("creating the data dir")(format!("{}: {e}", data_dir.display())))?;
-        let db_path = data_dir.join(DB_FILE);
-        let new_store = !db_path.exists();
-        // The key before the store: a first start that cannot make its key leaves no database behind.
-        let secrets = match &config.secrets.key {
-            Some(k) => SecretBox::from_base64(k),
-            None => SecretBox::from_key_file(
-                &config.key_file().map_err(|e| StartError(e.to_string()))?,
-                new_store,
-            ),
-        }
-        .map_err(|e| StartError(e.to_string()))?;
-        let sqlite = SqliteStore::open(&db_path, config.store.synchronous)
-            .await
-            .map_err(|e| fail("opening the store")(e.to_string()))?;
+        let url = config.store_url().map_err(|e| StartError(e.to_string()))?;
+        let open_store = || async {
+            SqlStore::open(&url, config.store.synchronous)
+                .await
+                .map(|s| Arc::new(s) as Arc<dyn Store>)
+                .map_err(|e| fail("opening the store")(e.to_string()))
+        };
+        let (store, secrets) = match &url {
+            // The key before the file: a first start that cannot make its key leaves no database behind.
+            StoreUrl::Sqlite(path) => {
+                let secrets = open_secrets(config, !path.exists())?;
+                (open_store().await?, secrets)
+            }
+            // A shared database may be new or long in use: its accounts tell.
+            StoreUrl::Postgres(_) => {
+                let store = open_store().await?;
+                let empty = async { store.read().await?.count_accounts().await }
+                    .await
+                    .map_err(|e| fail("opening the store")(e.to_string()))?
+                    == 0;
+                let secrets = open_secrets(config, empty)?;
+                (store, secrets)
+            }
+        };
+        tracing::info!(store = %url.redacted(), "store open");
         let hardware = HardwareList::load(config.catalog.hardware_file.as_deref())
             .map_err(fail("hardware list"))?;
         let seed = load_seed(config.catalog.seed_file.as_deref()).map_err(fail("catalog seed"))?;
         let now = clock.now();
-        if sqlite
-            .seed_catalog_once(&seed, now)
+        if crate::services::catalog::seed_once(store.as_ref(), &seed, now)
             .await
             .map_err(|e| fail("seeding the catalog")(e.to_string()))?
         {
             tracing::info!(items = seed.len(), "catalog seeded");
         }
-        let admin_token_file = bootstrap_admin(&sqlite, &data_dir, now)
+        let admin_token_file = bootstrap_admin(store.as_ref(), &data_dir, now)
             .await
             .map_err(|e| fail("creating the first administrator")(e.to_string()))?;
         if let Some(path) = &admin_token_file {
             tracing::info!(file = %path.display(), "created user 'admin'; its token is in this file (mode 0600)");
         }
-        let store: Arc<dyn Store> = Arc::new(sqlite.clone());
         let (runtime, table) =
-            crate::runtime::handle(public_url, public_host, config.runtime.log_lines);
+            crate::runtime::handle(public_url, public_host.clone(), config.runtime.log_lines);
+        let kick = runtime.clone();
         let state = AppState(Arc::new(AppInner {
+            services: crate::services::Context {
+                store: store.clone(),
+                clock,
+                secrets,
+                catalog: CatalogCache::default(),
+                hardware: Arc::new(hardware),
+                runtime_config: config.runtime.clone(),
+                public_host,
+                on_change: Arc::new(move || kick.kick()),
+            },
             runtime,
-            runtime_config: config.runtime.clone(),
-            store,
-            clock,
-            secrets,
-            catalog: CatalogCache::default(),
-            hardware: Arc::new(hardware),
             body_limit: config.server.body_limit,
         }));
         // Warm the catalog so the first list is fast; a failure here is retried on first use.
@@ -123,7 +146,7 @@ impl Services {
         Ok(Services {
             state,
             table,
-            sqlite,
+            store,
             data_dir,
             admin_token_file,
         })
@@ -306,7 +329,7 @@ impl Application {
         runtime.signal_stop();
         reconciler_stop.send_replace(true);
         let _ = reconciling.await;
-        services.sqlite.close().await;
+        services.store.close().await;
         served
     }
 }

@@ -218,7 +218,10 @@ impl CatalogCache {
 
     /// Rebuilds the snapshot from the store; on failure the cache is emptied so no stale data is served.
     pub async fn reload(&self, store: &dyn Store) -> Result<Arc<CatalogIndex>, StoreError> {
-        let loaded = store.catalog_entries().await;
+        let loaded = match store.read().await {
+            Ok(mut session) => session.catalog_entries().await,
+            Err(e) => Err(e),
+        };
         let mut slot = match self.current.write() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),

@@ -42,6 +42,9 @@ impl Default for ServerConfig {
 pub struct StoreConfig {
     /// Where the SQLite file, the secrets key and the admin token live. Default: the platform data dir.
     pub data_dir: Option<PathBuf>,
+    /// The database: `postgres://user:password@host/db` for PostgreSQL, or `sqlite://PATH`. Default:
+    /// the SQLite file `switchyard.db` in the data dir.
+    pub url: Option<String>,
     /// `normal` keeps every acknowledged write across a crash or kill of the process; `full` also
     /// across a power loss, at the cost of one fsync per write.
     pub synchronous: Synchronous,
@@ -51,6 +54,7 @@ impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
             data_dir: None,
+            url: None,
             synchronous: Synchronous::Normal,
         }
     }
@@ -268,6 +272,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("SWITCHYARD_BODY_LIMIT", "server.body_limit"),
     ("SWITCHYARD_DATA_DIR", "store.data_dir"),
     ("SWITCHYARD_SYNCHRONOUS", "store.synchronous"),
+    ("SWITCHYARD_STORE_URL", "store.url"),
     ("SWITCHYARD_SECRETS_KEY", "secrets.key"),
     ("SWITCHYARD_SECRETS_KEY_FILE", "secrets.key_file"),
     ("SWITCHYARD_CATALOG_SEED_FILE", "catalog.seed_file"),
@@ -339,6 +344,10 @@ impl Config {
                     self.server.body_limit = value.parse().map_err(|e| bad(format!("{e}")))?
                 }
                 "SWITCHYARD_DATA_DIR" => self.store.data_dir = Some(value.into()),
+                "SWITCHYARD_STORE_URL" => {
+                    crate::store::StoreUrl::parse(&value).map_err(bad)?;
+                    self.store.url = Some(value)
+                }
                 "SWITCHYARD_SYNCHRONOUS" => {
                     self.store.synchronous = match value.as_str() {
                         "normal" => Synchronous::Normal,
@@ -366,6 +375,19 @@ impl Config {
         }
     }
 
+    /// The store to open: `store.url`, or the SQLite file in the data dir.
+    pub fn store_url(&self) -> Result<crate::store::StoreUrl, ConfigError> {
+        match &self.store.url {
+            Some(u) => crate::store::StoreUrl::parse(u).map_err(|message| ConfigError::Env {
+                var: "store.url".into(),
+                message,
+            }),
+            None => Ok(crate::store::StoreUrl::Sqlite(
+                self.data_dir()?.join(crate::store::DB_FILE),
+            )),
+        }
+    }
+
     pub fn key_file(&self) -> Result<PathBuf, ConfigError> {
         match &self.secrets.key_file {
             Some(f) => Ok(f.clone()),
@@ -381,6 +403,9 @@ impl Config {
         }
         if shown.store.data_dir.is_none() {
             shown.store.data_dir = self.data_dir().ok();
+        }
+        if let Some(Ok(url)) = self.store.url.as_deref().map(crate::store::StoreUrl::parse) {
+            shown.store.url = Some(url.redacted());
         }
         toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
     }

@@ -1,8 +1,18 @@
-//! Switchyard's service as a library: the `model` (wire types and their rules), the `store`
-//! (persistence behind one trait), `auth` (tokens, principals, namespace access), the `api`
-//! (axum routers), the in-memory `catalog` index and the `hardware` list, assembled by `app`.
-//! `client` is the typed HTTP client used by the console, the CLI and the tests.
-//! `routing` is the table the `runtime` publishes and the serving `proxy` reads (runtime → routing ← proxy).
+//! Switchyard's service as a library. Modules, from the bottom up (each imports only those below it):
+//!
+//! - `model`: wire types and their rules, pure; `store`: persistence by area (accounts, catalog,
+//!   endpoints, events) behind traits with units of work, on SQLite or PostgreSQL.
+//! - `clock`, `config`, `crypto` (sealing, hashing), `hardware` (the compute list), `catalog` (the
+//!   in-memory catalog index), `deploy` (recipe → endpoint spec plans), `auth` (the principal and
+//!   `authorize(principal, namespace, resource, action)`).
+//! - `services`: endpoint, catalog and account operations; each change and its outbox event commit in
+//!   one unit of work. Called by the API, the CLI, the deploy path and the reconciler.
+//! - `routing`: the routing table, backends, upstream pools and stats; published by `runtime`, read by
+//!   `proxy`, and neither imports the other.
+//! - `runtime` (reconciler, scaler, replica providers), `proxy` (the serving data plane), `api` (axum
+//!   routers: parse, authorize, call a service, render), assembled by `app`.
+//!
+//! `client` is the typed HTTP client of the public API, used by the console, the CLI and the tests.
 
 pub mod api;
 pub mod app;
@@ -18,6 +28,7 @@ pub mod model;
 pub mod proxy;
 pub mod routing;
 pub mod runtime;
+pub mod services;
 pub mod store;
 
 pub use app::{Application, Services};

@@ -438,7 +438,14 @@ async fn endpoint_management_round_trip() {
         .get_endpoint("admin", "my-endpoint")
         .await
         .unwrap();
-    assert_eq!(before, after);
+    // The runtime may move the status along meanwhile; what a refused update must not touch is the
+    // rest of the resource (nor its last change: the runtime's writes keep `updatedBy`).
+    let without_status = |mut v: Value| {
+        let by = v["status"]["updatedBy"].take();
+        v["status"] = by;
+        v
+    };
+    assert_eq!(without_status(before), without_status(after.clone()));
 
     // A response body sent back as an update changes nothing and is accepted.
     let same: Value = srv
@@ -676,7 +683,7 @@ async fn a_store_failure_is_a_bare_500() {
     let srv = spawn().await;
     // Break the real store under the running server: the catalog table disappears.
     let pool = srv.db().await;
-    sqlx::query("DROP TABLE catalog_items")
+    sqlx::raw_sql("DROP TABLE catalog_recipes; DROP TABLE catalog_items")
         .execute(&pool)
         .await
         .unwrap();
@@ -700,7 +707,7 @@ async fn a_store_failure_is_a_bare_500() {
 
 async fn stored_spec(srv: &common::TestServer, name: &str) -> Value {
     let pool = srv.db().await;
-    let spec: String = sqlx::query_scalar("SELECT spec FROM endpoints WHERE name = ?")
+    let spec: String = sqlx::query_scalar("SELECT spec FROM endpoints WHERE name = $1")
         .bind(name)
         .fetch_one(&pool)
         .await
@@ -796,4 +803,90 @@ async fn a_public_url_that_is_not_one_stops_the_start() {
             "nothing was created"
         );
     }
+}
+
+/// Every change through the API has its event in the outbox, written with the change; a refused
+/// change has none.
+#[tokio::test]
+async fn changes_and_their_events_commit_together() {
+    use switchyard_server::store::Store;
+    let srv = spawn().await;
+    let store = srv.store().await;
+    let events = || async {
+        store
+            .read()
+            .await
+            .unwrap()
+            .events_after(0, 10_000)
+            .await
+            .unwrap()
+    };
+    let seeded = events().await.len();
+
+    let _: Value = srv
+        .admin
+        .create_endpoint("admin", &endpoint_body("evented"))
+        .await
+        .unwrap();
+    let after_create = events().await;
+    let kinds: Vec<&str> = after_create[seeded..]
+        .iter()
+        .map(|e| e.kind.as_str())
+        .collect();
+    assert_eq!(kinds.first(), Some(&"endpoint.created"), "{kinds:?}");
+    let created = &after_create[seeded];
+    assert_eq!(
+        (created.namespace.as_str(), created.subject.as_str()),
+        ("admin", "evented")
+    );
+    assert_eq!(created.payload["endpoint"]["name"], "evented");
+
+    // A refused create (the name is taken) and a refused update write nothing, events included.
+    let before = events().await.len();
+    let taken = srv
+        .admin
+        .create_endpoint::<Value>("admin", &endpoint_body("evented"))
+        .await;
+    assert_eq!(status(taken), StatusCode::CONFLICT);
+    let bad = srv
+        .admin
+        .update_endpoint::<Value>("admin", "evented", &json!({"bogus": true}))
+        .await;
+    assert_eq!(status(bad), StatusCode::BAD_REQUEST);
+    let after_refusals = events().await;
+    assert!(
+        after_refusals[before..]
+            .iter()
+            .all(|e| e.kind.as_str() == "endpoint.status"),
+        "only the runtime's state changes may have come in between: {:?}",
+        after_refusals[before..]
+            .iter()
+            .map(|e| e.kind)
+            .collect::<Vec<_>>()
+    );
+
+    // An owner's action is a state change with both states; a delete is the last word.
+    let _: Value = srv
+        .admin
+        .endpoint_action("admin", "evented", "pause")
+        .await
+        .unwrap();
+    srv.admin.delete_endpoint("admin", "evented").await.unwrap();
+    let all = events().await;
+    let paused = all
+        .iter()
+        .rev()
+        .find(|e| e.kind.as_str() == "endpoint.status" && e.payload["state"] == "paused")
+        .expect("a paused event");
+    assert!(
+        paused.payload["previousState"].is_string(),
+        "{}",
+        paused.payload
+    );
+    assert_eq!(
+        all.last().map(|e| e.kind.as_str()),
+        Some("endpoint.deleted")
+    );
+    // Every event's payload shows the endpoint without its secrets' values.
+    assert!(all.iter().all(|e| e.seq > 0 && !e.id.is_empty()));
 }

@@ -35,6 +35,7 @@ async fn spawn(tweak: impl FnOnce(&mut Config)) -> Rt {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = Config::default();
     config.store.data_dir = Some(dir.path().to_path_buf());
+    config.store.url = common::test_store_url().await;
     config.server.listen = "127.0.0.1:0".parse().expect("addr");
     config.runtime.tick_ms = 50;
     config.runtime.stop_grace_ms = 2000;

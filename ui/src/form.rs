@@ -3,6 +3,8 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::effects::DeployRequest;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Field {
     Namespace,
@@ -88,14 +90,6 @@ pub struct DeployForm {
     pub issues: Vec<(Field, String)>,
     pub error: Option<String>,
     pub busy: bool,
-}
-
-/// What a submitted form asks the server for.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DeployRequest {
-    /// `Ok(repo_id)` for a model, `Err(public_id)` for one recipe.
-    pub target: Result<String, String>,
-    pub body: Value,
 }
 
 impl DeployForm {

@@ -4,7 +4,7 @@
 use ratatui::crossterm::event::KeyCode;
 use serde::Deserialize;
 
-use crate::state::EndpointAction;
+use crate::effects::EndpointAction;
 
 /// Where a binding applies. `Global` bindings apply in every view unless the view binds the key itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]

@@ -4,8 +4,34 @@
 //! drawn from the state, only after something changed.
 //!
 //! The console talks to the server only over HTTP, so the in-process and the remote cases are one path.
+//!
+//! # Layers
+//!
+//! The modules, lowest first. Each imports only modules listed before it, never one after it: there is no
+//! import cycle, the views draw from the state, and the state knows nothing of the views.
+//!
+//! 1. Plain data, for everything above:
+//!    - `format`: the spec's text formats, JSON and TOML. Imports nothing of the crate.
+//!    - `effects`: what the state asks the runtime to do ([`effects::Effect`]) and the requests it carries
+//!      (`EndpointAction`, `DeployRequest`, `ExternalEdit`). Imports `format`.
+//! 2. The widgets' own state and the keymap, each knowing nothing of the console around it:
+//!    - `pager`: a scrollable, searchable text (describe, logs). Imports nothing of the crate.
+//!    - `form`: the deploy form. Imports `effects`.
+//!    - `schedule`: the schedule editor. Imports nothing of the crate.
+//!    - `spec`: the spec editor. Imports `format`, `effects`.
+//!    - `keymap`: keys to commands, per context. Imports `effects`.
+//! 3. `state`: the console's state and its one `update` function, no I/O. Imports layers 1 and 2; its own
+//!    modules are layered the same way (listed in `state/mod.rs`), and `state::layout` holds the screen
+//!    geometry that paging and clicks need and the views draw with.
+//! 4. `views`: drawing, from `&State` only. Imports layers 1 to 3.
+//! 5. This file: the event loop, the terminal, `$EDITOR` and running effects against the server. Imports
+//!    everything.
+//!
+//! A module's own tests may use anything. `tests/layers.rs` checks the order.
 
+pub mod effects;
 pub mod form;
+pub mod format;
 pub mod keymap;
 pub mod pager;
 pub mod schedule;
@@ -24,8 +50,9 @@ use serde_json::Value;
 use switchyard_server::client::{Client, ClientError};
 use tokio::sync::mpsc;
 
+use effects::{DeployRequest, Effect, EndpointAction};
 use keymap::Keymap;
-use state::{Action, Effect, EndpointAction, EndpointRow, Key, SignInFailure, State};
+use state::{Action, EndpointRow, Key, SignInFailure, State};
 
 pub struct Options {
     pub client: Client,
@@ -187,53 +214,12 @@ async fn event_loop(
     let (tx, mut rx) = mpsc::unbounded_channel::<(u64, Action)>();
     let gate = Arc::new(InputGate::default());
     read_input(tx.clone(), gate.clone());
-    // SIGTERM, SIGHUP (a closed ssh session) and SIGINT quit like ctrl-c: the terminal and the server are
-    // put back. SIGINT while `$EDITOR` has the terminal is the editor's (ctrl-c typed there reaches us too).
     #[cfg(unix)]
-    {
-        let signals = tx.clone();
-        tokio::spawn(async move {
-            use tokio::signal::unix::{signal, SignalKind};
-            let (Ok(mut term), Ok(mut hup), Ok(mut int)) = (
-                signal(SignalKind::terminate()),
-                signal(SignalKind::hangup()),
-                signal(SignalKind::interrupt()),
-            ) else {
-                return;
-            };
-            loop {
-                tokio::select! {
-                    _ = term.recv() => break,
-                    _ = hup.recv() => break,
-                    _ = int.recv() => {
-                        if !EDITING.load(std::sync::atomic::Ordering::SeqCst) {
-                            break;
-                        }
-                    }
-                }
-            }
-            let _ = signals.send((ALWAYS, Action::Key(Key("ctrl-c".into()))));
-        });
-    }
+    quit_on_signals(tx.clone());
     if let Some(stopped) = options.server_stopped.take() {
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            if let Ok(why) = stopped.await {
-                let _ = tx.send((ALWAYS, Action::ServerStopped(why)));
-            }
-        });
+        report_server_stop(stopped, tx.clone());
     }
-    let ticks = tx.clone();
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(Duration::from_secs(1));
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            every.tick().await;
-            if ticks.send((ALWAYS, Action::Tick(Utc::now()))).is_err() {
-                break;
-            }
-        }
-    });
+    tick_every_second(tx.clone());
     if let Ok(size) = terminal.size() {
         state.size = (size.width, size.height);
     }
@@ -252,15 +238,7 @@ async fn event_loop(
                         // The terminal is ours: the clipboard escape is written here, not in a task.
                         Effect::Copy(text) => copy_to_clipboard(&text),
                         Effect::Connect(to) => {
-                            client = match to {
-                                Some((url, token)) => {
-                                    let known = options.remote_token.as_ref().filter(|(u, _)| {
-                                        u.trim_end_matches('/') == url.trim_end_matches('/')
-                                    });
-                                    Client::new(&url, token.or(known.map(|(_, t)| t.clone())))
-                                }
-                                None => home.clone(),
-                            }
+                            client = client_for(to, &home, options.remote_token.as_ref())
                         }
                         Effect::ExternalEdit(edit, text) => {
                             let text = tokio::task::block_in_place(|| {
@@ -286,13 +264,84 @@ async fn event_loop(
     Ok(())
 }
 
+/// SIGTERM, SIGHUP (a closed ssh session) and SIGINT quit like ctrl-c: the terminal and the server are put
+/// back. SIGINT while `$EDITOR` has the terminal is the editor's (ctrl-c typed there reaches us too).
+#[cfg(unix)]
+fn quit_on_signals(tx: mpsc::UnboundedSender<(u64, Action)>) {
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut hup), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = term.recv() => break,
+                _ = hup.recv() => break,
+                _ = int.recv() => {
+                    if !EDITING.load(std::sync::atomic::Ordering::SeqCst) {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = tx.send((ALWAYS, Action::Key(Key("ctrl-c".into()))));
+    });
+}
+
+/// Tells the state why the in-process server stopped, if it stops on its own.
+fn report_server_stop(
+    stopped: tokio::sync::oneshot::Receiver<String>,
+    tx: mpsc::UnboundedSender<(u64, Action)>,
+) {
+    tokio::spawn(async move {
+        if let Ok(why) = stopped.await {
+            let _ = tx.send((ALWAYS, Action::ServerStopped(why)));
+        }
+    });
+}
+
+/// A tick every second, for the clock and the live lists.
+fn tick_every_second(tx: mpsc::UnboundedSender<(u64, Action)>) {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(1));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            if tx.send((ALWAYS, Action::Tick(Utc::now()))).is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// The client for `:server`: another server's URL with its token (given, or the `--server` one's when the URL
+/// is that same server), or `None` for the one the console started with.
+fn client_for(
+    to: Option<(String, Option<String>)>,
+    home: &Client,
+    remote_token: Option<&(String, String)>,
+) -> Client {
+    match to {
+        Some((url, token)) => {
+            let known =
+                remote_token.filter(|(u, _)| u.trim_end_matches('/') == url.trim_end_matches('/'));
+            Client::new(&url, token.or(known.map(|(_, t)| t.clone())))
+        }
+        None => home.clone(),
+    }
+}
+
 /// `$VISUAL`, else `$EDITOR`, else `vi`, on a private temporary file holding `text`; the console gives the
 /// terminal to it and takes it back after. Returns the text the editor left, or why there is none.
 fn edit_externally(
     terminal: &mut ratatui::DefaultTerminal,
     gate: &InputGate,
     text: &str,
-    format: spec::Format,
+    format: format::Format,
     mouse: bool,
 ) -> Result<String, String> {
     use ratatui::crossterm::{execute, terminal as term};
@@ -424,23 +473,7 @@ pub async fn perform(client: &Client, effect: Effect) -> Option<Action> {
         Effect::SignIn => Action::SignedIn(sign_in(client).await.map_err(|e| sign_in_failure(&e))),
         // Done by the event loop itself, which owns the terminal and the client.
         Effect::Copy(_) | Effect::Connect(_) | Effect::ExternalEdit(..) => return None,
-        Effect::Deploy(request) => {
-            let namespace = request.body["namespace"].as_str().unwrap_or("").to_string();
-            let answer = match &request.target {
-                Ok(repo_id) => client.deploy_model::<Value>(repo_id, &request.body).await,
-                Err(recipe) => client.deploy_recipe::<Value>(recipe, &request.body).await,
-            };
-            Action::Deployed(
-                answer
-                    .map(|v| {
-                        format!(
-                            "{namespace}/{}",
-                            v["endpoint"]["name"].as_str().unwrap_or("")
-                        )
-                    })
-                    .map_err(|e| refusal(&e)),
-            )
-        }
+        Effect::Deploy(request) => deploy(client, request).await,
         Effect::Update {
             namespace,
             name,
@@ -468,64 +501,94 @@ pub async fn perform(client: &Client, effect: Effect) -> Option<Action> {
                 text,
             }
         }
-        Effect::LoadCatalog(seq, filters) => Action::CatalogLoaded(
-            seq,
-            client
-                .catalog_list::<Value>(
-                    &filters
-                        .iter()
-                        .map(|(k, v)| (k.as_str(), v.as_str()))
-                        .collect::<Vec<_>>(),
-                )
-                .await
-                .map(|v| {
-                    v["items"]
-                        .as_array()
-                        .map(|items| items.iter().map(state::CatalogRow::from_json).collect())
-                        .unwrap_or_default()
-                })
-                .map_err(|e| message(&e)),
-        ),
-        Effect::LoadEndpoints(seq, namespaces) => {
-            let mut rows = Vec::new();
-            for ns in &namespaces {
-                match client.list_endpoints::<Value>(ns).await {
-                    Ok(v) => rows.extend(
-                        v["items"]
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .map(|e| EndpointRow::from_json(ns, e)),
-                    ),
-                    // A namespace that went away, or lost access: skip it.
-                    Err(ClientError::Api { .. }) => {}
-                    Err(e) => return Some(Action::EndpointsLoaded(seq, Err(message(&e)))),
-                }
-            }
-            Action::EndpointsLoaded(seq, Ok(rows))
-        }
+        Effect::LoadCatalog(seq, filters) => load_catalog(client, seq, &filters).await,
+        Effect::LoadEndpoints(seq, namespaces) => load_endpoints(client, seq, &namespaces).await,
         Effect::Act {
             action,
             namespace,
             name,
-        } => {
-            let result = match action {
-                EndpointAction::Delete => client
-                    .delete_endpoint(&namespace, &name)
-                    .await
-                    .map(|_| "deleted".to_string()),
-                other => client
-                    .endpoint_action::<Value>(&namespace, &name, other.verb())
-                    .await
-                    .map(|ep| ep["status"]["state"].as_str().unwrap_or("").to_string()),
-            };
-            Action::Done(
-                result
-                    .map(|s| format!("{} {namespace}/{name}: {s}", action.verb()))
-                    .map_err(|e| format!("{} {namespace}/{name}: {}", action.verb(), message(&e))),
-            )
-        }
+        } => act(client, action, &namespace, &name).await,
     })
+}
+
+/// A deploy form's request: the new endpoint's `namespace/name`, or the server's refusal.
+async fn deploy(client: &Client, request: DeployRequest) -> Action {
+    let namespace = request.body["namespace"].as_str().unwrap_or("").to_string();
+    let answer = match &request.target {
+        Ok(repo_id) => client.deploy_model::<Value>(repo_id, &request.body).await,
+        Err(recipe) => client.deploy_recipe::<Value>(recipe, &request.body).await,
+    };
+    Action::Deployed(
+        answer
+            .map(|v| {
+                format!(
+                    "{namespace}/{}",
+                    v["endpoint"]["name"].as_str().unwrap_or("")
+                )
+            })
+            .map_err(|e| refusal(&e)),
+    )
+}
+
+/// The catalog, with the API's filters.
+async fn load_catalog(client: &Client, seq: u64, filters: &[(String, String)]) -> Action {
+    Action::CatalogLoaded(
+        seq,
+        client
+            .catalog_list::<Value>(
+                &filters
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect::<Vec<_>>(),
+            )
+            .await
+            .map(|v| {
+                v["items"]
+                    .as_array()
+                    .map(|items| items.iter().map(state::CatalogRow::from_json).collect())
+                    .unwrap_or_default()
+            })
+            .map_err(|e| message(&e)),
+    )
+}
+
+/// The endpoints of every namespace, one list call each.
+async fn load_endpoints(client: &Client, seq: u64, namespaces: &[String]) -> Action {
+    let mut rows = Vec::new();
+    for ns in namespaces {
+        match client.list_endpoints::<Value>(ns).await {
+            Ok(v) => rows.extend(
+                v["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|e| EndpointRow::from_json(ns, e)),
+            ),
+            // A namespace that went away, or lost access: skip it.
+            Err(ClientError::Api { .. }) => {}
+            Err(e) => return Action::EndpointsLoaded(seq, Err(message(&e))),
+        }
+    }
+    Action::EndpointsLoaded(seq, Ok(rows))
+}
+
+/// A confirmed lifecycle action on an endpoint: its message, or why it failed.
+async fn act(client: &Client, action: EndpointAction, namespace: &str, name: &str) -> Action {
+    let result = match action {
+        EndpointAction::Delete => client
+            .delete_endpoint(namespace, name)
+            .await
+            .map(|_| "deleted".to_string()),
+        other => client
+            .endpoint_action::<Value>(namespace, name, other.verb())
+            .await
+            .map(|ep| ep["status"]["state"].as_str().unwrap_or("").to_string()),
+    };
+    Action::Done(
+        result
+            .map(|s| format!("{} {namespace}/{name}: {s}", action.verb()))
+            .map_err(|e| format!("{} {namespace}/{name}: {}", action.verb(), message(&e))),
+    )
 }
 
 /// The signed-in user and the namespaces to list: their own and their organizations', or, for an instance

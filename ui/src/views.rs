@@ -6,87 +6,19 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, TableState, Wrap};
 use ratatui::Frame;
 
+use crate::form::{DeployForm, Field};
 use crate::keymap::{Context, Keymap};
 use crate::pager::Pager;
-use crate::state::{Connection, Overlay, Recipe, State, View};
+use crate::schedule::{Entry, ScheduleEditor, COLUMNS};
+use crate::spec::SpecEditor;
+use crate::state::layout::{list_offset, screen, table_rows};
+use crate::state::{shown_command, Connection, Overlay, Recipe, State, View};
+
+/// The heights the keys page by, which are also the rows drawn.
+pub use crate::state::layout::{list_height, pager_height};
 
 pub const MIN_WIDTH: u16 = 80;
 pub const MIN_HEIGHT: u16 = 24;
-
-/// Lines of text a pager (describe, logs) shows on a terminal of `size`: the box leaves two rows above and
-/// below, and has a border.
-pub fn pager_height(size: (u16, u16)) -> usize {
-    (size.1 as usize).saturating_sub(6).max(1)
-}
-
-/// Rows of the catalog's detail pane (the selected model's recipes), under the list.
-const DETAIL_HEIGHT: u16 = 7;
-
-/// Where the parts of the main screen go: the status line, the view's table, the catalog's detail pane and
-/// the footer. Drawing, paging and mouse clicks all take the table's place from here.
-struct Screen {
-    top: Rect,
-    table: Rect,
-    detail: Option<Rect>,
-    bottom: Rect,
-}
-
-fn screen(view: View, area: Rect) -> Screen {
-    let [top, main, bottom] = Layout::vertical([
-        Constraint::Length(1),
-        Constraint::Min(3),
-        Constraint::Length(2),
-    ])
-    .areas(area);
-    let (table, detail) = match view {
-        View::Catalog => {
-            let [table, detail] =
-                Layout::vertical([Constraint::Min(3), Constraint::Length(DETAIL_HEIGHT)])
-                    .areas(main);
-            (table, Some(detail))
-        }
-        View::Endpoints => (main, None),
-    };
-    Screen {
-        top,
-        table,
-        detail,
-        bottom,
-    }
-}
-
-/// The table of a view on a terminal of `size`.
-fn table_area(view: View, size: (u16, u16)) -> Rect {
-    screen(view, Rect::new(0, 0, size.0, size.1)).table
-}
-
-/// Rows a table in `area` shows: its border and header taken away.
-fn table_rows(area: Rect) -> usize {
-    (area.height as usize).saturating_sub(3).max(1)
-}
-
-/// Rows of a view's table on a terminal of `size` (what page up and down move by).
-pub fn list_height(view: View, size: (u16, u16)) -> usize {
-    table_rows(table_area(view, size))
-}
-
-/// The first row of the list shown, keeping the selection in sight (the same rule `list` draws with).
-fn list_offset(selected: usize, height: usize) -> usize {
-    selected.saturating_sub(height.saturating_sub(1))
-}
-
-/// The row of the current view under screen row `y` (a mouse click), if any.
-pub fn row_at(state: &State, y: u16) -> Option<usize> {
-    let table = table_area(state.view, state.size);
-    // Below the table's top border and header.
-    let first = table.y as usize + 2;
-    let height = table_rows(table);
-    let y = (y as usize).checked_sub(first).filter(|y| *y < height)?;
-    let rows = state.visible().len();
-    let selected = state.selected.min(rows.saturating_sub(1));
-    let at = list_offset(selected, height) + y;
-    (at < rows).then_some(at)
-}
 
 pub fn draw(frame: &mut Frame, state: &State, keymap: &Keymap) {
     let area = frame.area();
@@ -326,9 +258,7 @@ fn footer(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap) {
     let [message, hints] =
         Layout::vertical([Constraint::Length(1), Constraint::Length(1)]).areas(area);
     let line = match (&state.overlay, &state.message) {
-        (Overlay::Command(text), _) => {
-            Line::from(format!(":{}▏", crate::state::shown_command(text)))
-        }
+        (Overlay::Command(text), _) => Line::from(format!(":{}▏", shown_command(text))),
         (_, Some((m, true))) => Line::styled(m.clone(), Style::new().fg(Color::Red)),
         (_, Some((m, false))) => Line::styled(m.clone(), Style::new().fg(Color::Green)),
         _ => match state.keymap_problems.first() {
@@ -466,8 +396,7 @@ fn pane(frame: &mut Frame, area: Rect, pager: &Pager, how: &str) {
     );
 }
 
-fn deploy(frame: &mut Frame, area: Rect, form: &crate::form::DeployForm) {
-    use crate::form::Field;
+fn deploy(frame: &mut Frame, area: Rect, form: &DeployForm) {
     let box_ = centered(area, 96, Field::ALL.len() as u16 + 7);
     let mut lines = Vec::new();
     for (i, f) in Field::ALL.iter().enumerate() {
@@ -513,7 +442,7 @@ fn deploy(frame: &mut Frame, area: Rect, form: &crate::form::DeployForm) {
     );
 }
 
-fn spec(frame: &mut Frame, area: Rect, editor: &crate::spec::SpecEditor) {
+fn spec(frame: &mut Frame, area: Rect, editor: &SpecEditor) {
     let box_ = centered(
         area,
         area.width.saturating_sub(6),
@@ -565,72 +494,16 @@ fn spec(frame: &mut Frame, area: Rect, editor: &crate::spec::SpecEditor) {
 fn schedule(
     frame: &mut Frame,
     area: Rect,
-    editor: &crate::schedule::ScheduleEditor,
+    editor: &ScheduleEditor,
     now: chrono::DateTime<chrono::Utc>,
 ) {
-    use crate::schedule::COLUMNS;
     use chrono::Timelike;
     let box_ = centered(area, 100, area.height.saturating_sub(4));
     let minute = (now.hour() * 60 + now.minute()) as u16;
     let now_entry = editor.in_effect(minute);
-    let axis: String = (0..8)
-        .map(|i| format!("{:<6}", format!("{:02}", i * 3)))
-        .collect();
-    let marker = format!(
-        "{}^ now ({:02}:{:02} UTC)",
-        " ".repeat((minute / 30) as usize),
-        now.hour(),
-        now.minute()
-    );
-    let mut lines = vec![
-        Line::from(format!(
-            "own values (no entries): min {} max {} · a cell is 30 min; a digit is the entry in effect",
-            editor.own_min, editor.own_max
-        )),
-        Line::default(),
-        Line::from(axis),
-        Line::styled(editor.timeline(), Style::new().fg(Color::Cyan)),
-        Line::from(marker),
-        Line::default(),
-        Line::styled(
-            format!("   #  {:<10} {:<6} {:<6} {}", COLUMNS[0], COLUMNS[1], COLUMNS[2], COLUMNS[3]),
-            Style::new().add_modifier(Modifier::BOLD),
-        ),
-    ];
+    let mut lines = schedule_day(editor, now);
     for (i, e) in editor.entries.iter().enumerate() {
-        let cell = |col: usize, text: &str, width: usize| {
-            let focused = i == editor.row && col == editor.col;
-            let shown = format!(
-                "{:<width$}",
-                format!("{text}{}", if focused { "▏" } else { "" })
-            );
-            Span::styled(
-                shown,
-                if focused {
-                    Style::new().add_modifier(Modifier::REVERSED)
-                } else {
-                    Style::new()
-                },
-            )
-        };
-        let mark = if Some(i) == now_entry { "▶" } else { " " };
-        let mut spans = vec![
-            Span::styled(
-                format!(" {mark} {:<2} ", i + 1),
-                Style::new().fg(Color::Cyan),
-            ),
-            cell(0, &e.at, 10),
-            Span::raw(" "),
-            cell(1, &e.min, 6),
-            Span::raw(" "),
-            cell(2, &e.max, 6),
-            Span::raw(" "),
-            cell(3, &e.timeout, 8),
-        ];
-        for (_, m) in editor.issues.iter().filter(|(n, _)| *n == Some(i)) {
-            spans.push(Span::styled(format!("  {m}"), Style::new().fg(Color::Red)));
-        }
-        lines.push(Line::from(spans));
+        lines.push(schedule_entry(editor, i, e, Some(i) == now_entry));
     }
     if editor.entries.is_empty() {
         lines.push(Line::from(
@@ -658,6 +531,75 @@ fn schedule(
         ),
         box_,
     );
+}
+
+/// The schedule editor's head: the endpoint's own values, the day's timeline with the time now marked, and
+/// the entries' column heads.
+fn schedule_day(editor: &ScheduleEditor, now: chrono::DateTime<chrono::Utc>) -> Vec<Line<'static>> {
+    use chrono::Timelike;
+    let minute = (now.hour() * 60 + now.minute()) as u16;
+    let axis: String = (0..8)
+        .map(|i| format!("{:<6}", format!("{:02}", i * 3)))
+        .collect();
+    let marker = format!(
+        "{}^ now ({:02}:{:02} UTC)",
+        " ".repeat((minute / 30) as usize),
+        now.hour(),
+        now.minute()
+    );
+    vec![
+        Line::from(format!(
+            "own values (no entries): min {} max {} · a cell is 30 min; a digit is the entry in effect",
+            editor.own_min, editor.own_max
+        )),
+        Line::default(),
+        Line::from(axis),
+        Line::styled(editor.timeline(), Style::new().fg(Color::Cyan)),
+        Line::from(marker),
+        Line::default(),
+        Line::styled(
+            format!("   #  {:<10} {:<6} {:<6} {}", COLUMNS[0], COLUMNS[1], COLUMNS[2], COLUMNS[3]),
+            Style::new().add_modifier(Modifier::BOLD),
+        ),
+    ]
+}
+
+/// One entry of the schedule: its number (marked when it is in effect now), its fields with the focused one
+/// shown, and its issues.
+fn schedule_entry(editor: &ScheduleEditor, i: usize, e: &Entry, in_effect: bool) -> Line<'static> {
+    let cell = |col: usize, text: &str, width: usize| {
+        let focused = i == editor.row && col == editor.col;
+        let shown = format!(
+            "{:<width$}",
+            format!("{text}{}", if focused { "▏" } else { "" })
+        );
+        Span::styled(
+            shown,
+            if focused {
+                Style::new().add_modifier(Modifier::REVERSED)
+            } else {
+                Style::new()
+            },
+        )
+    };
+    let mark = if in_effect { "▶" } else { " " };
+    let mut spans = vec![
+        Span::styled(
+            format!(" {mark} {:<2} ", i + 1),
+            Style::new().fg(Color::Cyan),
+        ),
+        cell(0, &e.at, 10),
+        Span::raw(" "),
+        cell(1, &e.min, 6),
+        Span::raw(" "),
+        cell(2, &e.max, 6),
+        Span::raw(" "),
+        cell(3, &e.timeout, 8),
+    ];
+    for (_, m) in editor.issues.iter().filter(|(n, _)| *n == Some(i)) {
+        spans.push(Span::styled(format!("  {m}"), Style::new().fg(Color::Red)));
+    }
+    Line::from(spans)
 }
 
 fn confirm(frame: &mut Frame, area: Rect, question: &str, yes: bool) {

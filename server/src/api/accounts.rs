@@ -74,8 +74,9 @@ fn avatar(name: &str) -> String {
 #[utoipa::path(get, path = "/api/whoami-v2", tag = "accounts",
     responses((status = 200, body = WhoAmIOut), (status = 401, description = "missing or invalid token")))]
 pub async fn whoami(State(state): State<AppState>, who: Principal) -> ApiResult<Json<WhoAmIOut>> {
-    let orgs = state.store.orgs_of(&who.account.id).await?;
+    let orgs = crate::services::accounts::orgs_of(state.store.as_ref(), &who.account.id).await?;
     let a = &who.account;
+    let crate::auth::Credential::PersonalToken(token) = &who.credential;
     Ok(Json(WhoAmIOut {
         kind: "user".into(),
         id: a.id.clone(),
@@ -88,6 +89,7 @@ pub async fn whoami(State(state): State<AppState>, who: Principal) -> ApiResult<
         is_admin: a.is_admin,
         orgs: orgs
             .into_iter()
+            .filter(|(o, _)| who.reaches_org(&o.name))
             .map(|(o, role)| OrgOut {
                 kind: "org".into(),
                 avatar_url: avatar(&o.name),
@@ -100,16 +102,16 @@ pub async fn whoami(State(state): State<AppState>, who: Principal) -> ApiResult<
         auth: AuthOut {
             kind: "access_token".into(),
             access_token: AccessTokenOut {
-                display_name: who.token.display_name.clone(),
-                role: if who.token.scopes.is_some() {
+                display_name: token.display_name.clone(),
+                role: if who.scopes.is_some() {
                     "fineGrained"
                 } else {
                     "write"
                 }
                 .into(),
-                created_at: utc_timestamp(who.token.created_at),
-                expires_at: who.token.expires_at.map(utc_timestamp),
-                scopes: who.token.scopes.clone(),
+                created_at: utc_timestamp(token.created_at),
+                expires_at: token.expires_at.map(utc_timestamp),
+                scopes: who.scopes.clone(),
             },
         },
     }))

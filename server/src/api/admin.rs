@@ -11,11 +11,11 @@ use utoipa::ToSchema;
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, PathParams};
 use super::AppState;
-use crate::auth::accounts::{self, AccountError};
 use crate::auth::Principal;
 use crate::model::account::{Account, AccountKind, Membership, Role, Scope, TokenInfo};
 use crate::model::catalog::CatalogEntry;
 use crate::model::Issue;
+use crate::services::accounts::{self, AccountError};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -106,7 +106,9 @@ pub async fn list_users(
     who: Principal,
 ) -> ApiResult<Json<Vec<Account>>> {
     who.require_instance_admin()?;
-    Ok(Json(s.store.list_accounts(AccountKind::User).await?))
+    Ok(Json(
+        accounts::list_accounts(s.store.as_ref(), AccountKind::User).await?,
+    ))
 }
 
 #[utoipa::path(post, path = "/api/v1/admin/users", tag = "admin", request_body = UserIn,
@@ -134,7 +136,9 @@ pub async fn create_user(
 #[utoipa::path(get, path = "/api/v1/admin/orgs", tag = "admin", responses((status = 200, body = [Account])))]
 pub async fn list_orgs(State(s): State<AppState>, who: Principal) -> ApiResult<Json<Vec<Account>>> {
     who.require_instance_admin()?;
-    Ok(Json(s.store.list_accounts(AccountKind::Org).await?))
+    Ok(Json(
+        accounts::list_accounts(s.store.as_ref(), AccountKind::Org).await?,
+    ))
 }
 
 #[utoipa::path(post, path = "/api/v1/admin/orgs", tag = "admin", request_body = OrgIn,
@@ -167,14 +171,7 @@ pub async fn list_members(
     PathParams(org): PathParams<String>,
 ) -> ApiResult<Json<Vec<Membership>>> {
     who.require_instance_admin()?;
-    if s.store
-        .account_by_name(&org)
-        .await?
-        .is_none_or(|a| a.kind != AccountKind::Org)
-    {
-        return Err(ApiError::NotFound(format!("no organization {org:?}")));
-    }
-    Ok(Json(s.store.list_members(&org).await?))
+    Ok(Json(accounts::list_members(s.store.as_ref(), &org).await?))
 }
 
 #[utoipa::path(put, path = "/api/v1/admin/orgs/{org}/members/{user}", tag = "admin", request_body = MemberIn,
@@ -200,13 +197,8 @@ pub async fn remove_member(
     PathParams((org, user)): PathParams<(String, String)>,
 ) -> ApiResult<StatusCode> {
     who.require_instance_admin()?;
-    if s.store.remove_membership(&org, &user).await? {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::NotFound(format!(
-            "{user:?} is not a member of {org:?}"
-        )))
-    }
+    accounts::remove_member(s.store.as_ref(), &org, &user).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 #[utoipa::path(get, path = "/api/v1/admin/users/{user}/tokens", tag = "admin",
@@ -217,7 +209,7 @@ pub async fn list_tokens(
     PathParams(user): PathParams<String>,
 ) -> ApiResult<Json<Vec<TokenInfo>>> {
     who.require_instance_admin()?;
-    Ok(Json(s.store.list_tokens(&user).await?))
+    Ok(Json(accounts::list_tokens(s.store.as_ref(), &user).await?))
 }
 
 #[utoipa::path(post, path = "/api/v1/admin/users/{user}/tokens", tag = "admin", request_body = TokenIn,
@@ -257,11 +249,8 @@ pub async fn delete_token(
     PathParams(id): PathParams<String>,
 ) -> ApiResult<StatusCode> {
     who.require_instance_admin()?;
-    if s.store.delete_token(&id).await? {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::NotFound(format!("no token {id:?}")))
-    }
+    accounts::revoke_token(s.store.as_ref(), &id).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 #[utoipa::path(get, path = "/api/v1/admin/catalog/items", tag = "admin",
@@ -285,21 +274,7 @@ pub async fn put_catalog_item(
 ) -> ApiResult<(StatusCode, Json<CatalogEntry>)> {
     who.require_instance_admin()?;
     let entry: CatalogEntry = decode(body)?;
-    let issues: Vec<Issue> = entry
-        .problems()
-        .into_iter()
-        .map(|(p, m)| Issue::new(p, m))
-        .collect();
-    if !issues.is_empty() {
-        return Err(ApiError::invalid_body(issues));
-    }
-    // A recipe id must stay unique across the catalog: another item may not already use it.
-    let idx = s.catalog.get(s.store.as_ref()).await?;
-    if let Some(conflict) = idx.recipe_id_conflict(&entry) {
-        return Err(ApiError::Conflict(conflict));
-    }
-    let added = s.store.put_catalog_entry(&entry, s.clock.now()).await?;
-    s.catalog.reload(s.store.as_ref()).await?;
+    let added = crate::services::catalog::put_item(&s, &entry).await?;
     tracing::info!(repo = %entry.repo_id, added, by = %who.account.name, "catalog item saved");
     Ok((
         if added {
@@ -320,14 +295,9 @@ pub async fn delete_catalog_item(
 ) -> ApiResult<StatusCode> {
     who.require_instance_admin()?;
     let repo_id = format!("{author}/{model}");
-    let removed = s.store.delete_catalog_entry(&repo_id).await?;
-    s.catalog.reload(s.store.as_ref()).await?;
-    if removed {
-        tracing::info!(repo = %repo_id, by = %who.account.name, "catalog item removed");
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::NotFound(format!("no catalog item {repo_id:?}")))
-    }
+    crate::services::catalog::delete_item(&s, &repo_id).await?;
+    tracing::info!(repo = %repo_id, by = %who.account.name, "catalog item removed");
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Re-reads the catalog from the store (after `switchyard admin catalog …` changed it from the shell).

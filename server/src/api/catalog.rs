@@ -1,25 +1,20 @@
 //! The catalog API (service spec 4.1–4.4): list with filters, deploy a model or one recipe.
 
-use std::collections::HashSet;
-
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::endpoints::{insert_new, render};
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, PathParams, QueryPairs};
 use super::AppState;
-use crate::auth::{authorize, Access, Principal};
-use crate::deploy::{
-    apply_config, base_spec, derive_name, name_prefix, plan_model, plan_recipe, Plan, PlanError,
-};
+use crate::auth::{authorize, Action, Principal, Resource};
+use crate::deploy::{plan_model, plan_recipe, Plan, PlanError};
 use crate::model::catalog::CatalogQuery;
-use crate::model::{DeployModelIn, DeployRecipeIn, EndpointOut, EndpointSpec};
-use crate::store::StoreError;
+use crate::model::{DeployModelIn, DeployRecipeIn, EndpointOut};
+use crate::services::endpoints::render;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -94,7 +89,14 @@ pub async fn deploy_model(
     JsonBody(body): JsonBody,
 ) -> ApiResult<Json<DeployOut>> {
     let input = DeployModelIn::parse(&body).map_err(ApiError::invalid_body)?;
-    authorize(s.store.as_ref(), &who, &input.namespace, Access::Change).await?;
+    authorize(
+        s.store.as_ref(),
+        &who,
+        &input.namespace,
+        Resource::Endpoints,
+        Action::Change,
+    )
+    .await?;
     let index = s.catalog.get(s.store.as_ref()).await?;
     let repo_id = format!("{author}/{model}");
     let entry = index
@@ -127,7 +129,14 @@ pub async fn deploy_recipe(
     JsonBody(body): JsonBody,
 ) -> ApiResult<Json<DeployOut>> {
     let input = DeployRecipeIn::parse(&body).map_err(ApiError::invalid_body)?;
-    authorize(s.store.as_ref(), &who, &input.namespace, Access::Change).await?;
+    authorize(
+        s.store.as_ref(),
+        &who,
+        &input.namespace,
+        Resource::Endpoints,
+        Action::Change,
+    )
+    .await?;
     let index = s.catalog.get(s.store.as_ref()).await?;
     let (entry, j) = index
         .by_recipe_id(&public_id)
@@ -136,8 +145,7 @@ pub async fn deploy_recipe(
     deploy(&s, &who, &input.namespace, &plan, body.get("config")).await
 }
 
-/// Builds the spec for a plan with the deploy `config` applied, and stores it. A name given in
-/// `config` that is taken is a 409; a derived name is made unique instead.
+/// Deploys the plan and renders the new endpoint.
 async fn deploy(
     s: &AppState,
     who: &Principal,
@@ -145,56 +153,8 @@ async fn deploy(
     plan: &Plan<'_>,
     config: Option<&Value>,
 ) -> ApiResult<Json<DeployOut>> {
-    let empty = Map::new();
-    let config = config.and_then(Value::as_object).unwrap_or(&empty);
-    let given_name = config
-        .get("name")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    for _ in 0..5 {
-        let name = match &given_name {
-            Some(n) => n.clone(),
-            None => {
-                let taken: HashSet<String> = s
-                    .store
-                    .endpoint_names_with_prefix(namespace, &name_prefix(&plan.entry.model_name))
-                    .await?
-                    .into_iter()
-                    .collect();
-                derive_name(&plan.entry.model_name, &taken)
-            }
-        };
-        let mut spec = base_spec(plan, &name);
-        apply_config(&mut spec, config);
-        let spec = EndpointSpec::parse(&spec).map_err(|issues| {
-            // Issues in the built spec can only come from the config overrides: name them as such.
-            ApiError::invalid_body(
-                issues
-                    .into_iter()
-                    .map(|mut i| {
-                        i.path = i.path.replace("compute.scaling", "config.scaling");
-                        i
-                    })
-                    .collect(),
-            )
-        })?;
-        match insert_new(s, who, namespace, spec).await {
-            Ok(rec) => {
-                tracing::info!(namespace, endpoint = %name, recipe = %plan.recipe.public_id, "deployed from catalog");
-                return Ok(Json(DeployOut {
-                    endpoint: render(&rec),
-                }));
-            }
-            Err(ApiError::Conflict(m)) if given_name.is_some() => {
-                return Err(ApiError::Conflict(m))
-            }
-            // Someone took the derived name in between: derive again.
-            Err(ApiError::Conflict(_)) => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(StoreError::Conflict(format!(
-        "could not find a free endpoint name in {namespace:?}"
-    ))
-    .into())
+    let rec = crate::services::catalog::deploy(s, who, namespace, plan, config).await?;
+    Ok(Json(DeployOut {
+        endpoint: render(&rec),
+    }))
 }

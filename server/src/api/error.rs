@@ -143,6 +143,32 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl From<crate::auth::AuthError> for ApiError {
+    fn from(e: crate::auth::AuthError) -> Self {
+        use crate::auth::AuthError;
+        match e {
+            AuthError::Unauthorized(m) => ApiError::Unauthorized(m),
+            AuthError::Forbidden(m) => ApiError::Forbidden(m),
+            AuthError::NotFound(m) => ApiError::NotFound(m),
+            AuthError::Store(s) => s.into(),
+        }
+    }
+}
+
+impl From<crate::services::Error> for ApiError {
+    fn from(e: crate::services::Error) -> Self {
+        use crate::services::Error;
+        match e {
+            Error::Invalid(issues) => ApiError::invalid_body(issues),
+            Error::BadRequest(m) => ApiError::BadRequest(m),
+            Error::Forbidden(m) => ApiError::Forbidden(m),
+            Error::NotFound(m) => ApiError::NotFound(m),
+            Error::Conflict(m) => ApiError::Conflict(m),
+            Error::Store(s) => s.into(),
+        }
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {

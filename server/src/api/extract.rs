@@ -86,6 +86,6 @@ impl FromRequestParts<AppState> for Principal {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let token = bearer_in(&parts.headers);
-        authenticate(state.store.as_ref(), token, state.clock.now()).await
+        Ok(authenticate(state.store.as_ref(), token, state.clock.now()).await?)
     }
 }

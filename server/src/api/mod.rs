@@ -17,11 +17,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 
-use crate::catalog::CatalogCache;
-use crate::clock::Clock;
-use crate::crypto::{random_id, SecretBox};
-use crate::hardware::HardwareList;
-use crate::store::Store;
+use crate::crypto::random_id;
+use crate::services::Context;
 use error::{header_safe, ApiError};
 use tracing::Instrument;
 
@@ -29,14 +26,11 @@ use tracing::Instrument;
 #[derive(Clone)]
 pub struct AppState(pub Arc<AppInner>);
 
+/// The services' context (store, clock, catalog, …; reached through `Deref`) and what only HTTP needs.
 pub struct AppInner {
+    pub services: Context,
+    /// Replica logs and the shutdown signal, for the log routes.
     pub runtime: crate::runtime::RuntimeHandle,
-    pub runtime_config: crate::config::RuntimeConfig,
-    pub store: Arc<dyn Store>,
-    pub clock: Arc<dyn Clock>,
-    pub secrets: SecretBox,
-    pub catalog: CatalogCache,
-    pub hardware: Arc<HardwareList>,
     pub body_limit: usize,
 }
 
@@ -44,6 +38,13 @@ impl std::ops::Deref for AppState {
     type Target = AppInner;
     fn deref(&self) -> &AppInner {
         &self.0
+    }
+}
+
+impl std::ops::Deref for AppInner {
+    type Target = Context;
+    fn deref(&self) -> &Context {
+        &self.services
     }
 }
 

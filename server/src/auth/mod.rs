@@ -1,24 +1,66 @@
-//! Who is calling (bearer tokens to principals) and what they may do in which namespace.
-
-pub mod accounts;
+//! Who is calling and what they may do: bearer tokens resolve to a [`Principal`] (the user, the
+//! credential used, its scopes and the organizations it may reach), and one [`authorize`] decides
+//! every access to a namespace's resources, for the API and the proxy alike.
 
 use chrono::{DateTime, Utc};
 
-use crate::api::error::ApiError;
 use crate::crypto::{hash_token, TOKEN_PREFIX};
 use crate::model::account::{Account, AccountKind, Scope, TokenInfo};
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
-/// The caller, once its token checked out.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// No credential, or one that is unknown or expired (401).
+    #[error("{0}")]
+    Unauthorized(String),
+    /// A valid credential that may not do this (403).
+    #[error("{0}")]
+    Forbidden(String),
+    /// An administrator named a namespace that does not exist (404).
+    #[error("{0}")]
+    NotFound(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The credential a request came with.
+#[derive(Debug, Clone)]
+pub enum Credential {
+    /// A personal access token (`sy_…`), created by the user or an administrator.
+    PersonalToken(TokenInfo),
+}
+
+/// Which of the user's organizations a credential may reach.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OrgReach {
+    /// Every organization the user belongs to, with the user's role there.
+    Memberships,
+    /// Only these (by name), as granted to an app; never more than the user's memberships.
+    Only(Vec<String>),
+}
+
+/// The caller, once its credential checked out.
 #[derive(Debug, Clone)]
 pub struct Principal {
     pub account: Account,
-    pub token: TokenInfo,
+    pub credential: Credential,
+    /// What the credential is restricted to; `None` is unrestricted.
+    pub scopes: Option<Vec<Scope>>,
+    pub orgs: OrgReach,
 }
 
-/// What a request does to a namespace's endpoints.
+/// What a request touches in a namespace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
+pub enum Resource {
+    /// The endpoint management API (`/v2/endpoint/…`, deploys, the hardware list).
+    Endpoints,
+    /// An `authenticated` endpoint's traffic, through the proxy.
+    Inference,
+}
+
+/// What a request does to the resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
     Read,
     Change,
 }
@@ -28,26 +70,41 @@ impl Principal {
         self.account.is_admin
     }
 
-    /// Whether the token's scopes (if it is restricted) allow this access to endpoints.
-    pub fn token_allows_endpoints(&self, access: Access) -> bool {
-        match &self.token.scopes {
-            None => true,
-            Some(scopes) => match access {
-                Access::Change => scopes.contains(&Scope::WriteEndpoints),
-                Access::Read => {
-                    scopes.contains(&Scope::WriteEndpoints)
-                        || scopes.contains(&Scope::ReadEndpoints)
-                }
-            },
+    /// The scopes that allow `action` on `resource`, any one of which a restricted credential needs.
+    fn scopes_for(resource: Resource, action: Action) -> &'static [Scope] {
+        match (resource, action) {
+            (Resource::Endpoints | Resource::Inference, Action::Read) => {
+                &[Scope::ReadEndpoints, Scope::WriteEndpoints]
+            }
+            (Resource::Endpoints | Resource::Inference, Action::Change) => &[Scope::WriteEndpoints],
         }
     }
 
-    /// Instance administration takes an admin's unrestricted token.
-    pub fn require_instance_admin(&self) -> Result<(), ApiError> {
-        if self.is_admin() && self.token.scopes.is_none() {
+    /// Whether the credential's scopes (if it is restricted) allow `action` on `resource`.
+    pub fn scopes_allow(&self, resource: Resource, action: Action) -> bool {
+        match &self.scopes {
+            None => true,
+            Some(have) => Self::scopes_for(resource, action)
+                .iter()
+                .any(|s| have.contains(s)),
+        }
+    }
+
+    /// Whether the credential may reach the organization at all (before roles are asked).
+    pub fn reaches_org(&self, org: &str) -> bool {
+        match &self.orgs {
+            OrgReach::Memberships => true,
+            OrgReach::Only(names) => names.iter().any(|n| n == org),
+        }
+    }
+
+    /// Instance administration takes an admin's unrestricted personal token.
+    pub fn require_instance_admin(&self) -> Result<(), AuthError> {
+        let personal = matches!(self.credential, Credential::PersonalToken(_));
+        if self.is_admin() && personal && self.scopes.is_none() {
             Ok(())
         } else {
-            Err(ApiError::Forbidden(
+            Err(AuthError::Forbidden(
                 "this operation needs an instance administrator's unrestricted token".into(),
             ))
         }
@@ -78,11 +135,11 @@ pub async fn authenticate(
     store: &dyn Store,
     token: Option<&str>,
     now: DateTime<Utc>,
-) -> Result<Principal, ApiError> {
+) -> Result<Principal, AuthError> {
     let token = token.ok_or_else(|| {
-        ApiError::Unauthorized("missing bearer token (Authorization: Bearer …)".into())
+        AuthError::Unauthorized("missing bearer token (Authorization: Bearer …)".into())
     })?;
-    let invalid = || ApiError::Unauthorized("invalid or expired token".into());
+    let invalid = || AuthError::Unauthorized("invalid or expired token".into());
     // Cheap rejection of what cannot be one of our tokens, before any store access.
     if !token.starts_with(TOKEN_PREFIX) || token.len() > 128 {
         return Err(invalid());
@@ -90,50 +147,60 @@ pub async fn authenticate(
     // Looked up by its SHA-256: the secret is never compared byte by byte, so response time says nothing
     // about how much of a guessed token was right.
     let hash = hash_token(token);
-    let (info, account) = store.token_by_hash(&hash).await?.ok_or_else(invalid)?;
+    let (info, account) = store
+        .read()
+        .await?
+        .token_by_hash(&hash)
+        .await?
+        .ok_or_else(invalid)?;
     if info.expires_at.is_some_and(|t| t <= now) || account.kind != AccountKind::User {
         return Err(invalid());
     }
     Ok(Principal {
         account,
-        token: info,
+        scopes: info.scopes.clone(),
+        credential: Credential::PersonalToken(info),
+        orgs: OrgReach::Memberships,
     })
 }
 
-/// Checks that the principal may read or change endpoints in `namespace`, and returns the namespace's
+/// Checks that the principal may do `action` on `resource` in `namespace`, and returns the namespace's
 /// account. 403 when it may not; 404 when an administrator names a namespace that does not exist.
 pub async fn authorize(
     store: &dyn Store,
     who: &Principal,
     namespace: &str,
-    access: Access,
-) -> Result<Account, ApiError> {
-    if !who.token_allows_endpoints(access) {
-        let needed = match access {
-            Access::Read => "read-endpoints or write-endpoints",
-            Access::Change => "write-endpoints",
-        };
-        return Err(ApiError::Forbidden(format!(
-            "this token lacks the scope {needed}"
+    resource: Resource,
+    action: Action,
+) -> Result<Account, AuthError> {
+    if !who.scopes_allow(resource, action) {
+        let needed: Vec<&str> = Principal::scopes_for(resource, action)
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
+        return Err(AuthError::Forbidden(format!(
+            "this token lacks the scope {}",
+            needed.join(" or ")
         )));
     }
     if namespace == who.account.name {
         return Ok(who.account.clone());
     }
     let denied =
-        || ApiError::Forbidden(format!("you do not have access to namespace {namespace:?}"));
-    let target = store.account_by_name(namespace).await?;
-    if who.is_admin() {
+        || AuthError::Forbidden(format!("you do not have access to namespace {namespace:?}"));
+    let mut session = store.read().await?;
+    let target = session.account_by_name(namespace).await?;
+    if who.is_admin() && who.orgs == OrgReach::Memberships {
         return target
-            .ok_or_else(|| ApiError::NotFound(format!("namespace {namespace:?} not found")));
+            .ok_or_else(|| AuthError::NotFound(format!("namespace {namespace:?} not found")));
     }
     let target = match target {
-        Some(t) if t.kind == AccountKind::Org => t,
+        Some(t) if t.kind == AccountKind::Org && who.reaches_org(namespace) => t,
         _ => return Err(denied()),
     };
-    match store.role_in(namespace, &who.account.id).await? {
-        Some(role) if access == Access::Read || role.can_change_endpoints() => Ok(target),
-        Some(role) => Err(ApiError::Forbidden(format!(
+    match session.role_in(namespace, &who.account.id).await? {
+        Some(role) if action == Action::Read || role.can_change_endpoints() => Ok(target),
+        Some(role) => Err(AuthError::Forbidden(format!(
             "your role {:?} in {namespace:?} does not allow changing endpoints (needs write or admin)",
             role.as_str()
         ))),
@@ -167,28 +234,30 @@ mod tests {
                 is_admin: false,
                 created_at: now,
             },
-            token: TokenInfo {
+            scopes: scopes.clone(),
+            credential: Credential::PersonalToken(TokenInfo {
                 id: "t".into(),
                 user: "alice".into(),
                 display_name: "t".into(),
                 scopes,
                 expires_at: None,
                 created_at: now,
-            },
+            }),
+            orgs: OrgReach::Memberships,
         }
     }
 
     #[test]
     fn scopes_gate_endpoint_access() {
         let full = principal(None);
-        assert!(full.token_allows_endpoints(Access::Change));
+        assert!(full.scopes_allow(Resource::Endpoints, Action::Change));
         let read = principal(Some(vec![Scope::ReadEndpoints]));
-        assert!(read.token_allows_endpoints(Access::Read));
-        assert!(!read.token_allows_endpoints(Access::Change));
+        assert!(read.scopes_allow(Resource::Endpoints, Action::Read));
+        assert!(!read.scopes_allow(Resource::Endpoints, Action::Change));
         let write = principal(Some(vec![Scope::WriteEndpoints]));
-        assert!(write.token_allows_endpoints(Access::Read));
-        assert!(write.token_allows_endpoints(Access::Change));
+        assert!(write.scopes_allow(Resource::Endpoints, Action::Read));
+        assert!(write.scopes_allow(Resource::Endpoints, Action::Change));
         let other = principal(Some(vec![Scope::Openid, Scope::Webhooks]));
-        assert!(!other.token_allows_endpoints(Access::Read));
+        assert!(!other.scopes_allow(Resource::Endpoints, Action::Read));
     }
 }

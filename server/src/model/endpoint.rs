@@ -530,6 +530,17 @@ pub struct Route {
     pub path: String,
 }
 
+impl Route {
+    /// What makes two routes the same: the domain in lowercase without a trailing dot, and the path
+    /// without trailing slashes. The store keeps it under a unique index.
+    pub fn key(&self) -> (String, String) {
+        (
+            super::host::bare_host(&self.domain),
+            self.path.trim_end_matches('/').to_string(),
+        )
+    }
+}
+
 /// A valid endpoint name: non-empty, `[a-z0-9-]`, at most 32 characters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, ToSchema)]
 #[serde(transparent)]

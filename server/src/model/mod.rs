@@ -4,6 +4,7 @@
 //!   serving-container variants; [`update`] partial updates (`EndpointSpec::apply_update`).
 //! - [`status`]: what responses show (`EndpointOut`, `EndpointStatus`); [`lifecycle`] states and transitions.
 //! - [`deploy`]: catalog deploy bodies and the recipe enums (`Accelerator`, `EngineType`).
+//! - [`event`]: the kinds of change the outbox records.
 //! - [`issue`]: `{path, message}` validation issues; [`cidr`] allow-list blocks; [`wire`] serde helpers
 //!   (strict integers, timestamps ending in `Z`); `strict` a JSON decoder that takes structs only from objects.
 //!
@@ -14,6 +15,8 @@ pub mod catalog;
 pub mod cidr;
 pub mod deploy;
 pub mod endpoint;
+pub mod event;
+pub mod host;
 pub mod image;
 pub mod issue;
 pub mod lifecycle;
@@ -33,6 +36,7 @@ pub use endpoint::{
     Network, Notifications, PrivateLinkRegion, PrivateService, Provider, Route, RouterProtocol,
     Scaling, ScheduleEntry, Secrets, Task,
 };
+pub use host::{bare_host, is_server_host};
 pub use image::ModelImage;
 pub use issue::{parse_json, Issue};
 pub use lifecycle::{can_transition, EndpointState, LifecycleAction, TransitionError};

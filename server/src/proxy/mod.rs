@@ -31,7 +31,7 @@ use hyper::body::Incoming;
 use tokio::sync::watch;
 
 use crate::api::error::ApiError;
-use crate::auth::{authenticate, authorize, bearer_in, Access};
+use crate::auth::{authenticate, authorize, bearer_in, Action, Resource};
 use crate::clock::Clock;
 use crate::config::ProxyConfig;
 use crate::model::{Cidr, EndpointState, EndpointType};
@@ -252,10 +252,10 @@ async fn metrics_page(State(proxy): State<Proxy>, headers: HeaderMap) -> Respons
         let token = bearer_in(&headers);
         let who = match authenticate(proxy.store.as_ref(), token, proxy.clock.now()).await {
             Ok(w) => w,
-            Err(e) => return e.into_response(),
+            Err(e) => return ApiError::from(e).into_response(),
         };
         if let Err(e) = who.require_instance_admin() {
-            return e.into_response();
+            return ApiError::from(e).into_response();
         }
     }
     let text = crate::routing::metrics::render(&proxy.table.borrow());
@@ -388,7 +388,14 @@ impl Proxy {
         }
         let answer = async {
             let who = authenticate(self.store.as_ref(), Some(token), self.clock.now()).await?;
-            authorize(self.store.as_ref(), &who, namespace, Access::Read).await?;
+            authorize(
+                self.store.as_ref(),
+                &who,
+                namespace,
+                Resource::Inference,
+                Action::Read,
+            )
+            .await?;
             Ok::<_, ApiError>(who.account.id)
         }
         .await;

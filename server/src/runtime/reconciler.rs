@@ -217,7 +217,7 @@ impl Reconciler {
     pub async fn tick(&mut self) -> Result<(), StoreError> {
         let records = match self.records.take() {
             Some(held) => held,
-            None => self.store.all_endpoints().await?,
+            None => self.store.read().await?.all_endpoints().await?,
         };
         let now = self.clock.now();
         self.forget_deleted(&records).await;
@@ -378,7 +378,8 @@ impl Reconciler {
         next.ready_replica = o.ready;
         next.target_replica = o.target;
         next.updated_at = self.clock.now();
-        match self.store.update_endpoint(&next).await {
+        match crate::services::endpoints::write_status(self.store.as_ref(), rec.state, &next).await
+        {
             Ok(written) => {
                 if rec.state != o.state {
                     tracing::info!(namespace = %rec.namespace, endpoint = %rec.spec.name, from = %rec.state, to = %o.state, "endpoint state");

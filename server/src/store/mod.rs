@@ -1,15 +1,28 @@
-//! Persistence behind one trait that speaks in model types; SQLite now, other backends later.
+//! Persistence: one module per area (accounts, catalog, endpoints, events) behind traits that speak in
+//! model types, and units of work in which several writes commit together or not at all.
+//!
+//! One SQL implementation ([`SqlStore`], on sqlx's `Any` driver) runs on two backends: the embedded
+//! SQLite file (the default) and PostgreSQL (`store.url = "postgres://…"`). Each backend keeps its own
+//! migrations (`server/migrations/{sqlite,postgres}`), applied in order at open; the SQL in the area
+//! modules is written once, in the subset both speak (`$N` parameters, `ON CONFLICT`, `RETURNING`).
+//! Uniqueness lives in the schema: a broken rule comes back as [`StoreError::Conflict`].
 
-mod sqlite;
+mod accounts;
+mod catalog;
+pub mod copy;
+mod endpoints;
+mod events;
+mod migrate;
+mod sql;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-pub use sqlite::{SqliteStore, Synchronous};
-
-use crate::model::account::{Account, AccountKind, Membership, Role, Scope, TokenInfo};
-use crate::model::catalog::CatalogEntry;
-use crate::model::{EndpointSpec, EndpointState};
+pub use accounts::{AccountStore, NewAccount, NewToken};
+pub use catalog::CatalogStore;
+pub use endpoints::{Actor, EndpointRecord, EndpointStore};
+pub use events::{Event, EventStore, NewEvent};
+pub use sql::{Backend, SqlStore, StoreUrl, Synchronous};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -33,109 +46,55 @@ impl From<sqlx::Error> for StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// A new account to create.
-#[derive(Debug, Clone)]
-pub struct NewAccount {
-    pub kind: AccountKind,
-    pub name: String,
-    pub fullname: String,
-    pub email: Option<String>,
-    pub is_admin: bool,
-}
+/// File name of the SQLite database inside the data dir, when `store.url` does not name a store.
+pub const DB_FILE: &str = "switchyard.db";
 
-/// A token to record: only its hash is given to the store.
-#[derive(Debug, Clone)]
-pub struct NewToken {
-    pub user_id: String,
-    pub token_hash: String,
-    pub display_name: String,
-    pub scopes: Option<Vec<Scope>>,
-    pub expires_at: Option<DateTime<Utc>>,
-}
-
-/// Who made a change, as shown in an endpoint's status.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Actor {
-    pub id: String,
-    pub name: String,
-}
-
-/// An endpoint as stored. The spec's secret values are ciphertext here.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EndpointRecord {
-    pub id: String,
-    pub namespace: String,
-    pub spec: EndpointSpec,
-    pub state: EndpointState,
-    pub message: Option<String>,
-    pub url: Option<String>,
-    pub ready_replica: u32,
-    pub target_replica: u32,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    pub created_by: Actor,
-    pub updated_by: Actor,
-    /// Bumped on every write; an update names the version it read.
-    pub version: i64,
+/// A session on the store: every area's operations, on one connection. From [`Store::begin`] it is a
+/// unit of work (nothing is visible to others until [`Session::commit`]; dropped, it rolls back); from
+/// [`Store::read`] each statement stands alone, which is what a plain read wants.
+#[async_trait]
+pub trait Session: AccountStore + CatalogStore + EndpointStore + EventStore + Send {
+    /// Makes the unit of work's writes durable and visible, all of them or none.
+    async fn commit(self: Box<Self>) -> StoreResult<()>;
 }
 
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
-    // Accounts
-    async fn create_account(&self, new: NewAccount, now: DateTime<Utc>) -> StoreResult<Account>;
-    async fn account_by_name(&self, name: &str) -> StoreResult<Option<Account>>;
-    async fn list_accounts(&self, kind: AccountKind) -> StoreResult<Vec<Account>>;
-    async fn count_accounts(&self) -> StoreResult<i64>;
-    /// Adds a member, or changes the role of an existing one.
-    async fn set_membership(
-        &self,
-        org: &str,
-        user: &str,
-        role: Role,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Membership>;
-    async fn remove_membership(&self, org: &str, user: &str) -> StoreResult<bool>;
-    async fn list_members(&self, org: &str) -> StoreResult<Vec<Membership>>;
-    /// Organizations the user belongs to, with the user's role in each.
-    async fn orgs_of(&self, user_id: &str) -> StoreResult<Vec<(Account, Role)>>;
-    /// The user's role in the organization, if a member.
-    async fn role_in(&self, org: &str, user_id: &str) -> StoreResult<Option<Role>>;
+    /// A unit of work: writes through it commit together. On SQLite it holds the write lock from the
+    /// start (so a read-then-write never fails to upgrade); on PostgreSQL it is a read-committed
+    /// transaction, with versions and constraints guarding the rows it changes.
+    async fn begin(&self) -> StoreResult<Box<dyn Session>>;
+    /// A session for reads, each statement on its own.
+    async fn read(&self) -> StoreResult<Box<dyn Session>>;
+    fn backend(&self) -> Backend;
+    /// A consistent copy of the whole store in a new file, taken while it serves (SQLite only).
+    async fn backup(&self, to: &std::path::Path) -> StoreResult<()>;
+    async fn close(&self);
+}
 
-    // Tokens
-    async fn create_token(&self, new: NewToken, now: DateTime<Utc>) -> StoreResult<TokenInfo>;
-    /// The token with this hash and its user.
-    async fn token_by_hash(&self, hash: &str) -> StoreResult<Option<(TokenInfo, Account)>>;
-    async fn list_tokens(&self, user: &str) -> StoreResult<Vec<TokenInfo>>;
-    async fn delete_token(&self, id: &str) -> StoreResult<bool>;
+/// A timestamp as every backend stores it: RFC 3339 in UTC with milliseconds, so text order is time order.
+pub(crate) fn ts(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
 
-    // Catalog
-    async fn catalog_entries(&self) -> StoreResult<Vec<CatalogEntry>>;
-    async fn put_catalog_entry(
-        &self,
-        entry: &CatalogEntry,
-        now: DateTime<Utc>,
-    ) -> StoreResult<bool>;
-    async fn delete_catalog_entry(&self, repo_id: &str) -> StoreResult<bool>;
-    /// Loads the seed once in the store's life: a catalog emptied later stays empty.
-    async fn seed_catalog_once(
-        &self,
-        seed: &[CatalogEntry],
-        now: DateTime<Utc>,
-    ) -> StoreResult<bool>;
+pub(crate) fn parse_ts(s: &str) -> StoreResult<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| StoreError::Backend(format!("bad timestamp {s:?} in store: {e}")))
+}
 
-    // Endpoints
-    async fn insert_endpoint(&self, rec: &EndpointRecord) -> StoreResult<()>;
-    async fn endpoint(&self, namespace: &str, name: &str) -> StoreResult<Option<EndpointRecord>>;
-    async fn endpoints_in(&self, namespace: &str) -> StoreResult<Vec<EndpointRecord>>;
-    /// Every endpoint of every namespace (the reconciler's view).
-    async fn all_endpoints(&self) -> StoreResult<Vec<EndpointRecord>>;
-    /// Names in the namespace that start with `prefix` (to make a derived name unique).
-    async fn endpoint_names_with_prefix(
-        &self,
-        namespace: &str,
-        prefix: &str,
-    ) -> StoreResult<Vec<String>>;
-    /// Writes the record if its stored version is still `rec.version`; the stored version becomes `rec.version + 1`.
-    async fn update_endpoint(&self, rec: &EndpointRecord) -> StoreResult<EndpointRecord>;
-    async fn delete_endpoint(&self, namespace: &str, name: &str) -> StoreResult<bool>;
+pub(crate) fn json_err(e: serde_json::Error) -> StoreError {
+    StoreError::Backend(format!("bad JSON in store: {e}"))
+}
+
+/// The unique index or constraint a failed write broke, when it broke one.
+pub(crate) fn unique_violation(e: &sqlx::Error) -> Option<String> {
+    match e {
+        sqlx::Error::Database(d) if d.is_unique_violation() => Some(
+            d.constraint()
+                .map(str::to_string)
+                .unwrap_or_else(|| d.message().to_string()),
+        ),
+        _ => None,
+    }
 }

@@ -10,6 +10,8 @@ use switchyard_server::{Application, Config};
 
 pub struct TestServer {
     pub url: String,
+    /// The server's store, to look at (or break) what it stored.
+    pub store_url: String,
     pub admin: Client,
     pub data_dir: PathBuf,
     _dir: tempfile::TempDir,
@@ -28,10 +30,48 @@ pub fn engine_bin() -> String {
     bin.display().to_string()
 }
 
+/// The PostgreSQL server the store tests may use (`SWITCHYARD_TEST_POSTGRES`, a URL whose user may
+/// create databases); `./scripts/test` starts one and sets it.
+pub fn postgres_admin_url() -> Option<String> {
+    std::env::var("SWITCHYARD_TEST_POSTGRES")
+        .ok()
+        .filter(|u| !u.is_empty())
+}
+
+/// A new, empty PostgreSQL database on the test server, by URL.
+pub async fn fresh_postgres(admin_url: &str) -> String {
+    use sqlx::Executor;
+    sqlx::any::install_default_drivers();
+    let name = format!(
+        "sy_{}",
+        switchyard_server::crypto::random_id().to_lowercase()
+    );
+    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(admin_url)
+        .await
+        .expect("connect to the test PostgreSQL");
+    conn.execute(format!("CREATE DATABASE {name}").as_str())
+        .await
+        .expect("create a test database");
+    let base = admin_url.rsplit_once('/').map_or(admin_url, |(b, _)| b);
+    format!("{base}/{name}")
+}
+
+/// The store a test server uses: a fresh PostgreSQL database when `SWITCHYARD_TEST_STORE=postgres`
+/// (the suite's second pass), else the SQLite file in the data dir.
+pub async fn test_store_url() -> Option<String> {
+    if std::env::var("SWITCHYARD_TEST_STORE").as_deref() != Ok("postgres") {
+        return None;
+    }
+    let admin = postgres_admin_url()
+        .expect("SWITCHYARD_TEST_STORE=postgres needs SWITCHYARD_TEST_POSTGRES");
+    Some(fresh_postgres(&admin).await)
+}
+
 pub async fn spawn() -> TestServer {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = Config::default();
     config.store.data_dir = Some(dir.path().to_path_buf());
+    config.store.url = test_store_url().await;
     config.server.listen = "127.0.0.1:0".parse().expect("addr");
     // Managed images start the test engine, told to stay unhealthy: these tests see endpoints that exist
     // and start, never a `failed` one for want of a launcher.
@@ -53,6 +93,7 @@ pub async fn spawn() -> TestServer {
     let token = std::fs::read_to_string(dir.path().join("admin-token")).expect("admin token");
     TestServer {
         admin: Client::new(&url, Some(token.trim().to_string())),
+        store_url: config.store_url().expect("store url").url(),
         url,
         data_dir: dir.path().to_path_buf(),
         _dir: dir,
@@ -60,12 +101,23 @@ pub async fn spawn() -> TestServer {
 }
 
 impl TestServer {
-    /// A second connection to the server's own SQLite file, to look at (or break) what it stored.
-    pub async fn db(&self) -> sqlx::SqlitePool {
-        let db = self.data_dir.join("switchyard.db");
-        sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
+    /// A second connection to the server's own store, to look at (or break) what it stored.
+    pub async fn db(&self) -> sqlx::AnyPool {
+        sqlx::any::install_default_drivers();
+        sqlx::AnyPool::connect(&self.store_url)
             .await
-            .expect("open the store file")
+            .expect("open the store")
+    }
+
+    /// The server's store, opened beside it.
+    pub async fn store(&self) -> switchyard_server::store::SqlStore {
+        let url = switchyard_server::store::StoreUrl::parse(&self.store_url).expect("store url");
+        switchyard_server::store::SqlStore::open(
+            &url,
+            switchyard_server::store::Synchronous::Normal,
+        )
+        .await
+        .expect("open the store")
     }
 
     pub fn anonymous(&self) -> Client {

@@ -9,7 +9,7 @@ use crate::crypto::{hash_token, new_token, write_private_file};
 use crate::model::account::{
     validate_account_name, Account, AccountKind, Membership, Role, Scope, TokenInfo,
 };
-use crate::store::{NewAccount, NewToken, Store, StoreError};
+use crate::store::{NewAccount, NewToken, Session, Store, StoreError};
 
 /// Name of the administrator created in an empty store.
 pub const FIRST_ADMIN: &str = "admin";
@@ -44,7 +44,21 @@ pub async fn create_account(
             )));
         }
     }
-    Ok(store
+    let mut unit = store.begin().await?;
+    let account = insert_account(unit.as_mut(), kind, name, email, is_admin, now).await?;
+    unit.commit().await?;
+    Ok(account)
+}
+
+async fn insert_account(
+    unit: &mut dyn Session,
+    kind: AccountKind,
+    name: &str,
+    email: Option<String>,
+    is_admin: bool,
+    now: DateTime<Utc>,
+) -> Result<Account, AccountError> {
+    Ok(unit
         .create_account(
             NewAccount {
                 kind,
@@ -65,12 +79,29 @@ pub async fn add_member(
     role: Role,
     now: DateTime<Utc>,
 ) -> Result<Membership, AccountError> {
-    Ok(store.set_membership(org, user, role, now).await?)
+    let mut unit = store.begin().await?;
+    let m = unit.set_membership(org, user, role, now).await?;
+    unit.commit().await?;
+    Ok(m)
 }
 
 /// Issues a token for a user; returns the token (shown once) and what is stored about it.
 pub async fn issue_token(
     store: &dyn Store,
+    user: &str,
+    display_name: Option<String>,
+    scopes: Option<Vec<Scope>>,
+    expires_in: Option<Duration>,
+    now: DateTime<Utc>,
+) -> Result<(String, TokenInfo), AccountError> {
+    let mut unit = store.begin().await?;
+    let issued = insert_token(unit.as_mut(), user, display_name, scopes, expires_in, now).await?;
+    unit.commit().await?;
+    Ok(issued)
+}
+
+async fn insert_token(
+    store: &mut dyn Session,
     user: &str,
     display_name: Option<String>,
     scopes: Option<Vec<Scope>>,
@@ -124,18 +155,29 @@ pub async fn bootstrap_admin(
     data_dir: &Path,
     now: DateTime<Utc>,
 ) -> Result<Option<PathBuf>, AccountError> {
-    if store.count_accounts().await? > 0 {
+    // One unit of work: the administrator never exists without its token.
+    let mut unit = store.begin().await?;
+    if unit.count_accounts().await? > 0 {
         return Ok(None);
     }
     let path = data_dir.join(ADMIN_TOKEN_FILE);
-    let admin = match create_account(store, AccountKind::User, FIRST_ADMIN, None, true, now).await {
+    let admin = match insert_account(
+        unit.as_mut(),
+        AccountKind::User,
+        FIRST_ADMIN,
+        None,
+        true,
+        now,
+    )
+    .await
+    {
         Ok(a) => a,
         // Another process bootstrapped the same store at the same moment.
         Err(AccountError::Store(StoreError::Conflict(_))) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let (token, _) = issue_token(
-        store,
+    let (token, _) = insert_token(
+        unit.as_mut(),
         &admin.name,
         Some("bootstrap".into()),
         None,
@@ -143,11 +185,64 @@ pub async fn bootstrap_admin(
         now,
     )
     .await?;
+    unit.commit().await?;
     // A token file left over from an older store would be stale: replace it.
     let _ = std::fs::remove_file(&path);
     write_private_file(&path, format!("{token}\n").as_bytes())
         .map_err(|e| AccountError::Invalid(format!("writing {}: {e}", path.display())))?;
     Ok(Some(path))
+}
+
+pub async fn list_accounts(
+    store: &dyn Store,
+    kind: AccountKind,
+) -> Result<Vec<Account>, AccountError> {
+    Ok(store.read().await?.list_accounts(kind).await?)
+}
+
+/// The organization's members; `NotFound` when there is no such organization.
+pub async fn list_members(store: &dyn Store, org: &str) -> Result<Vec<Membership>, AccountError> {
+    let mut session = store.read().await?;
+    if session
+        .account_by_name(org)
+        .await?
+        .is_none_or(|a| a.kind != AccountKind::Org)
+    {
+        return Err(StoreError::NotFound(format!("no organization {org:?}")).into());
+    }
+    Ok(session.list_members(org).await?)
+}
+
+/// Removes a member; `NotFound` when the user is not one.
+pub async fn remove_member(store: &dyn Store, org: &str, user: &str) -> Result<(), AccountError> {
+    let mut unit = store.begin().await?;
+    if !unit.remove_membership(org, user).await? {
+        return Err(StoreError::NotFound(format!("{user:?} is not a member of {org:?}")).into());
+    }
+    unit.commit().await?;
+    Ok(())
+}
+
+/// The organizations a user belongs to, with the user's role in each.
+pub async fn orgs_of(
+    store: &dyn Store,
+    user_id: &str,
+) -> Result<Vec<(Account, Role)>, AccountError> {
+    Ok(store.read().await?.orgs_of(user_id).await?)
+}
+
+pub async fn list_tokens(store: &dyn Store, user: &str) -> Result<Vec<TokenInfo>, AccountError> {
+    Ok(store.read().await?.list_tokens(user).await?)
+}
+
+/// Revokes a token at once; `NotFound` when there is none with this id.
+pub async fn revoke_token(store: &dyn Store, id: &str) -> Result<(), AccountError> {
+    let mut unit = store.begin().await?;
+    if !unit.delete_token(id).await? {
+        return Err(StoreError::NotFound(format!("no token {id:?}")).into());
+    }
+    unit.commit().await?;
+    Ok(())
 }
 
 /// Parses a lifetime such as `90m`, `12h`, `30d` or `2w`.

@@ -1,0 +1,65 @@
+//! The operations on endpoints, the catalog and accounts, called by the API, the deploy path, the CLI
+//! and the reconciler. Each change runs in one unit of work and appends its event to the outbox there,
+//! so a change and its event commit together or not at all. Handlers parse, call one of these and
+//! render; nothing here knows HTTP.
+
+pub mod accounts;
+pub mod catalog;
+pub mod endpoints;
+
+use std::sync::Arc;
+
+use crate::catalog::CatalogCache;
+use crate::clock::Clock;
+use crate::config::RuntimeConfig;
+use crate::crypto::SecretBox;
+use crate::hardware::HardwareList;
+use crate::model::Issue;
+use crate::store::{Store, StoreError};
+
+/// What the operations work with.
+pub struct Context {
+    pub store: Arc<dyn Store>,
+    pub clock: Arc<dyn Clock>,
+    /// Seals endpoint secrets before they are stored.
+    pub secrets: SecretBox,
+    /// The catalog as listed; rebuilt after every catalog change.
+    pub catalog: CatalogCache,
+    pub hardware: Arc<HardwareList>,
+    /// Who may make the host run code of their choosing (`runtime.custom_commands`).
+    pub runtime_config: RuntimeConfig,
+    /// The server's own host (bare): no endpoint's custom domain may take it.
+    pub public_host: String,
+    /// Called after an endpoint change commits, so the runtime acts on it at once.
+    pub on_change: Arc<dyn Fn() + Send + Sync>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The input breaks the model's rules; each issue names its field.
+    #[error("invalid input")]
+    Invalid(Vec<Issue>),
+    /// Well-formed, but not allowed now (e.g. resuming a running endpoint).
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Conflict(m) => Error::Conflict(m),
+            StoreError::NotFound(m) => Error::NotFound(m),
+            other => Error::Store(other),
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

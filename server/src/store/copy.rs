@@ -1,0 +1,200 @@
+//! Copies a whole store to another (SQLite ⇄ PostgreSQL), table by table, in one transaction on each.
+
+use futures_util::TryStreamExt;
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use super::sql::{Backend, SqlStore};
+use super::{Store, StoreError, StoreResult};
+
+#[derive(Clone, Copy)]
+enum Col {
+    Text,
+    Int,
+}
+
+/// A table to copy: its name, the order to read it in, and its columns.
+type Table = (&'static str, &'static str, &'static [(&'static str, Col)]);
+
+/// Every table with its columns, parents before children. `events` is copied in `seq` order without
+/// its `seq`: the target numbers them anew, in the same order.
+const TABLES: &[Table] = &[
+    (
+        "accounts",
+        "id",
+        &[
+            ("id", Col::Text),
+            ("kind", Col::Text),
+            ("name", Col::Text),
+            ("fullname", Col::Text),
+            ("email", Col::Text),
+            ("is_admin", Col::Int),
+            ("created_at", Col::Text),
+        ],
+    ),
+    (
+        "memberships",
+        "org_id, user_id",
+        &[
+            ("org_id", Col::Text),
+            ("user_id", Col::Text),
+            ("role", Col::Text),
+            ("created_at", Col::Text),
+        ],
+    ),
+    (
+        "tokens",
+        "id",
+        &[
+            ("id", Col::Text),
+            ("user_id", Col::Text),
+            ("token_hash", Col::Text),
+            ("display_name", Col::Text),
+            ("scopes", Col::Text),
+            ("expires_at", Col::Text),
+            ("created_at", Col::Text),
+        ],
+    ),
+    (
+        "catalog_items",
+        "repo_id",
+        &[
+            ("repo_id", Col::Text),
+            ("item", Col::Text),
+            ("updated_at", Col::Text),
+        ],
+    ),
+    (
+        "catalog_recipes",
+        "public_id",
+        &[("public_id", Col::Text), ("repo_id", Col::Text)],
+    ),
+    (
+        "endpoints",
+        "id",
+        &[
+            ("id", Col::Text),
+            ("namespace", Col::Text),
+            ("name", Col::Text),
+            ("spec", Col::Text),
+            ("state", Col::Text),
+            ("message", Col::Text),
+            ("url", Col::Text),
+            ("ready_replica", Col::Int),
+            ("target_replica", Col::Int),
+            ("created_at", Col::Text),
+            ("updated_at", Col::Text),
+            ("created_by", Col::Text),
+            ("updated_by", Col::Text),
+            ("version", Col::Int),
+            ("route_host", Col::Text),
+            ("route_path", Col::Text),
+        ],
+    ),
+    ("meta", "key", &[("key", Col::Text), ("value", Col::Text)]),
+    (
+        "events",
+        "seq",
+        &[
+            ("id", Col::Text),
+            ("kind", Col::Text),
+            ("namespace", Col::Text),
+            ("subject", Col::Text),
+            ("payload", Col::Text),
+            ("created_at", Col::Text),
+        ],
+    ),
+];
+
+/// A read transaction that sees one snapshot of every table.
+fn snapshot(backend: Backend) -> &'static str {
+    match backend {
+        // In WAL mode a deferred read transaction keeps the snapshot of its first read.
+        Backend::Sqlite => "BEGIN",
+        Backend::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+    }
+}
+
+/// What was copied: each table with its row count, equal on both sides.
+pub type CopyReport = Vec<(&'static str, i64)>;
+
+/// Copies every row of `from` into `to`, which must be empty (its schema migrated, no rows). The
+/// target commits only if every table's count then matches the source's.
+pub async fn copy_store(from: &SqlStore, to: &SqlStore) -> StoreResult<CopyReport> {
+    let mut source = from
+        .pool()
+        .begin_with(snapshot(Store::backend(from)))
+        .await?;
+    let mut target = to
+        .pool()
+        .begin_with(super::sql::begin_statement(Store::backend(to)))
+        .await?;
+    for (table, _, _) in TABLES {
+        let n = count(&mut target, table).await?;
+        if n > 0 {
+            return Err(StoreError::Conflict(format!(
+                "the target store is not empty ({table} has {n} rows); copy into a new store"
+            )));
+        }
+    }
+    let mut report = Vec::new();
+    for (table, order, cols) in TABLES {
+        copy_table(&mut source, &mut target, table, order, cols).await?;
+        let (have, copied) = (
+            count(&mut source, table).await?,
+            count(&mut target, table).await?,
+        );
+        if have != copied {
+            return Err(StoreError::Backend(format!(
+                "{table}: {have} rows in the source, {copied} copied; nothing was committed"
+            )));
+        }
+        report.push((*table, copied));
+    }
+    target.commit().await?;
+    Ok(report)
+}
+
+async fn count(conn: &mut sqlx::AnyConnection, table: &str) -> StoreResult<i64> {
+    Ok(sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
+        .fetch_one(conn)
+        .await?)
+}
+
+async fn copy_table(
+    source: &mut sqlx::AnyConnection,
+    target: &mut sqlx::AnyConnection,
+    table: &str,
+    order: &str,
+    cols: &[(&str, Col)],
+) -> StoreResult<()> {
+    let names: Vec<&str> = cols.iter().map(|(n, _)| *n).collect();
+    let params: Vec<String> = (1..=cols.len()).map(|i| format!("${i}")).collect();
+    let select = format!("SELECT {} FROM {table} ORDER BY {order}", names.join(", "));
+    let insert = format!(
+        "INSERT INTO {table} ({}) VALUES ({})",
+        names.join(", "),
+        params.join(", ")
+    );
+    let mut rows = sqlx::query(&select).fetch(source);
+    while let Some(row) = rows.try_next().await? {
+        bind_row(sqlx::query(&insert), &row, cols)?
+            .execute(&mut *target)
+            .await?;
+    }
+    Ok(())
+}
+
+fn bind_row<'q>(
+    mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    row: &AnyRow,
+    cols: &[(&str, Col)],
+) -> StoreResult<sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>> {
+    for (name, col) in cols {
+        q = match col {
+            Col::Text => q.bind(row.try_get::<Option<String>, _>(*name)?),
+            Col::Int => q.bind(row.try_get::<i64, _>(*name)?),
+        };
+    }
+    Ok(q)
+}

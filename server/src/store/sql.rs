@@ -1,0 +1,280 @@
+//! The SQL store on sqlx's `Any` driver: the pool, the backend it speaks to, sessions and units of work.
+
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+
+use async_trait::async_trait;
+use sqlx::any::AnyPoolOptions;
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AnyConnection, AnyPool, Executor};
+
+use super::{Session, Store, StoreError, StoreResult};
+
+/// How hard SQLite syncs on commit. `Normal` in WAL mode keeps every committed write across a process
+/// crash or kill; `Full` also across a power loss, at the cost of an fsync per commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Synchronous {
+    Normal,
+    Full,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+/// Where a store lives: a SQLite file or a PostgreSQL database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreUrl {
+    Sqlite(PathBuf),
+    /// A `postgres://` (or `postgresql://`) URL, kept as given; it may hold a password, so it is
+    /// never logged whole (see [`StoreUrl::redacted`]).
+    Postgres(String),
+}
+
+impl StoreUrl {
+    /// `postgres://…`, `postgresql://…`, `sqlite://PATH` or a plain path (a SQLite file).
+    pub fn parse(s: &str) -> Result<StoreUrl, String> {
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            return Ok(StoreUrl::Postgres(s.to_string()));
+        }
+        // A `sqlite://` URL may carry options after `?`; the store sets its own.
+        let path = match s.strip_prefix("sqlite://") {
+            Some(rest) => rest.split('?').next().unwrap_or(rest),
+            None => s,
+        };
+        if path.is_empty() || s.contains("://") && !s.starts_with("sqlite://") {
+            return Err(format!(
+                "{:?}: expected postgres://…, sqlite://PATH or a file path",
+                redact(s)
+            ));
+        }
+        // What `url()` escapes in a `sqlite://` URL comes back as it was.
+        let path = match s.starts_with("sqlite://") {
+            true => path
+                .replace("%3F", "?")
+                .replace("%23", "#")
+                .replace("%25", "%"),
+            false => path.to_string(),
+        };
+        Ok(StoreUrl::Sqlite(PathBuf::from(path)))
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self {
+            StoreUrl::Sqlite(_) => Backend::Sqlite,
+            StoreUrl::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// The URL with any password replaced, fit for logs and error messages.
+    pub fn redacted(&self) -> String {
+        match self {
+            StoreUrl::Sqlite(p) => format!("sqlite://{}", p.display()),
+            StoreUrl::Postgres(u) => redact(u),
+        }
+    }
+
+    /// The URL to connect with (it may hold a password: never log it).
+    pub fn url(&self) -> String {
+        match self {
+            // sqlx percent-decodes the path and cuts it at `?`: escape what would be taken apart.
+            StoreUrl::Sqlite(p) => {
+                let path = p
+                    .display()
+                    .to_string()
+                    .replace('%', "%25")
+                    .replace('?', "%3F")
+                    .replace('#', "%23");
+                format!("sqlite://{path}?mode=rwc")
+            }
+            StoreUrl::Postgres(u) => u.clone(),
+        }
+    }
+}
+
+/// `scheme://user:secret@host…` → `scheme://user:***@host…`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (auth, host) = match rest.rsplit_once('@') {
+        Some(parts) => parts,
+        None => return url.to_string(),
+    };
+    match auth.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+#[derive(Clone)]
+pub struct SqlStore {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+static DRIVERS: Once = Once::new();
+
+impl SqlStore {
+    /// Opens the store (creating a SQLite file if needed) and applies pending migrations.
+    pub async fn open(url: &StoreUrl, sync: Synchronous) -> StoreResult<SqlStore> {
+        DRIVERS.call_once(sqlx::any::install_default_drivers);
+        let backend = url.backend();
+        let options = AnyPoolOptions::new().min_connections(1);
+        let options = match backend {
+            Backend::Sqlite => options.max_connections(8).after_connect(move |conn, _| {
+                Box::pin(async move {
+                    conn.execute(sqlite_pragmas(sync)).await?;
+                    Ok(())
+                })
+            }),
+            Backend::Postgres => options.max_connections(16),
+        };
+        let pool = options
+            .connect(&url.url())
+            .await
+            .map_err(|e| StoreError::Backend(format!("{}: {e}", url.redacted())))?;
+        let store = SqlStore { pool, backend };
+        super::migrate::run(&store.pool, backend).await?;
+        Ok(store)
+    }
+
+    pub(crate) fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+}
+
+fn sqlite_pragmas(sync: Synchronous) -> &'static str {
+    match sync {
+        Synchronous::Normal => {
+            "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000; \
+             PRAGMA synchronous = NORMAL;"
+        }
+        Synchronous::Full => {
+            "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000; \
+             PRAGMA synchronous = FULL;"
+        }
+    }
+}
+
+/// The statement that opens a unit of work on each backend.
+pub(crate) fn begin_statement(backend: Backend) -> &'static str {
+    match backend {
+        // Take the write lock at once: a deferred transaction that reads and then writes can fail
+        // with SQLITE_BUSY when another writer got in between, and busy_timeout does not help there.
+        Backend::Sqlite => "BEGIN IMMEDIATE",
+        Backend::Postgres => "BEGIN",
+    }
+}
+
+enum Conn {
+    Plain(PoolConnection<Any>),
+    Unit(sqlx::Transaction<'static, Any>),
+}
+
+/// A session on one pooled connection: a unit of work or plain reads.
+pub struct SqlSession {
+    conn: Conn,
+}
+
+impl SqlSession {
+    pub(crate) fn db(&mut self) -> &mut AnyConnection {
+        match &mut self.conn {
+            Conn::Plain(c) => c,
+            Conn::Unit(t) => t,
+        }
+    }
+}
+
+#[async_trait]
+impl Session for SqlSession {
+    async fn commit(self: Box<Self>) -> StoreResult<()> {
+        match self.conn {
+            Conn::Plain(_) => Ok(()),
+            Conn::Unit(t) => Ok(t.commit().await?),
+        }
+    }
+}
+
+#[async_trait]
+impl Store for SqlStore {
+    async fn begin(&self) -> StoreResult<Box<dyn Session>> {
+        let tx = self.pool.begin_with(begin_statement(self.backend)).await?;
+        Ok(Box::new(SqlSession {
+            conn: Conn::Unit(tx),
+        }))
+    }
+
+    async fn read(&self) -> StoreResult<Box<dyn Session>> {
+        Ok(Box::new(SqlSession {
+            conn: Conn::Plain(self.pool.acquire().await?),
+        }))
+    }
+
+    fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    async fn backup(&self, to: &Path) -> StoreResult<()> {
+        if self.backend != Backend::Sqlite {
+            return Err(StoreError::Backend(
+                "online backup is for the SQLite store; back up PostgreSQL with pg_dump".into(),
+            ));
+        }
+        if to.exists() {
+            return Err(StoreError::Conflict(format!(
+                "{} already exists; a backup goes to a new file",
+                to.display()
+            )));
+        }
+        // VACUUM INTO reads one snapshot of the database (a read transaction) while writers go on,
+        // and writes a compact copy that is a complete database on its own.
+        sqlx::query("VACUUM INTO $1")
+            .bind(to.display().to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            StoreUrl::parse("/var/lib/sy/switchyard.db"),
+            Ok(StoreUrl::Sqlite("/var/lib/sy/switchyard.db".into()))
+        );
+        assert_eq!(
+            StoreUrl::parse("sqlite:///tmp/a.db"),
+            Ok(StoreUrl::Sqlite("/tmp/a.db".into()))
+        );
+        let url = StoreUrl::Sqlite("/tmp/a b?.db".into());
+        assert_eq!(StoreUrl::parse(&url.url()), Ok(url.clone()));
+        let pg = StoreUrl::parse("postgres://sy:hunter2@db:5432/sy").expect("postgres");
+        assert_eq!(pg.backend(), Backend::Postgres);
+        assert_eq!(pg.redacted(), "postgres://sy:***@db:5432/sy");
+        assert!(StoreUrl::parse("mysql://x").is_err());
+        assert!(StoreUrl::parse("").is_err());
+        let err = StoreUrl::parse("redis://u:pw@h").expect_err("unknown scheme");
+        assert!(!err.contains("pw"), "{err}");
+    }
+}

@@ -1,0 +1,565 @@
+//! The store's own suite, run on each backend: SQLite in a temp dir, and PostgreSQL on the server
+//! `./scripts/test` starts (`SWITCHYARD_TEST_POSTGRES`; without it the PostgreSQL half says it was
+//! skipped). Units of work, the outbox, the schema's uniqueness rules, migrations, copy and backup.
+
+mod common;
+
+use chrono::Utc;
+use serde_json::json;
+use switchyard_server::model::account::AccountKind;
+use switchyard_server::model::catalog::CatalogEntry;
+use switchyard_server::model::event::EventKind;
+use switchyard_server::model::{EndpointSpec, EndpointState};
+use switchyard_server::store::copy::copy_store;
+use switchyard_server::store::{
+    Actor, Backend, EndpointRecord, NewAccount, NewEvent, SqlStore, Store, StoreError, StoreUrl,
+    Synchronous,
+};
+
+/// A store on each backend there is, each new and empty.
+async fn stores() -> Vec<(SqlStore, Option<tempfile::TempDir>)> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = StoreUrl::Sqlite(dir.path().join("switchyard.db"));
+    let mut out = vec![(
+        SqlStore::open(&url, Synchronous::Normal)
+            .await
+            .expect("open sqlite"),
+        Some(dir),
+    )];
+    match common::postgres_admin_url() {
+        Some(admin) => {
+            let url = StoreUrl::parse(&common::fresh_postgres(&admin).await).expect("pg url");
+            out.push((
+                SqlStore::open(&url, Synchronous::Normal)
+                    .await
+                    .expect("open postgres"),
+                None,
+            ));
+        }
+        None => eprintln!("PostgreSQL half skipped: SWITCHYARD_TEST_POSTGRES is not set"),
+    }
+    out
+}
+
+fn record(namespace: &str, name: &str, route: Option<(&str, &str)>) -> EndpointRecord {
+    let mut body = common::endpoint_body(name);
+    if let Some((domain, path)) = route {
+        body["route"] =
+            json!({ "domain": domain.to_ascii_lowercase().trim_end_matches('.'), "path": path });
+    }
+    let mut spec = EndpointSpec::parse(&body).expect("valid spec");
+    // Spellings the API refuses (capitals, a trailing dot) still reach the store through older data.
+    if let (Some(r), Some((domain, _))) = (spec.route.as_mut(), route) {
+        r.domain = domain.to_string();
+    }
+    // The store keeps milliseconds.
+    let now = chrono::DateTime::from_timestamp_millis(Utc::now().timestamp_millis()).expect("now");
+    let actor = Actor {
+        id: "u1".into(),
+        name: "alice".into(),
+    };
+    EndpointRecord {
+        id: switchyard_server::crypto::random_id(),
+        namespace: namespace.into(),
+        spec,
+        state: EndpointState::Pending,
+        message: None,
+        url: None,
+        ready_replica: 0,
+        target_replica: 0,
+        created_at: now,
+        updated_at: now,
+        created_by: actor.clone(),
+        updated_by: actor,
+        version: 1,
+    }
+}
+
+fn created(rec: &EndpointRecord) -> NewEvent {
+    NewEvent {
+        kind: EventKind::EndpointCreated,
+        namespace: rec.namespace.clone(),
+        subject: rec.spec.name.clone(),
+        payload: json!({ "name": rec.spec.name }),
+    }
+}
+
+async fn event_count(store: &SqlStore) -> usize {
+    store
+        .read()
+        .await
+        .unwrap()
+        .events_after(0, 10_000)
+        .await
+        .unwrap()
+        .len()
+}
+
+#[tokio::test]
+async fn a_unit_of_work_commits_everything_or_nothing() {
+    for (store, _dir) in stores().await {
+        let b = store.backend().as_str();
+        let rec = record("alice", "one", None);
+
+        // Dropped without commit: neither the endpoint nor its event.
+        let mut unit = store.begin().await.unwrap();
+        unit.insert_endpoint(&rec).await.unwrap();
+        unit.append_event(created(&rec), Utc::now()).await.unwrap();
+        drop(unit);
+        let mut read = store.read().await.unwrap();
+        assert!(
+            read.endpoint("alice", "one").await.unwrap().is_none(),
+            "{b}"
+        );
+        drop(read);
+        assert_eq!(event_count(&store).await, 0, "{b}");
+
+        // Committed: both.
+        let mut unit = store.begin().await.unwrap();
+        unit.insert_endpoint(&rec).await.unwrap();
+        let ev = unit.append_event(created(&rec), Utc::now()).await.unwrap();
+        unit.commit().await.unwrap();
+        let stored = store
+            .read()
+            .await
+            .unwrap()
+            .endpoint("alice", "one")
+            .await
+            .unwrap();
+        assert_eq!(stored.as_ref().map(|r| &r.spec), Some(&rec.spec), "{b}");
+        let events = store
+            .read()
+            .await
+            .unwrap()
+            .events_after(0, 10)
+            .await
+            .unwrap();
+        assert_eq!(events.len(), 1, "{b}");
+        assert_eq!(events[0].id, ev.id, "{b}");
+        assert_eq!(events[0].kind, EventKind::EndpointCreated, "{b}");
+        assert_eq!(events[0].payload, json!({"name": "one"}), "{b}");
+
+        // A change that fails part-way leaves its event out too.
+        let mut unit = store.begin().await.unwrap();
+        unit.append_event(created(&rec), Utc::now()).await.unwrap();
+        let again = unit.insert_endpoint(&record("alice", "one", None)).await;
+        assert!(
+            matches!(again, Err(StoreError::Conflict(_))),
+            "{b}: {again:?}"
+        );
+        drop(unit);
+        assert_eq!(event_count(&store).await, 1, "{b}");
+    }
+}
+
+#[tokio::test]
+async fn events_are_read_in_order_after_a_position() {
+    for (store, _dir) in stores().await {
+        let b = store.backend().as_str();
+        let mut unit = store.begin().await.unwrap();
+        for i in 0..5 {
+            let rec = record("ns", &format!("e{i}"), None);
+            unit.append_event(created(&rec), Utc::now()).await.unwrap();
+        }
+        unit.commit().await.unwrap();
+        let all = store
+            .read()
+            .await
+            .unwrap()
+            .events_after(0, 100)
+            .await
+            .unwrap();
+        let subjects: Vec<&str> = all.iter().map(|e| e.subject.as_str()).collect();
+        assert_eq!(subjects, ["e0", "e1", "e2", "e3", "e4"], "{b}");
+        let rest = store
+            .read()
+            .await
+            .unwrap()
+            .events_after(all[2].seq, 2)
+            .await
+            .unwrap();
+        let subjects: Vec<&str> = rest.iter().map(|e| e.subject.as_str()).collect();
+        assert_eq!(subjects, ["e3", "e4"], "{b}");
+    }
+}
+
+#[tokio::test]
+async fn a_custom_route_belongs_to_one_endpoint() {
+    for (store, _dir) in stores().await {
+        let b = store.backend().as_str();
+        let mut unit = store.begin().await.unwrap();
+        unit.insert_endpoint(&record("alice", "a", Some(("api.example.com", "/v1"))))
+            .await
+            .unwrap();
+        unit.commit().await.unwrap();
+        // The same route in other spellings, from another namespace: refused by the index.
+        for (domain, path) in [("api.example.com", "/v1"), ("API.Example.com.", "/v1/")] {
+            let mut unit = store.begin().await.unwrap();
+            let err = unit
+                .insert_endpoint(&record("bob", "b", Some((domain, path))))
+                .await;
+            match err {
+                Err(StoreError::Conflict(m)) => assert!(m.contains("already routes"), "{b}: {m}"),
+                other => panic!("{b}: {domain}{path}: {other:?}"),
+            }
+        }
+        // Another path on the same domain is another route; an update onto a taken route is refused.
+        let mut unit = store.begin().await.unwrap();
+        unit.insert_endpoint(&record("bob", "b", Some(("api.example.com", "/v2"))))
+            .await
+            .unwrap();
+        unit.commit().await.unwrap();
+        let mut moved = store
+            .read()
+            .await
+            .unwrap()
+            .endpoint("bob", "b")
+            .await
+            .unwrap()
+            .expect("b");
+        moved.spec = record("bob", "b", Some(("api.example.com", "/v1"))).spec;
+        let mut unit = store.begin().await.unwrap();
+        let err = unit.update_endpoint(&moved).await;
+        assert!(matches!(err, Err(StoreError::Conflict(_))), "{b}: {err:?}");
+        drop(unit);
+        // Endpoints without a route never clash.
+        let mut unit = store.begin().await.unwrap();
+        unit.insert_endpoint(&record("bob", "c", None))
+            .await
+            .unwrap();
+        unit.insert_endpoint(&record("bob", "d", None))
+            .await
+            .unwrap();
+        unit.commit().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn an_update_names_the_version_it_read() {
+    for (store, _dir) in stores().await {
+        let b = store.backend().as_str();
+        let rec = record("alice", "v", None);
+        let mut unit = store.begin().await.unwrap();
+        unit.insert_endpoint(&rec).await.unwrap();
+        unit.commit().await.unwrap();
+        let mut unit = store.begin().await.unwrap();
+        let mut next = rec.clone();
+        next.state = EndpointState::Initializing;
+        let saved = unit.update_endpoint(&next).await.unwrap();
+        unit.commit().await.unwrap();
+        assert_eq!(saved.version, 2, "{b}");
+        // A writer still holding version 1 is told it is stale, and nothing changes.
+        let mut unit = store.begin().await.unwrap();
+        next.state = EndpointState::Failed;
+        let stale = unit.update_endpoint(&next).await;
+        assert!(matches!(stale, Err(StoreError::Stale)), "{b}: {stale:?}");
+        drop(unit);
+        let now = store
+            .read()
+            .await
+            .unwrap()
+            .endpoint("alice", "v")
+            .await
+            .unwrap();
+        assert_eq!(
+            now.map(|r| r.state),
+            Some(EndpointState::Initializing),
+            "{b}"
+        );
+    }
+}
+
+fn item(repo_id: &str, recipe: &str) -> CatalogEntry {
+    serde_json::from_value(json!({
+        "modelName": repo_id.split('/').nth(1).unwrap_or(repo_id),
+        "createdAt": "2026-01-01T00:00:00.000Z",
+        "authorName": repo_id.split('/').next().unwrap_or(repo_id),
+        "license": "apache-2.0",
+        "repoId": repo_id,
+        "task": "text-generation",
+        "recipes": [{
+            "accelerator": "cpu",
+            "engineType": "llamacpp",
+            "publicId": recipe,
+            "memoryGb": 1.0
+        }]
+    }))
+    .expect("catalog entry")
+}
+
+#[tokio::test]
+async fn a_recipe_id_names_one_recipe_in_the_catalog() {
+    for (store, _dir) in stores().await {
+        let b = store.backend().as_str();
+        let now = Utc::now();
+        let mut unit = store.begin().await.unwrap();
+        assert!(
+            unit.put_catalog_entry(&item("a/m", "r1"), now)
+                .await
+                .unwrap(),
+            "{b}"
+        );
+        unit.commit().await.unwrap();
+        let mut unit = store.begin().await.unwrap();
+        match unit.put_catalog_entry(&item("b/m", "r1"), now).await {
+            Err(StoreError::Conflict(m)) => assert!(m.contains("already used by a/m"), "{b}: {m}"),
+            other => panic!("{b}: {other:?}"),
+        }
+        drop(unit);
+        // Replacing the item that owns the id is fine; once it is gone, the id is free.
+        let mut unit = store.begin().await.unwrap();
+        assert!(
+            !unit
+                .put_catalog_entry(&item("a/m", "r1"), now)
+                .await
+                .unwrap(),
+            "{b}"
+        );
+        assert!(unit.delete_catalog_entry("a/m").await.unwrap(), "{b}");
+        assert!(
+            unit.put_catalog_entry(&item("b/m", "r1"), now)
+                .await
+                .unwrap(),
+            "{b}"
+        );
+        unit.commit().await.unwrap();
+        let entries = store.read().await.unwrap().catalog_entries().await.unwrap();
+        let ids: Vec<&str> = entries.iter().map(|e| e.repo_id.as_str()).collect();
+        assert_eq!(ids, ["b/m"], "{b}");
+        // The seed is claimed once in a store's life.
+        let mut unit = store.begin().await.unwrap();
+        assert!(unit.claim_catalog_seed(now).await.unwrap(), "{b}");
+        assert!(!unit.claim_catalog_seed(now).await.unwrap(), "{b}");
+        unit.commit().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn account_names_are_unique_across_users_and_orgs() {
+    for (store, _dir) in stores().await {
+        let b = store.backend().as_str();
+        let new = |kind, name: &str| NewAccount {
+            kind,
+            name: name.into(),
+            fullname: name.into(),
+            email: None,
+            is_admin: false,
+        };
+        let mut unit = store.begin().await.unwrap();
+        unit.create_account(new(AccountKind::User, "alice"), Utc::now())
+            .await
+            .unwrap();
+        unit.commit().await.unwrap();
+        let mut unit = store.begin().await.unwrap();
+        let taken = unit
+            .create_account(new(AccountKind::Org, "alice"), Utc::now())
+            .await;
+        assert!(
+            matches!(taken, Err(StoreError::Conflict(_))),
+            "{b}: {taken:?}"
+        );
+        drop(unit);
+        assert_eq!(
+            store.read().await.unwrap().count_accounts().await.unwrap(),
+            1,
+            "{b}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn reopening_applies_nothing_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = StoreUrl::Sqlite(dir.path().join("s.db"));
+    let store = SqlStore::open(&url, Synchronous::Normal).await.unwrap();
+    let mut unit = store.begin().await.unwrap();
+    unit.insert_endpoint(&record("a", "kept", None))
+        .await
+        .unwrap();
+    unit.commit().await.unwrap();
+    store.close().await;
+    let store = SqlStore::open(&url, Synchronous::Full).await.unwrap();
+    let kept = store
+        .read()
+        .await
+        .unwrap()
+        .endpoint("a", "kept")
+        .await
+        .unwrap();
+    assert!(kept.is_some());
+}
+
+/// A store written before the migrations table (schema 1, counted in `PRAGMA user_version`) is
+/// adopted and brought up to date, its custom routes keyed for the new unique index.
+#[tokio::test]
+async fn a_store_from_before_the_outbox_is_migrated() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    {
+        sqlx::any::install_default_drivers();
+        let pool = sqlx::AnyPool::connect(&format!("sqlite://{}?mode=rwc", path.display()))
+            .await
+            .unwrap();
+        sqlx::raw_sql(include_str!("../migrations/sqlite/0001_initial.sql"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::raw_sql("PRAGMA user_version = 1")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let rec = record("alice", "old", Some(("Old.Example.com", "/x/")));
+        sqlx::query(
+            "INSERT INTO endpoints (id, namespace, name, spec, state, created_at, updated_at, created_by, updated_by) \
+             VALUES ('e1', 'alice', 'old', $1, 'running', 't', 't', '{}', '{}')",
+        )
+        .bind(serde_json::to_string(&rec.spec).unwrap())
+        .execute(&pool)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO catalog_items (repo_id, item, updated_at) VALUES ('a/m', $1, 't')",
+        )
+        .bind(serde_json::to_string(&item("a/m", "r-old")).unwrap())
+        .execute(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+    }
+    let store = SqlStore::open(&StoreUrl::Sqlite(path), Synchronous::Normal)
+        .await
+        .expect("migrates");
+    let mut unit = store.begin().await.unwrap();
+    let clash = unit
+        .insert_endpoint(&record("bob", "new", Some(("old.example.com", "/x"))))
+        .await;
+    assert!(matches!(clash, Err(StoreError::Conflict(_))), "{clash:?}");
+    drop(unit);
+    let mut unit = store.begin().await.unwrap();
+    let clash = unit
+        .put_catalog_entry(&item("b/m", "r-old"), Utc::now())
+        .await;
+    assert!(matches!(clash, Err(StoreError::Conflict(_))), "{clash:?}");
+}
+
+#[tokio::test]
+async fn a_whole_store_copies_across_backends_and_back() {
+    let Some(admin) = common::postgres_admin_url() else {
+        eprintln!("skipped: SWITCHYARD_TEST_POSTGRES is not set");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = StoreUrl::Sqlite(dir.path().join("from.db"));
+    let from = SqlStore::open(&sqlite, Synchronous::Normal).await.unwrap();
+    let mut unit = from.begin().await.unwrap();
+    let alice = unit
+        .create_account(
+            NewAccount {
+                kind: AccountKind::User,
+                name: "alice".into(),
+                fullname: "Alice".into(),
+                email: Some("alice@example.com".into()),
+                is_admin: true,
+            },
+            Utc::now(),
+        )
+        .await
+        .unwrap();
+    let rec = record("alice", "copied", Some(("c.example.com", "/")));
+    unit.insert_endpoint(&rec).await.unwrap();
+    unit.append_event(created(&rec), Utc::now()).await.unwrap();
+    unit.put_catalog_entry(&item("a/m", "r1"), Utc::now())
+        .await
+        .unwrap();
+    unit.commit().await.unwrap();
+
+    let pg = StoreUrl::parse(&common::fresh_postgres(&admin).await).unwrap();
+    let to = SqlStore::open(&pg, Synchronous::Normal).await.unwrap();
+    let report = copy_store(&from, &to).await.expect("copy");
+    let counted = |t: &str| report.iter().find(|(n, _)| *n == t).map(|(_, c)| *c);
+    assert_eq!(counted("accounts"), Some(1));
+    assert_eq!(counted("endpoints"), Some(1));
+    assert_eq!(counted("events"), Some(1));
+    assert_eq!(counted("catalog_recipes"), Some(1));
+    let got = to
+        .read()
+        .await
+        .unwrap()
+        .endpoint("alice", "copied")
+        .await
+        .unwrap();
+    assert_eq!(got, Some(rec.clone()));
+    let who = to
+        .read()
+        .await
+        .unwrap()
+        .account_by_name("alice")
+        .await
+        .unwrap();
+    assert_eq!(who, Some(alice));
+    // The copy keeps the rules: the route is still taken there.
+    let mut unit = to.begin().await.unwrap();
+    let clash = unit
+        .insert_endpoint(&record("bob", "x", Some(("c.example.com", "/"))))
+        .await;
+    assert!(matches!(clash, Err(StoreError::Conflict(_))), "{clash:?}");
+    drop(unit);
+
+    // A target that holds anything is refused, and left as it was.
+    let again = copy_store(&from, &to).await;
+    assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
+    // And back to a new SQLite file.
+    let back = SqlStore::open(
+        &StoreUrl::Sqlite(dir.path().join("back.db")),
+        Synchronous::Normal,
+    )
+    .await
+    .unwrap();
+    copy_store(&to, &back).await.expect("copy back");
+    let got = back
+        .read()
+        .await
+        .unwrap()
+        .endpoint("alice", "copied")
+        .await
+        .unwrap();
+    assert_eq!(got, Some(rec));
+    assert_eq!(event_count(&back).await, 1);
+}
+
+#[tokio::test]
+async fn an_online_backup_is_a_whole_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqlStore::open(
+        &StoreUrl::Sqlite(dir.path().join("live.db")),
+        Synchronous::Normal,
+    )
+    .await
+    .unwrap();
+    let mut unit = store.begin().await.unwrap();
+    unit.insert_endpoint(&record("a", "backed", None))
+        .await
+        .unwrap();
+    unit.commit().await.unwrap();
+    // A session holds the store open while the backup runs.
+    let _open = store.read().await.unwrap();
+    let file = dir.path().join("backup.db");
+    store.backup(&file).await.expect("backup");
+    let copy = SqlStore::open(&StoreUrl::Sqlite(file.clone()), Synchronous::Normal)
+        .await
+        .unwrap();
+    assert!(copy
+        .read()
+        .await
+        .unwrap()
+        .endpoint("a", "backed")
+        .await
+        .unwrap()
+        .is_some());
+    // Never over an existing file.
+    assert!(matches!(
+        store.backup(&file).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(store.backend(), Backend::Sqlite);
+}

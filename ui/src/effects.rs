@@ -1,0 +1,80 @@
+//! What the state asks the runtime to do ([`Effect`]), and the requests it carries.
+//!
+//! The requests are an endpoint action, a deploy and a spec handed to `$EDITOR`. Plain data, below everything
+//! that makes or runs an effect.
+
+use serde_json::Value;
+
+use crate::format::Format;
+
+/// Work the runtime does for the state's `update`: API calls, each reporting back as an action, and what only
+/// the runtime can do (the clipboard, `$EDITOR`, the client in use).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    SignIn,
+    /// With a sequence number and the API's filters (`accelerator`, `engine`, `license`, `task`, `search`,
+    /// `limit`).
+    LoadCatalog(u64, Vec<(String, String)>),
+    LoadLogs {
+        namespace: String,
+        name: String,
+    },
+    Deploy(DeployRequest),
+    /// Put text on the user's clipboard (OSC 52: works over ssh too).
+    Copy(String),
+    /// A partial update of an endpoint, from an editor (answered by `Action::Saved`).
+    Update {
+        namespace: String,
+        name: String,
+        patch: Value,
+    },
+    /// Every namespace the user may see, with a sequence number.
+    LoadEndpoints(u64, Vec<String>),
+    /// Suspend the console and edit `text` in `$VISUAL`/`$EDITOR` (the runtime owns the terminal).
+    ExternalEdit(ExternalEdit, String),
+    /// Talk to another server from now on (`None`: the one the console started with), with a token.
+    Connect(Option<(String, Option<String>)>),
+    Act {
+        action: EndpointAction,
+        namespace: String,
+        name: String,
+    },
+}
+
+/// A lifecycle action on an endpoint, as the API names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointAction {
+    Pause,
+    Resume,
+    ScaleToZero,
+    Delete,
+}
+
+impl EndpointAction {
+    pub fn verb(self) -> &'static str {
+        match self {
+            EndpointAction::Pause => "pause",
+            EndpointAction::Resume => "resume",
+            EndpointAction::ScaleToZero => "scale-to-zero",
+            EndpointAction::Delete => "delete",
+        }
+    }
+}
+
+/// What a submitted deploy form asks the server for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeployRequest {
+    /// `Ok(repo_id)` for a model, `Err(public_id)` for one recipe.
+    pub target: Result<String, String>,
+    pub body: Value,
+}
+
+/// A spec handed to `$EDITOR`: whose it is, the spec it started from and the text's format (what the spec
+/// editor needs again when the text comes back).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExternalEdit {
+    pub namespace: String,
+    pub name: String,
+    pub original: Value,
+    pub format: Format,
+}

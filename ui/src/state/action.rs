@@ -1,0 +1,70 @@
+//! What comes into `update` ([`Action`], [`Key`]), and what a typed key does to a line of text.
+//!
+//! An action is a key, a tick, the terminal's size, the mouse, or the answer to an effect; the lines typed
+//! into are the filter, a pane's search and the command line.
+
+use chrono::{DateTime, Utc};
+
+use super::rows::{CatalogRow, EndpointRow};
+use crate::effects::ExternalEdit;
+
+/// A refusal from the server: its message and its `{path, message}` issues.
+pub type Refusal = (String, Vec<(String, String)>);
+
+/// A key pressed, named as the keymap names keys (`ctrl-c`, `enter`, `G`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Key(pub String);
+
+/// Why signing in failed: the server refused the token (not retried), or could not be asked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SignInFailure {
+    Refused(String),
+    Unreachable(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Key(Key),
+    /// A second passed (the clock in the status line) or a refresh is due.
+    Tick(DateTime<Utc>),
+    /// The terminal's new size (columns, rows).
+    Resize(u16, u16),
+    /// A mouse wheel turn (`true`: down) or a click on a screen row.
+    Wheel(bool),
+    Click(u16),
+    SignedIn(Result<(String, Vec<String>), SignInFailure>),
+    /// The answer to the load with this sequence number; older answers than the latest asked are dropped.
+    CatalogLoaded(u64, Result<Vec<CatalogRow>, String>),
+    EndpointsLoaded(u64, Result<Vec<EndpointRow>, String>),
+    /// An update from an editor was saved (its message) or refused.
+    Saved {
+        namespace: String,
+        name: String,
+        result: Result<String, Refusal>,
+    },
+    /// `$EDITOR` closed: the text it left, for the spec editor.
+    ExternallyEdited(ExternalEdit, Result<String, String>),
+    /// The in-process server stopped on its own: why.
+    ServerStopped(String),
+    /// An endpoint action finished: its message.
+    Done(Result<String, String>),
+    LogsLoaded {
+        namespace: String,
+        name: String,
+        text: Result<String, String>,
+    },
+    /// `namespace/name` of the new endpoint, or the server's refusal.
+    Deployed(Result<String, Refusal>),
+}
+
+/// A key typed into a line of text: backspace deletes, space and single characters are added.
+pub(super) fn type_into(text: &mut String, key: &str) {
+    match key {
+        "backspace" => {
+            text.pop();
+        }
+        "space" => text.push(' '),
+        k if k.chars().count() == 1 => text.push_str(k),
+        _ => {}
+    }
+}

@@ -1,0 +1,91 @@
+//! Where a key goes: text being typed first, else the keymap's command, to what is open or the list.
+//!
+//! Text being typed is the filter, a pane's search, an editor or the command line; what is open is a pane,
+//! help or the confirm dialog.
+
+use super::model::State;
+use super::overlay::Overlay;
+use super::{command_line, confirm, editors, lists, panes};
+use crate::effects::Effect;
+use crate::keymap::{Command, Keymap};
+
+pub(super) fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
+    // ctrl-c always quits, whatever is open and whatever a keymap file says.
+    if key == "ctrl-c" {
+        state.quit = true;
+        return Vec::new();
+    }
+    // Text entry first: the filter, a pager's search and the command line take every printable key.
+    if state.filtering {
+        lists::on_filter_key(state, key);
+        return Vec::new();
+    }
+    if panes::on_search_key(state, key) {
+        return Vec::new();
+    }
+    if state.overlay.is_editor() {
+        return editors::on_key(state, key);
+    }
+    if matches!(state.overlay, Overlay::Command(_)) {
+        return command_line::on_key(state, key);
+    }
+    // In read-only mode, lookup finds no command that changes something, whatever the keymap says.
+    let Some(command) = keymap.lookup(state.context(), key, state.read_only) else {
+        return Vec::new();
+    };
+    on_command(state, command)
+}
+
+pub(super) fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
+    if state.overlay.pager().is_some() {
+        return panes::on_command(state, command);
+    }
+    // Help covers the list: keys do not reach it through it.
+    if state.overlay == Overlay::Help
+        && !matches!(command, Command::Back | Command::Quit | Command::Help)
+    {
+        return Vec::new();
+    }
+    if matches!(state.overlay, Overlay::Confirm { .. }) {
+        return confirm::on_command(state, command);
+    }
+    match command {
+        Command::Quit => state.quit = true,
+        Command::Help => state.overlay = Overlay::Help,
+        Command::Command => state.overlay = Overlay::Command(String::new()),
+        Command::Back => {
+            if state.overlay != Overlay::None {
+                state.overlay = Overlay::None;
+            } else {
+                state.filter.clear();
+                state.message = None;
+            }
+        }
+        Command::Filter
+        | Command::NextView
+        | Command::Down
+        | Command::Up
+        | Command::PageDown
+        | Command::PageUp
+        | Command::Top
+        | Command::Bottom
+        | Command::Refresh
+        | Command::Copy => return lists::on_command(state, command),
+        Command::Describe => panes::describe(state),
+        Command::Logs => return panes::open_logs(state),
+        Command::Pause | Command::Resume | Command::ScaleToZero | Command::Delete => {
+            confirm::ask(state, command)
+        }
+        Command::Edit => editors::edit_spec(state),
+        Command::EditExternal => return editors::edit_externally(state),
+        Command::Schedule => editors::edit_schedule(state),
+        Command::Deploy => editors::open_deploy_form(state),
+        Command::Follow
+        | Command::Search
+        | Command::NextMatch
+        | Command::PrevMatch
+        | Command::Toggle
+        | Command::Confirm => {}
+    }
+    Vec::new()
+}

@@ -1,0 +1,84 @@
+//! Screen geometry: where the table, the panes and the rows are on a terminal of a given size.
+//!
+//! The main screen's parts (status line, the view's table, the catalog's detail pane, footer) and a pager's
+//! lines. Paging and mouse clicks need them as much as drawing does: the state pages and picks rows with
+//! them, and the views draw with the same numbers.
+
+use ratatui::layout::{Constraint, Layout, Rect};
+
+use super::model::{State, View};
+
+/// Lines of text a pager (describe, logs) shows on a terminal of `size`: the box leaves two rows above and
+/// below, and has a border.
+pub fn pager_height(size: (u16, u16)) -> usize {
+    (size.1 as usize).saturating_sub(6).max(1)
+}
+
+/// Rows of the catalog's detail pane (the selected model's recipes), under the list.
+const DETAIL_HEIGHT: u16 = 7;
+
+/// Where the parts of the main screen go: the status line, the view's table, the catalog's detail pane and
+/// the footer. Drawing, paging and mouse clicks all take the table's place from here.
+pub struct Screen {
+    pub top: Rect,
+    pub table: Rect,
+    pub detail: Option<Rect>,
+    pub bottom: Rect,
+}
+
+pub fn screen(view: View, area: Rect) -> Screen {
+    let [top, main, bottom] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(3),
+        Constraint::Length(2),
+    ])
+    .areas(area);
+    let (table, detail) = match view {
+        View::Catalog => {
+            let [table, detail] =
+                Layout::vertical([Constraint::Min(3), Constraint::Length(DETAIL_HEIGHT)])
+                    .areas(main);
+            (table, Some(detail))
+        }
+        View::Endpoints => (main, None),
+    };
+    Screen {
+        top,
+        table,
+        detail,
+        bottom,
+    }
+}
+
+/// The table of a view on a terminal of `size`.
+fn table_area(view: View, size: (u16, u16)) -> Rect {
+    screen(view, Rect::new(0, 0, size.0, size.1)).table
+}
+
+/// Rows a table in `area` shows: its border and header taken away.
+pub fn table_rows(area: Rect) -> usize {
+    (area.height as usize).saturating_sub(3).max(1)
+}
+
+/// Rows of a view's table on a terminal of `size` (what page up and down move by).
+pub fn list_height(view: View, size: (u16, u16)) -> usize {
+    table_rows(table_area(view, size))
+}
+
+/// The first row of the list shown, keeping the selection in sight (the same rule `list` draws with).
+pub fn list_offset(selected: usize, height: usize) -> usize {
+    selected.saturating_sub(height.saturating_sub(1))
+}
+
+/// The row of the current view under screen row `y` (a mouse click), if any.
+pub fn row_at(state: &State, y: u16) -> Option<usize> {
+    let table = table_area(state.view, state.size);
+    // Below the table's top border and header.
+    let first = table.y as usize + 2;
+    let height = table_rows(table);
+    let y = (y as usize).checked_sub(first).filter(|y| *y < height)?;
+    let rows = state.visible().len();
+    let selected = state.selected.min(rows.saturating_sub(1));
+    let at = list_offset(selected, height) + y;
+    (at < rows).then_some(at)
+}

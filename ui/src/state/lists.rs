@@ -1,0 +1,179 @@
+//! The catalog and endpoints lists: loading, switching, the selection, the `/` filter, copying a row.
+//!
+//! The selection moves with keys and the mouse, and follows its endpoint through a reload; copying puts the
+//! selected model's id or endpoint's URL on the clipboard.
+
+use super::action::type_into;
+use super::layout::{list_height, row_at};
+use super::model::{Connection, State, View};
+use super::overlay::Overlay;
+use super::rows::{CatalogRow, EndpointRow};
+use crate::effects::Effect;
+use crate::keymap::Command;
+
+/// Shows `view`, unfiltered and from its first row, and loads it.
+pub(super) fn switch(state: &mut State, view: View) -> Vec<Effect> {
+    state.view = view;
+    state.selected = 0;
+    state.filter.clear();
+    state.filtering = false;
+    state.overlay = Overlay::None;
+    refresh(state)
+}
+
+/// Loads the current view's list again (the endpoints need a signed-in user: signs in first).
+pub(super) fn refresh(state: &mut State) -> Vec<Effect> {
+    match state.view {
+        View::Catalog => {
+            state.catalog_seq += 1;
+            vec![Effect::LoadCatalog(
+                state.catalog_seq,
+                state.catalog_filters.clone(),
+            )]
+        }
+        View::Endpoints if state.user.is_some() => {
+            state.loading = true;
+            state.endpoints_seq += 1;
+            vec![Effect::LoadEndpoints(
+                state.endpoints_seq,
+                state.namespaces.clone(),
+            )]
+        }
+        View::Endpoints => vec![Effect::SignIn],
+    }
+}
+
+/// The endpoints view refreshes every tick, unless something covers it or a load is under way.
+pub(super) fn refresh_due(state: &mut State) -> Vec<Effect> {
+    if state.view == View::Endpoints && state.overlay == Overlay::None && !state.loading {
+        refresh(state)
+    } else {
+        Vec::new()
+    }
+}
+
+/// The answer to the latest catalog load.
+pub(super) fn on_catalog_loaded(state: &mut State, rows: Result<Vec<CatalogRow>, String>) {
+    match rows {
+        Ok(rows) => {
+            state.connection = Connection::Connected;
+            state.catalog = rows;
+            clamp(state);
+        }
+        // A catalog query the server refused (a bad filter) is the user's to fix, not a lost server.
+        Err(e) => state.message = Some((format!("catalog: {e}"), true)),
+    }
+}
+
+/// The answer to the latest endpoints load. Rows the same as those shown need no frame.
+pub(super) fn on_endpoints_loaded(state: &mut State, rows: Result<Vec<EndpointRow>, String>) {
+    state.loading = false;
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(e) => {
+            state.dirty = true;
+            state.connection = Connection::Unreachable(e);
+            return;
+        }
+    };
+    if state.connection != Connection::Connected {
+        state.connection = Connection::Connected;
+        state.dirty = true;
+    }
+    if rows == state.endpoints {
+        return;
+    }
+    state.dirty = true;
+    // The selection follows its endpoint when rows come and go.
+    let selected = state
+        .selected_endpoint()
+        .map(|e| (e.namespace.clone(), e.name.clone()));
+    state.endpoints = rows;
+    if let Some((ns, name)) = selected {
+        if let Some(at) = state
+            .visible()
+            .iter()
+            .position(|i| state.endpoints[*i].namespace == ns && state.endpoints[*i].name == name)
+        {
+            state.selected = at;
+        }
+    }
+    clamp(state);
+}
+
+fn clamp(state: &mut State) {
+    let n = state.visible().len();
+    state.selected = state.selected.min(n.saturating_sub(1));
+}
+
+/// A click on screen row `row` selects the list's row there, when nothing covers the list.
+pub(super) fn on_click(state: &mut State, row: u16) {
+    if state.overlay == Overlay::None && !state.filtering {
+        if let Some(i) = row_at(state, row) {
+            state.selected = i;
+        }
+    }
+}
+
+/// A key while the `/` filter is typed: `enter` applies it, `esc` drops it.
+pub(super) fn on_filter_key(state: &mut State, key: &str) {
+    match key {
+        "esc" => {
+            state.filtering = false;
+            state.filter.clear();
+        }
+        "enter" => state.filtering = false,
+        other => type_into(&mut state.filter, other),
+    }
+    state.selected = 0;
+}
+
+/// The list's own commands: the filter, the other view, moving the selection, reloading, copying.
+pub(super) fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
+    let rows = state.visible().len();
+    match command {
+        Command::Filter => {
+            state.filtering = true;
+            state.filter.clear();
+        }
+        Command::NextView => {
+            let next = match state.view {
+                View::Catalog => View::Endpoints,
+                View::Endpoints => View::Catalog,
+            };
+            return switch(state, next);
+        }
+        Command::Down => state.selected = (state.selected + 1).min(rows.saturating_sub(1)),
+        Command::Up => state.selected = state.selected.saturating_sub(1),
+        Command::PageDown => {
+            let page = list_height(state.view, state.size);
+            state.selected = (state.selected + page).min(rows.saturating_sub(1));
+        }
+        Command::PageUp => {
+            let page = list_height(state.view, state.size);
+            state.selected = state.selected.saturating_sub(page);
+        }
+        Command::Top => state.selected = 0,
+        Command::Bottom => state.selected = rows.saturating_sub(1),
+        Command::Refresh => return refresh(state),
+        Command::Copy => return copy(state),
+        _ => {}
+    }
+    Vec::new()
+}
+
+/// The selected model's id or endpoint's URL to the clipboard.
+fn copy(state: &mut State) -> Vec<Effect> {
+    let rows = state.visible();
+    let text = rows.get(state.selected).map(|&i| match state.view {
+        View::Catalog => state.catalog[i].repo_id.clone(),
+        View::Endpoints => state.endpoints[i].url.clone(),
+    });
+    match text.filter(|t| !t.is_empty()) {
+        Some(text) => {
+            state.message = Some((format!("copied {text}"), false));
+            vec![Effect::Copy(text)]
+        }
+        None => Vec::new(),
+    }
+}

@@ -1,0 +1,278 @@
+//! Describe and logs, the panes over the list: opening them, scrolling, searching and following.
+//!
+//! A replica's output comes in made printable; followed logs pause when scrolled away from their end, like
+//! `less +F`.
+
+use super::action::type_into;
+use super::layout::pager_height;
+use super::model::{State, View};
+use super::overlay::Overlay;
+use super::rows::Recipe;
+use crate::effects::Effect;
+use crate::keymap::Command;
+use crate::pager::Pager;
+
+/// The selected model's recipes, or the selected endpoint's whole resource.
+pub(super) fn describe(state: &mut State) {
+    let rows = state.visible();
+    let Some(&i) = rows.get(state.selected) else {
+        return;
+    };
+    let (title, text) = match state.view {
+        View::Catalog => {
+            let item = &state.catalog[i];
+            let mut text = format!(
+                "{}\ntask {} · license {}\n\n{}\n",
+                item.repo_id,
+                item.task,
+                item.license,
+                Recipe::header()
+            );
+            for recipe in &item.recipes {
+                text.push_str(&recipe.line());
+                text.push('\n');
+            }
+            (item.repo_id.clone(), text)
+        }
+        View::Endpoints => {
+            let ep = &state.endpoints[i];
+            let text = serde_json::to_string_pretty(&ep.raw).unwrap_or_default();
+            (format!("{}/{}", ep.namespace, ep.name), text)
+        }
+    };
+    state.overlay = Overlay::Describe(Pager::new(title, &text, false));
+}
+
+/// The selected endpoint's replica output, followed.
+pub(super) fn open_logs(state: &mut State) -> Vec<Effect> {
+    let Some(ep) = state.selected_endpoint() else {
+        return Vec::new();
+    };
+    let (namespace, name) = (ep.namespace.clone(), ep.name.clone());
+    state.overlay = Overlay::Logs {
+        namespace: namespace.clone(),
+        name: name.clone(),
+        pager: Pager::new(format!("logs {namespace}/{name}"), "", true),
+        follow: true,
+    };
+    vec![Effect::LoadLogs { namespace, name }]
+}
+
+/// The reload a tick asks for while logs are open and followed.
+pub(super) fn followed_logs(overlay: &Overlay) -> Option<Effect> {
+    match overlay {
+        Overlay::Logs {
+            namespace,
+            name,
+            follow: true,
+            ..
+        } => Some(Effect::LoadLogs {
+            namespace: namespace.clone(),
+            name: name.clone(),
+        }),
+        _ => None,
+    }
+}
+
+/// A replica's output for the open logs. Paused logs stay as they are, even when a load was already under way.
+pub(super) fn on_logs_loaded(
+    state: &mut State,
+    namespace: &str,
+    name: &str,
+    text: Result<String, String>,
+) {
+    if let Overlay::Logs {
+        namespace: n,
+        name: e,
+        pager,
+        follow: true,
+    } = &mut state.overlay
+    {
+        if *n == namespace && *e == name {
+            let text = printable(&text.unwrap_or_else(|e| format!("(logs unavailable: {e})")));
+            if text.lines().ne(pager.lines.iter().map(String::as_str)) {
+                pager.set_text(&text);
+                state.dirty = true;
+            }
+        }
+    }
+}
+
+/// Replica output as text the terminal shows as it is: tabs expanded, escape sequences and other control
+/// characters dropped (a replica's colours or cursor moves must not reach our screen).
+fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\n' => out.push('\n'),
+            '\t' => out.push_str("    "),
+            '\u{1b}' => {
+                // CSI sequences (`ESC [ … final`), else the one character after ESC.
+                if chars.peek() == Some(&'[') {
+                    chars.next();
+                    for d in chars.by_ref() {
+                        if ('@'..='~').contains(&d) {
+                            break;
+                        }
+                    }
+                } else {
+                    chars.next();
+                }
+            }
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A key while a search is typed into the open pane; `false` when no search is being typed.
+pub(super) fn on_search_key(state: &mut State, key: &str) -> bool {
+    let height = pager_height(state.size);
+    let Some((pager, follow)) = state.overlay.pager().filter(|(p, _)| p.typing) else {
+        return false;
+    };
+    match key {
+        "esc" => {
+            pager.typing = false;
+            pager.query.clear();
+            pager.current = None;
+        }
+        "enter" => {
+            pager.typing = false;
+            // Looking for something in logs pauses them, so the match stays put.
+            if let Some(follow) = follow {
+                *follow = false;
+            }
+            if !pager.find(true, height) {
+                state.message = Some((format!("no match for {:?}", pager.query), true));
+            }
+        }
+        other => type_into(&mut pager.query, other),
+    }
+    true
+}
+
+/// Scrolling and searching in describe and logs. Moving away from the end of followed logs pauses them,
+/// like `less +F`.
+pub(super) fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
+    let height = pager_height(state.size);
+    let Some((pager, follow)) = state.overlay.pager() else {
+        return Vec::new();
+    };
+    let following = follow.as_deref() == Some(&true);
+    let mut pause = false;
+    let mut reload = false;
+    let mut note = None;
+    match command {
+        Command::Back if !pager.query.is_empty() => {
+            pager.query.clear();
+            pager.current = None;
+        }
+        Command::Down
+        | Command::PageDown
+        | Command::Up
+        | Command::PageUp
+        | Command::Top
+        | Command::Bottom => pause = scroll(pager, command, following, height),
+        Command::Search => {
+            pager.typing = true;
+            pager.query.clear();
+            pager.current = None;
+        }
+        Command::NextMatch | Command::PrevMatch => {
+            note = next_match(pager, command == Command::NextMatch, height);
+            pause = true;
+        }
+        Command::Follow => {
+            if let Some(follow) = follow {
+                *follow = !*follow;
+                pager.tail = *follow;
+                reload = *follow;
+            }
+        }
+        Command::Back => state.overlay = Overlay::None,
+        Command::Quit => state.quit = true,
+        Command::Help => state.overlay = Overlay::Help,
+        // The pager covers the list: other keys do not reach it.
+        _ => {}
+    }
+    if pause {
+        if let Some((_, Some(follow))) = state.overlay.pager() {
+            *follow = false;
+        }
+    }
+    if let Some(n) = note {
+        state.message = Some((n, true));
+    }
+    match &state.overlay {
+        Overlay::Logs {
+            namespace, name, ..
+        } if reload => vec![Effect::LoadLogs {
+            namespace: namespace.clone(),
+            name: name.clone(),
+        }],
+        _ => Vec::new(),
+    }
+}
+
+/// Moves the pager's window by a line, a page or to an end. Returns whether that pauses followed logs: any move
+/// but down to the end does.
+fn scroll(pager: &mut Pager, command: Command, following: bool, height: usize) -> bool {
+    let page = height as isize;
+    match command {
+        Command::Down | Command::PageDown => {
+            pager.scroll(if command == Command::Down { 1 } else { page }, height);
+            // Down to the end keeps following; anywhere above it pauses.
+            let at_end = pager.first_line(height) + height >= pager.lines.len();
+            if following && at_end {
+                pager.tail = true;
+            }
+            following && !at_end
+        }
+        Command::Up => {
+            pager.scroll(-1, height);
+            true
+        }
+        Command::PageUp => {
+            pager.scroll(-page, height);
+            true
+        }
+        Command::Top => {
+            pager.to_top();
+            true
+        }
+        Command::Bottom => {
+            pager.to_end(height);
+            pager.tail = following;
+            false
+        }
+        _ => false,
+    }
+}
+
+/// `n` and `N`: the next or previous match; what to tell the user when there is none.
+fn next_match(pager: &mut Pager, forward: bool, height: usize) -> Option<String> {
+    if pager.find(forward, height) {
+        return None;
+    }
+    Some(if pager.query.is_empty() {
+        "no search: / searches".to_string()
+    } else {
+        format!("no match for {:?}", pager.query)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replica_output_is_made_printable() {
+        assert_eq!(
+            printable("a\tb\u{1b}[31mred\u{1b}[0m\r\nnext\u{7}"),
+            "a    bred\nnext"
+        );
+    }
+}

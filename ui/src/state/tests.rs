@@ -1,0 +1,489 @@
+//! The state's behaviour through `update`, as the runtime drives it: keys, ticks and answers in, effects out.
+
+use chrono::{DateTime, TimeZone, Utc};
+use serde_json::json;
+
+use super::*;
+use crate::keymap::Keymap;
+
+fn now() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap()
+}
+
+fn state() -> State {
+    State::new("in-process".into(), false, now(), "/tmp/x.log".into())
+}
+
+fn key(s: &mut State, k: &str) -> Vec<Effect> {
+    update(s, Action::Key(Key(k.into())), &Keymap::builtin())
+}
+
+/// Types `text` a key at a time (spaces as `space`).
+fn typed(s: &mut State, text: &str) {
+    for c in text.chars() {
+        key(
+            s,
+            &if c == ' ' {
+                "space".into()
+            } else {
+                c.to_string()
+            },
+        );
+    }
+}
+
+fn signed_in(s: &mut State) {
+    let who = Action::SignedIn(Ok(("alice".into(), vec![])));
+    update(s, who, &Keymap::builtin());
+}
+
+fn endpoints() -> Vec<EndpointRow> {
+    ["alpha", "beta", "gamma"]
+        .iter()
+        .map(|n| {
+            EndpointRow::from_json(
+                "alice",
+                &json!({"name": n, "type": "public", "model": {"repository": "org/m"},
+                        "status": {"state": "running", "readyReplica": 1, "targetReplica": 1,
+                                   "updatedAt": "2026-11-22T10:00:00.000Z", "url": "http://x"}}),
+            )
+        })
+        .collect()
+}
+
+fn loaded(s: &mut State, rows: Result<Vec<EndpointRow>, String>) {
+    let seq = s.endpoints_seq;
+    update(s, Action::EndpointsLoaded(seq, rows), &Keymap::builtin());
+}
+
+#[test]
+fn sign_in_then_views_load_their_lists() {
+    let mut s = state();
+    let fx = update(
+        &mut s,
+        Action::SignedIn(Ok(("alice".into(), vec!["acme".into()]))),
+        &Keymap::builtin(),
+    );
+    assert_eq!(fx, [Effect::LoadCatalog(1, Vec::new())]);
+    assert_eq!(s.connection, Connection::Connected);
+    assert_eq!(
+        key(&mut s, "tab"),
+        [Effect::LoadEndpoints(
+            1,
+            vec!["alice".into(), "acme".into()]
+        )]
+    );
+    assert_eq!(s.view, View::Endpoints);
+    // Live: each tick reloads the endpoints, but never while a load is under way.
+    assert!(update(&mut s, Action::Tick(now()), &Keymap::builtin()).is_empty());
+    loaded(&mut s, Ok(Vec::new()));
+    assert_eq!(
+        update(&mut s, Action::Tick(now()), &Keymap::builtin()).len(),
+        1
+    );
+}
+
+#[test]
+fn navigation_filter_and_commands() {
+    let mut s = state();
+    s.view = View::Endpoints;
+    loaded(&mut s, Ok(endpoints()));
+    key(&mut s, "j");
+    key(&mut s, "j");
+    key(&mut s, "j");
+    assert_eq!(s.selected, 2);
+    key(&mut s, "g");
+    assert_eq!(s.selected, 0);
+    key(&mut s, "/");
+    for c in ["b", "e"] {
+        key(&mut s, c);
+    }
+    key(&mut s, "enter");
+    assert_eq!(s.visible(), [1]);
+    key(&mut s, "esc");
+    assert_eq!(s.visible().len(), 3);
+    key(&mut s, ":");
+    typed(&mut s, "catalog");
+    assert!(matches!(&key(&mut s, "enter")[..], [Effect::LoadCatalog(_, f)] if f.is_empty()));
+    assert_eq!(s.view, View::Catalog);
+    key(&mut s, ":");
+    key(&mut s, "x");
+    key(&mut s, "enter");
+    assert!(s
+        .message
+        .as_ref()
+        .is_some_and(|(m, err)| *err && m.contains(":x")));
+    key(&mut s, ":");
+    key(&mut s, "q");
+    key(&mut s, "enter");
+    assert!(s.quit);
+}
+
+#[test]
+fn dangerous_actions_confirm_with_cancel_as_default() {
+    let mut s = state();
+    s.view = View::Endpoints;
+    loaded(&mut s, Ok(endpoints()));
+    key(&mut s, "j");
+    key(&mut s, "p");
+    assert!(matches!(s.overlay, Overlay::Confirm { yes: false, .. }));
+    // Enter on the default button cancels.
+    assert!(key(&mut s, "enter").is_empty());
+    assert_eq!(s.overlay, Overlay::None);
+    key(&mut s, "ctrl-d");
+    key(&mut s, "tab");
+    let fx = key(&mut s, "enter");
+    assert_eq!(
+        fx,
+        [Effect::Act {
+            action: EndpointAction::Delete,
+            namespace: "alice".into(),
+            name: "beta".into()
+        }]
+    );
+    // Read-only: no such actions at all.
+    s.read_only = true;
+    key(&mut s, "p");
+    assert_eq!(s.overlay, Overlay::None);
+}
+
+#[test]
+fn catalog_filters_and_logs() {
+    let mut s = state();
+    key(&mut s, ":");
+    typed(&mut s, "catalog task=text-generation limit=5");
+    let fx = key(&mut s, "enter");
+    let want = vec![
+        ("task".to_string(), "text-generation".to_string()),
+        ("limit".to_string(), "5".to_string()),
+    ];
+    assert_eq!(fx, [Effect::LoadCatalog(1, want.clone())]);
+    assert_eq!(s.catalog_filters, want);
+    // A filter the server refuses is shown, and the server is still considered up.
+    signed_in(&mut s);
+    let seq = s.catalog_seq;
+    update(
+        &mut s,
+        Action::CatalogLoaded(seq, Err("limit: must be greater than 0".into())),
+        &Keymap::builtin(),
+    );
+    assert_eq!(s.connection, Connection::Connected);
+    assert!(s
+        .message
+        .as_ref()
+        .is_some_and(|(m, e)| *e && m.contains("limit")));
+
+    s.view = View::Endpoints;
+    loaded(&mut s, Ok(endpoints()));
+    let fx = key(&mut s, "l");
+    assert_eq!(
+        fx,
+        [Effect::LoadLogs {
+            namespace: "alice".into(),
+            name: "alpha".into()
+        }]
+    );
+    update(
+        &mut s,
+        Action::LogsLoaded {
+            namespace: "alice".into(),
+            name: "alpha".into(),
+            text: Ok("line 1\nline 2".into()),
+        },
+        &Keymap::builtin(),
+    );
+    assert!(
+        matches!(&s.overlay, Overlay::Logs { pager, follow: true, .. } if pager.lines.last().is_some_and(|l| l == "line 2"))
+    );
+    // Following: every tick reloads; paused: nothing.
+    assert_eq!(
+        update(&mut s, Action::Tick(now()), &Keymap::builtin()).len(),
+        1
+    );
+    key(&mut s, "space");
+    assert!(update(&mut s, Action::Tick(now()), &Keymap::builtin()).is_empty());
+    key(&mut s, "esc");
+    assert_eq!(s.overlay, Overlay::None);
+}
+
+#[test]
+fn copy_puts_the_url_on_the_clipboard() {
+    let mut s = state();
+    s.view = View::Endpoints;
+    loaded(&mut s, Ok(endpoints()));
+    assert_eq!(key(&mut s, "y"), [Effect::Copy("http://x".into())]);
+    assert!(s
+        .message
+        .as_ref()
+        .is_some_and(|(m, _)| m == "copied http://x"));
+}
+
+#[test]
+fn read_only_holds_whatever_the_keymap_says_and_ctrl_c_always_quits() {
+    let user = "[[binding]]\ncontext = \"endpoints\"\nkeys = [\"x\"]\naction = \"delete\"\ndescription = \"delete\"\n";
+    let (map, _) = Keymap::with_overrides(Some(user));
+    let mut s = state();
+    s.read_only = true;
+    s.view = View::Endpoints;
+    let seq = s.endpoints_seq;
+    update(&mut s, Action::EndpointsLoaded(seq, Ok(endpoints())), &map);
+    update(&mut s, Action::Key(Key("x".into())), &map);
+    assert_eq!(s.overlay, Overlay::None);
+    key(&mut s, "/");
+    key(&mut s, "ctrl-c");
+    assert!(s.quit);
+}
+
+#[test]
+fn overlays_keep_keys_from_the_list_and_the_selection_follows_its_endpoint() {
+    let mut s = state();
+    s.view = View::Endpoints;
+    loaded(&mut s, Ok(endpoints()));
+    key(&mut s, "j");
+    key(&mut s, "?");
+    key(&mut s, "j");
+    assert_eq!(s.selected, 1);
+    key(&mut s, "esc");
+    // beta is selected; a reload with a new first row keeps it selected.
+    let mut rows = endpoints();
+    rows.insert(
+        0,
+        EndpointRow::from_json("alice", &json!({"name": "aaa", "status": {}})),
+    );
+    loaded(&mut s, Ok(rows));
+    assert_eq!(s.endpoints[s.visible()[s.selected]].name, "beta");
+}
+
+#[test]
+fn unreachable_server_is_shown_and_retried() {
+    let mut s = state();
+    update(
+        &mut s,
+        Action::SignedIn(Err(SignInFailure::Unreachable("connection refused".into()))),
+        &Keymap::builtin(),
+    );
+    assert_eq!(
+        s.connection,
+        Connection::Unreachable("connection refused".into())
+    );
+    assert_eq!(
+        update(&mut s, Action::Tick(now()), &Keymap::builtin()),
+        [Effect::SignIn]
+    );
+    // Backoff: not again within the next second, then after it.
+    assert!(update(&mut s, Action::Tick(now()), &Keymap::builtin()).is_empty());
+    let later = now() + chrono::Duration::seconds(1);
+    assert_eq!(
+        update(&mut s, Action::Tick(later), &Keymap::builtin()),
+        [Effect::SignIn]
+    );
+    assert!(update(
+        &mut s,
+        Action::Tick(later + chrono::Duration::seconds(1)),
+        &Keymap::builtin()
+    )
+    .is_empty());
+    // A refused token is not retried.
+    update(
+        &mut s,
+        Action::SignedIn(Err(SignInFailure::Refused(
+            "401 Unauthorized: invalid or expired token".into(),
+        ))),
+        &Keymap::builtin(),
+    );
+    assert!(matches!(s.connection, Connection::Unauthorized(_)));
+    assert!(update(
+        &mut s,
+        Action::Tick(later + chrono::Duration::seconds(60)),
+        &Keymap::builtin()
+    )
+    .is_empty());
+}
+
+#[test]
+fn catalog_rows_summarize_recipes() {
+    let row = CatalogRow::from_json(&json!({
+        "repoId": "Qwen/Qwen2.5-7B", "authorName": "Qwen", "modelName": "Qwen2.5-7B", "task": "text-generation",
+        "license": "apache-2.0", "createdAt": "2024-09-19T00:00:00.000Z",
+        "recipes": [{"publicId": "a", "accelerator": "gpu", "engineType": "vllm"},
+                    {"publicId": "b", "accelerator": "cpu", "engineType": "llamacpp", "ggufFile": "q4.gguf"},
+                    {"publicId": "c", "accelerator": "gpu", "engineType": "sglang"}]
+    }));
+    assert_eq!(row.accelerators, "cpu,gpu");
+    assert_eq!(row.engines, "llamacpp,sglang,vllm");
+    assert_eq!(row.created, "2024-09-19");
+    let mut s = state();
+    update(
+        &mut s,
+        Action::CatalogLoaded(0, Ok(vec![row])),
+        &Keymap::builtin(),
+    );
+    key(&mut s, "enter");
+    let Overlay::Describe(pager) = &s.overlay else {
+        panic!("{:?}", s.overlay)
+    };
+    assert_eq!(pager.title, "Qwen/Qwen2.5-7B");
+    assert!(pager.lines.iter().any(|l| l.contains("q4.gguf")));
+}
+
+#[test]
+fn stale_answers_are_dropped_and_idle_ticks_draw_nothing() {
+    let mut s = state();
+    signed_in(&mut s);
+    // Two catalog loads under way; the older answer arrives last and is dropped.
+    key(&mut s, "r");
+    assert_eq!(s.catalog_seq, 2);
+    let row = |id: &str| CatalogRow::from_json(&json!({"repoId": id}));
+    update(
+        &mut s,
+        Action::CatalogLoaded(2, Ok(vec![row("new")])),
+        &Keymap::builtin(),
+    );
+    update(
+        &mut s,
+        Action::CatalogLoaded(1, Ok(vec![row("old")])),
+        &Keymap::builtin(),
+    );
+    assert_eq!(s.catalog[0].repo_id, "new");
+    // Ticks within the minute shown, and reloads that bring the same rows, need no frame.
+    key(&mut s, "tab");
+    loaded(&mut s, Ok(endpoints()));
+    s.dirty = false;
+    let t = now() + chrono::Duration::seconds(1);
+    update(&mut s, Action::Tick(t), &Keymap::builtin());
+    loaded(&mut s, Ok(endpoints()));
+    assert!(!s.dirty);
+    // A changed row does, and so does the next minute.
+    let mut rows = endpoints();
+    rows[0].state = "failed".into();
+    loaded(&mut s, Ok(rows));
+    assert!(s.dirty);
+    s.dirty = false;
+    update(
+        &mut s,
+        Action::Tick(now() + chrono::Duration::seconds(61)),
+        &Keymap::builtin(),
+    );
+    assert!(s.dirty);
+}
+
+#[test]
+fn switching_server_forgets_the_old_one() {
+    let mut s = state();
+    signed_in(&mut s);
+    key(&mut s, ":");
+    typed(&mut s, "server http://10.0.0.5:8080 sy_secret");
+    let Overlay::Command(text) = &s.overlay else {
+        panic!("{:?}", s.overlay)
+    };
+    assert_eq!(shown_command(text), "server http://10.0.0.5:8080 •••••••••");
+    assert_eq!(
+        shown_command(" server  http://h  tok en"),
+        " server  http://h  ••• ••"
+    );
+    assert_eq!(shown_command("catalog task=x"), "catalog task=x");
+    let epoch = s.epoch;
+    let fx = key(&mut s, "enter");
+    assert_eq!(
+        fx,
+        [
+            Effect::Connect(Some((
+                "http://10.0.0.5:8080".into(),
+                Some("sy_secret".into())
+            ))),
+            Effect::SignIn
+        ]
+    );
+    assert_eq!(s.epoch, epoch + 1);
+    assert_eq!(s.server, "http://10.0.0.5:8080");
+    assert_eq!(s.user, None);
+    assert_eq!(s.connection, Connection::Connecting);
+    // Back home; a URL that is not one is refused and changes nothing.
+    key(&mut s, ":");
+    typed(&mut s, "server");
+    assert_eq!(
+        key(&mut s, "enter"),
+        [Effect::Connect(None), Effect::SignIn]
+    );
+    assert_eq!(s.server, "in-process");
+    key(&mut s, ":");
+    typed(&mut s, "server ftp://x");
+    assert!(key(&mut s, "enter").is_empty());
+    assert_eq!(s.epoch, epoch + 2);
+}
+
+#[test]
+fn logs_scroll_back_pauses_them_and_search_finds_lines() {
+    let mut s = state();
+    s.view = View::Endpoints;
+    s.size = (100, 26);
+    loaded(&mut s, Ok(endpoints()));
+    key(&mut s, "l");
+    let text: Vec<String> = (0..100).map(|i| format!("request {i}")).collect();
+    let logs = |s: &mut State, text: String| {
+        update(
+            s,
+            Action::LogsLoaded {
+                namespace: "alice".into(),
+                name: "alpha".into(),
+                text: Ok(text),
+            },
+            &Keymap::builtin(),
+        )
+    };
+    logs(&mut s, text.join("\n"));
+    let pager = |s: &State| match &s.overlay {
+        Overlay::Logs { pager, follow, .. } => (pager.clone(), *follow),
+        other => panic!("{other:?}"),
+    };
+    let height = layout::pager_height(s.size);
+    assert_eq!(pager(&s).0.first_line(height), 100 - height);
+    key(&mut s, "pageup");
+    let (p, follow) = pager(&s);
+    assert!(!follow, "scrolling back pauses");
+    assert_eq!(p.first_line(height), 100 - 2 * height);
+    // Paused: new output does not move the view.
+    logs(&mut s, format!("{}\nrequest 100", text.join("\n")));
+    assert_eq!(pager(&s).0.lines.len(), 100);
+    for k in [
+        "/", "r", "e", "q", "u", "e", "s", "t", "space", "4", "2", "enter",
+    ] {
+        key(&mut s, k);
+    }
+    assert_eq!(pager(&s).0.current, Some(42));
+    // space follows again, at the end.
+    assert_eq!(key(&mut s, "space").len(), 1);
+    assert!(pager(&s).1 && pager(&s).0.tail);
+    // Down at the end (a key, or the mouse wheel) keeps following.
+    key(&mut s, "j");
+    update(&mut s, Action::Wheel(true), &Keymap::builtin());
+    assert!(pager(&s).1 && pager(&s).0.tail);
+}
+
+#[test]
+fn an_answer_for_a_closed_editor_is_a_message_and_clicks_select_rows() {
+    let mut s = state();
+    s.view = View::Endpoints;
+    s.size = (100, 30);
+    loaded(&mut s, Ok(endpoints()));
+    update(
+        &mut s,
+        Action::Saved {
+            namespace: "alice".into(),
+            name: "beta".into(),
+            result: Err(("conflict".into(), vec![])),
+        },
+        &Keymap::builtin(),
+    );
+    assert!(s
+        .message
+        .as_ref()
+        .is_some_and(|(m, e)| *e && m == "saving alice/beta: conflict"));
+    // Rows start below the status line, the border and the header.
+    update(&mut s, Action::Click(5), &Keymap::builtin());
+    assert_eq!(s.selected, 2);
+    update(&mut s, Action::Click(1), &Keymap::builtin());
+    assert_eq!(s.selected, 2);
+    update(&mut s, Action::Wheel(false), &Keymap::builtin());
+    assert_eq!(s.selected, 1);
+}

@@ -1,0 +1,87 @@
+//! The one update function: each action goes to the module owning what it changes; ticks are here.
+
+use chrono::{DateTime, Utc};
+
+use super::action::Action;
+use super::model::State;
+use super::{confirm, connection, editors, keys, lists, panes};
+use crate::effects::Effect;
+use crate::keymap::{Command, Keymap};
+
+/// Applies one action. Returns the API calls to make. Sets `dirty` when the screen needs drawing again.
+pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect> {
+    // Ticks and refreshes mostly change nothing on screen: they say so themselves.
+    if !matches!(
+        action,
+        Action::Tick(_) | Action::EndpointsLoaded(..) | Action::LogsLoaded { .. }
+    ) {
+        state.dirty = true;
+    }
+    match action {
+        Action::Tick(now) => on_tick(state, now),
+        Action::Resize(w, h) => {
+            state.size = (w, h);
+            Vec::new()
+        }
+        Action::Wheel(down) => {
+            let command = if down { Command::Down } else { Command::Up };
+            keys::on_command(state, command)
+        }
+        Action::Click(row) => {
+            lists::on_click(state, row);
+            Vec::new()
+        }
+        Action::SignedIn(answer) => connection::on_signed_in(state, answer),
+        Action::EndpointsLoaded(seq, _) if seq < state.endpoints_seq => Vec::new(),
+        Action::CatalogLoaded(seq, _) if seq < state.catalog_seq => Vec::new(),
+        Action::EndpointsLoaded(_, rows) => {
+            lists::on_endpoints_loaded(state, rows);
+            Vec::new()
+        }
+        Action::CatalogLoaded(_, rows) => {
+            lists::on_catalog_loaded(state, rows);
+            Vec::new()
+        }
+        Action::LogsLoaded {
+            namespace,
+            name,
+            text,
+        } => {
+            panes::on_logs_loaded(state, &namespace, &name, text);
+            Vec::new()
+        }
+        Action::Done(result) => confirm::on_done(state, result),
+        Action::Saved {
+            namespace,
+            name,
+            result,
+        } => editors::on_saved(state, namespace, name, result),
+        Action::ExternallyEdited(edit, text) => {
+            editors::on_externally_edited(state, edit, text);
+            Vec::new()
+        }
+        Action::ServerStopped(why) => {
+            connection::on_server_stopped(state, why);
+            Vec::new()
+        }
+        Action::Deployed(result) => editors::on_deployed(state, result),
+        Action::Key(key) => keys::on_key(state, &key.0, keymap),
+    }
+}
+
+/// A second passed: the clock, and the live parts: followed logs reload, a lost server is retried, the
+/// endpoints view refreshes.
+fn on_tick(state: &mut State, now: DateTime<Utc>) -> Vec<Effect> {
+    // The clock shows minutes: one frame a minute when nothing else happens.
+    if now.timestamp().div_euclid(60) != state.now.timestamp().div_euclid(60) {
+        state.dirty = true;
+    }
+    state.now = now;
+    if let Some(reload) = panes::followed_logs(&state.overlay) {
+        return vec![reload];
+    }
+    if connection::lost(state) {
+        return connection::retry(state, now);
+    }
+    lists::refresh_due(state)
+}
