@@ -1,31 +1,6 @@
-//! Host names as routing compares them: bare hosts, the server's own names, the host of its public URL.
+//! Host names as routing compares them: bare hosts and the server's own (see `model::host`), its public host.
 
-use std::net::IpAddr;
-
-/// A host as every comparison here takes it: without port, IPv6 brackets or trailing dot, in lowercase.
-/// `Host` headers, custom domains and the server's own address all go through it.
-pub fn bare_host(host: &str) -> String {
-    let h = host.trim();
-    let h = match h.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or(v6),
-        None => h
-            .rsplit_once(':')
-            .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
-            .map_or(h, |(h, _)| h),
-    };
-    h.trim_end_matches('.').to_ascii_lowercase()
-}
-
-/// Whether `host` (bare, see [`bare_host`]) names this server itself: `own` (its public host, bare), an IP
-/// address or localhost. Those never route to an endpoint's custom domain, so no endpoint can take over
-/// the API.
-pub fn is_server_host(host: &str, own: &str) -> bool {
-    host.is_empty()
-        || host == "localhost"
-        || host.ends_with(".localhost")
-        || host.parse::<IpAddr>().is_ok()
-        || host == own
-}
+pub use crate::model::host::{bare_host, is_server_host};
 
 /// The host of the server's public URL, bare (see [`bare_host`]); `None` unless `url` is an http(s) URL
 /// with a host.
