@@ -8,7 +8,7 @@
 //! - `services`: endpoint, catalog and account operations; each change and its outbox event commit in
 //!   one unit of work. Called by the API, the CLI, the deploy path and the reconciler.
 //! - `routing`: the routing table, backends, upstream pools and stats; published by `runtime`, read by
-//!   `proxy`, and neither imports the other.
+//!   `proxy`, and neither imports the other. `error`: the one error type the HTTP fronts answer with.
 //! - `runtime` (reconciler, scaler, replica providers), `proxy` (the serving data plane), `api` (axum
 //!   routers: parse, authorize, call a service, render), assembled by `app`.
 //!
@@ -23,6 +23,7 @@ pub mod clock;
 pub mod config;
 pub mod crypto;
 pub mod deploy;
+pub mod error;
 pub mod hardware;
 pub mod model;
 pub mod proxy;

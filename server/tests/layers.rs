@@ -23,6 +23,7 @@ const RANKS: &[(&str, usize)] = &[
     ("services", 5),
     ("client", 5),
     ("routing", 6),
+    ("error", 6),
     ("runtime", 7),
     ("proxy", 7),
     ("api", 8),

@@ -4,7 +4,7 @@ pub mod accounts;
 pub mod admin;
 pub mod catalog;
 pub mod endpoints;
-pub mod error;
+pub use crate::error;
 pub mod extract;
 pub mod openapi;
 

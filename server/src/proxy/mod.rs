@@ -10,7 +10,6 @@
 
 pub mod balance;
 pub mod cache;
-pub mod error;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -34,13 +33,13 @@ use tokio::sync::watch;
 use crate::auth::{authenticate, authorize, bearer_in, Action, Resource};
 use crate::clock::Clock;
 use crate::config::ProxyConfig;
+use crate::error::ApiError;
 use crate::model::{Cidr, EndpointState, EndpointType};
 use crate::routing::{
     bare_host, is_server_host, Activity, Backend, Route, RouteTable, RoutingHandle,
 };
 use crate::store::Store;
 use cache::{Cached, ResponseCache};
-use error::ProxyError;
 
 /// The header a private link sets with the cloud account it connects (see `proxy.private_listen`).
 pub const PRIVATE_ACCOUNT_HEADER: HeaderName = HeaderName::from_static("x-private-link-account");
@@ -71,7 +70,7 @@ fn token_key(token: &str, namespace: &str) -> [u8; 32] {
 }
 
 /// What the store said of a (token, namespace): the account id, or the refusal.
-type TokenAnswer = Result<String, ProxyError>;
+type TokenAnswer = Result<String, ApiError>;
 
 pub struct ProxyInner {
     pub table: watch::Receiver<Arc<RouteTable>>,
@@ -151,8 +150,7 @@ pub fn router(proxy: Proxy) -> Router {
 
 /// The private entry point: its endpoints by path and by custom domain, nothing else.
 pub fn private_front(proxy: Proxy) -> Front<Router> {
-    let inner =
-        Router::new().fallback(|| async { ProxyError::NotFound("no such endpoint".into()) });
+    let inner = Router::new().fallback(|| async { ApiError::NotFound("no such endpoint".into()) });
     Front::new(proxy.private(), inner)
 }
 
@@ -239,14 +237,14 @@ fn peer_of(req: &Request) -> SocketAddr {
 }
 
 /// The endpoint of `{namespace}/{name}/{rest…}` (the path after `/endpoints/`), and the path to send on.
-fn by_path_route(proxy: &Proxy, path: &str) -> Result<(Arc<Route>, String), ProxyError> {
+fn by_path_route(proxy: &Proxy, path: &str) -> Result<(Arc<Route>, String), ApiError> {
     let mut parts = path.splitn(3, '/');
     let (ns, name) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let rest = format!("/{}", parts.next().unwrap_or(""));
     let route = proxy.table.borrow().get(ns, name).cloned();
     route
         .map(|r| (r, rest))
-        .ok_or_else(|| ProxyError::NotFound(format!("no endpoint {name:?} in namespace {ns:?}")))
+        .ok_or_else(|| ApiError::NotFound(format!("no endpoint {name:?} in namespace {ns:?}")))
 }
 
 async fn metrics_page(State(proxy): State<Proxy>, headers: HeaderMap) -> Response {
@@ -254,10 +252,10 @@ async fn metrics_page(State(proxy): State<Proxy>, headers: HeaderMap) -> Respons
         let token = bearer_in(&headers);
         let who = match authenticate(proxy.store.as_ref(), token, proxy.clock.now()).await {
             Ok(w) => w,
-            Err(e) => return ProxyError::from(e).into_response(),
+            Err(e) => return ApiError::from(e).into_response(),
         };
         if let Err(e) = who.require_instance_admin() {
-            return ProxyError::from(e).into_response();
+            return ApiError::from(e).into_response();
         }
     }
     let text = crate::routing::metrics::render(&proxy.table.borrow());
@@ -272,7 +270,7 @@ async fn metrics_page(State(proxy): State<Proxy>, headers: HeaderMap) -> Respons
 }
 
 fn unavailable(message: impl Into<String>, retry_after: Option<u32>) -> Response {
-    ProxyError::Unavailable {
+    ApiError::Unavailable {
         message: message.into(),
         retry_after,
     }
@@ -376,7 +374,7 @@ impl Proxy {
     async fn check_token(&self, namespace: &str, headers: &HeaderMap) -> Result<String, Response> {
         let token = bearer_in(headers);
         let Some(token) = token else {
-            return Err(ProxyError::Unauthorized(
+            return Err(ApiError::Unauthorized(
                 "this endpoint needs a bearer token (Authorization: Bearer …)".into(),
             )
             .into_response());
@@ -398,11 +396,11 @@ impl Proxy {
                 Action::Read,
             )
             .await?;
-            Ok::<_, ProxyError>(who.account.id)
+            Ok::<_, ApiError>(who.account.id)
         }
         .await;
         // A store failure is not an answer to remember.
-        if let Err(e @ ProxyError::Internal(_)) = answer {
+        if let Err(e @ ApiError::Internal(_)) = answer {
             return Err(e.into_response());
         }
         if let Ok(mut m) = self.auth.lock() {
@@ -483,7 +481,7 @@ impl Proxy {
             }
             Err(e) => {
                 tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
-                return ProxyError::BadGateway("the endpoint's replica did not answer".into())
+                return ApiError::BadGateway("the endpoint's replica did not answer".into())
                     .into_response();
             }
         };
@@ -503,7 +501,7 @@ impl Proxy {
         let client = self.client_ip(peer, headers);
         if let Some(allow) = &route.allow {
             if !allow.iter().any(|c| c.contains(client)) {
-                return Err(ProxyError::Forbidden(format!(
+                return Err(ApiError::Forbidden(format!(
                     "{client} is not in this endpoint's allowed CIDR blocks"
                 ))
                 .into_response());
@@ -517,10 +515,10 @@ impl Proxy {
     }
 
     /// Entry point: private endpoints exist only on the private listener, and only for their account.
-    fn check_entry(&self, route: &Route, headers: &HeaderMap) -> Result<(), ProxyError> {
+    fn check_entry(&self, route: &Route, headers: &HeaderMap) -> Result<(), ApiError> {
         let is_private = route.endpoint_type == EndpointType::Private;
         if is_private != self.private {
-            return Err(ProxyError::NotFound(format!(
+            return Err(ApiError::NotFound(format!(
                 "no endpoint {:?} in namespace {:?}",
                 route.name, route.namespace
             )));
@@ -536,7 +534,7 @@ impl Proxy {
                 _ => false,
             };
             if !allowed {
-                return Err(ProxyError::Forbidden(
+                return Err(ApiError::Forbidden(
                     "this private endpoint does not accept connections from that account".into(),
                 ));
             }
@@ -594,8 +592,7 @@ impl Proxy {
             .cloned();
         let Some(latest) = latest else {
             return Err(
-                ProxyError::NotFound(format!("endpoint {} was deleted", route.name))
-                    .into_response(),
+                ApiError::NotFound(format!("endpoint {} was deleted", route.name)).into_response(),
             );
         };
         self.ready_route(&latest, headers).await
@@ -636,14 +633,14 @@ impl Proxy {
         rest: String,
         body: Body,
         peer: SocketAddr,
-    ) -> Result<axum::http::Request<Body>, ProxyError> {
+    ) -> Result<axum::http::Request<Body>, ApiError> {
         // Origin form (`/path?query`): the connection is the replica's already.
         let path_and_query = match parts.uri.query() {
             Some(q) => PathAndQuery::try_from(format!("{rest}?{q}")),
             None => PathAndQuery::try_from(rest),
         };
         let Ok(uri) = path_and_query.map(Uri::from) else {
-            return Err(ProxyError::BadRequest("invalid request path".into()));
+            return Err(ApiError::BadRequest("invalid request path".into()));
         };
         // The caller's headers go on as they are, less the hop-by-hop ones, our token (it is for us, not
         // for the model's container) and the private-link account.
@@ -803,7 +800,7 @@ impl Proxy {
             match current {
                 None => {
                     break Err(
-                        ProxyError::NotFound(format!("endpoint {} was deleted", route.name))
+                        ApiError::NotFound(format!("endpoint {} was deleted", route.name))
                             .into_response(),
                     )
                 }
@@ -862,7 +859,7 @@ fn serving(route: &Route) -> bool {
 /// than when the connection closes the channel: one hand-off fewer between the two tasks.
 ///
 /// The task is aborted if the request is dropped first (the caller went away).
-async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, ProxyError> {
+async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
     struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
     impl<T> Drop for AbortOnDrop<T> {
         fn drop(&mut self) {
@@ -877,13 +874,13 @@ async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, ProxyE
     }
 }
 
-fn unreadable() -> ProxyError {
-    ProxyError::BadRequest("the request body could not be read".into())
+fn unreadable() -> ApiError {
+    ApiError::BadRequest("the request body could not be read".into())
 }
 
 /// The data of `body` up to `limit` bytes, until the body ends or says it has. One chunk is kept as it came.
-async fn collect(mut body: Body, limit: usize) -> Result<axum::body::Bytes, ProxyError> {
-    let too_large = || ProxyError::PayloadTooLarge(limit);
+async fn collect(mut body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
+    let too_large = || ApiError::PayloadTooLarge(limit);
     if http_body::Body::size_hint(&body).lower() > limit as u64 {
         return Err(too_large());
     }
@@ -1116,12 +1113,12 @@ mod tests {
         let err = read_body(known(&[b"12345"]), 4)
             .await
             .expect_err("too large");
-        assert!(matches!(err, ProxyError::PayloadTooLarge(4)), "{err:?}");
+        assert!(matches!(err, ApiError::PayloadTooLarge(4)), "{err:?}");
         let stream = futures_util::stream::iter([Ok::<_, std::io::Error>("123"), Ok("45")]);
         let err = read_body(Body::from_stream(stream), 4)
             .await
             .expect_err("too large");
-        assert!(matches!(err, ProxyError::PayloadTooLarge(4)), "{err:?}");
+        assert!(matches!(err, ApiError::PayloadTooLarge(4)), "{err:?}");
     }
 
     #[tokio::test]

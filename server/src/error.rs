@@ -1,4 +1,5 @@
-//! One error type for every handler, mapped to the spec's status codes and bodies.
+//! One error type for every answer the server's HTTP fronts (the API and the proxy) give themselves,
+//! mapped to the spec's status codes and bodies.
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
