@@ -7,10 +7,11 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::Value;
 
+use super::allow;
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, PathParams, QueryPairs};
 use super::AppState;
-use crate::auth::{authorize, Action, Principal, Resource};
+use crate::auth::{Action, Principal};
 use crate::deploy::{plan_model, plan_recipe, Plan, PlanError};
 use crate::model::catalog::CatalogQuery;
 use crate::model::{DeployModelIn, DeployRecipeIn, EndpointOut};
@@ -89,14 +90,7 @@ pub async fn deploy_model(
     JsonBody(body): JsonBody,
 ) -> ApiResult<Json<DeployOut>> {
     let input = DeployModelIn::parse(&body).map_err(ApiError::invalid_body)?;
-    authorize(
-        s.store.as_ref(),
-        &who,
-        &input.namespace,
-        Resource::Endpoints,
-        Action::Change,
-    )
-    .await?;
+    allow(&s, &who, &input.namespace, Action::Change).await?;
     let index = s.catalog.get(s.store.as_ref()).await?;
     let repo_id = format!("{author}/{model}");
     let entry = index
@@ -129,14 +123,7 @@ pub async fn deploy_recipe(
     JsonBody(body): JsonBody,
 ) -> ApiResult<Json<DeployOut>> {
     let input = DeployRecipeIn::parse(&body).map_err(ApiError::invalid_body)?;
-    authorize(
-        s.store.as_ref(),
-        &who,
-        &input.namespace,
-        Resource::Endpoints,
-        Action::Change,
-    )
-    .await?;
+    allow(&s, &who, &input.namespace, Action::Change).await?;
     let index = s.catalog.get(s.store.as_ref()).await?;
     let (entry, j) = index
         .by_recipe_id(&public_id)

@@ -6,10 +6,11 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
+use super::allow;
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, PathParams};
 use super::AppState;
-use crate::auth::{authorize, Action, Principal, Resource};
+use crate::auth::{Action, Principal};
 use crate::hardware::HardwareList;
 use crate::model::{EndpointOut, EndpointSpec, LifecycleAction};
 use crate::services::endpoints as service;
@@ -30,19 +31,6 @@ pub fn router() -> Router<AppState> {
         )
         .route("/v2/endpoint/{namespace}/{name}/logs", get(logs))
         .route("/v2/provider/{namespace}", get(hardware))
-}
-
-/// Checks that the caller may `action` the namespace's endpoints.
-async fn allow(s: &AppState, who: &Principal, namespace: &str, action: Action) -> ApiResult<()> {
-    authorize(
-        s.store.as_ref(),
-        who,
-        namespace,
-        Resource::Endpoints,
-        action,
-    )
-    .await?;
-    Ok(())
 }
 
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]

@@ -65,6 +65,24 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// Checks that the caller may `action` the namespace's endpoints (the `/v2` API and deploys).
+pub(crate) async fn allow(
+    s: &AppState,
+    who: &crate::auth::Principal,
+    namespace: &str,
+    action: crate::auth::Action,
+) -> Result<(), ApiError> {
+    crate::auth::authorize(
+        s.store.as_ref(),
+        who,
+        namespace,
+        crate::auth::Resource::Endpoints,
+        action,
+    )
+    .await?;
+    Ok(())
+}
+
 async fn health() -> Json<serde_json::Value> {
     Json(serde_json::json!({"status": "ok"}))
 }
