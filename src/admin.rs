@@ -9,7 +9,7 @@ use clap::Subcommand;
 use switchyard_server::clock::SystemClock;
 use switchyard_server::model::account::{AccountKind, Role, Scope};
 use switchyard_server::model::catalog::CatalogEntry;
-use switchyard_server::services::{accounts, catalog, Error as ServiceError};
+use switchyard_server::services::{accounts, catalog, quotas, Error as ServiceError};
 use switchyard_server::store::copy::copy_store;
 use switchyard_server::store::{SqlStore, Store, StoreUrl, Synchronous};
 use switchyard_server::{Config, Services};
@@ -35,6 +35,11 @@ pub enum AdminCommand {
     Catalog {
         #[command(subcommand)]
         command: CatalogCommand,
+    },
+    /// Per-namespace quotas (defaults in the config's [quotas]).
+    Quota {
+        #[command(subcommand)]
+        command: QuotaCommand,
     },
     /// The store as a whole: copy it to another backend.
     Store {
@@ -72,6 +77,12 @@ pub enum UserCommand {
     },
     /// List users.
     List,
+    /// Delete a user with its endpoints (their replicas stop), tokens and memberships.
+    Delete { name: String },
+    /// Refuse every token of a user from now on; its endpoints go on serving.
+    Disable { name: String },
+    /// Let a disabled user sign in again (its tokens work again).
+    Enable { name: String },
 }
 
 #[derive(Subcommand)]
@@ -90,6 +101,26 @@ pub enum OrgCommand {
     },
     /// List an organization's members.
     Members { org: String },
+    /// Remove a user from an organization (their access through it ends at once).
+    RemoveMember { org: String, user: String },
+    /// Delete an organization with its endpoints (their replicas stop) and memberships.
+    Delete { name: String },
+}
+
+#[derive(Subcommand)]
+pub enum QuotaCommand {
+    /// A namespace's limits in effect, its own values and what it holds.
+    Show { namespace: String },
+    /// Set a namespace's own limits (an option left out keeps the server's default).
+    Set {
+        namespace: String,
+        /// Endpoints the namespace may hold.
+        #[arg(long)]
+        endpoints: Option<u32>,
+        /// Replicas its endpoints may run at once (the sum of their maxReplica).
+        #[arg(long)]
+        replicas: Option<u32>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -184,6 +215,18 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
                         .await?;
                 println!("created user {} ({})", a.name, a.id);
             }
+            UserCommand::Delete { name } => {
+                let n = accounts::delete_account(ctx, &name, AccountKind::User).await?;
+                println!("deleted user {name} and its {n} endpoint(s); its tokens no longer work");
+            }
+            UserCommand::Disable { name } => {
+                accounts::set_disabled(ctx, &name, true).await?;
+                println!("disabled {name}: its tokens are refused; its endpoints go on serving");
+            }
+            UserCommand::Enable { name } => {
+                accounts::set_disabled(ctx, &name, false).await?;
+                println!("enabled {name}");
+            }
             UserCommand::List => {
                 println!("{:<24} {:<36} {:<6} CREATED", "NAME", "EMAIL", "ADMIN");
                 for a in accounts::list_accounts(store, AccountKind::User).await? {
@@ -215,6 +258,14 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
                 })?;
                 let m = accounts::add_member(store, &org, &user, role, now).await?;
                 println!("{} is now {} in {}", m.user, m.role.as_str(), m.org);
+            }
+            OrgCommand::RemoveMember { org, user } => {
+                accounts::remove_member(ctx, &org, &user).await?;
+                println!("{user} is no longer a member of {org}");
+            }
+            OrgCommand::Delete { name } => {
+                let n = accounts::delete_account(ctx, &name, AccountKind::Org).await?;
+                println!("deleted organization {name} and its {n} endpoint(s)");
             }
             OrgCommand::Members { org } => {
                 println!("{:<24} ROLE", "USER");
@@ -270,7 +321,7 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
                 }
             }
             TokenCommand::Revoke { id } => {
-                accounts::revoke_token(store, &id).await?;
+                accounts::revoke_token(ctx, &id).await?;
                 println!("revoked {id}");
             }
         },
@@ -316,6 +367,23 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
                 println!("removed {repo_id}");
             }
         },
+        AdminCommand::Quota { command } => {
+            let shown = match command {
+                QuotaCommand::Show { namespace } => quotas::show(ctx, &namespace).await?,
+                QuotaCommand::Set {
+                    namespace,
+                    endpoints,
+                    replicas,
+                } => {
+                    let set = quotas::QuotaOverrideOut {
+                        endpoints,
+                        replicas,
+                    };
+                    quotas::set(ctx, &namespace, set).await?
+                }
+            };
+            println!("{}", serde_json::to_string_pretty(&shown)?);
+        }
         AdminCommand::Store { .. } | AdminCommand::Backup { .. } => {
             unreachable!("handled by run_store")
         }

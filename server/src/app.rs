@@ -34,6 +34,20 @@ fn fail(context: &str) -> impl FnOnce(String) -> StartError + '_ {
     move |e| StartError(format!("{context}: {e}"))
 }
 
+/// Names that differ only in case from an older account's were allowed once; they keep working, and
+/// every start says which they are until they are renamed or deleted.
+async fn report_name_clashes(store: &dyn Store) {
+    match crate::services::accounts::name_clashes(store).await {
+        Ok(names) if !names.is_empty() => tracing::warn!(
+            accounts = %names.join(", "),
+            "these account names differ only in case from older accounts' (names are now unique without \
+             regard to case): delete them (switchyard admin user delete / org delete) once their owners moved"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "could not check account names"),
+    }
+}
+
 /// The key that seals endpoint secrets: `secrets.key`, or the key file (created only when `create`).
 fn open_secrets(config: &Config, create: bool) -> Result<SecretBox, StartError> {
     match &config.secrets.key {
@@ -119,6 +133,7 @@ impl Services {
         let admin_token_file = bootstrap_admin(store.as_ref(), &data_dir, now)
             .await
             .map_err(|e| fail("creating the first administrator")(e.to_string()))?;
+        report_name_clashes(store.as_ref()).await;
         if let Some(path) = &admin_token_file {
             tracing::info!(file = %path.display(), "created user 'admin'; its token is in this file (mode 0600)");
         }
@@ -133,6 +148,8 @@ impl Services {
                 catalog: CatalogCache::default(),
                 hardware: Arc::new(hardware),
                 runtime_config: config.runtime.clone(),
+                quotas: config.quotas,
+                revocations: Default::default(),
                 public_host,
                 on_change: Arc::new(move || kick.kick()),
             },
@@ -217,6 +234,7 @@ impl Application {
             clock,
             config.proxy.clone(),
             config.server.body_limit,
+            state.revocations.clone(),
         )
         .map_err(StartError)?;
         Ok(Application {
@@ -273,7 +291,8 @@ impl Application {
             state.runtime_config.clone(),
             state.runtime.clone(),
             services.table,
-        );
+        )
+        .with_quotas(state.quotas);
         // The reconciler stops last, after requests drained: replicas serve until then.
         let (reconciler_stop, reconciler_stopping) = watch::channel(false);
         let reconciling = tokio::spawn(reconciler.run(reconciler_stopping));

@@ -16,7 +16,28 @@ pub struct Config {
     pub catalog: CatalogConfig,
     pub runtime: RuntimeConfig,
     pub proxy: ProxyConfig,
+    pub quotas: QuotaConfig,
     pub log: LogConfig,
+}
+
+/// What a namespace (a user or an organization) may hold, unless an administrator set otherwise for it
+/// (`switchyard admin quota set`). Instance types are limited by the hardware list's `maxAccelerators`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct QuotaConfig {
+    /// Endpoints in one namespace.
+    pub endpoints: u32,
+    /// Replicas one namespace's endpoints may run at once: the sum of their `maxReplica`.
+    pub replicas: u32,
+}
+
+impl Default for QuotaConfig {
+    fn default() -> Self {
+        QuotaConfig {
+            endpoints: 100,
+            replicas: 32,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -890,3 +890,243 @@ async fn changes_and_their_events_commit_together() {
     // Every event's payload shows the endpoint without its secrets' values.
     assert!(all.iter().all(|e| e.seq > 0 && !e.id.is_empty()));
 }
+
+fn sized(name: &str, max_replica: u32) -> Value {
+    let mut body = endpoint_body(name);
+    body["compute"]["scaling"]["maxReplica"] = json!(max_replica);
+    body
+}
+
+/// A namespace holds at most its quota of endpoints and replicas (an administrator's override here), and
+/// of each instance type's accelerators (the hardware list's): what goes over is a 403 that changes
+/// nothing, and only what grows is checked.
+#[tokio::test]
+async fn quotas_hold_endpoints_replicas_and_accelerators() {
+    use reqwest::Method;
+    let srv = spawn().await;
+    let dora = srv.user("dora", None).await;
+    let set: Value = srv
+        .admin
+        .request(
+            Method::PUT,
+            "/api/v1/admin/quotas/dora",
+            Some(&json!({"endpoints": 2, "replicas": 3})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(set["limits"], json!({"endpoints": 2, "replicas": 3}));
+
+    let _: Value = dora.create_endpoint("dora", &sized("q1", 2)).await.unwrap();
+    let over = dora.create_endpoint::<Value>("dora", &sized("q2", 2)).await;
+    let b = body(over);
+    assert!(b["error"].as_str().unwrap().contains("quota"), "{b}");
+    let _: Value = dora.create_endpoint("dora", &sized("q2", 1)).await.unwrap();
+    let third = dora.create_endpoint::<Value>("dora", &sized("q3", 1)).await;
+    assert_eq!(status(third), StatusCode::FORBIDDEN);
+    let grow = dora
+        .update_endpoint::<Value>(
+            "dora",
+            "q1",
+            &json!({"compute": {"scaling": {"maxReplica": 3}}}),
+        )
+        .await;
+    assert_eq!(status(grow), StatusCode::FORBIDDEN);
+    let listed: Value = dora.list_endpoints("dora").await.unwrap();
+    let names: Vec<&str> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert_eq!(names, ["q1", "q2"], "refusals changed nothing");
+    let q1: Value = dora.get_endpoint("dora", "q1").await.unwrap();
+    assert_eq!(q1["compute"]["scaling"]["maxReplica"], 2);
+
+    // Lowered below what the namespace holds: what does not grow still goes through.
+    let _: Value = srv
+        .admin
+        .request(
+            Method::PUT,
+            "/api/v1/admin/quotas/dora",
+            Some(&json!({"replicas": 1})),
+        )
+        .await
+        .unwrap();
+    let _: Value = dora
+        .update_endpoint(
+            "dora",
+            "q1",
+            &json!({"compute": {"scaling": {"minReplica": 1}}}),
+        )
+        .await
+        .unwrap();
+
+    // Instance types: 17 replicas of a 2-accelerator instance hold 34 of the type's 32.
+    let _: Value = srv
+        .admin
+        .request(
+            Method::PUT,
+            "/api/v1/admin/quotas/dora",
+            Some(&json!({"endpoints": 10, "replicas": 100})),
+        )
+        .await
+        .unwrap();
+    let b = body(
+        dora.create_endpoint::<Value>("dora", &sized("big", 17))
+            .await,
+    );
+    assert!(b["error"].as_str().unwrap().contains("accelerators"), "{b}");
+    let hw: Value = dora.hardware("dora").await.unwrap();
+    let used: Vec<u64> = hw["vendors"][0]["regions"][0]["computes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["instanceType"] == "intel-icl")
+        .map(|c| c["quota"]["usedAccelerators"].as_u64().unwrap())
+        .collect();
+    assert!(
+        used.iter().all(|u| *u == 6),
+        "q1 and q2 hold 3 x 2 accelerators: {used:?}"
+    );
+    let shown: Value = srv
+        .admin
+        .request(Method::GET, "/api/v1/admin/quotas/dora", None)
+        .await
+        .unwrap();
+    assert_eq!(shown["used"], json!({"endpoints": 2, "replicas": 3}));
+}
+
+/// `alice`, `Alice` and `ALICE` are one name, for users and organizations alike.
+#[tokio::test]
+async fn names_are_unique_without_regard_to_case() {
+    let srv = spawn().await;
+    let _: Value = srv
+        .admin
+        .admin_create_user(&json!({"name": "alice"}))
+        .await
+        .unwrap();
+    let b = body(
+        srv.admin
+            .admin_create_user::<Value>(&json!({"name": "Alice"}))
+            .await,
+    );
+    assert!(
+        b["error"].as_str().unwrap().contains("already taken"),
+        "{b}"
+    );
+    assert_eq!(
+        status(srv.admin.admin_create_org::<Value>("ALICE").await),
+        StatusCode::CONFLICT
+    );
+    let users: Value = srv.admin.admin_list_users().await.unwrap();
+    let alices = users
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| u["name"].as_str().unwrap().eq_ignore_ascii_case("alice"))
+        .count();
+    assert_eq!(alices, 1);
+}
+
+/// Users and organizations can be removed: their endpoints go (with their events), their tokens stop
+/// working at once; a disabled user's tokens are refused until it is enabled again; the last
+/// administrator stays.
+#[tokio::test]
+async fn accounts_can_be_disabled_and_deleted() {
+    use reqwest::Method;
+    use switchyard_server::store::Store;
+    let srv = spawn().await;
+    let erin = srv.user("erin", None).await;
+    let _: Value = erin
+        .create_endpoint("erin", &endpoint_body("mine"))
+        .await
+        .unwrap();
+
+    let off: Value = srv
+        .admin
+        .request(Method::POST, "/api/v1/admin/users/erin/disable", None)
+        .await
+        .unwrap();
+    assert!(off["disabledAt"].is_string(), "{off}");
+    assert_eq!(
+        status(erin.whoami::<Value>().await),
+        StatusCode::UNAUTHORIZED
+    );
+    let _: Value = srv
+        .admin
+        .request(Method::POST, "/api/v1/admin/users/erin/enable", None)
+        .await
+        .unwrap();
+    let _: Value = erin.whoami().await.unwrap();
+
+    let gone: Value = srv
+        .admin
+        .request(Method::DELETE, "/api/v1/admin/users/erin", None)
+        .await
+        .unwrap();
+    assert_eq!(gone, json!({"endpointsDeleted": 1}));
+    assert_eq!(
+        status(erin.whoami::<Value>().await),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        status(srv.admin.get_endpoint::<Value>("erin", "mine").await),
+        StatusCode::NOT_FOUND
+    );
+    let store = srv.store().await;
+    let events = store
+        .read()
+        .await
+        .unwrap()
+        .events_after(0, 10_000)
+        .await
+        .unwrap();
+    assert!(events
+        .iter()
+        .any(|e| e.kind.as_str() == "endpoint.deleted" && e.namespace == "erin"));
+    // The name is free again.
+    let _: Value = srv
+        .admin
+        .admin_create_user(&json!({"name": "erin"}))
+        .await
+        .unwrap();
+
+    // An organization goes with its members' access to it.
+    let _: Value = srv.admin.admin_create_org("acme").await.unwrap();
+    let fred = srv.user("fred", None).await;
+    let _: Value = srv
+        .admin
+        .admin_set_member("acme", "fred", "write")
+        .await
+        .unwrap();
+    let _: Value = fred.list_endpoints("acme").await.unwrap();
+    srv.admin
+        .request::<Value>(Method::DELETE, "/api/v1/admin/orgs/acme/members/fred", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        status(fred.list_endpoints::<Value>("acme").await),
+        StatusCode::FORBIDDEN
+    );
+    let _: Value = srv
+        .admin
+        .request(Method::DELETE, "/api/v1/admin/orgs/acme", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        status(srv.admin.list_endpoints::<Value>("acme").await),
+        StatusCode::NOT_FOUND
+    );
+
+    // The last enabled administrator can be neither deleted nor disabled.
+    let last = srv
+        .admin
+        .request::<Value>(Method::DELETE, "/api/v1/admin/users/admin", None)
+        .await;
+    assert_eq!(status(last), StatusCode::BAD_REQUEST);
+    let last = srv
+        .admin
+        .request::<Value>(Method::POST, "/api/v1/admin/users/admin/disable", None)
+        .await;
+    assert_eq!(status(last), StatusCode::BAD_REQUEST);
+}

@@ -1384,3 +1384,61 @@ async fn custom_domains_and_host_code_are_guarded() {
     assert_eq!(ok["model"]["env"]["MODE"], "fast");
     rt.shutdown().await;
 }
+
+/// The scaler keeps a namespace within its replica quota, even one an administrator lowered below what
+/// the namespace's endpoints ask for; a token revoked through the API is refused by the proxy at once,
+/// cached answers notwithstanding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_hold_the_scaler_and_revocations_reach_the_proxy() {
+    use reqwest::Method;
+    let rt = spawn(|_| {}).await;
+    let scaling = json!({"minReplica": 2, "maxReplica": 2});
+    rt.create(engine_endpoint("held", "authenticated", &[], scaling))
+        .await;
+    rt.wait_for("held", "two replicas ready", |e| {
+        e["status"]["readyReplica"] == 2
+    })
+    .await;
+
+    let _: Value = rt
+        .admin
+        .request(
+            Method::PUT,
+            &format!("/api/v1/admin/quotas/{NS}"),
+            Some(&json!({"replicas": 1})),
+        )
+        .await
+        .expect("set quota");
+    let ep = rt
+        .wait_for("held", "held to one replica", |e| {
+            e["status"]["targetReplica"] == 1 && e["status"]["readyReplica"] == 1
+        })
+        .await;
+    assert_eq!(
+        ep["compute"]["scaling"]["minReplica"], 2,
+        "the spec is unchanged"
+    );
+
+    // A token that just worked through the proxy (its answer cached) stops at once when revoked.
+    let issued: Value = rt
+        .admin
+        .request(
+            Method::POST,
+            &format!("/api/v1/admin/users/{NS}/tokens"),
+            Some(&json!({"displayName": "short-lived"})),
+        )
+        .await
+        .expect("token");
+    let token = issued["token"].as_str().expect("token").to_string();
+    let id = issued["info"]["id"].as_str().expect("id").to_string();
+    let bearer = format!("Bearer {token}");
+    let ok = rt.embed("held", &[("authorization", &bearer)]).await;
+    assert_eq!(ok.status(), 200);
+    rt.admin
+        .request::<Value>(Method::DELETE, &format!("/api/v1/admin/tokens/{id}"), None)
+        .await
+        .expect("revoke");
+    let refused = rt.embed("held", &[("authorization", &bearer)]).await;
+    assert_eq!(refused.status(), 401);
+    rt.shutdown().await;
+}

@@ -16,11 +16,20 @@ use crate::model::account::{Account, AccountKind, Membership, Role, Scope, Token
 use crate::model::catalog::CatalogEntry;
 use crate::model::Issue;
 use crate::services::accounts::{self, AccountError};
+use crate::services::quotas::{self, QuotaOut, QuotaOverrideOut};
 
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/admin/users", get(list_users).post(create_user))
+        .route("/api/v1/admin/users/{user}", delete(delete_user))
+        .route("/api/v1/admin/users/{user}/disable", post(disable_user))
+        .route("/api/v1/admin/users/{user}/enable", post(enable_user))
         .route("/api/v1/admin/orgs", get(list_orgs).post(create_org))
+        .route("/api/v1/admin/orgs/{org}", delete(delete_org))
+        .route(
+            "/api/v1/admin/quotas/{namespace}",
+            get(show_quota).put(set_quota),
+        )
         .route("/api/v1/admin/orgs/{org}/members", get(list_members))
         .route(
             "/api/v1/admin/orgs/{org}/members/{user}",
@@ -163,6 +172,97 @@ pub async fn create_org(
     Ok((StatusCode::CREATED, Json(a)))
 }
 
+/// What a deletion took with it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletedOut {
+    /// Endpoints deleted with the account (their replicas stop).
+    pub endpoints_deleted: usize,
+}
+
+#[utoipa::path(delete, path = "/api/v1/admin/users/{user}", tag = "admin",
+    params(("user" = String, Path)),
+    responses((status = 200, body = DeletedOut, description = "deleted with its endpoints, tokens and memberships"),
+        (status = 400, description = "the last enabled administrator"), (status = 404)))]
+pub async fn delete_user(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams(user): PathParams<String>,
+) -> ApiResult<Json<DeletedOut>> {
+    who.require_instance_admin()?;
+    let n = accounts::delete_account(&s, &user, AccountKind::User).await?;
+    tracing::info!(user = %user, by = %who.account.name, "user deleted");
+    Ok(Json(DeletedOut {
+        endpoints_deleted: n,
+    }))
+}
+
+#[utoipa::path(delete, path = "/api/v1/admin/orgs/{org}", tag = "admin",
+    params(("org" = String, Path)),
+    responses((status = 200, body = DeletedOut, description = "deleted with its endpoints and memberships"), (status = 404)))]
+pub async fn delete_org(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams(org): PathParams<String>,
+) -> ApiResult<Json<DeletedOut>> {
+    who.require_instance_admin()?;
+    let n = accounts::delete_account(&s, &org, AccountKind::Org).await?;
+    tracing::info!(org = %org, by = %who.account.name, "organization deleted");
+    Ok(Json(DeletedOut {
+        endpoints_deleted: n,
+    }))
+}
+
+#[utoipa::path(post, path = "/api/v1/admin/users/{user}/disable", tag = "admin",
+    params(("user" = String, Path)),
+    responses((status = 200, body = Account, description = "every token of the user is refused from now on; its endpoints go on serving")))]
+pub async fn disable_user(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams(user): PathParams<String>,
+) -> ApiResult<Json<Account>> {
+    who.require_instance_admin()?;
+    Ok(Json(accounts::set_disabled(&s, &user, true).await?))
+}
+
+#[utoipa::path(post, path = "/api/v1/admin/users/{user}/enable", tag = "admin",
+    params(("user" = String, Path)), responses((status = 200, body = Account)))]
+pub async fn enable_user(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams(user): PathParams<String>,
+) -> ApiResult<Json<Account>> {
+    who.require_instance_admin()?;
+    Ok(Json(accounts::set_disabled(&s, &user, false).await?))
+}
+
+#[utoipa::path(get, path = "/api/v1/admin/quotas/{namespace}", tag = "admin",
+    params(("namespace" = String, Path)), responses((status = 200, body = QuotaOut)))]
+pub async fn show_quota(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams(namespace): PathParams<String>,
+) -> ApiResult<Json<QuotaOut>> {
+    who.require_instance_admin()?;
+    Ok(Json(quotas::show(&s, &namespace).await?))
+}
+
+/// Sets the namespace's own limits; a null (or absent) value goes back to the server's default.
+#[utoipa::path(put, path = "/api/v1/admin/quotas/{namespace}", tag = "admin", request_body = QuotaOverrideOut,
+    params(("namespace" = String, Path)), responses((status = 200, body = QuotaOut), (status = 404)))]
+pub async fn set_quota(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams(namespace): PathParams<String>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Json<QuotaOut>> {
+    who.require_instance_admin()?;
+    let set: QuotaOverrideOut = decode(body)?;
+    let out = quotas::set(&s, &namespace, set).await?;
+    tracing::info!(namespace = %namespace, by = %who.account.name, "quota set");
+    Ok(Json(out))
+}
+
 #[utoipa::path(get, path = "/api/v1/admin/orgs/{org}/members", tag = "admin",
     params(("org" = String, Path)), responses((status = 200, body = [Membership])))]
 pub async fn list_members(
@@ -197,7 +297,7 @@ pub async fn remove_member(
     PathParams((org, user)): PathParams<(String, String)>,
 ) -> ApiResult<StatusCode> {
     who.require_instance_admin()?;
-    accounts::remove_member(s.store.as_ref(), &org, &user).await?;
+    accounts::remove_member(&s, &org, &user).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -249,7 +349,7 @@ pub async fn delete_token(
     PathParams(id): PathParams<String>,
 ) -> ApiResult<StatusCode> {
     who.require_instance_admin()?;
-    accounts::revoke_token(s.store.as_ref(), &id).await?;
+    accounts::revoke_token(&s, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -158,7 +158,9 @@ pub async fn hardware(
     PathParams(namespace): PathParams<String>,
 ) -> ApiResult<Json<HardwareList>> {
     allow(&s, &who, &namespace, Action::Read).await?;
-    Ok(Json((*s.hardware).clone()))
+    Ok(Json(
+        crate::services::quotas::hardware_for(&s, &namespace).await?,
+    ))
 }
 
 /// Query of the logs route.

@@ -42,6 +42,12 @@ use super::AppState;
         super::admin::put_catalog_item,
         super::admin::delete_catalog_item,
         super::admin::reload_catalog,
+        super::admin::delete_user,
+        super::admin::disable_user,
+        super::admin::enable_user,
+        super::admin::delete_org,
+        super::admin::show_quota,
+        super::admin::set_quota,
     ),
     modifiers(&BearerAuth),
     tags(

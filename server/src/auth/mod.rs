@@ -23,6 +23,21 @@ pub enum AuthError {
     Store(#[from] StoreError),
 }
 
+/// Bumped whenever a credential may have lost rights (a token revoked, an account disabled or deleted,
+/// a membership removed): answers cached before (the proxy's) no longer stand.
+#[derive(Debug, Default)]
+pub struct Revocations(std::sync::atomic::AtomicU64);
+
+impl Revocations {
+    pub fn epoch(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub fn revoke(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// The credential a request came with.
 #[derive(Debug, Clone)]
 pub enum Credential {
@@ -153,7 +168,10 @@ pub async fn authenticate(
         .token_by_hash(&hash)
         .await?
         .ok_or_else(invalid)?;
-    if info.expires_at.is_some_and(|t| t <= now) || account.kind != AccountKind::User {
+    if info.expires_at.is_some_and(|t| t <= now)
+        || account.kind != AccountKind::User
+        || account.disabled_at.is_some()
+    {
         return Err(invalid());
     }
     Ok(Principal {
@@ -233,6 +251,7 @@ mod tests {
                 email: None,
                 is_admin: false,
                 created_at: now,
+                disabled_at: None,
             },
             scopes: scopes.clone(),
             credential: Credential::PersonalToken(TokenInfo {

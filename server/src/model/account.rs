@@ -155,6 +155,9 @@ pub struct Account {
     /// Instance administrators may act in every namespace and manage the instance.
     pub is_admin: bool,
     pub created_at: DateTime<Utc>,
+    /// Set while the account is disabled: none of its credentials is accepted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disabled_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]

@@ -30,7 +30,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::sync::watch;
 
-use crate::auth::{authenticate, authorize, bearer_in, Action, Resource};
+use crate::auth::{authenticate, authorize, bearer_in, Action, Resource, Revocations};
 use crate::clock::Clock;
 use crate::config::ProxyConfig;
 use crate::error::ApiError;
@@ -81,7 +81,9 @@ pub struct ProxyInner {
     trusted: Vec<Cidr>,
     pub cache: ResponseCache,
     /// Token answers by [`token_key`].
-    auth: Mutex<HashMap<[u8; 32], (Instant, TokenAnswer)>>,
+    /// Answers by token and namespace, with when they were given and the revocation epoch then.
+    auth: Mutex<HashMap<[u8; 32], (Instant, u64, TokenAnswer)>>,
+    revocations: Arc<Revocations>,
     sessions: balance::McpSessions,
     body_limit: usize,
 }
@@ -108,6 +110,7 @@ impl Proxy {
         clock: Arc<dyn Clock>,
         config: ProxyConfig,
         body_limit: usize,
+        revocations: Arc<Revocations>,
     ) -> Result<Proxy, String> {
         let trusted = config
             .trusted_proxies
@@ -125,6 +128,7 @@ impl Proxy {
                 config,
                 trusted,
                 auth: Mutex::new(HashMap::new()),
+                revocations,
                 sessions: Default::default(),
                 body_limit,
             }),
@@ -381,8 +385,10 @@ impl Proxy {
         };
         let key = token_key(token, namespace);
         let ttl = Duration::from_secs(self.config.auth_cache_s);
-        if let Some((at, answer)) = self.auth.lock().ok().and_then(|m| m.get(&key).cloned()) {
-            if at.elapsed() < ttl {
+        let epoch = self.revocations.epoch();
+        if let Some((at, given, answer)) = self.auth.lock().ok().and_then(|m| m.get(&key).cloned())
+        {
+            if at.elapsed() < ttl && given == epoch {
                 return answer.map_err(IntoResponse::into_response);
             }
         }
@@ -407,7 +413,7 @@ impl Proxy {
             if m.len() > 100_000 {
                 m.clear();
             }
-            m.insert(key, (Instant::now(), answer.clone()));
+            m.insert(key, (Instant::now(), epoch, answer.clone()));
         }
         answer.map_err(IntoResponse::into_response)
     }

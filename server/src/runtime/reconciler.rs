@@ -29,14 +29,15 @@ use super::scaler::{
 };
 use super::RuntimeHandle;
 use crate::clock::Clock;
-use crate::config::RuntimeConfig;
+use crate::config::{QuotaConfig, RuntimeConfig};
 use crate::crypto::{hex, random_id, SecretBox};
 use crate::model::{
     can_transition, CustomRouter, EndpointSpec, EndpointState, EndpointType, Measure,
     RouterProtocol,
 };
 use crate::routing::{Activity, Backend, Route, RouteTable};
-use crate::store::{EndpointRecord, Store, StoreError};
+use crate::services::quotas::Limits;
+use crate::store::{EndpointRecord, QuotaOverride, Store, StoreError};
 
 /// How long a health check, metrics scrape or custom-router update may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -130,6 +131,10 @@ pub struct Reconciler {
     /// when they must be read again. The quick ticks between two full ones go by these: everything else
     /// that changes an endpoint kicks the reconciler, and a kicked tick reads the store.
     records: Option<Vec<EndpointRecord>>,
+    /// What a namespace may run at once: the configured replica quota, or an administrator's override
+    /// (read again with the records).
+    quotas: QuotaConfig,
+    quota_overrides: HashMap<String, QuotaOverride>,
 }
 
 /// What identifies the replicas a spec needs: a change here means new replicas; a change elsewhere
@@ -172,7 +177,32 @@ impl Reconciler {
             runs: HashMap::new(),
             published: String::new(),
             records: None,
+            quotas: QuotaConfig::default(),
+            quota_overrides: HashMap::new(),
         }
+    }
+
+    /// The quotas the runtime holds namespaces to (the configured defaults; overrides come from the store).
+    pub fn with_quotas(mut self, quotas: QuotaConfig) -> Reconciler {
+        self.quotas = quotas;
+        self
+    }
+
+    /// How many replicas the namespace may run at once.
+    fn replica_quota(&self, namespace: &str) -> u32 {
+        let set = self
+            .quota_overrides
+            .get(namespace)
+            .copied()
+            .unwrap_or_default();
+        Limits::of(&self.quotas, set).replicas
+    }
+
+    /// Every endpoint, with the quota overrides, from the store.
+    async fn read_all(&mut self) -> Result<Vec<EndpointRecord>, StoreError> {
+        let mut session = self.store.read().await?;
+        self.quota_overrides = session.namespace_quotas().await?.into_iter().collect();
+        session.all_endpoints().await
     }
 
     /// Ticks until `shutdown` flips to true, then stops every replica.
@@ -217,16 +247,22 @@ impl Reconciler {
     pub async fn tick(&mut self) -> Result<(), StoreError> {
         let records = match self.records.take() {
             Some(held) => held,
-            None => self.store.read().await?.all_endpoints().await?,
+            None => self.read_all().await?,
         };
         let now = self.clock.now();
         self.forget_deleted(&records).await;
         let mut routes = Vec::with_capacity(records.len());
         let mut held = Vec::with_capacity(records.len());
         let mut all_written = true;
+        // Replicas each namespace's endpoints were given this pass: the scaler never goes over the
+        // namespace's quota, even one an administrator lowered below what its endpoints ask for.
+        let mut running: HashMap<String, u32> = HashMap::new();
         for rec in records {
             let gen = generation(&rec.spec);
-            let observed = self.reconcile(&rec, &gen, now).await;
+            let used = running.get(&rec.namespace).copied().unwrap_or(0);
+            let cap = self.replica_quota(&rec.namespace).saturating_sub(used);
+            let observed = self.reconcile(&rec, &gen, now, cap).await;
+            *running.entry(rec.namespace.clone()).or_default() += observed.target;
             let waking = rec.state == EndpointState::ScaledToZero
                 && observed.state == EndpointState::Initializing;
             let rec = match self.write_status(rec, observed).await {
@@ -401,7 +437,13 @@ impl Reconciler {
     /// One endpoint's pass, in steps: observe its replicas, decide the target from its state, roll replicas of
     /// the generation to serve up to it, keep its custom router in step, and say what its status should be
     /// (written by [`Self::write_status`]).
-    async fn reconcile(&mut self, rec: &EndpointRecord, gen: &str, now: DateTime<Utc>) -> Observed {
+    async fn reconcile(
+        &mut self,
+        rec: &EndpointRecord,
+        gen: &str,
+        now: DateTime<Utc>,
+        cap: u32,
+    ) -> Observed {
         let steps = Steps {
             provider: self.provider.as_ref(),
             config: &self.config,
@@ -434,6 +476,10 @@ impl Reconciler {
             ControlFlow::Continue(out) => out,
             ControlFlow::Break(done) => return done,
         };
+        if run.target > cap {
+            tracing::warn!(namespace = %rec.namespace, endpoint = %rec.spec.name, wanted = run.target, cap, "held to the namespace's replica quota");
+            run.target = cap;
+        }
         let serve_gen = match steps.roll_out(run, &pass).await {
             Ok(serve_gen) => serve_gen,
             Err((why, keep_old)) => {

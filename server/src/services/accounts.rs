@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Duration, Utc};
 
+use super::Context;
 use crate::crypto::{hash_token, new_token, write_private_file};
 use crate::model::account::{
     validate_account_name, Account, AccountKind, Membership, Role, Scope, TokenInfo,
@@ -213,14 +214,102 @@ pub async fn list_members(store: &dyn Store, org: &str) -> Result<Vec<Membership
     Ok(session.list_members(org).await?)
 }
 
-/// Removes a member; `NotFound` when the user is not one.
-pub async fn remove_member(store: &dyn Store, org: &str, user: &str) -> Result<(), AccountError> {
-    let mut unit = store.begin().await?;
+/// Removes a member; `NotFound` when the user is not one. Their access through the organization ends at
+/// once, cached answers included.
+pub async fn remove_member(ctx: &Context, org: &str, user: &str) -> Result<(), AccountError> {
+    let mut unit = ctx.store.begin().await?;
     if !unit.remove_membership(org, user).await? {
         return Err(StoreError::NotFound(format!("{user:?} is not a member of {org:?}")).into());
     }
     unit.commit().await?;
+    ctx.revocations.revoke();
     Ok(())
+}
+
+/// The account by name, of the kind the command is about; `NotFound` otherwise.
+async fn existing(
+    unit: &mut dyn Session,
+    name: &str,
+    kind: AccountKind,
+) -> Result<Account, AccountError> {
+    unit.account_by_name(name)
+        .await?
+        .filter(|a| a.kind == kind)
+        .ok_or_else(|| {
+            let what = match kind {
+                AccountKind::User => "user",
+                AccountKind::Org => "organization",
+            };
+            StoreError::NotFound(format!("no {what} {name:?}")).into()
+        })
+}
+
+/// Refuses to leave the instance without an enabled administrator.
+async fn keep_an_admin(unit: &mut dyn Session, account: &Account) -> Result<(), AccountError> {
+    if !account.is_admin || account.disabled_at.is_some() {
+        return Ok(());
+    }
+    let admins = unit
+        .list_accounts(AccountKind::User)
+        .await?
+        .into_iter()
+        .filter(|a| a.is_admin && a.disabled_at.is_none())
+        .count();
+    if admins <= 1 {
+        return Err(AccountError::Invalid(format!(
+            "{:?} is the last enabled instance administrator; make another user an administrator first",
+            account.name
+        )));
+    }
+    Ok(())
+}
+
+/// Deletes a user or an organization with everything it owns: its endpoints (each with its
+/// `endpoint.deleted` event; the runtime stops their replicas), its memberships and, for a user, its
+/// tokens, refused at once. Returns how many endpoints went with it.
+pub async fn delete_account(
+    ctx: &Context,
+    name: &str,
+    kind: AccountKind,
+) -> Result<usize, AccountError> {
+    let now = ctx.clock.now();
+    let mut unit = ctx.store.begin().await?;
+    let account = existing(unit.as_mut(), name, kind).await?;
+    keep_an_admin(unit.as_mut(), &account).await?;
+    let endpoints = super::endpoints::delete_all_in(unit.as_mut(), name, now).await?;
+    unit.delete_account(name).await?;
+    unit.commit().await?;
+    ctx.revocations.revoke();
+    (ctx.on_change)();
+    tracing::info!(account = %name, endpoints, "account deleted");
+    Ok(endpoints)
+}
+
+/// Disables a user (every token refused at once; its endpoints go on serving) or enables it again.
+pub async fn set_disabled(
+    ctx: &Context,
+    name: &str,
+    disabled: bool,
+) -> Result<Account, AccountError> {
+    let now = ctx.clock.now();
+    let mut unit = ctx.store.begin().await?;
+    let account = existing(unit.as_mut(), name, AccountKind::User).await?;
+    if disabled {
+        keep_an_admin(unit.as_mut(), &account).await?;
+    }
+    let at = disabled.then_some(account.disabled_at.unwrap_or(now));
+    unit.set_account_disabled(name, at).await?;
+    let account = existing(unit.as_mut(), name, AccountKind::User).await?;
+    unit.commit().await?;
+    ctx.revocations.revoke();
+    tracing::info!(user = %name, disabled, "account access changed");
+    Ok(account)
+}
+
+/// Names that differ only in case from an older account's (kept from before names were unique
+/// without regard to case), for the start-up report.
+pub async fn name_clashes(store: &dyn Store) -> Result<Vec<String>, AccountError> {
+    Ok(store.read().await?.name_clashes().await?)
 }
 
 /// The organizations a user belongs to, with the user's role in each.
@@ -235,13 +324,14 @@ pub async fn list_tokens(store: &dyn Store, user: &str) -> Result<Vec<TokenInfo>
     Ok(store.read().await?.list_tokens(user).await?)
 }
 
-/// Revokes a token at once; `NotFound` when there is none with this id.
-pub async fn revoke_token(store: &dyn Store, id: &str) -> Result<(), AccountError> {
-    let mut unit = store.begin().await?;
+/// Revokes a token at once (cached answers included); `NotFound` when there is none with this id.
+pub async fn revoke_token(ctx: &Context, id: &str) -> Result<(), AccountError> {
+    let mut unit = ctx.store.begin().await?;
     if !unit.delete_token(id).await? {
         return Err(StoreError::NotFound(format!("no token {id:?}")).into());
     }
     unit.commit().await?;
+    ctx.revocations.revoke();
     Ok(())
 }
 

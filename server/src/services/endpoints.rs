@@ -144,6 +144,7 @@ pub async fn insert_new(
         version: 1,
     };
     let mut unit = ctx.store.begin().await?;
+    super::quotas::check(unit.as_mut(), ctx, namespace, None, &rec.spec).await?;
     unit.insert_endpoint(&rec).await?;
     unit.append_event(event(EventKind::EndpointCreated, &rec, json!({})), now)
         .await?;
@@ -248,6 +249,22 @@ pub async fn delete(ctx: &Context, who: &Principal, namespace: &str, name: &str)
     Ok(())
 }
 
+/// Deletes every endpoint of a namespace (its account is going away), each with its event, in the
+/// caller's unit of work; the runtime stops their replicas once it commits. Returns how many.
+pub(super) async fn delete_all_in(
+    unit: &mut dyn Session,
+    namespace: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> StoreResult<usize> {
+    let all = unit.endpoints_in(namespace).await?;
+    for rec in &all {
+        unit.delete_endpoint(namespace, &rec.spec.name).await?;
+        unit.append_event(event(EventKind::EndpointDeleted, rec, json!({})), now)
+            .await?;
+    }
+    Ok(all.len())
+}
+
 /// Read, change and write in one unit of work with its events; retried a few times when another
 /// writer changed the endpoint in between (the version check).
 async fn modify<F>(
@@ -268,6 +285,9 @@ where
             .ok_or_else(|| not_found(namespace, name))?;
         let mut rec = before.clone();
         change(&mut rec)?;
+        if rec.spec != before.spec {
+            super::quotas::check(unit.as_mut(), ctx, namespace, Some(&before), &rec.spec).await?;
+        }
         rec.updated_at = ctx.clock.now();
         rec.updated_by = actor(who);
         let saved = match unit.update_endpoint(&rec).await {

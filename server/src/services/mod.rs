@@ -6,12 +6,13 @@
 pub mod accounts;
 pub mod catalog;
 pub mod endpoints;
+pub mod quotas;
 
 use std::sync::Arc;
 
 use crate::catalog::CatalogCache;
 use crate::clock::Clock;
-use crate::config::RuntimeConfig;
+use crate::config::{QuotaConfig, RuntimeConfig};
 use crate::crypto::SecretBox;
 use crate::hardware::HardwareList;
 use crate::model::Issue;
@@ -28,8 +29,12 @@ pub struct Context {
     pub hardware: Arc<HardwareList>,
     /// Who may make the host run code of their choosing (`runtime.custom_commands`).
     pub runtime_config: RuntimeConfig,
+    /// What a namespace may hold unless an administrator set otherwise.
+    pub quotas: QuotaConfig,
     /// The server's own host (bare): no endpoint's custom domain may take it.
     pub public_host: String,
+    /// Bumped when a credential loses rights, so no cached answer outlives it.
+    pub revocations: Arc<crate::auth::Revocations>,
     /// Called after an endpoint change commits, so the runtime acts on it at once.
     pub on_change: Arc<dyn Fn() + Send + Sync>,
 }

@@ -37,6 +37,17 @@ pub trait AccountStore {
     async fn account_by_name(&mut self, name: &str) -> StoreResult<Option<Account>>;
     async fn list_accounts(&mut self, kind: AccountKind) -> StoreResult<Vec<Account>>;
     async fn count_accounts(&mut self) -> StoreResult<i64>;
+    /// Removes the account with its memberships and tokens; false when there was none.
+    async fn delete_account(&mut self, name: &str) -> StoreResult<bool>;
+    /// Disables (`Some(when)`) or enables (`None`) the account; false when there is none.
+    async fn set_account_disabled(
+        &mut self,
+        name: &str,
+        at: Option<DateTime<Utc>>,
+    ) -> StoreResult<bool>;
+    /// Accounts whose names differ only in case from an older account's (from before names were
+    /// unique without regard to case): they keep working but should be renamed or deleted.
+    async fn name_clashes(&mut self) -> StoreResult<Vec<String>>;
     /// Adds a member, or changes the role of an existing one.
     async fn set_membership(
         &mut self,
@@ -59,7 +70,7 @@ pub trait AccountStore {
     async fn delete_token(&mut self, id: &str) -> StoreResult<bool>;
 }
 
-const ACCOUNT_COLS: &str = "id, kind, name, fullname, email, is_admin, created_at";
+const ACCOUNT_COLS: &str = "id, kind, name, fullname, email, is_admin, created_at, disabled_at";
 
 fn account_from(row: &AnyRow) -> StoreResult<Account> {
     let kind: String = row.try_get("kind")?;
@@ -75,6 +86,11 @@ fn account_from(row: &AnyRow) -> StoreResult<Account> {
         email: row.try_get("email")?,
         is_admin: row.try_get::<i64, _>("is_admin")? != 0,
         created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
+        disabled_at: row
+            .try_get::<Option<String>, _>("disabled_at")?
+            .as_deref()
+            .map(parse_ts)
+            .transpose()?,
     })
 }
 
@@ -119,8 +135,8 @@ impl AccountStore for SqlSession {
     ) -> StoreResult<Account> {
         let id = random_id();
         let res = sqlx::query(
-            "INSERT INTO accounts (id, kind, name, fullname, email, is_admin, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO accounts (id, kind, name, fullname, email, is_admin, created_at, name_key) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(&id)
         .bind(new.kind.as_str())
@@ -129,6 +145,7 @@ impl AccountStore for SqlSession {
         .bind(&new.email)
         .bind(i64::from(new.is_admin))
         .bind(ts(now))
+        .bind(new.name.to_ascii_lowercase())
         .execute(self.db())
         .await;
         match res {
@@ -140,9 +157,11 @@ impl AccountStore for SqlSession {
                 email: new.email,
                 is_admin: new.is_admin,
                 created_at: parse_ts(&ts(now))?,
+                disabled_at: None,
             }),
             Err(e) if unique_violation(&e).is_some() => Err(StoreError::Conflict(format!(
-                "the name {:?} is already taken by a user or an organization",
+                "the name {:?} is already taken by a user or an organization (names are unique \
+                 without regard to case)",
                 new.name
             ))),
             Err(e) => Err(e.into()),
@@ -173,6 +192,36 @@ impl AccountStore for SqlSession {
         Ok(sqlx::query_scalar("SELECT COUNT(*) FROM accounts")
             .fetch_one(self.db())
             .await?)
+    }
+
+    async fn delete_account(&mut self, name: &str) -> StoreResult<bool> {
+        // Memberships (both ways) and tokens go with it: their foreign keys cascade.
+        let res = sqlx::query("DELETE FROM accounts WHERE name = $1")
+            .bind(name)
+            .execute(self.db())
+            .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
+    async fn set_account_disabled(
+        &mut self,
+        name: &str,
+        at: Option<DateTime<Utc>>,
+    ) -> StoreResult<bool> {
+        let res = sqlx::query("UPDATE accounts SET disabled_at = $1 WHERE name = $2")
+            .bind(at.map(ts))
+            .bind(name)
+            .execute(self.db())
+            .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
+    async fn name_clashes(&mut self) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT name FROM accounts WHERE name_key <> lower(name) ORDER BY name",
+        )
+        .fetch_all(self.db())
+        .await?)
     }
 
     async fn set_membership(
@@ -240,7 +289,8 @@ impl AccountStore for SqlSession {
 
     async fn orgs_of(&mut self, user_id: &str) -> StoreResult<Vec<(Account, Role)>> {
         let rows = sqlx::query(
-            "SELECT o.id, o.kind, o.name, o.fullname, o.email, o.is_admin, o.created_at, m.role AS role \
+            "SELECT o.id, o.kind, o.name, o.fullname, o.email, o.is_admin, o.created_at, o.disabled_at, \
+             m.role AS role \
              FROM memberships m JOIN accounts o ON o.id = m.org_id WHERE m.user_id = $1 ORDER BY o.name",
         )
         .bind(user_id)
@@ -308,7 +358,7 @@ impl AccountStore for SqlSession {
     async fn token_by_hash(&mut self, hash: &str) -> StoreResult<Option<(TokenInfo, Account)>> {
         let row = sqlx::query(
             "SELECT t.id AS tid, t.display_name, t.scopes, t.expires_at, t.created_at AS tcreated, \
-             a.id, a.kind, a.name, a.fullname, a.email, a.is_admin, a.created_at \
+             a.id, a.kind, a.name, a.fullname, a.email, a.is_admin, a.created_at, a.disabled_at \
              FROM tokens t JOIN accounts a ON a.id = t.user_id WHERE t.token_hash = $1",
         )
         .bind(hash)

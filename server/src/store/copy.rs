@@ -9,8 +9,10 @@ use super::{Store, StoreError, StoreResult};
 
 #[derive(Clone, Copy)]
 enum Col {
+    /// Text, or NULL.
     Text,
     Int,
+    OptInt,
 }
 
 /// A table to copy: its name, the order to read it in, and its columns.
@@ -30,6 +32,8 @@ const TABLES: &[Table] = &[
             ("email", Col::Text),
             ("is_admin", Col::Int),
             ("created_at", Col::Text),
+            ("name_key", Col::Text),
+            ("disabled_at", Col::Text),
         ],
     ),
     (
@@ -92,6 +96,16 @@ const TABLES: &[Table] = &[
         ],
     ),
     ("meta", "key", &[("key", Col::Text), ("value", Col::Text)]),
+    (
+        "namespace_quotas",
+        "namespace",
+        &[
+            ("namespace", Col::Text),
+            ("endpoints", Col::OptInt),
+            ("replicas", Col::OptInt),
+            ("updated_at", Col::Text),
+        ],
+    ),
     (
         "events",
         "seq",
@@ -194,6 +208,7 @@ fn bind_row<'q>(
         q = match col {
             Col::Text => q.bind(row.try_get::<Option<String>, _>(*name)?),
             Col::Int => q.bind(row.try_get::<i64, _>(*name)?),
+            Col::OptInt => q.bind(row.try_get::<Option<i64>, _>(*name)?),
         };
     }
     Ok(q)

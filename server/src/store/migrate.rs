@@ -24,13 +24,25 @@ const SQLITE: &[Migration] = &[
         name: "outbox and constraints",
         sql: include_str!("../../migrations/sqlite/0002_outbox_and_constraints.sql"),
     },
+    Migration {
+        version: 3,
+        name: "names without case, disabling, quotas",
+        sql: include_str!("../../migrations/sqlite/0003_names_quotas_disabling.sql"),
+    },
 ];
 
-const POSTGRES: &[Migration] = &[Migration {
-    version: 1,
-    name: "initial",
-    sql: include_str!("../../migrations/postgres/0001_initial.sql"),
-}];
+const POSTGRES: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "initial",
+        sql: include_str!("../../migrations/postgres/0001_initial.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "names without case, disabling, quotas",
+        sql: include_str!("../../migrations/postgres/0002_names_quotas_disabling.sql"),
+    },
+];
 
 pub(crate) fn migrations(backend: Backend) -> &'static [Migration] {
     match backend {

@@ -187,6 +187,7 @@ enum Conn {
 /// A session on one pooled connection: a unit of work or plain reads.
 pub struct SqlSession {
     conn: Conn,
+    pub(crate) backend: Backend,
 }
 
 impl SqlSession {
@@ -214,12 +215,14 @@ impl Store for SqlStore {
         let tx = self.pool.begin_with(begin_statement(self.backend)).await?;
         Ok(Box::new(SqlSession {
             conn: Conn::Unit(tx),
+            backend: self.backend,
         }))
     }
 
     async fn read(&self) -> StoreResult<Box<dyn Session>> {
         Ok(Box::new(SqlSession {
             conn: Conn::Plain(self.pool.acquire().await?),
+            backend: self.backend,
         }))
     }
 
