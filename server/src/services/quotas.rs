@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use super::{Context, Error, Result};
 use crate::config::QuotaConfig;
-use crate::hardware::{HardwareList, Quota};
+use crate::hardware::{HardwareList, Placement, Quota};
 use crate::model::EndpointSpec;
 use crate::store::{EndpointRecord, QuotaOverride, Session};
 
@@ -37,33 +37,28 @@ fn instance_type(spec: &EndpointSpec) -> InstanceType {
     )
 }
 
+/// Where the hardware list puts the spec's compute.
+fn placement<'h>(hardware: &'h HardwareList, spec: &EndpointSpec) -> Option<Placement<'h>> {
+    let c = &spec.compute;
+    hardware.find(
+        &spec.provider.vendor,
+        &spec.provider.region,
+        c.accelerator.as_str(),
+        &c.instance_type,
+        &c.instance_size,
+    )
+}
+
 /// Accelerators a spec may hold at once: its `maxReplica` times its instance's accelerators.
 fn accelerators(hardware: &HardwareList, spec: &EndpointSpec) -> u32 {
-    let c = &spec.compute;
-    hardware
-        .find(
-            &spec.provider.vendor,
-            &spec.provider.region,
-            c.accelerator.as_str(),
-            &c.instance_type,
-            &c.instance_size,
-        )
+    placement(hardware, spec)
         .map_or(0, |p| p.compute.num_accelerators)
-        .saturating_mul(c.scaling.max_replica)
+        .saturating_mul(spec.compute.scaling.max_replica)
 }
 
 /// The type's quota, from the hardware list.
 fn type_quota(hardware: &HardwareList, spec: &EndpointSpec) -> Option<Quota> {
-    let c = &spec.compute;
-    hardware
-        .find(
-            &spec.provider.vendor,
-            &spec.provider.region,
-            c.accelerator.as_str(),
-            &c.instance_type,
-            &c.instance_size,
-        )
-        .map(|p| p.compute.quota.clone())
+    placement(hardware, spec).map(|p| p.compute.quota.clone())
 }
 
 /// What the namespace's endpoints other than `except` hold.
