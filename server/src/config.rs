@@ -128,6 +128,12 @@ pub struct RuntimeConfig {
     /// the launcher (beside each launcher's `tenant_env`): exact names, or a prefix ending in `*`. Names
     /// outside both lists need the `custom_commands` permission.
     pub tenant_env: Vec<String>,
+    /// Base directory of the replicas' working directories; each server works in a subdirectory of its
+    /// own. Must be outside the data dir. Default: `<temp dir>/switchyard-replicas-<uid>`.
+    pub replica_dir: Option<PathBuf>,
+    /// The user replicas run as when the server runs as root; created (a system user) when missing.
+    /// Default: `switchyard-replica`. Setting it on a server that does not run as root is an error.
+    pub replica_user: Option<String>,
     /// One launcher per engine image key (`tei`, `llamacpp`, `vLLM`, `sGLang`, `tgi`, `hub`, …).
     pub launchers: std::collections::BTreeMap<String, Launcher>,
     /// Custom-router sidecars by image tag (`customRouter.tag`); `{port}` is the port it listens on.
@@ -150,6 +156,8 @@ impl Default for RuntimeConfig {
             custom_commands: CustomCommands::Admins,
             custom_command_users: Vec::new(),
             tenant_env: DEFAULT_TENANT_ENV.iter().map(|s| s.to_string()).collect(),
+            replica_dir: None,
+            replica_user: None,
             launchers: Default::default(),
             routers: Default::default(),
             scaling: ScalingConfig::default(),

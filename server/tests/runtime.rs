@@ -1401,6 +1401,153 @@ async fn tenant(rt: &Rt, name: &str) -> Client {
     Client::new(&rt.url, Some(token))
 }
 
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// A field of `/proc/<pid>/status` (`Uid`, `Groups`, …).
+fn proc_status(pid: i32, field: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// A custom replica tries to read the server's secrets (the admin token, the secrets key, the
+/// database) by the data dir's absolute path, and reports on its stdout; then it serves. The data dir
+/// and its files are closed to other users (also those left open by an earlier start). Run as root,
+/// the replica runs as the replica user, without groups, in a directory outside the data dir, and
+/// every read fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_cannot_read_the_servers_secrets() {
+    let rt = spawn(|c| {
+        // What an older server left: an open data dir and an open log file.
+        use std::os::unix::fs::PermissionsExt;
+        let dir = c.store.data_dir.clone().expect("data dir");
+        let open = std::fs::Permissions::from_mode(0o755);
+        std::fs::set_permissions(&dir, open.clone()).expect("chmod");
+        std::fs::create_dir(dir.join("logs")).expect("logs dir");
+        std::fs::set_permissions(dir.join("logs"), open).expect("chmod");
+        let log = dir.join("logs").join("console.log.2020-01-01");
+        std::fs::write(&log, "old log\n").expect("log");
+        std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    })
+    .await;
+    let data = rt.data_dir.canonicalize().expect("data dir");
+    let script = format!(
+        r#"echo "probe uid=$(id -u) home=$HOME"
+for f in admin-token secret.key switchyard.db; do echo "probe $f: $(cat {d}/$f 2>&1 | head -c 200)"; done
+echo "probe list: $(ls {d} 2>&1)"
+exec {engine} --port "$PORT""#,
+        d = data.display(),
+        engine = engine_bin(),
+    );
+    let mut body = engine_endpoint(
+        "nosy",
+        "public",
+        &[],
+        json!({"minReplica": 1, "maxReplica": 1}),
+    );
+    body["model"]["command"] = json!(["/bin/sh", "-c", script]);
+    rt.create(body).await;
+    rt.wait_state("nosy", "running").await;
+
+    assert_eq!(mode(&data) & 0o077, 0, "the data dir is closed to others");
+    let mut files = vec![
+        "admin-token",
+        "secret.key",
+        "logs",
+        "logs/console.log.2020-01-01",
+    ];
+    files.extend(["switchyard.db", "switchyard.db-wal", "switchyard.db-shm"]);
+    for f in files {
+        let path = data.join(f);
+        if path.exists() {
+            assert_eq!(mode(&path) & 0o077, 0, "{f} is closed to others");
+        }
+    }
+    let pids = rt.replica_pids();
+    assert_eq!(pids.len(), 1);
+    let cwd = std::fs::read_link(format!("/proc/{}/cwd", pids[0])).expect("replica cwd");
+    assert!(
+        !cwd.starts_with(&data),
+        "{} is in the data dir",
+        cwd.display()
+    );
+
+    let logs = rt
+        .http
+        .get(format!("{}/v2/endpoint/{NS}/nosy/logs?tail=50", rt.url))
+        .bearer_auth(&rt.token)
+        .send()
+        .await
+        .expect("logs")
+        .text()
+        .await
+        .expect("logs text");
+    assert!(logs.contains(&format!("home={}", cwd.display())), "{logs}");
+    let server_uid = std::fs::metadata("/proc/self").map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.uid()
+    });
+    if server_uid.ok() != Some(0) {
+        eprintln!(
+            "not root: replicas run as the server's own user and could read its files; \
+             only the data dir's modes (closed to other users) were checked"
+        );
+        rt.shutdown().await;
+        return;
+    }
+    let uids = proc_status(pids[0], "Uid");
+    assert!(uids.split_whitespace().all(|u| u != "0"), "Uid: {uids}");
+    assert_eq!(
+        proc_status(pids[0], "Groups"),
+        "",
+        "no supplementary groups"
+    );
+    assert!(!logs.contains("probe uid=0 "), "{logs}");
+    for f in ["admin-token", "secret.key", "switchyard.db"] {
+        let line = logs
+            .lines()
+            .find(|l| l.contains(&format!("probe {f}:")))
+            .unwrap_or_else(|| panic!("no probe of {f}: {logs}"));
+        assert!(line.contains("Permission denied"), "{line}");
+    }
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("probe list:") && l.contains("Permission denied")),
+        "{logs}"
+    );
+    let key = std::fs::read_to_string(data.join("secret.key")).expect("key");
+    assert!(!logs.contains(&rt.token) && !logs.contains(key.trim()));
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_dir_inside_the_data_dir_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.store.data_dir = Some(dir.path().to_path_buf());
+    config.store.url = common::test_store_url().await;
+    config.server.listen = "127.0.0.1:0".parse().expect("addr");
+    config.runtime.replica_dir = Some(dir.path().join("work"));
+    let Err(err) = Application::build(&config).await else {
+        panic!("a server started with its replicas in its data dir");
+    };
+    assert!(
+        err.to_string().contains("runtime.replica_dir")
+            && err.to_string().contains("inside the data dir"),
+        "{err}"
+    );
+}
+
 /// An engine endpoint (`tei`, run by the test engine), with `model` fields merged in.
 fn tei_endpoint(name: &str, model: Value) -> Value {
     let mut body = engine_endpoint(
