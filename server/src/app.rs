@@ -1,11 +1,13 @@
 //! Assembles the service from its config: store, secrets key, hardware, catalog, first admin, listener.
 //!
-//! Start order: bind → data dir → secrets key → store (migrations) → hardware list → catalog seed (first start
-//! only) → first administrator (empty store only) → serve. Shutdown: stop accepting, finish
-//! in-flight requests, close the store.
+//! Start order: bind → data dir (closed to other users) → secrets key → store (migrations) → hardware list →
+//! catalog seed (first start only) → first administrator (empty store only) → the data dir's files closed to
+//! other users → replica directory and user → serve. Shutdown: stop accepting, finish in-flight requests,
+//! close the store.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use std::time::Duration;
@@ -21,6 +23,7 @@ use crate::config::Config;
 use crate::crypto::SecretBox;
 use crate::hardware::HardwareList;
 use crate::proxy::{self, Proxy};
+use crate::runtime::isolation::ReplicaHome;
 use crate::runtime::local::LocalProvider;
 use crate::runtime::reconciler::Reconciler;
 use crate::services::accounts::bootstrap_admin;
@@ -95,6 +98,7 @@ impl Services {
         let data_dir = config.data_dir().map_err(|e| StartError(e.to_string()))?;
         std::fs::create_dir_all(&data_dir)
             .map_err(|e| fail("creating the data dir")(format!("{}: {e}", data_dir.display())))?;
+        close_data_dir(&data_dir)?;
         let url = config.store_url().map_err(|e| StartError(e.to_string()))?;
         let open_store = || async {
             SqlStore::open(&url, config.store.synchronous)
@@ -137,6 +141,13 @@ impl Services {
         if let Some(path) = &admin_token_file {
             tracing::info!(file = %path.display(), "created user 'admin'; its token is in this file (mode 0600)");
         }
+        let key_file = config
+            .secrets
+            .key
+            .is_none()
+            .then(|| config.key_file().ok())
+            .flatten();
+        close_private_files(&data_dir, key_file);
         let (runtime, table) =
             crate::runtime::handle(public_url, public_host.clone(), config.runtime.log_lines);
         let kick = runtime.clone();
@@ -168,6 +179,72 @@ impl Services {
             admin_token_file,
         })
     }
+}
+
+/// Closes the data dir to every other user (0700): it holds the store, the secrets key and the admin
+/// token, which neither replicas nor other local users may read.
+fn close_data_dir(dir: &Path) -> Result<(), StartError> {
+    dir.canonicalize()
+        .and_then(|d| close(&d))
+        .map(|_| ())
+        .map_err(|e| {
+            StartError(format!(
+                "closing the data dir {} to other users (mode 0700): {e}",
+                dir.display()
+            ))
+        })
+}
+
+/// Closes what the server keeps in the data dir (the store's files, the admin token, the `logs` and
+/// `replicas` directories) and the secrets key file to other users: data dirs made before they were
+/// private, and SQLite's files, made with the umask's mode. What is missing is skipped.
+fn close_private_files(data_dir: &Path, key_file: Option<PathBuf>) {
+    let db = crate::store::DB_FILE;
+    let mut paths: Vec<PathBuf> = [db.to_string(), format!("{db}-wal"), format!("{db}-shm")]
+        .into_iter()
+        .chain([format!("{db}-journal"), "admin-token".to_string()])
+        .map(|f| data_dir.join(f))
+        .chain(key_file)
+        .collect();
+    for dir in ["logs", "replicas"] {
+        tree(&data_dir.join(dir), 4, &mut paths);
+    }
+    for path in paths {
+        match close(&path) {
+            Ok(Some(was)) => {
+                tracing::warn!(file = %path.display(), "closed to other users (its mode was {was:o})")
+            }
+            Ok(None) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e, "could not close to other users")
+            }
+        }
+    }
+}
+
+/// `dir` and what is under it, `depth` levels down, without following links.
+fn tree(dir: &Path, depth: usize, into: &mut Vec<PathBuf>) {
+    into.push(dir.to_path_buf());
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        match entry.file_type() {
+            Ok(t) if t.is_dir() && depth > 0 => tree(&entry.path(), depth - 1, into),
+            Ok(t) if t.is_file() || t.is_dir() => into.push(entry.path()),
+            _ => {}
+        }
+    }
+}
+
+/// Clears the group and other permission bits of `path` (never through a link); its old mode when
+/// that changed it.
+fn close(path: &Path) -> std::io::Result<Option<u32>> {
+    let meta = std::fs::symlink_metadata(path)?;
+    let mode = meta.permissions().mode() & 0o7777;
+    if meta.file_type().is_symlink() || mode & 0o077 == 0 {
+        return Ok(None);
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o700))?;
+    Ok(Some(mode))
 }
 
 /// A built service bound to its listener, ready to run.
@@ -221,7 +298,10 @@ impl Application {
         };
         let services = Services::open_at(config, clock.clone(), public_url).await?;
         let state = &services.state;
+        let home = ReplicaHome::prepare(&config.runtime, &services.data_dir).map_err(StartError)?;
+        tracing::info!(dir = %home.root.display(), user = home.user.as_ref().map(|u| u.name.as_str()), "replicas work here");
         let provider = LocalProvider::new(
+            home,
             services.data_dir.join("replicas"),
             Duration::from_millis(config.runtime.stop_grace_ms),
             state.runtime.logs.clone(),

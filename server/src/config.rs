@@ -145,6 +145,16 @@ pub struct RuntimeConfig {
     pub custom_commands: CustomCommands,
     /// Users who may run custom images besides those `custom_commands` allows.
     pub custom_command_users: Vec<String>,
+    /// Variable names any tenant may set in `model.env`, `model.secrets` and `customRouter.env`, whatever
+    /// the launcher (beside each launcher's `tenant_env`): exact names, or a prefix ending in `*`. Names
+    /// outside both lists need the `custom_commands` permission.
+    pub tenant_env: Vec<String>,
+    /// Base directory of the replicas' working directories; each server works in a subdirectory of its
+    /// own. Must be outside the data dir. Default: `<temp dir>/switchyard-replicas-<uid>`.
+    pub replica_dir: Option<PathBuf>,
+    /// The user replicas run as when the server runs as root; created (a system user) when missing.
+    /// Default: `switchyard-replica`. Setting it on a server that does not run as root is an error.
+    pub replica_user: Option<String>,
     /// One launcher per engine image key (`tei`, `llamacpp`, `vLLM`, `sGLang`, `tgi`, `hub`, …).
     pub launchers: std::collections::BTreeMap<String, Launcher>,
     /// Custom-router sidecars by image tag (`customRouter.tag`); `{port}` is the port it listens on.
@@ -166,12 +176,23 @@ impl Default for RuntimeConfig {
             log_lines: 2000,
             custom_commands: CustomCommands::Admins,
             custom_command_users: Vec::new(),
+            tenant_env: DEFAULT_TENANT_ENV.iter().map(|s| s.to_string()).collect(),
+            replica_dir: None,
+            replica_user: None,
             launchers: Default::default(),
             routers: Default::default(),
             scaling: ScalingConfig::default(),
         }
     }
 }
+
+/// What every tenant may set by default: the hub token (to download gated models) and log verbosity.
+pub const DEFAULT_TENANT_ENV: [&str; 4] = [
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "LOG_LEVEL",
+    "RUST_LOG",
+];
 
 /// How an engine image is started on this host. `command` may use `{port}`, `{repository}`,
 /// `{revision}` (the spec's, or `main`) and `{model_file}` (llamacpp `modelPath`). Each replica runs in a
@@ -184,6 +205,12 @@ pub struct Launcher {
     pub health_route: Option<String>,
     /// Extra environment for the engine (beside the spec's env and secrets).
     pub env: std::collections::BTreeMap<String, String>,
+    /// Variable names a tenant may set for this engine, beside `runtime.tenant_env`: exact names, or a
+    /// prefix ending in `*` (`MAX_BATCH_*`).
+    pub tenant_env: Vec<String>,
+    /// Flags a tenant may append in `model.args` (`--max-model-len`), as `--flag`, `--flag=value` or
+    /// `--flag value`. Any other argument needs the `custom_commands` permission. Not used by routers.
+    pub tenant_args: Vec<String>,
 }
 
 /// The scaling engine's windows; see `runtime::scaler`.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::{json, Value};
-use switchyard_server::client::Client;
+use switchyard_server::client::{Client, ClientError};
 use switchyard_server::clock::ManualClock;
 use switchyard_server::{Application, Config};
 
@@ -1246,7 +1246,8 @@ async fn hardware_usage_scales_out_streams_pass_through_and_logs_follow() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_domains_and_host_code_are_guarded() {
-    let rt = spawn(|_| {}).await;
+    // MODE is a variable of this server's own choosing that tenants may set.
+    let rt = spawn(|c| c.runtime.tenant_env.push("MODE".into())).await;
     let mut routed = engine_endpoint(
         "dom",
         "public",
@@ -1440,5 +1441,371 @@ async fn quotas_hold_the_scaler_and_revocations_reach_the_proxy() {
         .expect("revoke");
     let refused = rt.embed("held", &[("authorization", &bearer)]).await;
     assert_eq!(refused.status(), 401);
+    rt.shutdown().await;
+}
+
+/// A user of the server that is not an administrator, with a token.
+async fn tenant(rt: &Rt, name: &str) -> Client {
+    let _: Value = rt
+        .admin
+        .admin_create_user(&json!({"name": name}))
+        .await
+        .expect("create user");
+    let token = rt
+        .admin
+        .admin_create_token(name, &json!({}))
+        .await
+        .expect("create token");
+    Client::new(&rt.url, Some(token))
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// A field of `/proc/<pid>/status` (`Uid`, `Groups`, …).
+fn proc_status(pid: i32, field: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// A custom replica tries to read the server's secrets (the admin token, the secrets key, the
+/// database) by the data dir's absolute path, and reports on its stdout; then it serves. The data dir
+/// and its files are closed to other users (also those left open by an earlier start). Run as root,
+/// the replica runs as the replica user, without groups, in a directory outside the data dir, and
+/// every read fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_cannot_read_the_servers_secrets() {
+    let rt = spawn(|c| {
+        // What an older server left: an open data dir and an open log file.
+        use std::os::unix::fs::PermissionsExt;
+        let dir = c.store.data_dir.clone().expect("data dir");
+        let open = std::fs::Permissions::from_mode(0o755);
+        std::fs::set_permissions(&dir, open.clone()).expect("chmod");
+        std::fs::create_dir(dir.join("logs")).expect("logs dir");
+        std::fs::set_permissions(dir.join("logs"), open).expect("chmod");
+        let log = dir.join("logs").join("console.log.2020-01-01");
+        std::fs::write(&log, "old log\n").expect("log");
+        std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    })
+    .await;
+    let data = rt.data_dir.canonicalize().expect("data dir");
+    let script = format!(
+        r#"echo "probe uid=$(id -u) home=$HOME"
+for f in admin-token secret.key switchyard.db; do echo "probe $f: $(cat {d}/$f 2>&1 | head -c 200)"; done
+echo "probe list: $(ls {d} 2>&1)"
+exec {engine} --port "$PORT""#,
+        d = data.display(),
+        engine = engine_bin(),
+    );
+    let mut body = engine_endpoint(
+        "nosy",
+        "public",
+        &[],
+        json!({"minReplica": 1, "maxReplica": 1}),
+    );
+    body["model"]["command"] = json!(["/bin/sh", "-c", script]);
+    rt.create(body).await;
+    rt.wait_state("nosy", "running").await;
+
+    assert_eq!(mode(&data) & 0o077, 0, "the data dir is closed to others");
+    let mut files = vec![
+        "admin-token",
+        "secret.key",
+        "logs",
+        "logs/console.log.2020-01-01",
+    ];
+    files.extend(["switchyard.db", "switchyard.db-wal", "switchyard.db-shm"]);
+    for f in files {
+        let path = data.join(f);
+        if path.exists() {
+            assert_eq!(mode(&path) & 0o077, 0, "{f} is closed to others");
+        }
+    }
+    let pids = rt.replica_pids();
+    assert_eq!(pids.len(), 1);
+    let cwd = std::fs::read_link(format!("/proc/{}/cwd", pids[0])).expect("replica cwd");
+    assert!(
+        !cwd.starts_with(&data),
+        "{} is in the data dir",
+        cwd.display()
+    );
+
+    let logs = rt
+        .http
+        .get(format!("{}/v2/endpoint/{NS}/nosy/logs?tail=50", rt.url))
+        .bearer_auth(&rt.token)
+        .send()
+        .await
+        .expect("logs")
+        .text()
+        .await
+        .expect("logs text");
+    assert!(logs.contains(&format!("home={}", cwd.display())), "{logs}");
+    let server_uid = std::fs::metadata("/proc/self").map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.uid()
+    });
+    if server_uid.ok() != Some(0) {
+        eprintln!(
+            "not root: replicas run as the server's own user and could read its files; \
+             only the data dir's modes (closed to other users) were checked"
+        );
+        rt.shutdown().await;
+        return;
+    }
+    let uids = proc_status(pids[0], "Uid");
+    assert!(uids.split_whitespace().all(|u| u != "0"), "Uid: {uids}");
+    assert_eq!(
+        proc_status(pids[0], "Groups"),
+        "",
+        "no supplementary groups"
+    );
+    assert!(!logs.contains("probe uid=0 "), "{logs}");
+    for f in ["admin-token", "secret.key", "switchyard.db"] {
+        let line = logs
+            .lines()
+            .find(|l| l.contains(&format!("probe {f}:")))
+            .unwrap_or_else(|| panic!("no probe of {f}: {logs}"));
+        assert!(line.contains("Permission denied"), "{line}");
+    }
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("probe list:") && l.contains("Permission denied")),
+        "{logs}"
+    );
+    let key = std::fs::read_to_string(data.join("secret.key")).expect("key");
+    assert!(!logs.contains(&rt.token) && !logs.contains(key.trim()));
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_dir_inside_the_data_dir_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.store.data_dir = Some(dir.path().to_path_buf());
+    config.store.url = common::test_store_url().await;
+    config.server.listen = "127.0.0.1:0".parse().expect("addr");
+    config.runtime.replica_dir = Some(dir.path().join("work"));
+    let Err(err) = Application::build(&config).await else {
+        panic!("a server started with its replicas in its data dir");
+    };
+    assert!(
+        err.to_string().contains("runtime.replica_dir")
+            && err.to_string().contains("inside the data dir"),
+        "{err}"
+    );
+}
+
+/// An engine endpoint (`tei`, run by the test engine), with `model` fields merged in.
+fn tei_endpoint(name: &str, model: Value) -> Value {
+    let mut body = engine_endpoint(
+        name,
+        "public",
+        &[],
+        json!({"minReplica": 0, "maxReplica": 1}),
+    );
+    body["model"] = json!({"repository": "org/model", "framework": "pytorch",
+                           "image": {"tei": {"url": "local/tei"}}});
+    if let (Some(m), Value::Object(extra)) = (body["model"].as_object_mut(), model) {
+        m.extend(extra);
+    }
+    body
+}
+
+/// What a tenant may set or append is each launcher's allowlist (plus `runtime.tenant_env`); the rest
+/// takes the custom-commands permission (403 naming `runtime.custom_commands`), which administrators
+/// and `custom_command_users` have. `PORT` and `REPLICA_ID` are the server's (400, for everyone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_set_only_what_the_launcher_allows() {
+    let rt = spawn(|c| {
+        c.runtime.custom_command_users = vec!["carol".into()];
+        c.runtime.launchers.insert(
+            "tei".into(),
+            switchyard_server::config::Launcher {
+                command: vec![engine_bin(), "--port".into(), "{port}".into()],
+                tenant_env: vec!["MAX_BATCH_*".into()],
+                tenant_args: vec!["--max-batch-tokens".into(), "--json-output".into()],
+                ..Default::default()
+            },
+        );
+        c.runtime.routers.insert(
+            "r".into(),
+            switchyard_server::config::Launcher {
+                command: vec![
+                    engine_bin(),
+                    "--port".into(),
+                    "{port}".into(),
+                    "--router".into(),
+                ],
+                tenant_env: vec!["ROUTER_MODE".into()],
+                ..Default::default()
+            },
+        );
+    })
+    .await;
+    let eve = tenant(&rt, "eve").await;
+    let carol = tenant(&rt, "carol").await;
+    let forbidden = |err: ClientError, what: &str| {
+        assert_eq!(
+            err.status(),
+            Some(reqwest::StatusCode::FORBIDDEN),
+            "{what}: {err}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains(what) && text.contains("runtime.custom_commands"),
+            "{text}"
+        );
+    };
+
+    // Allowed: the launcher's names and flags, and the server-wide names.
+    let ok = tei_endpoint(
+        "ok",
+        json!({"env": {"MAX_BATCH_TOKENS": "8", "RUST_LOG": "debug"},
+        "secrets": {"HF_TOKEN": "hf_x"}, "args": ["--max-batch-tokens", "512", "--json-output"]}),
+    );
+    let _: Value = eve.create_endpoint("eve", &ok).await.expect("allowed");
+    let _: Value = eve
+        .update_endpoint(
+            "eve",
+            "ok",
+            &json!({"model": {"args": ["--max-batch-tokens=64"]}}),
+        )
+        .await
+        .expect("allowed flag=value");
+
+    // Variables outside the allowlists, in env or secrets, on create or update.
+    let names = [
+        "GCONV_PATH",
+        "OPENSSL_CONF",
+        "GIT_SSH_COMMAND",
+        "HTTPS_PROXY",
+        "SSL_CERT_FILE",
+    ];
+    for (i, var) in names
+        .into_iter()
+        .chain(["HOME", "TMPDIR", "LD_PRELOAD"])
+        .enumerate()
+    {
+        let field = if i % 2 == 0 { "env" } else { "secrets" };
+        let bad = tei_endpoint("bad", json!({ field: {var: "/tmp/x"} }));
+        forbidden(
+            eve.create_endpoint::<Value>("eve", &bad).await.unwrap_err(),
+            var,
+        );
+        let patch = json!({"model": { field: {var: "/tmp/x"} }});
+        forbidden(
+            eve.update_endpoint::<Value>("eve", "ok", &patch)
+                .await
+                .unwrap_err(),
+            var,
+        );
+    }
+    // Arguments the launcher does not list: another flag, a value after a value, a stray word.
+    for args in [
+        json!(["--trust-remote-code"]),
+        json!(["--max-batch-tokens", "1", "2"]),
+        json!(["x"]),
+    ] {
+        let last = args
+            .as_array()
+            .and_then(|a| a.last())
+            .and_then(Value::as_str);
+        let what = format!("{:?}", last.unwrap_or_default());
+        let bad = tei_endpoint("bad", json!({ "args": args }));
+        forbidden(
+            eve.create_endpoint::<Value>("eve", &bad).await.unwrap_err(),
+            &what,
+        );
+    }
+    let err = eve
+        .update_endpoint::<Value>(
+            "eve",
+            "ok",
+            &json!({"model": {"args": ["--trust-remote-code"]}}),
+        )
+        .await
+        .unwrap_err();
+    forbidden(err, "tenant_args");
+
+    // The router's variables follow the router's allowlist.
+    let routed = |var: &str| {
+        let mut body = tei_endpoint("routed", json!({}));
+        body["customRouter"] = json!({"tag": "r", "env": {var: "1"}});
+        body
+    };
+    forbidden(
+        eve.create_endpoint::<Value>("eve", &routed("PYTHONPATH"))
+            .await
+            .unwrap_err(),
+        "PYTHONPATH",
+    );
+    forbidden(
+        eve.create_endpoint::<Value>("eve", &routed("OTHER"))
+            .await
+            .unwrap_err(),
+        "OTHER",
+    );
+    let _: Value = eve
+        .create_endpoint("eve", &routed("ROUTER_MODE"))
+        .await
+        .expect("router allowlist");
+
+    // Who may run code on the host may set the rest; a tenant may then change other fields (and the
+    // allowed ones) without being refused for what they did not touch.
+    let trusted = tei_endpoint(
+        "trusted",
+        json!({"env": {"GCONV_PATH": "/opt/gconv"},
+        "args": ["--trust-remote-code"]}),
+    );
+    let _: Value = rt
+        .admin
+        .create_endpoint("eve", &trusted)
+        .await
+        .expect("admin");
+    let _: Value = eve
+        .update_endpoint(
+            "eve",
+            "trusted",
+            &json!({"tags": ["x"], "model": {"env": {"MAX_BATCH_SIZE": "4"}}}),
+        )
+        .await
+        .expect("untouched fields are not checked again");
+    let mut carols = tei_endpoint("carols", json!({"env": {"OPENSSL_CONF": "/etc/ssl/x.cnf"}}));
+    carols["model"]["args"] = json!(["--trust-remote-code"]);
+    let _: Value = carol
+        .create_endpoint("carol", &carols)
+        .await
+        .expect("custom_command_users");
+
+    // The server's own variables: refused for everyone, with the field named.
+    for var in ["PORT", "REPLICA_ID"] {
+        let bad = tei_endpoint("bad", json!({"env": {var: "1"}}));
+        for who in [&rt.admin, &eve] {
+            let err = who.create_endpoint::<Value>("eve", &bad).await.unwrap_err();
+            assert_eq!(
+                err.status(),
+                Some(reqwest::StatusCode::BAD_REQUEST),
+                "{var}: {err}"
+            );
+            let ClientError::Api { body, .. } = err else {
+                panic!("{var}")
+            };
+            assert!(
+                body.to_string().contains(&format!("model.env.{var}")),
+                "{body}"
+            );
+        }
+    }
     rt.shutdown().await;
 }

@@ -250,6 +250,7 @@ mod tests {
                 ],
                 health_route: Some("/healthz".into()),
                 env: [("CACHE".to_string(), "/c/{repository}".to_string())].into(),
+                ..Default::default()
             },
         );
         c

@@ -1,7 +1,8 @@
 //! The `local` replica provider: replicas as child processes on loopback ports.
 //!
 //! Each replica is a child process on a free loopback port, in its own process group and working directory,
-//! with a minimal environment. Its output goes to the log store.
+//! with a minimal environment. Its output goes to the log store. Working directories are outside the data
+//! dir, and when the server runs as root replicas run as an unprivileged user (see [`super::isolation`]).
 //!
 //! No orphans: a clean stop kills the whole process group (SIGTERM, then SIGKILL after the grace period);
 //! children get SIGKILL if the server dies (`PR_SET_PDEATHSIG`); and a pid file per replica lets the next
@@ -9,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -23,6 +25,8 @@ use super::logs::{LogLine, LogStore, MAX_LINE_BYTES};
 use super::provider::{ProviderError, ReplicaInfo, ReplicaPlan, ReplicaProvider, ReplicaStatus};
 use crate::clock::Clock;
 
+use super::isolation::{ReplicaHome, ReplicaUser};
+
 struct Child {
     pid: u32,
     workdir: PathBuf,
@@ -31,7 +35,12 @@ struct Child {
 }
 
 pub struct LocalProvider {
+    /// The replicas' working directories.
     root: PathBuf,
+    /// Who replicas run as; `None`: the server's user.
+    user: Option<ReplicaUser>,
+    /// The server's own records of its replicas (pid files), out of their reach.
+    state: PathBuf,
     grace: Duration,
     logs: Arc<LogStore>,
     clock: Arc<dyn Clock>,
@@ -41,20 +50,27 @@ pub struct LocalProvider {
 }
 
 impl LocalProvider {
-    /// `root` holds one working directory per replica and the pid files. Kills what a previous server
-    /// left running there.
+    /// `home.root` holds one working directory per replica, `state` the pid files (it held the working
+    /// directories too before they moved out of the data dir). Kills what a previous server left running.
     pub fn new(
-        root: PathBuf,
+        home: ReplicaHome,
+        state: PathBuf,
         grace: Duration,
         logs: Arc<LogStore>,
         clock: Arc<dyn Clock>,
     ) -> std::io::Result<LocalProvider> {
-        std::fs::create_dir_all(root.join("pids"))?;
-        // Absolute, so the sweep can compare it with a process's working directory.
-        let root = root.canonicalize()?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(state.join("pids"))?;
+        // Absolute, so the sweep can compare them with a process's working directory.
+        let root = home.root.canonicalize()?;
+        let state = state.canonicalize()?;
         let provider = LocalProvider {
             stopping: Mutex::new(Vec::new()),
             root,
+            user: home.user,
+            state,
             grace,
             logs,
             clock,
@@ -71,9 +87,9 @@ impl LocalProvider {
         }
     }
 
-    /// Kills the process groups recorded by an earlier run whose processes still work in our directory.
+    /// Kills the process groups recorded by an earlier run whose processes still work in our directories.
     fn sweep_orphans(&self) {
-        let Ok(entries) = std::fs::read_dir(self.root.join("pids")) else {
+        let Ok(entries) = std::fs::read_dir(self.state.join("pids")) else {
             return;
         };
         for entry in entries.flatten() {
@@ -86,7 +102,7 @@ impl LocalProvider {
             if let Some(pgid) = pid.filter(|p| *p > 1) {
                 let ours = group_members(pgid).into_iter().any(|member| {
                     std::fs::read_link(format!("/proc/{member}/cwd"))
-                        .is_ok_and(|c| c.starts_with(&self.root))
+                        .is_ok_and(|c| c.starts_with(&self.root) || c.starts_with(&self.state))
                 });
                 if ours {
                     tracing::warn!(
@@ -98,9 +114,10 @@ impl LocalProvider {
             }
             let _ = std::fs::remove_file(&path);
         }
-        // Working directories of replicas that no longer exist.
-        if let Ok(entries) = std::fs::read_dir(&self.root) {
-            for e in entries.flatten() {
+        // Working directories of replicas that no longer exist (and of the layout that kept them in
+        // the data dir).
+        for dir in [&self.root, &self.state] {
+            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
                 if e.file_name() != "pids" {
                     let _ = std::fs::remove_dir_all(e.path());
                 }
@@ -109,7 +126,51 @@ impl LocalProvider {
     }
 
     fn pid_file(&self, replica_id: &str) -> PathBuf {
-        self.root.join("pids").join(replica_id)
+        self.state.join("pids").join(replica_id)
+    }
+
+    /// A fresh working directory for one replica, closed to everyone but the user it runs as.
+    fn workdir(&self, replica_id: &str) -> std::io::Result<PathBuf> {
+        let dir = self.root.join(replica_id);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        if let Some(user) = &self.user {
+            std::os::unix::fs::lchown(&dir, Some(user.uid), Some(user.gid))?;
+        }
+        Ok(dir)
+    }
+
+    /// The command of one replica: its plan, with the server's variables last (they win), in its own
+    /// process group and directory, as the replica user when there is one.
+    fn command(&self, plan: &ReplicaPlan, port: u16, workdir: &Path) -> Command {
+        let mut cmd = Command::new(substitute_port(&plan.program, port));
+        cmd.args(plan.args.iter().map(|a| substitute_port(a, port)))
+            .env_clear()
+            .envs(base_env(workdir))
+            .envs(plan.env.iter().map(|(k, v)| (k, substitute_port(v, port))))
+            .env("PORT", port.to_string())
+            .env("REPLICA_ID", &plan.replica_id)
+            .current_dir(workdir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(false);
+        if let Some(user) = &self.user {
+            // The child sets its groups, then its gid and uid, before `pre_exec` runs: the standard
+            // library clears the supplementary groups when the server's real uid is 0 and none are
+            // given (a `setgroups` in `pre_exec` would come after `setuid`, too late to be allowed).
+            cmd.uid(user.uid).gid(user.gid);
+        }
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent. It runs after the
+        // change of user, which would clear the death signal.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        cmd
     }
 }
 
@@ -215,32 +276,22 @@ fn base_env(workdir: &Path) -> Vec<(String, String)> {
 impl ReplicaProvider for LocalProvider {
     async fn start(&self, plan: &ReplicaPlan) -> Result<ReplicaInfo, ProviderError> {
         let port = free_port().map_err(|e| ProviderError::Start(format!("no free port: {e}")))?;
-        let workdir = self.root.join(&plan.replica_id);
-        std::fs::create_dir_all(&workdir)
-            .map_err(|e| ProviderError::Start(format!("creating {}: {e}", workdir.display())))?;
-        let mut cmd = Command::new(substitute_port(&plan.program, port));
-        cmd.args(plan.args.iter().map(|a| substitute_port(a, port)))
-            .env_clear()
-            .envs(base_env(&workdir))
-            .envs(plan.env.iter().map(|(k, v)| (k, substitute_port(v, port))))
-            .env("PORT", port.to_string())
-            .env("REPLICA_ID", &plan.replica_id)
-            .current_dir(&workdir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(false);
-        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let mut child = cmd.spawn().map_err(|e| {
+        let workdir = self.workdir(&plan.replica_id).map_err(|e| {
+            ProviderError::Start(format!(
+                "preparing the replica's directory {}: {e}",
+                self.root.join(&plan.replica_id).display()
+            ))
+        })?;
+        let mut child = self.command(plan, port, &workdir).spawn().map_err(|e| {
             let _ = std::fs::remove_dir_all(&workdir);
-            ProviderError::Start(format!("cannot run {:?}: {e}", plan.program))
+            let hint = match &self.user {
+                Some(u) if e.kind() == std::io::ErrorKind::PermissionDenied => format!(
+                    " (replicas run as {}: the program and the directories above it must be open to that user)",
+                    u.name
+                ),
+                _ => String::new(),
+            };
+            ProviderError::Start(format!("cannot run {:?}: {e}{hint}", plan.program))
         })?;
         let Some(pid) = child.id().filter(|p| *p > 1) else {
             let _ = child.start_kill();
@@ -352,6 +403,8 @@ impl ReplicaProvider for LocalProvider {
             Err(p) => std::mem::take(&mut *p.into_inner()),
         };
         futures_util::future::join_all(tasks).await;
+        // This server's directory goes too, once empty (the next start makes it again).
+        let _ = std::fs::remove_dir(&self.root);
     }
 }
 

@@ -1,7 +1,7 @@
 //! The endpoint runtime: it runs each endpoint's replicas to match its spec and state, and publishes routes.
 //!
 //! The reconciler does that work at each tick, the scaler decides how many replicas an endpoint needs, and
-//! the replica providers run them.
+//! the replica providers run them, away from the server's files ([`isolation`]).
 //!
 //! Data flow: the reconciler reads every endpoint from the store each tick (or at once when kicked),
 //! starts and stops replicas through a [`provider::ReplicaProvider`], writes status back, and publishes a
@@ -9,6 +9,7 @@
 //! (through [`crate::routing`], which both sides import), and records activity (last request, requests in
 //! flight, wake-ups) in shared [`Activity`] counters.
 
+pub mod isolation;
 pub mod launch;
 pub mod local;
 pub mod logs;
