@@ -2,6 +2,7 @@
 //! administration command against the store.
 
 mod admin;
+mod logs;
 
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
@@ -10,6 +11,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use switchyard_server::{Application, Config};
+
+use crate::logs::{LogSink, Stream};
 
 #[derive(Parser)]
 #[command(
@@ -100,24 +103,23 @@ fn load_config(common: &Common, file: Option<&PathBuf>) -> Result<Config> {
     Ok(config)
 }
 
-fn init_logs(level: &str, to_stderr: bool) {
+/// Logs to `stream`, through a sink that a closed reader cannot turn into a failure; returns the sink.
+fn init_logs(level: &str, stream: Stream) -> LogSink {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colour only for a terminal: piped or redirected logs stay plain text.
-    let colour = if to_stderr {
-        std::io::stderr().is_terminal()
-    } else {
-        std::io::stdout().is_terminal()
+    let colour = match stream {
+        Stream::Stderr => std::io::stderr().is_terminal(),
+        Stream::Stdout => std::io::stdout().is_terminal(),
     };
-    let builder = tracing_subscriber::fmt()
+    let sink = LogSink::new(stream);
+    tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
-        .with_ansi(colour);
-    if to_stderr {
-        builder.with_writer(std::io::stderr).init();
-    } else {
-        builder.init();
-    }
+        .with_ansi(colour)
+        .with_writer(sink.clone())
+        .init();
+    sink
 }
 
 async fn shutdown_signal() {
@@ -147,13 +149,12 @@ async fn serve(common: &Common, listen: Option<SocketAddr>) -> Result<()> {
     if let Some(l) = listen {
         config.server.listen = l;
     }
-    init_logs(&config.log.level, false);
+    let sink = init_logs(&config.log.level, Stream::Stdout);
     let app = Application::build(&config).await?;
     let addr = app.local_addr();
     tracing::info!(data_dir = %app.data_dir().display(), "store ready");
     // Scripts and tests wait for this exact line.
-    println!("switchyard listening on http://{addr}");
-    std::io::stdout().flush().ok();
+    logs::announce(&sink, &format!("switchyard listening on http://{addr}"));
     app.run(shutdown_signal()).await.context("serving")?;
     Ok(())
 }
@@ -261,8 +262,8 @@ fn main() -> std::process::ExitCode {
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            // The cause chain, one line, for a person; no backtrace.
-            eprintln!("error: {e:#}");
+            // The cause chain, one line, for a person; no backtrace (and no panic on a closed stderr).
+            let _ = writeln!(std::io::stderr(), "error: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }
@@ -277,7 +278,7 @@ fn run(cli: Cli) -> Result<()> {
         Some(Command::Serve { listen }) => rt.block_on(serve(&cli.common, listen)),
         Some(Command::Admin { command }) => {
             let config = load_config(&cli.common, None)?;
-            init_logs("warn", true);
+            init_logs("warn", Stream::Stderr);
             rt.block_on(admin::run(&config, command))
         }
         Some(Command::Config {

@@ -1,0 +1,170 @@
+//! The real `switchyard` binary against a careless environment: its log pipe closed under it.
+
+#![cfg(unix)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+mod common;
+use common::{Server, BIN};
+
+/// Generous: these bound a hang, they do not measure speed.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Waits for `child` to exit by itself within `limit`; kills it and returns `None` when it does not.
+fn wait_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Some(status) = child.try_wait().expect("wait for the process") {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// A command with nothing of the caller's environment but `HOME` (no `SWITCHYARD_*`, no XDG dirs).
+fn switchyard(home: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env_clear()
+        .env("HOME", home)
+        .env("SWITCHYARD_LOG", "info");
+    cmd
+}
+
+fn endpoint(name: &str) -> Value {
+    json!({
+        "name": name,
+        "type": "public",
+        "provider": {"vendor": "aws", "region": "us-east-1"},
+        "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x1",
+                    "scaling": {"minReplica": 0, "maxReplica": 1}},
+        "model": {"repository": "BAAI/bge-small-en-v1.5", "framework": "pytorch", "image": {"hub": {}}}
+    })
+}
+
+/// `switchyard serve` with stdout (and stderr too, unless `keep_stderr`: then it is piped to the test)
+/// piped into `grep -m1`, which exits after the line announcing the address: the log pipe is closed
+/// from then on, before any request.
+fn serve_into_closed_pipe(data_dir: &Path, keep_stderr: bool) -> Server {
+    let mut reader = Command::new("grep")
+        .args(["-m1", "listening on"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start grep");
+    let pipe: OwnedFd = reader.stdin.take().expect("grep's stdin").into();
+    let stderr = match keep_stderr {
+        true => Stdio::piped(),
+        false => Stdio::from(pipe.try_clone().expect("dup the pipe")),
+    };
+    let child = switchyard(data_dir)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir)
+        .stdout(Stdio::from(pipe))
+        .stderr(stderr)
+        .spawn()
+        .expect("start switchyard serve");
+    let mut line = String::new();
+    BufReader::new(reader.stdout.take().expect("grep's stdout"))
+        .read_line(&mut line)
+        .expect("read grep's output");
+    let url = line
+        .split("listening on ")
+        .nth(1)
+        .expect("the server announces its address")
+        .trim()
+        .to_string();
+    // The reader is gone: every later write to the pipe fails.
+    assert!(wait_exit(&mut reader, DEADLINE).is_some(), "grep exits");
+    Server { child, url }
+}
+
+/// Requests whose handlers log after committing, each answered in full.
+async fn logging_requests(data_dir: &Path, url: &str) {
+    let token = std::fs::read_to_string(data_dir.join("admin-token")).expect("admin token");
+    let http = reqwest::Client::new();
+    for i in 0..3 {
+        let name = format!("piped-{i}");
+        let r = http
+            .post(format!("{url}/v2/endpoint/admin"))
+            .bearer_auth(token.trim())
+            .json(&endpoint(&name))
+            .send()
+            .await
+            .expect("a reply to the create");
+        assert_eq!(r.status(), 200);
+        let body: Value = r.json().await.expect("a whole JSON reply");
+        assert_eq!(body["name"], name.as_str());
+    }
+    let r = http
+        .delete(format!("{url}/v2/endpoint/admin/piped-0"))
+        .bearer_auth(token.trim())
+        .send()
+        .await
+        .expect("a reply to the delete");
+    assert!(r.status().is_success(), "{}", r.status());
+    let list: Value = http
+        .get(format!("{url}/v2/endpoint/admin"))
+        .bearer_auth(token.trim())
+        .send()
+        .await
+        .expect("a reply to the list")
+        .json()
+        .await
+        .expect("a whole JSON list");
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+}
+
+/// SIGTERM, then the server must stop by itself.
+fn terminate(server: &mut Child) -> ExitStatus {
+    let killed = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    wait_exit(server, DEADLINE).expect("the server stops on SIGTERM")
+}
+
+#[tokio::test]
+async fn a_closed_log_pipe_fails_no_request_and_no_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = serve_into_closed_pipe(dir.path(), false);
+    logging_requests(dir.path(), &server.url).await;
+    let status = terminate(&mut server.child);
+    assert!(status.success(), "{status}");
+}
+
+#[tokio::test]
+async fn a_closed_stdout_is_reported_once_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = serve_into_closed_pipe(dir.path(), true);
+    let mut stderr = server.child.stderr.take().expect("stderr");
+    let reading = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    logging_requests(dir.path(), &server.url).await;
+    let status = terminate(&mut server.child);
+    assert!(status.success(), "{status}");
+    let stderr = reading.join().unwrap();
+    assert_eq!(
+        stderr.matches("the log output is closed").count(),
+        1,
+        "{stderr}"
+    );
+}
