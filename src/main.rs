@@ -8,8 +8,9 @@ use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use switchyard_server::config::resolve_typed_path;
 use switchyard_server::{Application, Config};
 
 use crate::logs::{LogSink, Stream};
@@ -57,6 +58,21 @@ struct Common {
     /// Data directory: database, secrets key, first admin token.
     #[arg(long, global = true, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+}
+
+impl Common {
+    /// The paths as typed, `~` expanded and made absolute against the working directory.
+    fn resolved(&self) -> Result<Common> {
+        Ok(Common {
+            config: typed_path("--config", self.config.as_ref())?,
+            data_dir: typed_path("--data-dir", self.data_dir.as_ref())?,
+        })
+    }
+}
+
+fn typed_path(flag: &str, path: Option<&PathBuf>) -> Result<Option<PathBuf>> {
+    path.map(|p| resolve_typed_path(p).map_err(|e| anyhow!("{flag}: {e}")))
+        .transpose()
 }
 
 #[derive(Subcommand)]
@@ -269,7 +285,8 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Result<()> {
+fn run(mut cli: Cli) -> Result<()> {
+    cli.common = cli.common.resolved()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -284,6 +301,7 @@ fn run(cli: Cli) -> Result<()> {
         Some(Command::Config {
             command: ConfigCommand::Check { file },
         }) => {
+            let file = typed_path("the config file", file.as_ref())?;
             let config = load_config(&cli.common, file.as_ref())?;
             if let Some(p) = file.as_ref().or(cli.common.config.as_ref()) {
                 println!("# {} is valid", p.display());

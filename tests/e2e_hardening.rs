@@ -1,11 +1,12 @@
-//! The real `switchyard` binary against a careless environment: its log pipe closed under it.
+//! The real `switchyard` binary against a careless environment: its log pipe closed under it, `~` and
+//! relative paths in its settings.
 
 #![cfg(unix)]
 
 use std::io::{BufRead, BufReader, Read};
 use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -28,6 +29,30 @@ fn wait_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     let _ = child.kill();
     let _ = child.wait();
     None
+}
+
+/// `cmd`'s output, or a failed test when it runs past [`DEADLINE`].
+fn output(cmd: &mut Command) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start switchyard");
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let _ = out.read_to_end(&mut text);
+        text
+    });
+    let mut stderr = Vec::new();
+    let _ = err.read_to_end(&mut stderr);
+    let status = wait_exit(&mut child, DEADLINE).expect("switchyard exits by itself");
+    let stdout = reader.join().unwrap();
+    Output {
+        status,
+        stdout,
+        stderr,
+    }
 }
 
 /// A command with nothing of the caller's environment but `HOME` (no `SWITCHYARD_*`, no XDG dirs).
@@ -166,5 +191,69 @@ async fn a_closed_stdout_is_reported_once_on_stderr() {
         stderr.matches("the log output is closed").count(),
         1,
         "{stderr}"
+    );
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn tilde_is_home_and_relative_paths_are_the_typists() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, cwd) = (dir.path().join("home"), dir.path().join("cwd"));
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&cwd).unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, "[store]\ndata_dir = \"~/sy-data\"\n").unwrap();
+
+    // The example config's spelling: the store lands under HOME, not in a `./~` directory.
+    let out = output(
+        switchyard(&home)
+            .current_dir(&cwd)
+            .args(["admin", "--config"])
+            .arg(&cfg)
+            .args(["user", "list"]),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(home.join("sy-data/switchyard.db").exists());
+    assert!(!cwd.join("~").exists());
+
+    // Paths typed on the command line or in the environment: `~` too, and relative to where they were typed.
+    let shown = |args: &[&str], env: Option<(&str, &str)>| {
+        let mut cmd = switchyard(&home);
+        cmd.current_dir(&cwd).args(["config", "check"]).args(args);
+        if let Some((k, v)) = env {
+            cmd.env(k, v);
+        }
+        let out = output(&mut cmd);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let has = |stdout: &str, key: &str, path: &Path| {
+        let line = format!("{key} = \"{}\"", path.display());
+        assert!(stdout.contains(&line), "{line} not in:\n{stdout}");
+    };
+    has(
+        &shown(&["--data-dir", "rel"], None),
+        "data_dir",
+        &cwd.join("rel"),
+    );
+    has(
+        &shown(&["--data-dir=~/d"], None),
+        "data_dir",
+        &home.join("d"),
+    );
+    let env = Some(("SWITCHYARD_SECRETS_KEY_FILE", "keys/k"));
+    has(&shown(&[], env), "key_file", &cwd.join("keys/k"));
+
+    // A relative path in a config file is refused, naming the key.
+    std::fs::write(&cfg, "[store]\ndata_dir = \"sy-data\"\n").unwrap();
+    let out = output(switchyard(&home).args(["config", "check"]).arg(&cfg));
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("store.data_dir: relative path \"sy-data\""),
+        "{err}"
     );
 }
