@@ -101,7 +101,8 @@ enum Command {
 
 #[derive(Subcommand)]
 enum ConfigCommand {
-    /// Check a config file (and the environment) and print the effective settings.
+    /// Run start-up's checks on a config file (and the environment), binding and writing nothing, and
+    /// print the effective settings.
     Check {
         /// The file to check; default: --config or the platform config file.
         file: Option<PathBuf>,
@@ -303,6 +304,8 @@ fn run(mut cli: Cli) -> Result<()> {
         }) => {
             let file = typed_path("the config file", file.as_ref())?;
             let config = load_config(&cli.common, file.as_ref())?;
+            // Exactly what start-up checks, short of binding, connecting and writing.
+            switchyard_server::app::check(&config)?;
             if let Some(p) = file.as_ref().or(cli.common.config.as_ref()) {
                 println!("# {} is valid", p.display());
             }

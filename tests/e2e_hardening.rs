@@ -1,5 +1,5 @@
 //! The real `switchyard` binary against a careless environment: its log pipe closed under it, `~` and
-//! relative paths in its settings.
+//! relative paths in its settings, and configs that `config check` must refuse as `serve` does.
 
 #![cfg(unix)]
 
@@ -256,4 +256,70 @@ fn tilde_is_home_and_relative_paths_are_the_typists() {
         err.contains("store.data_dir: relative path \"sy-data\""),
         "{err}"
     );
+}
+
+#[test]
+fn config_check_refuses_what_serve_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    let cases = [
+        ("[secrets]\nkey = \"short\"\n", "secrets key"),
+        ("[store]\nurl = \"mysql://x\"\n", "store.url"),
+        (
+            "[catalog]\nhardware_file = \"/nonexistent/hw.json\"\n",
+            "hardware list",
+        ),
+        (
+            "[catalog]\nseed_file = \"~/no-seed.json\"\n",
+            "catalog seed",
+        ),
+        (
+            "[proxy]\ntrusted_proxies = [\"10.0.0.0/99\"]\n",
+            "proxy.trusted_proxies",
+        ),
+        (
+            "[runtime]\npublic_url = \"ftp://example.com\"\n",
+            "runtime.public_url",
+        ),
+        (
+            "[store]\ndata_dir = \"data\"\n",
+            "store.data_dir: relative path",
+        ),
+        ("[secrets]\nkey_file = \"~bob/key\"\n", "~user"),
+    ];
+    let last_line = |out: &Output| {
+        text(&out.stderr)
+            .trim_end()
+            .lines()
+            .last()
+            .map(str::to_owned)
+    };
+    for (i, (config, expected)) in cases.into_iter().enumerate() {
+        let file = dir.path().join(format!("c{i}.toml"));
+        std::fs::write(&file, config).unwrap();
+        let data = dir.path().join(format!("data-{i}"));
+        let check = output(
+            switchyard(home)
+                .args(["config", "check"])
+                .arg(&file)
+                .arg("--data-dir")
+                .arg(&data),
+        );
+        let serve = output(
+            switchyard(home)
+                .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+                .arg(&file)
+                .arg("--data-dir")
+                .arg(&data),
+        );
+        assert!(!check.status.success(), "config check passed:\n{config}");
+        assert!(!serve.status.success(), "serve started:\n{config}");
+        let message = last_line(&check).unwrap_or_default();
+        assert_eq!(Some(&message), last_line(&serve).as_ref(), "{config}");
+        assert!(message.contains(expected), "{message}");
+        assert!(
+            !data.exists(),
+            "a refused config wrote its data dir:\n{config}"
+        );
+    }
 }

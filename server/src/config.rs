@@ -10,6 +10,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::Cidr;
 use crate::store::Synchronous;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -241,6 +242,16 @@ impl Default for ProxyConfig {
     }
 }
 
+impl ProxyConfig {
+    /// `trusted_proxies` parsed; start-up refuses a list that does not parse.
+    pub fn trusted_cidrs(&self) -> Result<Vec<Cidr>, String> {
+        self.trusted_proxies
+            .iter()
+            .map(|c| Cidr::parse(c).map_err(|e| format!("proxy.trusted_proxies {c:?}: {e}")))
+            .collect()
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
@@ -269,6 +280,8 @@ pub enum ConfigError {
     Env { var: String, message: String },
     #[error("no data directory: set store.data_dir, SWITCHYARD_DATA_DIR or --data-dir")]
     NoDataDir,
+    #[error("{key}: {message}")]
+    Invalid { key: &'static str, message: String },
 }
 
 /// Environment variables read, with the setting each overrides.
@@ -430,8 +443,8 @@ impl Config {
     /// The store to open: `store.url`, or the SQLite file in the data dir.
     pub fn store_url(&self) -> Result<crate::store::StoreUrl, ConfigError> {
         match &self.store.url {
-            Some(u) => crate::store::StoreUrl::parse(u).map_err(|message| ConfigError::Env {
-                var: "store.url".into(),
+            Some(u) => crate::store::StoreUrl::parse(u).map_err(|message| ConfigError::Invalid {
+                key: "store.url",
                 message,
             }),
             None => Ok(crate::store::StoreUrl::Sqlite(
