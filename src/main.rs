@@ -2,14 +2,18 @@
 //! administration command against the store.
 
 mod admin;
+mod logs;
 
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use switchyard_server::config::resolve_typed_path;
 use switchyard_server::{Application, Config};
+
+use crate::logs::{LogSink, Stream};
 
 #[derive(Parser)]
 #[command(
@@ -56,6 +60,21 @@ struct Common {
     data_dir: Option<PathBuf>,
 }
 
+impl Common {
+    /// The paths as typed, `~` expanded and made absolute against the working directory.
+    fn resolved(&self) -> Result<Common> {
+        Ok(Common {
+            config: typed_path("--config", self.config.as_ref())?,
+            data_dir: typed_path("--data-dir", self.data_dir.as_ref())?,
+        })
+    }
+}
+
+fn typed_path(flag: &str, path: Option<&PathBuf>) -> Result<Option<PathBuf>> {
+    path.map(|p| resolve_typed_path(p).map_err(|e| anyhow!("{flag}: {e}")))
+        .transpose()
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the server headless: public API; logs to stdout.
@@ -82,7 +101,8 @@ enum Command {
 
 #[derive(Subcommand)]
 enum ConfigCommand {
-    /// Check a config file (and the environment) and print the effective settings.
+    /// Run start-up's checks on a config file (and the environment), binding and writing nothing, and
+    /// print the effective settings.
     Check {
         /// The file to check; default: --config or the platform config file.
         file: Option<PathBuf>,
@@ -100,24 +120,23 @@ fn load_config(common: &Common, file: Option<&PathBuf>) -> Result<Config> {
     Ok(config)
 }
 
-fn init_logs(level: &str, to_stderr: bool) {
+/// Logs to `stream`, through a sink that a closed reader cannot turn into a failure; returns the sink.
+fn init_logs(level: &str, stream: Stream) -> LogSink {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colour only for a terminal: piped or redirected logs stay plain text.
-    let colour = if to_stderr {
-        std::io::stderr().is_terminal()
-    } else {
-        std::io::stdout().is_terminal()
+    let colour = match stream {
+        Stream::Stderr => std::io::stderr().is_terminal(),
+        Stream::Stdout => std::io::stdout().is_terminal(),
     };
-    let builder = tracing_subscriber::fmt()
+    let sink = LogSink::new(stream);
+    tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
-        .with_ansi(colour);
-    if to_stderr {
-        builder.with_writer(std::io::stderr).init();
-    } else {
-        builder.init();
-    }
+        .with_ansi(colour)
+        .with_writer(sink.clone())
+        .init();
+    sink
 }
 
 async fn shutdown_signal() {
@@ -147,13 +166,12 @@ async fn serve(common: &Common, listen: Option<SocketAddr>) -> Result<()> {
     if let Some(l) = listen {
         config.server.listen = l;
     }
-    init_logs(&config.log.level, false);
+    let sink = init_logs(&config.log.level, Stream::Stdout);
     let app = Application::build(&config).await?;
     let addr = app.local_addr();
     tracing::info!(data_dir = %app.data_dir().display(), "store ready");
     // Scripts and tests wait for this exact line.
-    println!("switchyard listening on http://{addr}");
-    std::io::stdout().flush().ok();
+    logs::announce(&sink, &format!("switchyard listening on http://{addr}"));
     app.run(shutdown_signal()).await.context("serving")?;
     Ok(())
 }
@@ -261,14 +279,15 @@ fn main() -> std::process::ExitCode {
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            // The cause chain, one line, for a person; no backtrace.
-            eprintln!("error: {e:#}");
+            // The cause chain, one line, for a person; no backtrace (and no panic on a closed stderr).
+            let _ = writeln!(std::io::stderr(), "error: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }
 }
 
-fn run(cli: Cli) -> Result<()> {
+fn run(mut cli: Cli) -> Result<()> {
+    cli.common = cli.common.resolved()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -277,13 +296,16 @@ fn run(cli: Cli) -> Result<()> {
         Some(Command::Serve { listen }) => rt.block_on(serve(&cli.common, listen)),
         Some(Command::Admin { command }) => {
             let config = load_config(&cli.common, None)?;
-            init_logs("warn", true);
+            init_logs("warn", Stream::Stderr);
             rt.block_on(admin::run(&config, command))
         }
         Some(Command::Config {
             command: ConfigCommand::Check { file },
         }) => {
+            let file = typed_path("the config file", file.as_ref())?;
             let config = load_config(&cli.common, file.as_ref())?;
+            // Exactly what start-up checks, short of binding, connecting and writing.
+            switchyard_server::app::check(&config)?;
             if let Some(p) = file.as_ref().or(cli.common.config.as_ref()) {
                 println!("# {} is valid", p.display());
             }

@@ -149,9 +149,11 @@ async fn acknowledged_writes_survive_kill_9_and_restart() {
 fn config_check_and_openapi() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("c.toml");
+    // A valid key (base64 of 32 bytes): `config check` refuses any other, as `serve` does.
+    let key = "aGlkZGVuLXZhbHVlLW9mLXRoaXJ0eS10d28tYnl0ZXM=";
     std::fs::write(
         &cfg,
-        "[server]\nlisten = \"127.0.0.1:9999\"\n[secrets]\nkey = \"hidden-value\"\n",
+        format!("[server]\nlisten = \"127.0.0.1:9999\"\n[secrets]\nkey = \"{key}\"\n"),
     )
     .unwrap();
     let out = Command::new(BIN)
@@ -159,10 +161,14 @@ fn config_check_and_openapi() {
         .arg(&cfg)
         .output()
         .unwrap();
-    assert!(out.status.success());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("127.0.0.1:9999"));
-    assert!(!text.contains("hidden-value"));
+    assert!(!text.contains(key));
 
     std::fs::write(&cfg, "[server]\nlisten = 12\n").unwrap();
     let out = Command::new(BIN)

@@ -1,9 +1,10 @@
 //! Assembles the service from its config: store, secrets key, hardware, catalog, first admin, listener.
 //!
-//! Start order: bind → data dir (closed to other users) → secrets key → store (migrations) → hardware list →
-//! catalog seed (first start only) → first administrator (empty store only) → the data dir's files closed to
-//! other users → replica directory and user → serve. Shutdown: stop accepting, finish in-flight requests,
-//! close the store.
+//! Start order: bind → [`check`] (the settings and every file they name, touching nothing) → data dir
+//! (closed to other users) → secrets key → store (migrations) → catalog seed (first start only) → first
+//! administrator (empty store only) → the data dir's files closed to other users → replica directory and
+//! user → serve. `switchyard config check` runs the same [`check`]. Shutdown: stop accepting, finish
+//! in-flight requests, close the store.
 
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
@@ -22,6 +23,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::crypto::SecretBox;
 use crate::hardware::HardwareList;
+use crate::model::catalog::CatalogEntry;
 use crate::proxy::{self, Proxy};
 use crate::runtime::isolation::ReplicaHome;
 use crate::runtime::local::LocalProvider;
@@ -63,6 +65,89 @@ fn open_secrets(config: &Config, create: bool) -> Result<SecretBox, StartError> 
     .map_err(|e| StartError(e.to_string()))
 }
 
+/// What [`check`] found: the settings start-up needs, resolved, and the files they name, loaded.
+pub struct Checked {
+    pub data_dir: PathBuf,
+    pub store_url: StoreUrl,
+    /// The key from `secrets.key` or from an existing key file. `None`: no key file yet, which start-up
+    /// creates for a new store and refuses for one that holds secrets (see [`SecretBox::from_key_file`]).
+    pub secrets: Option<SecretBox>,
+    pub hardware: HardwareList,
+    pub seed: Vec<CatalogEntry>,
+}
+
+/// Every check start-up makes of its config before it writes, binds or connects anything: public URL,
+/// trusted proxies, data dir, store URL, secrets key, hardware list and catalog seed. Start-up
+/// ([`Services::open_at`]) and `switchyard config check` both call this, so they agree.
+pub fn check(config: &Config) -> Result<Checked, StartError> {
+    if let Some(url) = &config.runtime.public_url {
+        public_host_of(url)?;
+    }
+    config.proxy.trusted_cidrs().map_err(StartError)?;
+    let data_dir = config.data_dir().map_err(|e| StartError(e.to_string()))?;
+    let store_url = config.store_url().map_err(|e| StartError(e.to_string()))?;
+    let key_file = config.key_file().map_err(|e| StartError(e.to_string()))?;
+    let store_exists = matches!(&store_url, StoreUrl::Sqlite(p) if p.exists());
+    // Read only: a missing key file is made (or refused) when the store is open.
+    let secrets = match config.secrets.key.is_some() || key_file.exists() || store_exists {
+        true => Some(open_secrets(config, false)?),
+        false => None,
+    };
+    let hardware = HardwareList::load(config.catalog.hardware_file.as_deref())
+        .map_err(fail("hardware list"))?;
+    let seed = load_seed(config.catalog.seed_file.as_deref()).map_err(fail("catalog seed"))?;
+    Ok(Checked {
+        data_dir,
+        store_url,
+        secrets,
+        hardware,
+        seed,
+    })
+}
+
+/// The host endpoints are served under, from `runtime.public_url` (or the URL the listener makes).
+fn public_host_of(public_url: &str) -> Result<String, StartError> {
+    crate::routing::public_host(public_url).ok_or_else(|| {
+        StartError(format!(
+            "runtime.public_url {public_url:?} is not an http(s) URL with a host"
+        ))
+    })
+}
+
+/// The store and the key that seals its secrets. For SQLite the key comes first: a first start that
+/// cannot make its key leaves no database behind. A shared PostgreSQL database may be new or long in
+/// use: its accounts tell whether a missing key file may be made.
+async fn store_and_key(
+    config: &Config,
+    url: &StoreUrl,
+    checked_key: Option<SecretBox>,
+) -> Result<(Arc<dyn Store>, SecretBox), StartError> {
+    let connect = || async {
+        SqlStore::open(url, config.store.synchronous)
+            .await
+            .map(|s| Arc::new(s) as Arc<dyn Store>)
+            .map_err(|e| fail("opening the store")(e.to_string()))
+    };
+    if let Some(secrets) = checked_key {
+        return Ok((connect().await?, secrets));
+    }
+    match url {
+        StoreUrl::Sqlite(path) => {
+            let secrets = open_secrets(config, !path.exists())?;
+            Ok((connect().await?, secrets))
+        }
+        StoreUrl::Postgres(_) => {
+            let store = connect().await?;
+            let empty = async { store.read().await?.count_accounts().await }
+                .await
+                .map_err(|e| fail("opening the store")(e.to_string()))?
+                == 0;
+            let secrets = open_secrets(config, empty)?;
+            Ok((store, secrets))
+        }
+    }
+}
+
 /// The parts of the service that do not depend on a listener; also what `switchyard admin` opens.
 pub struct Services {
     pub state: AppState,
@@ -90,43 +175,16 @@ impl Services {
         clock: Arc<dyn Clock>,
         public_url: String,
     ) -> Result<Services, StartError> {
-        let Some(public_host) = crate::routing::public_host(&public_url) else {
-            return Err(StartError(format!(
-                "runtime.public_url {public_url:?} is not an http(s) URL with a host"
-            )));
-        };
-        let data_dir = config.data_dir().map_err(|e| StartError(e.to_string()))?;
+        let checked = check(config)?;
+        let public_host = public_host_of(&public_url)?;
+        let data_dir = checked.data_dir;
         std::fs::create_dir_all(&data_dir)
             .map_err(|e| fail("creating the data dir")(format!("{}: {e}", data_dir.display())))?;
         close_data_dir(&data_dir)?;
-        let url = config.store_url().map_err(|e| StartError(e.to_string()))?;
-        let open_store = || async {
-            SqlStore::open(&url, config.store.synchronous)
-                .await
-                .map(|s| Arc::new(s) as Arc<dyn Store>)
-                .map_err(|e| fail("opening the store")(e.to_string()))
-        };
-        let (store, secrets) = match &url {
-            // The key before the file: a first start that cannot make its key leaves no database behind.
-            StoreUrl::Sqlite(path) => {
-                let secrets = open_secrets(config, !path.exists())?;
-                (open_store().await?, secrets)
-            }
-            // A shared database may be new or long in use: its accounts tell.
-            StoreUrl::Postgres(_) => {
-                let store = open_store().await?;
-                let empty = async { store.read().await?.count_accounts().await }
-                    .await
-                    .map_err(|e| fail("opening the store")(e.to_string()))?
-                    == 0;
-                let secrets = open_secrets(config, empty)?;
-                (store, secrets)
-            }
-        };
+        let url = checked.store_url;
+        let (store, secrets) = store_and_key(config, &url, checked.secrets).await?;
         tracing::info!(store = %url.redacted(), "store open");
-        let hardware = HardwareList::load(config.catalog.hardware_file.as_deref())
-            .map_err(fail("hardware list"))?;
-        let seed = load_seed(config.catalog.seed_file.as_deref()).map_err(fail("catalog seed"))?;
+        let (hardware, seed) = (checked.hardware, checked.seed);
         let now = clock.now();
         if crate::services::catalog::seed_once(store.as_ref(), &seed, now)
             .await

@@ -1,10 +1,16 @@
 //! Settings: one TOML file, overridden by `SWITCHYARD_*` environment variables, then by flags.
+//!
+//! Paths: `~` and `~/…` start at the home directory wherever a path is configured; `~user` is
+//! refused. A relative path is refused in the config file (the server's working directory should not
+//! decide where its data goes) and resolved against the working directory when it comes from an
+//! environment variable or a flag, typed where the command runs.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::Cidr;
 use crate::store::Synchronous;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -284,6 +290,16 @@ impl Default for ProxyConfig {
     }
 }
 
+impl ProxyConfig {
+    /// `trusted_proxies` parsed; start-up refuses a list that does not parse.
+    pub fn trusted_cidrs(&self) -> Result<Vec<Cidr>, String> {
+        self.trusted_proxies
+            .iter()
+            .map(|c| Cidr::parse(c).map_err(|e| format!("proxy.trusted_proxies {c:?}: {e}")))
+            .collect()
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
@@ -312,6 +328,8 @@ pub enum ConfigError {
     Env { var: String, message: String },
     #[error("no data directory: set store.data_dir, SWITCHYARD_DATA_DIR or --data-dir")]
     NoDataDir,
+    #[error("{key}: {message}")]
+    Invalid { key: &'static str, message: String },
 }
 
 /// Environment variables read, with the setting each overrides.
@@ -329,7 +347,19 @@ pub const ENV_VARS: &[(&str, &str)] = &[
 ];
 
 impl Config {
+    /// Parses a config file's text; its paths are resolved as a config file's (see the module comment).
     pub fn parse_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let mut config = Config::parse_toml_text(text, path)?;
+        config
+            .resolve_file_paths(home_dir().as_deref())
+            .map_err(|message| ConfigError::Parse {
+                path: path.to_path_buf(),
+                message,
+            })?;
+        Ok(config)
+    }
+
+    fn parse_toml_text(text: &str, path: &Path) -> Result<Config, ConfigError> {
         // The message and the line, not toml's rendering of it: that quotes the source line, which may
         // hold the secrets key.
         toml::from_str(text).map_err(|e| {
@@ -391,10 +421,14 @@ impl Config {
                 "SWITCHYARD_BODY_LIMIT" => {
                     self.server.body_limit = value.parse().map_err(|e| bad(format!("{e}")))?
                 }
-                "SWITCHYARD_DATA_DIR" => self.store.data_dir = Some(value.into()),
+                "SWITCHYARD_DATA_DIR" => {
+                    self.store.data_dir = Some(resolve_typed_path(value.as_ref()).map_err(bad)?)
+                }
                 "SWITCHYARD_STORE_URL" => {
                     crate::store::StoreUrl::parse(&value).map_err(bad)?;
-                    self.store.url = Some(value)
+                    let cwd = std::env::current_dir().map_err(|e| bad(e.to_string()))?;
+                    let url = resolve_store_url(&value, home_dir().as_deref(), Some(&cwd));
+                    self.store.url = Some(url.map_err(bad)?)
                 }
                 "SWITCHYARD_SYNCHRONOUS" => {
                     self.store.synchronous = match value.as_str() {
@@ -404,12 +438,43 @@ impl Config {
                     }
                 }
                 "SWITCHYARD_SECRETS_KEY" => self.secrets.key = Some(value),
-                "SWITCHYARD_SECRETS_KEY_FILE" => self.secrets.key_file = Some(value.into()),
-                "SWITCHYARD_CATALOG_SEED_FILE" => self.catalog.seed_file = Some(value.into()),
-                "SWITCHYARD_HARDWARE_FILE" => self.catalog.hardware_file = Some(value.into()),
+                "SWITCHYARD_SECRETS_KEY_FILE" => {
+                    self.secrets.key_file = Some(resolve_typed_path(value.as_ref()).map_err(bad)?)
+                }
+                "SWITCHYARD_CATALOG_SEED_FILE" => {
+                    self.catalog.seed_file = Some(resolve_typed_path(value.as_ref()).map_err(bad)?)
+                }
+                "SWITCHYARD_HARDWARE_FILE" => {
+                    self.catalog.hardware_file =
+                        Some(resolve_typed_path(value.as_ref()).map_err(bad)?)
+                }
                 "SWITCHYARD_LOG" => self.log.level = value,
                 _ => {}
             }
+        }
+        Ok(())
+    }
+
+    /// The paths a config file sets, by key (a SQLite `store.url` is one too: see [`resolve_store_url`]).
+    fn paths_mut(&mut self) -> [(&'static str, &mut Option<PathBuf>); 4] {
+        [
+            ("store.data_dir", &mut self.store.data_dir),
+            ("secrets.key_file", &mut self.secrets.key_file),
+            ("catalog.seed_file", &mut self.catalog.seed_file),
+            ("catalog.hardware_file", &mut self.catalog.hardware_file),
+        ]
+    }
+
+    /// A config file's paths: `~` expanded, a relative one refused. The message names the key.
+    fn resolve_file_paths(&mut self, home: Option<&Path>) -> Result<(), String> {
+        for (key, slot) in self.paths_mut() {
+            if let Some(path) = slot.as_mut() {
+                *path = resolve_path(path, home, None).map_err(|e| format!("{key}: {e}"))?;
+            }
+        }
+        if let Some(url) = &self.store.url {
+            let url = resolve_store_url(url, home, None).map_err(|e| format!("store.url: {e}"))?;
+            self.store.url = Some(url);
         }
         Ok(())
     }
@@ -426,8 +491,8 @@ impl Config {
     /// The store to open: `store.url`, or the SQLite file in the data dir.
     pub fn store_url(&self) -> Result<crate::store::StoreUrl, ConfigError> {
         match &self.store.url {
-            Some(u) => crate::store::StoreUrl::parse(u).map_err(|message| ConfigError::Env {
-                var: "store.url".into(),
+            Some(u) => crate::store::StoreUrl::parse(u).map_err(|message| ConfigError::Invalid {
+                key: "store.url",
                 message,
             }),
             None => Ok(crate::store::StoreUrl::Sqlite(
@@ -457,6 +522,77 @@ impl Config {
         }
         toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
     }
+}
+
+/// A configured path made usable. `~` and `~/…` start at `home`; `~user` is refused. A relative
+/// path is resolved against `cwd` when one is given (a path typed where the command runs: a flag or an
+/// environment variable) and refused when not (a config file's).
+pub fn resolve_path(
+    path: &Path,
+    home: Option<&Path>,
+    cwd: Option<&Path>,
+) -> Result<PathBuf, String> {
+    if path.as_os_str().is_empty() {
+        return Err("empty path".into());
+    }
+    let mut parts = path.components();
+    let expanded = match parts.next() {
+        Some(Component::Normal(first)) if first == "~" => match home {
+            Some(home) if parts.as_path().as_os_str().is_empty() => home.to_path_buf(),
+            Some(home) => home.join(parts.as_path()),
+            None => return Err(format!("{path:?}: no home directory is known for ~")),
+        },
+        Some(Component::Normal(first)) if first.as_encoded_bytes().starts_with(b"~") => {
+            return Err(format!(
+                "{path:?}: ~user paths are not supported; write the full path"
+            ))
+        }
+        _ => path.to_path_buf(),
+    };
+    if expanded.is_absolute() {
+        return Ok(expanded);
+    }
+    match cwd {
+        Some(cwd) => Ok(cwd.join(expanded)),
+        None => Err(format!(
+            "relative path {path:?}: write an absolute path or one starting with ~/ \
+             (a config file's paths do not depend on the directory the server starts in)"
+        )),
+    }
+}
+
+/// A path typed on the command line or in the environment: `~` expanded, relative to the working directory.
+pub fn resolve_typed_path(path: &Path) -> Result<PathBuf, String> {
+    let cwd = std::env::current_dir().map_err(|e| format!("the working directory: {e}"))?;
+    resolve_path(path, home_dir().as_deref(), Some(&cwd))
+}
+
+/// `store.url` with its SQLite path resolved as [`resolve_path`] does; any other URL as it is (a bad
+/// one is the start-up check's to report).
+pub fn resolve_store_url(
+    url: &str,
+    home: Option<&Path>,
+    cwd: Option<&Path>,
+) -> Result<String, String> {
+    use crate::store::StoreUrl;
+    let Ok(StoreUrl::Sqlite(path)) = StoreUrl::parse(url) else {
+        return Ok(url.to_string());
+    };
+    let resolved = resolve_path(&path, home, cwd)?;
+    if resolved == path {
+        return Ok(url.to_string());
+    }
+    // Written as the store writes it, less the options it sets itself (`parse` drops them anyway).
+    let written = StoreUrl::Sqlite(resolved).url();
+    Ok(written
+        .split_once('?')
+        .map_or(written.as_str(), |(u, _)| u)
+        .to_string())
+}
+
+/// The user's home directory (`HOME` on Unix).
+pub fn home_dir() -> Option<PathBuf> {
+    directories::BaseDirs::new().map(|d| d.home_dir().to_path_buf())
 }
 
 fn project_dirs() -> Option<directories::ProjectDirs> {
@@ -524,6 +660,94 @@ mod tests {
             ..Config::default()
         };
         assert!(!format!("{c:?}").contains("c2VjcmV0"));
+    }
+
+    fn file_paths(text: &str, home: Option<&Path>) -> Result<Config, String> {
+        let mut c = Config::parse_toml_text(text, Path::new("x.toml")).unwrap();
+        c.resolve_file_paths(home).map(|()| c)
+    }
+
+    #[test]
+    fn tilde_starts_at_home_in_every_configured_path() {
+        let text = "[store]\ndata_dir = \"~/data\"\nurl = \"sqlite://~/db/s.db\"\n\
+                    [secrets]\nkey_file = \"~/k\"\n\
+                    [catalog]\nseed_file = \"~/seed.json\"\nhardware_file = \"~\"\n";
+        let c = file_paths(text, Some(Path::new("/home/u"))).unwrap();
+        assert_eq!(c.store.data_dir, Some("/home/u/data".into()));
+        assert_eq!(c.secrets.key_file, Some("/home/u/k".into()));
+        assert_eq!(c.catalog.seed_file, Some("/home/u/seed.json".into()));
+        let hardware = c.catalog.hardware_file.clone().unwrap();
+        assert_eq!(hardware.as_os_str(), "/home/u", "no trailing slash");
+        assert_eq!(c.store.url.as_deref(), Some("sqlite:///home/u/db/s.db"));
+        let url = c.store_url().unwrap();
+        assert_eq!(
+            url,
+            crate::store::StoreUrl::Sqlite("/home/u/db/s.db".into())
+        );
+        // Absolute paths and other databases are left as they are.
+        let text = "[store]\ndata_dir = \"/srv/sy\"\nurl = \"postgres://u:p@h/db\"\n";
+        let c = file_paths(text, None).unwrap();
+        assert_eq!(c.store.data_dir, Some("/srv/sy".into()));
+        assert_eq!(c.store.url.as_deref(), Some("postgres://u:p@h/db"));
+    }
+
+    #[test]
+    fn relative_paths_in_a_config_file_are_refused_by_key() {
+        for (section, key) in [
+            ("store", "data_dir"),
+            ("secrets", "key_file"),
+            ("catalog", "seed_file"),
+            ("catalog", "hardware_file"),
+            ("store", "url"),
+        ] {
+            let text = format!("[{section}]\n{key} = \"data/x\"\n");
+            let err = file_paths(&text, Some(Path::new("/home/u"))).unwrap_err();
+            assert!(err.starts_with(&format!("{section}.{key}: ")), "{err}");
+            assert!(err.contains("relative path \"data/x\""), "{err}");
+            assert!(err.contains("~/"), "{err}");
+        }
+        // Through the file parser: the file and the key are named.
+        let err = Config::parse_toml("[store]\ndata_dir = \"./d\"\n", Path::new("/etc/s.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("/etc/s.toml: store.data_dir: relative path"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn tilde_user_empty_and_homeless_paths_are_refused() {
+        let home = Some(Path::new("/home/u"));
+        let err = resolve_path(Path::new("~bob/data"), home, None).unwrap_err();
+        assert!(err.contains("~user paths are not supported"), "{err}");
+        assert!(resolve_path(Path::new(""), home, Some(Path::new("/"))).is_err());
+        let err = resolve_path(Path::new("~/d"), None, None).unwrap_err();
+        assert!(err.contains("no home directory"), "{err}");
+        // A `~` that does not start the path is an ordinary name.
+        let p = resolve_path(Path::new("/srv/~x"), None, None).unwrap();
+        assert_eq!(p, PathBuf::from("/srv/~x"));
+    }
+
+    #[test]
+    fn typed_paths_are_relative_to_the_working_directory() {
+        let (home, cwd) = (Some(Path::new("/home/u")), Some(Path::new("/work")));
+        let p = resolve_path(Path::new("data"), home, cwd).unwrap();
+        assert_eq!(p, PathBuf::from("/work/data"));
+        let p = resolve_path(Path::new("~/d"), home, cwd).unwrap();
+        assert_eq!(p, PathBuf::from("/home/u/d"));
+        let url = resolve_store_url("s.db", home, cwd).unwrap();
+        assert_eq!(url, "sqlite:///work/s.db");
+        let mut c = Config::default();
+        c.apply_env([("SWITCHYARD_DATA_DIR".to_string(), "rel".to_string())])
+            .unwrap();
+        let expected = std::env::current_dir().unwrap().join("rel");
+        assert_eq!(c.store.data_dir, Some(expected));
+        if let Some(home) = home_dir() {
+            c.apply_env([("SWITCHYARD_HARDWARE_FILE".to_string(), "~/h".to_string())])
+                .unwrap();
+            assert_eq!(c.catalog.hardware_file, Some(home.join("h")));
+        }
     }
 
     #[test]

@@ -112,11 +112,7 @@ impl Proxy {
         body_limit: usize,
         revocations: Arc<Revocations>,
     ) -> Result<Proxy, String> {
-        let trusted = config
-            .trusted_proxies
-            .iter()
-            .map(|c| Cidr::parse(c).map_err(|e| format!("proxy.trusted_proxies {c:?}: {e}")))
-            .collect::<Result<Vec<_>, _>>()?;
+        let trusted = config.trusted_cidrs()?;
         let routing = routing.into();
         Ok(Proxy {
             inner: Arc::new(ProxyInner {
