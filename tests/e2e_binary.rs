@@ -7,7 +7,7 @@ use std::process::Command;
 use serde_json::{json, Value};
 
 mod common;
-use common::{serve, BIN};
+use common::{serve_with, BIN};
 
 fn admin(data_dir: &Path, args: &[&str]) -> String {
     let out = Command::new(BIN)
@@ -41,6 +41,10 @@ fn endpoint(name: &str) -> Value {
 async fn acknowledged_writes_survive_kill_9_and_restart() {
     let dir = tempfile::tempdir().unwrap();
     let http = reqwest::Client::new();
+    // The tenant's endpoints carry a secret named TOKEN: a name this server lets tenants set.
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[runtime]\ntenant_env = [\"TOKEN\"]\n").unwrap();
+    let serve = |dir: &Path| serve_with(dir, &["--config".as_ref(), config.as_os_str()]);
 
     let server = serve(dir.path());
     let admin_token = std::fs::read_to_string(dir.path().join("admin-token")).unwrap();
