@@ -890,3 +890,168 @@ async fn changes_and_their_events_commit_together() {
     // Every event's payload shows the endpoint without its secrets' values.
     assert!(all.iter().all(|e| e.seq > 0 && !e.id.is_empty()));
 }
+
+/// What a raw request with the admin's token got: status, `X-Error-Message` (empty when absent), body.
+async fn send_raw(
+    srv: &common::TestServer,
+    method: reqwest::Method,
+    path: &str,
+    content_type: Option<&str>,
+    body: &str,
+) -> (StatusCode, String, String) {
+    let token = std::fs::read_to_string(srv.data_dir.join("admin-token")).unwrap();
+    let mut req = reqwest::Client::new()
+        .request(method, format!("{}{path}", srv.url))
+        .bearer_auth(token.trim())
+        .body(body.to_string());
+    if let Some(t) = content_type {
+        req = req.header("content-type", t);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status();
+    let message = r
+        .headers()
+        .get("x-error-message")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (status, message, r.text().await.unwrap())
+}
+
+/// Asserts the spec's invalid-body answer: 400 `{error, issues: [{path, message}]}` with an issue at
+/// `path`, and the message in `X-Error-Message` too.
+fn assert_invalid_at(answer: &(StatusCode, String, String), path: &str, what: &str) {
+    let (status, message, text) = answer;
+    assert_eq!(*status, StatusCode::BAD_REQUEST, "{what}: {text}");
+    let b: Value = serde_json::from_str(text).unwrap();
+    assert!(b["error"].is_string(), "{what}: {b}");
+    assert!(!message.is_empty(), "{what}: X-Error-Message");
+    let issues = b["issues"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{what}: {b}"));
+    assert!(
+        issues
+            .iter()
+            .any(|i| i["path"] == path && i["message"].is_string()),
+        "{what}: no issue at {path}: {b}"
+    );
+}
+
+async fn endpoint_names(srv: &common::TestServer, namespace: &str) -> Vec<String> {
+    let listed: Value = srv.admin.list_endpoints(namespace).await.unwrap();
+    listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn llamacpp_image(model_path: &str) -> Value {
+    json!({"llamacpp": {"url": "ghcr.io/ggml-org/llama.cpp:server", "modelPath": model_path}})
+}
+
+#[tokio::test]
+async fn repository_revision_and_model_path_are_checked_as_what_they_are() {
+    let srv = spawn().await;
+    let post = reqwest::Method::POST;
+    let json_type = Some("application/json");
+    let cases = [
+        ("/model/repository", json!("a/b;id"), "model.repository"),
+        ("/model/repository", json!("a/b$(id)"), "model.repository"),
+        ("/model/repository", json!("--help/x"), "model.repository"),
+        ("/model/repository", json!("a/b c"), "model.repository"),
+        (
+            "/model/revision",
+            json!("--output=/etc/x"),
+            "model.revision",
+        ),
+        ("/model/revision", json!("../../x"), "model.revision"),
+        (
+            "/model/image",
+            llamacpp_image("../../../etc/passwd"),
+            "model.image.llamacpp.modelPath",
+        ),
+        (
+            "/model/image",
+            llamacpp_image("/repository/../../etc/passwd"),
+            "model.image.llamacpp.modelPath",
+        ),
+    ];
+    for (pointer, value, path) in cases {
+        let mut spec = endpoint_body("shell");
+        *spec.pointer_mut(pointer).unwrap() = value.clone();
+        let answer = send_raw(
+            &srv,
+            post.clone(),
+            "/v2/endpoint/admin",
+            json_type,
+            &spec.to_string(),
+        )
+        .await;
+        assert_invalid_at(&answer, path, &value.to_string());
+    }
+    assert!(
+        endpoint_names(&srv, "admin").await.is_empty(),
+        "nothing was created"
+    );
+
+    // The same fields hold what they are for.
+    let mut spec = endpoint_body("fine");
+    spec["model"]["revision"] = json!("refs/pr/1");
+    spec["model"]["framework"] = json!("llamacpp");
+    spec["model"]["image"] = llamacpp_image("/repository/Q4_K_M/m-Q4_K_M.gguf");
+    let _: Value = srv.admin.create_endpoint("admin", &spec).await.unwrap();
+
+    // An update re-checks them, and a refused one changes nothing.
+    let before = stored_spec(&srv, "fine").await;
+    for (patch, path) in [
+        (
+            json!({"model": {"revision": "--output=/etc/x"}}),
+            "model.revision",
+        ),
+        (
+            json!({"model": {"repository": "a/b;id"}}),
+            "model.repository",
+        ),
+        (
+            json!({"model": {"image": {"llamacpp": {"modelPath": "../../../etc/passwd"}}}}),
+            "model.image.llamacpp.modelPath",
+        ),
+    ] {
+        let answer = send_raw(
+            &srv,
+            reqwest::Method::PUT,
+            "/v2/endpoint/admin/fine",
+            json_type,
+            &patch.to_string(),
+        )
+        .await;
+        assert_invalid_at(&answer, path, &patch.to_string());
+    }
+    assert_eq!(stored_spec(&srv, "fine").await, before);
+    assert_eq!(endpoint_names(&srv, "admin").await, ["fine"]);
+
+    // Catalog items carry revisions and model files into deployed specs: checked the same way.
+    let entry = json!({
+        "modelName": "m", "createdAt": "2026-01-02T03:04:05Z", "authorName": "acme",
+        "license": "mit", "repoId": "acme/m", "task": "text-generation",
+        "recipes": [{"accelerator": "cpu", "engineType": "llamacpp", "publicId": "acme-m-cpu",
+            "memoryGb": 1, "ggufFile": "../../../etc/passwd.gguf", "revision": "--output=/etc/x"}]
+    });
+    let answer = send_raw(
+        &srv,
+        post.clone(),
+        "/api/v1/admin/catalog/items",
+        json_type,
+        &entry.to_string(),
+    )
+    .await;
+    assert_invalid_at(&answer, "recipes[0].ggufFile", "catalog item");
+    assert_invalid_at(&answer, "recipes[0].revision", "catalog item");
+    let found: Value = srv
+        .anonymous()
+        .catalog_list(&[("search", "acme")])
+        .await
+        .unwrap();
+    assert!(found["items"].as_array().unwrap().is_empty());
+}

@@ -13,6 +13,7 @@ use utoipa::ToSchema;
 use crate::model::cidr::Cidr;
 use crate::model::image::ModelImage;
 use crate::model::issue::{child, decode, index, Issue, Issues};
+use crate::model::repo;
 use crate::model::wire;
 
 /// Longest endpoint name (spec 8).
@@ -264,11 +265,11 @@ pub fn parse_time_of_day(text: &str) -> Option<u16> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Model {
-    /// `<author>/<model>`.
+    /// `<author>/<model>`: letters, digits, `-`, `_` and `.`.
     pub repository: String,
     pub framework: Framework,
     pub image: ModelImage,
-    /// Commit SHA or branch; null means the latest `main`.
+    /// Commit SHA, branch or tag (a git ref name); null means the latest `main`.
     #[serde(default)]
     pub revision: Option<String>,
     #[serde(default)]
@@ -628,7 +629,12 @@ impl EndpointSpec {
         if let Err(e) = EndpointName::parse(&self.name) {
             issues.push("name", e.to_string());
         }
-        check_repository(&self.model.repository, issues);
+        if let Err(message) = repo::check_repo_id(&self.model.repository) {
+            issues.push("model.repository", message);
+        }
+        if let Some(Err(message)) = self.model.revision.as_deref().map(repo::check_revision) {
+            issues.push("model.revision", message);
+        }
         check_scaling(&self.compute.scaling, issues);
         if let Some(measure) = &self.compute.scaling.measure {
             check_measure(measure, &self.model.image, issues);
@@ -654,13 +660,6 @@ impl EndpointSpec {
         if let Some(route) = &self.route {
             check_route(route, issues);
         }
-    }
-}
-
-fn check_repository(repository: &str, issues: &mut Issues) {
-    let parts: Vec<&str> = repository.split('/').collect();
-    if parts.len() != 2 || parts.iter().any(|p| p.is_empty()) {
-        issues.push("model.repository", "must have the form `<author>/<model>`");
     }
 }
 
@@ -1017,13 +1016,64 @@ pub(crate) mod tests {
             "/model/repository",
             json!("openai/gpt-oss-20b"),
         ));
-        for bad in ["gpt2", "a/", "/b", "a/b/c"] {
+        for bad in [
+            "gpt2", "a/", "/b", "a/b/c", "a/b;id", "a/b$(id)", "--help/x", "a/b c",
+        ] {
             assert_eq!(
                 paths(&with(client_body(), "/model/repository", json!(bad))),
                 ["model.repository"],
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn rule_revision() {
+        for good in [
+            json!(null),
+            json!("main"),
+            json!("refs/pr/1"),
+            json!("a".repeat(40)),
+        ] {
+            ok(&with(client_body(), "/model/revision", good));
+        }
+        for bad in ["--output=/etc/x", "../../x", "", "a b", "$(id)"] {
+            let found = issues(&with(client_body(), "/model/revision", json!(bad)));
+            assert_eq!(found.len(), 1, "{bad}");
+            assert_eq!(found[0].path, "model.revision", "{bad}");
+        }
+    }
+
+    #[test]
+    fn rule_llamacpp_model_files() {
+        let llamacpp = |files: Value| {
+            let mut image = json!({"url": "ghcr.io/ggml-org/llama.cpp:server"});
+            image
+                .as_object_mut()
+                .unwrap()
+                .extend(files.as_object().unwrap().clone());
+            with(client_body(), "/model/image", json!({ "llamacpp": image }))
+        };
+        ok(&llamacpp(json!({"modelPath": "m.gguf"})));
+        ok(&llamacpp(
+            json!({"modelPath": "/repository/q/m.gguf", "mmprojModelPath": "mm.gguf"}),
+        ));
+        assert_eq!(
+            paths(&llamacpp(json!({"modelPath": "../../../etc/passwd"}))),
+            ["model.image.llamacpp.modelPath"]
+        );
+        assert_eq!(
+            paths(&llamacpp(json!({
+                "modelPath": "/etc/passwd",
+                "mmprojModelPath": "--mmproj=/x",
+                "specModelPath": "/repository/../d.gguf"
+            }))),
+            [
+                "model.image.llamacpp.modelPath",
+                "model.image.llamacpp.mmprojModelPath",
+                "model.image.llamacpp.specModelPath"
+            ]
+        );
     }
 
     #[test]
