@@ -1055,3 +1055,67 @@ async fn repository_revision_and_model_path_are_checked_as_what_they_are() {
         .unwrap();
     assert!(found["items"].as_array().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_private_endpoint_names_its_private_service_and_names_do_not_start_with_a_dash() {
+    let srv = spawn().await;
+    let post = reqwest::Method::POST;
+    let json_type = Some("application/json");
+    let mut private = endpoint_body("private-one");
+    private["type"] = json!("private");
+    let answer = send_raw(
+        &srv,
+        post.clone(),
+        "/v2/endpoint/admin",
+        json_type,
+        &private.to_string(),
+    )
+    .await;
+    assert_invalid_at(&answer, "privateService", "private without privateService");
+    for name in ["-x", "--help"] {
+        let answer = send_raw(
+            &srv,
+            post.clone(),
+            "/v2/endpoint/admin",
+            json_type,
+            &endpoint_body(name).to_string(),
+        )
+        .await;
+        assert_invalid_at(&answer, "name", name);
+    }
+
+    // The catalog's deploy says the same, at its own paths.
+    let catalog: Value = srv.anonymous().catalog_list(&[]).await.unwrap();
+    let recipe = catalog["items"][0]["recipes"][0]["publicId"]
+        .as_str()
+        .unwrap();
+    let deploy = format!("/api/v1/catalog/recipe/{recipe}/deploy");
+    for (config, path) in [
+        (json!({"type": "private"}), "config.privateService"),
+        (json!({"name": "-x"}), "config.name"),
+    ] {
+        let body = json!({"namespace": "admin", "config": config});
+        let answer = send_raw(&srv, post.clone(), &deploy, json_type, &body.to_string()).await;
+        assert_invalid_at(&answer, path, &config.to_string());
+    }
+    assert!(
+        endpoint_names(&srv, "admin").await.is_empty(),
+        "nothing was created"
+    );
+
+    // With the account it serves, a private endpoint is created; a private one cannot drop it.
+    private["privateService"] = json!({"accountId": "123456789012", "region": "us-east-1"});
+    let created: Value = srv.admin.create_endpoint("admin", &private).await.unwrap();
+    assert_eq!(created["privateService"]["accountId"], "123456789012");
+    let before = stored_spec(&srv, "private-one").await;
+    let answer = send_raw(
+        &srv,
+        reqwest::Method::PUT,
+        "/v2/endpoint/admin/private-one",
+        json_type,
+        &json!({"privateService": null}).to_string(),
+    )
+    .await;
+    assert_invalid_at(&answer, "privateService", "dropping privateService");
+    assert_eq!(stored_spec(&srv, "private-one").await, before);
+}

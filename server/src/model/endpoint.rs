@@ -30,7 +30,7 @@ pub const DEFAULT_ROUTER_GRPC_PORT: u16 = 9002;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EndpointSpec {
-    /// Lowercase letters, digits and `-`; at most 32 characters.
+    /// Lowercase letters, digits and `-`, not starting with `-`; at most 32 characters.
     pub name: String,
     #[serde(rename = "type")]
     pub endpoint_type: EndpointType,
@@ -500,7 +500,8 @@ pub struct Notifications {
     pub push: bool,
 }
 
-/// Private-link connectivity; only for `private` endpoints.
+/// Private-link connectivity: required for `private` endpoints (the account the private entry point
+/// serves), and only for them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PrivateService {
@@ -542,7 +543,7 @@ impl Route {
     }
 }
 
-/// A valid endpoint name: non-empty, `[a-z0-9-]`, at most 32 characters.
+/// A valid endpoint name: non-empty, `[a-z0-9-]`, not starting with `-`, at most 32 characters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, ToSchema)]
 #[serde(transparent)]
 pub struct EndpointName(String);
@@ -555,6 +556,8 @@ pub enum NameError {
     TooLong,
     #[error("may contain only lowercase letters, digits and `-`")]
     Characters,
+    #[error("must not start with `-`")]
+    LeadingDash,
 }
 
 impl EndpointName {
@@ -568,6 +571,8 @@ impl EndpointName {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         {
             Err(NameError::Characters)
+        } else if text.starts_with('-') {
+            Err(NameError::LeadingDash)
         } else {
             Ok(EndpointName(text.to_owned()))
         }
@@ -648,18 +653,30 @@ impl EndpointSpec {
         if let Some(network) = &self.network {
             check_network(network, issues);
         }
-        if self.private_service.is_some() && self.endpoint_type != EndpointType::Private {
-            issues.push(
-                "privateService",
-                format!(
-                    "is only allowed when type is `private` (type is `{}`)",
-                    self.endpoint_type.as_str()
-                ),
-            );
-        }
+        check_private_service(self, issues);
         if let Some(route) = &self.route {
             check_route(route, issues);
         }
+    }
+}
+
+/// `privateService` goes with type `private` and only with it: a private endpoint is served only on the
+/// private entry point, to the account `privateService` names, so without one nobody could reach it.
+fn check_private_service(spec: &EndpointSpec, issues: &mut Issues) {
+    let private = spec.endpoint_type == EndpointType::Private;
+    match (&spec.private_service, private) {
+        (Some(_), false) => issues.push(
+            "privateService",
+            format!(
+                "is only allowed when type is `private` (type is `{}`)",
+                spec.endpoint_type.as_str()
+            ),
+        ),
+        (None, true) => issues.push(
+            "privateService",
+            "is required when type is `private`: it names the account the private entry point serves",
+        ),
+        _ => {}
     }
 }
 
@@ -998,7 +1015,15 @@ pub(crate) mod tests {
         for good in ["a", "my-endpoint-1", &"a".repeat(32)] {
             ok(&with(client_body(), "/name", json!(good)));
         }
-        for bad in ["", "My-Endpoint", "under_score", "dot.ted", &"a".repeat(33)] {
+        for bad in [
+            "",
+            "My-Endpoint",
+            "under_score",
+            "dot.ted",
+            "-a",
+            "--help",
+            &"a".repeat(33),
+        ] {
             assert_eq!(
                 paths(&with(client_body(), "/name", json!(bad))),
                 ["name"],
@@ -1007,6 +1032,8 @@ pub(crate) mod tests {
         }
         assert!(EndpointName::parse("ok-1").is_ok());
         assert_eq!(EndpointName::parse("é"), Err(NameError::Characters));
+        assert_eq!(EndpointName::parse("-x"), Err(NameError::LeadingDash));
+        assert!(EndpointName::parse("x-").is_ok());
     }
 
     #[test]
@@ -1273,6 +1300,11 @@ pub(crate) mod tests {
             spec.private_service.unwrap().region,
             PrivateLinkRegion::EuWest1
         );
+        // A private endpoint without one could never be reached.
+        let found = issues(&with(client_body(), "/type", json!("private")));
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].path, "privateService");
+        assert!(found[0].message.contains("required"));
     }
 
     #[test]
