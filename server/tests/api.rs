@@ -1057,6 +1057,78 @@ async fn repository_revision_and_model_path_are_checked_as_what_they_are() {
 }
 
 #[tokio::test]
+async fn malformed_secrets_are_never_echoed() {
+    let srv = spawn().await;
+    const MARKER: &str = "sekrit-123";
+    const NUMBER: i64 = 987_654_321;
+    let shapes = [
+        json!(MARKER),
+        json!([MARKER]),
+        json!({"TOKEN": NUMBER}),
+        json!({"TOKEN": [MARKER]}),
+        json!({"TOKEN": {"value": MARKER}}),
+        json!({"TOKEN": true}),
+    ];
+    let mut bodies: Vec<(String, Value)> = shapes
+        .iter()
+        .map(|secrets| {
+            let mut spec = endpoint_body("leaky");
+            spec["model"]["secrets"] = secrets.clone();
+            (format!("secrets {secrets}"), spec)
+        })
+        .collect();
+    for credentials in [
+        json!({"username": "u", "password": NUMBER}),
+        json!({"username": "u", "password": [MARKER]}),
+        json!(format!("u:{MARKER}")),
+    ] {
+        let mut spec = endpoint_body("leaky");
+        spec["model"]["image"] = json!({"custom": {"url": "x", "credentials": credentials}});
+        bodies.push((format!("credentials {credentials}"), spec));
+    }
+    let mut moved = endpoint_body("leaky");
+    moved["model"] = json!(format!("secrets: {MARKER}"));
+    bodies.push(("model as a string".into(), moved));
+    bodies.push(("the body as a string".into(), json!(MARKER)));
+
+    let _: Value = srv
+        .admin
+        .create_endpoint("admin", &endpoint_body("kept"))
+        .await
+        .unwrap();
+    for (what, spec) in &bodies {
+        for (method, path, body) in [
+            (reqwest::Method::POST, "/v2/endpoint/admin", spec.clone()),
+            (
+                reqwest::Method::PUT,
+                "/v2/endpoint/admin/kept",
+                json!({"model": spec.get("model").cloned().unwrap_or(spec.clone())}),
+            ),
+        ] {
+            let (status, message, text) = send_raw(
+                &srv,
+                method,
+                path,
+                Some("application/json"),
+                &body.to_string(),
+            )
+            .await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{what}: {text}");
+            let b: Value = serde_json::from_str(&text).unwrap();
+            assert!(b["issues"].is_array() && !message.is_empty(), "{what}: {b}");
+            for leak in [MARKER, &NUMBER.to_string()] {
+                assert!(!text.contains(leak), "{what}: {path} echoed it: {text}");
+                assert!(
+                    !message.contains(leak),
+                    "{what}: {path} X-Error-Message: {message}"
+                );
+            }
+        }
+    }
+    assert_eq!(endpoint_names(&srv, "admin").await, ["kept"]);
+}
+
+#[tokio::test]
 async fn a_private_endpoint_names_its_private_service_and_names_do_not_start_with_a_dash() {
     let srv = spawn().await;
     let post = reqwest::Method::POST;
