@@ -1191,3 +1191,98 @@ async fn a_private_endpoint_names_its_private_service_and_names_do_not_start_wit
     assert_invalid_at(&answer, "privateService", "dropping privateService");
     assert_eq!(stored_spec(&srv, "private-one").await, before);
 }
+
+#[tokio::test]
+async fn bodies_must_be_sent_as_json() {
+    let srv = spawn().await;
+    let spec = endpoint_body("typed").to_string();
+    let catalog: Value = srv.anonymous().catalog_list(&[]).await.unwrap();
+    let recipe = catalog["items"][0]["recipes"][0]["publicId"]
+        .as_str()
+        .unwrap();
+    let deploy = format!("/api/v1/catalog/recipe/{recipe}/deploy");
+    let routes = [
+        (
+            reqwest::Method::POST,
+            "/v2/endpoint/admin".to_string(),
+            spec.clone(),
+        ),
+        (
+            reqwest::Method::POST,
+            deploy,
+            json!({"namespace": "admin"}).to_string(),
+        ),
+        (
+            reqwest::Method::POST,
+            "/api/v1/admin/users".to_string(),
+            json!({"name": "typed-user"}).to_string(),
+        ),
+    ];
+    for (method, path, body) in &routes {
+        for content_type in [
+            None,
+            Some("text/plain"),
+            Some("application/x-www-form-urlencoded"),
+            Some("multipart/form-data; boundary=x"),
+        ] {
+            let (status, message, text) =
+                send_raw(&srv, method.clone(), path, content_type, body).await;
+            let what = format!("{method} {path} with {content_type:?}");
+            assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{what}: {text}");
+            let b: Value = serde_json::from_str(&text).unwrap();
+            assert!(
+                b["error"].as_str().unwrap().contains("application/json"),
+                "{what}: {b}"
+            );
+            assert!(message.contains("application/json"), "{what}");
+        }
+    }
+    assert!(
+        endpoint_names(&srv, "admin").await.is_empty(),
+        "nothing was created"
+    );
+    let users: Value = srv.admin.admin_list_users().await.unwrap();
+    assert!(!users.to_string().contains("typed-user"));
+
+    // JSON with a charset parameter (any case) is JSON; so is a +json type.
+    let (status, _, text) = send_raw(
+        &srv,
+        reqwest::Method::POST,
+        "/v2/endpoint/admin",
+        Some("Application/JSON; charset=utf-8"),
+        &spec,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let patch = json!({"compute": {"scaling": {"maxReplica": 3}}}).to_string();
+    for content_type in [None, Some("text/plain")] {
+        let (status, _, _) = send_raw(
+            &srv,
+            reqwest::Method::PUT,
+            "/v2/endpoint/admin/typed",
+            content_type,
+            &patch,
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    }
+    let (status, _, text) = send_raw(
+        &srv,
+        reqwest::Method::PUT,
+        "/v2/endpoint/admin/typed",
+        Some("application/merge-patch+json"),
+        &patch,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    // Routes that take no body need no content type, as the Python client sends them.
+    let (status, _, text) = send_raw(
+        &srv,
+        reqwest::Method::POST,
+        "/v2/endpoint/admin/typed/pause",
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+}
