@@ -28,6 +28,8 @@ pub enum ApiError {
     MethodNotAllowed,
     Conflict(String),
     PayloadTooLarge(usize),
+    /// 415 `{error}`: a body that is not sent as JSON where the API takes JSON.
+    UnsupportedMediaType(String),
     /// 503 `{error}`: the endpoint cannot serve now (paused, waking up, failed); `retry_after` in seconds.
     Unavailable {
         message: String,
@@ -57,6 +59,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -75,6 +78,7 @@ impl ApiError {
             | ApiError::NotFound(m)
             | ApiError::Conflict(m)
             | ApiError::BadGateway(m)
+            | ApiError::UnsupportedMediaType(m)
             | ApiError::Unavailable { message: m, .. } => m.clone(),
             ApiError::MethodNotAllowed => "method not allowed on this path".into(),
             ApiError::PayloadTooLarge(limit) => format!("request body larger than {limit} bytes"),

@@ -1130,3 +1130,399 @@ async fn accounts_can_be_disabled_and_deleted() {
         .await;
     assert_eq!(status(last), StatusCode::BAD_REQUEST);
 }
+
+/// What a raw request with the admin's token got: status, `X-Error-Message` (empty when absent), body.
+async fn send_raw(
+    srv: &common::TestServer,
+    method: reqwest::Method,
+    path: &str,
+    content_type: Option<&str>,
+    body: &str,
+) -> (StatusCode, String, String) {
+    let token = std::fs::read_to_string(srv.data_dir.join("admin-token")).unwrap();
+    let mut req = reqwest::Client::new()
+        .request(method, format!("{}{path}", srv.url))
+        .bearer_auth(token.trim())
+        .body(body.to_string());
+    if let Some(t) = content_type {
+        req = req.header("content-type", t);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status();
+    let message = r
+        .headers()
+        .get("x-error-message")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (status, message, r.text().await.unwrap())
+}
+
+/// Asserts the spec's invalid-body answer: 400 `{error, issues: [{path, message}]}` with an issue at
+/// `path`, and the message in `X-Error-Message` too.
+fn assert_invalid_at(answer: &(StatusCode, String, String), path: &str, what: &str) {
+    let (status, message, text) = answer;
+    assert_eq!(*status, StatusCode::BAD_REQUEST, "{what}: {text}");
+    let b: Value = serde_json::from_str(text).unwrap();
+    assert!(b["error"].is_string(), "{what}: {b}");
+    assert!(!message.is_empty(), "{what}: X-Error-Message");
+    let issues = b["issues"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{what}: {b}"));
+    assert!(
+        issues
+            .iter()
+            .any(|i| i["path"] == path && i["message"].is_string()),
+        "{what}: no issue at {path}: {b}"
+    );
+}
+
+async fn endpoint_names(srv: &common::TestServer, namespace: &str) -> Vec<String> {
+    let listed: Value = srv.admin.list_endpoints(namespace).await.unwrap();
+    listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn llamacpp_image(model_path: &str) -> Value {
+    json!({"llamacpp": {"url": "ghcr.io/ggml-org/llama.cpp:server", "modelPath": model_path}})
+}
+
+#[tokio::test]
+async fn repository_revision_and_model_path_are_checked_as_what_they_are() {
+    let srv = spawn().await;
+    let post = reqwest::Method::POST;
+    let json_type = Some("application/json");
+    let cases = [
+        ("/model/repository", json!("a/b;id"), "model.repository"),
+        ("/model/repository", json!("a/b$(id)"), "model.repository"),
+        ("/model/repository", json!("--help/x"), "model.repository"),
+        ("/model/repository", json!("a/b c"), "model.repository"),
+        (
+            "/model/revision",
+            json!("--output=/etc/x"),
+            "model.revision",
+        ),
+        ("/model/revision", json!("../../x"), "model.revision"),
+        (
+            "/model/image",
+            llamacpp_image("../../../etc/passwd"),
+            "model.image.llamacpp.modelPath",
+        ),
+        (
+            "/model/image",
+            llamacpp_image("/repository/../../etc/passwd"),
+            "model.image.llamacpp.modelPath",
+        ),
+    ];
+    for (pointer, value, path) in cases {
+        let mut spec = endpoint_body("shell");
+        *spec.pointer_mut(pointer).unwrap() = value.clone();
+        let answer = send_raw(
+            &srv,
+            post.clone(),
+            "/v2/endpoint/admin",
+            json_type,
+            &spec.to_string(),
+        )
+        .await;
+        assert_invalid_at(&answer, path, &value.to_string());
+    }
+    assert!(
+        endpoint_names(&srv, "admin").await.is_empty(),
+        "nothing was created"
+    );
+
+    // The same fields hold what they are for.
+    let mut spec = endpoint_body("fine");
+    spec["model"]["revision"] = json!("refs/pr/1");
+    spec["model"]["framework"] = json!("llamacpp");
+    spec["model"]["image"] = llamacpp_image("/repository/Q4_K_M/m-Q4_K_M.gguf");
+    let _: Value = srv.admin.create_endpoint("admin", &spec).await.unwrap();
+
+    // An update re-checks them, and a refused one changes nothing.
+    let before = stored_spec(&srv, "fine").await;
+    for (patch, path) in [
+        (
+            json!({"model": {"revision": "--output=/etc/x"}}),
+            "model.revision",
+        ),
+        (
+            json!({"model": {"repository": "a/b;id"}}),
+            "model.repository",
+        ),
+        (
+            json!({"model": {"image": {"llamacpp": {"modelPath": "../../../etc/passwd"}}}}),
+            "model.image.llamacpp.modelPath",
+        ),
+    ] {
+        let answer = send_raw(
+            &srv,
+            reqwest::Method::PUT,
+            "/v2/endpoint/admin/fine",
+            json_type,
+            &patch.to_string(),
+        )
+        .await;
+        assert_invalid_at(&answer, path, &patch.to_string());
+    }
+    assert_eq!(stored_spec(&srv, "fine").await, before);
+    assert_eq!(endpoint_names(&srv, "admin").await, ["fine"]);
+
+    // Catalog items carry revisions and model files into deployed specs: checked the same way.
+    let entry = json!({
+        "modelName": "m", "createdAt": "2026-01-02T03:04:05Z", "authorName": "acme",
+        "license": "mit", "repoId": "acme/m", "task": "text-generation",
+        "recipes": [{"accelerator": "cpu", "engineType": "llamacpp", "publicId": "acme-m-cpu",
+            "memoryGb": 1, "ggufFile": "../../../etc/passwd.gguf", "revision": "--output=/etc/x"}]
+    });
+    let answer = send_raw(
+        &srv,
+        post.clone(),
+        "/api/v1/admin/catalog/items",
+        json_type,
+        &entry.to_string(),
+    )
+    .await;
+    assert_invalid_at(&answer, "recipes[0].ggufFile", "catalog item");
+    assert_invalid_at(&answer, "recipes[0].revision", "catalog item");
+    let found: Value = srv
+        .anonymous()
+        .catalog_list(&[("search", "acme")])
+        .await
+        .unwrap();
+    assert!(found["items"].as_array().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn malformed_secrets_are_never_echoed() {
+    let srv = spawn().await;
+    const MARKER: &str = "sekrit-123";
+    const NUMBER: i64 = 987_654_321;
+    let shapes = [
+        json!(MARKER),
+        json!([MARKER]),
+        json!({"TOKEN": NUMBER}),
+        json!({"TOKEN": [MARKER]}),
+        json!({"TOKEN": {"value": MARKER}}),
+        json!({"TOKEN": true}),
+    ];
+    let mut bodies: Vec<(String, Value)> = shapes
+        .iter()
+        .map(|secrets| {
+            let mut spec = endpoint_body("leaky");
+            spec["model"]["secrets"] = secrets.clone();
+            (format!("secrets {secrets}"), spec)
+        })
+        .collect();
+    for credentials in [
+        json!({"username": "u", "password": NUMBER}),
+        json!({"username": "u", "password": [MARKER]}),
+        json!(format!("u:{MARKER}")),
+    ] {
+        let mut spec = endpoint_body("leaky");
+        spec["model"]["image"] = json!({"custom": {"url": "x", "credentials": credentials}});
+        bodies.push((format!("credentials {credentials}"), spec));
+    }
+    let mut moved = endpoint_body("leaky");
+    moved["model"] = json!(format!("secrets: {MARKER}"));
+    bodies.push(("model as a string".into(), moved));
+    bodies.push(("the body as a string".into(), json!(MARKER)));
+
+    let _: Value = srv
+        .admin
+        .create_endpoint("admin", &endpoint_body("kept"))
+        .await
+        .unwrap();
+    for (what, spec) in &bodies {
+        for (method, path, body) in [
+            (reqwest::Method::POST, "/v2/endpoint/admin", spec.clone()),
+            (
+                reqwest::Method::PUT,
+                "/v2/endpoint/admin/kept",
+                json!({"model": spec.get("model").cloned().unwrap_or(spec.clone())}),
+            ),
+        ] {
+            let (status, message, text) = send_raw(
+                &srv,
+                method,
+                path,
+                Some("application/json"),
+                &body.to_string(),
+            )
+            .await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{what}: {text}");
+            let b: Value = serde_json::from_str(&text).unwrap();
+            assert!(b["issues"].is_array() && !message.is_empty(), "{what}: {b}");
+            for leak in [MARKER, &NUMBER.to_string()] {
+                assert!(!text.contains(leak), "{what}: {path} echoed it: {text}");
+                assert!(
+                    !message.contains(leak),
+                    "{what}: {path} X-Error-Message: {message}"
+                );
+            }
+        }
+    }
+    assert_eq!(endpoint_names(&srv, "admin").await, ["kept"]);
+}
+
+#[tokio::test]
+async fn a_private_endpoint_names_its_private_service_and_names_do_not_start_with_a_dash() {
+    let srv = spawn().await;
+    let post = reqwest::Method::POST;
+    let json_type = Some("application/json");
+    let mut private = endpoint_body("private-one");
+    private["type"] = json!("private");
+    let answer = send_raw(
+        &srv,
+        post.clone(),
+        "/v2/endpoint/admin",
+        json_type,
+        &private.to_string(),
+    )
+    .await;
+    assert_invalid_at(&answer, "privateService", "private without privateService");
+    for name in ["-x", "--help"] {
+        let answer = send_raw(
+            &srv,
+            post.clone(),
+            "/v2/endpoint/admin",
+            json_type,
+            &endpoint_body(name).to_string(),
+        )
+        .await;
+        assert_invalid_at(&answer, "name", name);
+    }
+
+    // The catalog's deploy says the same, at its own paths.
+    let catalog: Value = srv.anonymous().catalog_list(&[]).await.unwrap();
+    let recipe = catalog["items"][0]["recipes"][0]["publicId"]
+        .as_str()
+        .unwrap();
+    let deploy = format!("/api/v1/catalog/recipe/{recipe}/deploy");
+    for (config, path) in [
+        (json!({"type": "private"}), "config.privateService"),
+        (json!({"name": "-x"}), "config.name"),
+    ] {
+        let body = json!({"namespace": "admin", "config": config});
+        let answer = send_raw(&srv, post.clone(), &deploy, json_type, &body.to_string()).await;
+        assert_invalid_at(&answer, path, &config.to_string());
+    }
+    assert!(
+        endpoint_names(&srv, "admin").await.is_empty(),
+        "nothing was created"
+    );
+
+    // With the account it serves, a private endpoint is created; a private one cannot drop it.
+    private["privateService"] = json!({"accountId": "123456789012", "region": "us-east-1"});
+    let created: Value = srv.admin.create_endpoint("admin", &private).await.unwrap();
+    assert_eq!(created["privateService"]["accountId"], "123456789012");
+    let before = stored_spec(&srv, "private-one").await;
+    let answer = send_raw(
+        &srv,
+        reqwest::Method::PUT,
+        "/v2/endpoint/admin/private-one",
+        json_type,
+        &json!({"privateService": null}).to_string(),
+    )
+    .await;
+    assert_invalid_at(&answer, "privateService", "dropping privateService");
+    assert_eq!(stored_spec(&srv, "private-one").await, before);
+}
+
+#[tokio::test]
+async fn bodies_must_be_sent_as_json() {
+    let srv = spawn().await;
+    let spec = endpoint_body("typed").to_string();
+    let catalog: Value = srv.anonymous().catalog_list(&[]).await.unwrap();
+    let recipe = catalog["items"][0]["recipes"][0]["publicId"]
+        .as_str()
+        .unwrap();
+    let deploy = format!("/api/v1/catalog/recipe/{recipe}/deploy");
+    let routes = [
+        (
+            reqwest::Method::POST,
+            "/v2/endpoint/admin".to_string(),
+            spec.clone(),
+        ),
+        (
+            reqwest::Method::POST,
+            deploy,
+            json!({"namespace": "admin"}).to_string(),
+        ),
+        (
+            reqwest::Method::POST,
+            "/api/v1/admin/users".to_string(),
+            json!({"name": "typed-user"}).to_string(),
+        ),
+    ];
+    for (method, path, body) in &routes {
+        for content_type in [
+            None,
+            Some("text/plain"),
+            Some("application/x-www-form-urlencoded"),
+            Some("multipart/form-data; boundary=x"),
+        ] {
+            let (status, message, text) =
+                send_raw(&srv, method.clone(), path, content_type, body).await;
+            let what = format!("{method} {path} with {content_type:?}");
+            assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{what}: {text}");
+            let b: Value = serde_json::from_str(&text).unwrap();
+            assert!(
+                b["error"].as_str().unwrap().contains("application/json"),
+                "{what}: {b}"
+            );
+            assert!(message.contains("application/json"), "{what}");
+        }
+    }
+    assert!(
+        endpoint_names(&srv, "admin").await.is_empty(),
+        "nothing was created"
+    );
+    let users: Value = srv.admin.admin_list_users().await.unwrap();
+    assert!(!users.to_string().contains("typed-user"));
+
+    // JSON with a charset parameter (any case) is JSON; so is a +json type.
+    let (status, _, text) = send_raw(
+        &srv,
+        reqwest::Method::POST,
+        "/v2/endpoint/admin",
+        Some("Application/JSON; charset=utf-8"),
+        &spec,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let patch = json!({"compute": {"scaling": {"maxReplica": 3}}}).to_string();
+    for content_type in [None, Some("text/plain")] {
+        let (status, _, _) = send_raw(
+            &srv,
+            reqwest::Method::PUT,
+            "/v2/endpoint/admin/typed",
+            content_type,
+            &patch,
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    }
+    let (status, _, text) = send_raw(
+        &srv,
+        reqwest::Method::PUT,
+        "/v2/endpoint/admin/typed",
+        Some("application/merge-patch+json"),
+        &patch,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    // Routes that take no body need no content type, as the Python client sends them.
+    let (status, _, text) = send_raw(
+        &srv,
+        reqwest::Method::POST,
+        "/v2/endpoint/admin/typed/pause",
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+}

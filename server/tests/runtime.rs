@@ -1809,3 +1809,83 @@ async fn tenants_set_only_what_the_launcher_allows() {
     }
     rt.shutdown().await;
 }
+
+/// A `GET` sent byte for byte, as an HTTP client would not (it normalizes the path first): the status and
+/// the whole answer, head and body.
+async fn raw_get(url: &str, host: &str, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = url.strip_prefix("http://").expect("an http URL");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.expect("read");
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dot_segments_never_reach_a_replica() {
+    let rt = spawn(|_| {}).await;
+    let mut body = engine_endpoint(
+        "dots",
+        "public",
+        &[],
+        json!({"minReplica": 1, "maxReplica": 1}),
+    );
+    body["route"] = json!({"domain": "models.example.com", "path": "/emb"});
+    rt.create(body).await;
+    rt.wait_state("dots", "running").await;
+    let ours = "127.0.0.1";
+    let domain = "models.example.com";
+
+    // Normal paths reach the replica, dots inside a name included.
+    for (host, path, want) in [
+        (ours, "/endpoints/admin/dots/health", 200),
+        (domain, "/emb/health", 200),
+        (ours, "/endpoints/admin/dots/a..b", 404),
+        (ours, "/endpoints/admin/dots/.well-known/x", 404),
+    ] {
+        let (status, text) = raw_get(&rt.url, host, path).await;
+        assert_eq!(status, want, "{path}: {text}");
+        assert!(text.contains("x-replica-id"), "{path} reached a replica");
+    }
+
+    // A dot segment, however it is spelled, is refused before routing: the replica never sees it.
+    for (host, path) in [
+        (ours, "/endpoints/admin/dots/../../v2/endpoint/carol"),
+        (
+            ours,
+            "/endpoints/admin/dots/%2e%2e/%2E%2E/v2/endpoint/carol",
+        ),
+        (ours, "/endpoints/admin/dots/%2E./x"),
+        (ours, "/endpoints/admin/dots/.%2e/x"),
+        (ours, "/endpoints/admin/dots/./health"),
+        (ours, "/endpoints/admin/dots/..%2f..%2fv2/endpoint/carol"),
+        (ours, "/endpoints/admin/dots/..%5c..%5cv2"),
+        (ours, "/endpoints/admin/dots/..;/x"),
+        (ours, "/endpoints/admin/../admin/dots/health"),
+        (domain, "/emb/../../v2/endpoint/carol"),
+        (domain, "/emb/%2e%2e/x"),
+    ] {
+        let (status, text) = raw_get(&rt.url, host, path).await;
+        assert_eq!(status, 400, "{host}{path}: {text}");
+        assert!(
+            !text.contains("x-replica-id"),
+            "{host}{path} reached a replica"
+        );
+        assert!(text.contains("x-error-message: "), "{path}: {text}");
+        let json = text.split("\r\n\r\n").nth(1).unwrap_or("");
+        let b: Value = serde_json::from_str(json).unwrap_or(Value::Null);
+        assert!(
+            b["error"].as_str().unwrap_or("").contains("segment"),
+            "{path}: {text}"
+        );
+    }
+    rt.shutdown().await;
+}

@@ -4,7 +4,7 @@
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use serde_json::Value;
 
 use super::error::ApiError;
@@ -12,18 +12,21 @@ use super::AppState;
 use crate::auth::{authenticate, bearer_in, Principal};
 use crate::model::issue::parse_json;
 
-/// A request body that is syntactically JSON. Its meaning is checked by the model's parsers.
+/// A request body that is syntactically JSON, sent as JSON (`Content-Type: application/json`, or a
+/// `+json` type such as `application/merge-patch+json`; parameters like `charset` are allowed). Anything
+/// else is a 415 before the body is read. Its meaning is checked by the model's parsers.
 pub struct JsonBody(pub Value);
 
 impl FromRequest<AppState> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let content_type_ok = req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_none_or(|v| v.starts_with("application/json") || v.starts_with("text/plain"));
+        let content_type = req.headers().get(header::CONTENT_TYPE);
+        if !content_type.is_some_and(is_json_media_type) {
+            return Err(ApiError::UnsupportedMediaType(
+                "the body must be JSON, sent with Content-Type: application/json".into(),
+            ));
+        }
         let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::PayloadTooLarge(state.body_limit)
@@ -34,16 +37,23 @@ impl FromRequest<AppState> for JsonBody {
                 )])
             }
         })?;
-        if !content_type_ok {
-            return Err(ApiError::invalid_body(vec![crate::model::Issue::new(
-                "",
-                "the body must be JSON (Content-Type: application/json)",
-            )]));
-        }
         parse_json(&bytes)
             .map(JsonBody)
             .map_err(ApiError::invalid_body)
     }
+}
+
+/// `application/json` or `application/<anything>+json`, in any case, with or without parameters.
+fn is_json_media_type(value: &HeaderValue) -> bool {
+    let Ok(text) = value.to_str() else {
+        return false;
+    };
+    let essence = text.split(';').next().unwrap_or("").trim();
+    let Some((kind, subtype)) = essence.split_once('/') else {
+        return false;
+    };
+    let subtype = subtype.to_ascii_lowercase();
+    kind.eq_ignore_ascii_case("application") && (subtype == "json" || subtype.ends_with("+json"))
 }
 
 /// The decoded query as ordered pairs; a malformed query string is a 400 with details.
@@ -87,5 +97,38 @@ impl FromRequestParts<AppState> for Principal {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let token = bearer_in(&parts.headers);
         Ok(authenticate(state.store.as_ref(), token, state.clock.now()).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_media_types() {
+        for good in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "Application/JSON;charset=UTF-8",
+            " application/json ",
+            "application/merge-patch+json",
+        ] {
+            assert!(
+                is_json_media_type(&HeaderValue::from_static(good)),
+                "{good}"
+            );
+        }
+        for bad in [
+            "",
+            "text/plain",
+            "text/json",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonx",
+            "application/+jsonx",
+            "json",
+        ] {
+            assert!(!is_json_media_type(&HeaderValue::from_static(bad)), "{bad}");
+        }
     }
 }

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::model::{Accelerator, EngineType};
+use crate::model::{repo, Accelerator, EngineType};
 
 /// Tasks a catalog item may carry: the `task` enum of the list operation (4.1).
 pub const CATALOG_TASKS: [&str; 21] = [
@@ -118,6 +118,8 @@ impl CatalogEntry {
                     self.author_name, self.model_name
                 ),
             );
+        } else if let Err(message) = repo::check_repo_id(&self.repo_id) {
+            bad("repoId", message.into());
         }
         if self.license.is_empty() {
             bad("license", "must not be empty".into());
@@ -157,19 +159,11 @@ impl CatalogEntry {
             if !(r.memory_gb.is_finite() && r.memory_gb > 0.0) {
                 bad(&at("memoryGb"), "must be a number greater than 0".into());
             }
-            match (r.engine_type, &r.gguf_file) {
-                (EngineType::Llamacpp, None) => bad(
-                    &at("ggufFile"),
-                    "a llamacpp recipe names its GGUF file".into(),
-                ),
-                (EngineType::Llamacpp, Some(f)) if !f.ends_with(".gguf") => {
-                    bad(&at("ggufFile"), "must end with .gguf".into())
-                }
-                (e, Some(_)) if e != EngineType::Llamacpp => bad(
-                    &at("ggufFile"),
-                    "only llamacpp recipes have a GGUF file".into(),
-                ),
-                _ => {}
+            if let Some(Err(message)) = r.revision.as_deref().map(repo::check_revision) {
+                bad(&at("revision"), message.into());
+            }
+            if let Some(message) = r.gguf_file_problem() {
+                bad(&at("ggufFile"), message.into());
             }
         }
         out
@@ -189,6 +183,21 @@ impl CatalogEntry {
 }
 
 impl RecipeEntry {
+    /// A llamacpp recipe names its `.gguf` file, a path inside the model's repository; no other recipe
+    /// has one.
+    fn gguf_file_problem(&self) -> Option<&'static str> {
+        match (self.engine_type, self.gguf_file.as_deref()) {
+            (EngineType::Llamacpp, None) => Some("a llamacpp recipe names its GGUF file"),
+            (EngineType::Llamacpp, Some(f)) if !f.ends_with(".gguf") => Some("must end with .gguf"),
+            (EngineType::Llamacpp, Some(f)) if f.starts_with('/') => {
+                Some("must be a path relative to the model's repository")
+            }
+            (EngineType::Llamacpp, Some(f)) => repo::check_model_file(f).err(),
+            (_, Some(_)) => Some("only llamacpp recipes have a GGUF file"),
+            (_, None) => None,
+        }
+    }
+
     pub fn public(&self) -> Recipe {
         Recipe {
             accelerator: self.accelerator,
@@ -430,6 +439,26 @@ mod tests {
                 "recipes[0].ggufFile"
             ]
         );
+    }
+
+    #[test]
+    fn entry_repo_ids_revisions_and_files_are_checked_as_what_they_are() {
+        let mut e = entry();
+        e.author_name = "--help".into();
+        e.repo_id = "--help/m".into();
+        e.recipes[0].revision = Some("--output=/etc/x".into());
+        e.recipes[0].gguf_file = Some("../../etc/passwd.gguf".into());
+        let fields: Vec<_> = e.problems().into_iter().map(|(f, _)| f).collect();
+        assert_eq!(
+            fields,
+            ["repoId", "recipes[0].revision", "recipes[0].ggufFile"]
+        );
+        let mut e = entry();
+        e.recipes[0].gguf_file = Some("/repository/m.gguf".into());
+        assert_eq!(e.problems()[0].0, "recipes[0].ggufFile");
+        e.recipes[0].gguf_file = Some("Q4_K_M/m-00001-of-00002.gguf".into());
+        e.recipes[0].revision = Some("refs/pr/1".into());
+        assert!(e.problems().is_empty());
     }
 
     #[test]

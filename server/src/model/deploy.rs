@@ -224,11 +224,17 @@ impl DeployConfig {
                 shared,
             })
         });
-        if f.was_given("privateService") && endpoint_type != Some(EndpointType::Private) {
-            issues.push(
+        let private = endpoint_type == Some(EndpointType::Private);
+        match (f.was_given("privateService"), private) {
+            (true, false) => issues.push(
                 f.path("privateService"),
                 "is only allowed when type is `private`",
-            );
+            ),
+            (false, true) => issues.push(
+                f.path("privateService"),
+                "is required when type is `private`: it names the account the private entry point serves",
+            ),
+            _ => {}
         }
         f.finish(issues);
         DeployConfig {
@@ -325,6 +331,18 @@ mod tests {
                 "extra",
             ]
         );
+    }
+
+    #[test]
+    fn a_private_deploy_names_its_private_service_and_names_do_not_start_with_a_dash() {
+        let found = paths(DeployRecipeIn::parse(
+            &json!({"namespace": "a", "config": {"type": "private"}}),
+        ));
+        assert_eq!(found, ["config.privateService"]);
+        let found = paths(DeployRecipeIn::parse(
+            &json!({"namespace": "a", "config": {"name": "-x"}}),
+        ));
+        assert_eq!(found, ["config.name"]);
     }
 
     #[test]

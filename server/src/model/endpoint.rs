@@ -13,6 +13,7 @@ use utoipa::ToSchema;
 use crate::model::cidr::Cidr;
 use crate::model::image::ModelImage;
 use crate::model::issue::{child, decode, index, Issue, Issues};
+use crate::model::repo;
 use crate::model::wire;
 
 /// Longest endpoint name (spec 8).
@@ -29,7 +30,7 @@ pub const DEFAULT_ROUTER_GRPC_PORT: u16 = 9002;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EndpointSpec {
-    /// Lowercase letters, digits and `-`; at most 32 characters.
+    /// Lowercase letters, digits and `-`, not starting with `-`; at most 32 characters.
     pub name: String,
     #[serde(rename = "type")]
     pub endpoint_type: EndpointType,
@@ -264,11 +265,11 @@ pub fn parse_time_of_day(text: &str) -> Option<u16> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Model {
-    /// `<author>/<model>`.
+    /// `<author>/<model>`: letters, digits, `-`, `_` and `.`.
     pub repository: String,
     pub framework: Framework,
     pub image: ModelImage,
-    /// Commit SHA or branch; null means the latest `main`.
+    /// Commit SHA, branch or tag (a git ref name); null means the latest `main`.
     #[serde(default)]
     pub revision: Option<String>,
     #[serde(default)]
@@ -499,7 +500,8 @@ pub struct Notifications {
     pub push: bool,
 }
 
-/// Private-link connectivity; only for `private` endpoints.
+/// Private-link connectivity: required for `private` endpoints (the account the private entry point
+/// serves), and only for them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PrivateService {
@@ -541,7 +543,7 @@ impl Route {
     }
 }
 
-/// A valid endpoint name: non-empty, `[a-z0-9-]`, at most 32 characters.
+/// A valid endpoint name: non-empty, `[a-z0-9-]`, not starting with `-`, at most 32 characters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, ToSchema)]
 #[serde(transparent)]
 pub struct EndpointName(String);
@@ -554,6 +556,8 @@ pub enum NameError {
     TooLong,
     #[error("may contain only lowercase letters, digits and `-`")]
     Characters,
+    #[error("must not start with `-`")]
+    LeadingDash,
 }
 
 impl EndpointName {
@@ -567,6 +571,8 @@ impl EndpointName {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         {
             Err(NameError::Characters)
+        } else if text.starts_with('-') {
+            Err(NameError::LeadingDash)
         } else {
             Ok(EndpointName(text.to_owned()))
         }
@@ -628,7 +634,12 @@ impl EndpointSpec {
         if let Err(e) = EndpointName::parse(&self.name) {
             issues.push("name", e.to_string());
         }
-        check_repository(&self.model.repository, issues);
+        if let Err(message) = repo::check_repo_id(&self.model.repository) {
+            issues.push("model.repository", message);
+        }
+        if let Some(Err(message)) = self.model.revision.as_deref().map(repo::check_revision) {
+            issues.push("model.revision", message);
+        }
         check_scaling(&self.compute.scaling, issues);
         if let Some(measure) = &self.compute.scaling.measure {
             check_measure(measure, &self.model.image, issues);
@@ -642,25 +653,30 @@ impl EndpointSpec {
         if let Some(network) = &self.network {
             check_network(network, issues);
         }
-        if self.private_service.is_some() && self.endpoint_type != EndpointType::Private {
-            issues.push(
-                "privateService",
-                format!(
-                    "is only allowed when type is `private` (type is `{}`)",
-                    self.endpoint_type.as_str()
-                ),
-            );
-        }
+        check_private_service(self, issues);
         if let Some(route) = &self.route {
             check_route(route, issues);
         }
     }
 }
 
-fn check_repository(repository: &str, issues: &mut Issues) {
-    let parts: Vec<&str> = repository.split('/').collect();
-    if parts.len() != 2 || parts.iter().any(|p| p.is_empty()) {
-        issues.push("model.repository", "must have the form `<author>/<model>`");
+/// `privateService` goes with type `private` and only with it: a private endpoint is served only on the
+/// private entry point, to the account `privateService` names, so without one nobody could reach it.
+fn check_private_service(spec: &EndpointSpec, issues: &mut Issues) {
+    let private = spec.endpoint_type == EndpointType::Private;
+    match (&spec.private_service, private) {
+        (Some(_), false) => issues.push(
+            "privateService",
+            format!(
+                "is only allowed when type is `private` (type is `{}`)",
+                spec.endpoint_type.as_str()
+            ),
+        ),
+        (None, true) => issues.push(
+            "privateService",
+            "is required when type is `private`: it names the account the private entry point serves",
+        ),
+        _ => {}
     }
 }
 
@@ -999,7 +1015,15 @@ pub(crate) mod tests {
         for good in ["a", "my-endpoint-1", &"a".repeat(32)] {
             ok(&with(client_body(), "/name", json!(good)));
         }
-        for bad in ["", "My-Endpoint", "under_score", "dot.ted", &"a".repeat(33)] {
+        for bad in [
+            "",
+            "My-Endpoint",
+            "under_score",
+            "dot.ted",
+            "-a",
+            "--help",
+            &"a".repeat(33),
+        ] {
             assert_eq!(
                 paths(&with(client_body(), "/name", json!(bad))),
                 ["name"],
@@ -1008,6 +1032,8 @@ pub(crate) mod tests {
         }
         assert!(EndpointName::parse("ok-1").is_ok());
         assert_eq!(EndpointName::parse("é"), Err(NameError::Characters));
+        assert_eq!(EndpointName::parse("-x"), Err(NameError::LeadingDash));
+        assert!(EndpointName::parse("x-").is_ok());
     }
 
     #[test]
@@ -1017,13 +1043,64 @@ pub(crate) mod tests {
             "/model/repository",
             json!("openai/gpt-oss-20b"),
         ));
-        for bad in ["gpt2", "a/", "/b", "a/b/c"] {
+        for bad in [
+            "gpt2", "a/", "/b", "a/b/c", "a/b;id", "a/b$(id)", "--help/x", "a/b c",
+        ] {
             assert_eq!(
                 paths(&with(client_body(), "/model/repository", json!(bad))),
                 ["model.repository"],
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn rule_revision() {
+        for good in [
+            json!(null),
+            json!("main"),
+            json!("refs/pr/1"),
+            json!("a".repeat(40)),
+        ] {
+            ok(&with(client_body(), "/model/revision", good));
+        }
+        for bad in ["--output=/etc/x", "../../x", "", "a b", "$(id)"] {
+            let found = issues(&with(client_body(), "/model/revision", json!(bad)));
+            assert_eq!(found.len(), 1, "{bad}");
+            assert_eq!(found[0].path, "model.revision", "{bad}");
+        }
+    }
+
+    #[test]
+    fn rule_llamacpp_model_files() {
+        let llamacpp = |files: Value| {
+            let mut image = json!({"url": "ghcr.io/ggml-org/llama.cpp:server"});
+            image
+                .as_object_mut()
+                .unwrap()
+                .extend(files.as_object().unwrap().clone());
+            with(client_body(), "/model/image", json!({ "llamacpp": image }))
+        };
+        ok(&llamacpp(json!({"modelPath": "m.gguf"})));
+        ok(&llamacpp(
+            json!({"modelPath": "/repository/q/m.gguf", "mmprojModelPath": "mm.gguf"}),
+        ));
+        assert_eq!(
+            paths(&llamacpp(json!({"modelPath": "../../../etc/passwd"}))),
+            ["model.image.llamacpp.modelPath"]
+        );
+        assert_eq!(
+            paths(&llamacpp(json!({
+                "modelPath": "/etc/passwd",
+                "mmprojModelPath": "--mmproj=/x",
+                "specModelPath": "/repository/../d.gguf"
+            }))),
+            [
+                "model.image.llamacpp.modelPath",
+                "model.image.llamacpp.mmprojModelPath",
+                "model.image.llamacpp.specModelPath"
+            ]
+        );
     }
 
     #[test]
@@ -1223,6 +1300,11 @@ pub(crate) mod tests {
             spec.private_service.unwrap().region,
             PrivateLinkRegion::EuWest1
         );
+        // A private endpoint without one could never be reached.
+        let found = issues(&with(client_body(), "/type", json!("private")));
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].path, "privateService");
+        assert!(found[0].message.contains("required"));
     }
 
     #[test]

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::model::issue::{child, Issues};
+use crate::model::repo::check_model_file;
 use crate::model::wire;
 
 /// Health route used when the image does not name one.
@@ -137,9 +138,7 @@ impl ModelImage {
             }
         }
         if let ModelImage::Llamacpp(i) = self {
-            if i.model_path.trim().is_empty() {
-                issues.push(child(&path, "modelPath"), "must not be empty");
-            }
+            i.check_files(&path, issues);
         }
         if let ModelImage::Custom(CustomImage {
             credentials: Some(c),
@@ -314,13 +313,13 @@ pub struct LlamacppImage {
     pub port: Option<u16>,
     #[serde(default)]
     pub health_route: Option<String>,
-    /// Path to the `.gguf` file.
+    /// Path to the `.gguf` file, in the model's directory: relative to it, or under `/repository/`.
     pub model_path: String,
-    /// Vision model `.gguf`.
+    /// Vision model `.gguf`, a path like `modelPath`.
     #[serde(default)]
     #[schema(deprecated)]
     pub mmproj_model_path: Option<String>,
-    /// Draft model `.gguf` for speculative decoding.
+    /// Draft model `.gguf` for speculative decoding, a path like `modelPath`.
     #[serde(default)]
     #[schema(deprecated)]
     pub spec_model_path: Option<String>,
@@ -350,6 +349,22 @@ pub struct LlamacppImage {
     #[serde(default, deserialize_with = "wire::opt_count")]
     #[schema(deprecated)]
     pub threads_http: Option<u32>,
+}
+
+impl LlamacppImage {
+    /// The model files are files inside the model's directory (see [`check_model_file`]).
+    fn check_files(&self, path: &str, issues: &mut Issues) {
+        let files = [
+            ("modelPath", Some(self.model_path.as_str())),
+            ("mmprojModelPath", self.mmproj_model_path.as_deref()),
+            ("specModelPath", self.spec_model_path.as_deref()),
+        ];
+        for (key, file) in files {
+            if let Some(Err(message)) = file.map(check_model_file) {
+                issues.push(child(path, key), message);
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -90,11 +90,60 @@ pub fn parse_json(body: &[u8]) -> Result<Value, Vec<Issue>> {
 }
 
 /// Structural decode of `value` into `T`: the first serde error becomes an issue at the path where it happened.
+/// Where the value may hold a secret, the message does not quote it (see [`may_hold_a_secret`]).
 pub(crate) fn decode<'de, T: Deserialize<'de>>(value: &'de Value) -> Result<T, Issue> {
     serde_path_to_error::deserialize(Strict(value)).map_err(|err| {
         let path = path_of(err.path());
-        structural_issue(&path, &err.into_inner().to_string())
+        let mut issue = structural_issue(&path, &err.into_inner().to_string());
+        if may_hold_a_secret(&issue.path) {
+            issue.message = without_value(&issue.message);
+        }
+        issue
     })
+}
+
+/// The fields that hold secrets (`model.secrets`, the custom image's registry credentials), what is in
+/// them, and what holds them: a wrong value at any of these paths may be a secret put in the wrong shape.
+fn may_hold_a_secret(path: &str) -> bool {
+    const SECRET_FIELDS: [&str; 2] = ["model.secrets", "model.image.custom.credentials"];
+    // `inner` is `outer` or a path inside it.
+    let within = |outer: &str, inner: &str| {
+        outer.is_empty()
+            || inner
+                .strip_prefix(outer)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+    };
+    SECRET_FIELDS
+        .iter()
+        .any(|field| within(path, field) || within(field, path))
+}
+
+/// A serde message without the value it quotes: `invalid type: string "…", expected a string or null`
+/// becomes `invalid type: a string, expected a string or null`. Other messages quote no value (field and
+/// variant names at most) and are kept.
+pub(crate) fn without_value(message: &str) -> String {
+    let Some((lead, rest)) = ["invalid type: ", "invalid value: "]
+        .iter()
+        .find_map(|lead| Some((*lead, message.strip_prefix(lead)?)))
+    else {
+        return message.to_owned();
+    };
+    let found = [
+        ("string", "a string"),
+        ("integer", "a number"),
+        ("floating point", "a number"),
+        ("boolean", "a boolean"),
+        ("sequence", "an array"),
+        ("map", "an object"),
+        ("unit value", "null"),
+    ]
+    .iter()
+    .find(|(serde_word, _)| rest.starts_with(serde_word))
+    .map_or("a value", |(_, json_word)| json_word);
+    match rest.rsplit_once(", expected ") {
+        Some((_, expected)) => format!("{lead}{found}, expected {expected}"),
+        None => format!("{lead}{found}"),
+    }
 }
 
 fn path_of(path: &serde_path_to_error::Path) -> String {
@@ -298,6 +347,41 @@ mod tests {
     #[allow(dead_code)]
     struct Inner {
         at: String,
+    }
+
+    #[test]
+    fn values_that_may_be_secrets_are_not_quoted() {
+        for path in [
+            "",
+            "model",
+            "model.secrets",
+            "model.secrets.TOKEN",
+            "model.secrets[\"a.b\"]",
+            "model.image",
+            "model.image.custom.credentials.password",
+        ] {
+            assert!(may_hold_a_secret(path), "{path}");
+        }
+        for path in [
+            "model.env.A",
+            "model.secretsX",
+            "model.image.tgi.url",
+            "name",
+        ] {
+            assert!(!may_hold_a_secret(path), "{path}");
+        }
+        assert_eq!(
+            without_value("invalid type: string \"sekrit, expected x\", expected a map"),
+            "invalid type: a string, expected a map"
+        );
+        assert_eq!(
+            without_value("invalid type: integer `12345`, expected a string"),
+            "invalid type: a number, expected a string"
+        );
+        assert_eq!(
+            without_value("missing field `username`"),
+            "missing field `username`"
+        );
     }
 
     #[test]

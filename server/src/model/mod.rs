@@ -5,6 +5,7 @@
 //! - [`status`]: what responses show (`EndpointOut`, `EndpointStatus`); [`lifecycle`] states and transitions.
 //! - [`deploy`]: catalog deploy bodies and the recipe enums (`Accelerator`, `EngineType`).
 //! - [`event`]: the kinds of change the outbox records.
+//! - [`repo`]: repository ids, revisions and model file paths, checked as what they are.
 //! - [`issue`]: `{path, message}` validation issues; [`cidr`] allow-list blocks; [`wire`] serde helpers
 //!   (strict integers, timestamps ending in `Z`); `strict` a JSON decoder that takes structs only from objects.
 //!
@@ -20,6 +21,7 @@ pub mod host;
 pub mod image;
 pub mod issue;
 pub mod lifecycle;
+pub mod repo;
 pub mod status;
 mod strict;
 pub mod update;

@@ -1,7 +1,7 @@
 //! The serving proxy: the data plane that takes each request for an endpoint to one of its replicas.
 //!
-//! A request for `/endpoints/{ns}/{name}/…` (or for a custom domain + path prefix) goes: resolve the
-//! endpoint in the latest routing table → entry point check (private endpoints only on the private
+//! A request for `/endpoints/{ns}/{name}/…` (or for a custom domain + path prefix) goes: refuse a path with a
+//! dot segment (`has_dot_segment`) → resolve the endpoint in the latest routing table → entry point check (private endpoints only on the private
 //! listener) → CIDR allow list → access by type → response cache → wake a scaled-to-zero endpoint (503 +
 //! Retry-After, or hold with `X-Scale-Up-Timeout`) → pick a replica → forward, streaming both ways → record
 //! activity and metrics for the scaler and `/metrics`. Each is a step of `Proxy::serve_inner`:
@@ -211,11 +211,7 @@ where
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
-        let target = by_host_route(&self.proxy, &req).map(Ok).or_else(|| {
-            let path = req.uri().path().strip_prefix("/endpoints/")?;
-            Some(by_path_route(&self.proxy, path))
-        });
-        match target {
+        match endpoint_target(&self.proxy, &req) {
             Some(Ok((route, rest))) => {
                 let proxy = self.proxy.clone();
                 Box::pin(async move {
@@ -227,6 +223,70 @@ where
             None => Box::pin(self.inner.call(req)),
         }
     }
+}
+
+/// The endpoint a request is for (by custom domain, or under `/endpoints/`) and the path to send on;
+/// `None` for a request that is not for an endpoint. A path with a dot segment is refused before it is
+/// routed (see [`has_dot_segment`]): the path sent on must not be able to climb out of the endpoint's.
+fn endpoint_target(proxy: &Proxy, req: &Request) -> Option<Result<(Arc<Route>, String), ApiError>> {
+    let path = req.uri().path();
+    let by_host = by_host_route(proxy, req);
+    let by_path = path.strip_prefix("/endpoints/");
+    if by_host.is_none() && by_path.is_none() {
+        return None;
+    }
+    if has_dot_segment(path) {
+        return Some(Err(ApiError::BadRequest(
+            "the request path has a `.` or `..` segment (perhaps percent-encoded); send it normalized"
+                .into(),
+        )));
+    }
+    match (by_host, by_path) {
+        (Some(target), _) => Some(Ok(target)),
+        (None, Some(path)) => Some(by_path_route(proxy, path)),
+        (None, None) => None,
+    }
+}
+
+/// What the bytes at `at` of a path stand for, for [`has_dot_segment`].
+enum PathByte {
+    Dot,
+    /// The end of a segment: `/`, `\`, `;` (parameters follow), `%2F`, `%5C`, or the end of the path.
+    End,
+    Other,
+}
+
+/// The meaning of the bytes at `at` and how many they are: a `.` (also `%2E`), a segment's end, or other.
+fn path_byte(bytes: &[u8], at: usize) -> (PathByte, usize) {
+    match bytes.get(at) {
+        None | Some(b'/' | b'\\' | b';') => (PathByte::End, 1),
+        Some(b'.') => (PathByte::Dot, 1),
+        Some(b'%') => match bytes.get(at + 1..at + 3) {
+            Some([b'2', b'e' | b'E']) => (PathByte::Dot, 3),
+            Some([b'2', b'f' | b'F'] | [b'5', b'c' | b'C']) => (PathByte::End, 3),
+            _ => (PathByte::Other, 1),
+        },
+        Some(_) => (PathByte::Other, 1),
+    }
+}
+
+/// Whether a path has a `.` or `..` segment that a server along the way may resolve: also percent-encoded
+/// (`%2e%2e`, `.%2E`), between backslashes or encoded slashes (`%2f`, `%5c`), or before parameters (`..;x`).
+/// One pass over the bytes, nothing allocated: it runs on every request for an endpoint.
+fn has_dot_segment(path: &str) -> bool {
+    let bytes = path.as_bytes();
+    let (mut at, mut dots, mut only_dots) = (0, 0u32, true);
+    while at <= bytes.len() {
+        let (byte, width) = path_byte(bytes, at);
+        match byte {
+            PathByte::Dot => dots += 1,
+            PathByte::Other => only_dots = false,
+            PathByte::End if only_dots && (dots == 1 || dots == 2) => return true,
+            PathByte::End => (dots, only_dots) = (0, true),
+        }
+        at += width;
+    }
+    false
 }
 
 fn peer_of(req: &Request) -> SocketAddr {
@@ -1139,6 +1199,49 @@ mod tests {
             closed.is_ok(),
             "the body read went on after the request was dropped"
         );
+    }
+
+    #[test]
+    fn dot_segments_are_found_in_every_spelling() {
+        for bad in [
+            "/endpoints/ns/ep/../../v2/endpoint/carol",
+            "/endpoints/ns/ep/..",
+            "/endpoints/ns/ep/.",
+            "/endpoints/ns/ep/./embed",
+            "/endpoints/ns/../ep/embed",
+            "/endpoints/ns/ep/%2e%2e/x",
+            "/endpoints/ns/ep/%2E%2E/x",
+            "/endpoints/ns/ep/%2E./x",
+            "/endpoints/ns/ep/.%2e",
+            "/endpoints/ns/ep/%2e",
+            "/endpoints/ns/ep/x%2f..%2fy",
+            "/endpoints/ns/ep/..%2F..%2Fv2",
+            "/endpoints/ns/ep/..%5cx",
+            "/endpoints/ns/ep/..\\x",
+            "/endpoints/ns/ep/..;x/y",
+            "/emb/../../admin",
+            "..",
+        ] {
+            assert!(has_dot_segment(bad), "{bad}");
+        }
+        for good in [
+            "/endpoints/ns/ep/embed",
+            "/endpoints/ns/ep/",
+            "/endpoints/ns/ep//x",
+            "/endpoints/ns/ep/.well-known/x",
+            "/endpoints/ns/ep/...",
+            "/endpoints/ns/ep/a..b",
+            "/endpoints/ns/ep/..a",
+            "/endpoints/ns/ep/v1.0/model",
+            "/endpoints/ns/ep/%2e%2e%2e",
+            "/endpoints/ns/ep/%2",
+            "/endpoints/ns/ep/x%",
+            "/endpoints/ns/ep/%41.",
+            "",
+            "/",
+        ] {
+            assert!(!has_dot_segment(good), "{good}");
+        }
     }
 
     #[test]
