@@ -6,6 +6,7 @@
 pub mod accounts;
 pub mod catalog;
 pub mod endpoints;
+mod policy;
 pub mod quotas;
 
 use std::sync::Arc;
