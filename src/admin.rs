@@ -228,14 +228,18 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
                 println!("enabled {name}");
             }
             UserCommand::List => {
-                println!("{:<24} {:<36} {:<6} CREATED", "NAME", "EMAIL", "ADMIN");
+                println!(
+                    "{:<24} {:<36} {:<6} {:<22} DISABLED",
+                    "NAME", "EMAIL", "ADMIN", "CREATED"
+                );
                 for a in accounts::list_accounts(store, AccountKind::User).await? {
                     println!(
-                        "{:<24} {:<36} {:<6} {}",
+                        "{:<24} {:<36} {:<6} {:<22} {}",
                         a.name,
                         a.email.as_deref().unwrap_or("-"),
                         if a.is_admin { "yes" } else { "no" },
-                        fmt_time(a.created_at)
+                        fmt_time(a.created_at),
+                        a.disabled_at.map_or("-".to_string(), fmt_time)
                     );
                 }
             }
