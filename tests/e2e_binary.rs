@@ -25,16 +25,11 @@ fn admin(data_dir: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
+/// The common endpoint, with a secret to see kept across a crash.
 fn endpoint(name: &str) -> Value {
-    json!({
-        "name": name,
-        "type": "public",
-        "provider": {"vendor": "aws", "region": "us-east-1"},
-        "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x1",
-                    "scaling": {"minReplica": 0, "maxReplica": 1}},
-        "model": {"repository": "BAAI/bge-small-en-v1.5", "framework": "pytorch", "image": {"hub": {}},
-                  "secrets": {"TOKEN": "kept-secret"}}
-    })
+    let mut body = common::endpoint(name);
+    body["model"]["secrets"] = json!({"TOKEN": "kept-secret"});
+    body
 }
 
 #[tokio::test]

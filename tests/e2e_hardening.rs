@@ -9,10 +9,10 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 mod common;
-use common::{Server, BIN};
+use common::{endpoint, Server, BIN};
 
 /// Generous: these bound a hang, they do not measure speed.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -62,17 +62,6 @@ fn switchyard(home: &Path) -> Command {
         .env("HOME", home)
         .env("SWITCHYARD_LOG", "info");
     cmd
-}
-
-fn endpoint(name: &str) -> Value {
-    json!({
-        "name": name,
-        "type": "public",
-        "provider": {"vendor": "aws", "region": "us-east-1"},
-        "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x1",
-                    "scaling": {"minReplica": 0, "maxReplica": 1}},
-        "model": {"repository": "BAAI/bge-small-en-v1.5", "framework": "pytorch", "image": {"hub": {}}}
-    })
 }
 
 /// `switchyard serve` with stdout (and stderr too, unless `keep_stderr`: then it is piped to the test)

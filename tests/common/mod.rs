@@ -56,3 +56,15 @@ pub fn serve_with(data_dir: &Path, extra: &[&std::ffi::OsStr]) -> Server {
 pub fn serve(data_dir: &Path) -> Server {
     serve_with(data_dir, &[])
 }
+
+/// A public endpoint on the smallest CPU instance, as an API body.
+pub fn endpoint(name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "name": name,
+        "type": "public",
+        "provider": {"vendor": "aws", "region": "us-east-1"},
+        "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x1",
+                    "scaling": {"minReplica": 0, "maxReplica": 1}},
+        "model": {"repository": "BAAI/bge-small-en-v1.5", "framework": "pytorch", "image": {"hub": {}}}
+    })
+}
