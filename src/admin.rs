@@ -388,8 +388,9 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
             };
             println!("{}", serde_json::to_string_pretty(&shown)?);
         }
+        // Answered by run_store before the service opens.
         AdminCommand::Store { .. } | AdminCommand::Backup { .. } => {
-            unreachable!("handled by run_store")
+            bail!("whole-store commands do not open the service")
         }
     }
     Ok(())
