@@ -163,7 +163,9 @@ impl Server {
     /// CPU seconds so far of the server's threads, of the load generator's, and of every replica.
     fn cpu(&self) -> [f64; 3] {
         let replicas = self.replica_pids("").iter().map(|p| cpu_of(p, "")).sum();
-        [cpu_of("self", "server"), cpu_of("self", "load"), replicas]
+        // The server's: its runtime's threads and its data-plane workers' (`proxy-…`).
+        let server = cpu_of("self", "server") + cpu_of("self", "proxy");
+        [server, cpu_of("self", "load"), replicas]
     }
 }
 
