@@ -709,11 +709,21 @@ fn free_port() -> u16 {
     l.local_addr().expect("addr").port()
 }
 
-/// A process that is killed when dropped.
+/// nginx's master process, stopped when dropped: `SIGTERM` (its fast shutdown, which stops its workers
+/// too; a `SIGKILL` would leave them running), then `SIGKILL` after 5 s.
 struct Child(std::process::Child);
 
 impl Drop for Child {
     fn drop(&mut self) {
+        // SAFETY: a signal to the child this bench started and has not reaped yet.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if !matches!(self.0.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -723,6 +733,8 @@ impl Drop for Child {
 #[derive(Clone, Copy)]
 struct Wrk {
     rps: f64,
+    /// CPU µs per request of the proxy under test (NaN when there is none).
+    cpu: f64,
     p50: f64,
     p99: f64,
     errors: u64,
@@ -746,6 +758,7 @@ fn wrk_us(text: &str) -> Option<f64> {
 fn parse_wrk(out: &str) -> Option<Wrk> {
     let mut w = Wrk {
         rps: 0.0,
+        cpu: f64::NAN,
         p50: 0.0,
         p99: 0.0,
         errors: 0,
@@ -756,6 +769,7 @@ fn parse_wrk(out: &str) -> Option<Wrk> {
             ["50%", v] => w.p50 = wrk_us(v)?,
             ["99%", v] => w.p99 = wrk_us(v)?,
             ["Requests/sec:", v] => w.rps = v.parse().ok()?,
+            [n, "requests", "in", ..] => w.cpu = n.parse().ok()?,
             ["Non-2xx", "or", "3xx", "responses:", n] => w.errors += n.parse::<u64>().ok()?,
             ["Socket", "errors:", rest @ ..] => {
                 let n = rest
@@ -766,6 +780,7 @@ fn parse_wrk(out: &str) -> Option<Wrk> {
             _ => {}
         }
     }
+    // Until the caller measures CPU, `cpu` holds the number of requests.
     (w.rps > 0.0).then_some(w)
 }
 
@@ -800,12 +815,15 @@ fn wrk(
     parse_wrk(&text).unwrap_or_else(|| panic!("wrk {url}: no figures in {text:?}"))
 }
 
-/// A scenario for wrk: its name, URL, extra header and whether its requests differ.
+/// A scenario for wrk: its name, URL, extra header, whether its requests differ, and the CPU seconds so
+/// far of the proxy under test.
 struct Target {
     name: &'static str,
     url: String,
     header: Option<String>,
     unique: bool,
+    cpu: fn(u32) -> f64,
+    pid: u32,
 }
 
 /// Each target warmed up, then measured in turns; prints a row per target and returns their medians.
@@ -813,7 +831,10 @@ fn wrk_compare(bin: &Path, script: &Path, conns: usize, targets: &[Target]) -> V
     let mut runs: Vec<Vec<Wrk>> = targets.iter().map(|_| Vec::new()).collect();
     let run = |t: &Target, secs| {
         let script = t.unique.then_some(script);
-        wrk(bin, &t.url, conns, secs, t.header.as_deref(), script)
+        let before = (t.cpu)(t.pid);
+        let mut w = wrk(bin, &t.url, conns, secs, t.header.as_deref(), script);
+        w.cpu = ((t.cpu)(t.pid) - before) * 1e6 / w.cpu;
+        w
     };
     for t in targets {
         run(t, 1);
@@ -832,6 +853,7 @@ fn wrk_compare(bin: &Path, script: &Path, conns: usize, targets: &[Target]) -> V
             rps: mid(r.iter().map(|w| w.rps).collect()),
             p50: mid(r.iter().map(|w| w.p50).collect()),
             p99: mid(r.iter().map(|w| w.p99).collect()),
+            cpu: mid(r.iter().map(|w| w.cpu).collect()),
             errors: r.iter().map(|w| w.errors).sum(),
         };
         let errors = match m.errors {
@@ -840,12 +862,20 @@ fn wrk_compare(bin: &Path, script: &Path, conns: usize, targets: &[Target]) -> V
         };
         let name = t.name;
         println!(
-            "{name:<44} {conns:>3} {:>8.0} {:>8.1} {:>8.1}{errors}",
-            m.rps, m.p50, m.p99
+            "{name:<44} {conns:>3} {:>8.0} {:>8.1} {:>8.1} {:>9.1}{errors}",
+            m.rps, m.p50, m.p99, m.cpu
         );
         m
     });
     rows.collect()
+}
+
+/// CPU seconds so far of nginx's master `pid` and its workers.
+fn nginx_cpu(pid: u32) -> f64 {
+    let children = format!("/proc/{pid}/task/{pid}/children");
+    let children = std::fs::read_to_string(children).unwrap_or_default();
+    let workers = children.split_whitespace().map(|c| cpu_of(c, ""));
+    cpu_of(&pid.to_string(), "") + workers.sum::<f64>()
 }
 
 /// The 1-minute load average, to tell a run that overlapped other work.
@@ -932,7 +962,8 @@ async fn nginx_bench(srv: &Server, server: tokio::runtime::Handle) {
         .stdout(Stdio::null())
         .spawn()
         .expect("start nginx as a proxy");
-    let _proxy = Child(child);
+    let proxy_child = Child(child);
+    let proxy_child = &proxy_child.0;
     let proxied = format!("http://127.0.0.1:{plain_port}/");
     let nginx_cached = format!("http://127.0.0.1:{cached_port}/");
     let t = Instant::now();
@@ -963,17 +994,31 @@ async fn nginx_bench(srv: &Server, server: tokio::runtime::Handle) {
     }
 
     let bearer = format!("Authorization: Bearer {}", srv.token);
-    let target = |name, url: String, header: Option<&String>, unique| Target {
-        name,
-        url,
-        header: header.cloned(),
-        unique,
+    // The proxy's CPU: nginx's master and workers, or this process's server threads (the relay's too).
+    let nginx_pid = proxy_child.id();
+    let target = |name: &'static str, url: String, header: Option<&String>, unique| {
+        let (cpu, pid): (fn(u32) -> f64, u32) = match name {
+            n if n.starts_with("direct") => (|_| f64::NAN, 0),
+            n if n.starts_with("nginx") => (nginx_cpu, nginx_pid),
+            _ => (|_| cpu_of("self", "server") + cpu_of("self", "proxy"), 0),
+        };
+        Target {
+            name,
+            url,
+            header: header.cloned(),
+            unique,
+            cpu,
+            pid,
+        }
     };
     let direct = format!("http://127.0.0.1:{port}/");
     let (wrk_bin, script) = (wrk_bin.as_path(), script.as_path());
     let load = load_average();
     println!("\nSide by side with nginx (nginx replica answering 200, wrk GET /, {WRK_TURNS} turns of 1 s; medians; load average {load} before)");
-    println!("{:<44} con    req/s   p50 µs   p99 µs", "scenario");
+    println!(
+        "{:<44} con    req/s   p50 µs   p99 µs  CPU µs/req (proxy)",
+        "scenario"
+    );
     let one = [
         target("direct to the nginx replica", direct.clone(), None, true),
         target(
