@@ -4,12 +4,20 @@
 //! CIDR + cache lookup + least connections) against the plain path, cache hits against the direct
 //! replica, and the control plane's share of a cold start (0 → ready through Switchyard, minus the
 //! engine's own start). The replica is the workspace's test engine, a real child process on loopback.
-//! A raw TCP relay (bytes copied both ways, no HTTP) on the server's runtime shows the floor that the
-//! kernel and the scheduler set for any proxy on the machine; a blocking relay (a thread per direction)
-//! shows, at one connection, what a hop costs without an event loop.
+//! A raw TCP relay (bytes copied both ways, no HTTP) on the server's runtime is measured beside it: what a
+//! hop costs on that runtime's shape (no floor: nginx as a proxy adds less); a blocking relay (a thread per
+//! direction) shows, at one connection, what a hop costs without an event loop.
+//!
+//! Then the comparison an operator makes: an nginx replica (`return 200`) run by Switchyard as a custom
+//! endpoint, wrk as the load generator at 1 and 64 connections, and in front of that same replica nginx as
+//! a reverse proxy (`worker_processes auto`, upstream keep-alive) and as a caching proxy (`proxy_cache`),
+//! beside Switchyard's plain path, full feature path and cache hits, measured in turns; each goal against
+//! nginx printed with PASS/MISS. nginx and wrk come from Debian's packages (`nginx-light`, `wrk`), installed
+//! by the bench when missing and it runs as root; else that comparison is skipped, saying so.
 //!
 //! Run: `cargo build --release -p switchyard-test-engine && cargo bench -p switchyard-server --bench proxy`.
-//! Set `BENCH_SECONDS` to change the measured time per scenario (default 2.0).
+//! Set `BENCH_SECONDS` to change the measured time per scenario (default 2.0); `BENCH_PART=nginx` (or
+//! `engine`) runs one of the two comparisons only.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -155,7 +163,9 @@ impl Server {
     /// CPU seconds so far of the server's threads, of the load generator's, and of every replica.
     fn cpu(&self) -> [f64; 3] {
         let replicas = self.replica_pids("").iter().map(|p| cpu_of(p, "")).sum();
-        [cpu_of("self", "server"), cpu_of("self", "load"), replicas]
+        // The server's: its runtime's threads and its data-plane workers' (`proxy-…`).
+        let server = cpu_of("self", "server") + cpu_of("self", "proxy");
+        [server, cpu_of("self", "load"), replicas]
     }
 }
 
@@ -426,7 +436,7 @@ async fn bench(srv: &Server, engine: &Path, secs: f64, server: tokio::runtime::H
     let head = "con    req/s   p50 µs   p99 µs    proxy  client  engine";
     println!("{:<40} {head}", "scenario");
     let (base, plain_name) = ("direct to the replica (baseline)", "proxy, plain");
-    let floor = "raw TCP relay (floor for any proxy)";
+    let floor = "raw TCP relay on the server's runtime";
     let all = "proxy, auth+CIDR+cache miss+least conn";
     let threads = "blocking relay (thread per direction)";
     let one = [
@@ -483,20 +493,20 @@ async fn bench(srv: &Server, engine: &Path, secs: f64, server: tokio::runtime::H
             true,
         ),
     ];
-    // The same figures for the relays: what no proxy here can do better than; and what the proxy adds
-    // beyond a relay, its own work (HTTP, routing, features), not the machine's.
+    // The same figures for the relays (bytes copied, no HTTP; on the server's runtime, with its wake-ups:
+    // no floor, since nginx as a proxy adds less), and what the proxy adds beyond a relay.
     let (relay50, relay99) = added(&one[3]);
     let floors = [
-        ("floor", relay50, "µs", "added p50 of the raw TCP relay"),
-        ("floor", relay99, "µs", "added p99 of the raw TCP relay"),
+        ("relay", relay50, "µs", "added p50 of the raw TCP relay"),
+        ("relay", relay99, "µs", "added p99 of the raw TCP relay"),
         (
-            "floor",
+            "relay",
             many[4].rps / many[0].rps,
             "×",
             "req/s ÷ direct of the raw TCP relay, 64 connections",
         ),
         (
-            "floor",
+            "blocking relay",
             added(&one[4]).0,
             "µs",
             "added p50 of the blocking relay, no event loop",
@@ -545,10 +555,559 @@ fn main() {
     };
     let server_rt = runtime("server");
     let srv = server_rt.block_on(start(http));
-    runtime("load").block_on(bench(&srv, &engine, secs, server_rt.handle().clone()));
+    // `BENCH_PART`: `engine` for the test-engine tables only, `nginx` for the side by side with nginx only.
+    let part = std::env::var("BENCH_PART").unwrap_or_default();
+    let load_rt = runtime("load");
+    if part != "nginx" {
+        load_rt.block_on(bench(&srv, &engine, secs, server_rt.handle().clone()));
+    }
+    if part != "engine" {
+        load_rt.block_on(nginx_bench(&srv, server_rt.handle().clone()));
+    }
     // A clean shutdown stops every replica.
     let _ = srv.stop.send(());
     let wait = async { tokio::time::timeout(Duration::from_secs(30), srv.done).await };
     let stopped = server_rt.block_on(wait).expect("server stops in time");
     stopped.expect("join").expect("serve");
+}
+
+// ---- nginx side by side ------------------------------------------------------------------------------
+//
+// The comparison an operator makes: an nginx replica answering 200 on every path, wrk as the load
+// generator, and in front of that same replica nginx as a reverse proxy (`worker_processes auto`, upstream
+// keep-alive; a second server block the same with `proxy_cache`) beside Switchyard. Each scenario is
+// measured in turns, one wrk run of one second per turn, and its figures are the medians over the turns.
+
+/// The nginx replica's configuration, `@PORT@` filled in by the replica's own command from `$PORT`.
+/// `/port` tells the port (the proxy comparison needs the replica's address); every other path is 200.
+const NGINX_REPLICA: &str = r#"worker_processes 1;
+error_log nginx-error.log;
+pid nginx.pid;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path tmp-body;
+    proxy_temp_path tmp-proxy;
+    fastcgi_temp_path tmp-fastcgi;
+    uwsgi_temp_path tmp-uwsgi;
+    scgi_temp_path tmp-scgi;
+    keepalive_requests 1000000;
+    server {
+        listen 127.0.0.1:@PORT@;
+        location = /port { return 200 "@PORT@"; }
+        location / { return 200 "ok\n"; }
+    }
+}
+"#;
+
+/// nginx as a reverse proxy in front of the replica at `@UPSTREAM@`: plainly on `@PLAIN@`, with its own
+/// response cache on `@CACHED@`.
+const NGINX_PROXY: &str = r#"@USER@
+worker_processes auto;
+error_log @DIR@/error.log;
+pid @DIR@/nginx.pid;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path @DIR@/tmp-body;
+    proxy_temp_path @DIR@/tmp-proxy;
+    fastcgi_temp_path @DIR@/tmp-fastcgi;
+    uwsgi_temp_path @DIR@/tmp-uwsgi;
+    scgi_temp_path @DIR@/tmp-scgi;
+    proxy_cache_path @DIR@/cache keys_zone=hits:10m;
+    keepalive_requests 1000000;
+    upstream replica {
+        server 127.0.0.1:@UPSTREAM@;
+        keepalive 64;
+        keepalive_requests 1000000;
+    }
+    server {
+        listen 127.0.0.1:@PLAIN@;
+        location / {
+            proxy_pass http://replica;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+    server {
+        listen 127.0.0.1:@CACHED@;
+        location / {
+            proxy_pass http://replica;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_cache hits;
+            proxy_cache_valid 200 10m;
+            add_header X-Cache $upstream_cache_status;
+        }
+    }
+}
+"#;
+
+/// wrk's script for requests that differ (a new query string each, which a replica ignores and a cache
+/// key covers), so that the full path's cache lookup misses. Every 1-connection row uses it alike.
+const WRK_UNIQUE: &str = r#"local threads = 0
+function setup(thread)
+    threads = threads + 1
+    thread:set("tid", threads)
+end
+local n = 0
+function request()
+    n = n + 1
+    return wrk.format(nil, wrk.path .. "?t=" .. tid .. "&n=" .. n)
+end
+"#;
+
+/// Turns of one wrk second each, per scenario.
+const WRK_TURNS: usize = 3;
+
+/// The path of `bin`, installed from Debian's package `pkg` when missing and this runs as root; `None`
+/// (and why, printed) when it cannot be had.
+fn tool(bin: &str, pkg: &str) -> Option<PathBuf> {
+    let find = || {
+        let dirs = [
+            "/usr/sbin",
+            "/usr/bin",
+            "/usr/local/sbin",
+            "/usr/local/bin",
+            "/sbin",
+            "/bin",
+        ];
+        dirs.iter()
+            .map(|d| Path::new(d).join(bin))
+            .find(|p| p.exists())
+    };
+    if let Some(p) = find() {
+        return Some(p);
+    }
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    if !root {
+        println!("{bin} is missing and this is not root: skipping the nginx comparison (apt-get install -y {pkg})");
+        return None;
+    }
+    println!("{bin} is missing: installing Debian's {pkg} (apt-get install -y {pkg})");
+    let ok = |args: &[&str]| {
+        let s = Command::new("apt-get")
+            .args(args)
+            .stdout(Stdio::null())
+            .status();
+        s.is_ok_and(|s| s.success())
+    };
+    // A stale package list: updated once, and tried again.
+    let installed = ok(&["install", "-y", pkg]) || (ok(&["update"]) && ok(&["install", "-y", pkg]));
+    if !installed {
+        println!("could not install {pkg}: skipping the nginx comparison");
+        return None;
+    }
+    find()
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+    l.local_addr().expect("addr").port()
+}
+
+/// nginx's master process, stopped when dropped: `SIGTERM` (its fast shutdown, which stops its workers
+/// too; a `SIGKILL` would leave them running), then `SIGKILL` after 5 s.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        // SAFETY: a signal to the child this bench started and has not reaped yet.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if !matches!(self.0.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What one wrk run saw.
+#[derive(Clone, Copy)]
+struct Wrk {
+    rps: f64,
+    /// CPU µs per request of the proxy under test (NaN when there is none).
+    cpu: f64,
+    p50: f64,
+    p99: f64,
+    errors: u64,
+}
+
+/// A wrk duration (`45.12us`, `1.20ms`, `2.00s`) in µs.
+fn wrk_us(text: &str) -> Option<f64> {
+    let split = text.find(|c: char| c.is_ascii_alphabetic())?;
+    let (n, unit) = text.split_at(split);
+    let n: f64 = n.parse().ok()?;
+    let scale = match unit {
+        "us" => 1.0,
+        "ms" => 1e3,
+        "s" => 1e6,
+        "m" => 6e7,
+        _ => return None,
+    };
+    Some(n * scale)
+}
+
+fn parse_wrk(out: &str) -> Option<Wrk> {
+    let mut w = Wrk {
+        rps: 0.0,
+        cpu: f64::NAN,
+        p50: 0.0,
+        p99: 0.0,
+        errors: 0,
+    };
+    for line in out.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["50%", v] => w.p50 = wrk_us(v)?,
+            ["99%", v] => w.p99 = wrk_us(v)?,
+            ["Requests/sec:", v] => w.rps = v.parse().ok()?,
+            [n, "requests", "in", ..] => w.cpu = n.parse().ok()?,
+            ["Non-2xx", "or", "3xx", "responses:", n] => w.errors += n.parse::<u64>().ok()?,
+            ["Socket", "errors:", rest @ ..] => {
+                let n = rest
+                    .iter()
+                    .filter_map(|x| x.trim_end_matches(',').parse::<u64>().ok());
+                w.errors += n.sum::<u64>();
+            }
+            _ => {}
+        }
+    }
+    // Until the caller measures CPU, `cpu` holds the number of requests.
+    (w.rps > 0.0).then_some(w)
+}
+
+/// One wrk run of `secs` s (whole seconds): `conns` connections, a thread per 32 of them.
+fn wrk(
+    bin: &Path,
+    url: &str,
+    conns: usize,
+    secs: u64,
+    header: Option<&str>,
+    script: Option<&Path>,
+) -> Wrk {
+    let threads = conns.div_ceil(32).min(2).to_string();
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "-t",
+        &threads,
+        "-c",
+        &conns.to_string(),
+        "-d",
+        &format!("{secs}s"),
+        "--latency",
+    ]);
+    if let Some(h) = header {
+        cmd.args(["-H", h]);
+    }
+    if let Some(s) = script {
+        cmd.arg("-s").arg(s);
+    }
+    let out = cmd.arg(url).output().expect("run wrk");
+    let text = String::from_utf8_lossy(&out.stdout);
+    parse_wrk(&text).unwrap_or_else(|| panic!("wrk {url}: no figures in {text:?}"))
+}
+
+/// A scenario for wrk: its name, URL, extra header, whether its requests differ, and the CPU seconds so
+/// far of the proxy under test.
+struct Target {
+    name: &'static str,
+    url: String,
+    header: Option<String>,
+    unique: bool,
+    cpu: fn(u32) -> f64,
+    pid: u32,
+}
+
+/// Each target warmed up, then measured in turns; prints a row per target and returns their medians.
+fn wrk_compare(bin: &Path, script: &Path, conns: usize, targets: &[Target]) -> Vec<Wrk> {
+    let mut runs: Vec<Vec<Wrk>> = targets.iter().map(|_| Vec::new()).collect();
+    let run = |t: &Target, secs| {
+        let script = t.unique.then_some(script);
+        let before = (t.cpu)(t.pid);
+        let mut w = wrk(bin, &t.url, conns, secs, t.header.as_deref(), script);
+        w.cpu = ((t.cpu)(t.pid) - before) * 1e6 / w.cpu;
+        w
+    };
+    for t in targets {
+        run(t, 1);
+    }
+    for _ in 0..WRK_TURNS {
+        for (t, r) in targets.iter().zip(&mut runs) {
+            r.push(run(t, 1));
+        }
+    }
+    let mid = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let rows = targets.iter().zip(runs).map(|(t, r)| {
+        let m = Wrk {
+            rps: mid(r.iter().map(|w| w.rps).collect()),
+            p50: mid(r.iter().map(|w| w.p50).collect()),
+            p99: mid(r.iter().map(|w| w.p99).collect()),
+            cpu: mid(r.iter().map(|w| w.cpu).collect()),
+            errors: r.iter().map(|w| w.errors).sum(),
+        };
+        let errors = match m.errors {
+            0 => String::new(),
+            e => format!("  ({e} errors)"),
+        };
+        let name = t.name;
+        println!(
+            "{name:<44} {conns:>3} {:>8.0} {:>8.1} {:>8.1} {:>9.1}{errors}",
+            m.rps, m.p50, m.p99, m.cpu
+        );
+        m
+    });
+    rows.collect()
+}
+
+/// CPU seconds so far of nginx's master `pid` and its workers.
+fn nginx_cpu(pid: u32) -> f64 {
+    let children = format!("/proc/{pid}/task/{pid}/children");
+    let children = std::fs::read_to_string(children).unwrap_or_default();
+    let workers = children.split_whitespace().map(|c| cpu_of(c, ""));
+    cpu_of(&pid.to_string(), "") + workers.sum::<f64>()
+}
+
+/// The 1-minute load average, to tell a run that overlapped other work.
+fn load_average() -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().next().unwrap_or("?").to_string()
+}
+
+async fn nginx_bench(srv: &Server, server: tokio::runtime::Handle) {
+    let (Some(nginx), Some(wrk_bin)) = (tool("nginx", "nginx-light"), tool("wrk", "wrk")) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The replicas may run as another user: they read their configuration from here.
+    let open = |p: &Path, mode| {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode))
+    };
+    open(dir.path(), 0o755).expect("chmod");
+    let template = dir.path().join("replica.conf");
+    std::fs::write(&template, NGINX_REPLICA).expect("replica conf");
+    open(&template, 0o644).expect("chmod");
+    let script = dir.path().join("unique.lua");
+    std::fs::write(&script, WRK_UNIQUE).expect("wrk script");
+    // The replica's command: its configuration with its port, in its own working directory, where it
+    // writes its pid, log and temporary files.
+    let command = format!(
+        "sed \"s/@PORT@/$PORT/g\" {} > nginx.conf && exec {} -e stderr -p \"$PWD/\" -c \"$PWD/nginx.conf\" -g 'daemon off;'",
+        template.display(),
+        nginx.display()
+    );
+    let replica = |name: &str, extra: Value| {
+        let mut s = spec(name, Path::new("/bin/sh"), 1, extra);
+        s["model"]["command"] = json!(["/bin/sh", "-c", command]);
+        s["model"]["image"]["custom"]["healthRoute"] = json!("/");
+        s
+    };
+    let full_features = json!({
+        "type": "authenticated",
+        "network": {"cidrBlock": true, "cidrList": ["127.0.0.0/8"]},
+        "cacheHttpResponses": true,
+        "experimentalFeatures": {"loadBalancer": "least_connections"},
+    });
+    let cached = json!({"cacheHttpResponses": true});
+    let endpoints = [
+        ("ngx", json!({})),
+        ("ngx-full", full_features),
+        ("ngx-cached", cached),
+    ];
+    for (name, extra) in &endpoints {
+        srv.admin(Method::POST, "", Some(replica(name, extra.clone())))
+            .await;
+    }
+    for (name, _) in &endpoints {
+        srv.wait_for(name, "running, 1 ready replica", running)
+            .await;
+    }
+    let at = |name: &str| format!("{}/endpoints/{NS}/{name}/", srv.url);
+    let port = srv.http.get(format!("{}port", at("ngx"))).send().await;
+    let port = port.expect("port").text().await.expect("port");
+    let port: u16 = port.trim().parse().expect("the replica's port");
+
+    let (plain_port, cached_port) = (free_port(), free_port());
+    let user = if std::fs::metadata("/proc/self")
+        .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+    {
+        "user root;"
+    } else {
+        ""
+    };
+    let conf = NGINX_PROXY
+        .replace("@USER@", user)
+        .replace("@DIR@", &dir.path().display().to_string())
+        .replace("@UPSTREAM@", &port.to_string())
+        .replace("@PLAIN@", &plain_port.to_string())
+        .replace("@CACHED@", &cached_port.to_string());
+    let conf_path = dir.path().join("proxy.conf");
+    std::fs::write(&conf_path, conf).expect("proxy conf");
+    let child = Command::new(&nginx)
+        .args(["-e", "stderr", "-p"])
+        .arg(dir.path())
+        .arg("-c")
+        .arg(&conf_path)
+        .args(["-g", "daemon off;"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start nginx as a proxy");
+    let proxy_child = Child(child);
+    let proxy_child = &proxy_child.0;
+    let proxied = format!("http://127.0.0.1:{plain_port}/");
+    let nginx_cached = format!("http://127.0.0.1:{cached_port}/");
+    let t = Instant::now();
+    while !matches!(srv.http.get(&proxied).send().await, Ok(r) if r.status().is_success()) {
+        assert!(
+            t.elapsed().as_secs() < 10,
+            "nginx as a proxy never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let relayed = relay(&server, format!("127.0.0.1:{port}"));
+    let relayed = relayed.trim_end_matches(ROUTE).to_string() + "/";
+    let cache_of = |url: String| {
+        let http = srv.http.clone();
+        async move {
+            let r = http.get(url).send().await.expect("probe");
+            let v = r.headers().get("x-cache").and_then(|v| v.to_str().ok());
+            v.unwrap_or("-").to_string()
+        }
+    };
+    for url in [nginx_cached.clone(), at("ngx-cached")] {
+        cache_of(url.clone()).await;
+        assert_eq!(
+            cache_of(url.clone()).await,
+            "HIT",
+            "{url}: the same request hits"
+        );
+    }
+
+    let bearer = format!("Authorization: Bearer {}", srv.token);
+    // The proxy's CPU: nginx's master and workers, or this process's server threads (the relay's too).
+    let nginx_pid = proxy_child.id();
+    let target = |name: &'static str, url: String, header: Option<&String>, unique| {
+        let (cpu, pid): (fn(u32) -> f64, u32) = match name {
+            n if n.starts_with("direct") => (|_| f64::NAN, 0),
+            n if n.starts_with("nginx") => (nginx_cpu, nginx_pid),
+            _ => (|_| cpu_of("self", "server") + cpu_of("self", "proxy"), 0),
+        };
+        Target {
+            name,
+            url,
+            header: header.cloned(),
+            unique,
+            cpu,
+            pid,
+        }
+    };
+    let direct = format!("http://127.0.0.1:{port}/");
+    let (wrk_bin, script) = (wrk_bin.as_path(), script.as_path());
+    let load = load_average();
+    println!("\nSide by side with nginx (nginx replica answering 200, wrk GET /, {WRK_TURNS} turns of 1 s; medians; load average {load} before)");
+    println!(
+        "{:<44} con    req/s   p50 µs   p99 µs  CPU µs/req (proxy)",
+        "scenario"
+    );
+    let one = [
+        target("direct to the nginx replica", direct.clone(), None, true),
+        target(
+            "nginx as a proxy (upstream keep-alive)",
+            proxied.clone(),
+            None,
+            true,
+        ),
+        target("Switchyard, plain", at("ngx"), None, true),
+        target(
+            "Switchyard, auth+CIDR+cache miss+least conn",
+            at("ngx-full"),
+            Some(&bearer),
+            true,
+        ),
+        target(
+            "raw TCP relay on the server's runtime",
+            relayed.clone(),
+            None,
+            true,
+        ),
+    ];
+    let one = tokio::task::block_in_place(|| wrk_compare(wrk_bin, script, 1, &one));
+    let many = [
+        target("direct to the nginx replica", direct, None, false),
+        target(
+            "nginx as a proxy (upstream keep-alive)",
+            proxied,
+            None,
+            false,
+        ),
+        target("Switchyard, plain", at("ngx"), None, false),
+        target("nginx proxy_cache hits", nginx_cached, None, false),
+        target("Switchyard, cache hits", at("ngx-cached"), None, false),
+        target(
+            "raw TCP relay on the server's runtime",
+            relayed,
+            None,
+            false,
+        ),
+    ];
+    let many = tokio::task::block_in_place(|| wrk_compare(wrk_bin, script, 64, &many));
+    println!("(load average {} after)", load_average());
+
+    let added = |w: &Wrk| (w.p50 - one[0].p50, w.p99 - one[0].p99);
+    let ((ngx50, ngx99), (sy50, sy99), (full50, _), (relay50, _)) = (
+        added(&one[1]),
+        added(&one[2]),
+        added(&one[3]),
+        added(&one[4]),
+    );
+    println!("\nGoals against nginx, in this run");
+    println!(
+        "{:<44} {:>10.1} µs   (the raw TCP relay's, for reference)",
+        "added p50, 1 connection, relay", relay50
+    );
+    let goals = [
+        ("added p50, 1 connection", sy50, ngx50, "µs", true),
+        ("added p99, 1 connection", sy99, ngx99, "µs", true),
+        ("req/s, 64 connections", many[2].rps, many[1].rps, "", false),
+        (
+            "full ÷ plain added p50, 1 conn",
+            full50 / sy50,
+            1.25,
+            "×",
+            true,
+        ),
+        (
+            "cache hits req/s, 64 connections",
+            many[4].rps,
+            many[3].rps,
+            "",
+            false,
+        ),
+    ];
+    for (name, value, target, unit, at_most) in goals {
+        let pass = if at_most {
+            value <= target
+        } else {
+            value >= target
+        };
+        let op = if at_most { "≤" } else { "≥" };
+        let word = if pass { "PASS" } else { "MISS" };
+        let against = if unit == "×" {
+            String::new()
+        } else {
+            " (nginx)".into()
+        };
+        let target = format!("{op} {target:.2} {unit}{against}");
+        println!("{name:<44} {value:>10.2} {unit:<2}   target {target:<22} {word}");
+    }
 }

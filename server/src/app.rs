@@ -335,8 +335,8 @@ impl Application {
         clock: Arc<dyn Clock>,
     ) -> Result<Application, StartError> {
         // Bind first: a taken port fails before anything is written to the data dir.
-        let listener = TcpListener::bind(config.server.listen)
-            .await
+        // Shared, a socket per data-plane worker (see `proxy::workers`).
+        let listener = proxy::workers::bind_first(config.server.listen)
             .map_err(|e| StartError(format!("binding {}: {e}", config.server.listen)))?;
         let private_listener =
             match config.proxy.private_listen {
@@ -461,17 +461,15 @@ impl Application {
                 }
             });
         }
+        // Endpoint traffic is served on the data-plane workers; the rest goes to the API's router on this
+        // runtime.
+        let api = proxy::router(proxy.clone()).merge(api::router(state.clone()));
         let app = proxy::Front::new(
-            proxy.clone(),
-            proxy::router(proxy).merge(api::router(state.clone())),
+            proxy,
+            proxy::workers::OnRuntime::new(tokio::runtime::Handle::current(), api),
         );
-        let serve = axum::serve(
-            listener.tap_io(no_delay),
-            axum::ServiceExt::<axum::extract::Request>::into_make_service_with_connect_info::<
-                SocketAddr,
-            >(app),
-        )
-        .with_graceful_shutdown(until_stopped(stop_rx.clone()));
+        let (abort, aborted) = watch::channel(false);
+        let serve = proxy::workers::serve(listener, app, stop_rx.clone(), aborted);
         let drained = async {
             until_stopped(stop_rx.clone()).await;
             tokio::time::sleep(DRAIN).await;
@@ -484,6 +482,7 @@ impl Application {
             }
         };
         runtime.signal_stop();
+        abort.send_replace(true);
         reconciler_stop.send_replace(true);
         let _ = reconciling.await;
         services.store.close().await;

@@ -10,6 +10,7 @@
 
 pub mod balance;
 pub mod cache;
+pub mod workers;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -86,6 +87,8 @@ pub struct ProxyInner {
     revocations: Arc<Revocations>,
     sessions: balance::McpSessions,
     body_limit: usize,
+    /// The control plane's runtime (the one the proxy was made on): the store is used there.
+    control: Option<tokio::runtime::Handle>,
 }
 
 /// The proxy as one listener serves it: the public one, or the private entry point.
@@ -127,6 +130,7 @@ impl Proxy {
                 revocations,
                 sessions: Default::default(),
                 body_limit,
+                control: tokio::runtime::Handle::try_current().ok(),
             }),
             private: false,
         })
@@ -448,19 +452,7 @@ impl Proxy {
                 return answer.map_err(IntoResponse::into_response);
             }
         }
-        let answer = async {
-            let who = authenticate(self.store.as_ref(), Some(token), self.clock.now()).await?;
-            authorize(
-                self.store.as_ref(),
-                &who,
-                namespace,
-                Resource::Inference,
-                Action::Read,
-            )
-            .await?;
-            Ok::<_, ApiError>(who.account.id)
-        }
-        .await;
+        let answer = self.token_answer(token, namespace).await;
         // A store failure is not an answer to remember.
         if let Err(e @ ApiError::Internal(_)) = answer {
             return Err(e.into_response());
@@ -472,6 +464,41 @@ impl Proxy {
             m.insert(key, (Instant::now(), epoch, answer.clone()));
         }
         answer.map_err(IntoResponse::into_response)
+    }
+
+    /// The store's answer for a (token, namespace): the account allowed to call, or the refusal. Asked on
+    /// the control plane's runtime (see [`Self::on_control`]).
+    async fn token_answer(&self, token: &str, namespace: &str) -> TokenAnswer {
+        let (store, clock) = (self.store.clone(), self.clock.clone());
+        let (token, namespace) = (token.to_string(), namespace.to_string());
+        self.on_control(async move {
+            let who = authenticate(store.as_ref(), Some(&token), clock.now()).await?;
+            authorize(
+                store.as_ref(),
+                &who,
+                &namespace,
+                Resource::Inference,
+                Action::Read,
+            )
+            .await?;
+            Ok::<_, ApiError>(who.account.id)
+        })
+        .await
+    }
+
+    /// `work` run on the control plane's runtime when called on a data-plane worker (see [`workers`]): the
+    /// store's connections belong to that runtime, and live as long as it does.
+    async fn on_control(
+        &self,
+        work: impl std::future::Future<Output = TokenAnswer> + Send + 'static,
+    ) -> TokenAnswer {
+        match &self.control {
+            Some(control) if workers::on_data_plane() => control
+                .spawn(work)
+                .await
+                .unwrap_or_else(|_| Err(ApiError::Internal("the token check failed".into()))),
+            _ => work.await,
+        }
     }
 
     async fn serve(

@@ -6,6 +6,11 @@
 //! been passed on in full. Connections idle for [`IDLE_TIMEOUT`] are closed, before a replica's own keep-alive
 //! timeout would close them under a request; a pooled connection the replica closed all the same is noticed
 //! before anything was sent, and the request goes out on a new one.
+//!
+//! Each data-plane worker (one event loop per core, see `proxy::workers`) keeps its own idle connections in a
+//! slot of the pool: a connection is driven by the event loop that made it, so a request never wakes another
+//! thread through its replica connection. Other threads (the control plane's health checks and scrapes) share
+//! slot 0.
 
 use std::net::SocketAddr;
 use std::sync::Mutex;
@@ -23,25 +28,59 @@ const IDLE_PER_REPLICA: usize = 256;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A replica's idle connections, each with the time it came back.
-#[derive(Default)]
+type Idle = Mutex<Vec<(Instant, SendRequest<Body>)>>;
+
+/// A replica's idle connections, each with the time it came back, in a slot per data-plane worker (and
+/// slot 0 for every other thread).
 pub struct Pool {
-    idle: Mutex<Vec<(Instant, SendRequest<Body>)>>,
+    slots: Box<[Idle]>,
+}
+
+impl Default for Pool {
+    fn default() -> Pool {
+        let slots = (0..=worker_slots()).map(|_| Idle::default()).collect();
+        Pool { slots }
+    }
 }
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let idle = self.idle.lock().map(|i| i.len()).unwrap_or(0);
+        let idle: usize = self
+            .slots
+            .iter()
+            .map(|s| s.lock().map(|i| i.len()).unwrap_or(0))
+            .sum();
         f.debug_struct("Pool").field("idle", &idle).finish()
     }
 }
 
+thread_local! {
+    /// This thread's slot in every pool: its data-plane worker's number (from 1), or 0.
+    static SLOT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many data-plane workers pools keep slots for: one per core.
+pub fn worker_slots() -> usize {
+    static SLOTS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SLOTS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Marks this thread as data-plane worker `worker` (from 0, below [`worker_slots`]): its connections to
+/// replicas go in a slot of their own.
+pub fn enter_worker(worker: usize) {
+    SLOT.set((worker + 1).min(worker_slots()));
+}
+
 impl Pool {
-    /// The most recently used connection that is ready for a request. Long-idle ones (at the front: they
-    /// came back first) and closed ones met on the way are dropped; busy ones stay for later. The usual
-    /// case looks at one connection, however many are idle.
+    fn slot(&self) -> &Idle {
+        &self.slots[SLOT.get().min(self.slots.len() - 1)]
+    }
+
+    /// The most recently used connection of this thread's slot that is ready for a request. Long-idle ones
+    /// (at the front: they came back first) and closed ones met on the way are dropped; busy ones stay for
+    /// later. The usual case looks at one connection, however many are idle.
     fn take(&self) -> Option<SendRequest<Body>> {
-        let mut idle = self.idle.lock().ok()?;
+        let mut idle = self.slot().lock().ok()?;
         let now = Instant::now();
         let expired = idle
             .iter()
@@ -69,7 +108,7 @@ impl Pool {
         if sender.is_closed() {
             return;
         }
-        if let Ok(mut idle) = self.idle.lock() {
+        if let Ok(mut idle) = self.slot().lock() {
             if idle.len() < IDLE_PER_REPLICA {
                 idle.push((Instant::now(), sender));
             }

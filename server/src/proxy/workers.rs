@@ -1,0 +1,207 @@
+//! The data plane's shape: one event loop per core, each owning the connections it accepts.
+//!
+//! The public listener is a set of `SO_REUSEPORT` sockets on one address, one per worker; each worker is a
+//! thread with a current-thread runtime that accepts on its own socket and serves those connections to the
+//! end, with its own connections to replicas (a slot of each replica's pool, see
+//! [`crate::routing::upstream`]). A request is read, forwarded, answered and passed back on one thread: no
+//! wake-up crosses to another, and no idle thread is woken to help (nginx's shape).
+//!
+//! The control plane keeps the runtime the server was started on: requests that are not for an endpoint
+//! (the API, `/metrics`) are handed to it by [`OnRuntime`], and so is the proxy's own use of the store (see
+//! `Proxy::on_control`), whose connections belong to that runtime.
+
+use std::cell::Cell;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use axum::serve::ListenerExt;
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::runtime::Handle;
+use tokio::sync::watch;
+
+use crate::error::ApiError;
+use crate::routing::upstream;
+
+thread_local! {
+    static DATA_PLANE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread is a data-plane worker's.
+pub fn on_data_plane() -> bool {
+    DATA_PLANE.get()
+}
+
+/// How many data-plane workers serve the public listener: one per core.
+pub fn count() -> usize {
+    upstream::worker_slots()
+}
+
+/// A listening socket on `addr` that other sockets may share (`SO_REUSEPORT`), each taking its share of the
+/// connections.
+pub fn bind_shared(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+/// The first socket of a shared listener on `addr` (see [`bind_shared`]). A port that anything else holds,
+/// a server sharing it too included, is refused: the address is first bound alone, then at once again to
+/// be shared (its port found, when `addr` asks for any).
+pub fn bind_first(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let alone = std::net::TcpListener::bind(addr)?;
+    let addr = alone.local_addr()?;
+    drop(alone);
+    bind_shared(addr)
+}
+
+/// A service run on another runtime: each call is spawned there and its response awaited here.
+#[derive(Clone)]
+pub struct OnRuntime<S> {
+    handle: Handle,
+    inner: S,
+}
+
+impl<S> OnRuntime<S> {
+    pub fn new(handle: Handle, inner: S) -> OnRuntime<S> {
+        OnRuntime { handle, inner }
+    }
+}
+
+impl<S> tower::Service<Request> for OnRuntime<S>
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = futures_util::future::BoxFuture<'static, Result<Response, Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let call = tower::ServiceExt::oneshot(self.inner.clone(), req);
+        let task = self.handle.spawn(call);
+        Box::pin(async move {
+            Ok(match task.await {
+                Ok(Ok(resp)) => resp,
+                Ok(Err(never)) => match never {},
+                Err(_) => ApiError::Internal("the request's handler failed".into()).into_response(),
+            })
+        })
+    }
+}
+
+/// Serves `app` on `first` and on `count() - 1` more sockets bound beside it (see [`bind_shared`]), a
+/// worker thread each, until `stop` turns true and their connections have closed, or `abort` turns true.
+/// Resolves when every worker has stopped, with the first error. A socket that cannot be added leaves fewer
+/// workers, said in the log.
+pub fn serve<S>(
+    first: TcpListener,
+    app: S,
+    stop: watch::Receiver<bool>,
+    abort: watch::Receiver<bool>,
+) -> impl Future<Output = std::io::Result<()>>
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    let addr = first.local_addr();
+    let mut listeners = vec![first.into_std()];
+    if let Ok(addr) = addr {
+        for _ in 1..count() {
+            match bind_shared(addr).and_then(TcpListener::into_std) {
+                Ok(l) => listeners.push(Ok(l)),
+                Err(e) => {
+                    tracing::warn!(error = %e, %addr, "no more data-plane workers: the listener's address is not shared");
+                    break;
+                }
+            }
+        }
+    }
+    let done: Vec<_> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(i, listener)| {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let (app, stop, abort) = (app.clone(), stop.clone(), abort.clone());
+            let work = move || {
+                let served = listener.and_then(|l| worker(i, l, app, stop, abort));
+                let _ = tx.send(served);
+            };
+            let spawned = std::thread::Builder::new()
+                .name(format!("proxy-{i}"))
+                .spawn(work);
+            (spawned, rx)
+        })
+        .collect();
+    async move {
+        let mut result = Ok(());
+        for (spawned, rx) in done {
+            let served = match spawned {
+                Ok(_) => rx
+                    .await
+                    .unwrap_or_else(|_| Err(std::io::Error::other("worker panicked"))),
+                Err(e) => Err(e),
+            };
+            if let (Ok(()), Err(e)) = (&result, served) {
+                result = Err(e);
+            }
+        }
+        result
+    }
+}
+
+/// Responses go out as soon as they are written (no Nagle's algorithm, see `app`).
+fn no_delay(tcp: &mut tokio::net::TcpStream) {
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!(error = %e, "TCP_NODELAY not set");
+    }
+}
+
+/// One worker: a current-thread runtime serving `listener` until `stop` (gracefully) or `abort`.
+fn worker<S>(
+    i: usize,
+    listener: std::net::TcpListener,
+    app: S,
+    stop: watch::Receiver<bool>,
+    mut abort: watch::Receiver<bool>,
+) -> std::io::Result<()>
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    DATA_PLANE.set(true);
+    upstream::enter_worker(i);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        listener.set_nonblocking(true)?;
+        let listener = TcpListener::from_std(listener)?;
+        let until = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let serve = axum::serve(
+            listener.tap_io(no_delay),
+            axum::ServiceExt::<Request>::into_make_service_with_connect_info::<SocketAddr>(app),
+        )
+        .with_graceful_shutdown(until(stop));
+        tokio::select! {
+            r = serve => r,
+            _ = abort.wait_for(|s| *s) => Ok(()),
+        }
+    })
+}
