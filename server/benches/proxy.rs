@@ -523,13 +523,7 @@ async fn bench(srv: &Server, engine: &Path, secs: f64, server: tokio::runtime::H
     }
     // `at_most`: which side of the target passes.
     for (name, value, unit, target, at_most) in figures {
-        let pass = if at_most {
-            value <= target
-        } else {
-            value >= target
-        };
-        let op = if at_most { "≤" } else { "≥" };
-        let word = if pass { "PASS" } else { "MISS" };
+        let (op, word) = verdict(value, target, at_most);
         let target = format!("{op} {target} {unit}");
         println!("{name:<40} {value:>10.2} {unit:<2}   target {target:<10} {word}");
     }
@@ -1095,13 +1089,7 @@ async fn nginx_bench(srv: &Server, server: tokio::runtime::Handle) {
         ),
     ];
     for (name, value, target, unit, at_most) in goals {
-        let pass = if at_most {
-            value <= target
-        } else {
-            value >= target
-        };
-        let op = if at_most { "≤" } else { "≥" };
-        let word = if pass { "PASS" } else { "MISS" };
+        let (op, word) = verdict(value, target, at_most);
         let against = if unit == "×" {
             String::new()
         } else {
@@ -1110,4 +1098,17 @@ async fn nginx_bench(srv: &Server, server: tokio::runtime::Handle) {
         let target = format!("{op} {target:.2} {unit}{against}");
         println!("{name:<44} {value:>10.2} {unit:<2}   target {target:<22} {word}");
     }
+}
+
+/// The comparison a target asks for (`at_most`: the value may not exceed it) and whether it passed.
+fn verdict(value: f64, target: f64, at_most: bool) -> (&'static str, &'static str) {
+    let pass = if at_most {
+        value <= target
+    } else {
+        value >= target
+    };
+    (
+        if at_most { "≤" } else { "≥" },
+        if pass { "PASS" } else { "MISS" },
+    )
 }
