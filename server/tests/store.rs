@@ -75,6 +75,13 @@ fn record(namespace: &str, name: &str, route: Option<(&str, &str)>) -> EndpointR
     }
 }
 
+/// Stores one endpoint in a unit of work of its own.
+async fn insert(store: &SqlStore, rec: &EndpointRecord) {
+    let mut unit = store.begin().await.unwrap();
+    unit.insert_endpoint(rec).await.unwrap();
+    unit.commit().await.unwrap();
+}
+
 fn created(rec: &EndpointRecord) -> NewEvent {
     NewEvent {
         kind: EventKind::EndpointCreated,
@@ -187,11 +194,11 @@ async fn events_are_read_in_order_after_a_position() {
 async fn a_custom_route_belongs_to_one_endpoint() {
     for (store, _dir) in stores().await {
         let b = store.backend().as_str();
-        let mut unit = store.begin().await.unwrap();
-        unit.insert_endpoint(&record("alice", "a", Some(("api.example.com", "/v1"))))
-            .await
-            .unwrap();
-        unit.commit().await.unwrap();
+        insert(
+            &store,
+            &record("alice", "a", Some(("api.example.com", "/v1"))),
+        )
+        .await;
         // The same route in other spellings, from another namespace: refused by the index.
         for (domain, path) in [("api.example.com", "/v1"), ("API.Example.com.", "/v1/")] {
             let mut unit = store.begin().await.unwrap();
@@ -204,11 +211,11 @@ async fn a_custom_route_belongs_to_one_endpoint() {
             }
         }
         // Another path on the same domain is another route; an update onto a taken route is refused.
-        let mut unit = store.begin().await.unwrap();
-        unit.insert_endpoint(&record("bob", "b", Some(("api.example.com", "/v2"))))
-            .await
-            .unwrap();
-        unit.commit().await.unwrap();
+        insert(
+            &store,
+            &record("bob", "b", Some(("api.example.com", "/v2"))),
+        )
+        .await;
         let mut moved = store
             .read()
             .await
@@ -239,9 +246,7 @@ async fn an_update_names_the_version_it_read() {
     for (store, _dir) in stores().await {
         let b = store.backend().as_str();
         let rec = record("alice", "v", None);
-        let mut unit = store.begin().await.unwrap();
-        unit.insert_endpoint(&rec).await.unwrap();
-        unit.commit().await.unwrap();
+        insert(&store, &rec).await;
         let mut unit = store.begin().await.unwrap();
         let mut next = rec.clone();
         next.state = EndpointState::Initializing;
@@ -372,11 +377,7 @@ async fn reopening_applies_nothing_twice() {
     let dir = tempfile::tempdir().unwrap();
     let url = StoreUrl::Sqlite(dir.path().join("s.db"));
     let store = SqlStore::open(&url, Synchronous::Normal).await.unwrap();
-    let mut unit = store.begin().await.unwrap();
-    unit.insert_endpoint(&record("a", "kept", None))
-        .await
-        .unwrap();
-    unit.commit().await.unwrap();
+    insert(&store, &record("a", "kept", None)).await;
     store.close().await;
     let store = SqlStore::open(&url, Synchronous::Full).await.unwrap();
     let kept = store
@@ -536,11 +537,7 @@ async fn an_online_backup_is_a_whole_store() {
     )
     .await
     .unwrap();
-    let mut unit = store.begin().await.unwrap();
-    unit.insert_endpoint(&record("a", "backed", None))
-        .await
-        .unwrap();
-    unit.commit().await.unwrap();
+    insert(&store, &record("a", "backed", None)).await;
     // A session holds the store open while the backup runs.
     let _open = store.read().await.unwrap();
     let file = dir.path().join("backup.db");
