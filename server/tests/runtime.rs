@@ -1781,6 +1781,16 @@ async fn tenants_set_only_what_the_launcher_allows() {
         )
         .await
         .expect("untouched fields are not checked again");
+    // What was approved for one model is not approval for another: a new revision is checked whole.
+    let moved = eve
+        .update_endpoint::<Value>("eve", "trusted", &json!({"model": {"revision": "v2"}}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        moved.status(),
+        Some(reqwest::StatusCode::FORBIDDEN),
+        "{moved}"
+    );
     let mut carols = tei_endpoint("carols", json!({"env": {"OPENSSL_CONF": "/etc/ssl/x.cnf"}}));
     carols["model"]["args"] = json!(["--trust-remote-code"]);
     let _: Value = carol

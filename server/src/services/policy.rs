@@ -124,7 +124,8 @@ fn var_needs(
 /// What a spec makes the host run beyond what the configured launchers let a tenant ask for: a
 /// `custom` image's command, a variable outside the allowlists, an argument its launcher does not
 /// allow, a variable of its router outside the router's allowlist. `None` when nothing. Only what
-/// changed since `before` counts (everything, when the image's kind or the router's tag changed).
+/// changed since `before` counts (everything, when the image's kind, the repository or revision, or the
+/// router's tag changed).
 fn host_code(
     config: &RuntimeConfig,
     spec: &EndpointSpec,
@@ -146,7 +147,11 @@ fn host_code(
     }
     let key = model.image.key();
     let launcher = config.launchers.get(key).filter(|_| !custom);
-    let old = old.filter(|o| o.image.key() == key);
+    // What an approved spec may run was approved for its model: another repository or revision (other
+    // code behind the same flags) is checked whole again, like another kind of image.
+    let old = old.filter(|o| {
+        o.image.key() == key && o.repository == model.repository && o.revision == model.revision
+    });
     let setting = match launcher {
         Some(_) => format!("runtime.launchers.{key}.tenant_env"),
         None => String::new(),
