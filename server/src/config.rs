@@ -456,12 +456,13 @@ impl Config {
     }
 
     /// The paths a config file sets, by key (a SQLite `store.url` is one too: see [`resolve_store_url`]).
-    fn paths_mut(&mut self) -> [(&'static str, &mut Option<PathBuf>); 4] {
+    fn paths_mut(&mut self) -> [(&'static str, &mut Option<PathBuf>); 5] {
         [
             ("store.data_dir", &mut self.store.data_dir),
             ("secrets.key_file", &mut self.secrets.key_file),
             ("catalog.seed_file", &mut self.catalog.seed_file),
             ("catalog.hardware_file", &mut self.catalog.hardware_file),
+            ("runtime.replica_dir", &mut self.runtime.replica_dir),
         ]
     }
 
