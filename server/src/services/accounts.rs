@@ -244,11 +244,16 @@ async fn existing(
         })
 }
 
+/// The lock taken while the enabled administrators are counted.
+const ADMINS_LOCK: &str = "instance-administrators";
+
 /// Refuses to leave the instance without an enabled administrator.
 async fn keep_an_admin(unit: &mut dyn Session, account: &Account) -> Result<(), AccountError> {
     if !account.is_admin || account.disabled_at.is_some() {
         return Ok(());
     }
+    // Two writers each removing a different administrator must not both count the other one.
+    unit.lock(ADMINS_LOCK).await?;
     let admins = unit
         .list_accounts(AccountKind::User)
         .await?
@@ -277,6 +282,9 @@ pub async fn delete_account(
     let account = existing(unit.as_mut(), name, kind).await?;
     keep_an_admin(unit.as_mut(), &account).await?;
     let endpoints = super::endpoints::delete_all_in(unit.as_mut(), name, now).await?;
+    // A later account of the same name starts from the defaults, not from this one's quota.
+    unit.set_namespace_quota(name, Default::default(), now)
+        .await?;
     unit.delete_account(name).await?;
     unit.commit().await?;
     ctx.revocations.revoke();

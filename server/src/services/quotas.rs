@@ -99,7 +99,7 @@ pub async fn check(
     before: Option<&EndpointRecord>,
     after: &EndpointSpec,
 ) -> Result<()> {
-    unit.lock_namespace(namespace).await?;
+    unit.lock(&format!("quota:{namespace}")).await?;
     let limits = Limits::of(&ctx.quotas, unit.namespace_quota(namespace).await?);
     let all = unit.endpoints_in(namespace).await?;
     let used = usage(&ctx.hardware, &all, before.map(|b| b.id.as_str()));

@@ -1,5 +1,4 @@
-//! Per-namespace quota overrides set by administrators, and the lock that serializes a namespace's
-//! quota-checked writes.
+//! Per-namespace quota overrides set by administrators, and the locks that serialize checked writes.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -26,9 +25,10 @@ pub trait QuotaStore {
         quota: QuotaOverride,
         now: DateTime<Utc>,
     ) -> StoreResult<()>;
-    /// Holds the namespace's quota lock until the unit of work ends, so two writers never both pass a
-    /// check that only one of them fits. (SQLite's units of work already run one at a time.)
-    async fn lock_namespace(&mut self, namespace: &str) -> StoreResult<()>;
+    /// Holds the lock named `key` until the unit of work ends, so two writers never both pass a check
+    /// (a quota, the last administrator) that only one of them fits. SQLite's units of work already run
+    /// one at a time; PostgreSQL takes an advisory lock.
+    async fn lock(&mut self, key: &str) -> StoreResult<()>;
 }
 
 fn count(v: Option<i64>) -> Option<u32> {
@@ -96,10 +96,10 @@ impl QuotaStore for SqlSession {
         Ok(())
     }
 
-    async fn lock_namespace(&mut self, namespace: &str) -> StoreResult<()> {
+    async fn lock(&mut self, key: &str) -> StoreResult<()> {
         if self.backend == Backend::Postgres {
             sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-                .bind(format!("namespace:{namespace}"))
+                .bind(key)
                 .execute(self.db())
                 .await?;
         }
