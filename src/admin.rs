@@ -217,11 +217,11 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
             }
             UserCommand::Delete { name } => {
                 let n = accounts::delete_account(ctx, &name, AccountKind::User).await?;
-                println!("deleted user {name} and its {n} endpoint(s); its tokens no longer work");
+                println!("deleted user {name} and its {n} endpoint(s); a running server refuses its tokens within proxy.auth_cache_s");
             }
             UserCommand::Disable { name } => {
                 accounts::set_disabled(ctx, &name, true).await?;
-                println!("disabled {name}: its tokens are refused; its endpoints go on serving");
+                println!("disabled {name}: its tokens are refused (by a running server's proxy within proxy.auth_cache_s); its endpoints go on serving");
             }
             UserCommand::Enable { name } => {
                 accounts::set_disabled(ctx, &name, false).await?;

@@ -178,20 +178,6 @@ impl CatalogIndex {
             .map(|&(i, j)| (&self.items[i].entry, j))
     }
 
-    /// Why `entry` cannot be saved next to the others: one of its recipe ids belongs to another item.
-    pub fn recipe_id_conflict(&self, entry: &CatalogEntry) -> Option<String> {
-        entry.recipes.iter().enumerate().find_map(|(i, r)| {
-            self.by_recipe_id(&r.public_id)
-                .filter(|(other, _)| other.repo_id != entry.repo_id)
-                .map(|(other, _)| {
-                    format!(
-                        "recipes[{i}].publicId {:?} is already used by {}",
-                        r.public_id, other.repo_id
-                    )
-                })
-        })
-    }
-
     pub fn entries(&self) -> impl Iterator<Item = &CatalogEntry> {
         self.items.iter().map(|i| &i.entry)
     }
@@ -377,22 +363,6 @@ mod tests {
         assert_eq!(found.repo_id, e.repo_id);
         assert_eq!(j, 0);
         assert!(idx.by_recipe_id("nope").is_none());
-    }
-
-    #[test]
-    fn recipe_ids_stay_unique_across_items() {
-        let idx = CatalogIndex::new(seed());
-        let first = idx.entries().next().unwrap().clone();
-        let mut other = idx.entries().nth(1).unwrap().clone();
-        assert!(
-            idx.recipe_id_conflict(&other).is_none(),
-            "replacing an item with itself is fine"
-        );
-        other.recipes[0].public_id = first.recipes[0].public_id.clone();
-        assert!(idx
-            .recipe_id_conflict(&other)
-            .unwrap()
-            .contains(&first.repo_id));
     }
 
     #[test]

@@ -191,7 +191,6 @@ pub async fn delete_user(
 ) -> ApiResult<Json<DeletedOut>> {
     who.require_instance_admin()?;
     let n = accounts::delete_account(&s, &user, AccountKind::User).await?;
-    tracing::info!(user = %user, by = %who.account.name, "user deleted");
     Ok(Json(DeletedOut {
         endpoints_deleted: n,
     }))
@@ -207,7 +206,6 @@ pub async fn delete_org(
 ) -> ApiResult<Json<DeletedOut>> {
     who.require_instance_admin()?;
     let n = accounts::delete_account(&s, &org, AccountKind::Org).await?;
-    tracing::info!(org = %org, by = %who.account.name, "organization deleted");
     Ok(Json(DeletedOut {
         endpoints_deleted: n,
     }))
