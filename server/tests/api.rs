@@ -823,11 +823,9 @@ async fn changes_and_their_events_commit_together() {
     };
     let seeded = events().await.len();
 
-    let _: Value = srv
-        .admin
-        .create_endpoint("admin", &endpoint_body("evented"))
-        .await
-        .unwrap();
+    let mut evented = endpoint_body("evented");
+    evented["model"]["secrets"] = json!({"API_KEY": "outbox-sekrit-42"});
+    let _: Value = srv.admin.create_endpoint("admin", &evented).await.unwrap();
     let after_create = events().await;
     let kinds: Vec<&str> = after_create[seeded..]
         .iter()
@@ -888,7 +886,22 @@ async fn changes_and_their_events_commit_together() {
         Some("endpoint.deleted")
     );
     // Every event's payload shows the endpoint without its secrets' values.
-    assert!(all.iter().all(|e| e.seq > 0 && !e.id.is_empty()));
+    let mine: Vec<_> = all.iter().filter(|e| e.subject == "evented").collect();
+    assert!(
+        mine.len() >= 3,
+        "{:?}",
+        mine.iter().map(|e| e.kind).collect::<Vec<_>>()
+    );
+    for e in mine {
+        assert!(
+            !e.payload.to_string().contains("outbox-sekrit-42"),
+            "{}",
+            e.payload
+        );
+        assert!(e.payload["endpoint"]["model"]["secrets"]
+            .as_object()
+            .is_some_and(|s| s.contains_key("API_KEY")));
+    }
 }
 
 fn sized(name: &str, max_replica: u32) -> Value {
@@ -985,7 +998,7 @@ async fn quotas_hold_endpoints_replicas_and_accelerators() {
         .map(|c| c["quota"]["usedAccelerators"].as_u64().unwrap())
         .collect();
     assert!(
-        used.iter().all(|u| *u == 6),
+        !used.is_empty() && used.iter().all(|u| *u == 6),
         "q1 and q2 hold 3 x 2 accelerators: {used:?}"
     );
     let shown: Value = srv

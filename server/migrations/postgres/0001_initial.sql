@@ -1,4 +1,5 @@
--- The same schema as SQLite's migrations 1 and 2, in PostgreSQL's types. Timestamps are RFC 3339 text
+-- The same schema as SQLite's migrations 1 to 3, in PostgreSQL's types. Names and keys that lists are
+-- sorted by compare bytewise (COLLATE "C"), as SQLite's do, whatever locale the cluster was made with. Timestamps are RFC 3339 text
 -- in UTC with milliseconds (text order is time order), JSON documents are text: the store's SQL is
 -- written once for both backends.
 
@@ -6,12 +7,17 @@
 CREATE TABLE accounts (
     id          TEXT PRIMARY KEY,
     kind        TEXT NOT NULL CHECK (kind IN ('user', 'org')),
-    name        TEXT NOT NULL UNIQUE,
+    name        TEXT COLLATE "C" NOT NULL UNIQUE,
     fullname    TEXT NOT NULL,
     email       TEXT,
     is_admin    BIGINT NOT NULL DEFAULT 0,
-    created_at  TEXT NOT NULL
+    created_at  TEXT NOT NULL,
+    -- Names are unique without regard to case: the key is the name in lowercase (names are ASCII).
+    name_key    TEXT NOT NULL,
+    -- A disabled account cannot sign in: every credential of it is refused.
+    disabled_at TEXT
 );
+CREATE UNIQUE INDEX accounts_name_nocase ON accounts(name_key);
 
 CREATE TABLE memberships (
     org_id      TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
@@ -35,7 +41,7 @@ CREATE TABLE tokens (
 CREATE INDEX tokens_by_user ON tokens(user_id);
 
 CREATE TABLE catalog_items (
-    repo_id     TEXT PRIMARY KEY,
+    repo_id     TEXT COLLATE "C" PRIMARY KEY,
     item        TEXT NOT NULL,      -- JSON of the catalog entry, recipes with memoryGb
     updated_at  TEXT NOT NULL
 );
@@ -49,8 +55,8 @@ CREATE INDEX catalog_recipes_by_repo ON catalog_recipes(repo_id);
 
 CREATE TABLE endpoints (
     id              TEXT PRIMARY KEY,
-    namespace       TEXT NOT NULL,
-    name            TEXT NOT NULL,
+    namespace       TEXT COLLATE "C" NOT NULL,
+    name            TEXT COLLATE "C" NOT NULL,
     spec            TEXT NOT NULL,  -- JSON; secret values encrypted
     state           TEXT NOT NULL,
     message         TEXT,
@@ -85,3 +91,11 @@ CREATE TABLE events (
     created_at  TEXT NOT NULL
 );
 CREATE INDEX events_by_subject ON events(namespace, subject, seq);
+
+-- Per-namespace overrides of the configured quotas; NULL keeps the default.
+CREATE TABLE namespace_quotas (
+    namespace   TEXT COLLATE "C" PRIMARY KEY,
+    endpoints   BIGINT,
+    replicas    BIGINT,
+    updated_at  TEXT NOT NULL
+);

@@ -31,18 +31,11 @@ const SQLITE: &[Migration] = &[
     },
 ];
 
-const POSTGRES: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "initial",
-        sql: include_str!("../../migrations/postgres/0001_initial.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "names without case, disabling, quotas",
-        sql: include_str!("../../migrations/postgres/0002_names_quotas_disabling.sql"),
-    },
-];
+const POSTGRES: &[Migration] = &[Migration {
+    version: 1,
+    name: "initial",
+    sql: include_str!("../../migrations/postgres/0001_initial.sql"),
+}];
 
 pub(crate) fn migrations(backend: Backend) -> &'static [Migration] {
     match backend {

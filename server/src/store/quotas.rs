@@ -53,9 +53,11 @@ impl QuotaStore for SqlSession {
     }
 
     async fn namespace_quotas(&mut self) -> StoreResult<Vec<(String, QuotaOverride)>> {
-        let rows = sqlx::query("SELECT namespace, endpoints, replicas FROM namespace_quotas")
-            .fetch_all(self.db())
-            .await?;
+        let rows = sqlx::query(
+            "SELECT namespace, endpoints, replicas FROM namespace_quotas ORDER BY namespace",
+        )
+        .fetch_all(self.db())
+        .await?;
         rows.iter()
             .map(|r| {
                 Ok((

@@ -1,7 +1,6 @@
 //! The SQL store on sqlx's `Any` driver: the pool, the backend it speaks to, sessions and units of work.
 
 use std::path::{Path, PathBuf};
-use std::sync::Once;
 
 use async_trait::async_trait;
 use sqlx::any::AnyPoolOptions;
@@ -125,18 +124,16 @@ pub struct SqlStore {
     backend: Backend,
 }
 
-static DRIVERS: Once = Once::new();
-
 impl SqlStore {
     /// Opens the store (creating a SQLite file if needed) and applies pending migrations.
     pub async fn open(url: &StoreUrl, sync: Synchronous) -> StoreResult<SqlStore> {
-        DRIVERS.call_once(sqlx::any::install_default_drivers);
+        sqlx::any::install_default_drivers();
         let backend = url.backend();
         let options = AnyPoolOptions::new().min_connections(1);
         let options = match backend {
             Backend::Sqlite => options.max_connections(8).after_connect(move |conn, _| {
                 Box::pin(async move {
-                    conn.execute(sqlite_pragmas(sync)).await?;
+                    conn.execute(sqlite_pragmas(sync).as_str()).await?;
                     Ok(())
                 })
             }),
@@ -156,17 +153,15 @@ impl SqlStore {
     }
 }
 
-fn sqlite_pragmas(sync: Synchronous) -> &'static str {
-    match sync {
-        Synchronous::Normal => {
-            "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000; \
-             PRAGMA synchronous = NORMAL;"
-        }
-        Synchronous::Full => {
-            "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000; \
-             PRAGMA synchronous = FULL;"
-        }
-    }
+fn sqlite_pragmas(sync: Synchronous) -> String {
+    let synchronous = match sync {
+        Synchronous::Normal => "NORMAL",
+        Synchronous::Full => "FULL",
+    };
+    format!(
+        "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000; \
+         PRAGMA synchronous = {synchronous};"
+    )
 }
 
 /// The statement that opens a unit of work on each backend.

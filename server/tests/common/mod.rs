@@ -32,10 +32,16 @@ pub fn engine_bin() -> String {
 
 /// The PostgreSQL server the store tests may use (`SWITCHYARD_TEST_POSTGRES`, a URL whose user may
 /// create databases); `./scripts/test` starts one and sets it.
+/// In CI (`CI` set) it must be there: the PostgreSQL half of a test never passes by being skipped.
 pub fn postgres_admin_url() -> Option<String> {
-    std::env::var("SWITCHYARD_TEST_POSTGRES")
+    let url = std::env::var("SWITCHYARD_TEST_POSTGRES")
         .ok()
-        .filter(|u| !u.is_empty())
+        .filter(|u| !u.is_empty());
+    assert!(
+        url.is_some() || std::env::var_os("CI").is_none(),
+        "CI runs the store's tests on PostgreSQL too: ./scripts/test sets SWITCHYARD_TEST_POSTGRES"
+    );
+    url
 }
 
 /// A new, empty PostgreSQL database on the test server, by URL.
