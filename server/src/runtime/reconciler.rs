@@ -471,15 +471,12 @@ impl Reconciler {
             now,
             failed_update: rec.state == EndpointState::UpdateFailed
                 && run.failed_generation.as_deref() == Some(gen),
+            cap,
         };
         let out = match steps.decide_target(run, &pass, out).await {
             ControlFlow::Continue(out) => out,
             ControlFlow::Break(done) => return done,
         };
-        if run.target > cap {
-            tracing::warn!(namespace = %rec.namespace, endpoint = %rec.spec.name, wanted = run.target, cap, "held to the namespace's replica quota");
-            run.target = cap;
-        }
         let serve_gen = match steps.roll_out(run, &pass).await {
             Ok(serve_gen) => serve_gen,
             Err((why, keep_old)) => {
@@ -511,6 +508,8 @@ struct Pass<'a> {
     now: DateTime<Utc>,
     /// This spec already failed to roll out: the previous generation goes on serving.
     failed_update: bool,
+    /// Replicas the namespace's quota leaves for this endpoint in this pass.
+    cap: u32,
 }
 
 impl Steps<'_> {
@@ -574,7 +573,11 @@ impl Steps<'_> {
         pass: &Pass<'_>,
         out: Observed,
     ) -> ControlFlow<Observed, Observed> {
-        let bounds = bounds_at(&pass.rec.spec.compute.scaling, pass.now);
+        // The namespace's replica quota bounds the scaler like the spec does: with no room left, the
+        // endpoint neither wakes nor keeps replicas.
+        let mut bounds = bounds_at(&pass.rec.spec.compute.scaling, pass.now);
+        bounds.max = bounds.max.min(pass.cap);
+        bounds.min = bounds.min.min(pass.cap);
         let entry_began = schedule_began(run, pass.rec, pass.now);
         match pass.rec.state {
             EndpointState::Paused | EndpointState::Failed => {
@@ -652,7 +655,7 @@ impl Steps<'_> {
         let last = last_busy(run, pass.now);
         let settled = matches!(state, EndpointState::Running | EndpointState::UpdateFailed);
         if (settled && idle_expired(bounds, last, pass.now)) || bounds.max == 0 {
-            return ControlFlow::Break(self.scale_to_zero(run, bounds, out).await);
+            return ControlFlow::Break(self.scale_to_zero(run, bounds, pass, out).await);
         }
         let measure = pass.rec.spec.compute.scaling.measure.as_ref();
         let sample = load_sample(run, measure).await;
@@ -669,6 +672,7 @@ impl Steps<'_> {
         &self,
         run: &mut EndpointRun,
         bounds: &Bounds,
+        pass: &Pass<'_>,
         mut out: Observed,
     ) -> Observed {
         retire_all(run, self.provider).await;
@@ -678,6 +682,9 @@ impl Steps<'_> {
         out.message = Some(match bounds.scale_to_zero_after {
             Some(m) if bounds.max > 0 => {
                 format!("scaled to zero after {m} min without requests")
+            }
+            _ if pass.cap == 0 => {
+                "the namespace's replica quota leaves no replicas for it".to_string()
             }
             _ => "the schedule in effect allows no replicas".to_string(),
         });
