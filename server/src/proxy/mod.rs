@@ -29,16 +29,13 @@ use axum::Router;
 use chrono::{DateTime, Utc};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use tokio::sync::watch;
 
 use crate::auth::{authenticate, authorize, bearer_in, Action, Resource, Revocations};
 use crate::clock::Clock;
 use crate::config::ProxyConfig;
 use crate::error::ApiError;
 use crate::model::{Cidr, EndpointState, EndpointType};
-use crate::routing::{
-    bare_host, is_server_host, Activity, Backend, Route, RouteTable, RoutingHandle,
-};
+use crate::routing::{bare_host, is_server_host, Activity, Backend, Route, RoutingHandle};
 use crate::store::Store;
 use cache::{Cached, ResponseCache};
 
@@ -74,7 +71,6 @@ fn token_key(token: &str, namespace: &str) -> [u8; 32] {
 type TokenAnswer = Result<String, ApiError>;
 
 pub struct ProxyInner {
-    pub table: watch::Receiver<Arc<RouteTable>>,
     pub routing: RoutingHandle,
     pub store: Arc<dyn Store>,
     pub clock: Arc<dyn Clock>,
@@ -119,7 +115,6 @@ impl Proxy {
         let routing = routing.into();
         Ok(Proxy {
             inner: Arc::new(ProxyInner {
-                table: routing.table.clone(),
                 routing,
                 store,
                 clock,
@@ -160,7 +155,7 @@ pub fn private_front(proxy: Proxy) -> Front<Router> {
 
 /// The endpoint a request is for by its `Host` (an endpoint's custom domain), and the path to send on.
 fn by_host_route(proxy: &Proxy, req: &Request) -> Option<(Arc<Route>, String)> {
-    let table = proxy.table.borrow();
+    let table = proxy.routing.table.borrow();
     if !table.has_domains() {
         return None;
     }
@@ -305,7 +300,7 @@ fn by_path_route(proxy: &Proxy, path: &str) -> Result<(Arc<Route>, String), ApiE
     let mut parts = path.splitn(3, '/');
     let (ns, name) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let rest = format!("/{}", parts.next().unwrap_or(""));
-    let route = proxy.table.borrow().get(ns, name).cloned();
+    let route = proxy.routing.table.borrow().get(ns, name).cloned();
     route
         .map(|r| (r, rest))
         .ok_or_else(|| ApiError::NotFound(format!("no endpoint {name:?} in namespace {ns:?}")))
@@ -322,7 +317,7 @@ async fn metrics_page(State(proxy): State<Proxy>, headers: HeaderMap) -> Respons
             return ApiError::from(e).into_response();
         }
     }
-    let text = crate::routing::metrics::render(&proxy.table.borrow());
+    let text = crate::routing::metrics::render(&proxy.routing.table.borrow());
     (
         [(
             header::CONTENT_TYPE,
@@ -675,6 +670,7 @@ impl Proxy {
         headers: &HeaderMap,
     ) -> Result<Arc<Route>, Response> {
         let latest = self
+            .routing
             .table
             .borrow()
             .get(&route.namespace, &route.name)
@@ -880,7 +876,7 @@ impl Proxy {
             ));
         }
         let deadline = tokio::time::Instant::now() + wait;
-        let mut table = self.table.clone();
+        let mut table = self.routing.table.clone();
         let outcome = loop {
             let current = table
                 .borrow_and_update()

@@ -10,7 +10,6 @@
 //! (the API, `/metrics`) are handed to it by [`OnRuntime`], and so is the proxy's own use of the store (see
 //! `Proxy::on_control`), whose connections belong to that runtime.
 
-use std::cell::Cell;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -25,13 +24,9 @@ use tokio::sync::watch;
 use crate::error::ApiError;
 use crate::routing::upstream;
 
-thread_local! {
-    static DATA_PLANE: Cell<bool> = const { Cell::new(false) };
-}
-
 /// Whether this thread is a data-plane worker's.
 pub fn on_data_plane() -> bool {
-    DATA_PLANE.get()
+    upstream::on_worker()
 }
 
 /// How many data-plane workers serve the public listener: one per core.
@@ -183,7 +178,6 @@ where
     S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
 {
-    DATA_PLANE.set(true);
     upstream::enter_worker(i);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

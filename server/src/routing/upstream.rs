@@ -65,6 +65,11 @@ pub fn worker_slots() -> usize {
     *SLOTS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
+/// Whether this thread is a data-plane worker's (see [`enter_worker`]).
+pub fn on_worker() -> bool {
+    SLOT.get() != 0
+}
+
 /// Marks this thread as data-plane worker `worker` (from 0, below [`worker_slots`]): its connections to
 /// replicas go in a slot of their own.
 pub fn enter_worker(worker: usize) {
