@@ -19,7 +19,8 @@ enum Col {
 type Table = (&'static str, &'static str, &'static [(&'static str, Col)]);
 
 /// Every table with its columns, parents before children. `events` is copied in `seq` order without
-/// its `seq`: the target numbers them anew, in the same order.
+/// its `seq`: the target numbers them anew, in the same order. Short-lived flow state (codes, device
+/// authorizations, pending authorization requests, browser sessions) is not copied: it expires in minutes.
 const TABLES: &[Table] = &[
     (
         "accounts",
@@ -34,6 +35,8 @@ const TABLES: &[Table] = &[
             ("created_at", Col::Text),
             ("name_key", Col::Text),
             ("disabled_at", Col::Text),
+            ("password_hash", Col::Text),
+            ("exchange_ttl_s", Col::OptInt),
         ],
     ),
     (
@@ -116,6 +119,88 @@ const TABLES: &[Table] = &[
             ("subject", Col::Text),
             ("payload", Col::Text),
             ("created_at", Col::Text),
+        ],
+    ),
+    (
+        "oauth_apps",
+        "id",
+        &[
+            ("id", Col::Text),
+            ("owner_id", Col::Text),
+            ("name", Col::Text),
+            ("homepage_url", Col::Text),
+            ("logo_url", Col::Text),
+            ("redirect_uris", Col::Text),
+            ("scopes", Col::Text),
+            ("secret_hash", Col::Text),
+            ("token_exchange", Col::Int),
+            ("created_at", Col::Text),
+            ("updated_at", Col::Text),
+        ],
+    ),
+    (
+        "oauth_grants",
+        "id",
+        &[
+            ("id", Col::Text),
+            ("app_id", Col::Text),
+            ("user_id", Col::Text),
+            ("kind", Col::Text),
+            ("scopes", Col::Text),
+            ("org_ids", Col::Text),
+            ("personal", Col::Int),
+            ("nonce", Col::Text),
+            ("auth_time", Col::Text),
+            ("created_at", Col::Text),
+            ("revoked_at", Col::Text),
+        ],
+    ),
+    (
+        "oauth_tokens",
+        "token_hash",
+        &[
+            ("token_hash", Col::Text),
+            ("grant_id", Col::Text),
+            ("kind", Col::Text),
+            ("expires_at", Col::Text),
+            ("used_at", Col::Text),
+            ("created_at", Col::Text),
+        ],
+    ),
+    (
+        "oauth_consents",
+        "user_id, app_id",
+        &[
+            ("user_id", Col::Text),
+            ("app_id", Col::Text),
+            ("scopes", Col::Text),
+            ("org_ids", Col::Text),
+            ("updated_at", Col::Text),
+        ],
+    ),
+    (
+        "signing_keys",
+        "kid",
+        &[
+            ("kid", Col::Text),
+            ("alg", Col::Text),
+            ("private_key", Col::Text),
+            ("public_jwk", Col::Text),
+            ("created_at", Col::Text),
+            ("retired_at", Col::Text),
+        ],
+    ),
+    (
+        "audit_log",
+        "id",
+        &[
+            ("id", Col::Text),
+            ("org_id", Col::Text),
+            ("at", Col::Text),
+            ("action", Col::Text),
+            ("outcome", Col::Text),
+            ("actor", Col::Text),
+            ("detail", Col::Text),
         ],
     ),
 ];

@@ -29,13 +29,25 @@ const SQLITE: &[Migration] = &[
         name: "names without case, disabling, quotas",
         sql: include_str!("../../migrations/sqlite/0003_names_quotas_disabling.sql"),
     },
+    Migration {
+        version: 4,
+        name: "oauth provider",
+        sql: include_str!("../../migrations/sqlite/0004_oauth.sql"),
+    },
 ];
 
-const POSTGRES: &[Migration] = &[Migration {
-    version: 1,
-    name: "initial",
-    sql: include_str!("../../migrations/postgres/0001_initial.sql"),
-}];
+const POSTGRES: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "initial",
+        sql: include_str!("../../migrations/postgres/0001_initial.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "oauth provider",
+        sql: include_str!("../../migrations/postgres/0002_oauth.sql"),
+    },
+];
 
 pub(crate) fn migrations(backend: Backend) -> &'static [Migration] {
     match backend {
