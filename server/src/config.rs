@@ -23,6 +23,7 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     pub proxy: ProxyConfig,
     pub quotas: QuotaConfig,
+    pub oauth: OAuthConfig,
     pub log: LogConfig,
 }
 
@@ -246,6 +247,43 @@ impl Default for ScalingConfig {
             tolerance: 0.1,
             default_hardware_threshold: 80.0,
             default_pending_threshold: 1.5,
+        }
+    }
+}
+
+/// The OAuth 2.0 / OpenID Connect provider. Lifetimes are in seconds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct OAuthConfig {
+    /// The issuer, as apps see it. Default: the server's public URL (`runtime.public_url`). It must be
+    /// https, except on a loopback host (development); otherwise the provider stays off and says why.
+    pub issuer: Option<String>,
+    pub access_token_ttl_s: u64,
+    pub refresh_token_ttl_s: u64,
+    pub id_token_ttl_s: u64,
+    /// Authorization codes are single use and short-lived (at most 600).
+    pub code_ttl_s: u64,
+    /// Device authorizations (RFC 8628), and the polling interval asked of devices.
+    pub device_code_ttl_s: u64,
+    pub device_interval_s: u64,
+    /// How long a browser stays signed in to the sign-in pages.
+    pub session_ttl_s: u64,
+    /// Wrong user codes a browser session may type before it is refused.
+    pub device_code_attempts: u32,
+}
+
+impl Default for OAuthConfig {
+    fn default() -> Self {
+        OAuthConfig {
+            issuer: None,
+            access_token_ttl_s: 3600,
+            refresh_token_ttl_s: 30 * 24 * 3600,
+            id_token_ttl_s: 3600,
+            code_ttl_s: 60,
+            device_code_ttl_s: 600,
+            device_interval_s: 5,
+            session_ttl_s: 12 * 3600,
+            device_code_attempts: 5,
         }
     }
 }

@@ -26,6 +26,7 @@ pub mod deploy;
 pub mod error;
 pub mod hardware;
 pub mod model;
+pub mod oauth;
 pub mod proxy;
 pub mod routing;
 pub mod runtime;

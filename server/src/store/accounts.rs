@@ -35,6 +35,7 @@ pub trait AccountStore {
     async fn create_account(&mut self, new: NewAccount, now: DateTime<Utc>)
         -> StoreResult<Account>;
     async fn account_by_name(&mut self, name: &str) -> StoreResult<Option<Account>>;
+    async fn account_by_id(&mut self, id: &str) -> StoreResult<Option<Account>>;
     async fn list_accounts(&mut self, kind: AccountKind) -> StoreResult<Vec<Account>>;
     async fn count_accounts(&mut self) -> StoreResult<i64>;
     /// Removes the account with its memberships and tokens; false when there was none.
@@ -70,9 +71,10 @@ pub trait AccountStore {
     async fn delete_token(&mut self, id: &str) -> StoreResult<bool>;
 }
 
-const ACCOUNT_COLS: &str = "id, kind, name, fullname, email, is_admin, created_at, disabled_at";
+pub(super) const ACCOUNT_COLS: &str =
+    "id, kind, name, fullname, email, is_admin, created_at, disabled_at";
 
-fn account_from(row: &AnyRow) -> StoreResult<Account> {
+pub(super) fn account_from(row: &AnyRow) -> StoreResult<Account> {
     let kind: String = row.try_get("kind")?;
     Ok(Account {
         id: row.try_get("id")?,
@@ -94,7 +96,7 @@ fn account_from(row: &AnyRow) -> StoreResult<Account> {
     })
 }
 
-fn role_from(s: &str) -> StoreResult<Role> {
+pub(super) fn role_from(s: &str) -> StoreResult<Role> {
     Role::parse(s).ok_or_else(|| StoreError::Backend(format!("unknown role {s:?} in store")))
 }
 
@@ -173,6 +175,16 @@ impl AccountStore for SqlSession {
             "SELECT {ACCOUNT_COLS} FROM accounts WHERE name = $1"
         ))
         .bind(name)
+        .fetch_optional(self.db())
+        .await?;
+        row.as_ref().map(account_from).transpose()
+    }
+
+    async fn account_by_id(&mut self, id: &str) -> StoreResult<Option<Account>> {
+        let row = sqlx::query(&format!(
+            "SELECT {ACCOUNT_COLS} FROM accounts WHERE id = $1"
+        ))
+        .bind(id)
         .fetch_optional(self.db())
         .await?;
         row.as_ref().map(account_from).transpose()

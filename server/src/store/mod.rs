@@ -1,4 +1,4 @@
-//! Persistence: one module per area (accounts, catalog, endpoints, events, quotas) behind traits that speak in
+//! Persistence: one module per area (accounts, catalog, endpoints, events, OAuth, quotas) behind traits that speak in
 //! model types, and units of work in which several writes commit together or not at all.
 //!
 //! One SQL implementation ([`SqlStore`], on sqlx's `Any` driver) runs on two backends: the embedded
@@ -13,6 +13,7 @@ pub mod copy;
 mod endpoints;
 mod events;
 mod migrate;
+mod oauth;
 mod quotas;
 mod sql;
 
@@ -23,6 +24,9 @@ pub use accounts::{AccountStore, NewAccount, NewToken};
 pub use catalog::CatalogStore;
 pub use endpoints::{Actor, EndpointRecord, EndpointStore};
 pub use events::{Event, EventStore, NewEvent};
+pub use oauth::{
+    DeviceAuth, DeviceStatus, NewCode, OAuthStore, Redemption, SigningKeyRow, WebSession,
+};
 pub use quotas::{QuotaOverride, QuotaStore};
 pub use sql::{Backend, SqlStore, StoreUrl, Synchronous};
 
@@ -56,7 +60,7 @@ pub const DB_FILE: &str = "switchyard.db";
 /// [`Store::read`] each statement stands alone, which is what a plain read wants.
 #[async_trait]
 pub trait Session:
-    AccountStore + CatalogStore + EndpointStore + EventStore + QuotaStore + Send
+    AccountStore + CatalogStore + EndpointStore + EventStore + OAuthStore + QuotaStore + Send
 {
     /// Makes the unit of work's writes durable and visible, all of them or none.
     async fn commit(self: Box<Self>) -> StoreResult<()>;

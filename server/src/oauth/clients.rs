@@ -1,0 +1,134 @@
+//! Who is asking: the registered app behind a `client_id`, and HTTP Basic client authentication
+//! (RFC 6749 2.3.1). Secrets are compared by their SHA-256, in constant time.
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+
+use super::{OAuthError, OAuthResult, Provider};
+use crate::crypto::{constant_time_eq, hash_token};
+use crate::model::oauth::OAuthApp;
+
+/// Credentials from an `Authorization: Basic` header: client id and secret, each form-url-decoded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Basic {
+    pub client_id: String,
+    pub secret: String,
+}
+
+/// The Basic credentials of a header value; `Ok(None)` when the request has none.
+pub fn parse_basic(header: Option<&str>) -> OAuthResult<Option<Basic>> {
+    let Some(value) = header else {
+        return Ok(None);
+    };
+    let bad = || OAuthError::invalid_client("malformed HTTP Basic credentials");
+    let (scheme, encoded) = value.trim().split_once(' ').ok_or_else(bad)?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return Ok(None);
+    }
+    let decoded = STANDARD.decode(encoded.trim()).map_err(|_| bad())?;
+    let decoded = String::from_utf8(decoded).map_err(|_| bad())?;
+    let (id, secret) = decoded.split_once(':').ok_or_else(bad)?;
+    let unescape = |s: &str| -> OAuthResult<String> {
+        let pairs: Vec<(String, String)> =
+            serde_urlencoded::from_str(&format!("v={}", s.replace('&', "%26").replace('=', "%3D")))
+                .map_err(|_| bad())?;
+        pairs.into_iter().next().map(|(_, v)| v).ok_or_else(bad)
+    };
+    Ok(Some(Basic {
+        client_id: unescape(id)?,
+        secret: unescape(secret)?,
+    }))
+}
+
+/// An app that asked, and whether it proved its secret.
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub app: OAuthApp,
+    pub authenticated: bool,
+}
+
+/// What the endpoint asks of the client.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SecretRule {
+    /// An app with a secret must send it (code and refresh grants, introspection).
+    Required,
+    /// An app with a secret may send it (the device flow); a public app never has one.
+    Optional,
+    /// Only Basic will do (token exchange).
+    BasicOnly,
+}
+
+/// The app by client id.
+pub async fn app(p: &Provider, client_id: &str) -> OAuthResult<Option<(OAuthApp, Option<String>)>> {
+    if client_id.is_empty() || client_id.len() > 256 {
+        return Ok(None);
+    }
+    Ok(p.store.read().await?.app(client_id).await?)
+}
+
+/// Authenticates the client of a token-endpoint style request: `basic` from the header, `client_id`
+/// and whether a `client_secret` came in the form.
+pub async fn authenticate(
+    p: &Provider,
+    basic: Option<Basic>,
+    form_client_id: Option<&str>,
+    form_has_secret: bool,
+    rule: SecretRule,
+) -> OAuthResult<Client> {
+    if form_has_secret {
+        return Err(OAuthError::invalid_client(
+            "send the client secret with HTTP Basic, not in the form",
+        ));
+    }
+    let unknown = || OAuthError::invalid_client("unknown client or wrong secret");
+    if let Some(b) = basic {
+        if form_client_id.is_some_and(|id| id != b.client_id) {
+            return Err(OAuthError::invalid_request(
+                "client_id in the form differs from the HTTP Basic one",
+            ));
+        }
+        let (app, hash) = app(p, &b.client_id).await?.ok_or_else(unknown)?;
+        let hash = hash.ok_or_else(unknown)?;
+        if !constant_time_eq(hash_token(&b.secret).as_bytes(), hash.as_bytes()) {
+            return Err(unknown());
+        }
+        return Ok(Client {
+            app,
+            authenticated: true,
+        });
+    }
+    if rule == SecretRule::BasicOnly {
+        return Err(OAuthError::invalid_client(
+            "this grant needs the client to authenticate with HTTP Basic",
+        ));
+    }
+    let id = form_client_id.ok_or_else(|| OAuthError::invalid_client("client_id is missing"))?;
+    let (app, hash) = app(p, id).await?.ok_or_else(unknown)?;
+    if hash.is_some() && rule == SecretRule::Required {
+        return Err(OAuthError::invalid_client(
+            "this app has a secret: authenticate with HTTP Basic",
+        ));
+    }
+    Ok(Client {
+        app,
+        authenticated: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_credentials() {
+        let h = format!("Basic {}", STANDARD.encode("app_1:s%3Ac+ret"));
+        let b = parse_basic(Some(&h)).unwrap().unwrap();
+        assert_eq!(b.client_id, "app_1");
+        assert_eq!(b.secret, "s:c ret");
+        assert_eq!(parse_basic(None).unwrap(), None);
+        assert_eq!(parse_basic(Some("Bearer x")).unwrap(), None);
+        assert!(parse_basic(Some("Basic !!!")).is_err());
+        let no_colon = format!("Basic {}", STANDARD.encode("app_1"));
+        assert!(parse_basic(Some(&no_colon)).is_err());
+    }
+}

@@ -1,0 +1,493 @@
+//! The authorization-code flow: checking an authorization request (redirect URI per spec 5.5, PKCE
+//! S256, scopes, duplicate parameters), keeping it immutable until the user answers, issuing a
+//! single-use code bound to client, redirect URI and challenge, and redeeming it.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::clients::Client;
+use super::tokens::{issue, Issue, TokenResponse};
+use super::{new_secret, OAuthError, OAuthResult, Provider, CODE_PREFIX};
+use crate::crypto::{constant_time_eq, hash_token, random_id};
+use crate::model::account::{Account, Scope};
+use crate::model::oauth::{
+    parse_scopes, redirect_uri_allowed, valid_code_verifier, validate_code_challenge, Grant,
+    GrantKind, OAuthApp,
+};
+use crate::store::{NewCode, Redemption};
+
+/// A checked authorization request, stored as is until the user answers it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuthRequest {
+    pub client_id: String,
+    pub redirect_uri: String,
+    pub scopes: Vec<Scope>,
+    pub state: Option<String>,
+    pub nonce: Option<String>,
+    pub code_challenge: Option<String>,
+    /// Organizations the app asked for (`orgIds`), pre-selected on the consent page.
+    pub org_ids: Vec<String>,
+    /// The hash of the browser session it belongs to.
+    pub session: String,
+}
+
+/// Why an authorization request is refused, and how the user learns it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// The client or redirect URI cannot be trusted: an error page, never a redirect.
+    Page(String),
+    /// Back to the app with `error`, `error_description`, `state` and `iss`.
+    Redirect(String),
+}
+
+/// The redirect URI with `params` added to its query.
+pub fn redirect_with(redirect_uri: &str, params: &[(&str, &str)]) -> String {
+    let query = serde_urlencoded::to_string(params).unwrap_or_default();
+    let sep = if redirect_uri.contains('?') { '&' } else { '?' };
+    format!("{redirect_uri}{sep}{query}")
+}
+
+/// The error redirect for a request whose client and redirect URI checked out.
+pub fn error_redirect(
+    issuer: &str,
+    redirect_uri: &str,
+    state: Option<&str>,
+    error: &str,
+    description: &str,
+) -> String {
+    let mut params = vec![("error", error), ("error_description", description)];
+    if let Some(s) = state {
+        params.push(("state", s));
+    }
+    params.push(("iss", issuer));
+    redirect_with(redirect_uri, &params)
+}
+
+/// Parameters that may appear once at most (RFC 6749 3.1).
+const SINGLE: [&str; 11] = [
+    "client_id",
+    "redirect_uri",
+    "response_type",
+    "scope",
+    "state",
+    "nonce",
+    "code_challenge",
+    "code_challenge_method",
+    "orgIds",
+    "prompt",
+    "response_mode",
+];
+
+fn one<'a>(params: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    params
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
+fn repeated(params: &[(String, String)]) -> Option<&'static str> {
+    SINGLE
+        .into_iter()
+        .find(|key| params.iter().filter(|(k, _)| k == key).count() > 1)
+}
+
+/// Checks an authorization request's parameters; `session` is the hash of the browser session.
+pub async fn validate(
+    p: &Provider,
+    params: &[(String, String)],
+    session: &str,
+) -> Result<(AuthRequest, OAuthApp), Refusal> {
+    let issuer = p.issuer().map_err(|e| Refusal::Page(e.description))?;
+    let dup = repeated(params);
+    if let Some(key @ ("client_id" | "redirect_uri")) = dup {
+        return Err(Refusal::Page(format!(
+            "the parameter {key} appears more than once"
+        )));
+    }
+    let client_id = one(params, "client_id")
+        .ok_or_else(|| Refusal::Page("the request has no client_id".into()))?;
+    let app = super::clients::app(p, client_id)
+        .await
+        .map_err(|e| Refusal::Page(e.description))?
+        .map(|(app, _)| app)
+        .ok_or_else(|| Refusal::Page(format!("there is no app with client_id {client_id:?}")))?;
+    let redirect_uri = one(params, "redirect_uri")
+        .ok_or_else(|| Refusal::Page("the request has no redirect_uri".into()))?;
+    if !redirect_uri_allowed(&app.redirect_uris, redirect_uri) {
+        return Err(Refusal::Page(format!(
+            "{redirect_uri:?} is not a redirect URI registered for {:?}",
+            app.name
+        )));
+    }
+    let state = one(params, "state");
+    let refuse = |error: &str, description: &str| {
+        Refusal::Redirect(error_redirect(
+            issuer,
+            redirect_uri,
+            state,
+            error,
+            description,
+        ))
+    };
+    if let Some(key) = dup {
+        return Err(refuse(
+            "invalid_request",
+            &format!("the parameter {key} appears more than once"),
+        ));
+    }
+    match one(params, "response_type") {
+        Some("code") => {}
+        Some(_) => {
+            return Err(refuse(
+                "unsupported_response_type",
+                "only response_type=code is supported",
+            ))
+        }
+        None => return Err(refuse("invalid_request", "response_type is missing")),
+    }
+    if one(params, "response_mode").is_some_and(|m| m != "query") {
+        return Err(refuse(
+            "invalid_request",
+            "only response_mode=query is supported",
+        ));
+    }
+    if one(params, "request").is_some() || one(params, "request_uri").is_some() {
+        return Err(refuse(
+            "request_not_supported",
+            "request objects are not supported",
+        ));
+    }
+    let scopes = match one(params, "scope") {
+        Some(s) => parse_scopes(s).map_err(|e| refuse("invalid_scope", &e))?,
+        None => app.scopes.clone(),
+    };
+    if let Some(s) = scopes.iter().find(|s| !app.scopes.contains(s)) {
+        return Err(refuse(
+            "invalid_scope",
+            &format!("the app may not ask for the scope {:?}", s.as_str()),
+        ));
+    }
+    if scopes.is_empty() {
+        return Err(refuse("invalid_scope", "no scope requested"));
+    }
+    let code_challenge = match one(params, "code_challenge") {
+        Some(c) => {
+            validate_code_challenge(c, one(params, "code_challenge_method"))
+                .map_err(|e| refuse("invalid_request", &e))?;
+            Some(c.to_string())
+        }
+        None if !app.has_secret => {
+            return Err(refuse(
+                "invalid_request",
+                "a public app must use PKCE (code_challenge with code_challenge_method=S256)",
+            ))
+        }
+        None if one(params, "code_challenge_method").is_some() => {
+            return Err(refuse(
+                "invalid_request",
+                "code_challenge_method without code_challenge",
+            ))
+        }
+        None => None,
+    };
+    let org_ids = one(params, "orgIds")
+        .map(|s| {
+            s.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    for (key, max) in [("state", 1024), ("nonce", 512)] {
+        if one(params, key).is_some_and(|v| v.len() > max) {
+            return Err(refuse(
+                "invalid_request",
+                &format!("{key} is longer than {max} characters"),
+            ));
+        }
+    }
+    Ok((
+        AuthRequest {
+            client_id: app.id.clone(),
+            redirect_uri: redirect_uri.to_string(),
+            scopes,
+            state: state.map(str::to_string),
+            nonce: one(params, "nonce").map(str::to_string),
+            code_challenge,
+            org_ids,
+            session: session.to_string(),
+        },
+        app,
+    ))
+}
+
+/// How long a user has to answer an authorization request.
+const REQUEST_TTL_S: i64 = 600;
+
+/// Keeps the request until the user answers; returns its id (for the pages' forms).
+pub async fn keep(p: &Provider, req: &AuthRequest) -> OAuthResult<String> {
+    let id = new_secret("");
+    let json = serde_json::to_string(req).map_err(|_| OAuthError::server_error())?;
+    let expires = p.now() + chrono::Duration::seconds(REQUEST_TTL_S);
+    let mut unit = p.store.begin().await?;
+    unit.put_request(&hash_token(&id), &json, expires).await?;
+    unit.commit().await?;
+    Ok(id)
+}
+
+fn parse_request(
+    json: &str,
+    expires: DateTime<Utc>,
+    now: DateTime<Utc>,
+    session: &str,
+) -> Option<AuthRequest> {
+    let req: AuthRequest = serde_json::from_str(json).ok()?;
+    (expires > now && constant_time_eq(req.session.as_bytes(), session.as_bytes())).then_some(req)
+}
+
+/// A kept request, if it is still pending and belongs to this browser session.
+pub async fn pending(p: &Provider, id: &str, session: &str) -> OAuthResult<Option<AuthRequest>> {
+    let row = p.store.read().await?.request(&hash_token(id)).await?;
+    Ok(row.and_then(|(json, exp)| parse_request(&json, exp, p.now(), session)))
+}
+
+/// Moves a kept request to a new browser session (the session changes at sign-in).
+pub async fn rebind(p: &Provider, id: &str, old: &str, new: &str) -> OAuthResult<Option<String>> {
+    let mut unit = p.store.begin().await?;
+    let Some((json, exp)) = unit.take_request(&hash_token(id)).await? else {
+        return Ok(None);
+    };
+    let Some(mut req) = parse_request(&json, exp, p.now(), old) else {
+        return Ok(None);
+    };
+    req.session = new.to_string();
+    let new_id = new_secret("");
+    let json = serde_json::to_string(&req).map_err(|_| OAuthError::server_error())?;
+    unit.put_request(&hash_token(&new_id), &json, exp).await?;
+    unit.commit().await?;
+    Ok(Some(new_id))
+}
+
+/// Whether the user already let the app have these scopes and organizations.
+pub async fn consented(p: &Provider, user: &Account, req: &AuthRequest) -> OAuthResult<bool> {
+    let prior = p
+        .store
+        .read()
+        .await?
+        .consent(&user.id, &req.client_id)
+        .await?;
+    Ok(prior.is_some_and(|(scopes, orgs)| {
+        req.scopes.iter().all(|s| scopes.contains(s))
+            && req.org_ids.iter().all(|o| orgs.contains(o))
+    }))
+}
+
+/// The user's answer to a request: approve with these organizations (ids), or deny.
+pub async fn answer(
+    p: &Provider,
+    user: &Account,
+    req: &AuthRequest,
+    approve: Option<Vec<String>>,
+) -> OAuthResult<String> {
+    let issuer = p.issuer()?;
+    let Some(org_ids) = approve else {
+        return Ok(error_redirect(
+            issuer,
+            &req.redirect_uri,
+            req.state.as_deref(),
+            "access_denied",
+            "the user declined",
+        ));
+    };
+    let now = p.now();
+    let mut unit = p.store.begin().await?;
+    let member_of: Vec<String> = unit
+        .orgs_of(&user.id)
+        .await?
+        .into_iter()
+        .map(|(o, _)| o.id)
+        .collect();
+    if let Some(o) = org_ids.iter().find(|o| !member_of.contains(o)) {
+        return Ok(error_redirect(
+            issuer,
+            &req.redirect_uri,
+            req.state.as_deref(),
+            "invalid_request",
+            &format!("the user is not a member of the organization {o:?}"),
+        ));
+    }
+    let grant = Grant {
+        id: random_id(),
+        app_id: Some(req.client_id.clone()),
+        user_id: user.id.clone(),
+        kind: GrantKind::Code,
+        scopes: req.scopes.clone(),
+        org_ids: org_ids.clone(),
+        personal: true,
+        nonce: req.nonce.clone(),
+        auth_time: now,
+        created_at: now,
+        revoked_at: None,
+    };
+    unit.create_grant(&grant).await?;
+    let code = new_secret(CODE_PREFIX);
+    unit.add_code(&NewCode {
+        code_hash: hash_token(&code),
+        grant_id: grant.id.clone(),
+        redirect_uri: req.redirect_uri.clone(),
+        code_challenge: req.code_challenge.clone(),
+        expires_at: now + Provider::secs(p.config.code_ttl_s.min(600)),
+    })
+    .await?;
+    unit.put_consent(&user.id, &req.client_id, &req.scopes, &org_ids, now)
+        .await?;
+    unit.commit().await?;
+    let mut params = vec![("code", code.as_str())];
+    if let Some(s) = &req.state {
+        params.push(("state", s));
+    }
+    params.push(("iss", issuer));
+    Ok(redirect_with(&req.redirect_uri, &params))
+}
+
+/// The S256 challenge of a verifier.
+pub fn challenge_of(verifier: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()))
+}
+
+/// The authorization-code grant. A code presented a second time revokes what the first use issued.
+pub async fn redeem(
+    p: &Provider,
+    client: &Client,
+    code: &str,
+    redirect_uri: Option<&str>,
+    verifier: Option<&str>,
+) -> OAuthResult<TokenResponse> {
+    let now = p.now();
+    let invalid = || OAuthError::invalid_grant("the code is invalid, expired or already used");
+    if !code.starts_with(CODE_PREFIX) || code.len() > 128 {
+        return Err(invalid());
+    }
+    let mut unit = p.store.begin().await?;
+    let (stored_redirect, challenge, expires, grant) = match unit
+        .redeem_code(&hash_token(code), now)
+        .await?
+    {
+        Redemption::Fresh {
+            redirect_uri,
+            code_challenge,
+            expires_at,
+            grant,
+        } => (redirect_uri, code_challenge, expires_at, grant),
+        Redemption::Replayed { grant_id } => {
+            unit.revoke_grant(&grant_id, now).await?;
+            unit.commit().await?;
+            p.revocations.revoke();
+            tracing::warn!(grant = %grant_id, client = %client.app.id, "authorization code replayed: grant revoked");
+            return Err(invalid());
+        }
+        Redemption::Unknown => return Err(invalid()),
+    };
+    // From here on the code is spent, whatever the outcome: commit that before refusing.
+    let refusal = if expires <= now || grant.revoked_at.is_some() {
+        Some(invalid())
+    } else if grant.app_id.as_deref() != Some(client.app.id.as_str()) {
+        Some(OAuthError::invalid_grant(
+            "the code was issued to another client",
+        ))
+    } else if redirect_uri != Some(stored_redirect.as_str()) {
+        Some(OAuthError::invalid_grant(
+            "redirect_uri differs from the one of the authorization request",
+        ))
+    } else {
+        check_pkce(challenge.as_deref(), verifier).err()
+    };
+    if let Some(e) = refusal {
+        unit.commit().await?;
+        return Err(e);
+    }
+    let what = Issue {
+        client_id: &client.app.id,
+        access_ttl: Provider::secs(p.config.access_token_ttl_s),
+        refresh: true,
+        exchange: false,
+    };
+    let resp = issue(p, unit.as_mut(), &grant, what).await?;
+    unit.commit().await?;
+    Ok(resp)
+}
+
+fn check_pkce(challenge: Option<&str>, verifier: Option<&str>) -> OAuthResult<()> {
+    match (challenge, verifier) {
+        (None, None) => Ok(()),
+        (None, Some(_)) => Err(OAuthError::invalid_grant(
+            "code_verifier sent, but the authorization request had no code_challenge",
+        )),
+        (Some(_), None) => Err(OAuthError::invalid_grant("code_verifier is missing")),
+        (Some(c), Some(v)) => {
+            if valid_code_verifier(v) && constant_time_eq(challenge_of(v).as_bytes(), c.as_bytes())
+            {
+                Ok(())
+            } else {
+                Err(OAuthError::invalid_grant(
+                    "code_verifier does not match the code_challenge",
+                ))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pkce_checks() {
+        let v = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+        let c = challenge_of(v);
+        assert_eq!(
+            c, "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM",
+            "RFC 7636 appendix B"
+        );
+        assert!(check_pkce(Some(&c), Some(v)).is_ok());
+        assert!(check_pkce(Some(&c), Some(&v.replace('d', "e"))).is_err());
+        assert!(check_pkce(Some(&c), None).is_err());
+        assert!(
+            check_pkce(None, Some(v)).is_err(),
+            "no downgrade: a verifier needs a challenge"
+        );
+        assert!(check_pkce(None, None).is_ok());
+    }
+
+    #[test]
+    fn redirects_carry_iss_and_state() {
+        let url = error_redirect(
+            "http://i",
+            "http://localhost/cb?a=1",
+            Some("s t"),
+            "access_denied",
+            "no",
+        );
+        assert_eq!(
+            url,
+            "http://localhost/cb?a=1&error=access_denied&error_description=no&state=s+t&iss=http%3A%2F%2Fi"
+        );
+    }
+
+    #[test]
+    fn repeated_parameters_are_found() {
+        let p = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            repeated(&p(&[("scope", "a"), ("scope", "b")])),
+            Some("scope")
+        );
+        assert_eq!(repeated(&p(&[("scope", "a"), ("state", "b")])), None);
+    }
+}

@@ -1,0 +1,219 @@
+//! ID-token signing keys: ES256 (P-256), generated at first start, the private half sealed with the
+//! secrets key in the store. The newest unretired key signs; the JWKS lists it with the retired keys
+//! whose ID tokens may still be valid.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use chrono::{DateTime, Duration, Utc};
+use p256::ecdsa::signature::Signer;
+use p256::ecdsa::{Signature, SigningKey};
+use rand::RngCore;
+use serde_json::json;
+
+use crate::crypto::{random_id, SecretBox};
+use crate::store::{SigningKeyRow, Store, StoreError};
+
+pub const ALG: &str = "ES256";
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("signing key {0}: {1}")]
+    Bad(String, String),
+}
+
+/// The keys as loaded: the one that signs and the JWKS document (prebuilt bytes).
+pub struct KeySet {
+    kid: String,
+    key: SigningKey,
+    jwks: axum::body::Bytes,
+}
+
+impl std::fmt::Debug for KeySet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KeySet(kid={})", self.kid)
+    }
+}
+
+fn new_key() -> SigningKey {
+    loop {
+        let mut bytes = [0u8; 32];
+        rand::rng().fill_bytes(&mut bytes);
+        // Nearly every 32-byte string is a valid P-256 scalar; the rest are drawn again.
+        if let Ok(k) = SigningKey::from_bytes(&bytes.into()) {
+            return k;
+        }
+    }
+}
+
+fn public_jwk(kid: &str, key: &SigningKey) -> serde_json::Value {
+    let point = key.verifying_key().to_encoded_point(false);
+    let coord =
+        |c: Option<&p256::FieldBytes>| c.map(|b| URL_SAFE_NO_PAD.encode(b)).unwrap_or_default();
+    json!({
+        "kty": "EC",
+        "crv": "P-256",
+        "x": coord(point.x()),
+        "y": coord(point.y()),
+        "use": "sig",
+        "alg": ALG,
+        "kid": kid,
+    })
+}
+
+fn row_for(key: &SigningKey, secrets: &SecretBox, now: DateTime<Utc>) -> SigningKeyRow {
+    let kid = random_id();
+    SigningKeyRow {
+        public_jwk: public_jwk(&kid, key).to_string(),
+        private_key: secrets.seal(&URL_SAFE_NO_PAD.encode(key.to_bytes())),
+        kid,
+        alg: ALG.into(),
+        created_at: now,
+        retired_at: None,
+    }
+}
+
+fn open(row: &SigningKeyRow, secrets: &SecretBox) -> Result<SigningKey, KeyError> {
+    let bad = |m: String| KeyError::Bad(row.kid.clone(), m);
+    let encoded = secrets
+        .open(&row.private_key)
+        .map_err(|e| bad(e.to_string()))?;
+    let bytes = URL_SAFE_NO_PAD
+        .decode(encoded)
+        .map_err(|e| bad(e.to_string()))?;
+    let bytes: [u8; 32] = bytes
+        .try_into()
+        .map_err(|_| bad("not a P-256 private key".into()))?;
+    SigningKey::from_bytes(&bytes.into()).map_err(|e| bad(e.to_string()))
+}
+
+impl KeySet {
+    /// Loads the keys, creating the first one when there is none.
+    pub async fn load(
+        store: &dyn Store,
+        secrets: &SecretBox,
+        now: DateTime<Utc>,
+    ) -> Result<KeySet, KeyError> {
+        let rows = store.read().await?.signing_keys().await?;
+        if rows.iter().any(|r| r.retired_at.is_none()) {
+            return KeySet::from_rows(&rows, secrets);
+        }
+        let mut unit = store.begin().await?;
+        // Another process may have created it meanwhile: look again inside the unit of work.
+        if !unit
+            .signing_keys()
+            .await?
+            .iter()
+            .any(|r| r.retired_at.is_none())
+        {
+            unit.add_signing_key(&row_for(&new_key(), secrets, now))
+                .await?;
+        }
+        unit.commit().await?;
+        let rows = store.read().await?.signing_keys().await?;
+        KeySet::from_rows(&rows, secrets)
+    }
+
+    fn from_rows(rows: &[SigningKeyRow], secrets: &SecretBox) -> Result<KeySet, KeyError> {
+        let current = rows
+            .iter()
+            .find(|r| r.retired_at.is_none())
+            .ok_or_else(|| KeyError::Bad("-".into(), "no current signing key".into()))?;
+        let mut keys = Vec::new();
+        for row in rows {
+            let jwk: serde_json::Value = serde_json::from_str(&row.public_jwk)
+                .map_err(|e| KeyError::Bad(row.kid.clone(), e.to_string()))?;
+            keys.push(jwk);
+        }
+        let jwks = serde_json::to_vec(&json!({ "keys": keys }))
+            .map_err(|e| KeyError::Bad(current.kid.clone(), e.to_string()))?;
+        Ok(KeySet {
+            kid: current.kid.clone(),
+            key: open(current, secrets)?,
+            jwks: jwks.into(),
+        })
+    }
+
+    pub fn kid(&self) -> &str {
+        &self.kid
+    }
+
+    /// The JWKS document.
+    pub fn jwks(&self) -> axum::body::Bytes {
+        self.jwks.clone()
+    }
+
+    /// A compact JWS of `claims`, signed with the current key.
+    pub fn sign(&self, claims: &serde_json::Value) -> String {
+        let header = json!({"alg": ALG, "typ": "JWT", "kid": self.kid});
+        let input = format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(header.to_string()),
+            URL_SAFE_NO_PAD.encode(claims.to_string())
+        );
+        let signature: Signature = self.key.sign(input.as_bytes());
+        format!("{input}.{}", URL_SAFE_NO_PAD.encode(signature.to_bytes()))
+    }
+}
+
+/// Starts signing with a new key. The old ones stay in the JWKS until `keep` has passed since they
+/// were retired (the ID-token lifetime), after which the next rotation drops them.
+pub async fn rotate(
+    store: &dyn Store,
+    secrets: &SecretBox,
+    now: DateTime<Utc>,
+    keep: Duration,
+) -> Result<String, KeyError> {
+    let row = row_for(&new_key(), secrets, now);
+    let mut unit = store.begin().await?;
+    unit.drop_retired_keys(now - keep).await?;
+    unit.retire_signing_keys(now).await?;
+    unit.add_signing_key(&row).await?;
+    unit.commit().await?;
+    Ok(row.kid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use p256::ecdsa::signature::Verifier;
+    use p256::ecdsa::VerifyingKey;
+
+    #[test]
+    fn signatures_verify_with_the_published_key() {
+        let secrets = SecretBox::new(&[7u8; 32]);
+        let key = new_key();
+        let row = row_for(&key, &secrets, Utc::now());
+        assert!(!row
+            .private_key
+            .contains(&URL_SAFE_NO_PAD.encode(key.to_bytes())));
+        let set = KeySet::from_rows(std::slice::from_ref(&row), &secrets).unwrap();
+        let jwt = set.sign(&json!({"sub": "u1"}));
+        let parts: Vec<&str> = jwt.split('.').collect();
+        assert_eq!(parts.len(), 3);
+        let jwks: serde_json::Value = serde_json::from_slice(&set.jwks()).unwrap();
+        let jwk = &jwks["keys"][0];
+        assert_eq!(jwk["kid"], row.kid);
+        assert!(
+            jwk.get("d").is_none(),
+            "the private part is never published"
+        );
+        let x = URL_SAFE_NO_PAD.decode(jwk["x"].as_str().unwrap()).unwrap();
+        let y = URL_SAFE_NO_PAD.decode(jwk["y"].as_str().unwrap()).unwrap();
+        let mut sec1 = vec![4u8];
+        sec1.extend(x);
+        sec1.extend(y);
+        let verifying = VerifyingKey::from_sec1_bytes(&sec1).unwrap();
+        let sig = Signature::from_slice(&URL_SAFE_NO_PAD.decode(parts[2]).unwrap()).unwrap();
+        let input = format!("{}.{}", parts[0], parts[1]);
+        assert!(verifying.verify(input.as_bytes(), &sig).is_ok());
+        assert!(verifying.verify(b"other", &sig).is_err());
+    }
+
+    #[test]
+    fn a_key_sealed_with_another_secret_does_not_open() {
+        let row = row_for(&new_key(), &SecretBox::new(&[1u8; 32]), Utc::now());
+        assert!(KeySet::from_rows(&[row], &SecretBox::new(&[2u8; 32])).is_err());
+    }
+}

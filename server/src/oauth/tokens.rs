@@ -1,0 +1,303 @@
+//! Tokens for a grant: opaque access and refresh tokens (hashed at rest) and signed ID tokens; refresh
+//! rotation with reuse detection; revocation (RFC 7009) and introspection (RFC 7662); the claims
+//! that ID tokens and userinfo share.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use chrono::{DateTime, Duration, Utc};
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::clients::Client;
+use super::{new_secret, OAuthError, OAuthResult, Provider, ACCESS_PREFIX, REFRESH_PREFIX};
+use crate::crypto::hash_token;
+use crate::model::account::{Account, Scope};
+use crate::model::oauth::{parse_scopes, scope_string, Grant, TokenKind};
+use crate::store::Session;
+
+/// The token endpoint's answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct TokenResponse {
+    pub access_token: String,
+    pub token_type: &'static str,
+    pub expires_in: i64,
+    pub scope: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refresh_token: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id_token: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub issued_token_type: Option<&'static str>,
+}
+
+pub const ACCESS_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:access_token";
+
+/// What to issue for a grant.
+#[derive(Debug, Clone, Copy)]
+pub struct Issue<'a> {
+    /// The audience of the ID token (the app's client id).
+    pub client_id: &'a str,
+    pub access_ttl: Duration,
+    pub refresh: bool,
+    /// Whether to say `issued_token_type` (token exchange).
+    pub exchange: bool,
+}
+
+/// `at_hash`: the left half of the access token's SHA-256, base64url.
+pub fn at_hash(access_token: &str) -> String {
+    let digest = Sha256::digest(access_token.as_bytes());
+    URL_SAFE_NO_PAD.encode(&digest[..16])
+}
+
+/// Claims about the user that the grant's scopes allow: profile, email and the granted organizations
+/// (under `orgs_key`: `orgs` in ID tokens, `organizations` in userinfo).
+pub async fn user_claims(
+    unit: &mut dyn Session,
+    issuer: &str,
+    user: &Account,
+    grant: &Grant,
+    orgs_key: &str,
+) -> OAuthResult<Map<String, Value>> {
+    let mut claims = Map::new();
+    claims.insert("sub".into(), json!(user.id));
+    if grant.scopes.contains(&Scope::Profile) {
+        claims.insert("name".into(), json!(user.fullname));
+        claims.insert("preferred_username".into(), json!(user.name));
+        claims.insert(
+            "picture".into(),
+            json!(format!("{issuer}/avatars/{}", user.name)),
+        );
+        claims.insert("profile".into(), json!(format!("{issuer}/{}", user.name)));
+    }
+    if grant.scopes.contains(&Scope::Email) {
+        claims.insert("email".into(), json!(user.email));
+        claims.insert("email_verified".into(), json!(user.email.is_some()));
+    }
+    let orgs: Vec<Value> = unit
+        .orgs_of(&user.id)
+        .await?
+        .into_iter()
+        .filter(|(o, _)| grant.org_ids.contains(&o.id))
+        .map(|(o, role)| {
+            json!({
+                "sub": o.id,
+                "name": o.fullname,
+                "preferred_username": o.name,
+                "picture": format!("{issuer}/avatars/{}", o.name),
+                "roleInOrg": role.as_str(),
+            })
+        })
+        .collect();
+    claims.insert(orgs_key.into(), Value::Array(orgs));
+    Ok(claims)
+}
+
+/// Issues an access token (and a refresh token, and an ID token when `openid` was granted) for the
+/// grant, in the caller's unit of work.
+pub async fn issue(
+    p: &Provider,
+    unit: &mut dyn Session,
+    grant: &Grant,
+    what: Issue<'_>,
+) -> OAuthResult<TokenResponse> {
+    let now = p.now();
+    let access_token = new_secret(ACCESS_PREFIX);
+    let expires = now + what.access_ttl;
+    unit.add_token(
+        &hash_token(&access_token),
+        &grant.id,
+        TokenKind::Access,
+        expires,
+        now,
+    )
+    .await?;
+    let refresh_token = if what.refresh {
+        let t = new_secret(REFRESH_PREFIX);
+        let ttl = Provider::secs(p.config.refresh_token_ttl_s);
+        unit.add_token(
+            &hash_token(&t),
+            &grant.id,
+            TokenKind::Refresh,
+            now + ttl,
+            now,
+        )
+        .await?;
+        Some(t)
+    } else {
+        None
+    };
+    let id_token = if grant.scopes.contains(&Scope::Openid) {
+        Some(id_token(p, unit, grant, what.client_id, &access_token, now).await?)
+    } else {
+        None
+    };
+    Ok(TokenResponse {
+        expires_in: what.access_ttl.num_seconds(),
+        access_token,
+        token_type: "bearer",
+        scope: scope_string(&grant.scopes),
+        refresh_token,
+        id_token,
+        issued_token_type: what.exchange.then_some(ACCESS_TOKEN_TYPE),
+    })
+}
+
+async fn id_token(
+    p: &Provider,
+    unit: &mut dyn Session,
+    grant: &Grant,
+    client_id: &str,
+    access_token: &str,
+    now: DateTime<Utc>,
+) -> OAuthResult<String> {
+    let issuer = p.issuer()?;
+    let user = unit
+        .account_by_id(&grant.user_id)
+        .await?
+        .ok_or_else(|| OAuthError::invalid_grant("the user no longer exists"))?;
+    let mut claims = user_claims(unit, issuer, &user, grant, "orgs").await?;
+    let exp = now + Provider::secs(p.config.id_token_ttl_s);
+    for (k, v) in [
+        ("iss", json!(issuer)),
+        ("aud", json!(client_id)),
+        ("iat", json!(now.timestamp())),
+        ("exp", json!(exp.timestamp())),
+        ("auth_time", json!(grant.auth_time.timestamp())),
+        ("at_hash", json!(at_hash(access_token))),
+    ] {
+        claims.insert(k.into(), v);
+    }
+    if let Some(nonce) = &grant.nonce {
+        claims.insert("nonce".into(), json!(nonce));
+    }
+    Ok(p.keys().await?.sign(&Value::Object(claims)))
+}
+
+/// The refresh-token grant: the presented token is spent and a new pair issued. A token presented
+/// twice was stolen or replayed: the whole grant is revoked.
+pub async fn refresh(
+    p: &Provider,
+    client: &Client,
+    token: &str,
+    scope: Option<&str>,
+) -> OAuthResult<TokenResponse> {
+    let now = p.now();
+    let invalid = || OAuthError::invalid_grant("the refresh token is invalid, expired or revoked");
+    if !token.starts_with(REFRESH_PREFIX) || token.len() > 128 {
+        return Err(invalid());
+    }
+    let hash = hash_token(token);
+    let mut unit = p.store.begin().await?;
+    let (issued, grant) = unit.token(&hash).await?.ok_or_else(invalid)?;
+    if issued.kind != TokenKind::Refresh
+        || grant.app_id.as_deref() != Some(client.app.id.as_str())
+        || grant.revoked_at.is_some()
+        || issued.expires_at <= now
+    {
+        return Err(invalid());
+    }
+    if !unit.use_refresh_token(&hash, now).await? {
+        unit.revoke_grant(&grant.id, now).await?;
+        unit.commit().await?;
+        p.revocations.revoke();
+        tracing::warn!(grant = %grant.id, client = %client.app.id, "refresh token reused: grant revoked");
+        return Err(OAuthError::invalid_grant(
+            "the refresh token was already used; every token of this grant is now revoked",
+        ));
+    }
+    if let Some(scope) = scope {
+        let asked = parse_scopes(scope).map_err(OAuthError::invalid_scope)?;
+        if asked.iter().any(|s| !grant.scopes.contains(s)) {
+            return Err(OAuthError::invalid_scope(
+                "a refresh cannot widen the scopes of the grant",
+            ));
+        }
+    }
+    let user = unit.account_by_id(&grant.user_id).await?;
+    if user.is_none_or(|u| u.disabled_at.is_some()) {
+        return Err(invalid());
+    }
+    let what = Issue {
+        client_id: &client.app.id,
+        access_ttl: Provider::secs(p.config.access_token_ttl_s),
+        refresh: true,
+        exchange: false,
+    };
+    let resp = issue(p, unit.as_mut(), &grant, what).await?;
+    unit.commit().await?;
+    Ok(resp)
+}
+
+/// RFC 7009: ends a token the client holds. A refresh token ends its whole grant. Unknown tokens,
+/// and tokens of other clients, are ignored (the answer is the same).
+pub async fn revoke(p: &Provider, client: &Client, token: &str) -> OAuthResult<()> {
+    if token.len() > 128 {
+        return Ok(());
+    }
+    let hash = hash_token(token);
+    let mut unit = p.store.begin().await?;
+    let Some((issued, grant)) = unit.token(&hash).await? else {
+        return Ok(());
+    };
+    if grant.app_id.as_deref() != Some(client.app.id.as_str()) {
+        return Ok(());
+    }
+    match issued.kind {
+        TokenKind::Refresh => unit.revoke_grant(&grant.id, p.now()).await?,
+        TokenKind::Access => {
+            unit.delete_oauth_token(&hash).await?;
+        }
+    }
+    unit.commit().await?;
+    p.revocations.revoke();
+    Ok(())
+}
+
+/// RFC 7662: what a token is, for the app it was issued to (or an instance administrator).
+pub async fn introspect(p: &Provider, app_id: Option<&str>, token: &str) -> OAuthResult<Value> {
+    let inactive = json!({"active": false});
+    if token.len() > 128 {
+        return Ok(inactive);
+    }
+    let now = p.now();
+    let mut session = p.store.read().await?;
+    let Some((issued, grant)) = session.token(&hash_token(token)).await? else {
+        return Ok(inactive);
+    };
+    let mine = app_id.is_none_or(|id| grant.app_id.as_deref() == Some(id));
+    if !mine || grant.revoked_at.is_some() || issued.expires_at <= now {
+        return Ok(inactive);
+    }
+    let Some(user) = session.account_by_id(&grant.user_id).await? else {
+        return Ok(inactive);
+    };
+    if user.disabled_at.is_some() {
+        return Ok(inactive);
+    }
+    Ok(json!({
+        "active": true,
+        "scope": scope_string(&grant.scopes),
+        "client_id": grant.app_id,
+        "username": user.name,
+        "sub": user.id,
+        "token_type": issued.kind.as_str(),
+        "exp": issued.expires_at.timestamp(),
+        "iat": issued.created_at.timestamp(),
+        "iss": p.issuer()?,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_hash_is_the_left_half_of_sha256() {
+        // OpenID Connect Core's example shape: 16 bytes, base64url without padding.
+        let h = at_hash("jHkWEdUXMU1BwAsC4vtUsZwnNCKxXndSg");
+        assert_eq!(h.len(), 22);
+        assert!(!h.contains('='));
+        assert_ne!(at_hash("a"), at_hash("b"));
+    }
+}
