@@ -206,24 +206,38 @@ impl Services {
             .then(|| config.key_file().ok())
             .flatten();
         close_private_files(&data_dir, key_file);
-        let (runtime, table) =
-            crate::runtime::handle(public_url, public_host.clone(), config.runtime.log_lines);
+        let (runtime, table) = crate::runtime::handle(
+            public_url.clone(),
+            public_host.clone(),
+            config.runtime.log_lines,
+        );
         let kick = runtime.clone();
+        let services = crate::services::Context {
+            store: store.clone(),
+            clock,
+            secrets,
+            catalog: CatalogCache::default(),
+            hardware: Arc::new(hardware),
+            runtime_config: config.runtime.clone(),
+            quotas: config.quotas,
+            revocations: Default::default(),
+            public_host,
+            on_change: Arc::new(move || kick.kick()),
+        };
+        let oauth = Arc::new(crate::oauth::Provider::new(
+            config.oauth.clone(),
+            &public_url,
+            &services,
+        ));
+        match &oauth.issuer {
+            Ok(issuer) => tracing::info!(%issuer, "oauth provider on"),
+            Err(why) => tracing::warn!("oauth provider off: {why}"),
+        }
         let state = AppState(Arc::new(AppInner {
-            services: crate::services::Context {
-                store: store.clone(),
-                clock,
-                secrets,
-                catalog: CatalogCache::default(),
-                hardware: Arc::new(hardware),
-                runtime_config: config.runtime.clone(),
-                quotas: config.quotas,
-                revocations: Default::default(),
-                public_host,
-                on_change: Arc::new(move || kick.kick()),
-            },
+            services,
             runtime,
             body_limit: config.server.body_limit,
+            oauth,
         }));
         // Warm the catalog so the first list is fast; a failure here is retried on first use.
         if let Err(e) = state.catalog.reload(state.store.as_ref()).await {

@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 
 use super::error::ApiResult;
 use super::AppState;
-use crate::auth::Principal;
+use crate::auth::{Credential, Principal};
 use crate::model::account::Scope;
 use crate::model::catalog::utc_timestamp;
 
@@ -51,9 +51,22 @@ pub struct OrgOut {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AuthOut {
+    /// `access_token` for a personal token, `oauth` for one issued to an app.
     #[serde(rename = "type")]
     pub kind: String,
     pub access_token: AccessTokenOut,
+    /// The app an OAuth token was issued to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub app: Option<AppOut>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppOut {
+    pub client_id: Option<String>,
+    pub name: Option<String>,
+    /// How the token was granted: `code`, `device`, `exchange` or `ci`.
+    pub grant: String,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -76,14 +89,14 @@ fn avatar(name: &str) -> String {
 pub async fn whoami(State(state): State<AppState>, who: Principal) -> ApiResult<Json<WhoAmIOut>> {
     let orgs = crate::services::accounts::orgs_of(state.store.as_ref(), &who.account.id).await?;
     let a = &who.account;
-    let crate::auth::Credential::PersonalToken(token) = &who.credential;
+    let sees = |scope: Scope| who.scopes.as_ref().is_none_or(|s| s.contains(&scope));
     Ok(Json(WhoAmIOut {
         kind: "user".into(),
         id: a.id.clone(),
         name: a.name.clone(),
         fullname: a.fullname.clone(),
-        email: a.email.clone(),
-        email_verified: a.email.is_some(),
+        email: a.email.clone().filter(|_| sees(Scope::Email)),
+        email_verified: a.email.is_some() && sees(Scope::Email),
         avatar_url: avatar(&a.name),
         is_pro: false,
         is_admin: a.is_admin,
@@ -99,20 +112,42 @@ pub async fn whoami(State(state): State<AppState>, who: Principal) -> ApiResult<
                 role_in_org: role.as_str().into(),
             })
             .collect(),
-        auth: AuthOut {
+        auth: auth_out(&who),
+    }))
+}
+
+fn auth_out(who: &Principal) -> AuthOut {
+    let role = if who.scopes.is_some() {
+        "fineGrained"
+    } else {
+        "write"
+    };
+    match &who.credential {
+        Credential::PersonalToken(token) => AuthOut {
             kind: "access_token".into(),
             access_token: AccessTokenOut {
                 display_name: token.display_name.clone(),
-                role: if who.scopes.is_some() {
-                    "fineGrained"
-                } else {
-                    "write"
-                }
-                .into(),
+                role: role.into(),
                 created_at: utc_timestamp(token.created_at),
                 expires_at: token.expires_at.map(utc_timestamp),
                 scopes: who.scopes.clone(),
             },
+            app: None,
         },
-    }))
+        Credential::OAuth(t) => AuthOut {
+            kind: "oauth".into(),
+            access_token: AccessTokenOut {
+                display_name: t.app_name.clone().unwrap_or_else(|| t.kind.as_str().into()),
+                role: role.into(),
+                created_at: utc_timestamp(t.created_at),
+                expires_at: Some(utc_timestamp(t.expires_at)),
+                scopes: who.scopes.clone(),
+            },
+            app: Some(AppOut {
+                client_id: t.app_id.clone(),
+                name: t.app_name.clone(),
+                grant: t.kind.as_str().into(),
+            }),
+        },
+    }
 }

@@ -52,7 +52,7 @@ pub fn router() -> Router<AppState> {
 }
 
 /// Admin bodies decode with the model's strict decoder, so their issues read like every other body's.
-fn decode<T: serde::de::DeserializeOwned>(body: serde_json::Value) -> ApiResult<T> {
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(body: serde_json::Value) -> ApiResult<T> {
     crate::model::issue::decode(&body).map_err(|issue| ApiError::invalid_body(vec![issue]))
 }
 

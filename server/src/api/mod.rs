@@ -6,6 +6,7 @@ pub mod catalog;
 pub mod endpoints;
 pub use crate::error;
 pub mod extract;
+pub mod oauth;
 pub mod openapi;
 
 use std::sync::Arc;
@@ -32,6 +33,8 @@ pub struct AppInner {
     /// Replica logs and the shutdown signal, for the log routes.
     pub runtime: crate::runtime::RuntimeHandle,
     pub body_limit: usize,
+    /// The OAuth / OpenID Connect provider.
+    pub oauth: Arc<crate::oauth::Provider>,
 }
 
 impl std::ops::Deref for AppState {
@@ -57,6 +60,7 @@ pub fn router(state: AppState) -> Router {
         .merge(endpoints::router())
         .merge(accounts::router())
         .merge(admin::router())
+        .merge(oauth::router())
         .merge(openapi::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -114,12 +118,13 @@ async fn response_contract(req: Request, next: Next) -> Response {
     let span = tracing::info_span!("request", id = %request_id, method = %req.method(), path = %req.uri().path());
     let mut resp = next.run(req).instrument(span).await;
     let status = resp.status();
-    let is_json = resp
+    // JSON errors stand as they are, and so do the OAuth provider's HTML error pages.
+    let shaped = resp
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    if (status.is_client_error() || status.is_server_error()) && !is_json {
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/html"));
+    if (status.is_client_error() || status.is_server_error()) && !shaped {
         resp = rejection_to_json(status);
     }
     if let Ok(v) = HeaderValue::from_str(&request_id) {

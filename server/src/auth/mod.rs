@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 
 use crate::crypto::{hash_token, TOKEN_PREFIX};
 use crate::model::account::{Account, AccountKind, Scope, TokenInfo};
+use crate::model::oauth::{GrantKind, TokenKind};
 use crate::store::{Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +44,19 @@ impl Revocations {
 pub enum Credential {
     /// A personal access token (`sy_…`), created by the user or an administrator.
     PersonalToken(TokenInfo),
+    /// An OAuth access token (`syo_…`) issued to an app.
+    OAuth(OAuthToken),
+}
+
+/// What is known of an OAuth access token: the app it was issued to and how.
+#[derive(Debug, Clone)]
+pub struct OAuthToken {
+    pub app_id: Option<String>,
+    pub app_name: Option<String>,
+    pub grant_id: String,
+    pub kind: GrantKind,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
 }
 
 /// Which of the user's organizations a credential may reach.
@@ -62,6 +76,9 @@ pub struct Principal {
     /// What the credential is restricted to; `None` is unrestricted.
     pub scopes: Option<Vec<Scope>>,
     pub orgs: OrgReach,
+    /// Whether the credential reaches the user's own namespace (an organization's exchanged token
+    /// does not).
+    pub personal: bool,
 }
 
 /// What a request touches in a namespace.
@@ -88,10 +105,14 @@ impl Principal {
     /// The scopes that allow `action` on `resource`, any one of which a restricted credential needs.
     fn scopes_for(resource: Resource, action: Action) -> &'static [Scope] {
         match (resource, action) {
-            (Resource::Endpoints | Resource::Inference, Action::Read) => {
-                &[Scope::ReadEndpoints, Scope::WriteEndpoints]
-            }
-            (Resource::Endpoints | Resource::Inference, Action::Change) => &[Scope::WriteEndpoints],
+            (Resource::Endpoints, Action::Read) => &[Scope::ReadEndpoints, Scope::WriteEndpoints],
+            // Calling an endpoint is an inference request on the user's behalf.
+            (Resource::Inference, _) => &[
+                Scope::ReadEndpoints,
+                Scope::WriteEndpoints,
+                Scope::InferenceApi,
+            ],
+            (Resource::Endpoints, Action::Change) => &[Scope::WriteEndpoints],
         }
     }
 
@@ -156,7 +177,15 @@ pub async fn authenticate(
     })?;
     let invalid = || AuthError::Unauthorized("invalid or expired token".into());
     // Cheap rejection of what cannot be one of our tokens, before any store access.
-    if !token.starts_with(TOKEN_PREFIX) || token.len() > 128 {
+    if token.len() > 128 {
+        return Err(invalid());
+    }
+    if token.starts_with(OAUTH_ACCESS_PREFIX) {
+        return oauth_principal(store, token, now)
+            .await?
+            .ok_or_else(invalid);
+    }
+    if !token.starts_with(TOKEN_PREFIX) {
         return Err(invalid());
     }
     // Looked up by its SHA-256: the secret is never compared byte by byte, so response time says nothing
@@ -179,7 +208,57 @@ pub async fn authenticate(
         scopes: info.scopes.clone(),
         credential: Credential::PersonalToken(info),
         orgs: OrgReach::Memberships,
+        personal: true,
     })
+}
+
+/// Prefix of the OAuth provider's access tokens.
+pub const OAUTH_ACCESS_PREFIX: &str = "syo_";
+
+/// The principal of an OAuth access token: its grant's scopes and organizations only.
+async fn oauth_principal(
+    store: &dyn Store,
+    token: &str,
+    now: DateTime<Utc>,
+) -> Result<Option<Principal>, AuthError> {
+    let mut session = store.read().await?;
+    let Some((issued, grant)) = session.token(&hash_token(token)).await? else {
+        return Ok(None);
+    };
+    if issued.kind != TokenKind::Access || issued.expires_at <= now || grant.revoked_at.is_some() {
+        return Ok(None);
+    }
+    let Some(account) = session.account_by_id(&grant.user_id).await? else {
+        return Ok(None);
+    };
+    if account.kind != AccountKind::User || account.disabled_at.is_some() {
+        return Ok(None);
+    }
+    let orgs = session
+        .orgs_of(&account.id)
+        .await?
+        .into_iter()
+        .filter(|(o, _)| grant.org_ids.contains(&o.id))
+        .map(|(o, _)| o.name)
+        .collect();
+    let app_name = match &grant.app_id {
+        Some(id) => session.app(id).await?.map(|(a, _)| a.name),
+        None => None,
+    };
+    Ok(Some(Principal {
+        account,
+        scopes: Some(grant.scopes.clone()),
+        orgs: OrgReach::Only(orgs),
+        personal: grant.personal,
+        credential: Credential::OAuth(OAuthToken {
+            app_id: grant.app_id,
+            app_name,
+            grant_id: grant.id,
+            kind: grant.kind,
+            created_at: issued.created_at,
+            expires_at: issued.expires_at,
+        }),
+    }))
 }
 
 /// Checks that the principal may do `action` on `resource` in `namespace`, and returns the namespace's
@@ -201,7 +280,7 @@ pub async fn authorize(
             needed.join(" or ")
         )));
     }
-    if namespace == who.account.name {
+    if namespace == who.account.name && who.personal {
         return Ok(who.account.clone());
     }
     let denied =
@@ -263,6 +342,7 @@ mod tests {
                 created_at: now,
             }),
             orgs: OrgReach::Memberships,
+            personal: true,
         }
     }
 

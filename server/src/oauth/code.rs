@@ -270,18 +270,29 @@ pub async fn rebind(p: &Provider, id: &str, old: &str, new: &str) -> OAuthResult
     Ok(Some(new_id))
 }
 
-/// Whether the user already let the app have these scopes and organizations.
-pub async fn consented(p: &Provider, user: &Account, req: &AuthRequest) -> OAuthResult<bool> {
-    let prior = p
-        .store
-        .read()
-        .await?
-        .consent(&user.id, &req.client_id)
-        .await?;
-    Ok(prior.is_some_and(|(scopes, orgs)| {
-        req.scopes.iter().all(|s| scopes.contains(s))
-            && req.org_ids.iter().all(|o| orgs.contains(o))
-    }))
+/// The organizations the user granted the app before, when that consent covers this request's scopes
+/// and organizations: the user is not asked again.
+pub async fn consented(
+    p: &Provider,
+    user: &Account,
+    req: &AuthRequest,
+) -> OAuthResult<Option<Vec<String>>> {
+    let mut session = p.store.read().await?;
+    let prior = session.consent(&user.id, &req.client_id).await?;
+    Ok(prior
+        .filter(|(scopes, orgs)| {
+            req.scopes.iter().all(|s| scopes.contains(s))
+                && req.org_ids.iter().all(|o| orgs.contains(o))
+        })
+        .map(|(_, orgs)| orgs))
+}
+
+/// Takes a kept request for its answer: it cannot be answered twice.
+pub async fn take(p: &Provider, id: &str, session: &str) -> OAuthResult<Option<AuthRequest>> {
+    let mut unit = p.store.begin().await?;
+    let row = unit.take_request(&hash_token(id)).await?;
+    unit.commit().await?;
+    Ok(row.and_then(|(json, exp)| parse_request(&json, exp, p.now(), session)))
 }
 
 /// The user's answer to a request: approve with these organizations (ids), or deny.

@@ -131,8 +131,6 @@ pub const ACCESS_PREFIX: &str = "syo_";
 pub const REFRESH_PREFIX: &str = "syr_";
 pub const CODE_PREFIX: &str = "syc_";
 pub const DEVICE_PREFIX: &str = "syd_";
-pub const CLIENT_SECRET_PREFIX: &str = "sys_";
-pub const CLIENT_ID_PREFIX: &str = "app_";
 
 /// The issuer an `[oauth]` config and the public URL make, or why the provider must stay off.
 pub fn issuer_for(config: &OAuthConfig, public_url: &str) -> Result<String, String> {

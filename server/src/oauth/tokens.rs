@@ -56,12 +56,13 @@ pub async fn user_claims(
     unit: &mut dyn Session,
     issuer: &str,
     user: &Account,
-    grant: &Grant,
+    scopes: &[Scope],
+    granted: impl Fn(&Account) -> bool,
     orgs_key: &str,
 ) -> OAuthResult<Map<String, Value>> {
     let mut claims = Map::new();
     claims.insert("sub".into(), json!(user.id));
-    if grant.scopes.contains(&Scope::Profile) {
+    if scopes.contains(&Scope::Profile) {
         claims.insert("name".into(), json!(user.fullname));
         claims.insert("preferred_username".into(), json!(user.name));
         claims.insert(
@@ -70,7 +71,7 @@ pub async fn user_claims(
         );
         claims.insert("profile".into(), json!(format!("{issuer}/{}", user.name)));
     }
-    if grant.scopes.contains(&Scope::Email) {
+    if scopes.contains(&Scope::Email) {
         claims.insert("email".into(), json!(user.email));
         claims.insert("email_verified".into(), json!(user.email.is_some()));
     }
@@ -78,7 +79,7 @@ pub async fn user_claims(
         .orgs_of(&user.id)
         .await?
         .into_iter()
-        .filter(|(o, _)| grant.org_ids.contains(&o.id))
+        .filter(|(o, _)| granted(o))
         .map(|(o, role)| {
             json!({
                 "sub": o.id,
@@ -156,7 +157,8 @@ async fn id_token(
         .account_by_id(&grant.user_id)
         .await?
         .ok_or_else(|| OAuthError::invalid_grant("the user no longer exists"))?;
-    let mut claims = user_claims(unit, issuer, &user, grant, "orgs").await?;
+    let granted = |o: &Account| grant.org_ids.contains(&o.id);
+    let mut claims = user_claims(unit, issuer, &user, &grant.scopes, granted, "orgs").await?;
     let exp = now + Provider::secs(p.config.id_token_ttl_s);
     for (k, v) in [
         ("iss", json!(issuer)),

@@ -4,6 +4,7 @@
 //! render; nothing here knows HTTP.
 
 pub mod accounts;
+pub mod apps;
 pub mod catalog;
 pub mod endpoints;
 mod policy;

@@ -1,0 +1,331 @@
+//! The OAuth provider over HTTP: discovery, JWKS, the token, device, userinfo, revocation and
+//! introspection endpoints (here), the browser pages ([`pages`]) and app management ([`apps`]).
+//! Token-endpoint answers are JSON with `Cache-Control: no-store`; errors are `{"error",
+//! "error_description"}` with the RFC's status codes.
+
+pub mod apps;
+mod pages;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+
+use super::AppState;
+use crate::auth::{bearer_in, Credential};
+use crate::oauth::clients::{self, SecretRule};
+use crate::oauth::{code, device, exchange, tokens, OAuthError, OAuthResult};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/.well-known/openid-configuration", get(discovery))
+        .route("/.well-known/oauth-authorization-server", get(as_metadata))
+        .route("/oauth/jwks", get(jwks))
+        .route("/oauth/token", post(token))
+        .route(
+            "/oauth/device",
+            post(device_authorization).get(pages::device_page),
+        )
+        .route("/oauth/userinfo", get(userinfo).post(userinfo))
+        .route("/oauth/revoke", post(revoke))
+        .route("/oauth/introspect", post(introspect))
+        .merge(pages::router())
+        .merge(apps::router())
+}
+
+/// Documents every app may read: JSON, cacheable briefly, readable cross-origin.
+fn public_json(body: Bytes) -> Response {
+    let mut resp = (StatusCode::OK, body).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=300"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    resp
+}
+
+async fn discovery(State(s): State<AppState>) -> Response {
+    match s.oauth.issuer() {
+        Ok(_) => public_json(s.oauth.discovery()),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn as_metadata(State(s): State<AppState>) -> Response {
+    match s.oauth.issuer() {
+        Ok(_) => public_json(s.oauth.as_metadata()),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn jwks(State(s): State<AppState>) -> Response {
+    match s.oauth.keys().await {
+        Ok(k) => public_json(k.jwks()),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// A form body (`application/x-www-form-urlencoded`), every parameter at most once.
+pub(crate) struct Form(Vec<(String, String)>);
+
+impl Form {
+    fn parse(body: &[u8]) -> OAuthResult<Form> {
+        let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(body)
+            .map_err(|_| OAuthError::invalid_request("the body is not a valid form"))?;
+        for (i, (k, _)) in pairs.iter().enumerate() {
+            if pairs[..i].iter().any(|(k2, _)| k2 == k) {
+                return Err(OAuthError::invalid_request(format!(
+                    "the parameter {k} appears more than once"
+                )));
+            }
+        }
+        Ok(Form(pairs))
+    }
+
+    /// The body as a form, or as a JSON object of strings (some CI clients send JSON).
+    fn parse_any(headers: &HeaderMap, body: &[u8]) -> OAuthResult<Form> {
+        let json = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().starts_with("application/json"));
+        if !json {
+            return Form::parse(body);
+        }
+        let map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body)
+            .map_err(|_| OAuthError::invalid_request("the body is not a JSON object"))?;
+        let pairs = map
+            .into_iter()
+            .map(|(k, v)| match v {
+                serde_json::Value::String(s) => Ok((k, s)),
+                _ => Err(OAuthError::invalid_request(format!("{k} must be a string"))),
+            })
+            .collect::<OAuthResult<_>>()?;
+        Ok(Form(pairs))
+    }
+
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn need(&self, key: &str) -> OAuthResult<&str> {
+        self.get(key)
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| OAuthError::invalid_request(format!("{key} is missing")))
+    }
+}
+
+fn basic(headers: &HeaderMap) -> OAuthResult<Option<clients::Basic>> {
+    clients::parse_basic(
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
+    )
+}
+
+/// A JSON answer that must never be cached.
+fn no_store_json<T: serde::Serialize>(body: &T) -> Response {
+    let mut resp = Json(body).into_response();
+    crate::oauth::no_store(&mut resp);
+    resp
+}
+
+fn answer<T: serde::Serialize>(r: OAuthResult<T>) -> Response {
+    match r {
+        Ok(body) => no_store_json(&body),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn token(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    answer(token_grant(&s, &headers, &body).await)
+}
+
+async fn token_grant(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> OAuthResult<tokens::TokenResponse> {
+    let p = &s.oauth;
+    p.issuer()?;
+    let form = Form::parse_any(headers, body)?;
+    let basic = basic(headers)?;
+    let client = |rule| {
+        clients::authenticate(
+            p,
+            basic.clone(),
+            form.get("client_id"),
+            form.get("client_secret").is_some(),
+            rule,
+        )
+    };
+    match form.need("grant_type")? {
+        crate::oauth::GRANT_CODE => {
+            let c = client(SecretRule::Required).await?;
+            let code = form.need("code")?;
+            code::redeem(
+                p,
+                &c,
+                code,
+                form.get("redirect_uri"),
+                form.get("code_verifier"),
+            )
+            .await
+        }
+        crate::oauth::GRANT_REFRESH => {
+            let c = client(SecretRule::Required).await?;
+            tokens::refresh(p, &c, form.need("refresh_token")?, form.get("scope")).await
+        }
+        crate::oauth::GRANT_DEVICE => {
+            let c = client(SecretRule::Optional).await?;
+            device::poll(p, &c, form.need("device_code")?).await
+        }
+        crate::oauth::GRANT_EXCHANGE => match form.need("subject_token_type")? {
+            exchange::USER_EMAIL => {
+                let c = client(SecretRule::BasicOnly).await?;
+                exchange::by_email(p, &c, form.need("subject_token")?, form.get("scope")).await
+            }
+            exchange::ID_TOKEN => Err(OAuthError::invalid_request(
+                "keyless sign-in with a CI id token is not enabled on this server",
+            )),
+            other => Err(OAuthError::invalid_request(format!(
+                "subject_token_type {other:?} is not supported"
+            ))),
+        },
+        other => Err(OAuthError::new(
+            "unsupported_grant_type",
+            format!("grant_type {other:?} is not supported"),
+        )),
+    }
+}
+
+async fn device_authorization(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let p = &s.oauth;
+    let result = async {
+        p.issuer()?;
+        let form = Form::parse(&body)?;
+        let c = clients::authenticate(
+            p,
+            basic(&headers)?,
+            form.get("client_id"),
+            form.get("client_secret").is_some(),
+            SecretRule::Optional,
+        )
+        .await?;
+        device::start(p, &c, form.get("scope")).await
+    }
+    .await;
+    answer(result)
+}
+
+/// A bearer error as RFC 6750 wants it: the status and `WWW-Authenticate: Bearer error=…`.
+fn bearer_error(code: &'static str, description: &str) -> Response {
+    let mut resp = OAuthError::new(code, description).into_response();
+    if let Ok(v) = HeaderValue::from_str(&format!("Bearer realm=\"switchyard\", error=\"{code}\""))
+    {
+        resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    resp
+}
+
+async fn userinfo(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    let p = &s.oauth;
+    let Ok(issuer) = p.issuer() else {
+        return OAuthError::server_error().into_response();
+    };
+    let who = match crate::auth::authenticate(s.store.as_ref(), bearer_in(&headers), p.now()).await
+    {
+        Ok(w) => w,
+        Err(_) => return bearer_error("invalid_token", "the access token is invalid or expired"),
+    };
+    if !matches!(who.credential, Credential::OAuth(_)) {
+        return bearer_error("invalid_token", "userinfo takes an OAuth access token");
+    }
+    let scopes = who.scopes.clone().unwrap_or_default();
+    if !scopes.contains(&crate::model::account::Scope::Openid) {
+        return bearer_error("insufficient_scope", "userinfo needs the openid scope");
+    }
+    let result = async {
+        let mut session = p.store.read().await?;
+        let granted = |o: &crate::model::account::Account| who.reaches_org(&o.name);
+        let claims = tokens::user_claims(
+            session.as_mut(),
+            issuer,
+            &who.account,
+            &scopes,
+            granted,
+            "organizations",
+        )
+        .await?;
+        Ok(serde_json::Value::Object(claims))
+    }
+    .await;
+    answer(result)
+}
+
+async fn revoke(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let p = &s.oauth;
+    let result = async {
+        p.issuer()?;
+        let form = Form::parse(&body)?;
+        let c = clients::authenticate(
+            p,
+            basic(&headers)?,
+            form.get("client_id"),
+            form.get("client_secret").is_some(),
+            SecretRule::Required,
+        )
+        .await?;
+        tokens::revoke(p, &c, form.need("token")?).await?;
+        Ok(serde_json::json!({}))
+    }
+    .await;
+    answer(result)
+}
+
+/// Introspection takes the app's own credentials (HTTP Basic; only its tokens are described) or an
+/// instance administrator's unrestricted token (every token).
+async fn introspect(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let p = &s.oauth;
+    let result = async {
+        p.issuer()?;
+        let form = Form::parse(&body)?;
+        let app_id = match basic(&headers)? {
+            Some(b) => {
+                let c =
+                    clients::authenticate(p, Some(b), None, false, SecretRule::BasicOnly).await?;
+                Some(c.app.id)
+            }
+            None => {
+                let who = crate::auth::authenticate(s.store.as_ref(), bearer_in(&headers), p.now())
+                    .await
+                    .map_err(|_| OAuthError::invalid_client("authenticate with HTTP Basic"))?;
+                who.require_instance_admin().map_err(|_| {
+                    OAuthError::invalid_client(
+                        "introspection takes the app's credentials or an administrator's token",
+                    )
+                })?;
+                None
+            }
+        };
+        tokens::introspect(p, app_id.as_deref(), form.need("token")?).await
+    }
+    .await;
+    answer(result)
+}

@@ -1,0 +1,281 @@
+//! OAuth apps ("account settings"): a user, or an administrator of an organization, registers apps that
+//! sign users in with Switchyard. A secret is shown once and kept as its SHA-256; an app without one
+//! is public (PKCE only).
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::{Context, Error, Result};
+use crate::auth::{Credential, Principal};
+use crate::crypto::{hash_token, random_id};
+use crate::model::account::{Account, AccountKind, Role, Scope};
+use crate::model::oauth::{validate_redirect_uri, OAuthApp};
+use crate::store::Store;
+
+/// Prefixes of generated client ids and secrets.
+const CLIENT_ID_PREFIX: &str = "app_";
+const SECRET_PREFIX: &str = "sys_";
+
+/// What makes an app (create), or what changes in it (update: absent fields stay).
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AppIn {
+    /// The owning namespace (the caller or an organization they administer). Default: the caller.
+    pub owner: Option<String>,
+    pub name: Option<String>,
+    pub homepage_url: Option<String>,
+    pub logo_url: Option<String>,
+    pub redirect_uris: Option<Vec<String>>,
+    pub scopes: Option<Vec<Scope>>,
+    /// A public app has no secret (PKCE and device flow only). Create only.
+    #[serde(default)]
+    pub public: bool,
+    /// Bind the app to its owning organization with the `token-exchange` privilege (instance
+    /// administrators only).
+    pub token_exchange: Option<bool>,
+}
+
+/// An app, with its secret when one was just made (shown this once).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppOut {
+    pub app: OAuthApp,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+}
+
+fn invalid(m: impl Into<String>) -> Error {
+    Error::BadRequest(m.into())
+}
+
+fn check_url(field: &str, url: &str) -> Result<()> {
+    let ok = (url.starts_with("https://") || url.starts_with("http://"))
+        && url.len() <= 2000
+        && !url.chars().any(|c| c.is_whitespace() || c.is_control());
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(format!("{field} must be an http(s) URL")))
+    }
+}
+
+/// Checks the fields an app carries, whatever set them.
+fn check(app: &OAuthApp) -> Result<()> {
+    let name = app.name.trim();
+    if name.is_empty() || name.chars().count() > 100 {
+        return Err(invalid("name must be 1 to 100 characters"));
+    }
+    for (field, url) in [
+        ("homepageUrl", &app.homepage_url),
+        ("logoUrl", &app.logo_url),
+    ] {
+        if let Some(u) = url {
+            check_url(field, u)?;
+        }
+    }
+    if app.redirect_uris.len() > 20 {
+        return Err(invalid("at most 20 redirect URIs"));
+    }
+    for uri in &app.redirect_uris {
+        validate_redirect_uri(uri).map_err(|e| invalid(format!("redirectUris: {e}")))?;
+    }
+    if app.scopes.is_empty() {
+        return Err(invalid("scopes: an app needs at least one scope"));
+    }
+    Ok(())
+}
+
+/// Whether the principal manages the namespace's apps: its own, an organization it administers, or
+/// any for an instance administrator. App management takes an unrestricted personal token.
+async fn managed_owner(store: &dyn Store, who: &Principal, owner: &str) -> Result<Account> {
+    let personal = matches!(who.credential, Credential::PersonalToken(_)) && who.scopes.is_none();
+    if !personal {
+        return Err(Error::Forbidden(
+            "managing OAuth apps needs an unrestricted personal token".into(),
+        ));
+    }
+    let mut session = store.read().await?;
+    let account = session
+        .account_by_name(owner)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("namespace {owner:?} not found")))?;
+    if account.id == who.account.id || who.is_admin() {
+        return Ok(account);
+    }
+    if account.kind == AccountKind::Org
+        && session.role_in(owner, &who.account.id).await? == Some(Role::Admin)
+    {
+        return Ok(account);
+    }
+    Err(Error::Forbidden(format!(
+        "you may not manage the apps of {owner:?} (needs being it or an admin of the organization)"
+    )))
+}
+
+fn new_secret() -> String {
+    let mut s = crate::crypto::new_token();
+    s.replace_range(..crate::crypto::TOKEN_PREFIX.len(), SECRET_PREFIX);
+    s
+}
+
+/// Registers an app for the principal.
+pub async fn create(ctx: &Context, who: &Principal, input: AppIn) -> Result<AppOut> {
+    let owner_name = input
+        .owner
+        .clone()
+        .unwrap_or_else(|| who.account.name.clone());
+    let owner = managed_owner(ctx.store.as_ref(), who, &owner_name).await?;
+    if input.token_exchange == Some(true) && !(who.is_admin() && who.scopes.is_none()) {
+        return Err(Error::Forbidden(
+            "only an instance administrator grants the token-exchange privilege".into(),
+        ));
+    }
+    register(ctx, &owner, input).await
+}
+
+/// Registers an app for the instance administrator at the shell (`switchyard admin app create`).
+pub async fn create_as_admin(ctx: &Context, input: AppIn) -> Result<AppOut> {
+    let owner_name = input
+        .owner
+        .clone()
+        .ok_or_else(|| invalid("an owner namespace is needed"))?;
+    let owner = ctx
+        .store
+        .read()
+        .await?
+        .account_by_name(&owner_name)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("namespace {owner_name:?} not found")))?;
+    register(ctx, &owner, input).await
+}
+
+async fn register(ctx: &Context, owner: &Account, input: AppIn) -> Result<AppOut> {
+    let token_exchange = input.token_exchange.unwrap_or(false);
+    if token_exchange && owner.kind != AccountKind::Org {
+        return Err(invalid(
+            "the token-exchange privilege binds an app to an organization: the owner must be one",
+        ));
+    }
+    let now = ctx.clock.now();
+    let app = OAuthApp {
+        id: format!("{CLIENT_ID_PREFIX}{}", random_id()),
+        owner: owner.name.clone(),
+        owner_id: owner.id.clone(),
+        name: input.name.clone().unwrap_or_default(),
+        homepage_url: input.homepage_url.clone(),
+        logo_url: input.logo_url.clone(),
+        redirect_uris: input.redirect_uris.clone().unwrap_or_default(),
+        scopes: input.scopes.clone().unwrap_or_default(),
+        has_secret: !input.public,
+        token_exchange,
+        created_at: now,
+        updated_at: now,
+    };
+    check(&app)?;
+    let secret = (!input.public).then(new_secret);
+    let mut unit = ctx.store.begin().await?;
+    unit.create_app(&app, secret.as_deref().map(hash_token).as_deref())
+        .await?;
+    unit.commit().await?;
+    tracing::info!(app = %app.id, owner = %app.owner, "oauth app created");
+    Ok(AppOut {
+        app,
+        client_secret: secret,
+    })
+}
+
+/// An app the principal manages.
+pub async fn get(ctx: &Context, who: &Principal, id: &str) -> Result<OAuthApp> {
+    let not_found = || Error::NotFound(format!("app {id:?} not found"));
+    let (app, _) = ctx
+        .store
+        .read()
+        .await?
+        .app(id)
+        .await?
+        .ok_or_else(not_found)?;
+    match managed_owner(ctx.store.as_ref(), who, &app.owner).await {
+        Ok(_) => Ok(app),
+        // Someone else's app is not shown to exist.
+        Err(Error::Forbidden(_)) => Err(not_found()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The apps of a namespace the principal manages (default: its own).
+pub async fn list(ctx: &Context, who: &Principal, owner: Option<&str>) -> Result<Vec<OAuthApp>> {
+    let owner = owner.unwrap_or(&who.account.name);
+    let account = managed_owner(ctx.store.as_ref(), who, owner).await?;
+    Ok(ctx.store.read().await?.apps_of(&account.id).await?)
+}
+
+/// Changes the fields given.
+pub async fn update(ctx: &Context, who: &Principal, id: &str, input: AppIn) -> Result<OAuthApp> {
+    let mut app = get(ctx, who, id).await?;
+    if input.owner.is_some() || input.public {
+        return Err(invalid(
+            "owner and public cannot change; to make an app public, delete its secret",
+        ));
+    }
+    if let Some(te) = input.token_exchange {
+        if te != app.token_exchange && !(who.is_admin() && who.scopes.is_none()) {
+            return Err(Error::Forbidden(
+                "only an instance administrator changes the token-exchange privilege".into(),
+            ));
+        }
+        app.token_exchange = te;
+    }
+    if let Some(n) = input.name {
+        app.name = n;
+    }
+    if input.homepage_url.is_some() {
+        app.homepage_url = input.homepage_url;
+    }
+    if input.logo_url.is_some() {
+        app.logo_url = input.logo_url;
+    }
+    if let Some(r) = input.redirect_uris {
+        app.redirect_uris = r;
+    }
+    if let Some(s) = input.scopes {
+        app.scopes = s;
+    }
+    app.updated_at = ctx.clock.now();
+    check(&app)?;
+    let mut unit = ctx.store.begin().await?;
+    if !unit.update_app(&app).await? {
+        return Err(Error::NotFound(format!("app {id:?} not found")));
+    }
+    unit.commit().await?;
+    Ok(app)
+}
+
+/// Makes a new secret (the old one stops working at once), or deletes it (`rotate` false): the app is
+/// then public.
+pub async fn set_secret(ctx: &Context, who: &Principal, id: &str, rotate: bool) -> Result<AppOut> {
+    let mut app = get(ctx, who, id).await?;
+    let secret = rotate.then(new_secret);
+    let now = ctx.clock.now();
+    let mut unit = ctx.store.begin().await?;
+    unit.set_app_secret(id, secret.as_deref().map(hash_token).as_deref(), now)
+        .await?;
+    unit.commit().await?;
+    app.has_secret = secret.is_some();
+    app.updated_at = now;
+    tracing::info!(app = %id, rotated = rotate, "oauth app secret changed");
+    Ok(AppOut {
+        app,
+        client_secret: secret,
+    })
+}
+
+/// Deletes an app with every grant and token it holds.
+pub async fn delete(ctx: &Context, who: &Principal, id: &str) -> Result<()> {
+    get(ctx, who, id).await?;
+    let mut unit = ctx.store.begin().await?;
+    unit.delete_app(id).await?;
+    unit.commit().await?;
+    ctx.revocations.revoke();
+    tracing::info!(app = %id, "oauth app deleted");
+    Ok(())
+}
