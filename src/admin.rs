@@ -210,9 +210,16 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
     match command {
         AdminCommand::User { command } => match command {
             UserCommand::Create { name, email, admin } => {
-                let a =
-                    accounts::create_account(store, AccountKind::User, &name, email, admin, now)
-                        .await?;
+                let a = accounts::create_account(
+                    store,
+                    AccountKind::User,
+                    &name,
+                    email,
+                    admin,
+                    None,
+                    now,
+                )
+                .await?;
                 println!("created user {} ({})", a.name, a.id);
             }
             UserCommand::Delete { name } => {
@@ -246,8 +253,16 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
         },
         AdminCommand::Org { command } => match command {
             OrgCommand::Create { name } => {
-                let a = accounts::create_account(store, AccountKind::Org, &name, None, false, now)
-                    .await?;
+                let a = accounts::create_account(
+                    store,
+                    AccountKind::Org,
+                    &name,
+                    None,
+                    false,
+                    None,
+                    now,
+                )
+                .await?;
                 println!("created organization {} ({})", a.name, a.id);
             }
             OrgCommand::List => {

@@ -285,6 +285,17 @@ impl Client {
         .await
     }
 
+    /// Sets a user's password.
+    pub async fn admin_set_password(&self, user: &str, password: &str) -> ClientResult<()> {
+        self.request::<Value>(
+            Method::PUT,
+            &format!("/api/v1/admin/users/{user}/password"),
+            Some(&serde_json::json!({ "password": password })),
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// Issues a token for `user`; returns the token itself.
     pub async fn admin_create_token(&self, user: &str, body: &Value) -> ClientResult<String> {
         let out: Value = self

@@ -1539,3 +1539,166 @@ async fn bodies_must_be_sent_as_json() {
     .await;
     assert_eq!(status, StatusCode::OK, "{text}");
 }
+
+/// A password set over the admin API is stored as an Argon2id hash, never as itself, and signs its user
+/// in (by the name in any case) while the user is enabled; a wrong password, a user without one, an
+/// organization and an unknown name sign nobody in. Refused passwords are never quoted back.
+#[tokio::test]
+async fn passwords_are_stored_hashed_and_checked() {
+    use reqwest::Method;
+    use switchyard_server::services::accounts::check_password;
+    let srv = spawn().await;
+    let store = srv.store().await;
+    let db = srv.db().await;
+    let stored = |name: &'static str| {
+        let db = db.clone();
+        async move {
+            sqlx::query_scalar::<_, Option<String>>(
+                "SELECT password_hash FROM accounts WHERE name = $1",
+            )
+            .bind(name)
+            .fetch_one(&db)
+            .await
+            .unwrap()
+        }
+    };
+    let signs_in = |name: &'static str, password: &'static str| {
+        let store = &store;
+        async move {
+            check_password(store, name, password)
+                .await
+                .unwrap()
+                .map(|a| a.name)
+        }
+    };
+
+    // Created with a password, then given another one.
+    let gina: Value = srv
+        .admin
+        .admin_create_user(&json!({"name": "gina", "password": "first password"}))
+        .await
+        .unwrap();
+    assert!(
+        gina.get("password").is_none() && gina.get("passwordHash").is_none(),
+        "{gina}"
+    );
+    assert_eq!(
+        signs_in("gina", "first password").await.as_deref(),
+        Some("gina")
+    );
+    let (set, _, text) = send_raw(
+        &srv,
+        Method::PUT,
+        "/api/v1/admin/users/gina/password",
+        Some("application/json"),
+        &json!({"password": "correct horse battery"}).to_string(),
+    )
+    .await;
+    assert_eq!(set, StatusCode::NO_CONTENT, "{text}");
+    let hash = stored("gina").await.expect("a stored hash");
+    assert!(hash.starts_with("$argon2id$"), "{hash}");
+    assert!(!hash.contains("correct horse battery"));
+    let users: Value = srv.admin.admin_list_users().await.unwrap();
+    assert!(!users.to_string().contains("argon2"), "{users}");
+
+    assert_eq!(
+        signs_in("gina", "correct horse battery").await.as_deref(),
+        Some("gina")
+    );
+    assert_eq!(
+        signs_in("GINA", "correct horse battery").await.as_deref(),
+        Some("gina")
+    );
+    assert_eq!(signs_in("gina", "first password").await, None);
+    assert_eq!(signs_in("gina", "correct horse batterY").await, None);
+    assert_eq!(signs_in("nobody", "correct horse battery").await, None);
+
+    // A user without a password, and an organization, sign nobody in.
+    let _: Value = srv
+        .admin
+        .admin_create_user(&json!({"name": "hank"}))
+        .await
+        .unwrap();
+    assert_eq!(stored("hank").await, None);
+    assert_eq!(signs_in("hank", "").await, None);
+    let _: Value = srv.admin.admin_create_org("acme").await.unwrap();
+    assert_eq!(
+        status(
+            srv.admin
+                .admin_set_password("acme", "correct horse battery")
+                .await
+        ),
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(signs_in("acme", "correct horse battery").await, None);
+
+    // A disabled user does not sign in, with the right password or not, until enabled again.
+    let _: Value = srv
+        .admin
+        .request(Method::POST, "/api/v1/admin/users/gina/disable", None)
+        .await
+        .unwrap();
+    assert_eq!(signs_in("gina", "correct horse battery").await, None);
+    let _: Value = srv
+        .admin
+        .request(Method::POST, "/api/v1/admin/users/gina/enable", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        signs_in("gina", "correct horse battery").await.as_deref(),
+        Some("gina")
+    );
+
+    // Refusals: too short (no user is created with it), not a string, an unknown user, not an admin.
+    let short = send_raw(
+        &srv,
+        Method::POST,
+        "/api/v1/admin/users",
+        Some("application/json"),
+        &json!({"name": "ivan", "password": "seven77"}).to_string(),
+    )
+    .await;
+    assert_invalid_at(&short, "password", "a short password");
+    assert!(!short.2.contains("seven77"), "{}", short.2);
+    let users: Value = srv.admin.admin_list_users().await.unwrap();
+    assert!(!users.to_string().contains("ivan"));
+    let short = send_raw(
+        &srv,
+        Method::PUT,
+        "/api/v1/admin/users/gina/password",
+        Some("application/json"),
+        &json!({"password": "seven77"}).to_string(),
+    )
+    .await;
+    assert_invalid_at(&short, "password", "a short password");
+    let number = send_raw(
+        &srv,
+        Method::PUT,
+        "/api/v1/admin/users/gina/password",
+        Some("application/json"),
+        r#"{"password": 31415926535}"#,
+    )
+    .await;
+    assert_invalid_at(&number, "password", "a number");
+    assert!(
+        !number.1.contains("31415926535") && !number.2.contains("31415926535"),
+        "{number:?}"
+    );
+    assert_eq!(
+        status(
+            srv.admin
+                .admin_set_password("nobody", "correct horse battery")
+                .await
+        ),
+        StatusCode::NOT_FOUND
+    );
+    let hank = srv.token_for("hank", None).await;
+    assert_eq!(
+        status(hank.admin_set_password("gina", "taken over by hank").await),
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        signs_in("gina", "correct horse battery").await.as_deref(),
+        Some("gina")
+    );
+}

@@ -14,6 +14,7 @@ const RANKS: &[(&str, usize)] = &[
     ("model", 0),
     ("clock", 1),
     ("crypto", 1),
+    ("passwords", 1),
     ("store", 2),
     ("config", 3),
     ("hardware", 3),

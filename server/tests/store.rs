@@ -372,6 +372,86 @@ async fn account_names_are_unique_across_users_and_orgs() {
     }
 }
 
+/// A password hash belongs to a user, is found by the name in any case, and can be cleared; an
+/// account whose name clashes with an older one's (from before names were unique without regard to
+/// case) is found by its exact name.
+#[tokio::test]
+async fn a_user_s_password_hash_is_found_by_its_name_in_any_case() {
+    for (store, dir) in stores().await {
+        let b = store.backend().as_str();
+        let new = |kind, name: &str| NewAccount {
+            kind,
+            name: name.into(),
+            fullname: name.into(),
+            email: None,
+            is_admin: false,
+        };
+        let mut unit = store.begin().await.unwrap();
+        unit.create_account(new(AccountKind::User, "alice"), Utc::now())
+            .await
+            .unwrap();
+        unit.create_account(new(AccountKind::Org, "acme"), Utc::now())
+            .await
+            .unwrap();
+        assert!(unit.set_password_hash("alice", Some("$h1")).await.unwrap());
+        assert!(
+            !unit.set_password_hash("acme", Some("$h1")).await.unwrap(),
+            "{b}"
+        );
+        assert!(!unit.set_password_hash("nobody", Some("$h1")).await.unwrap());
+        unit.commit().await.unwrap();
+
+        let mut s = store.read().await.unwrap();
+        for name in ["alice", "ALICE", "aLiCe"] {
+            let (account, hash) = s.password_hash_of(name).await.unwrap().expect(name);
+            assert_eq!(
+                (account.name.as_str(), hash.as_deref()),
+                ("alice", Some("$h1")),
+                "{b}: {name}"
+            );
+        }
+        let (org, hash) = s.password_hash_of("Acme").await.unwrap().unwrap();
+        assert_eq!((org.kind, hash), (AccountKind::Org, None), "{b}");
+        assert!(s.password_hash_of("nobody").await.unwrap().is_none());
+        assert!(s.set_password_hash("alice", None).await.unwrap());
+        assert_eq!(s.password_hash_of("alice").await.unwrap().unwrap().1, None);
+
+        // A store from before the rule: `Alice`, younger than `alice`, keys as `alice#<id>`.
+        let Some(dir) = dir else { continue };
+        let pool = sqlx::AnyPool::connect(&format!(
+            "sqlite://{}",
+            dir.path().join("switchyard.db").display()
+        ))
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO accounts (id, kind, name, fullname, is_admin, created_at, name_key, password_hash) \
+             VALUES ('old2', 'user', 'Alice', 'Alice', 0, '2030-01-01T00:00:00.000Z', 'alice#old2', '$h2')",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        let found = |name: &'static str| {
+            let store = &store;
+            async move {
+                let (a, h) = store
+                    .read()
+                    .await
+                    .unwrap()
+                    .password_hash_of(name)
+                    .await
+                    .unwrap()
+                    .unwrap();
+                (a.name, h)
+            }
+        };
+        assert_eq!(found("Alice").await, ("Alice".into(), Some("$h2".into())));
+        assert_eq!(found("alice").await, ("alice".into(), None));
+        assert_eq!(found("ALICE").await, ("alice".into(), None));
+        pool.close().await;
+    }
+}
+
 #[tokio::test]
 async fn reopening_applies_nothing_twice() {
     let dir = tempfile::tempdir().unwrap();

@@ -15,6 +15,7 @@ use crate::auth::Principal;
 use crate::model::account::{Account, AccountKind, Membership, Role, Scope, TokenInfo};
 use crate::model::catalog::CatalogEntry;
 use crate::model::Issue;
+use crate::passwords::PasswordError;
 use crate::services::accounts::{self, AccountError};
 use crate::services::quotas::{self, QuotaOut, QuotaOverrideOut};
 
@@ -24,6 +25,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/admin/users/{user}", delete(delete_user))
         .route("/api/v1/admin/users/{user}/disable", post(disable_user))
         .route("/api/v1/admin/users/{user}/enable", post(enable_user))
+        .route("/api/v1/admin/users/{user}/password", put(set_password))
         .route("/api/v1/admin/orgs", get(list_orgs).post(create_org))
         .route("/api/v1/admin/orgs/{org}", delete(delete_org))
         .route(
@@ -60,12 +62,17 @@ impl From<AccountError> for ApiError {
     fn from(e: AccountError) -> Self {
         match e {
             AccountError::Invalid(m) => ApiError::BadRequest(m),
+            // Every body that carries a password carries it as `password`.
+            AccountError::Password(PasswordError::Hash(m)) => ApiError::internal("password", m),
+            AccountError::Password(rule) => {
+                ApiError::invalid_body(vec![Issue::new("password", rule.to_string())])
+            }
             AccountError::Store(s) => s.into(),
         }
     }
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UserIn {
     pub name: String,
@@ -74,6 +81,33 @@ pub struct UserIn {
     /// Make the user an instance administrator.
     #[serde(default)]
     pub admin: bool,
+    /// The user's password (8 characters to 1024 bytes); absent for a user who cannot sign in with one.
+    #[serde(default)]
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for UserIn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserIn")
+            .field("name", &self.name)
+            .field("email", &self.email)
+            .field("admin", &self.admin)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PasswordIn {
+    /// 8 characters to 1024 bytes.
+    pub password: String,
+}
+
+impl std::fmt::Debug for PasswordIn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PasswordIn { password: <redacted> }")
+    }
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -121,7 +155,8 @@ pub async fn list_users(
 }
 
 #[utoipa::path(post, path = "/api/v1/admin/users", tag = "admin", request_body = UserIn,
-    responses((status = 201, body = Account), (status = 409, description = "name taken")))]
+    responses((status = 201, body = Account), (status = 400, description = "an invalid name, email or password"),
+        (status = 409, description = "name taken")))]
 pub async fn create_user(
     State(s): State<AppState>,
     who: Principal,
@@ -135,10 +170,11 @@ pub async fn create_user(
         &u.name,
         u.email,
         u.admin,
+        u.password.as_deref(),
         s.clock.now(),
     )
     .await?;
-    tracing::info!(user = %a.name, by = %who.account.name, "user created");
+    tracing::info!(user = %a.name, by = %who.account.name, password = u.password.is_some(), "user created");
     Ok((StatusCode::CREATED, Json(a)))
 }
 
@@ -165,6 +201,7 @@ pub async fn create_org(
         &o.name,
         None,
         false,
+        None,
         s.clock.now(),
     )
     .await?;
@@ -232,6 +269,24 @@ pub async fn enable_user(
 ) -> ApiResult<Json<Account>> {
     who.require_instance_admin()?;
     Ok(Json(accounts::set_disabled(&s, &user, false).await?))
+}
+
+/// Sets a user's password; its tokens are unaffected.
+#[utoipa::path(put, path = "/api/v1/admin/users/{user}/password", tag = "admin", request_body = PasswordIn,
+    params(("user" = String, Path)),
+    responses((status = 204, description = "set"), (status = 400, description = "a password that breaks the rules"),
+        (status = 404, description = "no such user")))]
+pub async fn set_password(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams(user): PathParams<String>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<StatusCode> {
+    who.require_instance_admin()?;
+    let p: PasswordIn = decode(body)?;
+    accounts::set_password(s.store.as_ref(), &user, &p.password).await?;
+    tracing::info!(user = %user, by = %who.account.name, "password set");
+    Ok(StatusCode::NO_CONTENT)
 }
 
 #[utoipa::path(get, path = "/api/v1/admin/quotas/{namespace}", tag = "admin",

@@ -45,6 +45,7 @@ use super::AppState;
         super::admin::delete_user,
         super::admin::disable_user,
         super::admin::enable_user,
+        super::admin::set_password,
         super::admin::delete_org,
         super::admin::show_quota,
         super::admin::set_quota,

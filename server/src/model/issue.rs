@@ -102,10 +102,15 @@ pub(crate) fn decode<'de, T: Deserialize<'de>>(value: &'de Value) -> Result<T, I
     })
 }
 
-/// The fields that hold secrets (`model.secrets`, the custom image's registry credentials), what is in
-/// them, and what holds them: a wrong value at any of these paths may be a secret put in the wrong shape.
+/// The fields that hold secrets (`model.secrets`, the custom image's registry credentials, a user's
+/// `password` in the admin bodies), what is in them, and what holds them: a wrong value at any of these
+/// paths may be a secret put in the wrong shape.
 fn may_hold_a_secret(path: &str) -> bool {
-    const SECRET_FIELDS: [&str; 2] = ["model.secrets", "model.image.custom.credentials"];
+    const SECRET_FIELDS: [&str; 3] = [
+        "model.secrets",
+        "model.image.custom.credentials",
+        "password",
+    ];
     // `inner` is `outer` or a path inside it.
     let within = |outer: &str, inner: &str| {
         outer.is_empty()
@@ -359,6 +364,7 @@ mod tests {
             "model.secrets[\"a.b\"]",
             "model.image",
             "model.image.custom.credentials.password",
+            "password",
         ] {
             assert!(may_hold_a_secret(path), "{path}");
         }
@@ -367,6 +373,7 @@ mod tests {
             "model.secretsX",
             "model.image.tgi.url",
             "name",
+            "passwordX",
         ] {
             assert!(!may_hold_a_secret(path), "{path}");
         }

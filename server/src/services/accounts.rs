@@ -1,5 +1,5 @@
 //! Account operations shared by the admin HTTP API and `switchyard admin`: users, organizations,
-//! memberships, tokens, and the first administrator of a new store.
+//! memberships, tokens, passwords, and the first administrator of a new store.
 
 use std::path::{Path, PathBuf};
 
@@ -10,6 +10,7 @@ use crate::crypto::{hash_token, new_token, write_private_file};
 use crate::model::account::{
     validate_account_name, Account, AccountKind, Membership, Role, Scope, TokenInfo,
 };
+use crate::passwords::{self, PasswordError};
 use crate::store::{NewAccount, NewToken, Session, Store, StoreError};
 
 /// Name of the administrator created in an empty store.
@@ -25,16 +26,22 @@ pub const MAX_TOKEN_LIFETIME_DAYS: i64 = 3650;
 pub enum AccountError {
     #[error("{0}")]
     Invalid(String),
+    /// A password that breaks the rules, or a hash that could not be made.
+    #[error(transparent)]
+    Password(#[from] PasswordError),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
+/// Creates a user or an organization; a user may be given a password (hashed before the unit of work
+/// starts, then stored with the account, so a user is never created without the password asked for).
 pub async fn create_account(
     store: &dyn Store,
     kind: AccountKind,
     name: &str,
     email: Option<String>,
     is_admin: bool,
+    password: Option<&str>,
     now: DateTime<Utc>,
 ) -> Result<Account, AccountError> {
     validate_account_name(name).map_err(AccountError::Invalid)?;
@@ -45,10 +52,56 @@ pub async fn create_account(
             )));
         }
     }
+    if password.is_some() && kind != AccountKind::User {
+        return Err(AccountError::Invalid(
+            "only a user can have a password".into(),
+        ));
+    }
+    let hash = match password {
+        Some(p) => Some(passwords::hash_password(p).await?),
+        None => None,
+    };
     let mut unit = store.begin().await?;
     let account = insert_account(unit.as_mut(), kind, name, email, is_admin, now).await?;
+    if let Some(hash) = &hash {
+        unit.set_password_hash(&account.name, Some(hash)).await?;
+    }
     unit.commit().await?;
     Ok(account)
+}
+
+/// Sets a user's password (hashed before the unit of work starts, so the hash never holds the store's
+/// write lock); `NotFound` when there is no such user. Its tokens are unaffected.
+pub async fn set_password(
+    store: &dyn Store,
+    name: &str,
+    password: &str,
+) -> Result<(), AccountError> {
+    let hash = passwords::hash_password(password).await?;
+    let mut unit = store.begin().await?;
+    if !unit.set_password_hash(name, Some(&hash)).await? {
+        return Err(StoreError::NotFound(format!("no user {name:?}")).into());
+    }
+    unit.commit().await?;
+    Ok(())
+}
+
+/// The user a name (in any case) and password sign in as: an enabled user whose password this is.
+/// `None` otherwise, after the same work whether or not the name exists or has a password, so the time
+/// an answer takes does not tell which names do.
+pub async fn check_password(
+    store: &dyn Store,
+    name: &str,
+    password: &str,
+) -> Result<Option<Account>, AccountError> {
+    // The session is let go before the hash: no connection waits on it.
+    let found = store.read().await?.password_hash_of(name).await?;
+    let (account, hash) = match found {
+        Some((account, hash)) if account.kind == AccountKind::User => (Some(account), hash),
+        _ => (None, None),
+    };
+    let matches = passwords::verify_stored(password, hash.as_deref()).await;
+    Ok(account.filter(|a| matches && a.disabled_at.is_none()))
 }
 
 async fn insert_account(

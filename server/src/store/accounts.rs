@@ -46,6 +46,14 @@ pub trait AccountStore {
         name: &str,
         at: Option<DateTime<Utc>>,
     ) -> StoreResult<bool>;
+    /// Sets (`Some`) or clears (`None`) a user's password hash; false when there is no such user.
+    async fn set_password_hash(&mut self, name: &str, hash: Option<&str>) -> StoreResult<bool>;
+    /// The account a name signs in as, with its password hash: the account of exactly that name, else
+    /// the one whose name differs only in case.
+    async fn password_hash_of(
+        &mut self,
+        name: &str,
+    ) -> StoreResult<Option<(Account, Option<String>)>>;
     /// Accounts whose names differ only in case from an older account's (from before names were
     /// unique without regard to case): they keep working but should be renamed or deleted.
     async fn name_clashes(&mut self) -> StoreResult<Vec<String>>;
@@ -226,6 +234,35 @@ impl AccountStore for SqlSession {
             .execute(self.db())
             .await?;
         Ok(res.rows_affected() > 0)
+    }
+
+    async fn set_password_hash(&mut self, name: &str, hash: Option<&str>) -> StoreResult<bool> {
+        let res =
+            sqlx::query("UPDATE accounts SET password_hash = $1 WHERE name = $2 AND kind = 'user'")
+                .bind(hash)
+                .bind(name)
+                .execute(self.db())
+                .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
+    async fn password_hash_of(
+        &mut self,
+        name: &str,
+    ) -> StoreResult<Option<(Account, Option<String>)>> {
+        // `name_key` is the name in lowercase (names are ASCII), except for an account whose name
+        // clashes with an older one's: that one is found by its exact name only.
+        let row = sqlx::query(&format!(
+            "SELECT {ACCOUNT_COLS}, password_hash FROM accounts WHERE name = $1 OR name_key = $2 \
+             ORDER BY CASE WHEN name = $3 THEN 0 ELSE 1 END LIMIT 1"
+        ))
+        .bind(name)
+        .bind(name.to_ascii_lowercase())
+        .bind(name)
+        .fetch_optional(self.db())
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        Ok(Some((account_from(&row)?, row.try_get("password_hash")?)))
     }
 
     async fn name_clashes(&mut self) -> StoreResult<Vec<String>> {
