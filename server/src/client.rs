@@ -323,4 +323,52 @@ impl Client {
         .await
         .map(|_| ())
     }
+
+    /// The caller's OAuth apps, or those of `owner` (an organization it administers).
+    pub async fn oauth_apps<T: DeserializeOwned>(&self, owner: Option<&str>) -> ClientResult<T> {
+        match owner {
+            Some(o) => {
+                let q = serde_urlencoded::to_string([("owner", o)]).unwrap_or_default();
+                self.get(&format!("/api/v1/oauth/apps?{q}")).await
+            }
+            None => self.get("/api/v1/oauth/apps").await,
+        }
+    }
+
+    /// Registers an OAuth app; the answer holds its secret, shown this once.
+    pub async fn create_oauth_app<T: DeserializeOwned>(&self, body: &Value) -> ClientResult<T> {
+        self.post("/api/v1/oauth/apps", body).await
+    }
+
+    pub async fn update_oauth_app<T: DeserializeOwned>(
+        &self,
+        id: &str,
+        body: &Value,
+    ) -> ClientResult<T> {
+        self.request(Method::PATCH, &format!("/api/v1/oauth/apps/{id}"), Some(body))
+            .await
+    }
+
+    pub async fn delete_oauth_app(&self, id: &str) -> ClientResult<()> {
+        self.request::<Value>(Method::DELETE, &format!("/api/v1/oauth/apps/{id}"), None)
+            .await
+            .map(|_| ())
+    }
+
+    /// A new secret for the app (`rotate`), or none (the app becomes public).
+    pub async fn oauth_app_secret<T: DeserializeOwned>(
+        &self,
+        id: &str,
+        rotate: bool,
+    ) -> ClientResult<T> {
+        let method = if rotate { Method::POST } else { Method::DELETE };
+        self.request(method, &format!("/api/v1/oauth/apps/{id}/secret"), None)
+            .await
+    }
+
+    /// An organization's audit log, newest first.
+    pub async fn audit_log<T: DeserializeOwned>(&self, org: &str) -> ClientResult<T> {
+        self.get(&format!("/api/v1/organizations/{org}/audit-log"))
+            .await
+    }
 }

@@ -1,0 +1,647 @@
+//! The OAuth provider against a real server on loopback: the browser side driven as a browser would
+//! (cookies, forms with their CSRF tokens, redirects read and not followed), the app side as a client.
+
+mod common;
+
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::Engine;
+use common::TestServer;
+use p256::ecdsa::signature::Verifier;
+use p256::ecdsa::{Signature, VerifyingKey};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
+const REDIRECT: &str = "http://127.0.0.1/callback";
+const PASSWORD: &str = "correct horse battery";
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client")
+}
+
+/// A browser: one cookie jar (the session cookie), redirects read by the test.
+struct Browser {
+    http: reqwest::Client,
+    base: String,
+    cookie: Option<String>,
+}
+
+impl Browser {
+    fn new(base: &str) -> Browser {
+        Browser {
+            http: http(),
+            base: base.to_string(),
+            cookie: None,
+        }
+    }
+
+    fn keep_cookie(&mut self, resp: &reqwest::Response) {
+        if let Some(c) = resp.headers().get("set-cookie") {
+            let c = c.to_str().expect("cookie");
+            assert!(c.contains("HttpOnly") && c.contains("SameSite=Lax"), "{c}");
+            self.cookie = Some(c.split(';').next().expect("pair").to_string());
+        }
+    }
+
+    async fn get(&mut self, path: &str) -> reqwest::Response {
+        let mut req = self.http.get(format!("{}{path}", self.base));
+        if let Some(c) = &self.cookie {
+            req = req.header("cookie", c);
+        }
+        let resp = req.send().await.expect("get");
+        self.keep_cookie(&resp);
+        resp
+    }
+
+    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> reqwest::Response {
+        let body = serde_urlencoded::to_string(form).expect("form");
+        let mut req = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body);
+        if let Some(c) = &self.cookie {
+            req = req.header("cookie", c);
+        }
+        let resp = req.send().await.expect("post");
+        self.keep_cookie(&resp);
+        resp
+    }
+}
+
+fn location(resp: &reqwest::Response) -> String {
+    resp.headers()
+        .get("location")
+        .unwrap_or_else(|| panic!("no Location on a {}", resp.status()))
+        .to_str()
+        .expect("location")
+        .to_string()
+}
+
+/// The value of a hidden input of a page.
+fn field(html: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let start = html
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no field {name} in {html}"))
+        + marker.len();
+    html[start..].split('"').next().expect("value").to_string()
+}
+
+fn query_of(url: &str) -> Vec<(String, String)> {
+    let q = url.split_once('?').map(|(_, q)| q).unwrap_or_default();
+    serde_urlencoded::from_str(q).expect("query")
+}
+
+fn param(url: &str, key: &str) -> Option<String> {
+    query_of(url).into_iter().find(|(k, _)| k == key).map(|(_, v)| v)
+}
+
+struct Setup {
+    server: TestServer,
+    client_id: String,
+    secret: String,
+}
+
+/// A server with user `alice` (password set, member of org `acme`) and her confidential app.
+async fn setup() -> Setup {
+    let server = common::spawn().await;
+    let _: Value = server
+        .admin
+        .admin_create_user(&json!({"name": "alice", "email": "Alice@Example.com", "password": PASSWORD}))
+        .await
+        .expect("user");
+    let _: Value = server.admin.admin_create_org("acme").await.expect("org");
+    let _: Value = server
+        .admin
+        .admin_set_member("acme", "alice", "write")
+        .await
+        .expect("member");
+    let alice = server.token_for("alice", None).await;
+    let app: Value = alice
+        .create_oauth_app(&json!({
+            "name": "Notebook <b>App</b>",
+            "homepageUrl": "https://notebook.example/home",
+            "redirectUris": [REDIRECT],
+            "scopes": ["openid", "profile", "email", "read-endpoints", "read-memberships"],
+        }))
+        .await
+        .expect("app");
+    Setup {
+        client_id: app["app"]["id"].as_str().expect("id").to_string(),
+        secret: app["clientSecret"].as_str().expect("secret").to_string(),
+        server,
+    }
+}
+
+fn authorize_path(client_id: &str, extra: &[(&str, &str)]) -> String {
+    let mut params = vec![
+        ("response_type", "code"),
+        ("client_id", client_id),
+        ("redirect_uri", REDIRECT),
+        ("scope", "openid profile email read-endpoints"),
+        ("state", "st<ate>"),
+        ("nonce", "n-0S6_WzA2Mj"),
+        ("code_challenge", CHALLENGE),
+        ("code_challenge_method", "S256"),
+    ];
+    params.extend_from_slice(extra);
+    format!("/oauth/authorize?{}", serde_urlencoded::to_string(&params).expect("query"))
+}
+
+/// Signs in on the sign-in page the authorize request showed; returns the consent page.
+async fn sign_in(b: &mut Browser, page: String, password: &str) -> reqwest::Response {
+    let resp = b
+        .post(
+            "/oauth/login",
+            &[
+                ("csrf", &field(&page, "csrf")),
+                ("next", &field(&page, "next")),
+                ("request", &field(&page, "request")),
+                ("user_code", &field(&page, "user_code")),
+                ("username", "alice"),
+                ("password", password),
+            ],
+        )
+        .await;
+    if resp.status() != StatusCode::SEE_OTHER {
+        return resp;
+    }
+    let next = location(&resp);
+    b.get(&next).await
+}
+
+/// The whole browser leg: authorize, sign in, approve; the redirect back to the app.
+async fn browser_code(s: &Setup, extra: &[(&str, &str)], orgs: &[&str]) -> String {
+    let mut b = Browser::new(&s.server.url);
+    let page = b.get(&authorize_path(&s.client_id, extra)).await;
+    assert_eq!(page.status(), StatusCode::OK);
+    let page = page.text().await.expect("sign-in page");
+    assert!(page.contains("Notebook &lt;b&gt;App&lt;/b&gt;"), "app name escaped: {page}");
+    let consent = sign_in(&mut b, page, PASSWORD).await;
+    assert_eq!(consent.status(), StatusCode::OK);
+    let consent = consent.text().await.expect("consent page");
+    assert!(consent.contains("notebook.example"), "{consent}");
+    assert!(consent.contains("See your email address"), "{consent}");
+    let mut form = vec![
+        ("csrf", field(&consent, "csrf")),
+        ("request", field(&consent, "request")),
+        ("decision", "approve".to_string()),
+    ];
+    for o in orgs {
+        form.push(("org", o.to_string()));
+    }
+    let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let back = b.post("/oauth/consent", &form).await;
+    assert_eq!(back.status(), StatusCode::SEE_OTHER);
+    location(&back)
+}
+
+async fn token_request(s: &Setup, form: &[(&str, &str)], basic: bool) -> reqwest::Response {
+    let mut req = http()
+        .post(format!("{}/oauth/token", s.server.url))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(serde_urlencoded::to_string(form).expect("form"));
+    if basic {
+        req = req.basic_auth(&s.client_id, Some(&s.secret));
+    }
+    req.send().await.expect("token request")
+}
+
+async fn redeem(s: &Setup, code: &str) -> reqwest::Response {
+    let form = [
+        ("grant_type", "authorization_code"),
+        ("code", code),
+        ("redirect_uri", REDIRECT),
+        ("code_verifier", VERIFIER),
+    ];
+    token_request(s, &form, true).await
+}
+
+fn verify_id_token(jwks: &Value, token: &str) -> Value {
+    let parts: Vec<&str> = token.split('.').collect();
+    assert_eq!(parts.len(), 3);
+    let header: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[0]).unwrap()).unwrap();
+    assert_eq!(header["alg"], "ES256");
+    let key = jwks["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["kid"] == header["kid"])
+        .expect("the token's key is in the JWKS");
+    let mut sec1 = vec![4u8];
+    sec1.extend(URL_SAFE_NO_PAD.decode(key["x"].as_str().unwrap()).unwrap());
+    sec1.extend(URL_SAFE_NO_PAD.decode(key["y"].as_str().unwrap()).unwrap());
+    let verifying = VerifyingKey::from_sec1_bytes(&sec1).expect("P-256 key");
+    let sig = Signature::from_slice(&URL_SAFE_NO_PAD.decode(parts[2]).unwrap()).unwrap();
+    verifying
+        .verify(format!("{}.{}", parts[0], parts[1]).as_bytes(), &sig)
+        .expect("signature verifies");
+    serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap()
+}
+
+async fn get_json(url: &str, bearer: Option<&str>) -> (StatusCode, Value) {
+    let mut req = http().get(url);
+    if let Some(t) = bearer {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.expect("get");
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn code_flow_with_pkce_issues_verifiable_tokens() {
+    let s = setup().await;
+    let (status, disc) = get_json(&format!("{}/.well-known/openid-configuration", s.server.url), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(disc["issuer"], s.server.url);
+    assert_eq!(disc["code_challenge_methods_supported"], json!(["S256"]));
+    let (_, jwks) = get_json(disc["jwks_uri"].as_str().unwrap(), None).await;
+
+    let acme_id = {
+        let alice = s.server.token_for("alice", None).await;
+        let who: Value = alice.whoami().await.unwrap();
+        who["orgs"][0]["id"].as_str().unwrap().to_string()
+    };
+    let back = browser_code(&s, &[], &[&acme_id]).await;
+    assert!(back.starts_with(REDIRECT), "{back}");
+    assert_eq!(param(&back, "state").as_deref(), Some("st<ate>"));
+    assert_eq!(param(&back, "iss").as_deref(), Some(s.server.url.as_str()));
+    let code = param(&back, "code").expect("code");
+
+    let resp = redeem(&s, &code).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()["cache-control"], "no-store");
+    let tok: Value = resp.json().await.unwrap();
+    assert_eq!(tok["token_type"], "bearer");
+    assert_eq!(tok["scope"], "openid profile email read-endpoints");
+    let access = tok["access_token"].as_str().unwrap();
+    let claims = verify_id_token(&jwks, tok["id_token"].as_str().unwrap());
+    assert_eq!(claims["iss"], s.server.url);
+    assert_eq!(claims["aud"], s.client_id);
+    assert_eq!(claims["nonce"], "n-0S6_WzA2Mj");
+    assert_eq!(claims["preferred_username"], "alice");
+    assert_eq!(claims["email"], "Alice@Example.com");
+    assert_eq!(claims["orgs"][0]["preferred_username"], "acme");
+    let expected_at_hash = URL_SAFE_NO_PAD.encode(&Sha256::digest(access.as_bytes())[..16]);
+    assert_eq!(claims["at_hash"], expected_at_hash);
+
+    // The access token works where a personal token does, within its scopes and organizations.
+    let (status, who) = get_json(&format!("{}/api/whoami-v2", s.server.url), Some(access)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(who["auth"]["type"], "oauth");
+    assert_eq!(who["auth"]["app"]["clientId"], s.client_id);
+    assert_eq!(who["orgs"][0]["name"], "acme");
+    let (status, _) = get_json(&format!("{}/v2/endpoint/acme", s.server.url), Some(access)).await;
+    assert_eq!(status, StatusCode::OK, "read-endpoints reaches a granted org");
+    let create = http()
+        .post(format!("{}/v2/endpoint/alice", s.server.url))
+        .bearer_auth(access)
+        .json(&common::endpoint_body("nope"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(create.status(), StatusCode::FORBIDDEN, "no write-endpoints scope");
+
+    let (status, info) = get_json(&format!("{}/oauth/userinfo", s.server.url), Some(access)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(info["sub"], claims["sub"]);
+    assert_eq!(info["organizations"][0]["sub"], acme_id);
+
+    // The code is single use: a replay is refused and revokes what the first use issued.
+    let replay = redeem(&s, &code).await;
+    assert_eq!(replay.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(replay.json::<Value>().await.unwrap()["error"], "invalid_grant");
+    let (status, _) = get_json(&format!("{}/api/whoami-v2", s.server.url), Some(access)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "the replay revoked the first tokens");
+}
+
+#[tokio::test]
+async fn refresh_tokens_rotate_and_reuse_revokes_the_family() {
+    let s = setup().await;
+    let back = browser_code(&s, &[], &[]).await;
+    let tok: Value = redeem(&s, &param(&back, "code").unwrap()).await.json().await.unwrap();
+    let first = tok["refresh_token"].as_str().unwrap().to_string();
+    let refresh = |rt: String| {
+        let s = &s;
+        async move {
+            let form = [("grant_type", "refresh_token"), ("refresh_token", rt.as_str())];
+            token_request(s, &form, true).await
+        }
+    };
+    let resp = refresh(first.clone()).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let second: Value = resp.json().await.unwrap();
+    let second_rt = second["refresh_token"].as_str().unwrap().to_string();
+    assert_ne!(second_rt, first, "rotated");
+    let access = second["access_token"].as_str().unwrap().to_string();
+    let (status, _) = get_json(&format!("{}/api/whoami-v2", s.server.url), Some(&access)).await;
+    assert_eq!(status, StatusCode::OK);
+
+    let reuse = refresh(first).await;
+    assert_eq!(reuse.status(), StatusCode::BAD_REQUEST);
+    let (status, _) = get_json(&format!("{}/api/whoami-v2", s.server.url), Some(&access)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "reuse revoked the family's access token");
+    assert_eq!(refresh(second_rt).await.status(), StatusCode::BAD_REQUEST, "and its refresh token");
+
+    // Without the client's credentials, nothing is issued.
+    let no_auth = token_request(&s, &[("grant_type", "refresh_token"), ("refresh_token", "syr_x"), ("client_id", &s.client_id)], false).await;
+    assert_eq!(no_auth.status(), StatusCode::UNAUTHORIZED);
+    assert!(no_auth.headers()["www-authenticate"].to_str().unwrap().starts_with("Basic"));
+}
+
+#[tokio::test]
+async fn bad_clients_and_redirects_get_an_error_page_never_a_redirect() {
+    let s = setup().await;
+    let mut b = Browser::new(&s.server.url);
+    for bad in [
+        "http://127.0.0.2/callback",
+        "http://localhost/callback",
+        "https://127.0.0.1/callback",
+        "http://127.0.0.1/callback/",
+        "http://127.0.0.1/callback?x=1",
+        "http://a@127.0.0.1/callback",
+        "http://127.0.0.1/callback#f",
+    ] {
+        let path = authorize_path(&s.client_id, &[]).replace(
+            &serde_urlencoded::to_string([("redirect_uri", REDIRECT)]).unwrap(),
+            &serde_urlencoded::to_string([("redirect_uri", bad)]).unwrap(),
+        );
+        let resp = b.get(&path).await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{bad}");
+        assert!(resp.headers().get("location").is_none(), "{bad}");
+        assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
+    }
+    // Any port on the registered loopback host is fine.
+    let path = authorize_path(&s.client_id, &[]).replace("127.0.0.1%2Fcallback", "127.0.0.1%3A5555%2Fcallback");
+    assert_eq!(b.get(&path).await.status(), StatusCode::OK);
+
+    let unknown = b.get(&authorize_path("app_nobody", &[])).await;
+    assert_eq!(unknown.status(), StatusCode::BAD_REQUEST);
+    assert!(unknown.headers().get("location").is_none());
+    let twice = format!("{}&redirect_uri=http%3A%2F%2Fevil.example%2F", authorize_path(&s.client_id, &[]));
+    let resp = b.get(&twice).await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert!(resp.headers().get("location").is_none());
+}
+
+#[tokio::test]
+async fn pkce_downgrades_and_bad_requests_redirect_with_an_error_and_iss() {
+    let s = setup().await;
+    let mut b = Browser::new(&s.server.url);
+    let cases: Vec<(String, &str)> = vec![
+        (authorize_path(&s.client_id, &[]).replace("S256", "plain"), "invalid_request"),
+        (authorize_path(&s.client_id, &[]).replace("&code_challenge_method=S256", ""), "invalid_request"),
+        (authorize_path(&s.client_id, &[]).replace("response_type=code", "response_type=token"), "unsupported_response_type"),
+        (authorize_path(&s.client_id, &[]).replace("read-endpoints", "write-endpoints"), "invalid_scope"),
+        (format!("{}&scope=openid", authorize_path(&s.client_id, &[])), "invalid_request"),
+    ];
+    for (path, error) in cases {
+        let resp = b.get(&path).await;
+        assert_eq!(resp.status(), StatusCode::SEE_OTHER, "{path}");
+        let to = location(&resp);
+        assert!(to.starts_with(REDIRECT), "{to}");
+        assert_eq!(param(&to, "error").as_deref(), Some(error), "{path}");
+        assert_eq!(param(&to, "iss").as_deref(), Some(s.server.url.as_str()));
+        assert_eq!(param(&to, "state").as_deref(), Some("st<ate>"));
+        assert!(param(&to, "code").is_none());
+    }
+    // A public app must use PKCE.
+    let alice = s.server.token_for("alice", None).await;
+    let public: Value = alice
+        .create_oauth_app(&json!({"name": "cli", "public": true, "redirectUris": [REDIRECT], "scopes": ["openid"]}))
+        .await
+        .unwrap();
+    assert!(public.get("clientSecret").is_none());
+    let id = public["app"]["id"].as_str().unwrap();
+    let no_pkce = authorize_path(id, &[])
+        .replace(&format!("&code_challenge={CHALLENGE}&code_challenge_method=S256"), "")
+        .replace("openid+profile+email+read-endpoints", "openid");
+    let to = location(&b.get(&no_pkce).await);
+    assert_eq!(param(&to, "error").as_deref(), Some("invalid_request"), "{to}");
+
+    // A wrong verifier spends the code and issues nothing.
+    let back = browser_code(&s, &[], &[]).await;
+    let code = param(&back, "code").unwrap();
+    let wrong = [("grant_type", "authorization_code"), ("code", code.as_str()), ("redirect_uri", REDIRECT), ("code_verifier", &"x".repeat(43))];
+    let resp = token_request(&s, &wrong, true).await;
+    assert_eq!(resp.json::<Value>().await.unwrap()["error"], "invalid_grant");
+    assert_eq!(redeem(&s, &code).await.status(), StatusCode::BAD_REQUEST, "spent");
+}
+
+#[tokio::test]
+async fn a_returning_user_is_not_asked_again_and_wrong_passwords_are_refused() {
+    let s = setup().await;
+    let mut b = Browser::new(&s.server.url);
+    let page = b.get(&authorize_path(&s.client_id, &[])).await.text().await.unwrap();
+    let refused = sign_in(&mut b, page, "wrong password!").await;
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    let page = refused.text().await.unwrap();
+    assert!(page.contains("Wrong username or password"));
+    let consent = sign_in(&mut b, page, PASSWORD).await.text().await.unwrap();
+    // A form without the session's CSRF token is refused.
+    let forged = b
+        .post("/oauth/consent", &[("csrf", "forged"), ("request", &field(&consent, "request")), ("decision", "approve")])
+        .await;
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    let approve = [("csrf", field(&consent, "csrf")), ("request", field(&consent, "request")), ("decision", "approve".into())];
+    let approve: Vec<(&str, &str)> = approve.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let first = b.post("/oauth/consent", &approve).await;
+    assert!(param(&location(&first), "code").is_some());
+    assert_eq!(b.post("/oauth/consent", &approve).await.status(), StatusCode::FORBIDDEN, "answered once");
+    // Same scopes again: straight back to the app with a code.
+    let again = b.get(&authorize_path(&s.client_id, &[])).await;
+    assert_eq!(again.status(), StatusCode::SEE_OTHER);
+    assert!(param(&location(&again), "code").is_some());
+}
+
+#[tokio::test]
+async fn device_flow_polls_until_the_user_approves() {
+    let s = setup().await;
+    let start = http()
+        .post(format!("{}/oauth/device", s.server.url))
+        .basic_auth(&s.client_id, Some(&s.secret))
+        .form(&[("scope", "openid read-endpoints")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(start.status(), StatusCode::OK);
+    let d: Value = start.json().await.unwrap();
+    let user_code = d["user_code"].as_str().unwrap().to_string();
+    assert_eq!(user_code.len(), 9);
+    assert!(d["verification_uri_complete"].as_str().unwrap().contains(&user_code));
+    let device_code = d["device_code"].as_str().unwrap().to_string();
+    let poll = || {
+        let s = &s;
+        let dc = device_code.clone();
+        async move {
+            let form = [("grant_type", "urn:ietf:params:oauth:grant-type:device_code"), ("device_code", dc.as_str())];
+            let resp = token_request(s, &form, true).await;
+            (resp.status(), resp.json::<Value>().await.unwrap())
+        }
+    };
+    assert_eq!(poll().await.1["error"], "authorization_pending");
+    assert_eq!(poll().await.1["error"], "slow_down", "polled faster than the interval");
+
+    let mut b = Browser::new(&s.server.url);
+    let page = b.get("/oauth/device").await.text().await.unwrap();
+    let entry = sign_in(&mut b, page, PASSWORD).await.text().await.unwrap();
+    let csrf = field(&entry, "csrf");
+    let wrong = b.post("/oauth/device/verify", &[("csrf", &csrf), ("user_code", "BBBB-BBBB")]).await;
+    assert_eq!(wrong.status(), StatusCode::BAD_REQUEST);
+    let confirm = b
+        .post("/oauth/device/verify", &[("csrf", &csrf), ("user_code", &user_code.to_lowercase().replace('-', ""))])
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(confirm.contains("Notebook"), "{confirm}");
+    let done = b
+        .post("/oauth/device/decide", &[("csrf", &csrf), ("user_code", &field(&confirm, "user_code")), ("decision", "approve")])
+        .await;
+    assert_eq!(done.status(), StatusCode::OK);
+    // Wait out the (slowed) interval on the server's clock: the test cannot skip it.
+    tokio::time::sleep(std::time::Duration::from_secs(11)).await;
+    let (status, tok) = poll().await;
+    assert_eq!(status, StatusCode::OK, "{tok}");
+    assert_eq!(tok["scope"], "openid read-endpoints");
+    assert!(tok["id_token"].is_string());
+    tokio::time::sleep(std::time::Duration::from_secs(11)).await;
+    assert_eq!(poll().await.1["error"], "invalid_grant", "a device code is used once");
+}
+
+#[tokio::test]
+async fn organization_token_exchange_reaches_only_the_organization_and_is_audited() {
+    let s = setup().await;
+    let _: Value = s.server.admin.admin_create_user(&json!({"name": "bob", "email": "bob@example.com"})).await.unwrap();
+    let app: Value = s
+        .server
+        .admin
+        .create_oauth_app(&json!({"owner": "acme", "name": "acme backend", "scopes": ["openid", "read-endpoints", "write-endpoints"], "tokenExchange": true}))
+        .await
+        .unwrap();
+    let ex = Setup {
+        server: s.server,
+        client_id: app["app"]["id"].as_str().unwrap().into(),
+        secret: app["clientSecret"].as_str().unwrap().into(),
+    };
+    let exchange = |email: &'static str, scope: Option<&'static str>, basic: bool| {
+        let ex = &ex;
+        async move {
+            let mut form = vec![
+                ("grant_type", "urn:ietf:params:oauth:grant-type:token-exchange"),
+                ("subject_token", email),
+                ("subject_token_type", "urn:hub:token-type:user-email"),
+            ];
+            if let Some(sc) = scope {
+                form.push(("scope", sc));
+            }
+            if !basic {
+                form.push(("client_id", ex.client_id.as_str()));
+            }
+            let resp = token_request(ex, &form, basic).await;
+            (resp.status(), resp.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, tok) = exchange("ALICE@example.com", None, true).await;
+    assert_eq!(status, StatusCode::OK, "{tok}");
+    assert_eq!(tok["issued_token_type"], "urn:ietf:params:oauth:token-type:access_token");
+    assert_eq!(tok["expires_in"], 28800);
+    assert!(tok.get("refresh_token").is_none());
+    assert!(tok["id_token"].is_string());
+    let access = tok["access_token"].as_str().unwrap();
+    let (status, _) = get_json(&format!("{}/v2/endpoint/acme", ex.server.url), Some(access)).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = get_json(&format!("{}/v2/endpoint/alice", ex.server.url), Some(access)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "never the user's own namespace");
+
+    let (status, e) = exchange("bob@example.com", None, true).await;
+    assert_eq!((status, e["error"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid_grant")));
+    let (_, e2) = exchange("nobody@example.com", None, true).await;
+    assert_eq!(e2, e, "a non-member and an unknown email get the same answer");
+    let (_, e) = exchange("alice@example.com", Some("openid email"), true).await;
+    assert_eq!(e["error"], "invalid_scope");
+    let (status, e) = exchange("alice@example.com", None, false).await;
+    assert_eq!((status, e["error"].as_str()), (StatusCode::UNAUTHORIZED, Some("invalid_client")));
+    // The user's own app is not bound to an organization.
+    let own = Setup { server: ex.server, client_id: s.client_id, secret: s.secret };
+    let form = [("grant_type", "urn:ietf:params:oauth:grant-type:token-exchange"), ("subject_token", "alice@example.com"), ("subject_token_type", "urn:hub:token-type:user-email")];
+    let resp = token_request(&own, &form, true).await;
+    assert_eq!(resp.json::<Value>().await.unwrap()["error"], "invalid_client");
+
+    let log: Vec<Value> = own.server.admin.audit_log("acme").await.unwrap();
+    let outcomes: Vec<&str> = log.iter().map(|e| e["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes.iter().filter(|o| **o == "success").count(), 1, "{log:?}");
+    assert_eq!(outcomes.iter().filter(|o| **o == "invalid_grant").count(), 2);
+    assert_eq!(outcomes.iter().filter(|o| **o == "invalid_scope").count(), 1);
+    let alice = own.server.token_for("alice", None).await;
+    let denied = alice.audit_log::<Value>("acme").await.unwrap_err();
+    assert_eq!(denied.status(), Some(StatusCode::FORBIDDEN), "a writer is not an org admin");
+}
+
+#[tokio::test]
+async fn apps_secrets_revocation_and_introspection() {
+    let s = setup().await;
+    let alice = s.server.token_for("alice", None).await;
+    let bob = s.server.user("bobby", None).await;
+    let err = bob.update_oauth_app::<Value>(&s.client_id, &json!({"name": "mine"})).await.unwrap_err();
+    assert_eq!(err.status(), Some(StatusCode::NOT_FOUND), "someone else's app is not shown");
+    let bad = alice.create_oauth_app::<Value>(&json!({"name": "x", "redirectUris": ["http://evil.example/cb"], "scopes": ["openid"]})).await.unwrap_err();
+    assert_eq!(bad.status(), Some(StatusCode::BAD_REQUEST));
+    let te = alice.create_oauth_app::<Value>(&json!({"name": "x", "owner": "acme", "scopes": ["openid"], "tokenExchange": true})).await.unwrap_err();
+    assert_eq!(te.status(), Some(StatusCode::FORBIDDEN), "only instance admins grant token exchange");
+
+    let back = browser_code(&s, &[], &[]).await;
+    let tok: Value = redeem(&s, &param(&back, "code").unwrap()).await.json().await.unwrap();
+    let access = tok["access_token"].as_str().unwrap().to_string();
+    let introspect = |token: String, secret: String| {
+        let s = &s;
+        async move {
+            http()
+                .post(format!("{}/oauth/introspect", s.server.url))
+                .basic_auth(&s.client_id, Some(secret))
+                .form(&[("token", token)])
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let info: Value = introspect(access.clone(), s.secret.clone()).await.json().await.unwrap();
+    assert_eq!(info["active"], true);
+    assert_eq!(info["username"], "alice");
+    let wrong = introspect(access.clone(), "sys_wrong".into()).await;
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+
+    let revoked = http()
+        .post(format!("{}/oauth/revoke", s.server.url))
+        .basic_auth(&s.client_id, Some(&s.secret))
+        .form(&[("token", tok["refresh_token"].as_str().unwrap())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), StatusCode::OK);
+    let info: Value = introspect(access.clone(), s.secret.clone()).await.json().await.unwrap();
+    assert_eq!(info["active"], false, "revoking the refresh token ended the grant");
+
+    // A rotated secret replaces the old one; a deleted one makes the app public.
+    let rotated: Value = alice.oauth_app_secret(&s.client_id, true).await.unwrap();
+    let new_secret = rotated["clientSecret"].as_str().unwrap().to_string();
+    assert_eq!(introspect(access.clone(), s.secret.clone()).await.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(introspect(access.clone(), new_secret).await.status(), StatusCode::OK);
+    let public: Value = alice.oauth_app_secret(&s.client_id, false).await.unwrap();
+    assert_eq!(public["app"]["hasSecret"], false);
+
+    // Nothing usable is at rest: the store holds hashes of secrets and tokens.
+    let db = s.server.db().await;
+    let hashes: Vec<(String,)> = sqlx::query_as("SELECT token_hash FROM oauth_tokens").fetch_all(&db).await.unwrap();
+    assert!(hashes.iter().all(|(h,)| h.len() == 64 && !h.starts_with("sy")));
+    let keys: Vec<(String,)> = sqlx::query_as("SELECT private_key FROM signing_keys").fetch_all(&db).await.unwrap();
+    assert!(keys.iter().all(|(k,)| k.starts_with("enc:")), "signing keys are sealed");
+    let _ = STANDARD.encode("unused");
+}
