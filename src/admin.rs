@@ -74,6 +74,17 @@ pub enum UserCommand {
         /// Make the user an instance administrator.
         #[arg(long)]
         admin: bool,
+        /// Give the user a password, read from the first line of stdin (8 characters to 1024 bytes).
+        #[arg(long)]
+        password_stdin: bool,
+    },
+    /// Set a user's password, read from the first line of stdin (8 characters to 1024 bytes). Its
+    /// tokens are unaffected.
+    SetPassword {
+        name: String,
+        /// Read the password from the first line of stdin (the only way to give it).
+        #[arg(long, required = true)]
+        password_stdin: bool,
     },
     /// List users.
     List,
@@ -154,6 +165,32 @@ pub enum CatalogCommand {
     Remove { repo_id: String },
 }
 
+/// The password on the first line of stdin, without its line ending. Stdin must be a pipe or a file:
+/// typed at a terminal, the password would be shown as it is typed.
+fn password_from_stdin() -> Result<String> {
+    use std::io::{BufRead, IsTerminal};
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        bail!(
+            "--password-stdin reads the password from a pipe or a file, not a terminal: \
+             e.g. `switchyard admin … --password-stdin < password-file`"
+        );
+    }
+    let mut line = String::new();
+    stdin
+        .lock()
+        .read_line(&mut line)
+        .context("reading the password from stdin")?;
+    let password = line
+        .strip_suffix('\n')
+        .map_or(line.as_str(), |l| l.strip_suffix('\r').unwrap_or(l));
+    if password.is_empty() {
+        bail!("no password on stdin");
+    }
+    switchyard_server::passwords::check_rules(password)?;
+    Ok(password.to_owned())
+}
+
 fn fmt_time(t: chrono::DateTime<chrono::Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
@@ -200,6 +237,18 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
     if run_store(config, &command).await? {
         return Ok(());
     }
+    // Read and checked before the store opens, so a missing or refused password leaves nothing behind.
+    let password = match &command {
+        AdminCommand::User {
+            command:
+                UserCommand::Create {
+                    password_stdin: true,
+                    ..
+                }
+                | UserCommand::SetPassword { .. },
+        } => Some(password_from_stdin()?),
+        _ => None,
+    };
     let services = Services::open(config, Arc::new(SystemClock)).await?;
     if let Some(p) = &services.admin_token_file {
         eprintln!("created user 'admin'; its token is in {}", p.display());
@@ -209,18 +258,30 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
     let now = chrono::Utc::now();
     match command {
         AdminCommand::User { command } => match command {
-            UserCommand::Create { name, email, admin } => {
+            UserCommand::Create {
+                name, email, admin, ..
+            } => {
                 let a = accounts::create_account(
                     store,
                     AccountKind::User,
                     &name,
                     email,
                     admin,
-                    None,
+                    password.as_deref(),
                     now,
                 )
                 .await?;
-                println!("created user {} ({})", a.name, a.id);
+                let with = if password.is_some() {
+                    " with a password"
+                } else {
+                    ""
+                };
+                println!("created user {} ({}){with}", a.name, a.id);
+            }
+            UserCommand::SetPassword { name, .. } => {
+                let password = password.context("no password")?;
+                accounts::set_password(store, &name, &password).await?;
+                println!("set the password of {name}");
             }
             UserCommand::Delete { name } => {
                 let n = accounts::delete_account(ctx, &name, AccountKind::User).await?;

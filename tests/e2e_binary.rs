@@ -182,3 +182,124 @@ fn config_check_and_openapi() {
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(doc["paths"]["/api/v1/catalog/list"].is_object());
 }
+
+/// `switchyard admin … --password-stdin` with `input` on stdin: whether it succeeded, and what it
+/// printed (stdout and stderr).
+fn admin_with_stdin(data_dir: &Path, args: &[&str], input: &str) -> (bool, String) {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(BIN)
+        .arg("admin")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run switchyard admin");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), printed)
+}
+
+/// Passwords from the shell: read from stdin's first line, never printed, stored as a hash that the
+/// server checks; a password that breaks the rules is refused and changes nothing.
+#[tokio::test]
+async fn admin_sets_passwords_from_stdin() {
+    use switchyard_server::services::accounts::check_password;
+    use switchyard_server::store::{SqlStore, StoreUrl, Synchronous};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+
+    let (ok, printed) = admin_with_stdin(
+        data,
+        &[
+            "user",
+            "create",
+            "pat",
+            "--email",
+            "pat@example.com",
+            "--admin",
+            "--password-stdin",
+        ],
+        "correct horse battery\nsecond line\n",
+    );
+    assert!(ok, "{printed}");
+    assert!(printed.contains("created user pat"), "{printed}");
+    // No email, and a line ending from Windows.
+    let (ok, printed) = admin_with_stdin(
+        data,
+        &["user", "create", "quinn", "--password-stdin"],
+        "  spaces count  \r\n",
+    );
+    assert!(ok, "{printed}");
+    let (ok, printed) = admin_with_stdin(
+        data,
+        &["user", "create", "rosa", "--password-stdin"],
+        "short\n",
+    );
+    assert!(
+        !ok && printed.contains("at least 8 characters"),
+        "{printed}"
+    );
+    assert!(!printed.contains("short") && !admin(data, &["user", "list"]).contains("rosa"));
+
+    let (ok, printed) = admin_with_stdin(
+        data,
+        &["user", "set-password", "pat", "--password-stdin"],
+        "tr0ub4dor&3 again",
+    );
+    assert!(ok, "{printed}");
+    assert!(!printed.contains("tr0ub4dor"), "{printed}");
+    let (ok, printed) = admin_with_stdin(
+        data,
+        &["user", "set-password", "nobody", "--password-stdin"],
+        "correct horse battery\n",
+    );
+    assert!(!ok && printed.contains("nobody"), "{printed}");
+    let (ok, printed) = admin_with_stdin(
+        data,
+        &["user", "set-password", "pat", "--password-stdin"],
+        "",
+    );
+    assert!(!ok && printed.contains("no password"), "{printed}");
+    let (ok, _) = admin_with_stdin(data, &["user", "set-password", "pat"], "x\n");
+    assert!(!ok, "set-password takes the password from stdin only");
+
+    let store = SqlStore::open(
+        &StoreUrl::Sqlite(data.join("switchyard.db")),
+        Synchronous::Normal,
+    )
+    .await
+    .unwrap();
+    let signs_in = |name: &'static str, password: &'static str| {
+        let store = &store;
+        async move {
+            check_password(store, name, password)
+                .await
+                .unwrap()
+                .map(|a| (a.name, a.is_admin, a.email))
+        }
+    };
+    assert_eq!(
+        signs_in("pat", "tr0ub4dor&3 again").await,
+        Some(("pat".into(), true, Some("pat@example.com".into())))
+    );
+    assert_eq!(signs_in("pat", "correct horse battery").await, None);
+    assert_eq!(
+        signs_in("quinn", "  spaces count  ").await,
+        Some(("quinn".into(), false, None))
+    );
+    assert_eq!(signs_in("quinn", "spaces count").await, None);
+}
