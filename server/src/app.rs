@@ -233,6 +233,12 @@ impl Services {
             Ok(issuer) => tracing::info!(%issuer, "oauth provider on"),
             Err(why) => tracing::warn!("oauth provider off: {why}"),
         }
+        // Keys are loaded (the first one made) before any request: tokens are signed inside units
+        // of work, which must not wait for another.
+        oauth
+            .reload_keys()
+            .await
+            .map_err(|e| fail("loading the OAuth signing keys")(e.to_string()))?;
         let state = AppState(Arc::new(AppInner {
             services,
             runtime,

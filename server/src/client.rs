@@ -345,8 +345,12 @@ impl Client {
         id: &str,
         body: &Value,
     ) -> ClientResult<T> {
-        self.request(Method::PATCH, &format!("/api/v1/oauth/apps/{id}"), Some(body))
-            .await
+        self.request(
+            Method::PATCH,
+            &format!("/api/v1/oauth/apps/{id}"),
+            Some(body),
+        )
+        .await
     }
 
     pub async fn delete_oauth_app(&self, id: &str) -> ClientResult<()> {

@@ -23,6 +23,7 @@ const RANKS: &[(&str, usize)] = &[
     ("auth", 4),
     ("services", 5),
     ("client", 5),
+    ("oauth", 6),
     ("routing", 6),
     ("error", 6),
     ("runtime", 7),
