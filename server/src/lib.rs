@@ -4,7 +4,8 @@
 //!   endpoints, events) behind traits with units of work, on SQLite or PostgreSQL.
 //! - `clock`, `config`, `crypto` (sealing, hashing), `hardware` (the compute list), `catalog` (the
 //!   in-memory catalog index), `deploy` (recipe → endpoint spec plans), `auth` (the principal and
-//!   `authorize(principal, namespace, resource, action)`).
+//!   `authorize(principal, namespace, resource, action)`), `outbound` (the one HTTP client for requests
+//!   to the outside, refusing special-use addresses at connect time).
 //! - `services`: endpoint, catalog and account operations; each change and its outbox event commit in
 //!   one unit of work. Called by the API, the CLI, the deploy path and the reconciler.
 //! - `routing`: the routing table, backends, upstream pools and stats; published by `runtime`, read by
@@ -26,6 +27,7 @@ pub mod deploy;
 pub mod error;
 pub mod hardware;
 pub mod model;
+pub mod outbound;
 pub mod proxy;
 pub mod routing;
 pub mod runtime;
