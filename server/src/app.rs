@@ -210,6 +210,7 @@ impl Services {
         let (runtime, table) =
             crate::runtime::handle(public_url, public_host.clone(), config.runtime.log_lines);
         let kick = runtime.clone();
+        let outbound = crate::outbound::Outbound::new(&config.outbound).map_err(StartError)?;
         let state = AppState(Arc::new(AppInner {
             services: crate::services::Context {
                 store: store.clone(),
@@ -222,6 +223,7 @@ impl Services {
                 revocations: Default::default(),
                 public_host,
                 on_change: Arc::new(move || kick.kick()),
+                outbound: Arc::new(outbound),
             },
             runtime,
             body_limit: config.server.body_limit,
