@@ -77,13 +77,14 @@ pub struct Checked {
 }
 
 /// Every check start-up makes of its config before it writes, binds or connects anything: public URL,
-/// trusted proxies, data dir, store URL, secrets key, hardware list and catalog seed. Start-up
-/// ([`Services::open_at`]) and `switchyard config check` both call this, so they agree.
+/// trusted proxies, outbound allow list, data dir, store URL, secrets key, hardware list and catalog
+/// seed. Start-up ([`Services::open_at`]) and `switchyard config check` both call this, so they agree.
 pub fn check(config: &Config) -> Result<Checked, StartError> {
     if let Some(url) = &config.runtime.public_url {
         public_host_of(url)?;
     }
     config.proxy.trusted_cidrs().map_err(StartError)?;
+    config.outbound.allow_cidrs().map_err(StartError)?;
     let data_dir = config.data_dir().map_err(|e| StartError(e.to_string()))?;
     let store_url = config.store_url().map_err(|e| StartError(e.to_string()))?;
     let key_file = config.key_file().map_err(|e| StartError(e.to_string()))?;
@@ -212,6 +213,7 @@ impl Services {
             config.runtime.log_lines,
         );
         let kick = runtime.clone();
+        let outbound = crate::outbound::Outbound::new(&config.outbound).map_err(StartError)?;
         let services = crate::services::Context {
             store: store.clone(),
             clock,
@@ -223,6 +225,7 @@ impl Services {
             revocations: Default::default(),
             public_host,
             on_change: Arc::new(move || kick.kick()),
+            outbound: Arc::new(outbound),
         };
         let oauth = Arc::new(crate::oauth::Provider::new(
             config.oauth.clone(),

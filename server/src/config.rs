@@ -24,6 +24,7 @@ pub struct Config {
     pub proxy: ProxyConfig,
     pub quotas: QuotaConfig,
     pub oauth: OAuthConfig,
+    pub outbound: OutboundConfig,
     pub log: LogConfig,
 }
 
@@ -338,6 +339,25 @@ impl ProxyConfig {
     }
 }
 
+/// Requests the server makes to the outside (client metadata documents, CI issuers' keys, webhooks).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct OutboundConfig {
+    /// CIDR blocks let through although special-use (loopback, private, link-local, …). Empty: the
+    /// server fetches from public addresses only.
+    pub allow: Vec<String>,
+}
+
+impl OutboundConfig {
+    /// `allow` parsed; start-up refuses a list that does not parse.
+    pub fn allow_cidrs(&self) -> Result<Vec<Cidr>, String> {
+        self.allow
+            .iter()
+            .map(|c| Cidr::parse(c).map_err(|e| format!("outbound.allow {c:?}: {e}")))
+            .collect()
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
@@ -381,6 +401,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("SWITCHYARD_SECRETS_KEY_FILE", "secrets.key_file"),
     ("SWITCHYARD_CATALOG_SEED_FILE", "catalog.seed_file"),
     ("SWITCHYARD_HARDWARE_FILE", "catalog.hardware_file"),
+    ("SWITCHYARD_OUTBOUND_ALLOW", "outbound.allow"),
     ("SWITCHYARD_LOG", "log.level"),
 ];
 
@@ -485,6 +506,18 @@ impl Config {
                 "SWITCHYARD_HARDWARE_FILE" => {
                     self.catalog.hardware_file =
                         Some(resolve_typed_path(value.as_ref()).map_err(bad)?)
+                }
+                "SWITCHYARD_OUTBOUND_ALLOW" => {
+                    let allow: Vec<String> = value
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|c| !c.is_empty())
+                        .map(str::to_string)
+                        .collect();
+                    for c in &allow {
+                        Cidr::parse(c).map_err(|e| bad(format!("{c:?}: {e}")))?;
+                    }
+                    self.outbound.allow = allow;
                 }
                 "SWITCHYARD_LOG" => self.log.level = value,
                 _ => {}
@@ -682,6 +715,45 @@ mod tests {
             .apply_env([("SWITCHYARD_LISTEN".to_string(), "nope".to_string())])
             .unwrap_err();
         assert!(err.to_string().contains("SWITCHYARD_LISTEN"));
+    }
+
+    #[test]
+    fn outbound_allow_from_file_and_env() {
+        let c = Config::parse_toml(
+            "[outbound]\nallow = [\"127.0.0.0/8\", \"::1\"]\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.outbound.allow_cidrs().unwrap().len(), 2);
+        assert!(Config::default().outbound.allow.is_empty());
+
+        let mut c = Config::default();
+        c.apply_env([(
+            "SWITCHYARD_OUTBOUND_ALLOW".to_string(),
+            "127.0.0.0/8, 10.0.0.0/8,".to_string(),
+        )])
+        .unwrap();
+        assert_eq!(c.outbound.allow, ["127.0.0.0/8", "10.0.0.0/8"]);
+        let err = c
+            .apply_env([(
+                "SWITCHYARD_OUTBOUND_ALLOW".to_string(),
+                "localhost".to_string(),
+            )])
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("SWITCHYARD_OUTBOUND_ALLOW"),
+            "{err}"
+        );
+        c.apply_env([("SWITCHYARD_OUTBOUND_ALLOW".to_string(), String::new())])
+            .unwrap();
+        assert!(c.outbound.allow.is_empty());
+
+        let bad = Config::parse_toml("[outbound]\nallow = [\"10/8\"]\n", Path::new("x.toml"))
+            .unwrap()
+            .outbound
+            .allow_cidrs()
+            .unwrap_err();
+        assert!(bad.contains("outbound.allow"), "{bad}");
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //!   endpoints, events) behind traits with units of work, on SQLite or PostgreSQL.
 //! - `clock`, `config`, `crypto` (sealing, hashing), `passwords` (users' passwords, Argon2id),
 //!   `hardware` (the compute list), `catalog` (the in-memory catalog index), `deploy` (recipe → endpoint
-//!   spec plans), `auth` (the principal and `authorize(principal, namespace, resource, action)`).
+//!   spec plans), `auth` (the principal and `authorize(principal, namespace, resource, action)`),
+//!   `outbound` (the one HTTP client for requests to the outside, refusing special-use addresses at
+//!   connect time).
 //! - `services`: endpoint, catalog and account operations; each change and its outbox event commit in
 //!   one unit of work. Called by the API, the CLI, the deploy path and the reconciler.
 //! - `routing`: the routing table, backends, upstream pools and stats; published by `runtime`, read by
@@ -28,6 +30,7 @@ pub mod hardware;
 pub mod model;
 pub mod oauth;
 pub mod passwords;
+pub mod outbound;
 pub mod proxy;
 pub mod routing;
 pub mod runtime;

@@ -21,6 +21,7 @@ const RANKS: &[(&str, usize)] = &[
     ("catalog", 3),
     ("deploy", 4),
     ("auth", 4),
+    ("outbound", 4),
     ("services", 5),
     ("client", 5),
     ("oauth", 6),

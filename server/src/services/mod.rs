@@ -39,6 +39,9 @@ pub struct Context {
     pub revocations: Arc<crate::auth::Revocations>,
     /// Called after an endpoint change commits, so the runtime acts on it at once.
     pub on_change: Arc<dyn Fn() + Send + Sync>,
+    /// Every request to the outside goes through it (client metadata documents, CI issuers' keys,
+    /// webhooks), so none reaches a special-use address that `[outbound] allow` does not list.
+    pub outbound: Arc<crate::outbound::Outbound>,
 }
 
 #[derive(Debug, thiserror::Error)]
