@@ -23,11 +23,14 @@ CREATE TABLE oauth_apps (
 );
 CREATE INDEX oauth_apps_by_owner ON oauth_apps(owner_id);
 
+-- Apps are named by id without a foreign key: a client may also be a client metadata document (its URL).
+-- Deleting an app deletes its grants, device authorizations and consents (the store does it).
+
 -- A grant: what a user let one app do (scopes, organizations). Codes and tokens belong to one grant;
 -- revoking the grant (a replayed code, a reused refresh token) ends all of them at once.
 CREATE TABLE oauth_grants (
     id          TEXT PRIMARY KEY,
-    app_id      TEXT REFERENCES oauth_apps(id) ON DELETE CASCADE,
+    app_id      TEXT,               -- a registered app's id or a client metadata document's URL
     user_id     TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
     kind        TEXT NOT NULL,      -- code | device | exchange | ci
     scopes      TEXT NOT NULL,      -- JSON array
@@ -66,7 +69,7 @@ CREATE TABLE oauth_codes (
 CREATE TABLE oauth_devices (
     device_hash     TEXT PRIMARY KEY,
     user_code_hash  TEXT NOT NULL UNIQUE,
-    app_id          TEXT NOT NULL REFERENCES oauth_apps(id) ON DELETE CASCADE,
+    app_id          TEXT NOT NULL,
     scopes          TEXT NOT NULL,
     status          TEXT NOT NULL CHECK (status IN ('pending', 'approved', 'denied', 'used')),
     user_id         TEXT REFERENCES accounts(id) ON DELETE CASCADE,
@@ -98,7 +101,7 @@ CREATE TABLE web_sessions (
 -- What a user already consented to, per app: a returning user asking for no more is not asked again.
 CREATE TABLE oauth_consents (
     user_id     TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
-    app_id      TEXT NOT NULL REFERENCES oauth_apps(id) ON DELETE CASCADE,
+    app_id      TEXT NOT NULL,
     scopes      TEXT NOT NULL,
     org_ids     TEXT NOT NULL,
     updated_at  TEXT NOT NULL,

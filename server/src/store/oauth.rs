@@ -418,6 +418,13 @@ impl OAuthStore for SqlSession {
     }
 
     async fn delete_app(&mut self, id: &str) -> StoreResult<bool> {
+        for sql in [
+            "DELETE FROM oauth_grants WHERE app_id = $1",
+            "DELETE FROM oauth_devices WHERE app_id = $1",
+            "DELETE FROM oauth_consents WHERE app_id = $1",
+        ] {
+            sqlx::query(sql).bind(id).execute(self.db()).await?;
+        }
         let res = sqlx::query("DELETE FROM oauth_apps WHERE id = $1")
             .bind(id)
             .execute(self.db())
