@@ -41,6 +41,16 @@ pub enum AdminCommand {
         #[command(subcommand)]
         command: QuotaCommand,
     },
+    /// OAuth apps (the provider's clients).
+    App {
+        #[command(subcommand)]
+        command: crate::admin_oauth::AppCommand,
+    },
+    /// The OAuth provider's ID-token signing keys.
+    Key {
+        #[command(subcommand)]
+        command: crate::admin_oauth::KeyCommand,
+    },
     /// The store as a whole: copy it to another backend.
     Store {
         #[command(subcommand)]
@@ -116,6 +126,9 @@ pub enum OrgCommand {
     RemoveMember { org: String, user: String },
     /// Delete an organization with its endpoints (their replicas stop) and memberships.
     Delete { name: String },
+    /// How long tokens from the organization's token exchange live: a duration up to 30d (e.g. 8h,
+    /// 7d), or "default" (8h).
+    ExchangeTtl { org: String, ttl: String },
 }
 
 #[derive(Subcommand)]
@@ -347,6 +360,9 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
                 let n = accounts::delete_account(ctx, &name, AccountKind::Org).await?;
                 println!("deleted organization {name} and its {n} endpoint(s)");
             }
+            OrgCommand::ExchangeTtl { org, ttl } => {
+                crate::admin_oauth::exchange_ttl(ctx, &org, &ttl).await?
+            }
             OrgCommand::Members { org } => {
                 println!("{:<24} ROLE", "USER");
                 for m in accounts::list_members(store, &org).await? {
@@ -463,6 +479,11 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
                 }
             };
             println!("{}", serde_json::to_string_pretty(&shown)?);
+        }
+        AdminCommand::App { command } => crate::admin_oauth::app(ctx, command).await?,
+        AdminCommand::Key { command } => {
+            let keep = chrono::Duration::seconds(config.oauth.id_token_ttl_s as i64);
+            crate::admin_oauth::key(ctx, keep, command).await?
         }
         // Answered by run_store before the service opens.
         AdminCommand::Store { .. } | AdminCommand::Backup { .. } => {

@@ -2,6 +2,8 @@
 //! administration command against the store.
 
 mod admin;
+mod admin_oauth;
+mod login;
 mod logs;
 
 use std::io::{IsTerminal, Write};
@@ -87,6 +89,21 @@ enum Command {
     Admin {
         #[command(subcommand)]
         command: admin::AdminCommand,
+    },
+    /// Sign in to a remote server by device code (prints a code and where to enter it) and keep the
+    /// token for it (credentials.json beside the config file, mode 0600); the console then uses it for
+    /// `--server URL`.
+    Login {
+        #[arg(long, value_name = "URL")]
+        server: String,
+        /// The scopes to ask for, space-separated.
+        #[arg(long, default_value = login::DEFAULT_SCOPES)]
+        scopes: String,
+    },
+    /// Revoke and forget the token `switchyard login` kept for a server.
+    Logout {
+        #[arg(long, value_name = "URL")]
+        server: String,
     },
     /// Validate a config file.
     Config {
@@ -203,10 +220,19 @@ async fn console(common: &Common, args: &ConsoleArgs) -> Result<()> {
         .init();
     let log_file = log_dir.join("console.log.<date>").display().to_string();
     let keymap_text = user_file(common, "keymap.toml");
-    // The token for `--server` (and `:server` back to that same URL).
+    // The token for `--server` (and `:server` back to that same URL): the flag or environment, then
+    // what `switchyard login` kept for that server, then the config dir's `token` file.
+    let signed_in = match &args.server {
+        Some(url) if args.token.is_none() => {
+            let path = login::credentials_file(common.config.as_ref())?;
+            login::refreshed(&path, url).await?.map(|s| s.access_token)
+        }
+        _ => None,
+    };
     let remote_token = args
         .token
         .clone()
+        .or(signed_in)
         .or_else(|| user_file(common, "token").map(|t| t.trim().to_string()));
     if let Some(url) = &args.server {
         let options = switchyard_ui::Options {
@@ -311,6 +337,14 @@ fn run(mut cli: Cli) -> Result<()> {
             }
             print!("{}", config.to_redacted_toml());
             Ok(())
+        }
+        Some(Command::Login { server, scopes }) => {
+            let path = login::credentials_file(cli.common.config.as_ref())?;
+            rt.block_on(login::login(&path, &server, &scopes))
+        }
+        Some(Command::Logout { server }) => {
+            let path = login::credentials_file(cli.common.config.as_ref())?;
+            rt.block_on(login::logout(&path, &server))
         }
         Some(Command::Openapi) => {
             println!("{}", switchyard_server::api::openapi::document_json());

@@ -468,6 +468,7 @@ impl Application {
         let until_stopped = |mut rx: watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
         };
+        tokio::spawn(state.oauth.clone().maintain(until_stopped(stop_rx.clone())));
         if let Some(l) = private_listener {
             let app = proxy::private_front(proxy.clone());
             let stop = until_stopped(stop_rx.clone());

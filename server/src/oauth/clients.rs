@@ -58,8 +58,32 @@ pub enum SecretRule {
     BasicOnly,
 }
 
+/// The client `switchyard login` signs in as: public, device flow only, any scope.
+pub const CLI_CLIENT_ID: &str = "switchyard-cli";
+
+fn cli_app(p: &Provider) -> OAuthApp {
+    let now = p.now();
+    OAuthApp {
+        id: CLI_CLIENT_ID.into(),
+        owner: String::new(),
+        owner_id: String::new(),
+        name: "Switchyard CLI and console".into(),
+        homepage_url: p.issuer.as_ref().ok().cloned(),
+        logo_url: None,
+        redirect_uris: Vec::new(),
+        scopes: crate::model::account::Scope::ALL.to_vec(),
+        has_secret: false,
+        token_exchange: false,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
 /// The app by client id.
 pub async fn app(p: &Provider, client_id: &str) -> OAuthResult<Option<(OAuthApp, Option<String>)>> {
+    if client_id == CLI_CLIENT_ID {
+        return Ok(Some((cli_app(p), None)));
+    }
     if client_id.is_empty() || client_id.len() > 256 {
         return Ok(None);
     }

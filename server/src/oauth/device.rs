@@ -109,14 +109,19 @@ pub async fn find(p: &Provider, typed: &str) -> OAuthResult<Option<PendingDevice
     let Some(code) = normalize_user_code(typed) else {
         return Ok(None);
     };
-    let mut session = p.store.read().await?;
-    let Some(auth) = session.device_by_user_code(&hash_token(&code)).await? else {
+    let found = p
+        .store
+        .read()
+        .await?
+        .device_by_user_code(&hash_token(&code))
+        .await?;
+    let Some(auth) = found else {
         return Ok(None);
     };
     if auth.status != DeviceStatus::Pending || auth.expires_at <= p.now() {
         return Ok(None);
     }
-    let Some((app, _)) = session.app(&auth.app_id).await? else {
+    let Some((app, _)) = super::clients::app(p, &auth.app_id).await? else {
         return Ok(None);
     };
     Ok(Some(PendingDevice {

@@ -211,6 +211,51 @@ mod tests {
         assert!(verifying.verify(b"other", &sig).is_err());
     }
 
+    #[tokio::test]
+    async fn rotation_keeps_the_old_key_published_until_it_may_be_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let url =
+            crate::store::StoreUrl::parse(&dir.path().join("s.db").display().to_string()).unwrap();
+        let store = crate::store::SqlStore::open(&url, crate::store::Synchronous::Normal)
+            .await
+            .unwrap();
+        let secrets = SecretBox::new(&[3u8; 32]);
+        let t0 = Utc::now();
+        let first = KeySet::load(&store, &secrets, t0).await.unwrap();
+        let again = KeySet::load(&store, &secrets, t0).await.unwrap();
+        assert_eq!(first.kid(), again.kid(), "loading does not make a new key");
+        let kid = rotate(&store, &secrets, t0, Duration::hours(1))
+            .await
+            .unwrap();
+        let rotated = KeySet::load(&store, &secrets, t0).await.unwrap();
+        assert_eq!(rotated.kid(), kid);
+        let jwks: serde_json::Value = serde_json::from_slice(&rotated.jwks()).unwrap();
+        assert_eq!(
+            jwks["keys"].as_array().unwrap().len(),
+            2,
+            "the old key is still published"
+        );
+        // Two hours on, the next rotation drops the key retired an hour before its tokens expired.
+        rotate(
+            &store,
+            &secrets,
+            t0 + Duration::hours(2),
+            Duration::hours(1),
+        )
+        .await
+        .unwrap();
+        let later = KeySet::load(&store, &secrets, t0).await.unwrap();
+        let jwks: serde_json::Value = serde_json::from_slice(&later.jwks()).unwrap();
+        let kids: Vec<&str> = jwks["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|k| k["kid"].as_str())
+            .collect();
+        assert_eq!(kids.len(), 2);
+        assert!(!kids.contains(&first.kid()), "the first key went");
+    }
+
     #[test]
     fn a_key_sealed_with_another_secret_does_not_open() {
         let row = row_for(&new_key(), &SecretBox::new(&[1u8; 32]), Utc::now());

@@ -297,6 +297,35 @@ impl Provider {
             .ok_or_else(OAuthError::server_error)
     }
 
+    /// Every minute until `stop`: picks up signing keys rotated by another process and deletes expired
+    /// codes, device authorizations, requests, sessions and tokens.
+    pub async fn maintain(self: Arc<Self>, stop: impl std::future::Future<Output = ()>) {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = &mut stop => return,
+                _ = tick.tick() => {}
+            }
+            if let Err(e) = self.reload_keys().await {
+                tracing::warn!(error = %e, "oauth: signing keys not reloaded");
+            }
+            match self.prune().await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(rows = n, "oauth: expired flow state pruned"),
+                Err(e) => tracing::warn!(error = %e, "oauth: pruning failed"),
+            }
+        }
+    }
+
+    async fn prune(&self) -> Result<u64, StoreError> {
+        let mut unit = self.store.begin().await?;
+        let n = unit.prune_oauth(self.now()).await?;
+        unit.commit().await?;
+        Ok(n)
+    }
+
     pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
         self.clock.now()
     }

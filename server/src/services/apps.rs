@@ -184,20 +184,22 @@ async fn register(ctx: &Context, owner: &Account, input: AppIn) -> Result<AppOut
     })
 }
 
+fn not_found(id: &str) -> Error {
+    Error::NotFound(format!("app {id:?} not found"))
+}
+
+async fn app_by_id(ctx: &Context, id: &str) -> Result<OAuthApp> {
+    let found = ctx.store.read().await?.app(id).await?;
+    found.map(|(app, _)| app).ok_or_else(|| not_found(id))
+}
+
 /// An app the principal manages.
 pub async fn get(ctx: &Context, who: &Principal, id: &str) -> Result<OAuthApp> {
-    let not_found = || Error::NotFound(format!("app {id:?} not found"));
-    let (app, _) = ctx
-        .store
-        .read()
-        .await?
-        .app(id)
-        .await?
-        .ok_or_else(not_found)?;
+    let app = app_by_id(ctx, id).await?;
     match managed_owner(ctx.store.as_ref(), who, &app.owner).await {
         Ok(_) => Ok(app),
         // Someone else's app is not shown to exist.
-        Err(Error::Forbidden(_)) => Err(not_found()),
+        Err(Error::Forbidden(_)) => Err(not_found(id)),
         Err(e) => Err(e),
     }
 }
@@ -207,6 +209,16 @@ pub async fn list(ctx: &Context, who: &Principal, owner: Option<&str>) -> Result
     let owner = owner.unwrap_or(&who.account.name);
     let account = managed_owner(ctx.store.as_ref(), who, owner).await?;
     Ok(ctx.store.read().await?.apps_of(&account.id).await?)
+}
+
+/// The apps of a namespace, for the instance administrator at the shell.
+pub async fn list_as_admin(ctx: &Context, owner: &str) -> Result<Vec<OAuthApp>> {
+    let mut session = ctx.store.read().await?;
+    let account = session
+        .account_by_name(owner)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("namespace {owner:?} not found")))?;
+    Ok(session.apps_of(&account.id).await?)
 }
 
 /// Changes the fields given.
@@ -244,7 +256,7 @@ pub async fn update(ctx: &Context, who: &Principal, id: &str, input: AppIn) -> R
     check(&app)?;
     let mut unit = ctx.store.begin().await?;
     if !unit.update_app(&app).await? {
-        return Err(Error::NotFound(format!("app {id:?} not found")));
+        return Err(not_found(id));
     }
     unit.commit().await?;
     Ok(app)
@@ -253,11 +265,22 @@ pub async fn update(ctx: &Context, who: &Principal, id: &str, input: AppIn) -> R
 /// Makes a new secret (the old one stops working at once), or deletes it (`rotate` false): the app is
 /// then public.
 pub async fn set_secret(ctx: &Context, who: &Principal, id: &str, rotate: bool) -> Result<AppOut> {
-    let mut app = get(ctx, who, id).await?;
+    let app = get(ctx, who, id).await?;
+    set_secret_of(ctx, app, rotate).await
+}
+
+/// [`set_secret`] for the instance administrator at the shell.
+pub async fn set_secret_as_admin(ctx: &Context, id: &str, rotate: bool) -> Result<AppOut> {
+    let app = app_by_id(ctx, id).await?;
+    set_secret_of(ctx, app, rotate).await
+}
+
+async fn set_secret_of(ctx: &Context, mut app: OAuthApp, rotate: bool) -> Result<AppOut> {
+    let id = app.id.clone();
     let secret = rotate.then(new_secret);
     let now = ctx.clock.now();
     let mut unit = ctx.store.begin().await?;
-    unit.set_app_secret(id, secret.as_deref().map(hash_token).as_deref(), now)
+    unit.set_app_secret(&id, secret.as_deref().map(hash_token).as_deref(), now)
         .await?;
     unit.commit().await?;
     app.has_secret = secret.is_some();
@@ -272,10 +295,46 @@ pub async fn set_secret(ctx: &Context, who: &Principal, id: &str, rotate: bool) 
 /// Deletes an app with every grant and token it holds.
 pub async fn delete(ctx: &Context, who: &Principal, id: &str) -> Result<()> {
     get(ctx, who, id).await?;
+    delete_by_id(ctx, id).await
+}
+
+/// [`delete`] for the instance administrator at the shell.
+pub async fn delete_as_admin(ctx: &Context, id: &str) -> Result<()> {
+    app_by_id(ctx, id).await?;
+    delete_by_id(ctx, id).await
+}
+
+async fn delete_by_id(ctx: &Context, id: &str) -> Result<()> {
     let mut unit = ctx.store.begin().await?;
     unit.delete_app(id).await?;
     unit.commit().await?;
     ctx.revocations.revoke();
     tracing::info!(app = %id, "oauth app deleted");
+    Ok(())
+}
+
+/// The longest an organization may let exchanged tokens live: 30 days.
+pub const MAX_EXCHANGE_TTL: chrono::Duration = chrono::Duration::days(30);
+
+/// Sets how long the organization's exchanged tokens live (`None`: the default, 8 hours).
+pub async fn set_exchange_ttl(
+    ctx: &Context,
+    org: &str,
+    ttl: Option<chrono::Duration>,
+) -> Result<()> {
+    if let Some(t) = ttl {
+        if t < chrono::Duration::minutes(1) || t > MAX_EXCHANGE_TTL {
+            return Err(invalid("an exchanged token lives from 1 minute to 30 days"));
+        }
+    }
+    let mut unit = ctx.store.begin().await?;
+    let account = unit
+        .account_by_name(org)
+        .await?
+        .filter(|a| a.kind == AccountKind::Org)
+        .ok_or_else(|| Error::NotFound(format!("organization {org:?} not found")))?;
+    unit.set_exchange_ttl(&account.id, ttl.map(|t| t.num_seconds()))
+        .await?;
+    unit.commit().await?;
     Ok(())
 }
