@@ -49,6 +49,14 @@ use super::AppState;
         super::admin::delete_org,
         super::admin::show_quota,
         super::admin::set_quota,
+        super::oauth::apps::list,
+        super::oauth::apps::create,
+        super::oauth::apps::show,
+        super::oauth::apps::update,
+        super::oauth::apps::remove,
+        super::oauth::apps::rotate_secret,
+        super::oauth::apps::delete_secret,
+        super::oauth::apps::audit_log,
     ),
     modifiers(&BearerAuth),
     tags(
@@ -56,6 +64,7 @@ use super::AppState;
         (name = "endpoints", description = "Inference endpoint management (huggingface_hub compatible)"),
         (name = "accounts", description = "The caller's account"),
         (name = "admin", description = "Instance administration"),
+        (name = "oauth", description = "OAuth apps and organizations' audit logs (the provider itself: /.well-known/openid-configuration)"),
     )
 )]
 pub struct ApiDoc;
