@@ -7,10 +7,10 @@
 //! Run: `cargo bench -p switchyard-server --bench control_plane`. Set `BENCH_SECONDS` to change the
 //! time per scenario (default 1.5).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+#[path = "common/mod.rs"]
+mod common;
 
+use common::{header, measure, row};
 use serde_json::{json, Value};
 use switchyard_server::{Application, Config};
 
@@ -126,98 +126,6 @@ fn generated_catalog(n: usize) -> String {
         })
         .collect();
     json!({ "items": items }).to_string()
-}
-
-struct Figures {
-    rps: f64,
-    p50: Duration,
-    p99: Duration,
-    errors: usize,
-}
-
-/// Runs `conns` loops for the scenario's time, each sending the request `make(i)` builds; counts only
-/// 2xx as successes.
-async fn measure<F>(conns: usize, seconds: f64, make: F) -> Figures
-where
-    F: Fn(usize) -> reqwest::RequestBuilder + Send + Sync + 'static,
-{
-    let make = Arc::new(make);
-    let counter = Arc::new(AtomicUsize::new(0));
-    let errors = Arc::new(AtomicUsize::new(0));
-    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
-    // Warm-up: connections open, caches filled.
-    for _ in 0..conns.max(4) {
-        let _ = make(usize::MAX - 1)
-            .send()
-            .await
-            .and_then(|r| r.error_for_status());
-    }
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..conns {
-        let make = make.clone();
-        let counter = counter.clone();
-        let errors = errors.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::with_capacity(4096);
-            while Instant::now() < deadline {
-                let i = counter.fetch_add(1, Ordering::Relaxed);
-                let t = Instant::now();
-                let ok = match make(i).send().await {
-                    Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
-                    Err(_) => false,
-                };
-                if ok {
-                    lat.push(t.elapsed());
-                } else {
-                    errors.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            lat
-        }));
-    }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.expect("task"));
-    }
-    let elapsed = start.elapsed().as_secs_f64();
-    all.sort();
-    let pct = |p: f64| {
-        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or_default()
-    };
-    Figures {
-        rps: all.len() as f64 / elapsed,
-        p50: pct(0.50),
-        p99: pct(0.99),
-        errors: errors.load(Ordering::Relaxed),
-    }
-}
-
-fn row(name: &str, conns: usize, f: &Figures, baseline: Option<&Figures>) {
-    let vs = baseline.map_or(String::new(), |b| {
-        format!("{:>6.1}% of /health", 100.0 * f.rps / b.rps)
-    });
-    let errs = if f.errors > 0 {
-        format!("  ({} errors)", f.errors)
-    } else {
-        String::new()
-    };
-    println!(
-        "{name:<44} {conns:>3} {:>10.0} {:>9.3} {:>9.3}  {vs}{errs}",
-        f.rps,
-        f.p50.as_secs_f64() * 1e3,
-        f.p99.as_secs_f64() * 1e3
-    );
-}
-
-fn header(title: &str) {
-    println!("\n{title}");
-    println!(
-        "{:<44} {:>3} {:>10} {:>9} {:>9}",
-        "scenario", "con", "req/s", "p50 ms", "p99 ms"
-    );
 }
 
 /// What one backend did: deploys/s at 1 and 16 connections.

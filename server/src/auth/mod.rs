@@ -222,15 +222,12 @@ async fn oauth_principal(
     now: DateTime<Utc>,
 ) -> Result<Option<Principal>, AuthError> {
     let mut session = store.read().await?;
-    let Some((issued, grant)) = session.token(&hash_token(token)).await? else {
+    let Some((issued, grant, account)) = session.token_with_user(&hash_token(token)).await? else {
         return Ok(None);
     };
     if issued.kind != TokenKind::Access || issued.expires_at <= now || grant.revoked_at.is_some() {
         return Ok(None);
     }
-    let Some(account) = session.account_by_id(&grant.user_id).await? else {
-        return Ok(None);
-    };
     if account.kind != AccountKind::User || account.disabled_at.is_some() {
         return Ok(None);
     }

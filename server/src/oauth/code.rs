@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::clients::Client;
-use super::tokens::{issue, Issue, TokenResponse};
+use super::tokens::{issue, signed, Issue, TokenResponse};
 use super::{new_secret, OAuthError, OAuthResult, Provider, CODE_PREFIX};
 use crate::crypto::{constant_time_eq, hash_token, random_id};
 use crate::model::account::{Account, Scope};
@@ -428,7 +428,7 @@ pub async fn redeem(
     };
     let resp = issue(p, unit.as_mut(), &grant, what).await?;
     unit.commit().await?;
-    Ok(resp)
+    signed(p, resp, &grant, &client.app.id).await
 }
 
 fn check_pkce(challenge: Option<&str>, verifier: Option<&str>) -> OAuthResult<()> {

@@ -6,7 +6,7 @@ use rand::Rng;
 use serde::Serialize;
 
 use super::clients::Client;
-use super::tokens::{issue, Issue, TokenResponse};
+use super::tokens::{issue, signed, Issue, TokenResponse};
 use super::{new_secret, OAuthError, OAuthResult, Provider, DEVICE_PREFIX};
 use crate::crypto::{hash_token, random_id};
 use crate::model::account::{Account, Scope};
@@ -262,7 +262,7 @@ async fn finish(
     };
     let resp = issue(p, unit.as_mut(), &grant, what).await?;
     unit.commit().await?;
-    Ok(resp)
+    signed(p, resp, &grant, &client.app.id).await
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use chrono::Duration;
 use serde_json::json;
 
 use super::clients::Client;
-use super::tokens::{issue, Issue, TokenResponse};
+use super::tokens::{issue, signed, Issue, TokenResponse};
 use super::{OAuthError, OAuthResult, Provider};
 use crate::crypto::random_id;
 use crate::model::account::{AccountKind, Scope};
@@ -31,12 +31,13 @@ pub async fn by_email(
     scope: Option<&str>,
 ) -> OAuthResult<TokenResponse> {
     let app = &client.app;
-    let mut unit = p.store.begin().await?;
-    let owner = unit.account_by_id(&app.owner_id).await?;
+    // Everything is read first; the unit of work below only writes (the store has one writer).
+    let mut session = p.store.read().await?;
+    let owner = session.account_by_id(&app.owner_id).await?;
     let org = match owner {
         Some(o) if o.kind == AccountKind::Org && app.token_exchange => o,
         Some(o) if o.kind == AccountKind::Org => {
-            drop(unit);
+            drop(session);
             let e =
                 OAuthError::invalid_client("this app does not hold the token-exchange privilege");
             audit(p, &o.id, client, email, scope, None, e.code).await?;
@@ -52,7 +53,7 @@ pub async fn by_email(
         Some(s) => match parse_scopes(s) {
             Ok(v) if v.iter().all(|x| app.scopes.contains(x)) && !v.is_empty() => v,
             _ => {
-                drop(unit);
+                drop(session);
                 let e = OAuthError::invalid_scope("the scope is not within the app's scopes");
                 audit(p, &org.id, client, email, scope, None, e.code).await?;
                 return Err(e);
@@ -60,9 +61,9 @@ pub async fn by_email(
         },
         None => app.scopes.clone(),
     };
-    let member = unit.member_by_email(&org.id, email.trim()).await?;
+    let member = session.member_by_email(&org.id, email.trim()).await?;
     let Some((user, role)) = member.filter(|(u, _)| u.disabled_at.is_none()) else {
-        drop(unit);
+        drop(session);
         let e = OAuthError::invalid_grant("no member of the organization has this email");
         audit(p, &org.id, client, email, scope, None, e.code).await?;
         return Err(e);
@@ -72,7 +73,7 @@ pub async fn by_email(
         .into_iter()
         .filter(|s| *s != Scope::WriteEndpoints || role.can_change_endpoints())
         .collect();
-    let ttl = unit
+    let ttl = session
         .exchange_ttl(&org.id)
         .await?
         .unwrap_or(DEFAULT_TTL_S)
@@ -91,6 +92,8 @@ pub async fn by_email(
         created_at: now,
         revoked_at: None,
     };
+    drop(session);
+    let mut unit = p.store.begin().await?;
     unit.create_grant(&grant).await?;
     let what = Issue {
         client_id: &app.id,
@@ -112,7 +115,7 @@ pub async fn by_email(
     )
     .await?;
     unit.commit().await?;
-    Ok(resp)
+    signed(p, resp, &grant, &app.id).await
 }
 
 fn entry(

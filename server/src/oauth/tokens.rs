@@ -4,7 +4,7 @@
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use chrono::{DateTime, Duration, Utc};
+use chrono::Duration;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
@@ -94,8 +94,9 @@ pub async fn user_claims(
     Ok(claims)
 }
 
-/// Issues an access token (and a refresh token, and an ID token when `openid` was granted) for the
-/// grant, in the caller's unit of work.
+/// Records an access token (and a refresh token) for the grant in the caller's unit of work. The ID
+/// token comes after the unit commits, from [`signed`]: signing and its reads need not hold the store's
+/// write turn.
 pub async fn issue(
     p: &Provider,
     unit: &mut dyn Session,
@@ -128,20 +129,30 @@ pub async fn issue(
     } else {
         None
     };
-    let id_token = if grant.scopes.contains(&Scope::Openid) {
-        Some(id_token(p, unit, grant, what.client_id, &access_token, now).await?)
-    } else {
-        None
-    };
     Ok(TokenResponse {
         expires_in: what.access_ttl.num_seconds(),
         access_token,
         token_type: "bearer",
         scope: scope_string(&grant.scopes),
         refresh_token,
-        id_token,
+        id_token: None,
         issued_token_type: what.exchange.then_some(ACCESS_TOKEN_TYPE),
     })
+}
+
+/// The answer with its ID token, when `openid` was granted; called once the tokens are committed.
+pub async fn signed(
+    p: &Provider,
+    mut resp: TokenResponse,
+    grant: &Grant,
+    client_id: &str,
+) -> OAuthResult<TokenResponse> {
+    if grant.scopes.contains(&Scope::Openid) {
+        let mut session = p.store.read().await?;
+        let token = id_token(p, session.as_mut(), grant, client_id, &resp.access_token).await?;
+        resp.id_token = Some(token);
+    }
+    Ok(resp)
 }
 
 async fn id_token(
@@ -150,8 +161,8 @@ async fn id_token(
     grant: &Grant,
     client_id: &str,
     access_token: &str,
-    now: DateTime<Utc>,
 ) -> OAuthResult<String> {
+    let now = p.now();
     let issuer = p.issuer()?;
     let user = unit
         .account_by_id(&grant.user_id)
@@ -228,7 +239,7 @@ pub async fn refresh(
     };
     let resp = issue(p, unit.as_mut(), &grant, what).await?;
     unit.commit().await?;
-    Ok(resp)
+    signed(p, resp, &grant, &client.app.id).await
 }
 
 /// RFC 7009: ends a token the client holds. A refresh token ends its whole grant. Unknown tokens,
@@ -263,18 +274,18 @@ pub async fn introspect(p: &Provider, app_id: Option<&str>, token: &str) -> OAut
         return Ok(inactive);
     }
     let now = p.now();
-    let mut session = p.store.read().await?;
-    let Some((issued, grant)) = session.token(&hash_token(token)).await? else {
+    let found = p
+        .store
+        .read()
+        .await?
+        .token_with_user(&hash_token(token))
+        .await?;
+    let Some((issued, grant, user)) = found else {
         return Ok(inactive);
     };
     let mine = app_id.is_none_or(|id| grant.app_id.as_deref() == Some(id));
-    if !mine || grant.revoked_at.is_some() || issued.expires_at <= now {
-        return Ok(inactive);
-    }
-    let Some(user) = session.account_by_id(&grant.user_id).await? else {
-        return Ok(inactive);
-    };
-    if user.disabled_at.is_some() {
+    if !mine || grant.revoked_at.is_some() || issued.expires_at <= now || user.disabled_at.is_some()
+    {
         return Ok(inactive);
     }
     Ok(json!({

@@ -139,6 +139,11 @@ pub trait OAuthStore {
     ) -> StoreResult<()>;
     /// The token with this hash and its grant (revoked grants included: the caller decides).
     async fn token(&mut self, hash: &str) -> StoreResult<Option<(IssuedToken, Grant)>>;
+    /// [`OAuthStore::token`] with the grant's user, in one statement.
+    async fn token_with_user(
+        &mut self,
+        hash: &str,
+    ) -> StoreResult<Option<(IssuedToken, Grant, Account)>>;
     /// Marks a refresh token used, once: false when it already was (a reuse).
     async fn use_refresh_token(&mut self, hash: &str, now: DateTime<Utc>) -> StoreResult<bool>;
     async fn delete_oauth_token(&mut self, hash: &str) -> StoreResult<bool>;
@@ -297,6 +302,23 @@ fn grant_from(row: &AnyRow) -> StoreResult<Grant> {
         auth_time: req_ts(row, "auth_time")?,
         created_at: req_ts(row, "g_created_at")?,
         revoked_at: opt_ts(row, "revoked_at")?,
+    })
+}
+
+/// An issued token from a row whose token columns carry `prefix`.
+fn issued_from(row: &AnyRow, prefix: &str) -> StoreResult<IssuedToken> {
+    let kind = match row
+        .try_get::<String, _>(format!("{prefix}kind").as_str())?
+        .as_str()
+    {
+        "access" => TokenKind::Access,
+        _ => TokenKind::Refresh,
+    };
+    Ok(IssuedToken {
+        kind,
+        expires_at: req_ts(row, &format!("{prefix}expires_at"))?,
+        used_at: opt_ts(row, &format!("{prefix}used_at"))?,
+        created_at: req_ts(row, &format!("{prefix}created_at"))?,
     })
 }
 
@@ -513,6 +535,32 @@ impl OAuthStore for SqlSession {
             },
             grant_from(&row)?,
         )))
+    }
+
+    async fn token_with_user(
+        &mut self,
+        hash: &str,
+    ) -> StoreResult<Option<(IssuedToken, Grant, Account)>> {
+        let cols = ACCOUNT_COLS
+            .split(", ")
+            .map(|c| format!("a.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "SELECT t.kind AS t_kind, t.expires_at AS t_expires_at, t.used_at AS t_used_at, \
+             t.created_at AS t_created_at, {GRANT_COLS}, {cols} \
+             FROM oauth_tokens t JOIN oauth_grants g ON g.id = t.grant_id \
+             JOIN accounts a ON a.id = g.user_id WHERE t.token_hash = $1"
+        );
+        let Some(row) = sqlx::query(&sql)
+            .bind(hash)
+            .fetch_optional(self.db())
+            .await?
+        else {
+            return Ok(None);
+        };
+        let issued = issued_from(&row, "t_")?;
+        Ok(Some((issued, grant_from(&row)?, account_from(&row)?)))
     }
 
     async fn use_refresh_token(&mut self, hash: &str, now: DateTime<Utc>) -> StoreResult<bool> {

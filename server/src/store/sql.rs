@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use sqlx::any::AnyPoolOptions;
 use sqlx::pool::PoolConnection;
@@ -122,6 +124,10 @@ fn redact(url: &str) -> String {
 pub struct SqlStore {
     pool: AnyPool,
     backend: Backend,
+    /// SQLite has one writer at a time. Units of work queue here, in the process, for their turn:
+    /// SQLite's own wait (busy_timeout) sleeps in growing steps up to 100 ms, which under load turns
+    /// a wait of microseconds into tens of milliseconds. Other processes still meet busy_timeout.
+    writer: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl SqlStore {
@@ -143,7 +149,11 @@ impl SqlStore {
             .connect(&url.url())
             .await
             .map_err(|e| StoreError::Backend(format!("{}: {e}", url.redacted())))?;
-        let store = SqlStore { pool, backend };
+        let store = SqlStore {
+            pool,
+            backend,
+            writer: Arc::default(),
+        };
         super::migrate::run(&store.pool, backend).await?;
         Ok(store)
     }
@@ -183,6 +193,9 @@ enum Conn {
 pub struct SqlSession {
     conn: Conn,
     pub(crate) backend: Backend,
+    /// A SQLite unit's turn as the writer, given back when the unit ends. Declared after `conn`, so
+    /// the transaction ends (rolled back if not committed) before the next writer goes.
+    _turn: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 impl SqlSession {
@@ -207,10 +220,15 @@ impl Session for SqlSession {
 #[async_trait]
 impl Store for SqlStore {
     async fn begin(&self) -> StoreResult<Box<dyn Session>> {
+        let turn = match self.backend {
+            Backend::Sqlite => Some(self.writer.clone().lock_owned().await),
+            Backend::Postgres => None,
+        };
         let tx = self.pool.begin_with(begin_statement(self.backend)).await?;
         Ok(Box::new(SqlSession {
             conn: Conn::Unit(tx),
             backend: self.backend,
+            _turn: turn,
         }))
     }
 
@@ -218,6 +236,7 @@ impl Store for SqlStore {
         Ok(Box::new(SqlSession {
             conn: Conn::Plain(self.pool.acquire().await?),
             backend: self.backend,
+            _turn: None,
         }))
     }
 

@@ -1,0 +1,100 @@
+//! What the HTTP benchmarks share: a closed-loop load of `conns` connections for a while, and the
+//! rows they print (req/s, p50, p99, and the share of a baseline measured in the same run).
+
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub struct Figures {
+    pub rps: f64,
+    pub p50: Duration,
+    pub p99: Duration,
+    pub errors: usize,
+}
+
+/// Runs `conns` loops for the scenario's time, each sending the request `make(i)` builds; counts only
+/// 2xx as successes.
+pub async fn measure<F>(conns: usize, seconds: f64, make: F) -> Figures
+where
+    F: Fn(usize) -> reqwest::RequestBuilder + Send + Sync + 'static,
+{
+    let make = Arc::new(make);
+    let counter = Arc::new(AtomicUsize::new(0));
+    let errors = Arc::new(AtomicUsize::new(0));
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    // Warm-up: connections open, caches filled.
+    for _ in 0..conns.max(4) {
+        let _ = make(usize::MAX - 1)
+            .send()
+            .await
+            .and_then(|r| r.error_for_status());
+    }
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..conns {
+        let make = make.clone();
+        let counter = counter.clone();
+        let errors = errors.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(4096);
+            while Instant::now() < deadline {
+                let i = counter.fetch_add(1, Ordering::Relaxed);
+                let t = Instant::now();
+                let ok = match make(i).send().await {
+                    Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                    Err(_) => false,
+                };
+                if ok {
+                    lat.push(t.elapsed());
+                } else {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("task"));
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    all.sort();
+    let pct = |p: f64| {
+        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    Figures {
+        rps: all.len() as f64 / elapsed,
+        p50: pct(0.50),
+        p99: pct(0.99),
+        errors: errors.load(Ordering::Relaxed),
+    }
+}
+
+pub fn row(name: &str, conns: usize, f: &Figures, baseline: Option<&Figures>) {
+    let vs = baseline.map_or(String::new(), |b| {
+        format!("{:>6.1}% of /health", 100.0 * f.rps / b.rps)
+    });
+    let errs = if f.errors > 0 {
+        format!("  ({} errors)", f.errors)
+    } else {
+        String::new()
+    };
+    println!(
+        "{name:<44} {conns:>3} {:>10.0} {:>9.3} {:>9.3}  {vs}{errs}",
+        f.rps,
+        f.p50.as_secs_f64() * 1e3,
+        f.p99.as_secs_f64() * 1e3
+    );
+}
+
+pub fn header(title: &str) {
+    println!("\n{title}");
+    println!(
+        "{:<44} {:>3} {:>10} {:>9} {:>9}",
+        "scenario", "con", "req/s", "p50 ms", "p99 ms"
+    );
+}

@@ -1,0 +1,299 @@
+//! OAuth provider benchmark (not a test), beside `GET /health` measured in the same run on the same
+//! server (the embedded SQLite store, real HTTP on loopback): discovery and JWKS, introspection, the
+//! organization token exchange (each writing its grant, token and audit row), and code redemption
+//! (each spending a code and issuing an access token, a refresh token and a signed ID token).
+//!
+//! Run: `cargo bench -p switchyard-server --bench oauth`. `BENCH_SECONDS` sets the time per scenario
+//! (default 1.5); `BENCH_CONNS` the connections (default 16).
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::sync::Arc;
+
+use common::{header, measure, row, Figures};
+use serde_json::{json, Value};
+use switchyard_server::crypto::{hash_token, random_id};
+use switchyard_server::model::account::Scope;
+use switchyard_server::model::oauth::{Grant, GrantKind};
+use switchyard_server::store::{NewCode, SqlStore, Store, StoreUrl, Synchronous};
+use switchyard_server::{Application, Config};
+
+struct Server {
+    url: String,
+    token: String,
+    db: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+async fn start() -> Server {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.store.data_dir = Some(dir.path().to_path_buf());
+    config.server.listen = "127.0.0.1:0".parse().expect("addr");
+    let app = Application::build(&config).await.expect("build");
+    let url = format!("http://{}", app.local_addr());
+    tokio::spawn(app.run(std::future::pending()));
+    let token = std::fs::read_to_string(dir.path().join("admin-token")).expect("token");
+    Server {
+        url,
+        token: token.trim().to_string(),
+        db: dir.path().join(switchyard_server::store::DB_FILE),
+        _dir: dir,
+    }
+}
+
+async fn call(
+    http: &reqwest::Client,
+    s: &Server,
+    method: reqwest::Method,
+    path: &str,
+    body: Value,
+) -> Value {
+    let resp = http
+        .request(method, format!("{}{path}", s.url))
+        .bearer_auth(&s.token)
+        .json(&body)
+        .send()
+        .await
+        .expect("setup request");
+    assert!(resp.status().is_success(), "{path}: {}", resp.status());
+    resp.json().await.unwrap_or(Value::Null)
+}
+
+/// `alice` (a member of `acme`), an exchange app bound to `acme`, and alice's confidential app.
+async fn accounts(http: &reqwest::Client, s: &Server) -> ((String, String), (String, String)) {
+    use reqwest::Method;
+    call(
+        http,
+        s,
+        Method::POST,
+        "/api/v1/admin/users",
+        json!({"name": "alice", "email": "alice@example.com"}),
+    )
+    .await;
+    call(
+        http,
+        s,
+        Method::POST,
+        "/api/v1/admin/orgs",
+        json!({"name": "acme"}),
+    )
+    .await;
+    call(
+        http,
+        s,
+        Method::PUT,
+        "/api/v1/admin/orgs/acme/members/alice",
+        json!({"role": "write"}),
+    )
+    .await;
+    let app = |owner: &str, te: bool| {
+        json!({"owner": owner, "name": format!("{owner} app"), "redirectUris": ["https://app.example/cb"],
+               "scopes": ["openid", "profile", "read-endpoints"], "tokenExchange": te})
+    };
+    let pair = |v: Value| {
+        (
+            v["app"]["id"].as_str().expect("id").to_string(),
+            v["clientSecret"].as_str().expect("secret").to_string(),
+        )
+    };
+    let exchange = pair(
+        call(
+            http,
+            s,
+            Method::POST,
+            "/api/v1/oauth/apps",
+            app("acme", true),
+        )
+        .await,
+    );
+    let web = pair(
+        call(
+            http,
+            s,
+            Method::POST,
+            "/api/v1/oauth/apps",
+            app("admin", false),
+        )
+        .await,
+    );
+    (exchange, web)
+}
+
+/// `n` authorization codes for the app, written straight into the server's store (as consent would).
+async fn codes(s: &Server, app_id: &str, n: usize) -> Vec<String> {
+    let url = StoreUrl::parse(&s.db.display().to_string()).expect("store url");
+    let store = SqlStore::open(&url, Synchronous::Normal)
+        .await
+        .expect("store");
+    let user = store
+        .read()
+        .await
+        .expect("read")
+        .account_by_name("admin")
+        .await
+        .expect("admin")
+        .expect("admin");
+    let now = chrono::Utc::now();
+    let mut unit = store.begin().await.expect("begin");
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let grant = Grant {
+            id: random_id(),
+            app_id: Some(app_id.to_string()),
+            user_id: user.id.clone(),
+            kind: GrantKind::Code,
+            scopes: vec![Scope::Openid, Scope::Profile],
+            org_ids: Vec::new(),
+            personal: true,
+            nonce: Some("n".into()),
+            auth_time: now,
+            created_at: now,
+            revoked_at: None,
+        };
+        unit.create_grant(&grant).await.expect("grant");
+        let code = switchyard_server::oauth::new_secret(switchyard_server::oauth::CODE_PREFIX);
+        unit.add_code(&NewCode {
+            code_hash: hash_token(&code),
+            grant_id: grant.id,
+            redirect_uri: "https://app.example/cb".into(),
+            code_challenge: None,
+            expires_at: now + chrono::Duration::minutes(10),
+        })
+        .await
+        .expect("code");
+        out.push(code);
+    }
+    unit.commit().await.expect("commit");
+    out
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "PASS"
+    } else {
+        "MISS"
+    }
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let env = |k: &str, d: f64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(d)
+    };
+    let seconds = env("BENCH_SECONDS", 1.5);
+    let conns = env("BENCH_CONNS", 16.0) as usize;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()
+        .expect("client");
+    let s = start().await;
+    let ((ex_id, ex_secret), (web_id, web_secret)) = accounts(&http, &s).await;
+    println!("SQLite store (a file in a temp dir, WAL); {conns} connections, {seconds} s each; the load generator shares the 2 cores.");
+
+    header("OAuth provider beside GET /health");
+    let get = |path: &str| {
+        let (http, url) = (http.clone(), format!("{}{path}", s.url));
+        move |_: usize| http.get(&url)
+    };
+    let health = measure(conns, seconds, get("/health")).await;
+    row("GET /health (baseline)", conns, &health, None);
+    let disc = measure(conns, seconds, get("/.well-known/openid-configuration")).await;
+    row("discovery", conns, &disc, Some(&health));
+    let jwks = measure(conns, seconds, get("/oauth/jwks")).await;
+    row("JWKS", conns, &jwks, Some(&health));
+
+    let token_url = format!("{}/oauth/token", s.url);
+    let exchange = {
+        let (http, url, id, secret) = (
+            http.clone(),
+            token_url.clone(),
+            ex_id.clone(),
+            ex_secret.clone(),
+        );
+        move |_: usize| {
+            http.post(&url).basic_auth(&id, Some(&secret)).form(&[
+                (
+                    "grant_type",
+                    "urn:ietf:params:oauth:grant-type:token-exchange",
+                ),
+                ("subject_token", "alice@example.com"),
+                ("subject_token_type", "urn:hub:token-type:user-email"),
+            ])
+        }
+    };
+    let ex = measure(conns, seconds, exchange.clone()).await;
+    row(
+        "token exchange (+ grant, token, audit row)",
+        conns,
+        &ex,
+        Some(&health),
+    );
+
+    let issued: Value = exchange(0)
+        .send()
+        .await
+        .expect("exchange")
+        .json()
+        .await
+        .expect("json");
+    let access = issued["access_token"].as_str().expect("token").to_string();
+    let introspect = {
+        let (http, url) = (http.clone(), format!("{}/oauth/introspect", s.url));
+        let (id, secret) = (ex_id.clone(), ex_secret.clone());
+        move |_: usize| {
+            http.post(&url)
+                .basic_auth(&id, Some(&secret))
+                .form(&[("token", access.as_str())])
+        }
+    };
+    let intro = measure(conns, seconds, introspect).await;
+    row("introspection", conns, &intro, Some(&health));
+
+    let n = ((seconds * 6000.0) as usize).max(2000) + 64;
+    let codes = Arc::new(codes(&s, &web_id, n).await);
+    let redeem = {
+        let (http, url, codes) = (http.clone(), token_url.clone(), codes.clone());
+        move |i: usize| {
+            let code = codes[i % codes.len()].clone();
+            http.post(&url)
+                .basic_auth(&web_id, Some(&web_secret))
+                .form(&[
+                    ("grant_type", "authorization_code"),
+                    ("code", code.as_str()),
+                    ("redirect_uri", "https://app.example/cb"),
+                ])
+        }
+    };
+    let red = measure(conns, seconds, redeem).await;
+    row(
+        "code redemption (+ ES256 ID token)",
+        conns,
+        &red,
+        Some(&health),
+    );
+
+    let share = |f: &Figures| f.rps / health.rps;
+    println!("\nGoals (2-core machine):");
+    println!(
+        "  discovery {:.2}x /health, JWKS {:.2}x (target >= 0.8x)  {}",
+        share(&disc),
+        share(&jwks),
+        verdict(share(&disc) >= 0.8 && share(&jwks) >= 0.8)
+    );
+    println!(
+        "  introspection {:.0}/s (target >= 8,000/s)  {}",
+        intro.rps,
+        verdict(intro.rps >= 8000.0)
+    );
+    println!("  token exchange {:.0}/s (target >= 3,000/s; node-oidc-provider's client credentials, in memory, did 3,300/s on this kind of machine)  {}", ex.rps, verdict(ex.rps >= 3000.0));
+    println!(
+        "  code redemption {:.0}/s (target >= 2,000/s)  {}",
+        red.rps,
+        verdict(red.rps >= 2000.0)
+    );
+}
