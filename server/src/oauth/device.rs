@@ -109,29 +109,26 @@ pub async fn find(p: &Provider, typed: &str) -> OAuthResult<Option<PendingDevice
     let Some(code) = normalize_user_code(typed) else {
         return Ok(None);
     };
-    let mut session = p.store.read().await?;
-    let Some(auth) = session.device_by_user_code(&hash_token(&code)).await? else {
+    let found = p
+        .store
+        .read()
+        .await?
+        .device_by_user_code(&hash_token(&code))
+        .await?;
+    let Some(auth) = found else {
         return Ok(None);
     };
     if auth.status != DeviceStatus::Pending || auth.expires_at <= p.now() {
         return Ok(None);
     }
-    let Some((app, _)) = session.app(&auth.app_id).await? else {
+    let Some((app, _)) = super::clients::app(p, &auth.app_id).await? else {
         return Ok(None);
     };
     Ok(Some(PendingDevice {
         auth,
-        app_host: app.homepage_url.as_deref().and_then(host_of),
+        app_host: super::clients::shown_host(&app),
         app_name: app.name,
     }))
-}
-
-/// The host of a URL, for showing the user where an app lives.
-pub fn host_of(url: &str) -> Option<String> {
-    let rest = url.split_once("://")?.1;
-    let host = rest.split(['/', '?', '#']).next()?;
-    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
-    (!host.is_empty()).then(|| host.to_string())
 }
 
 /// The user's answer on the verification page: approve with these organizations, or deny.
@@ -273,18 +270,5 @@ mod tests {
                 Some(c.as_str())
             );
         }
-    }
-
-    #[test]
-    fn hosts() {
-        assert_eq!(
-            host_of("https://app.example/x").as_deref(),
-            Some("app.example")
-        );
-        assert_eq!(
-            host_of("https://u@app.example:8443").as_deref(),
-            Some("app.example:8443")
-        );
-        assert_eq!(host_of("nope"), None);
     }
 }
