@@ -291,7 +291,7 @@ struct State {
 
 /// What the cache has for a URL.
 enum Found {
-    Fresh(OAuthApp),
+    Fresh(Box<OAuthApp>),
     Fetching(Flight),
 }
 
@@ -315,7 +315,7 @@ impl Documents {
             why,
         })?;
         let flight = match self.find(url.as_str(), clock.now()) {
-            Found::Fresh(app) => return Ok(app),
+            Found::Fresh(app) => return Ok(*app),
             Found::Fetching(flight) => flight,
         };
         let result = flight
@@ -333,7 +333,7 @@ impl Documents {
     fn find(&self, url: &str, now: DateTime<Utc>) -> Found {
         let mut state = self.lock();
         match state.cache.get(url) {
-            Some(c) if c.expires > now => return Found::Fresh(c.app.clone()),
+            Some(c) if c.expires > now => return Found::Fresh(Box::new(c.app.clone())),
             Some(_) => {
                 state.cache.remove(url);
             }
