@@ -747,15 +747,12 @@ fn claims(id_token: &str) -> Value {
     serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).expect("base64")).expect("json")
 }
 
-#[tokio::test]
-async fn a_document_client_signs_in_with_pkce_and_no_secret() {
-    let env = env().await;
-    let url = env.site.url(DOC);
-    env.site
-        .set(DOC, reply(&document(&url, "Notebook <b>Doc</b>")));
+/// The browser leg for a document client: PKCE required, the document's name escaped, the consent
+/// page showing the client id's host (not the host the document claims); the code.
+async fn browser_leg(env: &Env, url: &str) -> String {
     let mut b = Browser::new(&env.url);
     // A public client must use PKCE: without it, an error back at the (valid) redirect URI.
-    let no_pkce = authorize_path(&url, REDIRECT, &[]).replace(
+    let no_pkce = authorize_path(url, REDIRECT, &[]).replace(
         &format!("&code_challenge={CHALLENGE}&code_challenge_method=S256"),
         "",
     );
@@ -765,13 +762,8 @@ async fn a_document_client_signs_in_with_pkce_and_no_secret() {
         Some("invalid_request"),
         "{to}"
     );
-
-    let page = b
-        .get(&authorize_path(&url, REDIRECT, &[]))
-        .await
-        .text()
-        .await
-        .unwrap();
+    let page = b.get(&authorize_path(url, REDIRECT, &[])).await;
+    let page = page.text().await.expect("sign-in page");
     assert!(
         page.contains("Notebook") && !page.contains("<b>Doc"),
         "escaped: {page}"
@@ -783,32 +775,33 @@ async fn a_document_client_signs_in_with_pkce_and_no_secret() {
     );
     assert!(
         !consent.contains("bank.example"),
-        "the document's own claims are not the host"
+        "the document's claim is not the host"
     );
     assert_eq!(param(&back, "iss").as_deref(), Some(env.url.as_str()));
-    let code = param(&back, "code").expect("code");
+    param(&back, "code").expect("code")
+}
 
-    let redeem = |verifier: &'static str| {
-        let (env, url, code) = (&env, url.clone(), code.clone());
-        async move {
-            let form = [
-                ("grant_type", "authorization_code"),
-                ("code", code.as_str()),
-                ("redirect_uri", REDIRECT),
-                ("client_id", url.as_str()),
-                ("code_verifier", verifier),
-            ];
-            token(env, &form).await
-        }
-    };
-    let (status, tok) = redeem(VERIFIER).await;
+#[tokio::test]
+async fn a_document_client_signs_in_with_pkce_and_no_secret() {
+    let env = env().await;
+    let url = env.site.url(DOC);
+    env.site
+        .set(DOC, reply(&document(&url, "Notebook <b>Doc</b>")));
+    let code = browser_leg(&env, &url).await;
+    let form = [
+        ("grant_type", "authorization_code"),
+        ("code", code.as_str()),
+        ("redirect_uri", REDIRECT),
+        ("client_id", url.as_str()),
+        ("code_verifier", VERIFIER),
+    ];
+    let (status, tok) = token(&env, &form).await;
     assert_eq!(status, StatusCode::OK, "{tok}");
     assert_eq!(tok["scope"], "openid profile read-endpoints");
     assert_eq!(claims(tok["id_token"].as_str().unwrap())["aud"], url);
-    let access = tok["access_token"].as_str().unwrap();
     let who: Value = http()
         .get(format!("{}/api/whoami-v2", env.url))
-        .bearer_auth(access)
+        .bearer_auth(tok["access_token"].as_str().unwrap())
         .send()
         .await
         .unwrap()

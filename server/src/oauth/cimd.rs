@@ -524,95 +524,66 @@ mod tests {
         assert!(ClientDocument::parse(URL, &doc(serde_json::json!({}))).is_ok());
     }
 
+    /// The standard document with `extra` merged in must be refused, saying `why`.
+    fn refused(extra: Value, why: &str) {
+        let body = doc(extra);
+        let err = ClientDocument::parse(URL, &body).unwrap_err();
+        assert!(
+            err.contains(why),
+            "{}: {err}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+
     #[test]
-    fn documents_that_are_refused() {
-        let cases = [
-            (
-                doc(serde_json::json!({"client_id": format!("{URL}/")})),
-                "client_id",
-            ),
-            (
-                doc(serde_json::json!({"client_id": URL.to_uppercase()})),
-                "client_id",
-            ),
-            (
-                doc(serde_json::json!({"client_id": URL.replace(".example/", ".example:443/")})),
-                "client_id",
-            ),
-            (doc(serde_json::json!({"client_id": 1})), "client_id"),
-            (
-                doc(serde_json::json!({"client_secret": "s"})),
-                "client_secret",
-            ),
-            (
-                doc(serde_json::json!({"client_secret_expires_at": 0})),
-                "client_secret",
-            ),
-            (
-                doc(serde_json::json!({"token_endpoint_auth_method": "client_secret_basic"})),
-                "client_secret_basic",
-            ),
-            (
-                doc(serde_json::json!({"token_endpoint_auth_method": "client_secret_post"})),
-                "token_endpoint_auth_method",
-            ),
-            (
-                doc(serde_json::json!({"token_endpoint_auth_method": "private_key_jwt"})),
-                "token_endpoint_auth_method",
-            ),
-            (doc(serde_json::json!({"client_name": ""})), "client_name"),
-            (doc(serde_json::json!({"client_name": null})), "client_name"),
-            (
-                doc(serde_json::json!({"client_name": "x".repeat(101)})),
-                "client_name",
-            ),
-            (
-                doc(serde_json::json!({"client_name": "a\nb"})),
-                "client_name",
-            ),
-            (
-                doc(serde_json::json!({"redirect_uris": "https://app.example/cb"})),
-                "redirect_uris",
-            ),
-            (
-                doc(serde_json::json!({"redirect_uris": []})),
-                "redirect_uris",
-            ),
-            (
-                doc(serde_json::json!({"redirect_uris": [1]})),
-                "redirect_uris",
-            ),
-            (
-                doc(serde_json::json!({"redirect_uris": ["http://app.example/cb"]})),
-                "plain http",
-            ),
-            (
-                doc(serde_json::json!({"redirect_uris": ["https://app.example/cb#x"]})),
-                "fragment",
-            ),
-            (
-                doc(serde_json::json!({"logo_uri": "http://app.example/l.png"})),
-                "logo_uri",
-            ),
-            (
-                doc(serde_json::json!({"client_uri": "javascript:alert(1)"})),
-                "client_uri",
-            ),
-            (b"[1, 2]".to_vec(), "not a JSON object"),
-            (b"<html></html>".to_vec(), "not JSON"),
-        ];
-        for (body, why) in cases {
-            let err = ClientDocument::parse(URL, &body).unwrap_err();
-            assert!(
-                err.contains(why),
-                "{}: {err}",
-                String::from_utf8_lossy(&body)
-            );
-        }
+    fn a_document_names_itself_exactly_and_has_no_secret() {
+        use serde_json::json;
+        refused(json!({"client_id": format!("{URL}/")}), "client_id");
+        refused(json!({"client_id": URL.to_uppercase()}), "client_id");
+        let with_port = URL.replace(".example/", ".example:443/");
+        refused(json!({ "client_id": with_port }), "client_id");
+        refused(json!({"client_id": 1}), "client_id");
+        refused(json!({"client_secret": "s"}), "client_secret");
+        refused(json!({"client_secret_expires_at": 0}), "client_secret");
+        let method = |m: &str| json!({ "token_endpoint_auth_method": m });
+        refused(method("client_secret_basic"), "client_secret_basic");
+        refused(method("client_secret_post"), "token_endpoint_auth_method");
+        refused(method("private_key_jwt"), "token_endpoint_auth_method");
         let mut without = serde_json::from_slice::<Value>(&doc(Value::Null)).unwrap();
         without.as_object_mut().unwrap().remove("client_id");
         let err = ClientDocument::parse(URL, &serde_json::to_vec(&without).unwrap()).unwrap_err();
         assert!(err.contains("no client_id"), "{err}");
+        for (body, why) in [
+            (&b"[1, 2]"[..], "not a JSON object"),
+            (b"<html>", "not JSON"),
+        ] {
+            assert!(ClientDocument::parse(URL, body).unwrap_err().contains(why));
+        }
+    }
+
+    #[test]
+    fn a_document_s_fields_are_checked() {
+        use serde_json::json;
+        refused(json!({"client_name": ""}), "client_name");
+        refused(json!({"client_name": null}), "client_name");
+        refused(json!({"client_name": "x".repeat(101)}), "client_name");
+        refused(json!({"client_name": "a\nb"}), "client_name");
+        refused(
+            json!({"redirect_uris": "https://app.example/cb"}),
+            "redirect_uris",
+        );
+        refused(json!({"redirect_uris": []}), "redirect_uris");
+        refused(json!({"redirect_uris": [1]}), "redirect_uris");
+        refused(
+            json!({"redirect_uris": ["http://app.example/cb"]}),
+            "plain http",
+        );
+        refused(
+            json!({"redirect_uris": ["https://app.example/cb#x"]}),
+            "fragment",
+        );
+        refused(json!({"logo_uri": "http://app.example/l.png"}), "logo_uri");
+        refused(json!({"client_uri": "javascript:alert(1)"}), "client_uri");
     }
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
