@@ -77,14 +77,14 @@ pub struct Checked {
 }
 
 /// Every check start-up makes of its config before it writes, binds or connects anything: public URL,
-/// trusted proxies, outbound allow list, data dir, store URL, secrets key, hardware list and catalog
-/// seed. Start-up ([`Services::open_at`]) and `switchyard config check` both call this, so they agree.
+/// trusted proxies, outbound settings (allow list, fixed names, CA file), data dir, store URL, secrets
+/// key, hardware list and catalog seed. Start-up ([`Services::open_at`]) and `switchyard config check` both call this, so they agree.
 pub fn check(config: &Config) -> Result<Checked, StartError> {
     if let Some(url) = &config.runtime.public_url {
         public_host_of(url)?;
     }
     config.proxy.trusted_cidrs().map_err(StartError)?;
-    config.outbound.allow_cidrs().map_err(StartError)?;
+    crate::outbound::Outbound::builder(&config.outbound).map_err(StartError)?;
     let data_dir = config.data_dir().map_err(|e| StartError(e.to_string()))?;
     let store_url = config.store_url().map_err(|e| StartError(e.to_string()))?;
     let key_file = config.key_file().map_err(|e| StartError(e.to_string()))?;

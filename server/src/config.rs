@@ -5,7 +5,8 @@
 //! decide where its data goes) and resolved against the working directory when it comes from an
 //! environment variable or a flag, typed where the command runs.
 
-use std::net::SocketAddr;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -346,6 +347,13 @@ pub struct OutboundConfig {
     /// CIDR blocks let through although special-use (loopback, private, link-local, …). Empty: the
     /// server fetches from public addresses only.
     pub allow: Vec<String>,
+    /// A CA certificate (PEM) trusted besides the public roots: a private CA in front of internal
+    /// issuers, or a test CA. Unset: the public roots only.
+    pub ca_file: Option<PathBuf>,
+    /// Fixed addresses for host names, asked before DNS (like curl's `--resolve`):
+    /// `{ "cimd.test" = "127.0.0.1" }`. What a name maps to is still checked against `allow`, so this
+    /// never opens a special-use address by itself. Empty: every name goes to DNS.
+    pub resolve: BTreeMap<String, String>,
 }
 
 impl OutboundConfig {
@@ -354,6 +362,19 @@ impl OutboundConfig {
         self.allow
             .iter()
             .map(|c| Cidr::parse(c).map_err(|e| format!("outbound.allow {c:?}: {e}")))
+            .collect()
+    }
+
+    /// `resolve` parsed, names in lower case; start-up refuses an entry that is not an IP address.
+    pub fn resolve_table(&self) -> Result<BTreeMap<String, IpAddr>, String> {
+        self.resolve
+            .iter()
+            .map(|(name, ip)| {
+                let ip = ip
+                    .parse::<IpAddr>()
+                    .map_err(|e| format!("outbound.resolve {name:?}: {ip:?}: {e}"))?;
+                Ok((name.trim_end_matches('.').to_ascii_lowercase(), ip))
+            })
             .collect()
     }
 }
@@ -527,13 +548,14 @@ impl Config {
     }
 
     /// The paths a config file sets, by key (a SQLite `store.url` is one too: see [`resolve_store_url`]).
-    fn paths_mut(&mut self) -> [(&'static str, &mut Option<PathBuf>); 5] {
+    fn paths_mut(&mut self) -> [(&'static str, &mut Option<PathBuf>); 6] {
         [
             ("store.data_dir", &mut self.store.data_dir),
             ("secrets.key_file", &mut self.secrets.key_file),
             ("catalog.seed_file", &mut self.catalog.seed_file),
             ("catalog.hardware_file", &mut self.catalog.hardware_file),
             ("runtime.replica_dir", &mut self.runtime.replica_dir),
+            ("outbound.ca_file", &mut self.outbound.ca_file),
         ]
     }
 
@@ -747,6 +769,33 @@ mod tests {
         c.apply_env([("SWITCHYARD_OUTBOUND_ALLOW".to_string(), String::new())])
             .unwrap();
         assert!(c.outbound.allow.is_empty());
+
+        let c = Config::parse_toml(
+            "[outbound]\nca_file = \"/etc/sy/ca.pem\"\nresolve = { \"CIMD.test.\" = \"127.0.0.1\" }\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.outbound.ca_file, Some(PathBuf::from("/etc/sy/ca.pem")));
+        let table = c.outbound.resolve_table().unwrap();
+        assert_eq!(table["cimd.test"], "127.0.0.1".parse::<IpAddr>().unwrap());
+        assert!(Config::default()
+            .outbound
+            .resolve_table()
+            .unwrap()
+            .is_empty());
+        let relative =
+            Config::parse_toml("[outbound]\nca_file = \"ca.pem\"\n", Path::new("x.toml"));
+        assert!(relative
+            .unwrap_err()
+            .to_string()
+            .contains("outbound.ca_file"));
+        let mut not_ip = Config::default();
+        not_ip
+            .outbound
+            .resolve
+            .insert("a.test".into(), "localhost".into());
+        let err = not_ip.outbound.resolve_table().unwrap_err();
+        assert!(err.contains("outbound.resolve"), "{err}");
 
         let bad = Config::parse_toml("[outbound]\nallow = [\"10/8\"]\n", Path::new("x.toml"))
             .unwrap()

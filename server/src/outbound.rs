@@ -127,6 +127,23 @@ impl Lookup for SystemLookup {
     }
 }
 
+/// Names with fixed addresses (`[outbound] resolve`), the others asked of `rest`.
+struct FixedNames {
+    names: std::collections::BTreeMap<String, IpAddr>,
+    rest: Arc<dyn Lookup>,
+}
+
+#[async_trait]
+impl Lookup for FixedNames {
+    async fn lookup(&self, host: &str) -> std::io::Result<Vec<IpAddr>> {
+        let name = host.trim_end_matches('.').to_ascii_lowercase();
+        match self.names.get(&name) {
+            Some(ip) => Ok(vec![*ip]),
+            None => self.rest.lookup(host).await,
+        }
+    }
+}
+
 /// The guarded client. Cheap to share (`Arc<Outbound>`); its connections are pooled.
 pub struct Outbound {
     allow: Arc<[Cidr]>,
@@ -179,12 +196,31 @@ impl Outbound {
         Outbound::builder(config)?.build()
     }
 
+    /// A builder with `[outbound]`: its allow list, its fixed names (`resolve`) and its CA (`ca_file`).
     pub fn builder(config: &OutboundConfig) -> Result<OutboundBuilder, String> {
-        Ok(OutboundBuilder {
+        let names = config.resolve_table()?;
+        let lookup: Arc<dyn Lookup> = match names.is_empty() {
+            true => Arc::new(SystemLookup),
+            false => Arc::new(FixedNames {
+                names,
+                rest: Arc::new(SystemLookup),
+            }),
+        };
+        let builder = OutboundBuilder {
             allow: config.allow_cidrs()?,
-            lookup: Arc::new(SystemLookup),
+            lookup,
             roots: Vec::new(),
-        })
+        };
+        match &config.ca_file {
+            None => Ok(builder),
+            Some(path) => {
+                let pem = std::fs::read(path)
+                    .map_err(|e| format!("outbound.ca_file {}: {e}", path.display()))?;
+                builder
+                    .root_certificate_pem(&pem)
+                    .map_err(|e| format!("outbound.ca_file {}: {e}", path.display()))
+            }
+        }
     }
 
     /// Refuses a URL that can never be fetched: not http(s), no host, an IP-literal host in a refused
@@ -576,6 +612,7 @@ mod tests {
     fn config(allow: &[&str]) -> OutboundConfig {
         OutboundConfig {
             allow: allow.iter().map(|c| c.to_string()).collect(),
+            ..OutboundConfig::default()
         }
     }
 
@@ -1276,5 +1313,28 @@ mod tests {
         let err = trusting(&[]).get(&url, &quick()).await.unwrap_err();
         assert!(matches!(err, OutboundError::Refused { .. }), "{err:?}");
         assert_eq!(seen.connections(), before);
+
+        // The same from `[outbound]` alone: `ca_file` and `resolve`, still held to `allow`.
+        let mut configured = config(LOOPBACK);
+        configured.ca_file = Some(format!("{data}ca.pem").into());
+        configured
+            .resolve
+            .insert("CIMD.test".into(), "127.0.0.1".into());
+        let fetched = Outbound::new(&configured)
+            .unwrap()
+            .get(&url, &quick())
+            .await
+            .unwrap();
+        assert_eq!(&fetched.body[..], b"{\"secure\":true}");
+        configured.allow.clear();
+        let err = Outbound::new(&configured)
+            .unwrap()
+            .get(&url, &quick())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, OutboundError::Refused { .. }), "{err:?}");
+        configured.ca_file = Some(format!("{data}missing.pem").into());
+        let err = Outbound::new(&configured).err().unwrap();
+        assert!(err.contains("outbound.ca_file"), "{err}");
     }
 }

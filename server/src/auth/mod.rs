@@ -238,8 +238,14 @@ async fn oauth_principal(
         .filter(|(o, _)| grant.org_ids.contains(&o.id))
         .map(|(o, _)| o.name)
         .collect();
+    // A client named by its metadata document's URL has no row: that URL names it here (the document
+    // is not fetched to check a bearer token).
     let app_name = match &grant.app_id {
-        Some(id) => session.app(id).await?.map(|(a, _)| a.name),
+        Some(id) => session
+            .app(id)
+            .await?
+            .map(|(a, _)| a.name)
+            .or_else(|| id.starts_with("https://").then(|| id.clone())),
         None => None,
     };
     Ok(Some(Principal {

@@ -4,7 +4,7 @@
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 
-use super::{OAuthError, OAuthResult, Provider};
+use super::{cimd, OAuthError, OAuthResult, Provider};
 use crate::crypto::{constant_time_eq, hash_token};
 use crate::model::oauth::OAuthApp;
 
@@ -79,15 +79,39 @@ fn cli_app(p: &Provider) -> OAuthApp {
     }
 }
 
-/// The app by client id.
+/// The app by client id, with its secret's hash: a registered app, or the public client an `https`
+/// client id's metadata document describes (`invalid_client` when that document cannot be used).
 pub async fn app(p: &Provider, client_id: &str) -> OAuthResult<Option<(OAuthApp, Option<String>)>> {
     if client_id == CLI_CLIENT_ID {
         return Ok(Some((cli_app(p), None)));
+    }
+    if cimd::is_document_url(client_id) {
+        let app = p
+            .documents
+            .app(&p.outbound, p.clock.as_ref(), client_id)
+            .await
+            .map_err(|e| OAuthError::invalid_client(e.to_string()))?;
+        return Ok(Some((app, None)));
     }
     if client_id.is_empty() || client_id.len() > 256 {
         return Ok(None);
     }
     Ok(p.store.read().await?.app(client_id).await?)
+}
+
+/// Where the app lives, as the consent page shows it: the host (and a port other than the default)
+/// of a metadata document's URL, which the document cannot change, else of the app's homepage.
+pub fn shown_host(app: &OAuthApp) -> Option<String> {
+    let url = match cimd::is_document_url(&app.id) {
+        true => Some(app.id.as_str()),
+        false => app.homepage_url.as_deref(),
+    };
+    let url = url::Url::parse(url?).ok()?;
+    let host = url.host_str().filter(|h| !h.is_empty())?;
+    Some(match url.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_string(),
+    })
 }
 
 /// Authenticates the client of a token-endpoint style request: `basic` from the header, `client_id`
@@ -154,5 +178,26 @@ mod tests {
         assert!(parse_basic(Some("Basic !!!")).is_err());
         let no_colon = format!("Basic {}", STANDARD.encode("app_1"));
         assert!(parse_basic(Some(&no_colon)).is_err());
+    }
+
+    #[test]
+    fn the_host_shown_for_a_document_client_is_its_url_s() {
+        let mut app = crate::oauth::cimd::ClientDocument {
+            client_id: "https://app.example:8443/.well-known/oauth-cimd".into(),
+            client_name: "App".into(),
+            redirect_uris: vec!["https://app.example/cb".into()],
+            logo_uri: None,
+            client_uri: Some("https://bank.example/".into()),
+        }
+        .app(chrono::Utc::now());
+        assert_eq!(shown_host(&app).as_deref(), Some("app.example:8443"));
+        app.id = "app_1".into();
+        assert_eq!(shown_host(&app).as_deref(), Some("bank.example"));
+        app.homepage_url = Some("https://u@bank.example:443/x".into());
+        assert_eq!(shown_host(&app).as_deref(), Some("bank.example"));
+        app.homepage_url = Some("nope".into());
+        assert_eq!(shown_host(&app), None);
+        app.homepage_url = None;
+        assert_eq!(shown_host(&app), None);
     }
 }

@@ -126,17 +126,9 @@ pub async fn find(p: &Provider, typed: &str) -> OAuthResult<Option<PendingDevice
     };
     Ok(Some(PendingDevice {
         auth,
-        app_host: app.homepage_url.as_deref().and_then(host_of),
+        app_host: super::clients::shown_host(&app),
         app_name: app.name,
     }))
-}
-
-/// The host of a URL, for showing the user where an app lives.
-pub fn host_of(url: &str) -> Option<String> {
-    let rest = url.split_once("://")?.1;
-    let host = rest.split(['/', '?', '#']).next()?;
-    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
-    (!host.is_empty()).then(|| host.to_string())
 }
 
 /// The user's answer on the verification page: approve with these organizations, or deny.
@@ -278,18 +270,5 @@ mod tests {
                 Some(c.as_str())
             );
         }
-    }
-
-    #[test]
-    fn hosts() {
-        assert_eq!(
-            host_of("https://app.example/x").as_deref(),
-            Some("app.example")
-        );
-        assert_eq!(
-            host_of("https://u@app.example:8443").as_deref(),
-            Some("app.example:8443")
-        );
-        assert_eq!(host_of("nope"), None);
     }
 }

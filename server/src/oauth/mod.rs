@@ -3,6 +3,7 @@
 //!
 //! - [`keys`]: ES256 signing keys, sealed at rest, and the JWKS.
 //! - [`clients`]: who is asking: registered apps, HTTP Basic client authentication.
+//! - [`cimd`]: clients named by the URL of their metadata document, fetched and cached.
 //! - [`tokens`]: issuing access, refresh and ID tokens for a grant; refresh rotation; revocation and
 //!   introspection.
 //! - [`code`]: authorization requests, consent and codes (PKCE S256), code redemption.
@@ -11,6 +12,7 @@
 //!
 //! Every bearer string (code, token, device code) is 256 random bits, kept only as its SHA-256.
 
+pub mod cimd;
 pub mod clients;
 pub mod code;
 pub mod device;
@@ -182,6 +184,10 @@ pub struct Provider {
     pub clock: Arc<dyn Clock>,
     pub secrets: SecretBox,
     pub revocations: Arc<crate::auth::Revocations>,
+    /// The guarded client that fetches client metadata documents.
+    pub outbound: Arc<crate::outbound::Outbound>,
+    /// Client metadata documents fetched, cached within bounds.
+    pub documents: cimd::Documents,
     keys: RwLock<Option<Arc<KeySet>>>,
     discovery: axum::body::Bytes,
     as_metadata: axum::body::Bytes,
@@ -223,7 +229,7 @@ fn discovery_documents(issuer: &str) -> (Vec<u8>, Vec<u8>) {
         "claims_supported": ["sub", "iss", "aud", "exp", "iat", "auth_time", "nonce", "at_hash",
             "name", "preferred_username", "picture", "profile", "email", "email_verified", "orgs"],
         "authorization_response_iss_parameter_supported": true,
-        "client_id_metadata_document_supported": false,
+        "client_id_metadata_document_supported": true,
         "ui_locales_supported": ["en"],
     });
     let oidc = serde_json::to_vec(&doc).unwrap_or_default();
@@ -250,6 +256,8 @@ impl Provider {
             clock: ctx.clock.clone(),
             secrets: ctx.secrets.clone(),
             revocations: ctx.revocations.clone(),
+            outbound: ctx.outbound.clone(),
+            documents: cimd::Documents::default(),
             keys: RwLock::new(None),
             discovery: discovery.into(),
             as_metadata: as_metadata.into(),
@@ -372,8 +380,10 @@ mod tests {
         );
         assert_eq!(oidc["jwks_uri"], "https://sy.example/oauth/jwks");
         assert_eq!(oidc["authorization_response_iss_parameter_supported"], true);
+        assert_eq!(oidc["client_id_metadata_document_supported"], true);
         let asm: serde_json::Value = serde_json::from_slice(&asm).unwrap();
         assert_eq!(asm["issuer"], "https://sy.example");
         assert!(asm.get("userinfo_endpoint").is_none());
+        assert_eq!(asm["client_id_metadata_document_supported"], true);
     }
 }

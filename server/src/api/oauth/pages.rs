@@ -14,7 +14,7 @@ use axum::Router;
 use super::{AppState, Form};
 use crate::crypto::{constant_time_eq, hash_token};
 use crate::model::account::{Account, Scope};
-use crate::model::oauth::scope_words;
+use crate::model::oauth::{scope_words, OAuthApp};
 use crate::oauth::code::{self, AuthRequest, Refusal};
 use crate::oauth::{device, new_secret, OAuthError, Provider};
 use crate::store::WebSession;
@@ -303,18 +303,7 @@ async fn authorize(
                 "",
                 StatusCode::OK,
             ),
-            Some(user) => {
-                consent_for_request(
-                    p,
-                    &b,
-                    &user,
-                    &req,
-                    &app.name,
-                    app.homepage_url.as_deref(),
-                    &id,
-                )
-                .await?
-            }
+            Some(user) => consent_for_request(p, &b, &user, &req, &app, &id).await?,
         })
     }
     .await;
@@ -369,14 +358,12 @@ fn scope_lines(scopes: &[Scope]) -> Vec<(&'static str, &'static str)> {
         .collect()
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn consent_for_request(
     p: &Provider,
     b: &Browser,
     user: &Account,
     req: &AuthRequest,
-    app_name: &str,
-    homepage: Option<&str>,
+    app: &OAuthApp,
     request_id: &str,
 ) -> Result<Response, OAuthError> {
     let orgs = org_choices(p, user, &req.org_ids).await?;
@@ -389,9 +376,9 @@ async fn consent_for_request(
             "the app asks for the organization {missing:?}, which you are not a member of"
         )));
     }
-    let host = homepage.and_then(device::host_of);
+    let host = crate::oauth::clients::shown_host(app);
     let html = Consent {
-        app_name,
+        app_name: &app.name,
         app_host: host.as_deref(),
         user: &user.name,
         scopes: scope_lines(&req.scopes),
@@ -505,16 +492,7 @@ async fn consent_page(
         let Some((app, _)) = crate::oauth::clients::app(p, &req.client_id).await? else {
             return Ok(error_page("the app no longer exists"));
         };
-        consent_for_request(
-            p,
-            &b,
-            &user,
-            &req,
-            &app.name,
-            app.homepage_url.as_deref(),
-            id,
-        )
-        .await
+        consent_for_request(p, &b, &user, &req, &app, id).await
     }
     .await;
     result.unwrap_or_else(oauth_error_page)
