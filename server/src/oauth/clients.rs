@@ -1,6 +1,8 @@
 //! Who is asking: the registered app behind a `client_id`, and HTTP Basic client authentication
 //! (RFC 6749 2.3.1). Secrets are compared by their SHA-256, in constant time.
 
+use std::time::{Duration, Instant};
+
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 
@@ -96,7 +98,55 @@ pub async fn app(p: &Provider, client_id: &str) -> OAuthResult<Option<(OAuthApp,
     if client_id.is_empty() || client_id.len() > 256 {
         return Ok(None);
     }
-    Ok(p.store.read().await?.app(client_id).await?)
+    let epoch = p.revocations.epoch();
+    if let Some(hit) = p.registered.get(client_id, epoch, Instant::now()) {
+        return Ok(hit);
+    }
+    let found = p.store.read().await?.app(client_id).await?;
+    p.registered
+        .put(client_id, epoch, Instant::now(), found.clone());
+    Ok(found)
+}
+
+/// Registered apps as recently read, with their secrets' hashes, for [`REGISTERED_TTL`]: the token
+/// endpoint does not read the app again for every request. A change made through this server (a new
+/// secret, a deleted app) bumps the revocation epoch and empties it at once; one made by another
+/// process (`switchyard admin app …`, another replica) is seen within the TTL.
+#[derive(Debug, Default)]
+pub struct Registered(std::sync::Mutex<RegisteredInner>);
+
+#[derive(Debug, Default)]
+struct RegisteredInner {
+    epoch: u64,
+    apps: std::collections::HashMap<String, (Instant, Option<(OAuthApp, Option<String>)>)>,
+}
+
+/// How long a registered app's record is trusted without reading it again.
+pub const REGISTERED_TTL: Duration = Duration::from_secs(2);
+const REGISTERED_MAX: usize = 1024;
+
+type Found = Option<(OAuthApp, Option<String>)>;
+
+impl Registered {
+    fn get(&self, id: &str, epoch: u64, now: Instant) -> Option<Found> {
+        let inner = self.0.lock().ok()?;
+        if inner.epoch != epoch {
+            return None;
+        }
+        let (at, found) = inner.apps.get(id)?;
+        (now.duration_since(*at) < REGISTERED_TTL).then(|| found.clone())
+    }
+
+    fn put(&self, id: &str, epoch: u64, now: Instant, found: Found) {
+        let Ok(mut inner) = self.0.lock() else {
+            return;
+        };
+        if inner.epoch != epoch || inner.apps.len() >= REGISTERED_MAX {
+            inner.apps.clear();
+            inner.epoch = epoch;
+        }
+        inner.apps.insert(id.to_string(), (now, found));
+    }
 }
 
 /// Where the app lives, as the consent page shows it: the host (and a port other than the default)

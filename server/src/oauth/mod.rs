@@ -188,6 +188,8 @@ pub struct Provider {
     pub outbound: Arc<crate::outbound::Outbound>,
     /// Client metadata documents fetched, cached within bounds.
     pub documents: cimd::Documents,
+    /// Registered apps as recently read.
+    pub registered: clients::Registered,
     keys: RwLock<Option<Arc<KeySet>>>,
     discovery: axum::body::Bytes,
     as_metadata: axum::body::Bytes,
@@ -258,6 +260,7 @@ impl Provider {
             revocations: ctx.revocations.clone(),
             outbound: ctx.outbound.clone(),
             documents: cimd::Documents::default(),
+            registered: clients::Registered::default(),
             keys: RwLock::new(None),
             discovery: discovery.into(),
             as_metadata: as_metadata.into(),

@@ -259,6 +259,8 @@ pub async fn update(ctx: &Context, who: &Principal, id: &str, input: AppIn) -> R
         return Err(not_found(id));
     }
     unit.commit().await?;
+    // Cached client records (the token endpoint's) are read again.
+    ctx.revocations.revoke();
     Ok(app)
 }
 
@@ -283,6 +285,8 @@ async fn set_secret_of(ctx: &Context, mut app: OAuthApp, rotate: bool) -> Result
     unit.set_app_secret(&id, secret.as_deref().map(hash_token).as_deref(), now)
         .await?;
     unit.commit().await?;
+    // The old secret stops working at once: cached client records are read again.
+    ctx.revocations.revoke();
     app.has_secret = secret.is_some();
     app.updated_at = now;
     tracing::info!(app = %id, rotated = rotate, "oauth app secret changed");
