@@ -313,7 +313,11 @@ async fn code_flow_with_pkce_issues_verifiable_tokens() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(who["auth"]["type"], "oauth");
     assert_eq!(who["auth"]["app"]["clientId"], s.client_id);
-    assert_eq!(who["orgs"][0]["name"], "acme");
+    assert_eq!(
+        who["orgs"],
+        json!([]),
+        "no read-memberships scope: no organizations listed"
+    );
     let (status, _) = get_json(&format!("{}/v2/endpoint/acme", s.server.url), Some(access)).await;
     assert_eq!(
         status,
@@ -336,7 +340,14 @@ async fn code_flow_with_pkce_issues_verifiable_tokens() {
     let (status, info) = get_json(&format!("{}/oauth/userinfo", s.server.url), Some(access)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(info["sub"], claims["sub"]);
-    assert_eq!(info["organizations"][0]["sub"], acme_id);
+    assert_eq!(
+        info["organizations"][0]["sub"], acme_id,
+        "the granted organization"
+    );
+    assert!(
+        info["organizations"][0].get("roleInOrg").is_none(),
+        "roles need read-memberships"
+    );
 
     // The code is single use: a replay is refused and revokes what the first use issued.
     let replay = redeem(&s, &code).await;

@@ -102,7 +102,7 @@ pub async fn whoami(State(state): State<AppState>, who: Principal) -> ApiResult<
         is_admin: a.is_admin,
         orgs: orgs
             .into_iter()
-            .filter(|(o, _)| who.reaches_org(&o.name))
+            .filter(|(o, _)| sees(Scope::ReadMemberships) && who.reaches_org(&o.name))
             .map(|(o, role)| OrgOut {
                 kind: "org".into(),
                 avatar_url: avatar(&o.name),

@@ -75,19 +75,23 @@ pub async fn user_claims(
         claims.insert("email".into(), json!(user.email));
         claims.insert("email_verified".into(), json!(user.email.is_some()));
     }
+    let roles = scopes.contains(&Scope::ReadMemberships);
     let orgs: Vec<Value> = unit
         .orgs_of(&user.id)
         .await?
         .into_iter()
         .filter(|(o, _)| granted(o))
         .map(|(o, role)| {
-            json!({
+            let mut org = json!({
                 "sub": o.id,
                 "name": o.fullname,
                 "preferred_username": o.name,
                 "picture": format!("{issuer}/avatars/{}", o.name),
-                "roleInOrg": role.as_str(),
-            })
+            });
+            if roles {
+                org["roleInOrg"] = json!(role.as_str());
+            }
+            org
         })
         .collect();
     claims.insert(orgs_key.into(), Value::Array(orgs));
