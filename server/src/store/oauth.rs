@@ -31,7 +31,8 @@ pub enum Redemption {
         redirect_uri: String,
         code_challenge: Option<String>,
         expires_at: DateTime<Utc>,
-        grant: Grant,
+        /// Boxed: the other variants are small.
+        grant: Box<Grant>,
     },
     /// Used before: whatever it issued must be revoked.
     Replayed {
@@ -579,7 +580,7 @@ impl OAuthStore for SqlSession {
             redirect_uri: row.try_get("redirect_uri")?,
             code_challenge: row.try_get("code_challenge")?,
             expires_at: req_ts(&row, "expires_at")?,
-            grant: grant_from(&row)?,
+            grant: Box::new(grant_from(&row)?),
         })
     }
 
