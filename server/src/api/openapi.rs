@@ -49,6 +49,9 @@ use super::AppState;
         super::admin::delete_org,
         super::admin::show_quota,
         super::admin::set_quota,
+        super::oauth::publishers::list,
+        super::oauth::publishers::create,
+        super::oauth::publishers::remove,
     ),
     modifiers(&BearerAuth),
     tags(
@@ -56,6 +59,7 @@ use super::AppState;
         (name = "endpoints", description = "Inference endpoint management (huggingface_hub compatible)"),
         (name = "accounts", description = "The caller's account"),
         (name = "admin", description = "Instance administration"),
+        (name = "oauth", description = "The OAuth provider's resources: trusted publishers for keyless sign-in from CI"),
     )
 )]
 pub struct ApiDoc;

@@ -1,10 +1,12 @@
 //! The OAuth provider over HTTP: discovery, JWKS, the token, device, userinfo, revocation and
-//! introspection endpoints (here), the browser pages ([`pages`]) and app management ([`apps`]).
+//! introspection endpoints (here), the browser pages ([`pages`]), app management ([`apps`]) and
+//! trusted publishers for keyless sign-in from CI ([`publishers`]).
 //! Token-endpoint answers are JSON with `Cache-Control: no-store`; errors are `{"error",
 //! "error_description"}` with the RFC's status codes.
 
 pub mod apps;
 mod pages;
+pub mod publishers;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -33,6 +35,7 @@ pub fn router() -> Router<AppState> {
         .route("/oauth/introspect", post(introspect))
         .merge(pages::router())
         .merge(apps::router())
+        .merge(publishers::router())
 }
 
 /// Documents every app may read: JSON, cacheable briefly, readable cross-origin.
