@@ -8,9 +8,12 @@
 //! - [`code`]: authorization requests, consent and codes (PKCE S256), code redemption.
 //! - [`device`]: device authorization (RFC 8628).
 //! - [`exchange`]: an organization's token exchange (RFC 8693) with its audit log.
+//! - [`ci`]: keyless sign-in from CI: a CI provider's id token exchanged for a namespace's token, as a
+//!   trusted publisher of the namespace allows.
 //!
 //! Every bearer string (code, token, device code) is 256 random bits, kept only as its SHA-256.
 
+pub mod ci;
 pub mod clients;
 pub mod code;
 pub mod device;
@@ -182,6 +185,10 @@ pub struct Provider {
     pub clock: Arc<dyn Clock>,
     pub secrets: SecretBox,
     pub revocations: Arc<crate::auth::Revocations>,
+    /// The SSRF-guarded client for every fetch the provider makes (CI issuers' discovery and keys).
+    pub outbound: Arc<crate::outbound::Outbound>,
+    /// The CI issuers' keys, as last fetched.
+    pub ci_keys: ci::issuers::IssuerKeys,
     keys: RwLock<Option<Arc<KeySet>>>,
     discovery: axum::body::Bytes,
     as_metadata: axum::body::Bytes,
@@ -250,6 +257,8 @@ impl Provider {
             clock: ctx.clock.clone(),
             secrets: ctx.secrets.clone(),
             revocations: ctx.revocations.clone(),
+            outbound: ctx.outbound.clone(),
+            ci_keys: ci::issuers::IssuerKeys::default(),
             keys: RwLock::new(None),
             discovery: discovery.into(),
             as_metadata: as_metadata.into(),
