@@ -239,22 +239,7 @@ async fn grant(
             "the id token was already used (its jti was seen before)",
         ));
     }
-    let grant = Grant {
-        id: random_id(),
-        app_id: None,
-        user_id: acting.id.clone(),
-        kind: GrantKind::Ci,
-        scopes: publisher.scopes.clone(),
-        org_ids: match ns.kind {
-            AccountKind::Org => vec![ns.id.clone()],
-            AccountKind::User => Vec::new(),
-        },
-        personal: ns.id == acting.id,
-        nonce: None,
-        auth_time: now,
-        created_at: now,
-        revoked_at: None,
-    };
+    let grant = ci_grant(ns, &acting, publisher, now);
     unit.create_grant(&grant).await?;
     let ttl = (token.expires - now).num_seconds().clamp(1, MAX_TTL_S);
     let what = Issue {
@@ -272,6 +257,32 @@ async fn grant(
     tracing::info!(publisher = %publisher.id, namespace = %ns.name, user = %acting.name,
         grant = %grant.id, expires_in = ttl, "ci sign-in");
     Ok(resp)
+}
+
+/// What the token may do: the publisher's scopes, as its creator, in the namespace only (the
+/// organization, or the creator's own namespace).
+fn ci_grant(
+    ns: &Account,
+    acting: &Account,
+    publisher: &TrustedPublisher,
+    now: DateTime<Utc>,
+) -> Grant {
+    Grant {
+        id: random_id(),
+        app_id: None,
+        user_id: acting.id.clone(),
+        kind: GrantKind::Ci,
+        scopes: publisher.scopes.clone(),
+        org_ids: match ns.kind {
+            AccountKind::Org => vec![ns.id.clone()],
+            AccountKind::User => Vec::new(),
+        },
+        personal: ns.id == acting.id,
+        nonce: None,
+        auth_time: now,
+        created_at: now,
+        revoked_at: None,
+    }
 }
 
 fn audit_entry(
