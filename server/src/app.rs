@@ -85,6 +85,7 @@ pub fn check(config: &Config) -> Result<Checked, StartError> {
     }
     config.proxy.trusted_cidrs().map_err(StartError)?;
     crate::outbound::Outbound::builder(&config.outbound).map_err(StartError)?;
+    config.oauth.check_ci_issuers().map_err(StartError)?;
     let data_dir = config.data_dir().map_err(|e| StartError(e.to_string()))?;
     let store_url = config.store_url().map_err(|e| StartError(e.to_string()))?;
     let key_file = config.key_file().map_err(|e| StartError(e.to_string()))?;

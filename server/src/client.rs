@@ -375,4 +375,30 @@ impl Client {
         self.get(&format!("/api/v1/organizations/{org}/audit-log"))
             .await
     }
+
+    /// The trusted publishers of a namespace (the caller or an organization it administers).
+    pub async fn trusted_publishers<T: DeserializeOwned>(
+        &self,
+        namespace: &str,
+    ) -> ClientResult<T> {
+        self.get(&format!("/api/v1/trusted-publishers/{namespace}"))
+            .await
+    }
+
+    /// Registers a trusted publisher: `{"issuer", "audience", "claims": {…}, "scopes": […]}`.
+    pub async fn create_trusted_publisher<T: DeserializeOwned>(
+        &self,
+        namespace: &str,
+        body: &Value,
+    ) -> ClientResult<T> {
+        self.post(&format!("/api/v1/trusted-publishers/{namespace}"), body)
+            .await
+    }
+
+    pub async fn delete_trusted_publisher(&self, namespace: &str, id: &str) -> ClientResult<()> {
+        let path = format!("/api/v1/trusted-publishers/{namespace}/{id}");
+        self.request::<Value>(Method::DELETE, &path, None)
+            .await
+            .map(|_| ())
+    }
 }

@@ -272,6 +272,9 @@ pub struct OAuthConfig {
     pub session_ttl_s: u64,
     /// Wrong user codes a browser session may type before it is refused.
     pub device_code_attempts: u32,
+    /// CI providers whose OIDC id tokens may sign in as a trusted publisher (keyless sign-in), by
+    /// their exact `iss`, e.g. `https://token.actions.githubusercontent.com`. Empty: keyless sign-in is off.
+    pub ci_issuers: Vec<String>,
 }
 
 impl Default for OAuthConfig {
@@ -286,7 +289,43 @@ impl Default for OAuthConfig {
             device_interval_s: 5,
             session_ttl_s: 12 * 3600,
             device_code_attempts: 5,
+            ci_issuers: Vec::new(),
         }
+    }
+}
+
+impl OAuthConfig {
+    /// Refuses a CI issuer that is not an https URL (plain http only on a loopback host, for
+    /// development and tests): its keys are fetched from it, and tokens name it exactly.
+    pub fn check_ci_issuers(&self) -> Result<(), String> {
+        self.ci_issuers.iter().try_for_each(|i| check_ci_issuer(i))
+    }
+}
+
+fn check_ci_issuer(issuer: &str) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("oauth.ci_issuers {issuer:?}: {why}"));
+    let Some((scheme, rest)) = issuer.split_once("://") else {
+        return bad("not an absolute URL");
+    };
+    if issuer.contains(['?', '#']) || issuer.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return bad("an issuer has no query, fragment or spaces");
+    }
+    let host = rest.split('/').next().unwrap_or("");
+    let host = match host.rsplit_once(':') {
+        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => host,
+    };
+    let loopback = host == "localhost"
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    match scheme {
+        _ if host.is_empty() => bad("no host"),
+        "https" => Ok(()),
+        "http" if loopback => Ok(()),
+        _ => bad("must be https (plain http only on a loopback host)"),
     }
 }
 
@@ -737,6 +776,33 @@ mod tests {
             .apply_env([("SWITCHYARD_LISTEN".to_string(), "nope".to_string())])
             .unwrap_err();
         assert!(err.to_string().contains("SWITCHYARD_LISTEN"));
+    }
+
+    #[test]
+    fn ci_issuers_are_https_or_loopback() {
+        let c = Config::parse_toml(
+            "[oauth]\nci_issuers = [\"https://token.actions.githubusercontent.com\", \"http://127.0.0.1:9\"]\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.oauth.ci_issuers.len(), 2);
+        assert!(c.oauth.check_ci_issuers().is_ok());
+        assert!(Config::default().oauth.ci_issuers.is_empty());
+        for bad in [
+            "http://ci.example",
+            "token.actions.githubusercontent.com",
+            "https://ci.example/?x",
+            "https://",
+            "ftp://127.0.0.1",
+            "http://localhost.evil:80",
+        ] {
+            let c = OAuthConfig {
+                ci_issuers: vec![bad.into()],
+                ..OAuthConfig::default()
+            };
+            let err = c.check_ci_issuers().unwrap_err();
+            assert!(err.contains("oauth.ci_issuers"), "{bad}: {err}");
+        }
     }
 
     #[test]

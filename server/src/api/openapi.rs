@@ -57,6 +57,9 @@ use super::AppState;
         super::oauth::apps::rotate_secret,
         super::oauth::apps::delete_secret,
         super::oauth::apps::audit_log,
+        super::oauth::publishers::list,
+        super::oauth::publishers::create,
+        super::oauth::publishers::remove,
     ),
     modifiers(&BearerAuth),
     tags(
@@ -64,7 +67,7 @@ use super::AppState;
         (name = "endpoints", description = "Inference endpoint management (huggingface_hub compatible)"),
         (name = "accounts", description = "The caller's account"),
         (name = "admin", description = "Instance administration"),
-        (name = "oauth", description = "OAuth apps and organizations' audit logs (the provider itself: /.well-known/openid-configuration)"),
+        (name = "oauth", description = "OAuth apps, trusted publishers for keyless sign-in from CI, and organizations' audit logs (the provider itself: /.well-known/openid-configuration)"),
     )
 )]
 pub struct ApiDoc;

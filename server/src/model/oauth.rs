@@ -1,6 +1,8 @@
 //! The OAuth provider's records and rules that need no I/O: apps, grants, redirect-URI matching
 //! (spec 5.5), scope lists, PKCE (S256 only) and device user codes.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -334,6 +336,76 @@ pub fn display_user_code(code: &str) -> String {
     }
 }
 
+/// A CI workflow that may sign in to a namespace with its provider's OIDC id token (keyless sign-in):
+/// tokens from `issuer` for `audience` whose claims hold exactly these values get `scopes` there.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TrustedPublisher {
+    pub id: String,
+    /// The namespace (user or organization) the workflow signs in to.
+    pub namespace: String,
+    #[serde(skip)]
+    pub namespace_id: String,
+    /// The CI provider's `iss`, one of the server's `oauth.ci_issuers`.
+    pub issuer: String,
+    /// The `aud` the id token must carry, exactly.
+    pub audience: String,
+    /// Claims the id token must carry with exactly these string values (no patterns, no prefixes).
+    pub claims: BTreeMap<String, String>,
+    /// What the issued token may do.
+    pub scopes: Vec<Scope>,
+    /// The user who registered the publisher: the issued tokens act as this user, within the namespace.
+    pub created_by: String,
+    #[serde(skip)]
+    pub created_by_id: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Claims checked on their own (issuer, audience, times, replay): a publisher does not list them.
+pub const REGISTERED_CLAIMS: [&str; 6] = ["iss", "aud", "exp", "nbf", "iat", "jti"];
+
+/// Scopes about the user's identity, which a workflow's token has no use for (it gets no ID token).
+const IDENTITY_SCOPES: [Scope; 3] = [Scope::Openid, Scope::Profile, Scope::Email];
+
+/// Checks a publisher's audience, claims and scopes (its issuer is checked against the configuration).
+pub fn check_publisher(
+    audience: &str,
+    claims: &BTreeMap<String, String>,
+    scopes: &[Scope],
+) -> Result<(), String> {
+    if audience.is_empty() || audience.chars().count() > 1000 {
+        return Err("audience must be 1 to 1000 characters".into());
+    }
+    if claims.is_empty() || claims.len() > 20 {
+        return Err("claims: 1 to 20 claims the id token must carry (e.g. repository, ref)".into());
+    }
+    for (name, value) in claims {
+        if name.is_empty() || name.chars().count() > 100 {
+            return Err("claims: a claim name is 1 to 100 characters".into());
+        }
+        if REGISTERED_CLAIMS.contains(&name.as_str()) {
+            return Err(format!(
+                "claims: {name:?} is checked on its own (issuer, audience, times, replay)"
+            ));
+        }
+        if value.is_empty() || value.chars().count() > 1000 {
+            return Err(format!(
+                "claims: the value of {name:?} must be 1 to 1000 characters"
+            ));
+        }
+    }
+    if scopes.is_empty() {
+        return Err("scopes: at least one scope".into());
+    }
+    if let Some(s) = scopes.iter().find(|s| IDENTITY_SCOPES.contains(s)) {
+        return Err(format!(
+            "scopes: {} is about a user's identity; a workflow's token has no use for it",
+            s.as_str()
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,5 +513,22 @@ mod tests {
         );
         assert!(parse_scopes("openid admin").is_err());
         assert_eq!(scope_string(&[Scope::Openid, Scope::Email]), "openid email");
+    }
+
+    #[test]
+    fn publishers_need_an_audience_claims_and_scopes_for_resources() {
+        let claims: BTreeMap<String, String> =
+            [("repository".to_string(), "acme/app".to_string())].into();
+        let scopes = [Scope::ReadEndpoints];
+        assert!(check_publisher("https://sy.example", &claims, &scopes).is_ok());
+        assert!(check_publisher("", &claims, &scopes).is_err());
+        assert!(check_publisher("a", &BTreeMap::new(), &scopes).is_err());
+        assert!(check_publisher("a", &claims, &[]).is_err());
+        let err = check_publisher("a", &claims, &[Scope::Openid]).unwrap_err();
+        assert!(err.contains("openid"), "{err}");
+        let aud: BTreeMap<String, String> = [("aud".to_string(), "x".to_string())].into();
+        assert!(check_publisher("a", &aud, &scopes).is_err());
+        let empty: BTreeMap<String, String> = [("ref".to_string(), String::new())].into();
+        assert!(check_publisher("a", &empty, &scopes).is_err());
     }
 }

@@ -392,7 +392,7 @@ pub async fn redeem(
             code_challenge,
             expires_at,
             grant,
-        } => (redirect_uri, code_challenge, expires_at, grant),
+        } => (redirect_uri, code_challenge, expires_at, *grant),
         Redemption::Replayed { grant_id } => {
             unit.revoke_grant(&grant_id, now).await?;
             unit.commit().await?;

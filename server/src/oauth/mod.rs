@@ -9,9 +9,12 @@
 //! - [`code`]: authorization requests, consent and codes (PKCE S256), code redemption.
 //! - [`device`]: device authorization (RFC 8628).
 //! - [`exchange`]: an organization's token exchange (RFC 8693) with its audit log.
+//! - [`ci`]: keyless sign-in from CI: a CI provider's id token exchanged for a namespace's token, as a
+//!   trusted publisher of the namespace allows.
 //!
 //! Every bearer string (code, token, device code) is 256 random bits, kept only as its SHA-256.
 
+pub mod ci;
 pub mod cimd;
 pub mod clients;
 pub mod code;
@@ -184,12 +187,14 @@ pub struct Provider {
     pub clock: Arc<dyn Clock>,
     pub secrets: SecretBox,
     pub revocations: Arc<crate::auth::Revocations>,
-    /// The guarded client that fetches client metadata documents.
+    /// The SSRF-guarded client for every fetch the provider makes (metadata documents, CI issuers' keys).
     pub outbound: Arc<crate::outbound::Outbound>,
     /// Client metadata documents fetched, cached within bounds.
     pub documents: cimd::Documents,
     /// Registered apps as recently read.
     pub registered: clients::Registered,
+    /// The CI issuers' keys, as last fetched.
+    pub ci_keys: ci::issuers::IssuerKeys,
     keys: RwLock<Option<Arc<KeySet>>>,
     discovery: axum::body::Bytes,
     as_metadata: axum::body::Bytes,
@@ -261,6 +266,7 @@ impl Provider {
             outbound: ctx.outbound.clone(),
             documents: cimd::Documents::default(),
             registered: clients::Registered::default(),
+            ci_keys: ci::issuers::IssuerKeys::default(),
             keys: RwLock::new(None),
             discovery: discovery.into(),
             as_metadata: as_metadata.into(),

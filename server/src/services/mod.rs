@@ -8,6 +8,7 @@ pub mod apps;
 pub mod catalog;
 pub mod endpoints;
 mod policy;
+pub mod publishers;
 pub mod quotas;
 
 use std::sync::Arc;

@@ -203,6 +203,30 @@ const TABLES: &[Table] = &[
             ("detail", Col::Text),
         ],
     ),
+    (
+        "trusted_publishers",
+        "id",
+        &[
+            ("id", Col::Text),
+            ("namespace_id", Col::Text),
+            ("issuer", Col::Text),
+            ("audience", Col::Text),
+            ("claims", Col::Text),
+            ("scopes", Col::Text),
+            ("created_by", Col::Text),
+            ("created_at", Col::Text),
+        ],
+    ),
+    // Spent CI id tokens go along: a token exchanged before the copy stays refused after it.
+    (
+        "ci_token_ids",
+        "issuer, jti",
+        &[
+            ("issuer", Col::Text),
+            ("jti", Col::Text),
+            ("expires_at", Col::Text),
+        ],
+    ),
 ];
 
 /// A read transaction that sees one snapshot of every table.

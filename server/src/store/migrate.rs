@@ -34,6 +34,11 @@ const SQLITE: &[Migration] = &[
         name: "oauth provider",
         sql: include_str!("../../migrations/sqlite/0004_oauth.sql"),
     },
+    Migration {
+        version: 5,
+        name: "trusted publishers",
+        sql: include_str!("../../migrations/sqlite/0005_trusted_publishers.sql"),
+    },
 ];
 
 const POSTGRES: &[Migration] = &[
@@ -46,6 +51,11 @@ const POSTGRES: &[Migration] = &[
         version: 2,
         name: "oauth provider",
         sql: include_str!("../../migrations/postgres/0002_oauth.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "trusted publishers",
+        sql: include_str!("../../migrations/postgres/0003_trusted_publishers.sql"),
     },
 ];
 

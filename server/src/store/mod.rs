@@ -1,5 +1,6 @@
-//! Persistence: one module per area (accounts, catalog, endpoints, events, OAuth, quotas) behind traits that speak in
-//! model types, and units of work in which several writes commit together or not at all.
+//! Persistence: one module per area (accounts, catalog, endpoints, events, OAuth, trusted publishers,
+//! quotas) behind traits that speak in model types, and units of work in which several writes commit
+//! together or not at all.
 //!
 //! One SQL implementation ([`SqlStore`], on sqlx's `Any` driver) runs on two backends: the embedded
 //! SQLite file (the default) and PostgreSQL (`store.url = "postgres://…"`). Each backend keeps its own
@@ -14,6 +15,7 @@ mod endpoints;
 mod events;
 mod migrate;
 mod oauth;
+mod publishers;
 mod quotas;
 mod sql;
 
@@ -27,6 +29,7 @@ pub use events::{Event, EventStore, NewEvent};
 pub use oauth::{
     DeviceAuth, DeviceStatus, NewCode, OAuthStore, Redemption, SigningKeyRow, WebSession,
 };
+pub use publishers::PublisherStore;
 pub use quotas::{QuotaOverride, QuotaStore};
 pub use sql::{Backend, SqlStore, StoreUrl, Synchronous};
 
@@ -60,7 +63,14 @@ pub const DB_FILE: &str = "switchyard.db";
 /// [`Store::read`] each statement stands alone, which is what a plain read wants.
 #[async_trait]
 pub trait Session:
-    AccountStore + CatalogStore + EndpointStore + EventStore + OAuthStore + QuotaStore + Send
+    AccountStore
+    + CatalogStore
+    + EndpointStore
+    + EventStore
+    + OAuthStore
+    + PublisherStore
+    + QuotaStore
+    + Send
 {
     /// Makes the unit of work's writes durable and visible, all of them or none.
     async fn commit(self: Box<Self>) -> StoreResult<()>;

@@ -74,6 +74,11 @@ pub async fn test_store_url() -> Option<String> {
 }
 
 pub async fn spawn() -> TestServer {
+    spawn_with(|_| {}).await
+}
+
+/// A server whose config the test changes first (after the data dir, store and listener are set).
+pub async fn spawn_with(configure: impl FnOnce(&mut Config)) -> TestServer {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = Config::default();
     config.store.data_dir = Some(dir.path().to_path_buf());
@@ -93,6 +98,7 @@ pub async fn spawn() -> TestServer {
             ..Default::default()
         },
     );
+    configure(&mut config);
     let app = Application::build(&config).await.expect("build");
     let url = format!("http://{}", app.local_addr());
     tokio::spawn(app.run(std::future::pending()));

@@ -1,10 +1,12 @@
 //! The OAuth provider over HTTP: discovery, JWKS, the token, device, userinfo, revocation and
-//! introspection endpoints (here), the browser pages ([`pages`]) and app management ([`apps`]).
+//! introspection endpoints (here), the browser pages ([`pages`]), app management ([`apps`]) and
+//! trusted publishers for keyless sign-in from CI ([`publishers`]).
 //! Token-endpoint answers are JSON with `Cache-Control: no-store`; errors are `{"error",
 //! "error_description"}` with the RFC's status codes.
 
 pub mod apps;
 mod pages;
+pub mod publishers;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -16,7 +18,7 @@ use axum::{Json, Router};
 use super::AppState;
 use crate::auth::{bearer_in, Credential};
 use crate::oauth::clients::{self, SecretRule};
-use crate::oauth::{code, device, exchange, tokens, OAuthError, OAuthResult};
+use crate::oauth::{ci, code, device, exchange, tokens, OAuthError, OAuthResult};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -33,6 +35,7 @@ pub fn router() -> Router<AppState> {
         .route("/oauth/introspect", post(introspect))
         .merge(pages::router())
         .merge(apps::router())
+        .merge(publishers::router())
 }
 
 /// Documents every app may read: JSON, cacheable briefly, readable cross-origin.
@@ -197,9 +200,16 @@ async fn token_grant(
                 let c = client(SecretRule::BasicOnly).await?;
                 exchange::by_email(p, &c, form.need("subject_token")?, form.get("scope")).await
             }
-            exchange::ID_TOKEN => Err(OAuthError::invalid_request(
-                "keyless sign-in with a CI id token is not enabled on this server",
-            )),
+            exchange::ID_TOKEN if p.config.ci_issuers.is_empty() => {
+                Err(OAuthError::invalid_request(
+                    "keyless sign-in with a CI id token is not enabled on this server",
+                ))
+            }
+            // Keyless sign-in from CI: no client authenticates; the id token and the trusted
+            // publishers of `resource` decide.
+            exchange::ID_TOKEN => {
+                ci::sign_in(p, form.need("subject_token")?, form.get("resource")).await
+            }
             other => Err(OAuthError::invalid_request(format!(
                 "subject_token_type {other:?} is not supported"
             ))),
