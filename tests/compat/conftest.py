@@ -43,6 +43,7 @@ for _var in ("NO_PROXY", "no_proxy"):
 
 # --- Imports (after the environment is fixed) ------------------------------------------------------------------------
 import collections  # noqa: E402
+import contextlib  # noqa: E402
 import queue  # noqa: E402
 import re  # noqa: E402
 import subprocess  # noqa: E402
@@ -129,9 +130,15 @@ def _drain(stream, lines: "queue.Queue[str | None]", tail: collections.deque) ->
     lines.put(None)
 
 
-@pytest.fixture(scope="session")
-def server():
+@contextlib.contextmanager
+def running_server(extra_config: str = "", own_store: bool = False):
+    """Start `switchyard serve` on loopback with the suite's config plus `extra_config` (TOML appended to it);
+    yield it as a `Server`, stop it and remove its data on exit. `own_store`: the embedded store in its data dir
+    even when SWITCHYARD_STORE_URL names a shared database (a second server must not share the first one's)."""
     binary = _binary_path()
+    env = dict(os.environ)
+    if own_store:
+        env.pop("SWITCHYARD_STORE_URL", None)
     if not binary.is_file() or not os.access(binary, os.X_OK):
         pytest.fail(f"switchyard binary not found at {binary} (build it, or set SWITCHYARD_BIN)", pytrace=False)
 
@@ -147,11 +154,12 @@ def server():
     launcher = f'command = ["{engine}", "--port", "{{port}}"]\nhealth_route = "/health"\n'
     config_path.write_text(
         "[runtime]\ntick_ms = 200\nstop_grace_ms = 2000\n\n"
-        f"[runtime.launchers.hub]\n{launcher}\n[runtime.launchers.tei]\n{launcher}"
+        f"[runtime.launchers.hub]\n{launcher}\n[runtime.launchers.tei]\n{launcher}\n{extra_config}"
     )
     process = subprocess.Popen(
         [str(binary), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir), "--config", str(config_path)],
         stdin=subprocess.DEVNULL,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=stderr_file,
         text=True,
@@ -209,12 +217,6 @@ def server():
         pytest.fail(f"{token_file} was not written by the first `serve`", pytrace=False)
     admin_token = token_file.read_text().strip()
 
-    # Point the real client at the server. The two Inference Endpoints bases are read at call time; ENDPOINT (used by
-    # the agent-harnesses registry fetch) is also read at call time, so the telemetry request reaches this server.
-    constants.ENDPOINT = url
-    constants.INFERENCE_ENDPOINTS_ENDPOINT = url + "/v2"
-    constants.INFERENCE_CATALOG_ENDPOINT = url + "/api/v1/catalog"
-
     srv = Server(
         url=url,
         data_dir=data_dir,
@@ -231,6 +233,17 @@ def server():
         shutil.rmtree(data_dir, ignore_errors=True)
         stderr_path.unlink(missing_ok=True)
         config_path.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="session")
+def server():
+    with running_server() as srv:
+        # Point the real client at the server. The two Inference Endpoints bases are read at call time; ENDPOINT (used
+        # by the agent-harnesses registry fetch) is also read at call time, so the telemetry request reaches it.
+        constants.ENDPOINT = srv.url
+        constants.INFERENCE_ENDPOINTS_ENDPOINT = srv.url + "/v2"
+        constants.INFERENCE_CATALOG_ENDPOINT = srv.url + "/api/v1/catalog"
+        yield srv
 
 
 @pytest.hookimpl(wrapper=True)

@@ -75,7 +75,7 @@ struct Message<'a> {
     ok: bool,
 }
 
-/// A rendered page with the headers every page gets: not cached, not framed, no referrer.
+/// A rendered page with the headers every page gets: not cached, not framed, no referrer to other sites.
 fn page(
     status: StatusCode,
     html: Result<String, askama::Error>,
@@ -101,9 +101,11 @@ fn page(
             "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' https:; frame-ancestors 'none'; base-uri 'none'",
         ),
     );
+    // `same-origin`, not `no-referrer`: under `no-referrer` browsers send `Origin: null` on our own form
+    // POSTs, which the Origin check must refuse. Other sites (the app included) still get no referrer.
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     if let Some(c) = cookie {
         h.insert(header::SET_COOKIE, c);
