@@ -194,6 +194,16 @@ async fn admin_apps_keys_and_login_by_device_code() {
     assert!(admin(&data, &["app", "list", "--owner", "acme"], None).contains("token-exchange"));
 
     assert!(admin(&data, &["key", "rotate"], None).contains("signing with key"));
+    // An organization's exchanged tokens live up to 30 days.
+    assert!(admin(&data, &["org", "exchange-ttl", "acme", "7d"], None).contains("604800s"));
+    let too_long = Command::new(BIN)
+        .args(["admin", "--data-dir"])
+        .arg(&data)
+        .args(["org", "exchange-ttl", "acme", "31d"])
+        .output()
+        .unwrap();
+    assert!(!too_long.status.success());
+    assert!(String::from_utf8_lossy(&too_long.stderr).contains("30 days"));
     let rows = admin(&data, &["app", "list", "--owner", "alice"], None);
     assert!(rows.contains("Notes") && rows.contains("public"), "{rows}");
 

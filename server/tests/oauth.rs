@@ -186,8 +186,13 @@ async fn sign_in(b: &mut Browser, page: String, password: &str) -> reqwest::Resp
 
 /// The whole browser leg: authorize, sign in, approve; the redirect back to the app.
 async fn browser_code(s: &Setup, extra: &[(&str, &str)], orgs: &[&str]) -> String {
+    browser_leg(s, &authorize_path(&s.client_id, extra), orgs).await
+}
+
+/// The browser leg from an authorization request's path and query.
+async fn browser_leg(s: &Setup, authorize: &str, orgs: &[&str]) -> String {
     let mut b = Browser::new(&s.server.url);
-    let page = b.get(&authorize_path(&s.client_id, extra)).await;
+    let page = b.get(authorize).await;
     assert_eq!(page.status(), StatusCode::OK);
     let page = page.text().await.expect("sign-in page");
     assert!(page.contains("Notebook"), "{page}");
@@ -915,4 +920,172 @@ async fn apps_secrets_revocation_and_introspection() {
         "signing keys are sealed"
     );
     let _ = STANDARD.encode("unused");
+}
+
+/// A second, independent relying party: the `openidconnect` crate discovers the provider, builds the
+/// authorization request (PKCE S256, nonce), exchanges the code and verifies the ID token's signature,
+/// claims and `at_hash` against the JWKS.
+#[tokio::test]
+async fn the_openidconnect_crate_signs_a_user_in() {
+    use openidconnect::core::{CoreClient, CoreProviderMetadata, CoreResponseType};
+    use openidconnect::{
+        AccessTokenHash, AuthenticationFlow, AuthorizationCode, ClientId, ClientSecret, CsrfToken,
+        IssuerUrl, Nonce, OAuth2TokenResponse, PkceCodeChallenge, RedirectUrl, Scope as OidcScope,
+        TokenResponse,
+    };
+    let s = setup().await;
+    let http = http();
+    let issuer = IssuerUrl::new(s.server.url.clone()).unwrap();
+    let meta = CoreProviderMetadata::discover_async(issuer, &http)
+        .await
+        .expect("discovery");
+    let client = CoreClient::from_provider_metadata(
+        meta,
+        ClientId::new(s.client_id.clone()),
+        Some(ClientSecret::new(s.secret.clone())),
+    )
+    .set_redirect_uri(RedirectUrl::new(REDIRECT.into()).unwrap());
+    let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
+    let (url, state, nonce) = client
+        .authorize_url(
+            AuthenticationFlow::<CoreResponseType>::AuthorizationCode,
+            CsrfToken::new_random,
+            Nonce::new_random,
+        )
+        .add_scope(OidcScope::new("profile".into()))
+        .add_scope(OidcScope::new("email".into()))
+        .set_pkce_challenge(challenge)
+        .url();
+    let path = &url.as_str()[s.server.url.len()..];
+    let back = browser_leg(&s, path, &[]).await;
+    assert_eq!(
+        param(&back, "state").as_deref(),
+        Some(state.secret().as_str())
+    );
+    let code = param(&back, "code").expect("code");
+    let token = client
+        .exchange_code(AuthorizationCode::new(code))
+        .expect("token endpoint")
+        .set_pkce_verifier(verifier)
+        .request_async(&http)
+        .await
+        .expect("code exchange");
+    let id_token = token.id_token().expect("an ID token");
+    let verifier = client.id_token_verifier();
+    let claims = id_token
+        .claims(&verifier, &nonce)
+        .expect("ID token verifies");
+    assert_eq!(
+        claims.preferred_username().map(|u| u.as_str()),
+        Some("alice")
+    );
+    assert_eq!(
+        claims.email().map(|e| e.as_str()),
+        Some("Alice@Example.com")
+    );
+    let expected = AccessTokenHash::from_token(
+        token.access_token(),
+        id_token.signing_alg().unwrap(),
+        id_token.signing_key(&verifier).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(claims.access_token_hash(), Some(&expected));
+    // A nonce other than the one sent is refused.
+    assert!(id_token
+        .claims(&verifier, &Nonce::new("other".into()))
+        .is_err());
+}
+
+#[tokio::test]
+async fn two_concurrent_redemptions_of_one_code_issue_once() {
+    let s = setup().await;
+    let back = browser_code(&s, &[], &[]).await;
+    let code = param(&back, "code").unwrap();
+    let (a, b) = tokio::join!(redeem(&s, &code), redeem(&s, &code));
+    let mut statuses = [a.status(), b.status()];
+    statuses.sort();
+    assert_eq!(statuses, [StatusCode::OK, StatusCode::BAD_REQUEST]);
+}
+
+#[tokio::test]
+async fn a_request_belongs_to_the_browser_that_made_it_and_unknown_orgs_are_refused() {
+    let s = setup().await;
+    let mut b = Browser::new(&s.server.url);
+    let page = b
+        .get(&authorize_path(&s.client_id, &[]))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let consent = sign_in(&mut b, page, PASSWORD).await.text().await.unwrap();
+    // Another signed-in browser cannot answer it, even with its own CSRF token.
+    let mut other = Browser::new(&s.server.url);
+    let page = other
+        .get(&authorize_path(&s.client_id, &[]))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let theirs = sign_in(&mut other, page, PASSWORD)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let stolen = other
+        .post(
+            "/oauth/consent",
+            &[
+                ("csrf", &field(&theirs, "csrf")),
+                ("request", &field(&consent, "request")),
+                ("decision", "approve"),
+            ],
+        )
+        .await;
+    assert_eq!(stolen.status(), StatusCode::FORBIDDEN);
+    assert!(stolen.headers().get("location").is_none());
+    // orgIds naming an organization the user is not in: an error page, nothing issued.
+    let resp = b
+        .get(&authorize_path(&s.client_id, &[("orgIds", "not-an-org")]))
+        .await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert!(resp.headers().get("location").is_none());
+}
+
+#[tokio::test]
+async fn wrong_user_codes_are_attempt_limited() {
+    let s = setup().await;
+    let mut b = Browser::new(&s.server.url);
+    let page = b.get("/oauth/device").await.text().await.unwrap();
+    let entry = sign_in(&mut b, page, PASSWORD).await.text().await.unwrap();
+    let csrf = field(&entry, "csrf");
+    for _ in 0..5 {
+        let r = b
+            .post(
+                "/oauth/device/verify",
+                &[("csrf", &csrf), ("user_code", "BBBB-BBBB")],
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    }
+    let start: Value = http()
+        .post(format!("{}/oauth/device", s.server.url))
+        .form(&[("client_id", s.client_id.as_str())])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let right = start["user_code"].as_str().unwrap();
+    let r = b
+        .post(
+            "/oauth/device/verify",
+            &[("csrf", &csrf), ("user_code", right)],
+        )
+        .await;
+    assert_eq!(
+        r.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "even the right code, after five wrong ones"
+    );
 }
