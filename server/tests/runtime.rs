@@ -365,6 +365,97 @@ async fn access_types_and_cidr() {
     rt.shutdown().await;
 }
 
+/// OAuth access tokens at the proxy: only their scopes, and only the organizations they reach (an
+/// organization's exchanged token never reaches the member's own namespace).
+#[tokio::test]
+async fn oauth_tokens_at_the_proxy() {
+    let rt = spawn(|_| {}).await;
+    let _: Value = rt.admin.admin_create_org("acme").await.unwrap();
+    let _: Value = rt
+        .admin
+        .admin_create_user(&json!({"name": "olga", "email": "olga@example.com"}))
+        .await
+        .unwrap();
+    let _: Value = rt
+        .admin
+        .admin_set_member("acme", "olga", "read")
+        .await
+        .unwrap();
+    let scaling = json!({"minReplica": 1, "maxReplica": 1});
+    for ns in ["acme", "olga"] {
+        let body = engine_endpoint("ep", "authenticated", &[], scaling.clone());
+        let _: Value = rt.admin.create_endpoint(ns, &body).await.unwrap();
+    }
+    for ns in ["acme", "olga"] {
+        for _ in 0..400 {
+            let ep: Value = rt.admin.get_endpoint(ns, "ep").await.unwrap();
+            if ep["status"]["state"] == "running" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let exchange = |scopes: &'static [&'static str]| {
+        let rt = &rt;
+        async move {
+            let app: Value = rt
+                .admin
+                .create_oauth_app(&json!({"owner": "acme", "name": "backend", "scopes": scopes, "tokenExchange": true}))
+                .await
+                .unwrap();
+            let tok: Value = rt
+                .http
+                .post(format!("{}/oauth/token", rt.url))
+                .basic_auth(
+                    app["app"]["id"].as_str().unwrap(),
+                    app["clientSecret"].as_str(),
+                )
+                .form(&[
+                    (
+                        "grant_type",
+                        "urn:ietf:params:oauth:grant-type:token-exchange",
+                    ),
+                    ("subject_token", "olga@example.com"),
+                    ("subject_token_type", "urn:hub:token-type:user-email"),
+                ])
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            format!("Bearer {}", tok["access_token"].as_str().expect("token"))
+        }
+    };
+    let call = |ns: &'static str, bearer: String| {
+        let rt = &rt;
+        async move {
+            rt.http
+                .post(format!("{}/endpoints/{ns}/ep/embed", rt.url))
+                .header("authorization", bearer)
+                .json(&json!({"inputs": "hi"}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    let inference = exchange(&["inference-api"]).await;
+    assert_eq!(call("acme", inference.clone()).await, 200);
+    assert_eq!(
+        call("olga", inference).await,
+        403,
+        "never the member's own namespace"
+    );
+    let no_scope = exchange(&["openid"]).await;
+    assert_eq!(
+        call("acme", no_scope).await,
+        403,
+        "no scope that allows inference"
+    );
+    rt.shutdown().await;
+}
+
 /// Which replica served each of `n` requests.
 async fn spread(
     rt: &Rt,
