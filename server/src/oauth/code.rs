@@ -428,7 +428,7 @@ pub async fn redeem(
     };
     let resp = issue(p, unit.as_mut(), &grant, what).await?;
     unit.commit().await?;
-    signed(p, resp, &grant, &client.app.id).await
+    signed(p, resp, &grant, &client.app.id, None).await
 }
 
 fn check_pkce(challenge: Option<&str>, verifier: Option<&str>) -> OAuthResult<()> {

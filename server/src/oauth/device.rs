@@ -254,7 +254,7 @@ async fn finish(
     };
     let resp = issue(p, unit.as_mut(), &grant, what).await?;
     unit.commit().await?;
-    signed(p, resp, &grant, &client.app.id).await
+    signed(p, resp, &grant, &client.app.id, None).await
 }
 
 #[cfg(test)]

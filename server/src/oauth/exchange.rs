@@ -33,10 +33,10 @@ pub async fn by_email(
     let app = &client.app;
     // Everything is read first; the unit of work below only writes (the store has one writer).
     let mut session = p.store.read().await?;
-    let owner = session.account_by_id(&app.owner_id).await?;
+    let owner = session.org_for_exchange(&app.owner_id).await?;
     let org = match owner {
-        Some(o) if o.kind == AccountKind::Org && app.token_exchange => o,
-        Some(o) if o.kind == AccountKind::Org => {
+        Some((o, ttl)) if o.kind == AccountKind::Org && app.token_exchange => (o, ttl),
+        Some((o, _)) if o.kind == AccountKind::Org => {
             drop(session);
             let e =
                 OAuthError::invalid_client("this app does not hold the token-exchange privilege");
@@ -55,17 +55,17 @@ pub async fn by_email(
             _ => {
                 drop(session);
                 let e = OAuthError::invalid_scope("the scope is not within the app's scopes");
-                audit(p, &org.id, client, email, scope, None, e.code).await?;
+                audit(p, &org.0.id, client, email, scope, None, e.code).await?;
                 return Err(e);
             }
         },
         None => app.scopes.clone(),
     };
-    let member = session.member_by_email(&org.id, email.trim()).await?;
+    let member = session.member_by_email(&org.0.id, email.trim()).await?;
     let Some((user, role)) = member.filter(|(u, _)| u.disabled_at.is_none()) else {
         drop(session);
         let e = OAuthError::invalid_grant("no member of the organization has this email");
-        audit(p, &org.id, client, email, scope, None, e.code).await?;
+        audit(p, &org.0.id, client, email, scope, None, e.code).await?;
         return Err(e);
     };
     // The member's role bounds what the token may do: a reader's token cannot change endpoints.
@@ -73,11 +73,8 @@ pub async fn by_email(
         .into_iter()
         .filter(|s| *s != Scope::WriteEndpoints || role.can_change_endpoints())
         .collect();
-    let ttl = session
-        .exchange_ttl(&org.id)
-        .await?
-        .unwrap_or(DEFAULT_TTL_S)
-        .clamp(60, MAX_TTL_S);
+    let ttl = org.1.unwrap_or(DEFAULT_TTL_S).clamp(60, MAX_TTL_S);
+    let org = org.0;
     let now = p.now();
     let grant = Grant {
         id: random_id(),
@@ -115,7 +112,8 @@ pub async fn by_email(
     )
     .await?;
     unit.commit().await?;
-    signed(p, resp, &grant, &app.id).await
+    let subject = (user, vec![(org, role)]);
+    signed(p, resp, &grant, &app.id, Some(subject)).await
 }
 
 fn entry(

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use super::clients::Client;
 use super::{new_secret, OAuthError, OAuthResult, Provider, ACCESS_PREFIX, REFRESH_PREFIX};
 use crate::crypto::hash_token;
-use crate::model::account::{Account, Scope};
+use crate::model::account::{Account, Role, Scope};
 use crate::model::oauth::{parse_scopes, scope_string, Grant, TokenKind};
 use crate::store::Session;
 
@@ -50,16 +50,17 @@ pub fn at_hash(access_token: &str) -> String {
     URL_SAFE_NO_PAD.encode(&digest[..16])
 }
 
-/// Claims about the user that the grant's scopes allow: profile, email and the granted organizations
-/// (under `orgs_key`: `orgs` in ID tokens, `organizations` in userinfo).
-pub async fn user_claims(
-    unit: &mut dyn Session,
+/// The user and the organizations (with the user's role) that claims are about.
+pub type Subject = (Account, Vec<(Account, Role)>);
+
+/// Claims about the user that the scopes allow: profile, email, and the organizations given (under
+/// `orgs_key`: `orgs` in ID tokens, `organizations` in userinfo; roles only with `read-memberships`).
+pub fn user_claims(
     issuer: &str,
-    user: &Account,
+    (user, orgs): &Subject,
     scopes: &[Scope],
-    granted: impl Fn(&Account) -> bool,
     orgs_key: &str,
-) -> OAuthResult<Map<String, Value>> {
+) -> Map<String, Value> {
     let mut claims = Map::new();
     claims.insert("sub".into(), json!(user.id));
     if scopes.contains(&Scope::Profile) {
@@ -76,11 +77,8 @@ pub async fn user_claims(
         claims.insert("email_verified".into(), json!(user.email.is_some()));
     }
     let roles = scopes.contains(&Scope::ReadMemberships);
-    let orgs: Vec<Value> = unit
-        .orgs_of(&user.id)
-        .await?
-        .into_iter()
-        .filter(|(o, _)| granted(o))
+    let orgs: Vec<Value> = orgs
+        .iter()
         .map(|(o, role)| {
             let mut org = json!({
                 "sub": o.id,
@@ -95,7 +93,26 @@ pub async fn user_claims(
         })
         .collect();
     claims.insert(orgs_key.into(), Value::Array(orgs));
-    Ok(claims)
+    claims
+}
+
+/// The grant's user and its granted organizations, from the store (no query for organizations when
+/// the grant has none).
+pub async fn subject_of(unit: &mut dyn Session, grant: &Grant) -> OAuthResult<Subject> {
+    let user = unit
+        .account_by_id(&grant.user_id)
+        .await?
+        .ok_or_else(|| OAuthError::invalid_grant("the user no longer exists"))?;
+    let orgs = if grant.org_ids.is_empty() {
+        Vec::new()
+    } else {
+        unit.orgs_of(&user.id)
+            .await?
+            .into_iter()
+            .filter(|(o, _)| grant.org_ids.contains(&o.id))
+            .collect()
+    };
+    Ok((user, orgs))
 }
 
 /// Records an access token (and a refresh token) for the grant in the caller's unit of work. The ID
@@ -145,15 +162,20 @@ pub async fn issue(
 }
 
 /// The answer with its ID token, when `openid` was granted; called once the tokens are committed.
+/// `known`: the subject when the caller has it already (else it is read).
 pub async fn signed(
     p: &Provider,
     mut resp: TokenResponse,
     grant: &Grant,
     client_id: &str,
+    known: Option<Subject>,
 ) -> OAuthResult<TokenResponse> {
     if grant.scopes.contains(&Scope::Openid) {
-        let mut session = p.store.read().await?;
-        let token = id_token(p, session.as_mut(), grant, client_id, &resp.access_token).await?;
+        let subject = match known {
+            Some(s) => s,
+            None => subject_of(p.store.read().await?.as_mut(), grant).await?,
+        };
+        let token = id_token(p, &subject, grant, client_id, &resp.access_token).await?;
         resp.id_token = Some(token);
     }
     Ok(resp)
@@ -161,19 +183,14 @@ pub async fn signed(
 
 async fn id_token(
     p: &Provider,
-    unit: &mut dyn Session,
+    subject: &Subject,
     grant: &Grant,
     client_id: &str,
     access_token: &str,
 ) -> OAuthResult<String> {
     let now = p.now();
     let issuer = p.issuer()?;
-    let user = unit
-        .account_by_id(&grant.user_id)
-        .await?
-        .ok_or_else(|| OAuthError::invalid_grant("the user no longer exists"))?;
-    let granted = |o: &Account| grant.org_ids.contains(&o.id);
-    let mut claims = user_claims(unit, issuer, &user, &grant.scopes, granted, "orgs").await?;
+    let mut claims = user_claims(issuer, subject, &grant.scopes, "orgs");
     let exp = now + Provider::secs(p.config.id_token_ttl_s);
     for (k, v) in [
         ("iss", json!(issuer)),
@@ -243,7 +260,7 @@ pub async fn refresh(
     };
     let resp = issue(p, unit.as_mut(), &grant, what).await?;
     unit.commit().await?;
-    signed(p, resp, &grant, &client.app.id).await
+    signed(p, resp, &grant, &client.app.id, None).await
 }
 
 /// RFC 7009: ends a token the client holds. A refresh token ends its whole grant. Unknown tokens,

@@ -230,8 +230,8 @@ pub trait OAuthStore {
         org_id: &str,
         email: &str,
     ) -> StoreResult<Option<(Account, Role)>>;
-    /// The organization's exchanged-token lifetime in seconds, if it set one.
-    async fn exchange_ttl(&mut self, org_id: &str) -> StoreResult<Option<i64>>;
+    /// The account by id with its exchanged-token lifetime in seconds (an organization's, if it set one).
+    async fn org_for_exchange(&mut self, id: &str) -> StoreResult<Option<(Account, Option<i64>)>>;
     async fn set_exchange_ttl(&mut self, org_id: &str, seconds: Option<i64>) -> StoreResult<bool>;
 
     /// Deletes expired flow state and tokens; returns how many rows went.
@@ -984,14 +984,11 @@ impl OAuthStore for SqlSession {
         .transpose()
     }
 
-    async fn exchange_ttl(&mut self, org_id: &str) -> StoreResult<Option<i64>> {
-        Ok(sqlx::query_scalar::<_, Option<i64>>(
-            "SELECT exchange_ttl_s FROM accounts WHERE id = $1",
-        )
-        .bind(org_id)
-        .fetch_optional(self.db())
-        .await?
-        .flatten())
+    async fn org_for_exchange(&mut self, id: &str) -> StoreResult<Option<(Account, Option<i64>)>> {
+        let sql = format!("SELECT {ACCOUNT_COLS}, exchange_ttl_s FROM accounts WHERE id = $1");
+        let row = sqlx::query(&sql).bind(id).fetch_optional(self.db()).await?;
+        row.map(|r| Ok((account_from(&r)?, r.try_get("exchange_ttl_s")?)))
+            .transpose()
     }
 
     async fn set_exchange_ttl(&mut self, org_id: &str, seconds: Option<i64>) -> StoreResult<bool> {

@@ -272,18 +272,18 @@ async fn userinfo(State(s): State<AppState>, headers: HeaderMap) -> Response {
         return bearer_error("insufficient_scope", "userinfo needs the openid scope");
     }
     let result = async {
-        let mut session = p.store.read().await?;
-        let granted = |o: &crate::model::account::Account| who.reaches_org(&o.name);
-        let claims = tokens::user_claims(
-            session.as_mut(),
-            issuer,
-            &who.account,
-            &scopes,
-            granted,
-            "organizations",
-        )
-        .await?;
-        Ok(serde_json::Value::Object(claims))
+        let orgs = p
+            .store
+            .read()
+            .await?
+            .orgs_of(&who.account.id)
+            .await?
+            .into_iter()
+            .filter(|(o, _)| who.reaches_org(&o.name))
+            .collect();
+        let subject = (who.account.clone(), orgs);
+        let claims = tokens::user_claims(issuer, &subject, &scopes, "organizations");
+        Ok::<_, OAuthError>(serde_json::Value::Object(claims))
     }
     .await;
     answer(result)
