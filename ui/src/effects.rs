@@ -1,7 +1,7 @@
 //! What the state asks the runtime to do ([`Effect`]), and the requests it carries.
 //!
-//! The requests are an endpoint action, a deploy and a spec handed to `$EDITOR`. Plain data, below everything
-//! that makes or runs an effect.
+//! The requests are an endpoint action, an OAuth app's action, a deploy and a spec handed to `$EDITOR`. Plain
+//! data, below everything that makes or runs an effect.
 
 use serde_json::Value;
 
@@ -39,6 +39,18 @@ pub enum Effect {
         namespace: String,
         name: String,
     },
+    /// The OAuth apps of a namespace (`None`: the signed-in user's), with a sequence number.
+    LoadApps(u64, Option<String>),
+    /// Registers an OAuth app: the create body (answered by `Action::AppCreated`).
+    CreateApp(Value),
+    /// A confirmed action on an OAuth app, by client id; `name` is for the messages.
+    AppAct {
+        action: AppAction,
+        id: String,
+        name: String,
+    },
+    /// An organization's audit log, with a sequence number.
+    LoadAudit(u64, String),
 }
 
 /// A lifecycle action on an endpoint, as the API names it.
@@ -59,6 +71,16 @@ impl EndpointAction {
             EndpointAction::Delete => "delete",
         }
     }
+}
+
+/// An action on an OAuth app; each is confirmed first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppAction {
+    /// A new secret, shown once; the old one stops working.
+    RotateSecret,
+    /// No secret any more: the app becomes public.
+    DeleteSecret,
+    Delete,
 }
 
 /// What a submitted deploy form asks the server for.

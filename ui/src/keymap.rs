@@ -4,7 +4,7 @@
 use ratatui::crossterm::event::KeyCode;
 use serde::Deserialize;
 
-use crate::effects::EndpointAction;
+use crate::effects::{AppAction, EndpointAction};
 
 /// Where a binding applies. `Global` bindings apply in every view unless the view binds the key itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
@@ -18,6 +18,12 @@ pub enum Context {
     /// Describe and logs: scrolling and searching a text.
     Pager,
     Dialog,
+    /// The OAuth apps of a namespace.
+    Apps,
+    /// An organization's audit log.
+    Audit,
+    /// A secret shown once: only dismissing it.
+    Secret,
 }
 
 impl Context {
@@ -29,6 +35,9 @@ impl Context {
             Context::Logs => "logs",
             Context::Pager => "pager",
             Context::Dialog => "dialog",
+            Context::Apps => "apps",
+            Context::Audit => "audit",
+            Context::Secret => "secret",
         }
     }
 }
@@ -66,6 +75,10 @@ pub enum Command {
     Search,
     NextMatch,
     PrevMatch,
+    NewApp,
+    RotateSecret,
+    DeleteSecret,
+    DeleteApp,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -92,6 +105,21 @@ impl Command {
         }
     }
 
+    /// The OAuth app action this command asks for (confirmed first), if it is one.
+    pub fn app_action(self) -> Option<AppAction> {
+        match self {
+            Command::RotateSecret => Some(AppAction::RotateSecret),
+            Command::DeleteSecret => Some(AppAction::DeleteSecret),
+            Command::DeleteApp => Some(AppAction::Delete),
+            _ => None,
+        }
+    }
+
+    /// Whether the command asks for confirmation before it runs.
+    pub fn asks_first(self) -> bool {
+        self.endpoint_action().is_some() || self.app_action().is_some()
+    }
+
     /// Whether the action changes something on the server. Read-only mode removes these whatever a keymap
     /// file says.
     pub fn changes_something(self) -> bool {
@@ -105,6 +133,10 @@ impl Command {
                 | Command::Schedule
                 | Command::Edit
                 | Command::EditExternal
+                | Command::NewApp
+                | Command::RotateSecret
+                | Command::DeleteSecret
+                | Command::DeleteApp
         )
     }
 }
@@ -157,6 +189,23 @@ struct File {
 pub struct Keymap {
     bindings: Vec<Binding>,
 }
+
+/// The help screen's two columns, the contexts each lists. Together they hold every context.
+pub const HELP_COLUMNS: [&[Context]; 2] = [
+    &[
+        Context::Global,
+        Context::Pager,
+        Context::Logs,
+        Context::Dialog,
+    ],
+    &[
+        Context::Catalog,
+        Context::Endpoints,
+        Context::Apps,
+        Context::Audit,
+        Context::Secret,
+    ],
+];
 
 const DEFAULT: &str = include_str!("../../assets/keymap.toml");
 
@@ -227,8 +276,11 @@ impl Keymap {
         match context {
             Context::Global => &[Context::Global],
             Context::Dialog => &[Context::Dialog],
+            Context::Secret => &[Context::Secret],
             Context::Catalog => &[Context::Catalog, Context::Global],
             Context::Endpoints => &[Context::Endpoints, Context::Global],
+            Context::Apps => &[Context::Apps, Context::Global],
+            Context::Audit => &[Context::Audit, Context::Global],
             Context::Pager => &[Context::Pager, Context::Global],
             Context::Logs => &[Context::Logs, Context::Pager, Context::Global],
         }
@@ -263,13 +315,33 @@ impl Keymap {
         out
     }
 
+    /// The bindings of `context` itself, as the help screen lists them under its name.
+    pub fn own(&self, context: Context, read_only: bool) -> impl Iterator<Item = &Binding> {
+        self.bindings(context, read_only)
+            .filter(move |b| b.context == context)
+    }
+
+    /// Lines of the help screen's longer column: its contexts' names and bindings.
+    pub fn help_length(&self, read_only: bool) -> usize {
+        HELP_COLUMNS
+            .iter()
+            .map(|column| {
+                column
+                    .iter()
+                    .map(|ctx| 1 + self.own(*ctx, read_only).count())
+                    .sum::<usize>()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The printed cheat-sheet (`switchyard keys`): one Markdown table.
     pub fn cheat_sheet(&self) -> String {
         let mut out = String::from("| Where | Keys | Does |\n|---|---|---|\n");
         for b in &self.bindings {
             let keys: Vec<String> = b.keys.iter().map(|k| format!("`{k}`")).collect();
             // Lifecycle actions ask first; forms are their own confirmation.
-            let mark = if b.action.endpoint_action().is_some() {
+            let mark = if b.action.asks_first() {
                 " (asks first; not in --read-only)"
             } else if b.changes_something() {
                 " (not in --read-only)"
@@ -310,6 +382,37 @@ mod tests {
             Some(Command::Back)
         );
         assert_eq!(map.lookup(Context::Catalog, "ctrl-d", false), None);
+        // The apps' own keys, where they mean something else elsewhere.
+        assert_eq!(
+            map.lookup(Context::Apps, "d", false),
+            Some(Command::DeleteApp)
+        );
+        assert_eq!(
+            map.lookup(Context::Apps, "y", false),
+            Some(Command::Describe)
+        );
+        assert_eq!(map.lookup(Context::Apps, "X", true), None);
+        assert_eq!(
+            map.lookup(Context::Apps, "r", false),
+            Some(Command::Refresh)
+        );
+        // A secret shown once takes nothing but its dismissal.
+        assert_eq!(map.lookup(Context::Secret, "q", false), None);
+        assert_eq!(
+            map.lookup(Context::Secret, "enter", false),
+            Some(Command::Back)
+        );
+    }
+
+    #[test]
+    fn the_help_lists_every_context() {
+        use Context::*;
+        for ctx in [
+            Global, Catalog, Endpoints, Logs, Pager, Dialog, Apps, Audit, Secret,
+        ] {
+            let found = HELP_COLUMNS.iter().filter(|c| c.contains(&ctx)).count();
+            assert_eq!(found, 1, "{ctx:?}");
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! 2. The widgets' own state and the keymap, each knowing nothing of the console around it:
 //!    - `pager`: a scrollable, searchable text (describe, logs). Imports nothing of the crate.
 //!    - `form`: the deploy form. Imports `effects`.
+//!    - `app_form`: the new-app form. Imports nothing of the crate.
 //!    - `schedule`: the schedule editor. Imports nothing of the crate.
 //!    - `spec`: the spec editor. Imports `format`, `effects`.
 //!    - `keymap`: keys to commands, per context. Imports `effects`.
@@ -29,6 +30,7 @@
 //!
 //! A module's own tests may use anything. `tests/layers.rs` checks the order.
 
+pub mod app_form;
 pub mod effects;
 pub mod form;
 pub mod format;
@@ -50,9 +52,12 @@ use serde_json::Value;
 use switchyard_server::client::{Client, ClientError};
 use tokio::sync::mpsc;
 
-use effects::{DeployRequest, Effect, EndpointAction};
+use effects::{AppAction, DeployRequest, Effect, EndpointAction};
 use keymap::Keymap;
-use state::{Action, EndpointRow, Key, SignInFailure, State};
+use state::{
+    Action, AppRow, AuditRow, CreatedApp, EndpointRow, IssuedSecret, Key, LoadFailure, Secret,
+    SignInFailure, State,
+};
 
 pub struct Options {
     pub client: Client,
@@ -508,7 +513,93 @@ pub async fn perform(client: &Client, effect: Effect) -> Option<Action> {
             namespace,
             name,
         } => act(client, action, &namespace, &name).await,
+        Effect::LoadApps(seq, owner) => Action::AppsLoaded(
+            seq,
+            client
+                .oauth_apps::<Value>(owner.as_deref())
+                .await
+                .map(|v| rows_of(&v, AppRow::from_json))
+                .map_err(|e| load_failure(&e)),
+        ),
+        Effect::LoadAudit(seq, org) => Action::AuditLoaded(
+            seq,
+            client
+                .audit_log::<Value>(&org)
+                .await
+                .map(|v| rows_of(&v, AuditRow::from_json))
+                .map_err(|e| load_failure(&e)),
+        ),
+        Effect::CreateApp(body) => Action::AppCreated(
+            client
+                .create_oauth_app::<Value>(&body)
+                .await
+                .map(|v| CreatedApp {
+                    name: v["app"]["name"].as_str().unwrap_or("").to_string(),
+                    client_id: v["app"]["id"].as_str().unwrap_or("").to_string(),
+                    secret: secret_of(&v),
+                })
+                .map_err(|e| refusal(&e)),
+        ),
+        Effect::AppAct { action, id, name } => app_act(client, action, id, name).await,
     })
+}
+
+/// The rows of a JSON array.
+fn rows_of<T>(v: &Value, row: impl Fn(&Value) -> T) -> Vec<T> {
+    v.as_array().into_iter().flatten().map(row).collect()
+}
+
+/// Why a list could not be loaded; a 403 is the server not letting the user see it.
+fn load_failure(e: &ClientError) -> LoadFailure {
+    match e {
+        ClientError::Api {
+            status, message, ..
+        } if status.as_u16() == 403 => LoadFailure::Forbidden(message.clone()),
+        other => LoadFailure::Failed(message(other)),
+    }
+}
+
+/// The secret in an answer about an app, if the server made one (it is in that answer only).
+fn secret_of(answer: &Value) -> Option<Secret> {
+    answer["clientSecret"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .map(|s| Secret::new(s.to_string()))
+}
+
+/// A confirmed action on an OAuth app: a rotated secret to show once, or a message.
+async fn app_act(client: &Client, action: AppAction, id: String, name: String) -> Action {
+    let done = match action {
+        AppAction::RotateSecret => match client.oauth_app_secret::<Value>(&id, true).await {
+            Ok(v) => match secret_of(&v) {
+                Some(secret) => {
+                    return Action::SecretIssued(IssuedSecret {
+                        app: name,
+                        client_id: id,
+                        secret,
+                    })
+                }
+                None => Err("the server sent no new secret".to_string()),
+            },
+            Err(e) => Err(message(&e)),
+        },
+        AppAction::DeleteSecret => client
+            .oauth_app_secret::<Value>(&id, false)
+            .await
+            .map(|_| format!("deleted the secret of {name}: it is a public app now"))
+            .map_err(|e| message(&e)),
+        AppAction::Delete => client
+            .delete_oauth_app(&id)
+            .await
+            .map(|()| format!("deleted app {name}"))
+            .map_err(|e| message(&e)),
+    };
+    let verb = match action {
+        AppAction::RotateSecret => "rotating the secret of",
+        AppAction::DeleteSecret => "deleting the secret of",
+        AppAction::Delete => "deleting",
+    };
+    Action::Done(done.map_err(|e| format!("{verb} {name}: {e}")))
 }
 
 /// A deploy form's request: the new endpoint's `namespace/name`, or the server's refusal.

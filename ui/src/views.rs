@@ -1,4 +1,6 @@
 //! Drawing, from the state only: the status line, the view's table, the footer hints and the overlays.
+//!
+//! No popup covers the status line: [`centered`] leaves the top row free.
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -6,13 +8,16 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, TableState, Wrap};
 use ratatui::Frame;
 
+use crate::app_form::{AppField, AppForm};
 use crate::form::{DeployForm, Field};
-use crate::keymap::{Context, Keymap};
+use crate::keymap::{Context, Keymap, HELP_COLUMNS};
 use crate::pager::Pager;
 use crate::schedule::{Entry, ScheduleEditor, COLUMNS};
 use crate::spec::SpecEditor;
-use crate::state::layout::{list_offset, screen, table_rows};
-use crate::state::{shown_command, Connection, Overlay, Recipe, State, View};
+use crate::state::layout::{help_height, list_offset, screen, table_rows};
+use crate::state::{
+    shown_command, AppAction, Connection, Effect, IssuedSecret, Overlay, Recipe, State, View,
+};
 
 /// The heights the keys page by, which are also the rows drawn.
 pub use crate::state::layout::{list_height, pager_height};
@@ -40,11 +45,13 @@ pub fn draw(frame: &mut Frame, state: &State, keymap: &Keymap) {
     match state.view {
         View::Catalog => catalog(frame, screen.table, state, &visible),
         View::Endpoints => endpoints(frame, screen.table, state, &visible),
+        View::Apps => apps(frame, screen.table, state, &visible),
+        View::Audit => audit(frame, screen.table, state, &visible),
     }
     footer(frame, screen.bottom, state, keymap);
     match &state.overlay {
         Overlay::None => {}
-        Overlay::Help => help(frame, area, state, keymap),
+        Overlay::Help(scroll) => help(frame, area, state, keymap, *scroll),
         Overlay::Describe(pager) => pane(frame, area, pager, "esc to close"),
         Overlay::Deploy(form) => deploy(frame, area, form),
         Overlay::Schedule(editor) => schedule(frame, area, editor, state.now),
@@ -58,17 +65,9 @@ pub fn draw(frame: &mut Frame, state: &State, keymap: &Keymap) {
                 &format!("{mode}; space toggles, esc closes"),
             )
         }
-        Overlay::Confirm {
-            action,
-            namespace,
-            name,
-            yes,
-        } => confirm(
-            frame,
-            area,
-            &format!("{} {namespace}/{name}?", action.verb()),
-            *yes,
-        ),
+        Overlay::Confirm { asked, yes } => confirm(frame, area, &question(asked, state), *yes),
+        Overlay::Secret(issued) => secret(frame, area, issued),
+        Overlay::NewApp(form) => new_app(frame, area, form),
         Overlay::Command(_) => {}
     }
 }
@@ -254,6 +253,112 @@ fn endpoints(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
     );
 }
 
+/// What a view that could not load its list says in place of the table.
+fn note(frame: &mut Frame, area: Rect, title: &str, note: &str) {
+    let lines = vec![
+        Line::default(),
+        Line::styled(format!("  {note}"), Style::new().fg(Color::Yellow)),
+    ];
+    frame.render_widget(
+        Paragraph::new(lines).wrap(Wrap { trim: false }).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(format!(" {title} ")),
+        ),
+        area,
+    );
+}
+
+fn apps(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
+    let whose = match (&state.apps_owner, &state.user) {
+        (Some(owner), _) | (None, Some(owner)) => format!("apps of {owner}"),
+        (None, None) => "apps".to_string(),
+    };
+    if let Some(why) = &state.apps_note {
+        return note(frame, area, &whose, why);
+    }
+    let columns = [
+        ("NAME", Constraint::Fill(2)),
+        ("CLIENT ID", Constraint::Length(28)),
+        ("TYPE", Constraint::Length(12)),
+        ("EXCH", Constraint::Length(4)),
+        ("REDIRECT URIS", Constraint::Fill(3)),
+        ("SCOPES", Constraint::Fill(3)),
+    ];
+    list(
+        frame,
+        area,
+        state,
+        visible,
+        (&whose, state.apps.len()),
+        &columns,
+        |i| {
+            let a = &state.apps[i];
+            let kind = Style::new().fg(if a.public { Color::Cyan } else { Color::Reset });
+            Row::new(vec![
+                Cell::from(a.name.clone()),
+                Cell::from(a.id.clone()),
+                Cell::from(a.kind()).style(kind),
+                Cell::from(if a.token_exchange { " ✓" } else { "" }),
+                Cell::from(a.redirect_uris.join(" ")),
+                Cell::from(a.scopes.join(" ")),
+            ])
+        },
+    );
+}
+
+fn audit(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
+    let whose = format!("audit log of {}", state.audit_org);
+    if let Some(why) = &state.audit_note {
+        return note(frame, area, &whose, why);
+    }
+    // The outcome is never cut; on a narrow terminal the time leaves out the year and the action shares
+    // what is left.
+    let wide = area.width >= 110;
+    let columns = [
+        ("TIME (UTC)", Constraint::Length(if wide { 19 } else { 14 })),
+        (
+            "ACTION",
+            if wide {
+                Constraint::Length(20)
+            } else {
+                Constraint::Fill(2)
+            },
+        ),
+        ("OUTCOME", Constraint::Length(15)),
+        ("APP", Constraint::Fill(2)),
+        ("SUBJECT EMAIL", Constraint::Fill(4)),
+        ("USER", Constraint::Fill(1)),
+        ("SCOPE", Constraint::Fill(3)),
+    ];
+    list(
+        frame,
+        area,
+        state,
+        visible,
+        (&whose, state.audit.len()),
+        &columns,
+        |i| {
+            let e = &state.audit[i];
+            let outcome = if e.succeeded() {
+                Color::Green
+            } else {
+                Color::Red
+            };
+            let at: String = e.at.chars().skip(if wide { 0 } else { 5 }).collect();
+            Row::new(vec![
+                Cell::from(at),
+                Cell::from(e.action.clone()),
+                Cell::from(e.outcome.clone()).style(Style::new().fg(outcome)),
+                Cell::from(e.app.clone()),
+                Cell::from(e.subject_email.clone()),
+                Cell::from(e.user.clone()),
+                Cell::from(e.scope.clone()),
+            ])
+        },
+    );
+}
+
 fn footer(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap) {
     let [message, hints] =
         Layout::vertical([Constraint::Length(1), Constraint::Length(1)]).areas(area);
@@ -280,9 +385,10 @@ fn footer(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap) {
     frame.render_widget(Paragraph::new(Line::from(spans)), hints);
 }
 
+/// A box of at most `width`×`height` in the middle of `area`, below its top row (the status line).
 fn centered(area: Rect, width: u16, height: u16) -> Rect {
     let w = width.min(area.width);
-    let h = height.min(area.height);
+    let h = height.min(area.height.saturating_sub(2));
     Rect::new(
         area.x + (area.width - w) / 2,
         area.y + (area.height - h) / 2,
@@ -291,19 +397,26 @@ fn centered(area: Rect, width: u16, height: u16) -> Rect {
     )
 }
 
-fn help(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap) {
+/// The `:` commands, over the help's columns.
+const COMMANDS: [(&str, &str); 5] = [
+    (":catalog", " [k=v]"),
+    (":endpoints", ""),
+    (":apps", " [OWNER]"),
+    (":audit", " ORG"),
+    (":server", " [URL [TOKEN]]"),
+];
+
+/// Every binding in two columns (`HELP_COLUMNS`), under the `:` commands; scrolled when it does not fit.
+fn help(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap, scroll: usize) {
     let box_ = centered(area, 100, area.height.saturating_sub(2));
-    let section = |ctxs: &[Context]| -> Vec<Line> {
+    let column = |ctxs: &[Context]| -> Vec<Line> {
         let mut lines = Vec::new();
         for ctx in ctxs {
             lines.push(Line::styled(
                 ctx.as_str().to_string(),
                 Style::new().add_modifier(Modifier::BOLD),
             ));
-            for b in keymap
-                .bindings(*ctx, state.read_only)
-                .filter(|b| b.context == *ctx)
-            {
+            for b in keymap.own(*ctx, state.read_only) {
                 lines.push(Line::from(format!(
                     "  {:<18} {}",
                     b.keys.join(" "),
@@ -313,25 +426,45 @@ fn help(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap) {
         }
         lines
     };
-    // Two columns, so the whole keymap fits an 80×24 terminal.
-    let left = section(&[Context::Global, Context::Pager]);
-    let right = section(&[
-        Context::Catalog,
-        Context::Endpoints,
-        Context::Logs,
-        Context::Dialog,
-    ]);
+    // The same numbers the keys scroll by.
+    let height = help_height((area.width, area.height));
+    let last = keymap.help_length(state.read_only).saturating_sub(height);
+    let scroll = scroll.min(last) as u16;
+    let title = if last > 0 {
+        " help (j/k scroll, esc to close) "
+    } else {
+        " help (esc to close) "
+    };
+    let commands: Vec<Span> = COMMANDS
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (command, args))| {
+            [
+                Span::raw(if i == 0 { "" } else { "  " }),
+                Span::styled(*command, Style::new().fg(Color::Cyan)),
+                Span::raw(*args),
+            ]
+        })
+        .collect();
     frame.render_widget(Clear, box_);
     let block = Block::default()
         .borders(Borders::ALL)
-        .title(" help (esc to close) ")
+        .title(title)
         .title_bottom(format!(" console log: {} ", state.log_file));
     let inner = block.inner(box_);
     frame.render_widget(block, box_);
+    let [top, columns] = Layout::vertical([Constraint::Length(1), Constraint::Min(1)]).areas(inner);
+    frame.render_widget(Paragraph::new(Line::from(commands)), top);
     let [l, r] =
-        Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(inner);
-    frame.render_widget(Paragraph::new(left), l);
-    frame.render_widget(Paragraph::new(right).wrap(Wrap { trim: false }), r);
+        Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(columns);
+    frame.render_widget(
+        Paragraph::new(column(HELP_COLUMNS[0])).scroll((scroll, 0)),
+        l,
+    );
+    frame.render_widget(
+        Paragraph::new(column(HELP_COLUMNS[1])).scroll((scroll, 0)),
+        r,
+    );
 }
 
 /// Describe and logs: the lines in the window, search matches highlighted, the current match's line marked.
@@ -602,8 +735,59 @@ fn schedule_entry(editor: &ScheduleEditor, i: usize, e: &Entry, in_effect: bool)
     Line::from(spans)
 }
 
+/// The question the confirm dialog asks before `asked` runs.
+fn question(asked: &Effect, state: &State) -> String {
+    match asked {
+        Effect::Act {
+            action,
+            namespace,
+            name,
+        } => format!("{} {namespace}/{name}?", action.verb()),
+        Effect::AppAct { action, id, name } => {
+            let public = state.apps.iter().any(|a| a.id == *id && a.public);
+            match action {
+                AppAction::RotateSecret if public => format!(
+                    "give {name} a secret? It becomes confidential; the secret is shown once."
+                ),
+                AppAction::RotateSecret => format!(
+                    "rotate the secret of {name}? The old secret stops working at once; the new one is shown once."
+                ),
+                AppAction::DeleteSecret => format!(
+                    "delete the secret of {name}? The app becomes public: it signs in with PKCE only."
+                ),
+                AppAction::Delete => {
+                    format!("delete app {name}? Every token it holds stops working.")
+                }
+            }
+        }
+        _ => "go ahead?".to_string(),
+    }
+}
+
+/// `text` in lines of at most `width` characters, broken between words.
+fn wrapped(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split_whitespace() {
+        match lines.last_mut() {
+            Some(line) if line.chars().count() + 1 + word.chars().count() <= width => {
+                line.push(' ');
+                line.push_str(word);
+            }
+            _ => lines.push(word.to_string()),
+        }
+    }
+    lines
+}
+
 fn confirm(frame: &mut Frame, area: Rect, question: &str, yes: bool) {
-    let box_ = centered(area, 50, 5);
+    // A one-line question in a small box; a longer one wrapped in a wider one.
+    let width: u16 = if question.chars().count() <= 46 {
+        50
+    } else {
+        64
+    };
+    let question = wrapped(question, width as usize - 4);
+    let box_ = centered(area, width, question.len() as u16 + 4);
     let button = |label: &'static str, on: bool| {
         let style = if on {
             Style::new().add_modifier(Modifier::REVERSED)
@@ -612,18 +796,109 @@ fn confirm(frame: &mut Frame, area: Rect, question: &str, yes: bool) {
         };
         Span::styled(format!(" {label} "), style)
     };
-    let lines = vec![
-        Line::from(question.to_string()),
-        Line::default(),
-        Line::from(vec![
-            button("Cancel", !yes),
-            Span::raw("   "),
-            button("Yes", yes),
-        ]),
-    ];
+    let mut lines: Vec<Line> = question.into_iter().map(Line::from).collect();
+    lines.push(Line::default());
+    lines.push(Line::from(vec![
+        button("Cancel", !yes),
+        Span::raw("   "),
+        button("Yes", yes),
+    ]));
     frame.render_widget(Clear, box_);
     frame.render_widget(
         Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" confirm ")),
+        box_,
+    );
+}
+
+/// A secret just made, shown this once.
+fn secret(frame: &mut Frame, area: Rect, issued: &IssuedSecret) {
+    let box_ = centered(area, 72, 9);
+    let lines = vec![
+        Line::from(vec![
+            Span::raw("client id      "),
+            Span::raw(issued.client_id.clone()),
+        ]),
+        Line::from(vec![
+            Span::raw("client secret  "),
+            Span::styled(
+                issued.secret.reveal().to_string(),
+                Style::new().add_modifier(Modifier::BOLD).fg(Color::Yellow),
+            ),
+        ]),
+        Line::default(),
+        Line::styled(
+            "This secret will not be shown again: store it now. If it is lost, R rotates the app's secret.",
+            Style::new().add_modifier(Modifier::BOLD),
+        ),
+        Line::default(),
+        Line::styled(
+            "enter/esc dismiss (the secret is gone for good)",
+            Style::new().fg(Color::Cyan),
+        ),
+    ];
+    frame.render_widget(Clear, box_);
+    frame.render_widget(
+        Paragraph::new(lines).wrap(Wrap { trim: false }).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(format!(" secret of {} (shown once) ", issued.app)),
+        ),
+        box_,
+    );
+}
+
+/// The new-app form: each field with every issue the server had with it under it.
+fn new_app(frame: &mut Frame, area: Rect, form: &AppForm) {
+    let mut lines = Vec::new();
+    for (i, f) in AppField::ALL.iter().enumerate() {
+        let focused = i == form.focus;
+        let marker = if focused { "▸" } else { " " };
+        let value = match f {
+            AppField::Public => format!("{} (←→ switches)", form.value(*f)),
+            _ => form.value(*f),
+        };
+        lines.push(Line::from(vec![
+            Span::raw(format!("{marker} {:<32}", f.label())),
+            Span::styled(
+                format!("{value}{}", if focused { "▏" } else { "" }),
+                if focused {
+                    Style::new().add_modifier(Modifier::BOLD)
+                } else {
+                    Style::new()
+                },
+            ),
+        ]));
+        for issue in form.issues_of(*f) {
+            lines.push(Line::styled(
+                format!("    ← {issue}"),
+                Style::new().fg(Color::Red),
+            ));
+        }
+    }
+    lines.push(Line::default());
+    if form.busy {
+        lines.push(Line::styled("creating…", Style::new().fg(Color::Yellow)));
+    }
+    for e in &form.errors {
+        lines.push(Line::styled(e.clone(), Style::new().fg(Color::Red)));
+    }
+    lines.push(Line::styled(
+        "tab/↑↓ field  enter create  esc cancel",
+        Style::new().fg(Color::Cyan),
+    ));
+    let whose = form
+        .owner
+        .as_deref()
+        .map(|o| format!(" for {o}"))
+        .unwrap_or_default();
+    let box_ = centered(area, 96, lines.len() as u16 + 2);
+    frame.render_widget(Clear, box_);
+    frame.render_widget(
+        Paragraph::new(lines).wrap(Wrap { trim: false }).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(format!(" new app{whose} ")),
+        ),
         box_,
     );
 }

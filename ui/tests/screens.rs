@@ -5,7 +5,10 @@ use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use serde_json::json;
 use switchyard_ui::keymap::Keymap;
-use switchyard_ui::state::{update, Action, CatalogRow, Effect, EndpointRow, Key, State};
+use switchyard_ui::state::{
+    update, Action, AppAction, AppRow, AuditRow, CatalogRow, CreatedApp, Effect, EndpointRow,
+    IssuedSecret, Key, LoadFailure, Secret, State,
+};
 use switchyard_ui::views;
 
 fn state() -> State {
@@ -82,12 +85,16 @@ fn loaded(s: &mut State, rows: Result<Vec<EndpointRow>, String>) {
     update(s, Action::EndpointsLoaded(seq, rows), &Keymap::builtin());
 }
 
-fn screen(state: &State, width: u16, height: u16) -> String {
+fn drawn(state: &State, width: u16, height: u16) -> ratatui::buffer::Buffer {
     let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
     terminal
         .draw(|f| views::draw(f, state, &Keymap::builtin()))
         .unwrap();
-    let buffer = terminal.backend().buffer();
+    terminal.backend().buffer().clone()
+}
+
+fn screen(state: &State, width: u16, height: u16) -> String {
+    let buffer = &drawn(state, width, height);
     let mut out = String::new();
     for y in 0..buffer.area.height {
         let line: String = (0..buffer.area.width)
@@ -137,17 +144,31 @@ fn endpoints_view_and_dialogs() {
     insta::assert_snapshot!("endpoints_confirm_delete", screen(&s, 120, 24));
     keys(&mut s, &["esc", "?"]);
     insta::assert_snapshot!("help", screen(&s, 120, 30));
-    // The whole keymap and the log file fit the smallest terminal the console takes.
-    let small = screen(&s, 80, 24);
+    // On the smallest terminal the console takes, the help scrolls; its first page and its last hold the
+    // whole keymap, the commands and the log file.
+    update(&mut s, Action::Resize(80, 24), &Keymap::builtin());
+    let first = screen(&s, 80, 24);
+    keys(&mut s, &["G"]);
+    let last = screen(&s, 80, 24);
     for text in [
+        ":apps [OWNER]",
+        ":audit ORG",
+        "j/k scroll",
         "refresh",
         "previous match",
         "scale to zero",
-        "pause/follow",
-        "cancel",
         "console log: /data/logs/console.log",
     ] {
-        assert!(small.contains(text), "{text}: {small}");
+        assert!(first.contains(text), "{text}: {first}");
+    }
+    for text in [
+        "pause/follow",
+        "cancel",
+        "rotate secret",
+        "refresh the log",
+        "dismiss",
+    ] {
+        assert!(last.contains(text), "{text}: {last}");
     }
 }
 
@@ -460,4 +481,270 @@ fn clicks_and_pages_follow_the_drawn_table() {
     );
     update(&mut s, Action::Click(shown[0] as u16), &Keymap::builtin());
     assert_eq!(s.selected, 1);
+}
+
+/// The colour `text` is drawn in, where it first appears on the screen.
+fn colour_of(state: &State, width: u16, height: u16, text: &str) -> ratatui::style::Color {
+    let buffer = drawn(state, width, height);
+    for y in 0..height {
+        let line: Vec<&str> = (0..width).map(|x| buffer[(x, y)].symbol()).collect();
+        let joined = line.concat();
+        if let Some(at) = joined.find(text) {
+            // Columns are one per cell here (the text searched for is ASCII, and so is what precedes it).
+            let x = joined[..at].chars().count() as u16;
+            return buffer[(x, y)].fg;
+        }
+    }
+    panic!("{text} is not on the screen");
+}
+
+/// Types `text` a key at a time (spaces as `space`).
+fn typed(s: &mut State, text: &str) {
+    for c in text.chars() {
+        let k = if c == ' ' {
+            "space".to_string()
+        } else {
+            c.to_string()
+        };
+        keys(s, &[&k]);
+    }
+}
+
+/// Runs a `:` command; its effects.
+fn command(s: &mut State, text: &str) -> Vec<Effect> {
+    keys(s, &[":"]);
+    typed(s, text);
+    update(s, Action::Key(Key("enter".into())), &Keymap::builtin())
+}
+
+/// Three apps: a confidential web app, a public CLI, and an organization's backend with the token-exchange
+/// privilege.
+fn apps() -> Vec<AppRow> {
+    [
+        json!({"id": "app_3f2a9c0d1e4b5a6978c0d1e2", "owner": "admin", "name": "Web dashboard",
+               "redirectUris": ["https://dash.example.com/callback"], "scopes": ["openid", "profile", "email"],
+               "hasSecret": true, "tokenExchange": false, "homepageUrl": "https://dash.example.com",
+               "createdAt": "2026-11-20T09:30:00.000Z", "updatedAt": "2026-11-21T10:00:00.000Z"}),
+        json!({"id": "app_8b7c6d5e4f3a2b1c0d9e8f7a", "owner": "admin", "name": "CLI",
+               "redirectUris": [], "scopes": ["openid", "read-endpoints"],
+               "hasSecret": false, "tokenExchange": false,
+               "createdAt": "2026-11-20T09:31:00.000Z", "updatedAt": "2026-11-20T09:31:00.000Z"}),
+        json!({"id": "app_0a1b2c3d4e5f60718293a4b5", "owner": "admin", "name": "acme backend",
+               "redirectUris": ["http://127.0.0.1/cb"], "scopes": ["openid", "email", "inference-api"],
+               "hasSecret": true, "tokenExchange": true,
+               "createdAt": "2026-11-21T08:00:00.000Z", "updatedAt": "2026-11-21T08:00:00.000Z"}),
+    ]
+    .iter()
+    .map(AppRow::from_json)
+    .collect()
+}
+
+fn apps_shown(s: &mut State) {
+    let fx = command(s, "apps");
+    assert_eq!(fx, [Effect::LoadApps(s.apps_seq, None)]);
+    let seq = s.apps_seq;
+    update(s, Action::AppsLoaded(seq, Ok(apps())), &Keymap::builtin());
+}
+
+const SECRET: &str = "sys_Zk3v9QeR1tYb7uNc2xWm5pLs8dHf0aJg4oKiEyTrUqV";
+
+#[test]
+fn apps_view_and_its_dialogs() {
+    let mut s = state();
+    apps_shown(&mut s);
+    insta::assert_snapshot!("apps_view", screen(&s, 120, 24));
+    insta::assert_snapshot!("apps_view_80", screen(&s, 80, 24));
+    // The apps context's keys in the footer, and only there.
+    let text = screen(&s, 120, 24);
+    assert!(
+        text.contains("n new app") && text.contains("X delete secret"),
+        "{text}"
+    );
+    keys(&mut s, &["tab"]);
+    assert!(!screen(&s, 120, 24).contains("rotate secret"));
+    apps_shown(&mut s);
+    // Deleting the secret asks first, and says what it means.
+    keys(&mut s, &["X"]);
+    insta::assert_snapshot!("apps_confirm_delete_secret", screen(&s, 80, 24));
+    keys(&mut s, &["esc", "R", "tab"]);
+    let fx = update(&mut s, Action::Key(Key("enter".into())), &Keymap::builtin());
+    assert_eq!(
+        fx,
+        [Effect::AppAct {
+            action: AppAction::RotateSecret,
+            id: "app_3f2a9c0d1e4b5a6978c0d1e2".into(),
+            name: "Web dashboard".into()
+        }]
+    );
+    update(
+        &mut s,
+        Action::SecretIssued(IssuedSecret {
+            app: "Web dashboard".into(),
+            client_id: "app_3f2a9c0d1e4b5a6978c0d1e2".into(),
+            secret: Secret::new(SECRET.into()),
+        }),
+        &Keymap::builtin(),
+    );
+    insta::assert_snapshot!("apps_secret_shown_once", screen(&s, 80, 24));
+    let text = screen(&s, 120, 24);
+    assert!(
+        text.contains(SECRET) && text.contains("will not be shown again"),
+        "{text}"
+    );
+    // The status line stays in sight over every popup.
+    assert!(text.starts_with(" switchyard "), "{text}");
+    keys(&mut s, &["esc"]);
+    let text = screen(&s, 120, 24);
+    assert!(!text.contains(SECRET), "{text}");
+    // Details.
+    keys(&mut s, &["G", "enter"]);
+    let text = screen(&s, 120, 24);
+    assert!(
+        text.contains("token exchange  yes") && text.contains("http://127.0.0.1/cb"),
+        "{text}"
+    );
+}
+
+#[test]
+fn new_app_form_shows_every_issue_at_once() {
+    let mut s = state();
+    apps_shown(&mut s);
+    keys(&mut s, &["n"]);
+    typed(&mut s, "My app");
+    keys(&mut s, &["tab"]);
+    typed(&mut s, "myapp:/cb https://x.example/cb");
+    keys(&mut s, &["tab"]);
+    typed(&mut s, " everything");
+    let fx = update(&mut s, Action::Key(Key("enter".into())), &Keymap::builtin());
+    assert_eq!(
+        fx,
+        [Effect::CreateApp(json!({
+            "name": "My app", "redirectUris": ["myapp:/cb", "https://x.example/cb"],
+            "scopes": ["openid", "profile", "everything"], "public": false
+        }))]
+    );
+    update(
+        &mut s,
+        Action::AppCreated(Err((
+            "invalid request body".into(),
+            vec![
+                (
+                    "redirectUris[1]".into(),
+                    "\"https://x.example/cb\" is not registered for loopback".into(),
+                ),
+                ("scopes[2]".into(), "unknown scope \"everything\"".into()),
+                ("".into(), "an app of that name exists".into()),
+            ],
+        ))),
+        &Keymap::builtin(),
+    );
+    insta::assert_snapshot!("new_app_form_issues", screen(&s, 80, 24));
+    // Made: the secret, once.
+    keys(&mut s, &["enter"]);
+    update(
+        &mut s,
+        Action::AppCreated(Ok(CreatedApp {
+            name: "My app".into(),
+            client_id: "app_99aa88bb77cc66dd55ee44ff".into(),
+            secret: Some(Secret::new(SECRET.into())),
+        })),
+        &Keymap::builtin(),
+    );
+    let text = screen(&s, 80, 24);
+    assert!(
+        text.contains(SECRET) && text.contains("secret of My app (shown once)"),
+        "{text}"
+    );
+}
+
+fn audit() -> Vec<AuditRow> {
+    [
+        (
+            "2026-11-22T11:59:30.120Z",
+            "success",
+            "ada@acme.example",
+            Some("ada"),
+            Some("openid email"),
+        ),
+        (
+            "2026-11-22T11:58:02.000Z",
+            "invalid_grant",
+            "mallory@evil.example",
+            None,
+            None,
+        ),
+        (
+            "2026-11-22T11:40:00.000Z",
+            "invalid_scope",
+            "ada@acme.example",
+            Some("ada"),
+            None,
+        ),
+        (
+            "2026-11-22T09:00:00.000Z",
+            "success",
+            "bob@acme.example",
+            Some("bob"),
+            Some("inference-api"),
+        ),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, (at, outcome, email, user, scope))| {
+        AuditRow::from_json(&json!({
+            "id": format!("e{i}"), "at": at, "action": "oauth.token_exchange", "outcome": outcome,
+            "actor": {"app": {"id": "app_0a1b2c3d4e5f60718293a4b5", "name": "acme backend"}},
+            "detail": {"subjectEmail": email, "user": user, "scope": scope}
+        }))
+    })
+    .collect()
+}
+
+#[test]
+fn audit_view() {
+    let mut s = state();
+    let fx = command(&mut s, "audit acme");
+    assert_eq!(fx, [Effect::LoadAudit(1, "acme".into())]);
+    update(
+        &mut s,
+        Action::AuditLoaded(1, Ok(audit())),
+        &Keymap::builtin(),
+    );
+    insta::assert_snapshot!("audit_view", screen(&s, 120, 24));
+    insta::assert_snapshot!("audit_view_80", screen(&s, 80, 24));
+    use ratatui::style::Color;
+    assert_eq!(colour_of(&s, 120, 24, "success"), Color::Green);
+    assert_eq!(colour_of(&s, 120, 24, "invalid_grant"), Color::Red);
+    // `r` reloads; a refusal is said in words, not drawn as an empty log.
+    let fx = update(&mut s, Action::Key(Key("r".into())), &Keymap::builtin());
+    assert_eq!(fx, [Effect::LoadAudit(2, "acme".into())]);
+    update(
+        &mut s,
+        Action::AuditLoaded(
+            2,
+            Err(LoadFailure::Forbidden(
+                "the audit log of \"acme\" is for its administrators".into(),
+            )),
+        ),
+        &Keymap::builtin(),
+    );
+    insta::assert_snapshot!("audit_forbidden", screen(&s, 80, 24));
+    let text = screen(&s, 120, 24);
+    assert!(
+        text.contains("only the organization's administrators see its audit log")
+            && !text.contains("SUBJECT EMAIL"),
+        "{text}"
+    );
+}
+
+#[test]
+fn read_only_apps_offer_no_changes() {
+    let mut s = state();
+    s.read_only = true;
+    apps_shown(&mut s);
+    let text = screen(&s, 120, 24);
+    for hidden in ["new app", "rotate secret", "delete secret", "delete app"] {
+        assert!(!text.contains(hidden), "{hidden}: {text}");
+    }
+    assert!(text.contains("details"), "{text}");
 }

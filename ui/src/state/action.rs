@@ -5,11 +5,27 @@
 
 use chrono::{DateTime, Utc};
 
-use super::rows::{CatalogRow, EndpointRow};
+use super::overlay::{IssuedSecret, Secret};
+use super::rows::{AppRow, AuditRow, CatalogRow, EndpointRow};
 use crate::effects::ExternalEdit;
 
 /// A refusal from the server: its message and its `{path, message}` issues.
 pub type Refusal = (String, Vec<(String, String)>);
+
+/// Why a list could not be loaded: the server does not let the user see it (403), or something else.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LoadFailure {
+    Forbidden(String),
+    Failed(String),
+}
+
+/// A new OAuth app: its name, client id and, unless it is public, its secret (shown this once).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreatedApp {
+    pub name: String,
+    pub client_id: String,
+    pub secret: Option<Secret>,
+}
 
 /// A key pressed, named as the keymap names keys (`ctrl-c`, `enter`, `G`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +71,12 @@ pub enum Action {
     },
     /// `namespace/name` of the new endpoint, or the server's refusal.
     Deployed(Result<String, Refusal>),
+    AppsLoaded(u64, Result<Vec<AppRow>, LoadFailure>),
+    AuditLoaded(u64, Result<Vec<AuditRow>, LoadFailure>),
+    /// The new-app form's answer: the app, or the server's refusal.
+    AppCreated(Result<CreatedApp, Refusal>),
+    /// An app's secret was rotated: the new one, shown once. (Other app actions answer with `Done`.)
+    SecretIssued(IssuedSecret),
 }
 
 /// A key typed into a line of text: backspace deletes, space and single characters are added.

@@ -1,8 +1,10 @@
 //! The `:` command line: typing it, running it, and showing it with a `:server` token masked.
 //!
-//! The commands are `:catalog [filters]`, `:endpoints`, `:server [URL [TOKEN]]`, `:help` and `:q`.
+//! The commands are `:catalog [filters]`, `:endpoints`, `:apps [OWNER]`, `:audit ORG`, `:server [URL [TOKEN]]`,
+//! `:help` and `:q`.
 
 use super::action::type_into;
+use super::apps::{show_apps, show_audit};
 use super::connection::connect;
 use super::lists::switch;
 use super::model::{State, View};
@@ -53,8 +55,23 @@ fn run(state: &mut State, cmd: &str) -> Vec<Effect> {
         "catalog" | "cat" => switch(state, View::Catalog),
         c if c.starts_with("catalog ") => filtered_catalog(state, &c["catalog ".len()..]),
         "endpoints" | "ep" | "endpoint" => switch(state, View::Endpoints),
+        "apps" | "app" => show_apps(state, None),
+        c if c.starts_with("apps ") => match one_word(&c["apps ".len()..]) {
+            Some(owner) => show_apps(state, Some(owner)),
+            None => usage(
+                state,
+                ":apps [OWNER]: one namespace, yours or an organization you administer",
+            ),
+        },
+        c if c == "audit" || c.starts_with("audit ") => match one_word(&c["audit".len()..]) {
+            Some(org) => show_audit(state, org),
+            None => usage(
+                state,
+                ":audit ORG: the audit log of an organization you administer",
+            ),
+        },
         "help" => {
-            state.overlay = Overlay::Help;
+            state.overlay = Overlay::Help(0);
             Vec::new()
         }
         // `:server` goes back to the server the console started with.
@@ -69,12 +86,26 @@ fn run(state: &mut State, cmd: &str) -> Vec<Effect> {
         "panic" => panic!("the console was asked to panic (:panic, debug builds only)"),
         other => {
             state.message = Some((
-                format!("unknown command :{other} (try :catalog, :endpoints, :server, :q)"),
+                format!("unknown command :{other} (try :catalog, :endpoints, :apps, :audit ORG, :server, :q)"),
                 true,
             ));
             Vec::new()
         }
     }
+}
+
+/// The one word of `words`, if there is exactly one.
+fn one_word(words: &str) -> Option<String> {
+    let mut words = words.split_whitespace();
+    match (words.next(), words.next()) {
+        (Some(w), None) => Some(w.to_string()),
+        _ => None,
+    }
+}
+
+fn usage(state: &mut State, text: &str) -> Vec<Effect> {
+    state.message = Some((format!("usage: {text}"), true));
+    Vec::new()
 }
 
 /// `:catalog task=text-generation accelerator=gpu limit=10`: the API's own filters.

@@ -1,6 +1,7 @@
-//! Endpoint lifecycle actions: the dialog that asks first (cancel by default), and the answer.
+//! Actions that ask first: the dialog (cancel by default) and the answer.
 //!
-//! The actions are pause, resume, scale to zero and delete.
+//! The actions are an endpoint's pause, resume, scale to zero and delete, and an app's secret rotation, secret
+//! deletion and deletion. The dialog holds the very effect that runs on `yes`.
 
 use super::lists::refresh;
 use super::model::State;
@@ -12,9 +13,11 @@ use crate::keymap::Command;
 pub(super) fn ask(state: &mut State, command: Command) {
     if let (Some(ep), Some(action)) = (state.selected_endpoint(), command.endpoint_action()) {
         state.overlay = Overlay::Confirm {
-            action,
-            namespace: ep.namespace.clone(),
-            name: ep.name.clone(),
+            asked: Effect::Act {
+                action,
+                namespace: ep.namespace.clone(),
+                name: ep.name.clone(),
+            },
             yes: false,
         };
     }
@@ -22,23 +25,13 @@ pub(super) fn ask(state: &mut State, command: Command) {
 
 /// A command while the dialog is open: toggle the button, confirm (the action runs only on `yes`) or cancel.
 pub(super) fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
-    let Overlay::Confirm {
-        action,
-        namespace,
-        name,
-        yes,
-    } = &mut state.overlay
-    else {
+    let Overlay::Confirm { asked, yes } = &mut state.overlay else {
         return Vec::new();
     };
     match command {
         Command::Toggle => *yes = !*yes,
         Command::Confirm if *yes => {
-            let effect = Effect::Act {
-                action: *action,
-                namespace: namespace.clone(),
-                name: name.clone(),
-            };
+            let effect = asked.clone();
             state.overlay = Overlay::None;
             return vec![effect];
         }
@@ -48,7 +41,7 @@ pub(super) fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
     Vec::new()
 }
 
-/// An endpoint action finished: its message, and the list again.
+/// A confirmed action finished: its message, and the list again.
 pub(super) fn on_done(state: &mut State, result: Result<String, String>) -> Vec<Effect> {
     state.message = Some(match result {
         Ok(m) => (m, false),

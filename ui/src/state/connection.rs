@@ -73,6 +73,10 @@ pub(super) fn connect(
     state.namespaces.clear();
     state.catalog.clear();
     state.endpoints.clear();
+    state.apps.clear();
+    state.audit.clear();
+    state.apps_note = None;
+    state.audit_note = None;
     state.selected = 0;
     state.overlay = Overlay::None;
     state.loading = false;

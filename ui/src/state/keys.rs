@@ -1,11 +1,12 @@
 //! Where a key goes: text being typed first, else the keymap's command, to what is open or the list.
 //!
-//! Text being typed is the filter, a pane's search, an editor or the command line; what is open is a pane,
-//! help or the confirm dialog.
+//! Text being typed is the filter, a pane's search, an editor, the new-app form or the command line; what is
+//! open is a pane, help, the confirm dialog or a secret shown once.
 
+use super::layout::help_height;
 use super::model::State;
 use super::overlay::Overlay;
-use super::{command_line, confirm, editors, lists, panes};
+use super::{apps, command_line, confirm, editors, lists, panes};
 use crate::effects::Effect;
 use crate::keymap::{Command, Keymap};
 
@@ -23,6 +24,9 @@ pub(super) fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effec
     if panes::on_search_key(state, key) {
         return Vec::new();
     }
+    if matches!(state.overlay, Overlay::NewApp(_)) {
+        return apps::on_form_key(state, key);
+    }
     if state.overlay.is_editor() {
         return editors::on_key(state, key);
     }
@@ -33,25 +37,44 @@ pub(super) fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effec
     let Some(command) = keymap.lookup(state.context(), key, state.read_only) else {
         return Vec::new();
     };
-    on_command(state, command)
+    on_command(state, command, keymap)
 }
 
-pub(super) fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
+pub(super) fn on_command(state: &mut State, command: Command, keymap: &Keymap) -> Vec<Effect> {
     if state.overlay.pager().is_some() {
         return panes::on_command(state, command);
     }
-    // Help covers the list: keys do not reach it through it.
-    if state.overlay == Overlay::Help
-        && !matches!(command, Command::Back | Command::Quit | Command::Help)
-    {
-        return Vec::new();
+    // Help covers the list: keys do not reach it through it; the moving keys scroll it.
+    if let Overlay::Help(scroll) = &mut state.overlay {
+        if !matches!(command, Command::Back | Command::Quit | Command::Help) {
+            let last = keymap
+                .help_length(state.read_only)
+                .saturating_sub(help_height(state.size));
+            let page = help_height(state.size);
+            *scroll = match command {
+                Command::Down => *scroll + 1,
+                Command::Up => scroll.saturating_sub(1),
+                Command::PageDown => *scroll + page,
+                Command::PageUp => scroll.saturating_sub(page),
+                Command::Top => 0,
+                Command::Bottom => last,
+                _ => *scroll,
+            }
+            .min(last);
+            return Vec::new();
+        }
     }
     if matches!(state.overlay, Overlay::Confirm { .. }) {
         return confirm::on_command(state, command);
     }
+    // A secret shown once takes every key until it is dismissed.
+    if matches!(state.overlay, Overlay::Secret(_)) {
+        apps::on_secret_command(state, command);
+        return Vec::new();
+    }
     match command {
         Command::Quit => state.quit = true,
-        Command::Help => state.overlay = Overlay::Help,
+        Command::Help => state.overlay = Overlay::Help(0),
         Command::Command => state.overlay = Overlay::Command(String::new()),
         Command::Back => {
             if state.overlay != Overlay::None {
@@ -76,6 +99,10 @@ pub(super) fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
         Command::Pause | Command::Resume | Command::ScaleToZero | Command::Delete => {
             confirm::ask(state, command)
         }
+        Command::RotateSecret | Command::DeleteSecret | Command::DeleteApp => {
+            apps::ask(state, command)
+        }
+        Command::NewApp => apps::open_form(state),
         Command::Edit => editors::edit_spec(state),
         Command::EditExternal => return editors::edit_externally(state),
         Command::Schedule => editors::edit_schedule(state),

@@ -1,8 +1,8 @@
 //! Screen geometry: where the table, the panes and the rows are on a terminal of a given size.
 //!
-//! The main screen's parts (status line, the view's table, the catalog's detail pane, footer) and a pager's
-//! lines. Paging and mouse clicks need them as much as drawing does: the state pages and picks rows with
-//! them, and the views draw with the same numbers.
+//! The main screen's parts (status line, the view's table, the catalog's detail pane, footer), a pager's
+//! lines and the help screen's. Paging, scrolling and mouse clicks need them as much as drawing does: the
+//! state pages and picks rows with them, and the views draw with the same numbers.
 
 use ratatui::layout::{Constraint, Layout, Rect};
 
@@ -12,6 +12,12 @@ use super::model::{State, View};
 /// below, and has a border.
 pub fn pager_height(size: (u16, u16)) -> usize {
     (size.1 as usize).saturating_sub(6).max(1)
+}
+
+/// Lines of the help screen's columns on a terminal of `size`: the box leaves a row above and below, and has
+/// a border and the line of `:` commands.
+pub fn help_height(size: (u16, u16)) -> usize {
+    (size.1 as usize).saturating_sub(5).max(1)
 }
 
 /// Rows of the catalog's detail pane (the selected model's recipes), under the list.
@@ -40,7 +46,7 @@ pub fn screen(view: View, area: Rect) -> Screen {
                     .areas(main);
             (table, Some(detail))
         }
-        View::Endpoints => (main, None),
+        View::Endpoints | View::Apps | View::Audit => (main, None),
     };
     Screen {
         top,

@@ -1,13 +1,14 @@
-//! The catalog and endpoints lists: loading, switching, the selection, the `/` filter, copying a row.
+//! The lists (catalog, endpoints, OAuth apps, an audit log): loading, switching, the selection, the `/`
+//! filter, copying a row.
 //!
 //! The selection moves with keys and the mouse, and follows its endpoint through a reload; copying puts the
-//! selected model's id or endpoint's URL on the clipboard.
+//! selected model's id, endpoint's URL or app's client id on the clipboard.
 
-use super::action::type_into;
+use super::action::{type_into, LoadFailure};
 use super::layout::{list_height, row_at};
 use super::model::{Connection, State, View};
 use super::overlay::Overlay;
-use super::rows::{CatalogRow, EndpointRow};
+use super::rows::{AppRow, AuditRow, CatalogRow, EndpointRow};
 use crate::effects::Effect;
 use crate::keymap::Command;
 
@@ -40,7 +41,51 @@ pub(super) fn refresh(state: &mut State) -> Vec<Effect> {
             )]
         }
         View::Endpoints => vec![Effect::SignIn],
+        View::Apps => {
+            state.apps_seq += 1;
+            vec![Effect::LoadApps(state.apps_seq, state.apps_owner.clone())]
+        }
+        View::Audit => {
+            state.audit_seq += 1;
+            vec![Effect::LoadAudit(state.audit_seq, state.audit_org.clone())]
+        }
     }
+}
+
+/// What the audit view says in place of its table when the server does not let the user see the log.
+pub(super) const AUDIT_FORBIDDEN: &str = "only the organization's administrators see its audit log";
+
+/// The answer to the latest apps load. A list that cannot be had is said so in place of the table.
+pub(super) fn on_apps_loaded(state: &mut State, rows: Result<Vec<AppRow>, LoadFailure>) {
+    match rows {
+        Ok(rows) => {
+            state.apps = rows;
+            state.apps_note = None;
+        }
+        Err(LoadFailure::Forbidden(e) | LoadFailure::Failed(e)) => {
+            state.apps.clear();
+            state.apps_note = Some(e);
+        }
+    }
+    clamp(state);
+}
+
+/// The answer to the latest audit log load; a refusal (403) is said in words, not shown as an empty log.
+pub(super) fn on_audit_loaded(state: &mut State, rows: Result<Vec<AuditRow>, LoadFailure>) {
+    match rows {
+        Ok(rows) => {
+            state.audit = rows;
+            state.audit_note = None;
+        }
+        Err(failure) => {
+            state.audit.clear();
+            state.audit_note = Some(match failure {
+                LoadFailure::Forbidden(_) => AUDIT_FORBIDDEN.to_string(),
+                LoadFailure::Failed(e) => e,
+            });
+        }
+    }
+    clamp(state);
 }
 
 /// The endpoints view refreshes every tick, unless something covers it or a load is under way.
@@ -139,7 +184,7 @@ pub(super) fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
         Command::NextView => {
             let next = match state.view {
                 View::Catalog => View::Endpoints,
-                View::Endpoints => View::Catalog,
+                View::Endpoints | View::Apps | View::Audit => View::Catalog,
             };
             return switch(state, next);
         }
@@ -162,12 +207,14 @@ pub(super) fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
     Vec::new()
 }
 
-/// The selected model's id or endpoint's URL to the clipboard.
+/// The selected model's id, endpoint's URL or app's client id (of an audit entry, the app's) to the clipboard.
 fn copy(state: &mut State) -> Vec<Effect> {
     let rows = state.visible();
     let text = rows.get(state.selected).map(|&i| match state.view {
         View::Catalog => state.catalog[i].repo_id.clone(),
         View::Endpoints => state.endpoints[i].url.clone(),
+        View::Apps => state.apps[i].id.clone(),
+        View::Audit => state.audit[i].app_id.clone(),
     });
     match text.filter(|t| !t.is_empty()) {
         Some(text) => {

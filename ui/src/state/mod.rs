@@ -5,21 +5,24 @@
 //!
 //! The modules, lowest first; each imports only modules listed before it (and the crate's lower layers),
 //! and this file only declares them and re-exports what the rest of the crate uses:
-//! - `rows`: the catalog's and the endpoints' rows, as parsed from the API.
-//! - `overlay`: what covers the view (help, the dialog, the command line, a pane, an editor).
+//! - `rows`: the rows of the lists (catalog, endpoints, OAuth apps, audit entries), as parsed from the API.
+//! - `overlay`: what covers the view (help, the dialog, a secret shown once, the command line, a pane, an
+//!   editor or form); the type a secret is held in.
 //! - `model`: the [`State`] struct, the view and the connection; what is read off them.
 //! - `action`: what comes into `update` ([`Action`], [`Key`]); a key typed into a line of text.
 //! - `layout`: where things are on a terminal of a given size (paging and clicks; the views draw with it).
-//! - `lists`: loading the two lists, switching between them, the selection, the filter, copying.
+//! - `lists`: loading the lists, switching between them, the selection, the filter, copying.
 //! - `connection`: signing in, retrying a lost server, switching server.
 //! - `panes`: describe and logs: opening, scrolling, searching, following.
 //! - `editors`: the spec and schedule editors and the deploy form, and the answers to their saves.
-//! - `confirm`: the dialog before an endpoint's lifecycle action, and its answer.
+//! - `apps`: the OAuth apps and audit log views: the new-app form, the app actions, the secret shown once.
+//! - `confirm`: the dialog before an endpoint's or an app's action, and its answer.
 //! - `command_line`: the `:` command line.
 //! - `keys`: where a key or a keymap command goes.
 //! - `update`: the one update function; the tick.
 
 mod action;
+mod apps;
 mod command_line;
 mod confirm;
 mod connection;
@@ -33,14 +36,14 @@ mod panes;
 mod rows;
 mod update;
 
-pub use action::{Action, Key, Refusal, SignInFailure};
+pub use action::{Action, CreatedApp, Key, LoadFailure, Refusal, SignInFailure};
 pub use command_line::shown_command;
 pub use model::{Connection, State, View};
-pub use overlay::Overlay;
-pub use rows::{CatalogRow, EndpointRow, Recipe};
+pub use overlay::{IssuedSecret, Overlay, Secret};
+pub use rows::{AppRow, AuditRow, CatalogRow, EndpointRow, Recipe};
 pub use update::update;
 
-pub use crate::effects::{Effect, EndpointAction, ExternalEdit};
+pub use crate::effects::{AppAction, Effect, EndpointAction, ExternalEdit};
 
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,9 @@
-//! What covers the view: help, the confirm dialog, the command line, a pane or an editor.
+//! What covers the view: help, the confirm dialog, a secret shown once, the command line, a pane or an editor.
+//!
+//! Also [`Secret`], the one type a secret from the server is ever held in.
 
-use crate::effects::EndpointAction;
+use crate::app_form::AppForm;
+use crate::effects::Effect;
 use crate::form::DeployForm;
 use crate::pager::Pager;
 use crate::schedule::ScheduleEditor;
@@ -10,16 +13,19 @@ use crate::spec::SpecEditor;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Overlay {
     None,
-    Help,
+    /// Every binding; scrolled down this many lines when it does not fit.
+    Help(usize),
     /// A catalog item's recipes or an endpoint's whole resource.
     Describe(Pager),
-    /// Cancel is the default button (`yes` false).
+    /// Asks before `asked` runs (an endpoint's or an app's action). Cancel is the default button (`yes` false).
     Confirm {
-        action: EndpointAction,
-        namespace: String,
-        name: String,
+        asked: Effect,
         yes: bool,
     },
+    /// A client secret just made, shown this once until dismissed; dismissing drops it.
+    Secret(IssuedSecret),
+    /// The new-app form.
+    NewApp(Box<AppForm>),
     /// `:` command line.
     Command(String),
     /// The spec editor of an endpoint.
@@ -51,7 +57,38 @@ impl Overlay {
     pub(super) fn is_editor(&self) -> bool {
         matches!(
             self,
-            Overlay::Spec(_) | Overlay::Schedule(_) | Overlay::Deploy(_)
+            Overlay::Spec(_) | Overlay::Schedule(_) | Overlay::Deploy(_) | Overlay::NewApp(_)
         )
     }
+}
+
+/// A client secret as the server gave it. Its `Debug` does not show it, so no log or panic message that
+/// formats the state, an action or an effect ever holds it; only the secret popup reads it, through
+/// [`Secret::reveal`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(secret: String) -> Secret {
+        Secret(secret)
+    }
+
+    /// The secret itself: for the popup only.
+    pub fn reveal(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(…)")
+    }
+}
+
+/// A secret the server just made for an app (created, or rotated), with the app it is for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IssuedSecret {
+    pub app: String,
+    pub client_id: String,
+    pub secret: Secret,
 }

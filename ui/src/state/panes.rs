@@ -12,7 +12,7 @@ use crate::effects::Effect;
 use crate::keymap::Command;
 use crate::pager::Pager;
 
-/// The selected model's recipes, or the selected endpoint's whole resource.
+/// The selected model's recipes, the selected endpoint's whole resource, or the selected app's details.
 pub(super) fn describe(state: &mut State) {
     let rows = state.visible();
     let Some(&i) = rows.get(state.selected) else {
@@ -39,6 +39,12 @@ pub(super) fn describe(state: &mut State) {
             let text = serde_json::to_string_pretty(&ep.raw).unwrap_or_default();
             (format!("{}/{}", ep.namespace, ep.name), text)
         }
+        View::Apps => {
+            let app = &state.apps[i];
+            (format!("app {}", app.name), app.details())
+        }
+        // An entry's every field is in its row.
+        View::Audit => return,
     };
     state.overlay = Overlay::Describe(Pager::new(title, &text, false));
 }
@@ -194,7 +200,7 @@ pub(super) fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
         }
         Command::Back => state.overlay = Overlay::None,
         Command::Quit => state.quit = true,
-        Command::Help => state.overlay = Overlay::Help,
+        Command::Help => state.overlay = Overlay::Help(0),
         // The pager covers the list: other keys do not reach it.
         _ => {}
     }

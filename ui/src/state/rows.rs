@@ -1,6 +1,8 @@
-//! The rows of the two lists, catalog models (with their recipes) and endpoints, as parsed from the API.
+//! The rows of the lists, catalog models (with their recipes), endpoints, OAuth apps and audit entries, as
+//! parsed from the API.
 //!
-//! Each keeps, lowercased once, what the `/` filter matches in it.
+//! Each keeps, lowercased once, what the `/` filter matches in it. Text that others choose (an app's name, the
+//! email an exchange asked for) comes in with its control characters dropped: it never steers the terminal.
 
 use serde_json::Value;
 
@@ -141,6 +143,188 @@ impl EndpointRow {
         };
         row.search = search_text(&[&row.namespace, &row.name, &row.state, &row.model, &row.kind]);
         row
+    }
+
+    pub(super) fn matches(&self, filter: &str) -> bool {
+        self.search.contains(filter)
+    }
+}
+
+/// Text as the screen shows it: control characters (escape sequences, newlines) dropped.
+fn plain(v: &Value) -> String {
+    v.as_str()
+        .unwrap_or("")
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect()
+}
+
+/// `2026-11-22T10:00:00.123Z` as `2026-11-22 10:00:00`.
+fn time(v: &Value) -> String {
+    plain(v).replace('T', " ").chars().take(19).collect()
+}
+
+fn plain_list(v: &Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .map(plain)
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// One OAuth app as the apps list shows it. It never holds a secret: the list has none.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppRow {
+    /// The client id.
+    pub id: String,
+    pub owner: String,
+    pub name: String,
+    pub homepage: String,
+    pub logo: String,
+    pub redirect_uris: Vec<String>,
+    pub scopes: Vec<String>,
+    /// Without a secret: a public client (PKCE only).
+    pub public: bool,
+    /// Bound to its organization with the `token-exchange` privilege.
+    pub token_exchange: bool,
+    pub created: String,
+    pub updated: String,
+    /// What `/` searches, lowercased once.
+    search: String,
+}
+
+impl AppRow {
+    pub fn from_json(app: &Value) -> AppRow {
+        let mut row = AppRow {
+            search: String::new(),
+            id: plain(&app["id"]),
+            owner: plain(&app["owner"]),
+            name: plain(&app["name"]),
+            homepage: plain(&app["homepageUrl"]),
+            logo: plain(&app["logoUrl"]),
+            redirect_uris: plain_list(&app["redirectUris"]),
+            scopes: plain_list(&app["scopes"]),
+            public: app["hasSecret"] != true,
+            token_exchange: app["tokenExchange"] == true,
+            created: time(&app["createdAt"]),
+            updated: time(&app["updatedAt"]),
+        };
+        row.search = search_text(&[
+            &row.name,
+            &row.id,
+            &row.redirect_uris.join(" "),
+            &row.scopes.join(" "),
+        ]);
+        row
+    }
+
+    /// `public` or `confidential`, as the list and the details say it.
+    pub fn kind(&self) -> &'static str {
+        if self.public {
+            "public"
+        } else {
+            "confidential"
+        }
+    }
+
+    /// The app's details, as `enter` shows them.
+    pub fn details(&self) -> String {
+        let or_none = |s: &str| {
+            if s.is_empty() {
+                "-".to_string()
+            } else {
+                s.to_string()
+            }
+        };
+        let mut text = format!(
+            "{}\n\nclient id       {}\nowner           {}\nclient type     {}\ntoken exchange  {}\n\
+             homepage        {}\nlogo            {}\ncreated         {}\nupdated         {}\n\nscopes\n",
+            self.name,
+            self.id,
+            self.owner,
+            match self.public {
+                true => "public (no secret: PKCE and device sign-in only)",
+                false => "confidential (has a secret; R rotates it, X deletes it)",
+            },
+            match self.token_exchange {
+                true => "yes (exchanges members' emails for tokens of the organization)",
+                false => "no",
+            },
+            or_none(&self.homepage),
+            or_none(&self.logo),
+            self.created,
+            self.updated,
+        );
+        for scope in &self.scopes {
+            text.push_str(&format!("  {scope}\n"));
+        }
+        text.push_str("\nredirect URIs\n");
+        if self.redirect_uris.is_empty() {
+            text.push_str("  (none: device sign-in only)\n");
+        }
+        for uri in &self.redirect_uris {
+            text.push_str(&format!("  {uri}\n"));
+        }
+        text
+    }
+
+    pub(super) fn matches(&self, filter: &str) -> bool {
+        self.search.contains(filter)
+    }
+}
+
+/// One entry of an organization's audit log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditRow {
+    pub id: String,
+    pub at: String,
+    pub action: String,
+    /// `success`, or the OAuth error of a refusal.
+    pub outcome: String,
+    /// The app's name (its client id when it has none).
+    pub app: String,
+    pub app_id: String,
+    pub subject_email: String,
+    pub user: String,
+    pub scope: String,
+    /// What `/` searches, lowercased once.
+    search: String,
+}
+
+impl AuditRow {
+    pub fn from_json(entry: &Value) -> AuditRow {
+        let app = &entry["actor"]["app"];
+        let app_id = plain(&app["id"]);
+        let detail = &entry["detail"];
+        let mut row = AuditRow {
+            search: String::new(),
+            id: plain(&entry["id"]),
+            at: time(&entry["at"]),
+            action: plain(&entry["action"]),
+            outcome: plain(&entry["outcome"]),
+            app: Some(plain(&app["name"]))
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| app_id.clone()),
+            app_id,
+            subject_email: plain(&detail["subjectEmail"]),
+            user: plain(&detail["user"]),
+            scope: plain(&detail["scope"]),
+        };
+        row.search = search_text(&[
+            &row.action,
+            &row.outcome,
+            &row.app,
+            &row.subject_email,
+            &row.user,
+            &row.scope,
+        ]);
+        row
+    }
+
+    /// Whether the entry records a success (else a refusal).
+    pub fn succeeded(&self) -> bool {
+        self.outcome == "success"
     }
 
     pub(super) fn matches(&self, filter: &str) -> bool {

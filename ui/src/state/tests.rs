@@ -487,3 +487,303 @@ fn an_answer_for_a_closed_editor_is_a_message_and_clicks_select_rows() {
     update(&mut s, Action::Wheel(false), &Keymap::builtin());
     assert_eq!(s.selected, 1);
 }
+
+fn apps() -> Vec<AppRow> {
+    [("web", true), ("cli", false)]
+        .iter()
+        .map(|(name, secret)| {
+            AppRow::from_json(&json!({"id": format!("app_{name}"), "owner": "alice", "name": name,
+                                      "redirectUris": ["https://x.example/cb"], "scopes": ["openid"],
+                                      "hasSecret": secret, "tokenExchange": false}))
+        })
+        .collect()
+}
+
+/// `:apps` with the two apps loaded.
+fn apps_view(s: &mut State) {
+    key(s, ":");
+    typed(s, "apps");
+    key(s, "enter");
+    let seq = s.apps_seq;
+    update(s, Action::AppsLoaded(seq, Ok(apps())), &Keymap::builtin());
+}
+
+const SECRET: &str = "sys_0123456789abcdefghijklmnopqrstuvwxyzABCDEFG";
+
+/// Whether the secret is anywhere in the state, as far as its `Debug` (what a log line would hold) goes, or
+/// in the message shown.
+fn leaks(s: &State) -> bool {
+    format!("{s:?}").contains(SECRET) || s.message.as_ref().is_some_and(|(m, _)| m.contains(SECRET))
+}
+
+fn holds_secret(s: &State) -> bool {
+    matches!(&s.overlay, Overlay::Secret(i) if i.secret.reveal() == SECRET)
+}
+
+#[test]
+fn apps_and_audit_load_with_sequence_numbers() {
+    let mut s = state();
+    signed_in(&mut s);
+    key(&mut s, ":");
+    typed(&mut s, "apps");
+    assert_eq!(key(&mut s, "enter"), [Effect::LoadApps(1, None)]);
+    assert_eq!(s.view, View::Apps);
+    key(&mut s, ":");
+    typed(&mut s, "apps acme");
+    assert_eq!(
+        key(&mut s, "enter"),
+        [Effect::LoadApps(2, Some("acme".into()))]
+    );
+    // The answer for alice's apps comes after: dropped.
+    update(
+        &mut s,
+        Action::AppsLoaded(2, Ok(apps())),
+        &Keymap::builtin(),
+    );
+    update(
+        &mut s,
+        Action::AppsLoaded(1, Ok(Vec::new())),
+        &Keymap::builtin(),
+    );
+    assert_eq!(s.apps.len(), 2);
+    // A namespace the user does not manage: the server's reason instead of the table.
+    key(&mut s, "r");
+    let refused = LoadFailure::Forbidden("you may not manage the apps of \"acme\"".into());
+    update(
+        &mut s,
+        Action::AppsLoaded(3, Err(refused)),
+        &Keymap::builtin(),
+    );
+    assert!(s.apps.is_empty());
+    assert!(s
+        .apps_note
+        .as_ref()
+        .is_some_and(|n| n.contains("may not manage")));
+
+    key(&mut s, ":");
+    typed(&mut s, "audit");
+    assert!(key(&mut s, "enter").is_empty(), "an organization is needed");
+    assert!(s
+        .message
+        .as_ref()
+        .is_some_and(|(m, e)| *e && m.contains(":audit ORG")));
+    key(&mut s, ":");
+    typed(&mut s, "audit acme");
+    assert_eq!(key(&mut s, "enter"), [Effect::LoadAudit(1, "acme".into())]);
+    assert_eq!(key(&mut s, "r"), [Effect::LoadAudit(2, "acme".into())]);
+    let forbidden =
+        LoadFailure::Forbidden("the audit log of \"acme\" is for its administrators".into());
+    update(
+        &mut s,
+        Action::AuditLoaded(1, Ok(Vec::new())),
+        &Keymap::builtin(),
+    );
+    assert_eq!(s.audit_note, None, "an older answer is dropped");
+    update(
+        &mut s,
+        Action::AuditLoaded(2, Err(forbidden)),
+        &Keymap::builtin(),
+    );
+    assert_eq!(s.audit_note.as_deref(), Some(lists::AUDIT_FORBIDDEN));
+}
+
+#[test]
+fn app_actions_ask_first_with_cancel_as_default() {
+    let mut s = state();
+    apps_view(&mut s);
+    // Rotate: nothing happens without the dialog's yes.
+    assert!(key(&mut s, "R").is_empty());
+    assert!(matches!(
+        &s.overlay,
+        Overlay::Confirm { asked: Effect::AppAct { action: AppAction::RotateSecret, id, .. }, yes: false } if id == "app_web"
+    ));
+    assert!(key(&mut s, "enter").is_empty(), "enter on Cancel cancels");
+    assert_eq!(s.overlay, Overlay::None);
+    // Delete the secret: asked, then done.
+    key(&mut s, "X");
+    key(&mut s, "tab");
+    assert_eq!(
+        key(&mut s, "enter"),
+        [Effect::AppAct {
+            action: AppAction::DeleteSecret,
+            id: "app_web".into(),
+            name: "web".into()
+        }]
+    );
+    // Its answer is a message and the list again.
+    let fx = update(
+        &mut s,
+        Action::Done(Ok(
+            "deleted the secret of web: it is a public app now".into()
+        )),
+        &Keymap::builtin(),
+    );
+    assert!(matches!(fx[..], [Effect::LoadApps(..)]), "{fx:?}");
+    // A public app has no secret to delete: no dialog.
+    key(&mut s, "j");
+    key(&mut s, "X");
+    assert_eq!(s.overlay, Overlay::None);
+    assert!(s
+        .message
+        .as_ref()
+        .is_some_and(|(m, e)| *e && m.contains("public already")));
+    // Deleting the app asks too; esc cancels.
+    key(&mut s, "d");
+    assert!(matches!(
+        &s.overlay,
+        Overlay::Confirm {
+            asked: Effect::AppAct {
+                action: AppAction::Delete,
+                ..
+            },
+            ..
+        }
+    ));
+    assert!(key(&mut s, "esc").is_empty());
+    assert_eq!(s.overlay, Overlay::None);
+    // enter and y show the details; nothing is asked.
+    key(&mut s, "y");
+    assert!(
+        matches!(&s.overlay, Overlay::Describe(p) if p.lines.iter().any(|l| l.contains("app_cli")))
+    );
+}
+
+#[test]
+fn a_new_secret_is_shown_once_and_gone_after_dismissal() {
+    let mut s = state();
+    apps_view(&mut s);
+    key(&mut s, "n");
+    typed(&mut s, "web 2");
+    let Effect::CreateApp(body) = &key(&mut s, "enter")[0] else {
+        panic!("{:?}", s.overlay)
+    };
+    assert_eq!(body["name"], "web 2");
+    let created = CreatedApp {
+        name: "web 2".into(),
+        client_id: "app_web2".into(),
+        secret: Some(Secret::new(SECRET.into())),
+    };
+    let fx = update(&mut s, Action::AppCreated(Ok(created)), &Keymap::builtin());
+    assert!(
+        matches!(fx[..], [Effect::LoadApps(..)]),
+        "the list again: {fx:?}"
+    );
+    assert!(holds_secret(&s));
+    assert!(!leaks(&s), "no Debug output or message holds the secret");
+    // Until dismissed, nothing else takes keys: no list move, no action, no command line.
+    for k in ["j", "R", "d", "n", ":", "tab", "q"] {
+        assert!(key(&mut s, k).is_empty(), "{k}");
+        assert!(holds_secret(&s), "{k}");
+    }
+    // The list's reload does not close it either.
+    let seq = s.apps_seq;
+    update(
+        &mut s,
+        Action::AppsLoaded(seq, Ok(apps())),
+        &Keymap::builtin(),
+    );
+    assert!(holds_secret(&s));
+    key(&mut s, "esc");
+    assert_eq!(s.overlay, Overlay::None);
+    assert!(!format!("{:?}", s.clone().overlay).contains("Secret"));
+
+    // A rotation: the same, dismissed with enter.
+    key(&mut s, "R");
+    key(&mut s, "tab");
+    assert_eq!(key(&mut s, "enter").len(), 1);
+    let issued = IssuedSecret {
+        app: "web".into(),
+        client_id: "app_web".into(),
+        secret: Secret::new(SECRET.into()),
+    };
+    update(&mut s, Action::SecretIssued(issued), &Keymap::builtin());
+    assert!(holds_secret(&s) && !leaks(&s));
+    key(&mut s, "enter");
+    assert_eq!(s.overlay, Overlay::None);
+
+    // A public app has no secret: a message with its client id, no popup.
+    key(&mut s, "n");
+    let public = CreatedApp {
+        name: "cli 2".into(),
+        client_id: "app_cli2".into(),
+        secret: None,
+    };
+    update(&mut s, Action::AppCreated(Ok(public)), &Keymap::builtin());
+    assert_eq!(s.overlay, Overlay::None);
+    assert!(s
+        .message
+        .as_ref()
+        .is_some_and(|(m, _)| m.contains("app_cli2")));
+}
+
+#[test]
+fn a_refused_app_keeps_the_form_with_every_issue() {
+    let mut s = state();
+    apps_view(&mut s);
+    key(&mut s, "n");
+    key(&mut s, "enter");
+    let refusal = (
+        "invalid request body".to_string(),
+        vec![
+            (
+                "name".to_string(),
+                "must be 1 to 100 characters".to_string(),
+            ),
+            ("scopes[0]".to_string(), "unknown scope \"x\"".to_string()),
+        ],
+    );
+    update(&mut s, Action::AppCreated(Err(refusal)), &Keymap::builtin());
+    let Overlay::NewApp(form) = &s.overlay else {
+        panic!("{:?}", s.overlay)
+    };
+    assert!(!form.busy);
+    assert_eq!(form.issues.len(), 2);
+    // esc drops the form; a late refusal is a message.
+    key(&mut s, "esc");
+    update(
+        &mut s,
+        Action::AppCreated(Err(("conflict".into(), vec![]))),
+        &Keymap::builtin(),
+    );
+    assert!(s
+        .message
+        .as_ref()
+        .is_some_and(|(m, e)| *e && m == "new app: conflict"));
+}
+
+#[test]
+fn read_only_refuses_every_app_change() {
+    let mut s = state();
+    s.read_only = true;
+    apps_view(&mut s);
+    for k in ["n", "R", "X", "d"] {
+        assert!(key(&mut s, k).is_empty(), "{k}");
+        assert_eq!(s.overlay, Overlay::None, "{k}");
+    }
+    // A keymap file cannot bring them back.
+    let user = "[[binding]]\ncontext = \"apps\"\nkeys = [\"x\"]\naction = \"delete-app\"\ndescription = \"delete\"\n";
+    let (map, _) = Keymap::with_overrides(Some(user));
+    assert!(update(&mut s, Action::Key(Key("x".into())), &map).is_empty());
+    assert_eq!(s.overlay, Overlay::None);
+    // Looking is still allowed.
+    key(&mut s, "enter");
+    assert!(matches!(s.overlay, Overlay::Describe(_)));
+}
+
+#[test]
+fn help_scrolls_within_its_length() {
+    let mut s = state();
+    s.size = (80, 24);
+    key(&mut s, "?");
+    key(&mut s, "j");
+    assert_eq!(s.overlay, Overlay::Help(1));
+    key(&mut s, "G");
+    let last = Keymap::builtin().help_length(false) - layout::help_height(s.size);
+    assert_eq!(s.overlay, Overlay::Help(last));
+    key(&mut s, "j");
+    assert_eq!(s.overlay, Overlay::Help(last), "not past the end");
+    key(&mut s, "g");
+    assert_eq!(s.overlay, Overlay::Help(0));
+    key(&mut s, "esc");
+    assert_eq!(s.overlay, Overlay::None);
+}

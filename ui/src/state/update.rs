@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 
 use super::action::Action;
 use super::model::State;
-use super::{confirm, connection, editors, keys, lists, panes};
+use super::{apps, confirm, connection, editors, keys, lists, panes};
 use crate::effects::Effect;
 use crate::keymap::{Command, Keymap};
 
@@ -25,7 +25,7 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
         }
         Action::Wheel(down) => {
             let command = if down { Command::Down } else { Command::Up };
-            keys::on_command(state, command)
+            keys::on_command(state, command, keymap)
         }
         Action::Click(row) => {
             lists::on_click(state, row);
@@ -34,6 +34,18 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
         Action::SignedIn(answer) => connection::on_signed_in(state, answer),
         Action::EndpointsLoaded(seq, _) if seq < state.endpoints_seq => Vec::new(),
         Action::CatalogLoaded(seq, _) if seq < state.catalog_seq => Vec::new(),
+        Action::AppsLoaded(seq, _) if seq < state.apps_seq => Vec::new(),
+        Action::AuditLoaded(seq, _) if seq < state.audit_seq => Vec::new(),
+        Action::AppsLoaded(_, rows) => {
+            lists::on_apps_loaded(state, rows);
+            Vec::new()
+        }
+        Action::AuditLoaded(_, rows) => {
+            lists::on_audit_loaded(state, rows);
+            Vec::new()
+        }
+        Action::AppCreated(result) => apps::on_created(state, result),
+        Action::SecretIssued(issued) => apps::on_secret_issued(state, issued),
         Action::EndpointsLoaded(_, rows) => {
             lists::on_endpoints_loaded(state, rows);
             Vec::new()

@@ -1,0 +1,149 @@
+//! The apps and audit log views against the real server on loopback: the console's effects run through the
+//! typed client, their answers go through `update`, as the event loop does it.
+
+use chrono::Utc;
+use serde_json::{json, Value};
+use switchyard_server::client::Client;
+use switchyard_server::{Application, Config};
+use switchyard_ui::app_form::AppField;
+use switchyard_ui::keymap::Keymap;
+use switchyard_ui::perform;
+use switchyard_ui::state::{update, Action, Effect, Key, Overlay, State};
+
+struct Console {
+    state: State,
+    client: Client,
+    keymap: Keymap,
+}
+
+impl Console {
+    /// Applies `action`, then runs every effect it asks for against the server and applies the answers, until
+    /// nothing is left to run.
+    async fn apply(&mut self, action: Action) {
+        let mut pending = vec![action];
+        while let Some(action) = pending.pop() {
+            for effect in update(&mut self.state, action, &self.keymap) {
+                if let Some(answer) = perform(&self.client, effect).await {
+                    pending.push(answer);
+                }
+            }
+        }
+    }
+
+    async fn keys(&mut self, keys: &[&str]) {
+        for k in keys {
+            self.apply(Action::Key(Key(k.to_string()))).await;
+        }
+    }
+
+    async fn typed(&mut self, text: &str) {
+        for c in text.chars() {
+            let k = if c == ' ' {
+                "space".to_string()
+            } else {
+                c.to_string()
+            };
+            self.keys(&[&k]).await;
+        }
+    }
+
+    async fn command(&mut self, text: &str) {
+        self.keys(&[":"]).await;
+        self.typed(text).await;
+        self.keys(&["enter"]).await;
+    }
+
+    /// The secret shown in the popup, if one is.
+    fn shown_secret(&self) -> Option<String> {
+        match &self.state.overlay {
+            Overlay::Secret(issued) => Some(issued.secret.reveal().to_string()),
+            _ => None,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apps_and_the_audit_log_on_a_real_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::default();
+    config.store.data_dir = Some(dir.path().to_path_buf());
+    config.server.listen = "127.0.0.1:0".parse().unwrap();
+    let app = Application::build(&config).await.unwrap();
+    let url = format!("http://{}", app.local_addr());
+    let token = std::fs::read_to_string(dir.path().join("admin-token")).unwrap();
+    tokio::spawn(app.run(std::future::pending()));
+    let admin = Client::new(&url, Some(token.trim().to_string()));
+    let _: Value = admin.admin_create_org("acme").await.unwrap();
+    let _: Value = admin
+        .admin_create_user(&json!({"name": "bob"}))
+        .await
+        .unwrap();
+    let _: Value = admin.admin_set_member("acme", "bob", "read").await.unwrap();
+    let bob_token = admin.admin_create_token("bob", &json!({})).await.unwrap();
+
+    let mut console = Console {
+        state: State::new(url.clone(), false, Utc::now(), String::new()),
+        client: admin.clone(),
+        keymap: Keymap::builtin(),
+    };
+    let signed_in = perform(&admin, Effect::SignIn).await.unwrap();
+    console.apply(signed_in).await;
+    console.command("apps").await;
+    assert!(console.state.apps.is_empty() && console.state.apps_note.is_none());
+
+    // A new confidential app: its secret shown once, the list with the app.
+    console.keys(&["n"]).await;
+    console.typed("Web dashboard").await;
+    console.keys(&["tab"]).await;
+    console.typed("https://dash.example.com/callback").await;
+    console.keys(&["enter"]).await;
+    let secret = console.shown_secret().expect("the new app's secret");
+    assert!(secret.starts_with("sys_"), "{secret}");
+    assert_eq!(console.state.apps.len(), 1);
+    let web = console.state.apps[0].clone();
+    assert!(!web.public && web.name == "Web dashboard");
+    console.keys(&["esc"]).await;
+    assert!(console.shown_secret().is_none());
+
+    // A refused app: every issue under its field, the form still open.
+    console.keys(&["n"]).await;
+    console.keys(&["tab", "tab"]).await;
+    console.typed(" everything").await;
+    console.keys(&["enter"]).await;
+    let Overlay::NewApp(form) = &console.state.overlay else {
+        panic!("{:?}", console.state.overlay)
+    };
+    assert!(
+        form.issues_of(AppField::Scopes)
+            .any(|m| m.contains("scopes[2]") && m.contains("everything")),
+        "{form:?}"
+    );
+    console.keys(&["esc"]).await;
+
+    // Rotate (a new secret, shown once), delete the secret (public now), then delete the app.
+    console.keys(&["R", "tab", "enter"]).await;
+    let rotated = console.shown_secret().expect("the rotated secret");
+    assert_ne!(rotated, secret);
+    console.keys(&["enter"]).await;
+    console.keys(&["X", "tab", "enter"]).await;
+    assert!(console.state.apps[0].public, "{:?}", console.state.apps);
+    console.keys(&["d", "tab", "enter"]).await;
+    assert!(console.state.apps.is_empty(), "{:?}", console.state.message);
+
+    // The audit log: empty for its administrator (the instance admin), refused in words for a member.
+    console.command("audit acme").await;
+    assert_eq!(console.state.audit_note, None);
+    console.client = Client::new(&url, Some(bob_token));
+    console.keys(&["r"]).await;
+    assert_eq!(
+        console.state.audit_note.as_deref(),
+        Some("only the organization's administrators see its audit log")
+    );
+    // Someone else's apps: the server's reason instead of a table.
+    console.command("apps acme").await;
+    assert!(
+        console.state.apps_note.is_some(),
+        "{:?}",
+        console.state.apps
+    );
+}
