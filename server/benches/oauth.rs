@@ -4,7 +4,8 @@
 //! (each spending a code and issuing an access token, a refresh token and a signed ID token).
 //!
 //! Run: `cargo bench -p switchyard-server --bench oauth`. `BENCH_SECONDS` sets the time per scenario
-//! (default 1.5); `BENCH_CONNS` the connections (default 16).
+//! (default 1.5); `BENCH_CONNS` the connections (default 16); `BENCH_ONLY=exchange` stops after the token
+//! exchange (for profiling it).
 
 #[path = "common/mod.rs"]
 mod common;

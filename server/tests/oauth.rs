@@ -823,12 +823,25 @@ async fn apps_secrets_revocation_and_introspection() {
         "someone else's app is not shown"
     );
     let bad = alice
-        .create_oauth_app::<Value>(
-            &json!({"name": "x", "redirectUris": ["http://evil.example/cb"], "scopes": ["openid"]}),
-        )
+        .create_oauth_app::<Value>(&json!({"name": " ", "scopes": [],
+            "redirectUris": ["https://ok.example/cb", "http://evil.example/cb"]}))
         .await
         .unwrap_err();
     assert_eq!(bad.status(), Some(StatusCode::BAD_REQUEST));
+    let switchyard_server::client::ClientError::Api { body, .. } = bad else {
+        panic!("{bad:?}")
+    };
+    let paths: Vec<&str> = body["issues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        paths,
+        ["name", "redirectUris[1]", "scopes"],
+        "every issue at once: {body}"
+    );
     let te = alice
         .create_oauth_app::<Value>(
             &json!({"name": "x", "owner": "acme", "scopes": ["openid"], "tokenExchange": true}),

@@ -10,6 +10,7 @@ use crate::auth::{Credential, Principal};
 use crate::crypto::{hash_token, random_id};
 use crate::model::account::{Account, AccountKind, Role, Scope};
 use crate::model::oauth::{validate_redirect_uri, OAuthApp};
+use crate::model::Issue;
 use crate::store::Store;
 
 /// Prefixes of generated client ids and secrets.
@@ -48,41 +49,43 @@ fn invalid(m: impl Into<String>) -> Error {
     Error::BadRequest(m.into())
 }
 
-fn check_url(field: &str, url: &str) -> Result<()> {
-    let ok = (url.starts_with("https://") || url.starts_with("http://"))
+fn url_ok(url: &str) -> bool {
+    (url.starts_with("https://") || url.starts_with("http://"))
         && url.len() <= 2000
-        && !url.chars().any(|c| c.is_whitespace() || c.is_control());
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(format!("{field} must be an http(s) URL")))
-    }
+        && !url.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
-/// Checks the fields an app carries, whatever set them.
+/// Checks the fields an app carries, whatever set them: every problem at once, each under its field.
 fn check(app: &OAuthApp) -> Result<()> {
+    let mut issues = Vec::new();
     let name = app.name.trim();
     if name.is_empty() || name.chars().count() > 100 {
-        return Err(invalid("name must be 1 to 100 characters"));
+        issues.push(Issue::new("name", "must be 1 to 100 characters"));
     }
     for (field, url) in [
         ("homepageUrl", &app.homepage_url),
         ("logoUrl", &app.logo_url),
     ] {
-        if let Some(u) = url {
-            check_url(field, u)?;
+        if url.as_deref().is_some_and(|u| !url_ok(u)) {
+            issues.push(Issue::new(field, "must be an http(s) URL"));
         }
     }
     if app.redirect_uris.len() > 20 {
-        return Err(invalid("at most 20 redirect URIs"));
+        issues.push(Issue::new("redirectUris", "at most 20 redirect URIs"));
     }
-    for uri in &app.redirect_uris {
-        validate_redirect_uri(uri).map_err(|e| invalid(format!("redirectUris: {e}")))?;
+    for (i, uri) in app.redirect_uris.iter().enumerate().take(20) {
+        if let Err(e) = validate_redirect_uri(uri) {
+            issues.push(Issue::new(format!("redirectUris[{i}]"), e));
+        }
     }
     if app.scopes.is_empty() {
-        return Err(invalid("scopes: an app needs at least one scope"));
+        issues.push(Issue::new("scopes", "an app needs at least one scope"));
     }
-    Ok(())
+    if issues.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Invalid(issues))
+    }
 }
 
 /// Whether the principal manages the namespace's apps: its own, an organization it administers, or
