@@ -118,7 +118,7 @@ pub struct Registered(std::sync::Mutex<RegisteredInner>);
 #[derive(Debug, Default)]
 struct RegisteredInner {
     epoch: u64,
-    apps: std::collections::HashMap<String, (Instant, Option<(OAuthApp, Option<String>)>)>,
+    apps: std::collections::HashMap<String, (Instant, Found)>,
 }
 
 /// How long a registered app's record is trusted without reading it again.
