@@ -302,6 +302,21 @@ impl OAuthConfig {
     }
 }
 
+/// Whether a URL's authority (`host[:port]`) names this machine: `localhost` or a loopback address.
+/// Plain-http issuers are accepted only there (development and tests).
+pub fn is_loopback_host(authority: &str) -> bool {
+    let host = match authority.rsplit_once(':') {
+        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => authority,
+    };
+    host == "localhost"
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 fn check_ci_issuer(issuer: &str) -> Result<(), String> {
     let bad = |why: &str| Err(format!("oauth.ci_issuers {issuer:?}: {why}"));
     let Some((scheme, rest)) = issuer.split_once("://") else {
@@ -311,16 +326,7 @@ fn check_ci_issuer(issuer: &str) -> Result<(), String> {
         return bad("an issuer has no query, fragment or spaces");
     }
     let host = rest.split('/').next().unwrap_or("");
-    let host = match host.rsplit_once(':') {
-        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => host,
-    };
-    let loopback = host == "localhost"
-        || host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
+    let loopback = is_loopback_host(host);
     match scheme {
         _ if host.is_empty() => bad("no host"),
         "https" => Ok(()),

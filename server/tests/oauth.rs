@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::browser::{field, http, location, param, Browser};
+
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine;
 use common::TestServer;
@@ -16,94 +18,6 @@ const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
 const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
 const REDIRECT: &str = "http://127.0.0.1/callback";
 const PASSWORD: &str = "correct horse battery";
-
-fn http() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .expect("client")
-}
-
-/// A browser: one cookie jar (the session cookie), redirects read by the test.
-struct Browser {
-    http: reqwest::Client,
-    base: String,
-    cookie: Option<String>,
-}
-
-impl Browser {
-    fn new(base: &str) -> Browser {
-        Browser {
-            http: http(),
-            base: base.to_string(),
-            cookie: None,
-        }
-    }
-
-    fn keep_cookie(&mut self, resp: &reqwest::Response) {
-        if let Some(c) = resp.headers().get("set-cookie") {
-            let c = c.to_str().expect("cookie");
-            assert!(c.contains("HttpOnly") && c.contains("SameSite=Lax"), "{c}");
-            self.cookie = Some(c.split(';').next().expect("pair").to_string());
-        }
-    }
-
-    async fn get(&mut self, path: &str) -> reqwest::Response {
-        let mut req = self.http.get(format!("{}{path}", self.base));
-        if let Some(c) = &self.cookie {
-            req = req.header("cookie", c);
-        }
-        let resp = req.send().await.expect("get");
-        self.keep_cookie(&resp);
-        resp
-    }
-
-    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> reqwest::Response {
-        let body = serde_urlencoded::to_string(form).expect("form");
-        let mut req = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(body);
-        if let Some(c) = &self.cookie {
-            req = req.header("cookie", c);
-        }
-        let resp = req.send().await.expect("post");
-        self.keep_cookie(&resp);
-        resp
-    }
-}
-
-fn location(resp: &reqwest::Response) -> String {
-    resp.headers()
-        .get("location")
-        .unwrap_or_else(|| panic!("no Location on a {}", resp.status()))
-        .to_str()
-        .expect("location")
-        .to_string()
-}
-
-/// The value of a hidden input of a page.
-fn field(html: &str, name: &str) -> String {
-    let marker = format!("name=\"{name}\" value=\"");
-    let start = html
-        .find(&marker)
-        .unwrap_or_else(|| panic!("no field {name} in {html}"))
-        + marker.len();
-    html[start..].split('"').next().expect("value").to_string()
-}
-
-fn query_of(url: &str) -> Vec<(String, String)> {
-    let q = url.split_once('?').map(|(_, q)| q).unwrap_or_default();
-    serde_urlencoded::from_str(q).expect("query")
-}
-
-fn param(url: &str, key: &str) -> Option<String> {
-    query_of(url)
-        .into_iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v)
-}
 
 struct Setup {
     server: TestServer,

@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::browser::{field, http, location, param, Browser};
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -297,83 +299,6 @@ async fn spawn(outbound: OutboundConfig) -> Env {
 
 async fn env() -> Env {
     spawn(outbound(true)).await
-}
-
-// ---------------------------------------------------------------------------------------------
-// The browser (as in tests/oauth.rs).
-
-fn http() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .expect("client")
-}
-
-struct Browser {
-    http: reqwest::Client,
-    base: String,
-    cookie: Option<String>,
-}
-
-impl Browser {
-    fn new(base: &str) -> Browser {
-        Browser {
-            http: http(),
-            base: base.to_string(),
-            cookie: None,
-        }
-    }
-
-    fn keep_cookie(&mut self, resp: &reqwest::Response) {
-        if let Some(c) = resp.headers().get("set-cookie") {
-            let c = c.to_str().expect("cookie");
-            self.cookie = Some(c.split(';').next().expect("pair").to_string());
-        }
-    }
-
-    async fn get(&mut self, path: &str) -> reqwest::Response {
-        let mut req = self.http.get(format!("{}{path}", self.base));
-        if let Some(c) = &self.cookie {
-            req = req.header("cookie", c);
-        }
-        let resp = req.send().await.expect("get");
-        self.keep_cookie(&resp);
-        resp
-    }
-
-    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> reqwest::Response {
-        let mut req = self.http.post(format!("{}{path}", self.base)).form(form);
-        if let Some(c) = &self.cookie {
-            req = req.header("cookie", c);
-        }
-        let resp = req.send().await.expect("post");
-        self.keep_cookie(&resp);
-        resp
-    }
-}
-
-fn location(resp: &reqwest::Response) -> String {
-    resp.headers()
-        .get("location")
-        .unwrap_or_else(|| panic!("no Location on a {}", resp.status()))
-        .to_str()
-        .expect("location")
-        .to_string()
-}
-
-fn field(html: &str, name: &str) -> String {
-    let marker = format!("name=\"{name}\" value=\"");
-    let start = html
-        .find(&marker)
-        .unwrap_or_else(|| panic!("no field {name} in {html}"))
-        + marker.len();
-    html[start..].split('"').next().expect("value").to_string()
-}
-
-fn param(url: &str, key: &str) -> Option<String> {
-    let q = url.split_once('?').map(|(_, q)| q).unwrap_or_default();
-    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(q).expect("query");
-    pairs.into_iter().find(|(k, _)| k == key).map(|(_, v)| v)
 }
 
 fn authorize_path(client_id: &str, redirect_uri: &str, extra: &[(&str, &str)]) -> String {

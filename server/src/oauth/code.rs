@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::clients::Client;
-use super::tokens::{issue, signed, Issue, TokenResponse};
+use super::tokens::{issue_and_commit, TokenResponse};
 use super::{new_secret, OAuthError, OAuthResult, Provider, CODE_PREFIX};
 use crate::crypto::{constant_time_eq, hash_token, random_id};
 use crate::model::account::{Account, Scope};
@@ -420,15 +420,7 @@ pub async fn redeem(
         unit.commit().await?;
         return Err(e);
     }
-    let what = Issue {
-        client_id: &client.app.id,
-        access_ttl: Provider::secs(p.config.access_token_ttl_s),
-        refresh: true,
-        exchange: false,
-    };
-    let resp = issue(p, unit.as_mut(), &grant, what).await?;
-    unit.commit().await?;
-    signed(p, resp, &grant, &client.app.id, None).await
+    issue_and_commit(p, unit, &grant, &client.app.id).await
 }
 
 fn check_pkce(challenge: Option<&str>, verifier: Option<&str>) -> OAuthResult<()> {

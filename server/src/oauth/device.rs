@@ -6,7 +6,7 @@ use rand::Rng;
 use serde::Serialize;
 
 use super::clients::Client;
-use super::tokens::{issue, signed, Issue, TokenResponse};
+use super::tokens::{issue_and_commit, TokenResponse};
 use super::{new_secret, OAuthError, OAuthResult, Provider, DEVICE_PREFIX};
 use crate::crypto::{hash_token, random_id};
 use crate::model::account::{Account, Scope};
@@ -246,15 +246,7 @@ async fn finish(
         revoked_at: None,
     };
     unit.create_grant(&grant).await?;
-    let what = Issue {
-        client_id: &client.app.id,
-        access_ttl: Provider::secs(p.config.access_token_ttl_s),
-        refresh: true,
-        exchange: false,
-    };
-    let resp = issue(p, unit.as_mut(), &grant, what).await?;
-    unit.commit().await?;
-    signed(p, resp, &grant, &client.app.id, None).await
+    issue_and_commit(p, unit, &grant, &client.app.id).await
 }
 
 #[cfg(test)]

@@ -154,18 +154,7 @@ pub fn issuer_for(config: &OAuthConfig, public_url: &str) -> Result<String, Stri
     match scheme {
         "https" => Ok(issuer),
         "http" => {
-            let host = rest.split('/').next().unwrap_or("");
-            let host = match host.rsplit_once(':') {
-                Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
-                _ => host,
-            };
-            let loopback = host == "localhost"
-                || host
-                    .trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .parse::<std::net::IpAddr>()
-                    .is_ok_and(|ip| ip.is_loopback());
-            if loopback {
+            if crate::config::is_loopback_host(rest.split('/').next().unwrap_or("")) {
                 Ok(issuer)
             } else {
                 Err(format!(

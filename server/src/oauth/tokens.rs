@@ -161,6 +161,25 @@ pub async fn issue(
     })
 }
 
+/// The usual answer for a user's grant to a client: an access token and a refresh token recorded in
+/// `unit`, which is then committed, and the ID token.
+pub async fn issue_and_commit(
+    p: &Provider,
+    mut unit: Box<dyn Session>,
+    grant: &Grant,
+    client_id: &str,
+) -> OAuthResult<TokenResponse> {
+    let what = Issue {
+        client_id,
+        access_ttl: Provider::secs(p.config.access_token_ttl_s),
+        refresh: true,
+        exchange: false,
+    };
+    let resp = issue(p, unit.as_mut(), grant, what).await?;
+    unit.commit().await?;
+    signed(p, resp, grant, client_id, None).await
+}
+
 /// The answer with its ID token, when `openid` was granted; called once the tokens are committed.
 /// `known`: the subject when the caller has it already (else it is read).
 pub async fn signed(
@@ -252,15 +271,7 @@ pub async fn refresh(
     if user.is_none_or(|u| u.disabled_at.is_some()) {
         return Err(invalid());
     }
-    let what = Issue {
-        client_id: &client.app.id,
-        access_ttl: Provider::secs(p.config.access_token_ttl_s),
-        refresh: true,
-        exchange: false,
-    };
-    let resp = issue(p, unit.as_mut(), &grant, what).await?;
-    unit.commit().await?;
-    signed(p, resp, &grant, &client.app.id, None).await
+    issue_and_commit(p, unit, &grant, &client.app.id).await
 }
 
 /// RFC 7009: ends a token the client holds. A refresh token ends its whole grant. Unknown tokens,

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod browser;
+
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
