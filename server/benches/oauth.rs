@@ -1,5 +1,6 @@
 //! OAuth provider benchmark (not a test), beside `GET /health` measured in the same run on the same
-//! server (the embedded SQLite store, real HTTP on loopback): discovery and JWKS, introspection, the
+//! server (real HTTP on loopback), on the embedded SQLite store and then on PostgreSQL (Debian's, started for
+//! the run by `scripts/postgres` unless `SWITCHYARD_TEST_POSTGRES` names one): discovery and JWKS, introspection, the
 //! organization token exchange (each writing its grant, token and audit row), and code redemption
 //! (each spending a code and issuing an access token, a refresh token and a signed ID token).
 //!
@@ -12,7 +13,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{header, measure, row, Figures};
+use common::{header, measure, row, Figures, Postgres};
 use serde_json::{json, Value};
 use switchyard_server::crypto::{hash_token, random_id};
 use switchyard_server::model::account::Scope;
@@ -23,14 +24,16 @@ use switchyard_server::{Application, Config};
 struct Server {
     url: String,
     token: String,
-    db: std::path::PathBuf,
+    store_url: String,
     _dir: tempfile::TempDir,
 }
 
-async fn start() -> Server {
+/// A server on the embedded SQLite store, or on the PostgreSQL database `store_url`.
+async fn start(store_url: Option<String>) -> Server {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = Config::default();
     config.store.data_dir = Some(dir.path().to_path_buf());
+    config.store.url = store_url;
     config.server.listen = "127.0.0.1:0".parse().expect("addr");
     let app = Application::build(&config).await.expect("build");
     let url = format!("http://{}", app.local_addr());
@@ -39,7 +42,7 @@ async fn start() -> Server {
     Server {
         url,
         token: token.trim().to_string(),
-        db: dir.path().join(switchyard_server::store::DB_FILE),
+        store_url: config.store_url().expect("store url").url(),
         _dir: dir,
     }
 }
@@ -124,7 +127,7 @@ async fn accounts(http: &reqwest::Client, s: &Server) -> ((String, String), (Str
 
 /// `n` authorization codes for the app, written straight into the server's store (as consent would).
 async fn codes(s: &Server, app_id: &str, n: usize) -> Vec<String> {
-    let url = StoreUrl::parse(&s.db.display().to_string()).expect("store url");
+    let url = StoreUrl::parse(&s.store_url).expect("store url");
     let store = SqlStore::open(&url, Synchronous::Normal)
         .await
         .expect("store");
@@ -178,6 +181,16 @@ fn verdict(ok: bool) -> &'static str {
     }
 }
 
+/// What one backend did.
+struct Results {
+    health: Figures,
+    disc: Figures,
+    jwks: Figures,
+    ex: Figures,
+    intro: Figures,
+    red: Figures,
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     let env = |k: &str, d: f64| {
@@ -192,11 +205,35 @@ async fn main() {
         .pool_max_idle_per_host(64)
         .build()
         .expect("client");
-    let s = start().await;
-    let ((ex_id, ex_secret), (web_id, web_secret)) = accounts(&http, &s).await;
-    println!("SQLite store (a file in a temp dir, WAL); {conns} connections, {seconds} s each; the load generator shares the 2 cores.");
+    println!(
+        "{conns} connections, {seconds} s per scenario; the load generator shares the 2 cores."
+    );
+    println!("SQLite: a file in a temp dir (WAL, synchronous = normal). PostgreSQL 15 on loopback, default settings (fsync at each commit).");
+    let sqlite = backend("SQLite", &http, seconds, conns, None).await;
+    let pg = Postgres::start();
+    let postgres = backend(
+        "PostgreSQL",
+        &http,
+        seconds,
+        conns,
+        Some(pg.database().await),
+    )
+    .await;
+    goals("SQLite (the default)", &sqlite);
+    goals("PostgreSQL", &postgres);
+}
 
-    header("OAuth provider beside GET /health");
+async fn backend(
+    name: &str,
+    http: &reqwest::Client,
+    seconds: f64,
+    conns: usize,
+    store_url: Option<String>,
+) -> Results {
+    let http = http.clone();
+    let s = start(store_url).await;
+    let ((ex_id, ex_secret), (web_id, web_secret)) = accounts(&http, &s).await;
+    header(&format!("{name}: the OAuth provider beside GET /health"));
     let get = |path: &str| {
         let (http, url) = (http.clone(), format!("{}{path}", s.url));
         move |_: usize| http.get(&url)
@@ -278,13 +315,26 @@ async fn main() {
         Some(&health),
     );
 
-    let share = |f: &Figures| f.rps / health.rps;
-    println!("\nGoals (2-core machine):");
+    Results {
+        health,
+        disc,
+        jwks,
+        ex,
+        intro,
+        red,
+    }
+}
+
+fn goals(name: &str, r: &Results) {
+    let share = |f: &Figures| f.rps / r.health.rps;
+    let (disc, jwks, intro, ex, red) = (&r.disc, &r.jwks, &r.intro, &r.ex, &r.red);
+    println!("\nGoals on {name} (2-core machine):");
+
     println!(
         "  discovery {:.2}x /health, JWKS {:.2}x (target >= 0.8x)  {}",
-        share(&disc),
-        share(&jwks),
-        verdict(share(&disc) >= 0.8 && share(&jwks) >= 0.8)
+        share(disc),
+        share(jwks),
+        verdict(share(disc) >= 0.8 && share(jwks) >= 0.8)
     );
     println!(
         "  introspection {:.0}/s (target >= 8,000/s)  {}",

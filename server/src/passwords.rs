@@ -48,6 +48,10 @@ pub async fn hash_password(password: &str) -> Result<String, PasswordError> {
     rand::rng().fill_bytes(&mut salt);
     let salt = SaltString::encode_b64(&salt).map_err(|e| PasswordError::Hash(e.to_string()))?;
     let password = password.to_owned();
+    let _permit = permits()
+        .acquire()
+        .await
+        .map_err(|e| PasswordError::Hash(e.to_string()))?;
     tokio::task::spawn_blocking(move || {
         Argon2::default()
             .hash_password(password.as_bytes(), &salt)
@@ -58,6 +62,16 @@ pub async fn hash_password(password: &str) -> Result<String, PasswordError> {
     .map_err(|e| PasswordError::Hash(e.to_string()))?
 }
 
+/// Argon2 runs at most once per core at a time (each takes 19 MiB and ~25 ms): a flood of sign-ins
+/// queues here instead of filling the blocking pool and memory.
+fn permits() -> &'static tokio::sync::Semaphore {
+    static PERMITS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    PERMITS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        tokio::sync::Semaphore::new(cores)
+    })
+}
+
 /// Whether `password` is the one `phc` is a hash of. A string that is not a PHC hash, or a password
 /// longer than any that could have been set, is simply not a match.
 pub async fn verify_password(password: &str, phc: &str) -> bool {
@@ -65,6 +79,9 @@ pub async fn verify_password(password: &str, phc: &str) -> bool {
         return false;
     }
     let (password, phc) = (password.to_owned(), phc.to_owned());
+    let Ok(_permit) = permits().acquire().await else {
+        return false;
+    };
     tokio::task::spawn_blocking(move || {
         PasswordHash::new(&phc).is_ok_and(|hash| {
             Argon2::default()

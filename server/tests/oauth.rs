@@ -117,7 +117,9 @@ async fn browser_leg(s: &Setup, authorize: &str, orgs: &[&str]) -> String {
     let consent = sign_in(&mut b, page, PASSWORD).await;
     assert_eq!(consent.status(), StatusCode::OK);
     let consent = consent.text().await.expect("consent page");
-    assert!(consent.contains("notebook.example"), "{consent}");
+    // Where the code goes, not the homepage the app's owner typed.
+    assert!(consent.contains("127.0.0.1"), "{consent}");
+    assert!(!consent.contains("notebook.example"), "{consent}");
     assert!(consent.contains("See your email address"), "{consent}");
     let mut form = vec![
         ("csrf", field(&consent, "csrf")),
@@ -312,6 +314,20 @@ async fn refresh_tokens_rotate_and_reuse_revokes_the_family() {
     let (status, _) = get_json(&format!("{}/api/whoami-v2", s.server.url), Some(&access)).await;
     assert_eq!(status, StatusCode::OK);
 
+    let used: Value = http()
+        .post(format!("{}/oauth/introspect", s.server.url))
+        .basic_auth(&s.client_id, Some(&s.secret))
+        .form(&[("token", first.as_str())])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        used["active"], false,
+        "a rotated refresh token is no longer active"
+    );
     let reuse = refresh(first).await;
     assert_eq!(reuse.status(), StatusCode::BAD_REQUEST);
     let (status, _) = get_json(&format!("{}/api/whoami-v2", s.server.url), Some(&access)).await;
@@ -712,6 +728,11 @@ async fn organization_token_exchange_reaches_only_the_organization_and_is_audite
     assert_eq!(
         outcomes.iter().filter(|o| **o == "invalid_scope").count(),
         1
+    );
+    assert_eq!(
+        outcomes.iter().filter(|o| **o == "invalid_client").count(),
+        1,
+        "a refusal before the app proved itself is audited too"
     );
     let alice = own.server.token_for("alice", None).await;
     let denied = alice.audit_log::<Value>("acme").await.unwrap_err();

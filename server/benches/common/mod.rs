@@ -98,3 +98,63 @@ pub fn header(title: &str) {
         "scenario", "con", "req/s", "p50 ms", "p99 ms"
     );
 }
+
+/// A PostgreSQL server for the run: the one named in the environment, or a throwaway one.
+pub struct Postgres {
+    pub url: String,
+    child: Option<std::process::Child>,
+}
+
+impl Postgres {
+    pub fn start() -> Postgres {
+        if let Ok(url) = std::env::var("SWITCHYARD_TEST_POSTGRES") {
+            return Postgres { url, child: None };
+        }
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+        let mut child = std::process::Command::new("bash")
+            .arg("-c")
+            .arg("trap 'exit 0' TERM; source scripts/postgres; echo \"$SWITCHYARD_TEST_POSTGRES\"; while sleep 1; do :; done")
+            .current_dir(root)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start PostgreSQL (scripts/postgres)");
+        let mut line = String::new();
+        let out = child.stdout.take().expect("stdout");
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line).expect("its URL");
+        Postgres {
+            url: line.trim().to_string(),
+            child: Some(child),
+        }
+    }
+
+    /// A new empty database on it.
+    pub async fn database(&self) -> String {
+        use sqlx::{Connection, Executor};
+        sqlx::any::install_default_drivers();
+        let name = format!(
+            "bench_{}",
+            switchyard_server::crypto::random_id().to_lowercase()
+        );
+        let mut conn = sqlx::AnyConnection::connect(&self.url)
+            .await
+            .expect("connect");
+        conn.execute(format!("CREATE DATABASE {name}").as_str())
+            .await
+            .expect("create database");
+        let base = self
+            .url
+            .rsplit_once('/')
+            .map_or(self.url.as_str(), |(b, _)| b);
+        format!("{base}/{name}")
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            // SIGTERM: the script's trap stops the server and removes its directory.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = child.wait();
+        }
+    }
+}

@@ -151,10 +151,13 @@ impl Registered {
 
 /// Where the app lives, as the consent page shows it: the host (and a port other than the default)
 /// of a metadata document's URL, which the document cannot change, else of the app's homepage.
-pub fn shown_host(app: &OAuthApp) -> Option<String> {
+///
+/// For a registered app the homepage is only what its owner typed; where a code will go is the
+/// request's redirect URI, so that is shown when there is one (`redirect_uri`).
+pub fn shown_host(app: &OAuthApp, redirect_uri: Option<&str>) -> Option<String> {
     let url = match cimd::is_document_url(&app.id) {
         true => Some(app.id.as_str()),
-        false => app.homepage_url.as_deref(),
+        false => redirect_uri.or(app.homepage_url.as_deref()),
     };
     let url = url::Url::parse(url?).ok()?;
     let host = url.host_str().filter(|h| !h.is_empty())?;
@@ -240,14 +243,23 @@ mod tests {
             client_uri: Some("https://bank.example/".into()),
         }
         .app(chrono::Utc::now());
-        assert_eq!(shown_host(&app).as_deref(), Some("app.example:8443"));
+        assert_eq!(
+            shown_host(&app, Some("https://x.example/cb")).as_deref(),
+            Some("app.example:8443")
+        );
         app.id = "app_1".into();
-        assert_eq!(shown_host(&app).as_deref(), Some("bank.example"));
+        assert_eq!(shown_host(&app, None).as_deref(), Some("bank.example"));
+        let to = Some("https://cb.example/cb");
+        assert_eq!(
+            shown_host(&app, to).as_deref(),
+            Some("cb.example"),
+            "where the code goes"
+        );
         app.homepage_url = Some("https://u@bank.example:443/x".into());
-        assert_eq!(shown_host(&app).as_deref(), Some("bank.example"));
+        assert_eq!(shown_host(&app, None).as_deref(), Some("bank.example"));
         app.homepage_url = Some("nope".into());
-        assert_eq!(shown_host(&app), None);
+        assert_eq!(shown_host(&app, None), None);
         app.homepage_url = None;
-        assert_eq!(shown_host(&app), None);
+        assert_eq!(shown_host(&app, None), None);
     }
 }

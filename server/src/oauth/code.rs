@@ -279,12 +279,23 @@ pub async fn consented(
 ) -> OAuthResult<Option<Vec<String>>> {
     let mut session = p.store.read().await?;
     let prior = session.consent(&user.id, &req.client_id).await?;
-    Ok(prior
-        .filter(|(scopes, orgs)| {
-            req.scopes.iter().all(|s| scopes.contains(s))
-                && req.org_ids.iter().all(|o| orgs.contains(o))
-        })
-        .map(|(_, orgs)| orgs))
+    let Some((_, orgs)) = prior.filter(|(scopes, orgs)| {
+        req.scopes.iter().all(|s| scopes.contains(s))
+            && req.org_ids.iter().all(|o| orgs.contains(o))
+    }) else {
+        return Ok(None);
+    };
+    if orgs.is_empty() {
+        return Ok(Some(orgs));
+    }
+    // Organizations the user has left since are no longer theirs to grant: ask again.
+    let member_of: Vec<String> = session
+        .orgs_of(&user.id)
+        .await?
+        .into_iter()
+        .map(|(o, _)| o.id)
+        .collect();
+    Ok(orgs.iter().all(|o| member_of.contains(o)).then_some(orgs))
 }
 
 /// Takes a kept request for its answer: it cannot be answered twice.
@@ -349,7 +360,7 @@ pub async fn answer(
         grant_id: grant.id.clone(),
         redirect_uri: req.redirect_uri.clone(),
         code_challenge: req.code_challenge.clone(),
-        expires_at: now + Provider::secs(p.config.code_ttl_s.min(600)),
+        expires_at: now + Provider::secs(p.config.code_ttl_s.clamp(1, 60)),
     })
     .await?;
     unit.put_consent(&user.id, &req.client_id, &req.scopes, &org_ids, now)

@@ -57,8 +57,9 @@ pub async fn start(
     let issuer = p.issuer()?;
     let scopes = device_scopes(client, scope)?;
     let now = p.now();
-    let ttl = Provider::secs(p.config.device_code_ttl_s);
-    let interval = i64::try_from(p.config.device_interval_s).unwrap_or(5);
+    // At most 15 minutes (RFC 8628 5.2), polled no more than once a second.
+    let ttl = Provider::secs(p.config.device_code_ttl_s.clamp(60, 900));
+    let interval = i64::try_from(p.config.device_interval_s.clamp(1, 60)).unwrap_or(5);
     // A user code is 8 of 20 letters (about 34.5 bits); should one be taken, draw again.
     for _ in 0..5 {
         let device_code = new_secret(DEVICE_PREFIX);
@@ -126,7 +127,7 @@ pub async fn find(p: &Provider, typed: &str) -> OAuthResult<Option<PendingDevice
     };
     Ok(Some(PendingDevice {
         auth,
-        app_host: super::clients::shown_host(&app),
+        app_host: super::clients::shown_host(&app, None),
         app_name: app.name,
     }))
 }

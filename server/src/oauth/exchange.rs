@@ -154,3 +154,44 @@ async fn audit(
     unit.commit().await?;
     Ok(())
 }
+
+/// Records, in its organization's audit log, an exchange refused before the app was known to be who
+/// it said (a wrong secret, no HTTP Basic, a malformed request) when `client_id` names an app an
+/// organization owns.
+pub async fn refused_early(
+    p: &Provider,
+    client_id: Option<&str>,
+    email: Option<&str>,
+    scope: Option<&str>,
+    outcome: &str,
+) {
+    let Some(id) = client_id else {
+        return;
+    };
+    let recorded = async {
+        let Some((app, _)) = super::clients::app(p, id).await? else {
+            return Ok(());
+        };
+        let owner = p.store.read().await?.account_by_id(&app.owner_id).await?;
+        let Some(org) = owner.filter(|o| o.kind == AccountKind::Org) else {
+            return Ok(());
+        };
+        let client = Client {
+            app,
+            authenticated: false,
+        };
+        audit(
+            p,
+            &org.id,
+            &client,
+            email.unwrap_or_default(),
+            scope,
+            None,
+            outcome,
+        )
+        .await
+    };
+    if let Err(e) = recorded.await {
+        tracing::warn!(error = %e, "oauth: a refused exchange could not be audited");
+    }
+}

@@ -261,9 +261,10 @@ pub async fn refresh(
     }
     if let Some(scope) = scope {
         let asked = parse_scopes(scope).map_err(OAuthError::invalid_scope)?;
-        if asked.iter().any(|s| !grant.scopes.contains(s)) {
+        // Tokens carry their grant's scopes: a refresh can neither widen nor narrow them.
+        if asked.len() != grant.scopes.len() || asked.iter().any(|s| !grant.scopes.contains(s)) {
             return Err(OAuthError::invalid_scope(
-                "a refresh cannot widen the scopes of the grant",
+                "a refresh keeps the grant's scopes: send the same scope or none",
             ));
         }
     }
@@ -316,8 +317,11 @@ pub async fn introspect(p: &Provider, app_id: Option<&str>, token: &str) -> OAut
         return Ok(inactive);
     };
     let mine = app_id.is_none_or(|id| grant.app_id.as_deref() == Some(id));
-    if !mine || grant.revoked_at.is_some() || issued.expires_at <= now || user.disabled_at.is_some()
-    {
+    // A used refresh token has been rotated away: presenting it again would end its grant.
+    let spent = issued.used_at.is_some();
+    let ended =
+        grant.revoked_at.is_some() || issued.expires_at <= now || user.disabled_at.is_some();
+    if !mine || spent || ended {
         return Ok(inactive);
     }
     Ok(json!({

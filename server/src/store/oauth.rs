@@ -1002,17 +1002,19 @@ impl OAuthStore for SqlSession {
     }
 
     async fn prune_oauth(&mut self, now: DateTime<Utc>) -> StoreResult<u64> {
-        let now = ts(now);
+        // Codes and device authorizations stay a day past expiry: a late poll still hears
+        // `expired_token`, and a code replayed late still revokes what it issued.
+        let (now, grace) = (ts(now), ts(now - chrono::Duration::days(1)));
         let mut n = 0;
-        for sql in [
-            "DELETE FROM oauth_codes WHERE expires_at < $1",
-            "DELETE FROM oauth_devices WHERE expires_at < $1",
-            "DELETE FROM oauth_requests WHERE expires_at < $1",
-            "DELETE FROM web_sessions WHERE expires_at < $1",
-            "DELETE FROM oauth_tokens WHERE expires_at < $1",
+        for (sql, before) in [
+            ("DELETE FROM oauth_codes WHERE expires_at < $1", &grace),
+            ("DELETE FROM oauth_devices WHERE expires_at < $1", &grace),
+            ("DELETE FROM oauth_requests WHERE expires_at < $1", &now),
+            ("DELETE FROM web_sessions WHERE expires_at < $1", &now),
+            ("DELETE FROM oauth_tokens WHERE expires_at < $1", &now),
         ] {
             n += sqlx::query(sql)
-                .bind(&now)
+                .bind(before)
                 .execute(self.db())
                 .await?
                 .rows_affected();

@@ -12,7 +12,7 @@ use super::super::admin::decode;
 use super::super::error::{ApiError, ApiResult};
 use super::super::extract::{JsonBody, PathParams};
 use super::AppState;
-use crate::auth::Principal;
+use crate::auth::{Credential, Principal};
 use crate::model::account::{AccountKind, Role};
 use crate::model::oauth::{AuditEntry, OAuthApp};
 use crate::services::apps::{self, AppIn, AppOut};
@@ -134,7 +134,13 @@ pub async fn audit_log(
         .await?
         .filter(|a| a.kind == AccountKind::Org)
         .ok_or_else(|| ApiError::NotFound(format!("organization {org:?} not found")))?;
-    let unrestricted_admin = who.is_admin() && who.scopes.is_none();
+    // The log holds members' emails: it takes an unrestricted personal token, never an app's.
+    if !matches!(who.credential, Credential::PersonalToken(_)) || who.scopes.is_some() {
+        return Err(ApiError::Forbidden(
+            "the audit log takes an unrestricted personal token".into(),
+        ));
+    }
+    let unrestricted_admin = who.is_admin();
     let org_admin =
         who.reaches_org(&org) && session.role_in(&org, &who.account.id).await? == Some(Role::Admin);
     if !(unrestricted_admin || org_admin) {

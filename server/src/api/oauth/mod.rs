@@ -78,6 +78,38 @@ async fn jwks(State(s): State<AppState>) -> Response {
     }
 }
 
+/// More parameters than any request of ours has: refused before they cost anything.
+const MAX_PARAMS: usize = 64;
+
+/// A JSON object's members in order, repeats kept (a map would keep only the last of two `code`s).
+struct JsonPairs(Vec<(String, serde_json::Value)>);
+
+impl<'de> serde::Deserialize<'de> for JsonPairs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = JsonPairs;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<JsonPairs, A::Error> {
+                let mut pairs = Vec::new();
+                while let Some(pair) = m.next_entry()? {
+                    if pairs.len() > MAX_PARAMS {
+                        return Err(serde::de::Error::custom("too many members"));
+                    }
+                    pairs.push(pair);
+                }
+                Ok(JsonPairs(pairs))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
 /// A form body (`application/x-www-form-urlencoded`), every parameter at most once.
 pub(crate) struct Form(Vec<(String, String)>);
 
@@ -85,12 +117,19 @@ impl Form {
     fn parse(body: &[u8]) -> OAuthResult<Form> {
         let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(body)
             .map_err(|_| OAuthError::invalid_request("the body is not a valid form"))?;
-        for (i, (k, _)) in pairs.iter().enumerate() {
-            if pairs[..i].iter().any(|(k2, _)| k2 == k) {
-                return Err(OAuthError::invalid_request(format!(
-                    "the parameter {k} appears more than once"
-                )));
-            }
+        Form::once_each(pairs)
+    }
+
+    /// The pairs, when no name appears twice (RFC 6749 3.1) and there are not absurdly many.
+    fn once_each(pairs: Vec<(String, String)>) -> OAuthResult<Form> {
+        if pairs.len() > MAX_PARAMS {
+            return Err(OAuthError::invalid_request("too many parameters"));
+        }
+        let mut seen = std::collections::HashSet::with_capacity(pairs.len());
+        if let Some((k, _)) = pairs.iter().find(|(k, _)| !seen.insert(k.as_str())) {
+            return Err(OAuthError::invalid_request(format!(
+                "the parameter {k} appears more than once"
+            )));
         }
         Ok(Form(pairs))
     }
@@ -104,16 +143,16 @@ impl Form {
         if !json {
             return Form::parse(body);
         }
-        let map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body)
+        let JsonPairs(pairs) = serde_json::from_slice(body)
             .map_err(|_| OAuthError::invalid_request("the body is not a JSON object"))?;
-        let pairs = map
+        let pairs = pairs
             .into_iter()
             .map(|(k, v)| match v {
                 serde_json::Value::String(s) => Ok((k, s)),
                 _ => Err(OAuthError::invalid_request(format!("{k} must be a string"))),
             })
             .collect::<OAuthResult<_>>()?;
-        Ok(Form(pairs))
+        Form::once_each(pairs)
     }
 
     pub(crate) fn get(&self, key: &str) -> Option<&str> {
@@ -197,8 +236,22 @@ async fn token_grant(
         }
         crate::oauth::GRANT_EXCHANGE => match form.need("subject_token_type")? {
             exchange::USER_EMAIL => {
-                let c = client(SecretRule::BasicOnly).await?;
-                exchange::by_email(p, &c, form.need("subject_token")?, form.get("scope")).await
+                let authenticated = async {
+                    let c = client(SecretRule::BasicOnly).await?;
+                    Ok::<_, OAuthError>((c, form.need("subject_token")?))
+                };
+                match authenticated.await {
+                    Ok((c, email)) => exchange::by_email(p, &c, email, form.get("scope")).await,
+                    Err(e) => {
+                        let id = basic
+                            .as_ref()
+                            .map(|b| b.client_id.as_str())
+                            .or(form.get("client_id"));
+                        let (email, scope) = (form.get("subject_token"), form.get("scope"));
+                        exchange::refused_early(p, id, email, scope, e.code).await;
+                        Err(e)
+                    }
+                }
             }
             exchange::ID_TOKEN if p.config.ci_issuers.is_empty() => {
                 Err(OAuthError::invalid_request(

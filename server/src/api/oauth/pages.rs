@@ -288,7 +288,9 @@ async fn authorize(
     };
     let result = async {
         let user = user_of(p, &b).await?;
-        if let Some(user) = &user {
+        // A returning user is not asked again, by a confidential app (RFC 8252 8.6: a public app's
+        // redirect, a loopback port or an app scheme, may be anyone's).
+        if let (Some(user), true) = (&user, app.has_secret) {
             if let Some(orgs) = code::consented(p, user, &req).await? {
                 let url = code::answer(p, user, &req, Some(orgs)).await?;
                 return Ok(see_other(&url, b.set_cookie.clone()));
@@ -378,7 +380,7 @@ async fn consent_for_request(
             "the app asks for the organization {missing:?}, which you are not a member of"
         )));
     }
-    let host = crate::oauth::clients::shown_host(app);
+    let host = crate::oauth::clients::shown_host(app, Some(&req.redirect_uri));
     let html = Consent {
         app_name: &app.name,
         app_host: host.as_deref(),
@@ -410,6 +412,16 @@ async fn login(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Re
         let user_code = form.get("user_code").unwrap_or_default();
         let name = form.get("username").unwrap_or_default().trim();
         let password = form.get("password").unwrap_or_default();
+        let next = form.get("next").unwrap_or_default();
+        if let Some(wait) = p.sign_ins.refused(name, std::time::Instant::now()) {
+            let error = format!(
+                "Too many wrong passwords for this name. Try again in {} minutes.",
+                wait.as_secs().div_ceil(60)
+            );
+            let status = StatusCode::TOO_MANY_REQUESTS;
+            let page = sign_in_page(&b, next, None, Some(&error), request, user_code, status);
+            return Ok(page);
+        }
         let user = crate::services::accounts::check_password(s.store.as_ref(), name, password)
             .await
             .map_err(|e| {
@@ -417,14 +429,15 @@ async fn login(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Re
                 OAuthError::server_error()
             })?;
         let Some(user) = user else {
-            tracing::info!(user = %name, "oauth: sign-in refused");
+            tracing::info!("oauth: sign-in refused (wrong name or password)");
+            p.sign_ins.failed(name, std::time::Instant::now());
             let error = Some("Wrong username or password.");
-            let next = form.get("next").unwrap_or_default();
             let status = StatusCode::UNAUTHORIZED;
             return Ok(sign_in_page(
                 &b, next, None, error, request, user_code, status,
             ));
         };
+        p.sign_ins.succeeded(name);
         // A new session id at sign-in: an id planted before cannot ride along.
         let fresh = new_session(p, Some(user.id.clone())).await?;
         let mut unit = p.store.begin().await?;
@@ -484,16 +497,16 @@ async fn consent_page(
         else {
             return Ok(forbidden());
         };
-        if let Some(orgs) = code::consented(p, &user, &req).await? {
+        let Some((app, _)) = crate::oauth::clients::app(p, &req.client_id).await? else {
+            return Ok(error_page("the app no longer exists"));
+        };
+        if let (Some(orgs), true) = (code::consented(p, &user, &req).await?, app.has_secret) {
             let Some(req) = code::take(p, id, &b.hash).await? else {
                 return Ok(forbidden());
             };
             let url = code::answer(p, &user, &req, Some(orgs)).await?;
             return Ok(see_other(&url, None));
         }
-        let Some((app, _)) = crate::oauth::clients::app(p, &req.client_id).await? else {
-            return Ok(error_page("the app no longer exists"));
-        };
         consent_for_request(p, &b, &user, &req, &app, id).await
     }
     .await;
@@ -596,6 +609,13 @@ fn device_entry(
     page(status, html, b.set_cookie.clone())
 }
 
+async fn count_wrong_code(p: &Provider, b: &Browser) -> Result<(), OAuthError> {
+    let mut unit = p.store.begin().await?;
+    unit.failed_user_code(&b.hash).await?;
+    unit.commit().await?;
+    Ok(())
+}
+
 /// A signed-in browser posting one of the device forms, with its checks passed.
 async fn device_form(
     p: &Provider,
@@ -634,9 +654,7 @@ async fn device_verify(State(s): State<AppState>, headers: HeaderMap, body: Byte
         };
         let typed = form.get("user_code").unwrap_or_default();
         let Some(found) = device::find(p, typed).await? else {
-            let mut unit = p.store.begin().await?;
-            unit.failed_user_code(&b.hash).await?;
-            unit.commit().await?;
+            count_wrong_code(p, &b).await?;
             let error = Some("That code is not valid or has expired. Check your device.");
             return Ok(device_entry(&b, &user, error, "", StatusCode::BAD_REQUEST));
         };
@@ -665,12 +683,14 @@ async fn device_decide(State(s): State<AppState>, headers: HeaderMap, body: Byte
         return error_page("the form cannot be read");
     };
     let result = async {
-        let (_, user) = match device_form(p, &headers, &form).await? {
+        let (b, user) = match device_form(p, &headers, &form).await? {
             Ok(v) => v,
             Err(resp) => return Ok(resp),
         };
         let typed = form.get("user_code").unwrap_or_default();
         let Some(found) = device::find(p, typed).await? else {
+            // A guess here counts as one on the code form: the attempt limit holds on both.
+            count_wrong_code(p, &b).await?;
             return Ok(error_page("That code is not valid or has expired."));
         };
         let approve = (form.get("decision") == Some("approve")).then_some(orgs);
