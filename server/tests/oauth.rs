@@ -1037,3 +1037,35 @@ async fn wrong_user_codes_are_attempt_limited() {
         "even the right code, after five wrong ones"
     );
 }
+
+#[tokio::test]
+async fn taking_a_scope_away_from_an_app_ends_its_grants() {
+    let s = setup().await;
+    let back = browser_code(&s, &[], &[]).await;
+    let tok: Value = redeem(&s, &param(&back, "code").unwrap())
+        .await
+        .json()
+        .await
+        .unwrap();
+    let access = tok["access_token"].as_str().unwrap();
+    let whoami = format!("{}/api/whoami-v2", s.server.url);
+    assert_eq!(get_json(&whoami, Some(access)).await.0, StatusCode::OK);
+    let alice = s.server.token_for("alice", None).await;
+    let _: Value = alice
+        .update_oauth_app(&s.client_id, &json!({"name": "Renamed"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        get_json(&whoami, Some(access)).await.0,
+        StatusCode::OK,
+        "a rename keeps grants"
+    );
+    let _: Value = alice
+        .update_oauth_app(&s.client_id, &json!({"scopes": ["openid", "profile"]}))
+        .await
+        .unwrap();
+    assert_eq!(
+        get_json(&whoami, Some(access)).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+}

@@ -266,6 +266,11 @@ pub fn validate_redirect_uri(uri: &str) -> Result<(), String> {
     }
     let scheme = scheme_of(uri)
         .ok_or_else(|| format!("{uri:?} is not an absolute URI without a fragment"))?;
+    if ["javascript", "data", "file", "vbscript", "blob"]
+        .contains(&scheme.to_ascii_lowercase().as_str())
+    {
+        return Err(format!("{uri:?}: a {scheme}: URI cannot be a redirect URI"));
+    }
     if scheme != "http" && scheme != "https" {
         // An app's own scheme (RFC 8252 7.1): matched exactly, nothing more to check.
         return Ok(());
@@ -466,6 +471,8 @@ mod tests {
         assert!(validate_redirect_uri("http://localhost/cb").is_ok());
         assert!(validate_redirect_uri("http://[::1]:8080/cb").is_ok());
         assert!(validate_redirect_uri("myapp://cb").is_ok());
+        assert!(validate_redirect_uri("javascript:alert(1)").is_err());
+        assert!(validate_redirect_uri("DATA:text/html,x").is_err());
         assert!(validate_redirect_uri("http://app.example/cb").is_err());
         assert!(validate_redirect_uri("https://app.example/cb#x").is_err());
         assert!(validate_redirect_uri("/relative").is_err());

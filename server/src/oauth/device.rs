@@ -58,7 +58,7 @@ pub async fn start(
     let scopes = device_scopes(client, scope)?;
     let now = p.now();
     // At most 15 minutes (RFC 8628 5.2), polled no more than once a second.
-    let ttl = Provider::secs(p.config.device_code_ttl_s.clamp(60, 900));
+    let ttl = Provider::secs(p.config.device_code_ttl_s.clamp(1, 900));
     let interval = i64::try_from(p.config.device_interval_s.clamp(1, 60)).unwrap_or(5);
     // A user code is 8 of 20 letters (about 34.5 bits); should one be taken, draw again.
     for _ in 0..5 {

@@ -227,6 +227,7 @@ pub async fn list_as_admin(ctx: &Context, owner: &str) -> Result<Vec<OAuthApp>> 
 /// Changes the fields given.
 pub async fn update(ctx: &Context, who: &Principal, id: &str, input: AppIn) -> Result<OAuthApp> {
     let mut app = get(ctx, who, id).await?;
+    let before = app.clone();
     if input.owner.is_some() || input.public {
         return Err(invalid(
             "owner and public cannot change; to make an app public, delete its secret",
@@ -260,6 +261,13 @@ pub async fn update(ctx: &Context, who: &Principal, id: &str, input: AppIn) -> R
     let mut unit = ctx.store.begin().await?;
     if !unit.update_app(&app).await? {
         return Err(not_found(id));
+    }
+    // A privilege or a scope taken away ends what was granted with it (grants hold their scopes).
+    let lost_exchange = before.token_exchange && !app.token_exchange;
+    let lost_scope = before.scopes.iter().any(|s| !app.scopes.contains(s));
+    if lost_exchange || lost_scope {
+        let n = unit.revoke_app_grants(id, app.updated_at).await?;
+        tracing::info!(app = %id, grants = n, "oauth app narrowed: its grants were revoked");
     }
     unit.commit().await?;
     // Cached client records (the token endpoint's) are read again.

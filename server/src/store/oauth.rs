@@ -128,6 +128,8 @@ pub trait OAuthStore {
     async fn delete_app(&mut self, id: &str) -> StoreResult<bool>;
 
     async fn create_grant(&mut self, grant: &Grant) -> StoreResult<()>;
+    /// Ends every grant of the app (its tokens stop working).
+    async fn revoke_app_grants(&mut self, app_id: &str, now: DateTime<Utc>) -> StoreResult<u64>;
     /// Ends the grant: none of its codes or tokens is accepted any more.
     async fn revoke_grant(&mut self, id: &str, now: DateTime<Utc>) -> StoreResult<()>;
     async fn add_token(
@@ -474,6 +476,23 @@ impl OAuthStore for SqlSession {
         .execute(self.db())
         .await?;
         Ok(())
+    }
+
+    async fn revoke_app_grants(&mut self, app_id: &str, now: DateTime<Utc>) -> StoreResult<u64> {
+        sqlx::query(
+            "DELETE FROM oauth_tokens WHERE grant_id IN (SELECT id FROM oauth_grants WHERE app_id = $1)",
+        )
+        .bind(app_id)
+        .execute(self.db())
+        .await?;
+        let res = sqlx::query(
+            "UPDATE oauth_grants SET revoked_at = $2 WHERE app_id = $1 AND revoked_at IS NULL",
+        )
+        .bind(app_id)
+        .bind(ts(now))
+        .execute(self.db())
+        .await?;
+        Ok(res.rows_affected())
     }
 
     async fn revoke_grant(&mut self, id: &str, now: DateTime<Utc>) -> StoreResult<()> {
