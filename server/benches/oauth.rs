@@ -13,7 +13,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{header, measure, row, Figures, Postgres};
+use common::{header, measure, row, tool, wrk, Figures, Postgres, Wrk};
 use serde_json::{json, Value};
 use switchyard_server::crypto::{hash_token, random_id};
 use switchyard_server::model::account::Scope;
@@ -181,6 +181,110 @@ fn verdict(ok: bool) -> &'static str {
     }
 }
 
+/// The same scenarios with wrk as the load generator (a C event loop: far less of the two cores than
+/// the Rust client above, and how the reference figures were taken): `/health`, the exchange,
+/// introspection and code redemption, at the same connections.
+struct WrkRun<'a> {
+    bin: &'a std::path::Path,
+    s: &'a Server,
+    conns: usize,
+    seconds: f64,
+}
+
+fn basic(id: &str, secret: &str) -> String {
+    use base64::Engine;
+    let pair = format!("{id}:{secret}");
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    )
+}
+
+/// A wrk script that POSTs `body` (or, with `codes`, one code of the file per request).
+fn post_script(
+    dir: &std::path::Path,
+    auth: &str,
+    body: &str,
+    codes: Option<&std::path::Path>,
+) -> std::path::PathBuf {
+    let head = format!(
+        "local h = {{[\"Content-Type\"] = \"application/x-www-form-urlencoded\", [\"Authorization\"] = \"{auth}\"}}\n"
+    );
+    let script = match codes {
+        None => format!("{head}request = function() return wrk.format(\"POST\", nil, h, \"{body}\") end\n"),
+        Some(file) => format!(
+            "{head}local codes = {{}}\nfor line in io.lines(\"{}\") do codes[#codes + 1] = line end\n\
+             local i = 0\nrequest = function()\n  i = i % #codes + 1\n  \
+             return wrk.format(\"POST\", nil, h, \"{body}&code=\" .. codes[i])\nend\n",
+            file.display()
+        ),
+    };
+    let path = dir.join(format!(
+        "post-{}.lua",
+        switchyard_server::crypto::random_id()
+    ));
+    std::fs::write(&path, script).expect("wrk script");
+    path
+}
+
+impl WrkRun<'_> {
+    fn run(&self, path: &str, script: Option<&std::path::Path>) -> Wrk {
+        let url = format!("{}{path}", self.s.url);
+        let secs = self.seconds.ceil().max(1.0) as u64;
+        tokio::task::block_in_place(|| wrk(self.bin, &url, self.conns, secs, None, script))
+    }
+
+    fn row(name: &str, w: &Wrk, base: &Wrk) {
+        let errs = if w.errors > 0 {
+            format!("  ({} errors)", w.errors)
+        } else {
+            String::new()
+        };
+        println!(
+            "{name:<44} {:>3} {:>10.0} {:>9.3} {:>9.3}  {:>6.1}% of /health{errs}",
+            "wrk",
+            w.rps,
+            w.p50 / 1e3,
+            w.p99 / 1e3,
+            100.0 * w.rps / base.rps
+        );
+    }
+
+    async fn token_endpoint(&self, ex_id: &str, ex_secret: &str, web_id: &str, web_secret: &str) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        println!(
+            "\nThe same with wrk as the load generator (1 thread, {} connections):",
+            self.conns
+        );
+        let health = self.run("/health", None);
+        println!(
+            "{:<44} {:>3} {:>10.0} {:>9.3} {:>9.3}",
+            "GET /health (baseline)",
+            "wrk",
+            health.rps,
+            health.p50 / 1e3,
+            health.p99 / 1e3
+        );
+        let ex_body = "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Atoken-exchange\
+            &subject_token=alice%40example.com&subject_token_type=urn%3Ahub%3Atoken-type%3Auser-email";
+        let ex = post_script(dir.path(), &basic(ex_id, ex_secret), ex_body, None);
+        let exchange = self.run("/oauth/token", Some(&ex));
+        Self::row("token exchange", &exchange, &health);
+        let n = (self.seconds.ceil() as usize * 8000).max(8000);
+        let codes = codes(self.s, web_id, n).await;
+        let file = dir.path().join("codes.txt");
+        std::fs::write(&file, codes.join("\n")).expect("codes");
+        let body = "grant_type=authorization_code&redirect_uri=https%3A%2F%2Fapp.example%2Fcb";
+        let red = post_script(dir.path(), &basic(web_id, web_secret), body, Some(&file));
+        let redemption = self.run("/oauth/token", Some(&red));
+        Self::row("code redemption", &redemption, &health);
+        println!(
+            "  with wrk: token exchange {:.0}/s (target >= 3,000/s) {}; code redemption {:.0}/s (target >= 2,000/s) {}",
+            exchange.rps, verdict(exchange.rps >= 3000.0), redemption.rps, verdict(redemption.rps >= 2000.0)
+        );
+    }
+}
+
 /// What one backend did.
 struct Results {
     health: Figures,
@@ -296,6 +400,7 @@ async fn backend(
     let codes = Arc::new(codes(&s, &web_id, n).await);
     let redeem = {
         let (http, url, codes) = (http.clone(), token_url.clone(), codes.clone());
+        let (web_id, web_secret) = (web_id.clone(), web_secret.clone());
         move |i: usize| {
             let code = codes[i % codes.len()].clone();
             http.post(&url)
@@ -315,6 +420,16 @@ async fn backend(
         Some(&health),
     );
 
+    if let Some(bin) = tool("wrk", "wrk") {
+        let w = WrkRun {
+            bin: &bin,
+            s: &s,
+            conns,
+            seconds,
+        };
+        w.token_endpoint(&ex_id, &ex_secret, &web_id, &web_secret)
+            .await;
+    }
     Results {
         health,
         disc,

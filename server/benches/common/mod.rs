@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -157,4 +159,140 @@ impl Drop for Postgres {
             let _ = child.wait();
         }
     }
+}
+
+/// The path of `bin`, installed from Debian's package `pkg` when missing and this runs as root; `None`
+/// (and why, printed) when it cannot be had.
+pub fn tool(bin: &str, pkg: &str) -> Option<PathBuf> {
+    let find = || {
+        let dirs = [
+            "/usr/sbin",
+            "/usr/bin",
+            "/usr/local/sbin",
+            "/usr/local/bin",
+            "/sbin",
+            "/bin",
+        ];
+        dirs.iter()
+            .map(|d| Path::new(d).join(bin))
+            .find(|p| p.exists())
+    };
+    if let Some(p) = find() {
+        return Some(p);
+    }
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    if !root {
+        println!("{bin} is missing and this is not root: skipping what needs it (apt-get install -y {pkg})");
+        return None;
+    }
+    println!("{bin} is missing: installing Debian's {pkg} (apt-get install -y {pkg})");
+    let ok = |args: &[&str]| {
+        let s = Command::new("apt-get")
+            .args(args)
+            .stdout(Stdio::null())
+            .status();
+        s.is_ok_and(|s| s.success())
+    };
+    // A stale package list: updated once, and tried again.
+    let installed = ok(&["install", "-y", pkg]) || (ok(&["update"]) && ok(&["install", "-y", pkg]));
+    if !installed {
+        println!("could not install {pkg}: skipping what needs it");
+        return None;
+    }
+    find()
+}
+
+/// A port free on loopback now.
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+    l.local_addr().expect("addr").port()
+}
+
+/// What one wrk run saw.
+#[derive(Clone, Copy)]
+pub struct Wrk {
+    pub rps: f64,
+    /// CPU µs per request of the proxy under test (NaN when there is none).
+    pub cpu: f64,
+    pub p50: f64,
+    pub p99: f64,
+    pub errors: u64,
+}
+
+/// A wrk duration (`45.12us`, `1.20ms`, `2.00s`) in µs.
+pub fn wrk_us(text: &str) -> Option<f64> {
+    let split = text.find(|c: char| c.is_ascii_alphabetic())?;
+    let (n, unit) = text.split_at(split);
+    let n: f64 = n.parse().ok()?;
+    let scale = match unit {
+        "us" => 1.0,
+        "ms" => 1e3,
+        "s" => 1e6,
+        "m" => 6e7,
+        _ => return None,
+    };
+    Some(n * scale)
+}
+
+pub fn parse_wrk(out: &str) -> Option<Wrk> {
+    let mut w = Wrk {
+        rps: 0.0,
+        cpu: f64::NAN,
+        p50: 0.0,
+        p99: 0.0,
+        errors: 0,
+    };
+    for line in out.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["50%", v] => w.p50 = wrk_us(v)?,
+            ["99%", v] => w.p99 = wrk_us(v)?,
+            ["Requests/sec:", v] => w.rps = v.parse().ok()?,
+            [n, "requests", "in", ..] => w.cpu = n.parse().ok()?,
+            ["Non-2xx", "or", "3xx", "responses:", n] => w.errors += n.parse::<u64>().ok()?,
+            ["Socket", "errors:", rest @ ..] => {
+                let n = rest
+                    .iter()
+                    .filter_map(|x| x.trim_end_matches(',').parse::<u64>().ok());
+                w.errors += n.sum::<u64>();
+            }
+            _ => {}
+        }
+    }
+    // Until the caller measures CPU, `cpu` holds the number of requests.
+    (w.rps > 0.0).then_some(w)
+}
+
+/// One wrk run of `secs` s (whole seconds): `conns` connections, a thread per 32 of them.
+pub fn wrk(
+    bin: &Path,
+    url: &str,
+    conns: usize,
+    secs: u64,
+    header: Option<&str>,
+    script: Option<&Path>,
+) -> Wrk {
+    let threads = conns.div_ceil(32).min(2).to_string();
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "-t",
+        &threads,
+        "-c",
+        &conns.to_string(),
+        "-d",
+        &format!("{secs}s"),
+        "--latency",
+    ]);
+    if let Some(h) = header {
+        cmd.args(["-H", h]);
+    }
+    if let Some(s) = script {
+        cmd.arg("-s").arg(s);
+    }
+    let out = cmd.arg(url).output().expect("run wrk");
+    let text = String::from_utf8_lossy(&out.stdout);
+    parse_wrk(&text).unwrap_or_else(|| panic!("wrk {url}: no figures in {text:?}"))
 }
