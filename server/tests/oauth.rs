@@ -1069,3 +1069,79 @@ async fn taking_a_scope_away_from_an_app_ends_its_grants() {
         StatusCode::UNAUTHORIZED
     );
 }
+
+#[tokio::test]
+async fn prompt_none_consent_and_login_and_the_form_post() {
+    let s = setup().await;
+    let mut b = Browser::new(&s.server.url);
+    // Nobody signed in: prompt=none goes back at once with login_required.
+    let none = b
+        .get(&authorize_path(&s.client_id, &[("prompt", "none")]))
+        .await;
+    let to = location(&none);
+    assert_eq!(
+        param(&to, "error").as_deref(),
+        Some("login_required"),
+        "{to}"
+    );
+    assert_eq!(param(&to, "iss").as_deref(), Some(s.server.url.as_str()));
+    // Signed in, not yet consented: consent_required.
+    let page = b
+        .get(&authorize_path(&s.client_id, &[]))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let consent = sign_in(&mut b, page, PASSWORD).await.text().await.unwrap();
+    let to = location(
+        &b.get(&authorize_path(&s.client_id, &[("prompt", "none")]))
+            .await,
+    );
+    assert_eq!(
+        param(&to, "error").as_deref(),
+        Some("consent_required"),
+        "{to}"
+    );
+    let approve = [
+        ("csrf", field(&consent, "csrf")),
+        ("request", field(&consent, "request")),
+        ("decision", "approve".into()),
+    ];
+    let approve: Vec<(&str, &str)> = approve.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    assert_eq!(
+        b.post("/oauth/consent", &approve).await.status(),
+        StatusCode::SEE_OTHER
+    );
+    // Consented: prompt=none gets a code; prompt=consent asks again; prompt=login signs in again.
+    let to = location(
+        &b.get(&authorize_path(&s.client_id, &[("prompt", "none")]))
+            .await,
+    );
+    assert!(param(&to, "code").is_some(), "{to}");
+    let again = b
+        .get(&authorize_path(&s.client_id, &[("prompt", "consent")]))
+        .await;
+    assert_eq!(again.status(), StatusCode::OK);
+    assert!(again.text().await.unwrap().contains("decision"));
+    let login = b
+        .get(&authorize_path(&s.client_id, &[("prompt", "login")]))
+        .await;
+    assert!(login.text().await.unwrap().contains("name=\"password\""));
+    let bad = b
+        .get(&authorize_path(&s.client_id, &[("prompt", "none consent")]))
+        .await;
+    assert_eq!(
+        param(&location(&bad), "error").as_deref(),
+        Some("invalid_request")
+    );
+    // The same request as a form POST.
+    let query = authorize_path(&s.client_id, &[]);
+    let fields: Vec<(String, String)> =
+        serde_urlencoded::from_str(query.split_once('?').unwrap().1).unwrap();
+    let fields: Vec<(&str, &str)> = fields
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let posted = b.post("/oauth/authorize", &fields).await;
+    assert!(param(&location(&posted), "code").is_some());
+}

@@ -30,6 +30,15 @@ pub struct AuthRequest {
     pub org_ids: Vec<String>,
     /// The hash of the browser session it belongs to.
     pub session: String,
+    /// OpenID Connect's `prompt`: `none`, or any of `login`, `consent`, `select_account`.
+    #[serde(default)]
+    pub prompt: Vec<String>,
+}
+
+impl AuthRequest {
+    pub fn prompts(&self, what: &str) -> bool {
+        self.prompt.iter().any(|p| p == what)
+    }
 }
 
 /// Why an authorization request is refused, and how the user learns it.
@@ -200,6 +209,22 @@ pub async fn validate(
                 .collect()
         })
         .unwrap_or_default();
+    let prompt: Vec<String> = one(params, "prompt")
+        .unwrap_or_default()
+        .split(' ')
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .collect();
+    let known = ["none", "login", "consent", "select_account"];
+    if let Some(bad) = prompt.iter().find(|p| !known.contains(&p.as_str())) {
+        return Err(refuse(
+            "invalid_request",
+            &format!("prompt {bad:?} is not supported"),
+        ));
+    }
+    if prompt.len() > 1 && prompt.iter().any(|p| p == "none") {
+        return Err(refuse("invalid_request", "prompt=none stands alone"));
+    }
     for (key, max) in [("state", 1024), ("nonce", 512)] {
         if one(params, key).is_some_and(|v| v.len() > max) {
             return Err(refuse(
@@ -218,6 +243,7 @@ pub async fn validate(
             code_challenge,
             org_ids,
             session: session.to_string(),
+            prompt,
         },
         app,
     ))

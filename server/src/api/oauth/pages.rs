@@ -21,7 +21,7 @@ use crate::store::WebSession;
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/oauth/authorize", get(authorize))
+        .route("/oauth/authorize", get(authorize).post(authorize_form))
         .route("/oauth/login", post(login))
         .route("/oauth/consent", get(consent_page).post(consent))
         .route("/oauth/device/verify", post(device_verify))
@@ -271,13 +271,27 @@ async fn authorize(
     headers: HeaderMap,
     RawQuery(q): RawQuery,
 ) -> Response {
+    match serde_urlencoded::from_str(q.as_deref().unwrap_or_default()) {
+        Ok(params) => authorize_with(&s, &headers, params).await,
+        Err(_) => error_page("the request's parameters cannot be read"),
+    }
+}
+
+/// The authorization request sent as a form (OpenID Connect Core 3.1.2.1).
+async fn authorize_form(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    match serde_urlencoded::from_bytes(&body) {
+        Ok(params) => authorize_with(&s, &headers, params).await,
+        Err(_) => error_page("the request's parameters cannot be read"),
+    }
+}
+
+async fn authorize_with(
+    s: &AppState,
+    headers: &HeaderMap,
+    params: Vec<(String, String)>,
+) -> Response {
     let p = &s.oauth;
-    let params: Vec<(String, String)> =
-        match serde_urlencoded::from_str(q.as_deref().unwrap_or_default()) {
-            Ok(v) => v,
-            Err(_) => return error_page("the request's parameters cannot be read"),
-        };
-    let b = match browser(p, &headers).await {
+    let b = match browser(p, headers).await {
         Ok(b) => b,
         Err(e) => return oauth_error_page(e),
     };
@@ -287,14 +301,37 @@ async fn authorize(
         Err(Refusal::Redirect(url)) => return see_other(&url, b.set_cookie),
     };
     let result = async {
-        let user = user_of(p, &b).await?;
+        // `prompt=login` asks for a sign-in even when this browser has one.
+        let user = match req.prompts("login") {
+            true => None,
+            false => user_of(p, &b).await?,
+        };
         // A returning user is not asked again, by a confidential app (RFC 8252 8.6: a public app's
-        // redirect, a loopback port or an app scheme, may be anyone's).
-        if let (Some(user), true) = (&user, app.has_secret) {
-            if let Some(orgs) = code::consented(p, user, &req).await? {
-                let url = code::answer(p, user, &req, Some(orgs)).await?;
-                return Ok(see_other(&url, b.set_cookie.clone()));
-            }
+        // redirect, a loopback port or an app scheme, may be anyone's), unless `prompt=consent`.
+        let reuse = app.has_secret && !req.prompts("consent");
+        let prior = match (&user, reuse) {
+            (Some(user), true) => code::consented(p, user, &req).await?,
+            _ => None,
+        };
+        if let (Some(user), Some(orgs)) = (&user, prior) {
+            let url = code::answer(p, user, &req, Some(orgs)).await?;
+            return Ok(see_other(&url, b.set_cookie.clone()));
+        }
+        if req.prompts("none") {
+            let error = if user.is_none() {
+                "login_required"
+            } else {
+                "consent_required"
+            };
+            let issuer = p.issuer()?;
+            let url = code::error_redirect(
+                issuer,
+                &req.redirect_uri,
+                req.state.as_deref(),
+                error,
+                "prompt=none",
+            );
+            return Ok(see_other(&url, b.set_cookie.clone()));
         }
         let id = code::keep(p, &req).await?;
         Ok(match user {
@@ -500,7 +537,12 @@ async fn consent_page(
         let Some((app, _)) = crate::oauth::clients::app(p, &req.client_id).await? else {
             return Ok(error_page("the app no longer exists"));
         };
-        if let (Some(orgs), true) = (code::consented(p, &user, &req).await?, app.has_secret) {
+        let reuse = app.has_secret && !req.prompts("consent");
+        let prior = match reuse {
+            true => code::consented(p, &user, &req).await?,
+            false => None,
+        };
+        if let Some(orgs) = prior {
             let Some(req) = code::take(p, id, &b.hash).await? else {
                 return Ok(forbidden());
             };
