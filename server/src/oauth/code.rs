@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::clients::Client;
-use super::tokens::{issue_and_commit, TokenResponse};
+use super::tokens::{mint, signed, Issue, TokenResponse};
 use super::{new_secret, OAuthError, OAuthResult, Provider, CODE_PREFIX};
 use crate::crypto::{constant_time_eq, hash_token, random_id};
 use crate::model::account::{Account, Scope};
@@ -15,7 +15,7 @@ use crate::model::oauth::{
     parse_scopes, redirect_uri_allowed, valid_code_verifier, validate_code_challenge, Grant,
     GrantKind, OAuthApp,
 };
-use crate::store::{NewCode, Redemption};
+use crate::store::{IssueRecord, NewCode, Spent};
 
 /// A checked authorization request, stored as is until the user answers it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -419,45 +419,58 @@ pub async fn redeem(
     if !code.starts_with(CODE_PREFIX) || code.len() > 128 {
         return Err(invalid());
     }
-    let mut unit = p.store.begin().await?;
-    let (stored_redirect, challenge, expires, grant) = match unit
-        .redeem_code(&hash_token(code), now)
+    // Spent in one statement, before anything else: of two concurrent redemptions one wins.
+    let (grant_id, stored_redirect, challenge, expires) = match p
+        .store
+        .spend_code(&hash_token(code), now)
         .await?
     {
-        Redemption::Fresh {
+        Spent::Fresh {
+            grant_id,
             redirect_uri,
             code_challenge,
             expires_at,
-            grant,
-        } => (redirect_uri, code_challenge, expires_at, *grant),
-        Redemption::Replayed { grant_id } => {
+        } => (grant_id, redirect_uri, code_challenge, expires_at),
+        Spent::Replayed { grant_id } => {
+            let mut unit = p.store.begin().await?;
             unit.revoke_grant(&grant_id, now).await?;
             unit.commit().await?;
             p.revocations.revoke();
             tracing::warn!(grant = %grant_id, client = %client.app.id, "authorization code replayed: grant revoked");
             return Err(invalid());
         }
-        Redemption::Unknown => return Err(invalid()),
+        Spent::Unknown => return Err(invalid()),
     };
-    // From here on the code is spent, whatever the outcome: commit that before refusing.
-    let refusal = if expires <= now || grant.revoked_at.is_some() {
-        Some(invalid())
-    } else if grant.app_id.as_deref() != Some(client.app.id.as_str()) {
-        Some(OAuthError::invalid_grant(
+    let grant = p.store.read().await?.grant(&grant_id).await?;
+    let Some(grant) = grant.filter(|g| g.revoked_at.is_none() && expires > now) else {
+        return Err(invalid());
+    };
+    if grant.app_id.as_deref() != Some(client.app.id.as_str()) {
+        return Err(OAuthError::invalid_grant(
             "the code was issued to another client",
-        ))
-    } else if redirect_uri != Some(stored_redirect.as_str()) {
-        Some(OAuthError::invalid_grant(
-            "redirect_uri differs from the one of the authorization request",
-        ))
-    } else {
-        check_pkce(challenge.as_deref(), verifier).err()
-    };
-    if let Some(e) = refusal {
-        unit.commit().await?;
-        return Err(e);
+        ));
     }
-    issue_and_commit(p, unit, &grant, &client.app.id).await
+    if redirect_uri != Some(stored_redirect.as_str()) {
+        return Err(OAuthError::invalid_grant(
+            "redirect_uri differs from the one of the authorization request",
+        ));
+    }
+    check_pkce(challenge.as_deref(), verifier)?;
+    let what = Issue {
+        client_id: &client.app.id,
+        access_ttl: Provider::secs(p.config.access_token_ttl_s),
+        refresh: true,
+        exchange: false,
+    };
+    let (resp, rows) = mint(p, &grant, what);
+    let record = IssueRecord {
+        grant: None,
+        tokens: &rows,
+        audit: None,
+        now,
+    };
+    p.store.record_issue(&record).await?;
+    signed(p, resp, &grant, &client.app.id, None).await
 }
 
 fn check_pkce(challenge: Option<&str>, verifier: Option<&str>) -> OAuthResult<()> {

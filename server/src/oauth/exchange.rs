@@ -6,11 +6,12 @@ use chrono::Duration;
 use serde_json::json;
 
 use super::clients::Client;
-use super::tokens::{issue, signed, Issue, TokenResponse};
+use super::tokens::{mint, signed, Issue, TokenResponse};
 use super::{OAuthError, OAuthResult, Provider};
 use crate::crypto::random_id;
 use crate::model::account::{AccountKind, Scope};
 use crate::model::oauth::{parse_scopes, AuditEntry, Grant, GrantKind};
+use crate::store::IssueRecord;
 
 /// `subject_token_type` of a member named by email.
 pub const USER_EMAIL: &str = "urn:hub:token-type:user-email";
@@ -90,28 +91,29 @@ pub async fn by_email(
         revoked_at: None,
     };
     drop(session);
-    let mut unit = p.store.begin().await?;
-    unit.create_grant(&grant).await?;
     let what = Issue {
         client_id: &app.id,
         access_ttl: Duration::seconds(ttl),
         refresh: false,
         exchange: true,
     };
-    let resp = issue(p, unit.as_mut(), &grant, what).await?;
-    unit.add_audit(
-        &org.id,
-        &entry(
-            p,
-            client,
-            email,
-            Some(&resp.scope),
-            Some(&user.name),
-            "success",
-        ),
-    )
-    .await?;
-    unit.commit().await?;
+    let (resp, rows) = mint(p, &grant, what);
+    let audit = entry(
+        p,
+        client,
+        email,
+        Some(&resp.scope),
+        Some(&user.name),
+        "success",
+    );
+    // The grant, its token and the audit row: one transaction (on SQLite, one round trip).
+    let record = IssueRecord {
+        grant: Some(&grant),
+        tokens: &rows,
+        audit: Some((&org.id, &audit)),
+        now,
+    };
+    p.store.record_issue(&record).await?;
     let subject = (user, vec![(org, role)]);
     signed(p, resp, &grant, &app.id, Some(subject)).await
 }

@@ -14,7 +14,7 @@ use super::{new_secret, OAuthError, OAuthResult, Provider, ACCESS_PREFIX, REFRES
 use crate::crypto::hash_token;
 use crate::model::account::{Account, Role, Scope};
 use crate::model::oauth::{parse_scopes, scope_string, Grant, TokenKind};
-use crate::store::Session;
+use crate::store::{NewTokenRow, Session};
 
 /// The token endpoint's answer.
 #[derive(Debug, Clone, Serialize)]
@@ -115,42 +115,28 @@ pub async fn subject_of(unit: &mut dyn Session, grant: &Grant) -> OAuthResult<Su
     Ok((user, orgs))
 }
 
-/// Records an access token (and a refresh token) for the grant in the caller's unit of work. The ID
-/// token comes after the unit commits, from [`signed`]: signing and its reads need not hold the store's
-/// write turn.
-pub async fn issue(
-    p: &Provider,
-    unit: &mut dyn Session,
-    grant: &Grant,
-    what: Issue<'_>,
-) -> OAuthResult<TokenResponse> {
+/// New tokens for the grant, and their rows to record (by hash). The ID token comes after they are
+/// recorded, from [`signed`]: signing and its reads need not hold the store's write turn.
+pub fn mint(p: &Provider, grant: &Grant, what: Issue<'_>) -> (TokenResponse, Vec<NewTokenRow>) {
     let now = p.now();
     let access_token = new_secret(ACCESS_PREFIX);
-    let expires = now + what.access_ttl;
-    unit.add_token(
-        &hash_token(&access_token),
-        &grant.id,
-        TokenKind::Access,
-        expires,
-        now,
-    )
-    .await?;
-    let refresh_token = if what.refresh {
+    let mut rows = vec![NewTokenRow {
+        hash: hash_token(&access_token),
+        grant_id: grant.id.clone(),
+        kind: TokenKind::Access,
+        expires_at: now + what.access_ttl,
+    }];
+    let refresh_token = what.refresh.then(|| {
         let t = new_secret(REFRESH_PREFIX);
-        let ttl = Provider::secs(p.config.refresh_token_ttl_s);
-        unit.add_token(
-            &hash_token(&t),
-            &grant.id,
-            TokenKind::Refresh,
-            now + ttl,
-            now,
-        )
-        .await?;
-        Some(t)
-    } else {
-        None
-    };
-    Ok(TokenResponse {
+        rows.push(NewTokenRow {
+            hash: hash_token(&t),
+            grant_id: grant.id.clone(),
+            kind: TokenKind::Refresh,
+            expires_at: now + Provider::secs(p.config.refresh_token_ttl_s),
+        });
+        t
+    });
+    let resp = TokenResponse {
         expires_in: what.access_ttl.num_seconds(),
         access_token,
         token_type: "bearer",
@@ -158,7 +144,24 @@ pub async fn issue(
         refresh_token,
         id_token: None,
         issued_token_type: what.exchange.then_some(ACCESS_TOKEN_TYPE),
-    })
+    };
+    (resp, rows)
+}
+
+/// [`mint`], with the rows recorded in the caller's unit of work.
+pub async fn issue(
+    p: &Provider,
+    unit: &mut dyn Session,
+    grant: &Grant,
+    what: Issue<'_>,
+) -> OAuthResult<TokenResponse> {
+    let now = p.now();
+    let (resp, rows) = mint(p, grant, what);
+    for r in rows {
+        unit.add_token(&r.hash, &r.grant_id, r.kind, r.expires_at, now)
+            .await?;
+    }
+    Ok(resp)
 }
 
 /// The usual answer for a user's grant to a client: an access token and a refresh token recorded in

@@ -9,6 +9,7 @@
 //! Uniqueness lives in the schema: a broken rule comes back as [`StoreError::Conflict`].
 
 mod accounts;
+mod batch;
 mod catalog;
 pub mod copy;
 mod endpoints;
@@ -27,7 +28,8 @@ pub use catalog::CatalogStore;
 pub use endpoints::{Actor, EndpointRecord, EndpointStore};
 pub use events::{Event, EventStore, NewEvent};
 pub use oauth::{
-    DeviceAuth, DeviceStatus, NewCode, OAuthStore, Redemption, SigningKeyRow, WebSession,
+    DeviceAuth, DeviceStatus, IssueRecord, NewCode, NewTokenRow, OAuthStore, SigningKeyRow, Spent,
+    WebSession,
 };
 pub use publishers::PublisherStore;
 pub use quotas::{QuotaOverride, QuotaStore};
@@ -88,6 +90,12 @@ pub trait Store: Send + Sync + 'static {
     /// A consistent copy of the whole store in a new file, taken while it serves (SQLite only).
     async fn backup(&self, to: &std::path::Path) -> StoreResult<()>;
     async fn close(&self);
+    /// Records what a token request issued (a new grant, its tokens, an audit row) in one
+    /// transaction; on SQLite the whole transaction is one round trip.
+    async fn record_issue(&self, rec: &IssueRecord<'_>) -> StoreResult<()>;
+    /// Spends an authorization code in one statement: of two concurrent redemptions exactly one
+    /// finds it `Fresh`.
+    async fn spend_code(&self, hash: &str, now: DateTime<Utc>) -> StoreResult<Spent>;
 }
 
 /// A timestamp as every backend stores it: RFC 3339 in UTC with milliseconds, so text order is time order.

@@ -8,7 +8,8 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::accounts::{account_from, role_from, ACCOUNT_COLS};
-use super::sql::SqlSession;
+use super::batch::{bind_all, Stmt};
+use super::sql::{SqlSession, SqlStore};
 use super::{json_err, parse_ts, ts, StoreError, StoreResult};
 use crate::model::account::{Account, Role, Scope};
 use crate::model::oauth::{AuditEntry, Grant, GrantKind, IssuedToken, OAuthApp, TokenKind};
@@ -21,24 +22,6 @@ pub struct NewCode {
     pub redirect_uri: String,
     pub code_challenge: Option<String>,
     pub expires_at: DateTime<Utc>,
-}
-
-/// A code presented at the token endpoint.
-#[derive(Debug)]
-pub enum Redemption {
-    /// First use: the code is now spent.
-    Fresh {
-        redirect_uri: String,
-        code_challenge: Option<String>,
-        expires_at: DateTime<Utc>,
-        /// Boxed: the other answers are small.
-        grant: Box<Grant>,
-    },
-    /// Used before: whatever it issued must be revoked.
-    Replayed {
-        grant_id: String,
-    },
-    Unknown,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +111,7 @@ pub trait OAuthStore {
     async fn delete_app(&mut self, id: &str) -> StoreResult<bool>;
 
     async fn create_grant(&mut self, grant: &Grant) -> StoreResult<()>;
+    async fn grant(&mut self, id: &str) -> StoreResult<Option<Grant>>;
     /// Ends every grant of the app (its tokens stop working).
     async fn revoke_app_grants(&mut self, app_id: &str, now: DateTime<Utc>) -> StoreResult<u64>;
     /// Ends the grant: none of its codes or tokens is accepted any more.
@@ -152,8 +136,6 @@ pub trait OAuthStore {
     async fn delete_oauth_token(&mut self, hash: &str) -> StoreResult<bool>;
 
     async fn add_code(&mut self, code: &NewCode) -> StoreResult<()>;
-    /// Spends a code atomically: of two concurrent redemptions exactly one is `Fresh`.
-    async fn redeem_code(&mut self, hash: &str, now: DateTime<Utc>) -> StoreResult<Redemption>;
 
     async fn add_device(&mut self, device: &DeviceAuth) -> StoreResult<()>;
     async fn device(&mut self, device_hash: &str) -> StoreResult<Option<DeviceAuth>>;
@@ -357,6 +339,152 @@ fn audit_from(row: &AnyRow) -> StoreResult<AuditEntry> {
     })
 }
 
+const GRANT_INSERT: &str =
+    "INSERT INTO oauth_grants (id, app_id, user_id, kind, scopes, org_ids, personal, nonce, \
+     auth_time, created_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+const TOKEN_INSERT: &str =
+    "INSERT INTO oauth_tokens (token_hash, grant_id, kind, expires_at, created_at) \
+     VALUES ($1, $2, $3, $4, $5)";
+const AUDIT_INSERT: &str =
+    "INSERT INTO audit_log (id, org_id, at, action, outcome, actor, detail) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7)";
+
+fn grant_row(g: &Grant) -> StoreResult<Stmt> {
+    Ok((
+        GRANT_INSERT,
+        vec![
+            g.id.clone().into(),
+            g.app_id.clone().into(),
+            g.user_id.clone().into(),
+            g.kind.as_str().into(),
+            json(&g.scopes)?.into(),
+            json(&g.org_ids)?.into(),
+            i64::from(g.personal).into(),
+            g.nonce.clone().into(),
+            ts(g.auth_time).into(),
+            ts(g.created_at).into(),
+            g.revoked_at.map(ts).into(),
+        ],
+    ))
+}
+
+fn token_row(t: &NewTokenRow, now: DateTime<Utc>) -> Stmt {
+    (
+        TOKEN_INSERT,
+        vec![
+            t.hash.clone().into(),
+            t.grant_id.clone().into(),
+            t.kind.as_str().into(),
+            ts(t.expires_at).into(),
+            ts(now).into(),
+        ],
+    )
+}
+
+fn audit_row(org_id: &str, e: &AuditEntry) -> StoreResult<Stmt> {
+    Ok((
+        AUDIT_INSERT,
+        vec![
+            e.id.clone().into(),
+            org_id.into(),
+            ts(e.at).into(),
+            e.action.clone().into(),
+            e.outcome.clone().into(),
+            json(&e.actor)?.into(),
+            json(&e.detail)?.into(),
+        ],
+    ))
+}
+
+/// A token to record, by hash.
+#[derive(Debug, Clone)]
+pub struct NewTokenRow {
+    pub hash: String,
+    pub grant_id: String,
+    pub kind: TokenKind,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// What a token request issued: a new grant (or none, for one that exists), its tokens, and an
+/// organization's audit row.
+#[derive(Debug)]
+pub struct IssueRecord<'a> {
+    pub grant: Option<&'a Grant>,
+    pub tokens: &'a [NewTokenRow],
+    pub audit: Option<(&'a str, &'a AuditEntry)>,
+    pub now: DateTime<Utc>,
+}
+
+/// A code presented at the token endpoint, once spent.
+#[derive(Debug)]
+pub enum Spent {
+    /// First use: the code is now spent.
+    Fresh {
+        grant_id: String,
+        redirect_uri: String,
+        code_challenge: Option<String>,
+        expires_at: DateTime<Utc>,
+    },
+    /// Used before: whatever it issued must be revoked.
+    Replayed {
+        grant_id: String,
+    },
+    Unknown,
+}
+
+impl SqlStore {
+    pub(super) async fn record_issue_rows(&self, rec: &IssueRecord<'_>) -> StoreResult<()> {
+        let mut stmts = Vec::new();
+        if let Some(g) = rec.grant {
+            stmts.push(grant_row(g)?);
+        }
+        stmts.extend(rec.tokens.iter().map(|t| token_row(t, rec.now)));
+        if let Some((org, e)) = rec.audit {
+            stmts.push(audit_row(org, e)?);
+        }
+        self.write_batch(stmts).await
+    }
+
+    pub(super) async fn spend_code_row(
+        &self,
+        hash: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Spent> {
+        let turn = self.writer_turn().await;
+        let row = sqlx::query(
+            "UPDATE oauth_codes SET used_at = $2 WHERE code_hash = $1 AND used_at IS NULL \
+             RETURNING grant_id, redirect_uri, code_challenge, expires_at",
+        )
+        .bind(hash)
+        .bind(ts(now))
+        .fetch_optional(self.pool())
+        .await?;
+        drop(turn);
+        if let Some(r) = row {
+            return Ok(Spent::Fresh {
+                grant_id: r.try_get("grant_id")?,
+                redirect_uri: r.try_get("redirect_uri")?,
+                code_challenge: r.try_get("code_challenge")?,
+                expires_at: req_ts(&r, "expires_at")?,
+            });
+        }
+        let grant: Option<String> =
+            sqlx::query_scalar("SELECT grant_id FROM oauth_codes WHERE code_hash = $1")
+                .bind(hash)
+                .fetch_optional(self.pool())
+                .await?;
+        Ok(match grant {
+            Some(grant_id) => Spent::Replayed { grant_id },
+            None => Spent::Unknown,
+        })
+    }
+}
+
+async fn run(s: &mut SqlSession, (sql, vals): Stmt) -> StoreResult<()> {
+    bind_all(sqlx::query(sql), vals).execute(s.db()).await?;
+    Ok(())
+}
+
 #[async_trait]
 impl OAuthStore for SqlSession {
     async fn create_app(&mut self, app: &OAuthApp, secret_hash: Option<&str>) -> StoreResult<()> {
@@ -458,24 +586,19 @@ impl OAuthStore for SqlSession {
     }
 
     async fn create_grant(&mut self, g: &Grant) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO oauth_grants (id, app_id, user_id, kind, scopes, org_ids, personal, nonce, \
-             auth_time, created_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-        )
-        .bind(&g.id)
-        .bind(&g.app_id)
-        .bind(&g.user_id)
-        .bind(g.kind.as_str())
-        .bind(json(&g.scopes)?)
-        .bind(json(&g.org_ids)?)
-        .bind(i64::from(g.personal))
-        .bind(&g.nonce)
-        .bind(ts(g.auth_time))
-        .bind(ts(g.created_at))
-        .bind(g.revoked_at.map(ts))
-        .execute(self.db())
-        .await?;
-        Ok(())
+        let row = grant_row(g)?;
+        run(self, row).await
+    }
+
+    async fn grant(&mut self, id: &str) -> StoreResult<Option<Grant>> {
+        let sql = format!("SELECT {GRANT_COLS} FROM oauth_grants g WHERE g.id = $1");
+        sqlx::query(&sql)
+            .bind(id)
+            .fetch_optional(self.db())
+            .await?
+            .as_ref()
+            .map(grant_from)
+            .transpose()
     }
 
     async fn revoke_app_grants(&mut self, app_id: &str, now: DateTime<Utc>) -> StoreResult<u64> {
@@ -516,18 +639,13 @@ impl OAuthStore for SqlSession {
         expires_at: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO oauth_tokens (token_hash, grant_id, kind, expires_at, created_at) \
-             VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(hash)
-        .bind(grant_id)
-        .bind(kind.as_str())
-        .bind(ts(expires_at))
-        .bind(ts(now))
-        .execute(self.db())
-        .await?;
-        Ok(())
+        let t = NewTokenRow {
+            hash: hash.to_string(),
+            grant_id: grant_id.to_string(),
+            kind,
+            expires_at,
+        };
+        run(self, token_row(&t, now)).await
     }
 
     async fn token(&mut self, hash: &str) -> StoreResult<Option<(IssuedToken, Grant)>> {
@@ -616,39 +734,6 @@ impl OAuthStore for SqlSession {
         .execute(self.db())
         .await?;
         Ok(())
-    }
-
-    async fn redeem_code(&mut self, hash: &str, now: DateTime<Utc>) -> StoreResult<Redemption> {
-        let spent: Option<String> = sqlx::query_scalar(
-            "UPDATE oauth_codes SET used_at = $2 WHERE code_hash = $1 AND used_at IS NULL \
-             RETURNING grant_id",
-        )
-        .bind(hash)
-        .bind(ts(now))
-        .fetch_optional(self.db())
-        .await?;
-        if spent.is_none() {
-            let grant: Option<String> =
-                sqlx::query_scalar("SELECT grant_id FROM oauth_codes WHERE code_hash = $1")
-                    .bind(hash)
-                    .fetch_optional(self.db())
-                    .await?;
-            return Ok(match grant {
-                Some(grant_id) => Redemption::Replayed { grant_id },
-                None => Redemption::Unknown,
-            });
-        }
-        let sql = format!(
-            "SELECT c.redirect_uri, c.code_challenge, c.expires_at, {GRANT_COLS} \
-             FROM oauth_codes c JOIN oauth_grants g ON g.id = c.grant_id WHERE c.code_hash = $1"
-        );
-        let row = sqlx::query(&sql).bind(hash).fetch_one(self.db()).await?;
-        Ok(Redemption::Fresh {
-            redirect_uri: row.try_get("redirect_uri")?,
-            code_challenge: row.try_get("code_challenge")?,
-            expires_at: req_ts(&row, "expires_at")?,
-            grant: Box::new(grant_from(&row)?),
-        })
     }
 
     async fn add_device(&mut self, d: &DeviceAuth) -> StoreResult<()> {
@@ -944,20 +1029,8 @@ impl OAuthStore for SqlSession {
     }
 
     async fn add_audit(&mut self, org_id: &str, e: &AuditEntry) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO audit_log (id, org_id, at, action, outcome, actor, detail) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .bind(&e.id)
-        .bind(org_id)
-        .bind(ts(e.at))
-        .bind(&e.action)
-        .bind(&e.outcome)
-        .bind(json(&e.actor)?)
-        .bind(json(&e.detail)?)
-        .execute(self.db())
-        .await?;
-        Ok(())
+        let row = audit_row(org_id, e)?;
+        run(self, row).await
     }
 
     async fn audit_log(&mut self, org_id: &str, limit: i64) -> StoreResult<Vec<AuditEntry>> {

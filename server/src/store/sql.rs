@@ -161,6 +161,14 @@ impl SqlStore {
     pub(crate) fn pool(&self) -> &AnyPool {
         &self.pool
     }
+
+    /// The one writer's turn, on SQLite (`None` on PostgreSQL, which has many writers).
+    pub(crate) async fn writer_turn(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        match self.backend {
+            Backend::Sqlite => Some(self.writer.clone().lock_owned().await),
+            Backend::Postgres => None,
+        }
+    }
 }
 
 fn sqlite_pragmas(sync: Synchronous) -> String {
@@ -220,10 +228,7 @@ impl Session for SqlSession {
 #[async_trait]
 impl Store for SqlStore {
     async fn begin(&self) -> StoreResult<Box<dyn Session>> {
-        let turn = match self.backend {
-            Backend::Sqlite => Some(self.writer.clone().lock_owned().await),
-            Backend::Postgres => None,
-        };
+        let turn = self.writer_turn().await;
         let tx = self.pool.begin_with(begin_statement(self.backend)).await?;
         Ok(Box::new(SqlSession {
             conn: Conn::Unit(tx),
@@ -267,6 +272,18 @@ impl Store for SqlStore {
 
     async fn close(&self) {
         self.pool.close().await;
+    }
+
+    async fn record_issue(&self, rec: &super::IssueRecord<'_>) -> StoreResult<()> {
+        self.record_issue_rows(rec).await
+    }
+
+    async fn spend_code(
+        &self,
+        hash: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> StoreResult<super::Spent> {
+        self.spend_code_row(hash, now).await
     }
 }
 
