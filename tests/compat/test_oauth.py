@@ -81,7 +81,9 @@ def approve_in_browser(server, world, scope: str = CODE_SCOPE, orgs=()):
         # A returning user who already consented to these scopes is not asked again.
         return client, verifier, nonce, state, consent.headers["Location"]
     assert consent.status_code == 200, consent.text[:2000]
-    assert "Compat Notebook" in consent.text and "notebook.example" in consent.text
+    # The consent page names the host the code goes to (the redirect URI's), not the claimed homepage.
+    assert "Compat Notebook" in consent.text and "127.0.0.1" in consent.text
+    assert "notebook.example" not in consent.text
     form = form_of(consent.text, "/oauth/consent")
     data = {k: v for k, v in form.fields.items() if k != "org"}  # organizations: only those ticked below
     assert ("decision", "approve") in form.buttons and ("decision", "deny") in form.buttons

@@ -103,7 +103,9 @@ def test_sign_in_and_consent_in_a_real_browser(server, chromium, app_server):
 
         page.wait_for_url(f"{server.url}/oauth/consent?**")
         assert "Authorize Compat Notebook" in page.locator("h1").inner_text()
-        assert "notebook.example" in page.content()
+        # Where the code goes, not the homepage the app claims.
+        assert "127.0.0.1" in page.locator("main").inner_text()
+        assert "notebook.example" not in page.content()
         fits_the_screen(page)
         page.check(f"input[name=org][value='{world.org_id}']")
         page.click("button:has-text('Authorize')")
