@@ -5,7 +5,7 @@ mod common;
 
 use common::browser::{field, http, location, param, Browser};
 
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use common::TestServer;
 use p256::ecdsa::signature::Verifier;
@@ -867,7 +867,6 @@ async fn apps_secrets_revocation_and_introspection() {
         keys.iter().all(|(k,)| k.starts_with("enc:")),
         "signing keys are sealed"
     );
-    let _ = STANDARD.encode("unused");
 }
 
 /// A second, independent relying party: the `openidconnect` crate discovers the provider, builds the
