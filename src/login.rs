@@ -168,6 +168,7 @@ pub async fn login(path: &Path, server: &str, scopes: &str) -> Result<()> {
         .request_async(&http, tokio::time::sleep, None)
         .await
         .map_err(|e| anyhow!("signing in: {e}"))?;
+    let _lock = lock(path)?;
     let mut creds = load(path)?;
     creds.servers.insert(key(server), saved_from(&token));
     save(path, &creds)?;
@@ -182,6 +183,9 @@ pub async fn login(path: &Path, server: &str, scopes: &str) -> Result<()> {
 /// A fresh access token for `server` from the kept refresh token, saved; `None` when there is nothing
 /// to refresh with.
 pub async fn refreshed(path: &Path, server: &str) -> Result<Option<Saved>> {
+    // One refresh at a time across processes: two consoles spending the same refresh token would look
+    // like a stolen one, and the server would end the grant.
+    let _lock = lock(path)?;
     let Some(current) = saved(path, server) else {
         return Ok(None);
     };
@@ -210,8 +214,26 @@ pub async fn refreshed(path: &Path, server: &str) -> Result<Option<Saved>> {
     Ok(Some(fresh))
 }
 
+/// An exclusive lock on the credentials (a file beside them), held until dropped.
+fn lock(path: &Path) -> Result<std::fs::File> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let lock_path = path.with_extension("json.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("opening {}", lock_path.display()))?;
+    file.lock()
+        .with_context(|| format!("locking {}", lock_path.display()))?;
+    Ok(file)
+}
+
 /// Revokes the server's kept tokens and forgets them.
 pub async fn logout(path: &Path, server: &str) -> Result<()> {
+    let _lock = lock(path)?;
     let mut creds = load(path)?;
     let Some(saved) = creds.servers.remove(&key(server)) else {
         println!("not signed in to {}", key(server));

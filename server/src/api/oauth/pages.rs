@@ -291,15 +291,17 @@ async fn authorize_with(
     params: Vec<(String, String)>,
 ) -> Response {
     let p = &s.oauth;
+    // Checked before any session is made: a refused request writes nothing.
+    let (mut req, app) = match code::validate(p, &params, "").await {
+        Ok(v) => v,
+        Err(Refusal::Page(text)) => return error_page(&text),
+        Err(Refusal::Redirect(url)) => return see_other(&url, None),
+    };
     let b = match browser(p, headers).await {
         Ok(b) => b,
         Err(e) => return oauth_error_page(e),
     };
-    let (req, app) = match code::validate(p, &params, &b.hash).await {
-        Ok(v) => v,
-        Err(Refusal::Page(text)) => return error_page(&text),
-        Err(Refusal::Redirect(url)) => return see_other(&url, b.set_cookie),
-    };
+    req.session = b.hash.clone();
     let result = async {
         // `prompt=login` asks for a sign-in even when this browser has one.
         let user = match req.prompts("login") {
