@@ -177,6 +177,18 @@ fn basic(headers: &HeaderMap) -> OAuthResult<Option<clients::Basic>> {
     )
 }
 
+/// The client of a form request: Basic credentials, else the form's `client_id` (a `client_secret`
+/// in the form is refused).
+async fn client_of(
+    p: &crate::oauth::Provider,
+    basic: Option<clients::Basic>,
+    form: &Form,
+    rule: SecretRule,
+) -> OAuthResult<clients::Client> {
+    let secret_in_form = form.get("client_secret").is_some();
+    clients::authenticate(p, basic, form.get("client_id"), secret_in_form, rule).await
+}
+
 /// A JSON answer that must never be cached.
 fn no_store_json<T: serde::Serialize>(body: &T) -> Response {
     let mut resp = Json(body).into_response();
@@ -204,15 +216,7 @@ async fn token_grant(
     p.issuer()?;
     let form = Form::parse_any(headers, body)?;
     let basic = basic(headers)?;
-    let client = |rule| {
-        clients::authenticate(
-            p,
-            basic.clone(),
-            form.get("client_id"),
-            form.get("client_secret").is_some(),
-            rule,
-        )
-    };
+    let client = |rule| client_of(p, basic.clone(), &form, rule);
     match form.need("grant_type")? {
         crate::oauth::GRANT_CODE => {
             let c = client(SecretRule::Required).await?;
@@ -283,14 +287,7 @@ async fn device_authorization(
     let result = async {
         p.issuer()?;
         let form = Form::parse(&body)?;
-        let c = clients::authenticate(
-            p,
-            basic(&headers)?,
-            form.get("client_id"),
-            form.get("client_secret").is_some(),
-            SecretRule::Optional,
-        )
-        .await?;
+        let c = client_of(p, basic(&headers)?, &form, SecretRule::Optional).await?;
         device::start(p, &c, form.get("scope")).await
     }
     .await;
@@ -347,14 +344,7 @@ async fn revoke(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> R
     let result = async {
         p.issuer()?;
         let form = Form::parse(&body)?;
-        let c = clients::authenticate(
-            p,
-            basic(&headers)?,
-            form.get("client_id"),
-            form.get("client_secret").is_some(),
-            SecretRule::Required,
-        )
-        .await?;
+        let c = client_of(p, basic(&headers)?, &form, SecretRule::Required).await?;
         tokens::revoke(p, &c, form.need("token")?).await?;
         Ok(serde_json::json!({}))
     }

@@ -521,13 +521,8 @@ async fn consent_page(
     RawQuery(q): RawQuery,
 ) -> Response {
     let p = &s.oauth;
-    let params: Vec<(String, String)> =
-        serde_urlencoded::from_str(q.as_deref().unwrap_or_default()).unwrap_or_default();
-    let id = params
-        .iter()
-        .find(|(k, _)| k == "request")
-        .map(|(_, v)| v.as_str())
-        .unwrap_or_default();
+    let id = query_param(q.as_deref(), "request");
+    let id = id.as_str();
     let result = async {
         let Some(b) = current(p, &headers).await? else {
             return Ok(forbidden());
@@ -557,22 +552,22 @@ async fn consent_page(
     result.unwrap_or_else(oauth_error_page)
 }
 
-fn chosen_orgs(body: &[u8]) -> Vec<String> {
-    serde_urlencoded::from_bytes::<Vec<(String, String)>>(body)
+/// One parameter of a page's query string (empty when absent or unreadable).
+fn query_param(query: Option<&str>, key: &str) -> String {
+    serde_urlencoded::from_str::<Vec<(String, String)>>(query.unwrap_or_default())
         .unwrap_or_default()
         .into_iter()
-        .filter(|(k, _)| k == "org")
+        .find(|(k, _)| k == key)
         .map(|(_, v)| v)
-        .take(100)
-        .collect()
+        .unwrap_or_default()
 }
 
-/// Forms that may repeat one field (`org`): the rest must still appear once.
+/// Forms that may repeat one field (`org`, at most 100 kept): the rest must still appear once.
 fn form_with_orgs(body: &[u8]) -> Option<(Form, Vec<String>)> {
     let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(body).ok()?;
-    let rest: Vec<(String, String)> = pairs.into_iter().filter(|(k, _)| k != "org").collect();
-    let encoded = serde_urlencoded::to_string(&rest).ok()?;
-    Some((Form::parse(encoded.as_bytes()).ok()?, chosen_orgs(body)))
+    let (orgs, rest): (Vec<_>, Vec<_>) = pairs.into_iter().partition(|(k, _)| k == "org");
+    let orgs = orgs.into_iter().map(|(_, v)| v).take(100).collect();
+    Some((Form::once_each(rest).ok()?, orgs))
 }
 
 async fn consent(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
@@ -610,13 +605,10 @@ pub async fn device_page(
     RawQuery(q): RawQuery,
 ) -> Response {
     let p = &s.oauth;
-    let params: Vec<(String, String)> =
-        serde_urlencoded::from_str(q.as_deref().unwrap_or_default()).unwrap_or_default();
-    let typed = params
-        .iter()
-        .find(|(k, _)| k == "user_code")
-        .map(|(_, v)| v.chars().take(32).collect::<String>())
-        .unwrap_or_default();
+    let typed: String = query_param(q.as_deref(), "user_code")
+        .chars()
+        .take(32)
+        .collect();
     let result = async {
         let b = browser(p, &headers).await?;
         let Some(user) = user_of(p, &b).await? else {
