@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sqlx::any::AnyPoolOptions;
 use sqlx::pool::PoolConnection;
-use sqlx::{Any, AnyConnection, AnyPool, Executor};
+use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor};
 
 use super::{Session, Store, StoreError, StoreResult};
 
@@ -128,6 +128,8 @@ pub struct SqlStore {
     /// SQLite's own wait (busy_timeout) sleeps in growing steps up to 100 ms, which under load turns
     /// a wait of microseconds into tens of milliseconds. Other processes still meet busy_timeout.
     writer: Arc<tokio::sync::Mutex<()>>,
+    /// On SQLite, the task that commits concurrent batches of writes together (see `batch`).
+    group: Arc<std::sync::OnceLock<super::batch::Group>>,
 }
 
 impl SqlStore {
@@ -137,13 +139,30 @@ impl SqlStore {
         let backend = url.backend();
         let options = AnyPoolOptions::new().min_connections(1);
         let options = match backend {
-            Backend::Sqlite => options.max_connections(8).after_connect(move |conn, _| {
-                Box::pin(async move {
-                    conn.execute(sqlite_pragmas(sync).as_str()).await?;
-                    Ok(())
-                })
-            }),
-            Backend::Postgres => options.max_connections(16),
+            // A connection to a local file cannot have gone away: no ping (one more hop to the
+            // connection's thread) before each use.
+            Backend::Sqlite => options
+                .test_before_acquire(false)
+                .max_connections(8)
+                .after_connect(move |conn, _| {
+                    Box::pin(async move {
+                        conn.execute(sqlite_pragmas(sync).as_str()).await?;
+                        Ok(())
+                    })
+                }),
+            // A restarted server leaves dead connections in the pool: one that sat idle for a
+            // second is pinged before use. Under load none has, and none pays a round trip more.
+            Backend::Postgres => options
+                .max_connections(16)
+                .test_before_acquire(false)
+                .before_acquire(|conn, meta| {
+                    Box::pin(async move {
+                        if meta.idle_for > std::time::Duration::from_secs(1) {
+                            conn.ping().await?;
+                        }
+                        Ok(true)
+                    })
+                }),
         };
         let pool = options
             .connect(&url.url())
@@ -153,6 +172,7 @@ impl SqlStore {
             pool,
             backend,
             writer: Arc::default(),
+            group: Arc::default(),
         };
         super::migrate::run(&store.pool, backend).await?;
         Ok(store)
@@ -160,6 +180,14 @@ impl SqlStore {
 
     pub(crate) fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    pub(crate) fn writer(&self) -> &Arc<tokio::sync::Mutex<()>> {
+        &self.writer
+    }
+
+    pub(crate) fn group(&self) -> &std::sync::OnceLock<super::batch::Group> {
+        &self.group
     }
 
     /// The one writer's turn, on SQLite (`None` on PostgreSQL, which has many writers).
