@@ -7,8 +7,13 @@ use sqlx::any::AnyArguments;
 use sqlx::query::Query;
 use sqlx::Any;
 
+use std::sync::Arc;
+
+use sqlx::AnyPool;
+use tokio::sync::{mpsc, oneshot};
+
 use super::sql::{Backend, SqlStore};
-use super::{Store, StoreResult};
+use super::{Store, StoreError, StoreResult};
 
 /// A value bound into a statement.
 #[derive(Debug, Clone)]
@@ -84,6 +89,14 @@ impl SqlStore {
     pub(crate) async fn write_batch(&self, stmts: Vec<Stmt>) -> StoreResult<()> {
         match self.backend() {
             Backend::Sqlite => self.sqlite_batch(stmts).await,
+            Backend::Postgres if stmts.len() > 1 && stmts.iter().all(|(s, _)| is_insert(s)) => {
+                // Inserts chained as one statement: one round trip, atomic like any statement.
+                let (sql, vals) = chained(stmts);
+                bind_all(sqlx::query(&sql), vals)
+                    .execute(self.pool())
+                    .await?;
+                Ok(())
+            }
             Backend::Postgres => {
                 let mut tx = self.pool().begin().await?;
                 for (sql, vals) in stmts {
@@ -94,25 +107,127 @@ impl SqlStore {
         }
     }
 
+    /// On SQLite, batches from concurrent requests are committed together: one transaction, one
+    /// round trip and one WAL append for all of them (group commit). Each caller still learns its
+    /// own outcome, and a batch is acknowledged only once its transaction has committed.
     async fn sqlite_batch(&self, stmts: Vec<Stmt>) -> StoreResult<()> {
-        let mut sql = String::from("BEGIN IMMEDIATE; ");
-        let mut vals = Vec::new();
-        for (s, v) in stmts {
-            sql.push_str(&renumber(s, vals.len()));
-            sql.push_str("; ");
-            vals.extend(v);
+        let group = self.group().get_or_init(|| Group::start(self));
+        let (done, outcome) = oneshot::channel();
+        match group.jobs.send(Job { stmts, done }) {
+            Ok(()) => outcome
+                .await
+                .unwrap_or_else(|_| Err(StoreError::Backend("the store is closing".into()))),
+            // The committer is gone (its runtime ended): commit this batch alone.
+            Err(mpsc::error::SendError(job)) => {
+                let _turn = self.writer_turn().await;
+                commit(self.pool(), &[&job], false).await
+            }
         }
-        sql.push_str("COMMIT");
-        let _turn = self.writer_turn().await;
-        let mut conn = self.pool().acquire().await?;
-        let done = bind_all(sqlx::query(&sql), vals).execute(&mut *conn).await;
-        if let Err(e) = done {
-            // A statement failed inside the transaction: end it before the connection goes back.
-            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-            return Err(e.into());
-        }
-        Ok(())
     }
+}
+
+fn is_insert(sql: &str) -> bool {
+    sql.trim_start().starts_with("INSERT ")
+}
+
+/// PostgreSQL: `WITH s0 AS (INSERT …), s1 AS (INSERT …) INSERT …`. The inserts cannot see each
+/// other's rows, but foreign keys are checked when the whole statement ends, so a token may name
+/// the grant inserted beside it.
+fn chained(stmts: Vec<Stmt>) -> (String, Vec<Val>) {
+    let mut sql = String::new();
+    let mut vals = Vec::new();
+    let last = stmts.len() - 1;
+    for (i, (s, v)) in stmts.into_iter().enumerate() {
+        let s = renumber(s, vals.len());
+        if i == last {
+            sql.push(' ');
+            sql.push_str(&s);
+        } else {
+            sql.push_str(if i == 0 { "WITH " } else { ", " });
+            sql.push_str(&format!("s{i} AS ({s})"));
+        }
+        vals.extend(v);
+    }
+    (sql, vals)
+}
+
+/// A caller's batch waiting for the committer.
+pub(crate) struct Job {
+    stmts: Vec<Stmt>,
+    done: oneshot::Sender<StoreResult<()>>,
+}
+
+/// The committer's queue.
+pub(crate) struct Group {
+    jobs: mpsc::UnboundedSender<Job>,
+}
+
+/// Most batches one transaction takes.
+const GROUP_MAX: usize = 32;
+
+impl Group {
+    fn start(store: &SqlStore) -> Group {
+        let (jobs, queue) = mpsc::unbounded_channel();
+        // The task holds the pool and the writer lock, not the queue's sender: it ends when the
+        // last handle of the store is dropped.
+        tokio::spawn(committer(
+            store.pool().clone(),
+            store.writer().clone(),
+            queue,
+        ));
+        Group { jobs }
+    }
+}
+
+async fn committer(
+    pool: AnyPool,
+    writer: Arc<tokio::sync::Mutex<()>>,
+    mut queue: mpsc::UnboundedReceiver<Job>,
+) {
+    let mut jobs = Vec::with_capacity(GROUP_MAX);
+    while queue.recv_many(&mut jobs, GROUP_MAX).await > 0 {
+        let turn = writer.lock().await;
+        let refs: Vec<&Job> = jobs.iter().collect();
+        let together = commit(&pool, &refs, refs.len() > 1).await;
+        let outcomes: Vec<StoreResult<()>> = match together {
+            Ok(()) => jobs.iter().map(|_| Ok(())).collect(),
+            Err(e) if jobs.len() == 1 => vec![Err(e)],
+            // One of them failed and took the others with it: each alone, for its own outcome.
+            Err(_) => {
+                let mut each = Vec::with_capacity(jobs.len());
+                for job in &jobs {
+                    each.push(commit(&pool, &[job], false).await);
+                }
+                each
+            }
+        };
+        drop(turn);
+        for (job, outcome) in jobs.drain(..).zip(outcomes) {
+            let _ = job.done.send(outcome);
+        }
+    }
+}
+
+/// Runs the jobs' statements as one transaction in one round trip. A combined statement text is
+/// seen once, so it is not kept among the connection's prepared statements.
+async fn commit(pool: &AnyPool, jobs: &[&Job], combined: bool) -> StoreResult<()> {
+    let mut sql = String::from("BEGIN IMMEDIATE; ");
+    let mut vals = Vec::new();
+    for (s, v) in jobs.iter().flat_map(|j| j.stmts.iter()) {
+        sql.push_str(&renumber(s, vals.len()));
+        sql.push_str("; ");
+        vals.extend(v.iter().cloned());
+    }
+    sql.push_str("COMMIT");
+    let mut conn = pool.acquire().await?;
+    let query = bind_all(sqlx::query(&sql), vals).persistent(!combined);
+    let done = query.execute(&mut *conn).await;
+    if let Err(e) = done {
+        // A statement failed inside the transaction: end it before the connection goes back.
+        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+        return Err(e.into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -191,6 +306,100 @@ mod tests {
         let mut read = store.read().await.unwrap();
         assert!(read.grant("g1").await.unwrap().is_some());
         assert!(read.token("h2").await.unwrap().is_some());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_batches_commit_together_and_fail_alone() {
+        use crate::model::account::AccountKind;
+        use crate::model::oauth::{Grant, GrantKind, TokenKind};
+        use crate::store::{IssueRecord, NewAccount, NewTokenRow, SqlStore, StoreUrl, Synchronous};
+        let dir = tempfile::tempdir().unwrap();
+        let url = StoreUrl::parse(&dir.path().join("g.db").display().to_string()).unwrap();
+        let store = SqlStore::open(&url, Synchronous::Normal).await.unwrap();
+        let now = chrono::Utc::now();
+        let mut unit = store.begin().await.unwrap();
+        let user = unit
+            .create_account(
+                NewAccount {
+                    kind: AccountKind::User,
+                    name: "u1".into(),
+                    fullname: "U".into(),
+                    email: None,
+                    is_admin: false,
+                },
+                now,
+            )
+            .await
+            .unwrap();
+        unit.commit().await.unwrap();
+        let grant = |i: usize| Grant {
+            id: format!("g{i}"),
+            app_id: Some("app".into()),
+            user_id: user.id.clone(),
+            kind: GrantKind::Code,
+            scopes: vec![],
+            org_ids: vec![],
+            personal: true,
+            nonce: None,
+            auth_time: now,
+            created_at: now,
+            revoked_at: None,
+        };
+        // 40 batches at once; number 7 repeats a token hash and must fail without the others.
+        let mut tasks = Vec::new();
+        for i in 0..40 {
+            let (store, grant) = (store.clone(), grant(i));
+            tasks.push(tokio::spawn(async move {
+                let hash = |n: usize| NewTokenRow {
+                    hash: format!("h{n}"),
+                    grant_id: grant.id.clone(),
+                    kind: TokenKind::Access,
+                    expires_at: now,
+                };
+                let tokens = if i == 7 {
+                    vec![hash(1000), hash(1000)]
+                } else {
+                    vec![hash(i)]
+                };
+                let rec = IssueRecord {
+                    grant: Some(&grant),
+                    tokens: &tokens,
+                    audit: None,
+                    now,
+                };
+                store.record_issue(&rec).await
+            }));
+        }
+        for (i, task) in tasks.into_iter().enumerate() {
+            let outcome = task.await.unwrap();
+            assert_eq!(outcome.is_err(), i == 7, "batch {i}: {outcome:?}");
+        }
+        let mut read = store.read().await.unwrap();
+        for i in 0..40 {
+            let stored = read.grant(&format!("g{i}")).await.unwrap();
+            assert_eq!(stored.is_some(), i != 7, "grant {i}");
+        }
+        assert!(read.token("h1000").await.unwrap().is_none());
+    }
+
+    #[test]
+    fn inserts_chain_into_one_statement() {
+        let stmts: Vec<Stmt> = vec![
+            ("INSERT INTO a (x) VALUES ($1)", vec![Val::Int(1)]),
+            (
+                "INSERT INTO b (x, y) VALUES ($1, $2)",
+                vec![Val::Int(2), Val::Int(3)],
+            ),
+            ("INSERT INTO c (x) VALUES ($1)", vec![Val::Int(4)]),
+        ];
+        let (sql, vals) = chained(stmts);
+        assert_eq!(
+            sql,
+            "WITH s0 AS (INSERT INTO a (x) VALUES ($1)), s1 AS (INSERT INTO b (x, y) VALUES ($2, $3)) \
+             INSERT INTO c (x) VALUES ($4)"
+        );
+        assert_eq!(vals.len(), 4);
+        assert!(!is_insert("UPDATE a SET x = 1"));
     }
 
     #[test]
