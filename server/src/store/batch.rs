@@ -234,15 +234,13 @@ async fn commit(pool: &AnyPool, jobs: &[&Job], combined: bool) -> StoreResult<()
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn a_failing_statement_leaves_nothing_and_the_connection_usable() {
+    /// A SQLite store in a temp dir with one user.
+    async fn store_with_user() -> (tempfile::TempDir, SqlStore, crate::model::account::Account) {
         use crate::model::account::AccountKind;
-        use crate::model::oauth::{Grant, GrantKind, TokenKind};
-        use crate::store::{IssueRecord, NewAccount, NewTokenRow, SqlStore, StoreUrl, Synchronous};
+        use crate::store::{NewAccount, StoreUrl, Synchronous};
         let dir = tempfile::tempdir().unwrap();
         let url = StoreUrl::parse(&dir.path().join("b.db").display().to_string()).unwrap();
         let store = SqlStore::open(&url, Synchronous::Normal).await.unwrap();
-        let now = chrono::Utc::now();
         let mut unit = store.begin().await.unwrap();
         let user = unit
             .create_account(
@@ -253,11 +251,20 @@ mod tests {
                     email: None,
                     is_admin: false,
                 },
-                now,
+                chrono::Utc::now(),
             )
             .await
             .unwrap();
         unit.commit().await.unwrap();
+        (dir, store, user)
+    }
+
+    #[tokio::test]
+    async fn a_failing_statement_leaves_nothing_and_the_connection_usable() {
+        use crate::model::oauth::{Grant, GrantKind, TokenKind};
+        use crate::store::{IssueRecord, NewTokenRow};
+        let (_dir, store, user) = store_with_user().await;
+        let now = chrono::Utc::now();
         let grant = Grant {
             id: "g1".into(),
             app_id: Some("app".into()),
@@ -310,28 +317,10 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_batches_commit_together_and_fail_alone() {
-        use crate::model::account::AccountKind;
         use crate::model::oauth::{Grant, GrantKind, TokenKind};
-        use crate::store::{IssueRecord, NewAccount, NewTokenRow, SqlStore, StoreUrl, Synchronous};
-        let dir = tempfile::tempdir().unwrap();
-        let url = StoreUrl::parse(&dir.path().join("g.db").display().to_string()).unwrap();
-        let store = SqlStore::open(&url, Synchronous::Normal).await.unwrap();
+        use crate::store::{IssueRecord, NewTokenRow};
+        let (_dir, store, user) = store_with_user().await;
         let now = chrono::Utc::now();
-        let mut unit = store.begin().await.unwrap();
-        let user = unit
-            .create_account(
-                NewAccount {
-                    kind: AccountKind::User,
-                    name: "u1".into(),
-                    fullname: "U".into(),
-                    email: None,
-                    is_admin: false,
-                },
-                now,
-            )
-            .await
-            .unwrap();
-        unit.commit().await.unwrap();
         let grant = |i: usize| Grant {
             id: format!("g{i}"),
             app_id: Some("app".into()),
