@@ -234,6 +234,26 @@ async fn commit(pool: &AnyPool, jobs: &[&Job], combined: bool) -> StoreResult<()
 mod tests {
     use super::*;
 
+    fn code_grant(
+        id: &str,
+        user_id: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> crate::model::oauth::Grant {
+        crate::model::oauth::Grant {
+            id: id.into(),
+            app_id: Some("app".into()),
+            user_id: user_id.into(),
+            kind: crate::model::oauth::GrantKind::Code,
+            scopes: vec![],
+            org_ids: vec![],
+            personal: true,
+            nonce: None,
+            auth_time: now,
+            created_at: now,
+            revoked_at: None,
+        }
+    }
+
     /// A SQLite store in a temp dir with one user.
     async fn store_with_user() -> (tempfile::TempDir, SqlStore, crate::model::account::Account) {
         use crate::model::account::AccountKind;
@@ -261,23 +281,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_failing_statement_leaves_nothing_and_the_connection_usable() {
-        use crate::model::oauth::{Grant, GrantKind, TokenKind};
+        use crate::model::oauth::TokenKind;
         use crate::store::{IssueRecord, NewTokenRow};
         let (_dir, store, user) = store_with_user().await;
         let now = chrono::Utc::now();
-        let grant = Grant {
-            id: "g1".into(),
-            app_id: Some("app".into()),
-            user_id: user.id,
-            kind: GrantKind::Code,
-            scopes: vec![],
-            org_ids: vec![],
-            personal: true,
-            nonce: None,
-            auth_time: now,
-            created_at: now,
-            revoked_at: None,
-        };
+        let grant = code_grant("g1", &user.id, now);
         let row = |hash: &str| NewTokenRow {
             hash: hash.into(),
             grant_id: "g1".into(),
@@ -317,23 +325,11 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_batches_commit_together_and_fail_alone() {
-        use crate::model::oauth::{Grant, GrantKind, TokenKind};
+        use crate::model::oauth::TokenKind;
         use crate::store::{IssueRecord, NewTokenRow};
         let (_dir, store, user) = store_with_user().await;
         let now = chrono::Utc::now();
-        let grant = |i: usize| Grant {
-            id: format!("g{i}"),
-            app_id: Some("app".into()),
-            user_id: user.id.clone(),
-            kind: GrantKind::Code,
-            scopes: vec![],
-            org_ids: vec![],
-            personal: true,
-            nonce: None,
-            auth_time: now,
-            created_at: now,
-            revoked_at: None,
-        };
+        let grant = |i: usize| code_grant(&format!("g{i}"), &user.id, now);
         // 40 batches at once; number 7 repeats a token hash and must fail without the others.
         let mut tasks = Vec::new();
         for i in 0..40 {
