@@ -3,13 +3,12 @@
 //! (the OAuth token endpoint's bottleneck); on PostgreSQL the statements run in an ordinary
 //! transaction. Each statement is written with its own `$1…$n`; they are renumbered when joined.
 
-use sqlx::any::AnyArguments;
-use sqlx::query::Query;
-use sqlx::Any;
-
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use sqlx::AnyPool;
+use sqlx::any::AnyArguments;
+use sqlx::query::Query;
+use sqlx::{Any, AnyPool};
 use tokio::sync::{mpsc, oneshot};
 
 use super::sql::{Backend, SqlStore};
@@ -89,7 +88,7 @@ impl SqlStore {
     pub(crate) async fn write_batch(&self, stmts: Vec<Stmt>) -> StoreResult<()> {
         match self.backend() {
             Backend::Sqlite => self.sqlite_batch(stmts).await,
-            Backend::Postgres if stmts.len() > 1 && stmts.iter().all(|(s, _)| is_insert(s)) => {
+            Backend::Postgres if stmts.iter().all(|(s, _)| is_insert(s)) => {
                 // Inserts chained as one statement: one round trip, atomic like any statement.
                 let (sql, vals) = chained(stmts);
                 bind_all(sqlx::query(&sql), vals)
@@ -120,7 +119,7 @@ impl SqlStore {
             // The committer is gone (its runtime ended): commit this batch alone.
             Err(mpsc::error::SendError(job)) => {
                 let _turn = self.writer_turn().await;
-                commit(self.pool(), &[&job], false).await
+                commit(self.pool(), job.stmts.iter(), true).await
             }
         }
     }
@@ -140,7 +139,9 @@ fn chained(stmts: Vec<Stmt>) -> (String, Vec<Val>) {
     for (i, (s, v)) in stmts.into_iter().enumerate() {
         let s = renumber(s, vals.len());
         if i == last {
-            sql.push(' ');
+            if i > 0 {
+                sql.push(' ');
+            }
             sql.push_str(&s);
         } else {
             sql.push_str(if i == 0 { "WITH " } else { ", " });
@@ -160,6 +161,10 @@ pub(crate) struct Job {
 /// The committer's queue.
 pub(crate) struct Group {
     jobs: mpsc::UnboundedSender<Job>,
+    /// Transactions the committer has committed (fewer than the batches when they were grouped);
+    /// the tests read it to see that batches were grouped.
+    #[cfg_attr(not(test), allow(dead_code))]
+    commits: Arc<AtomicUsize>,
 }
 
 /// Most batches one transaction takes.
@@ -168,14 +173,21 @@ const GROUP_MAX: usize = 32;
 impl Group {
     fn start(store: &SqlStore) -> Group {
         let (jobs, queue) = mpsc::unbounded_channel();
+        let commits = Arc::new(AtomicUsize::new(0));
         // The task holds the pool and the writer lock, not the queue's sender: it ends when the
         // last handle of the store is dropped.
         tokio::spawn(committer(
             store.pool().clone(),
             store.writer().clone(),
             queue,
+            commits.clone(),
         ));
-        Group { jobs }
+        Group { jobs, commits }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn commits(&self) -> usize {
+        self.commits.load(Ordering::Relaxed)
     }
 }
 
@@ -183,20 +195,25 @@ async fn committer(
     pool: AnyPool,
     writer: Arc<tokio::sync::Mutex<()>>,
     mut queue: mpsc::UnboundedReceiver<Job>,
+    commits: Arc<AtomicUsize>,
 ) {
     let mut jobs = Vec::with_capacity(GROUP_MAX);
     while queue.recv_many(&mut jobs, GROUP_MAX).await > 0 {
         let turn = writer.lock().await;
-        let refs: Vec<&Job> = jobs.iter().collect();
-        let together = commit(&pool, &refs, refs.len() > 1).await;
-        let outcomes: Vec<StoreResult<()>> = match together {
-            Ok(()) => jobs.iter().map(|_| Ok(())).collect(),
+        let all = jobs.iter().flat_map(|j| j.stmts.iter());
+        let outcomes: Vec<StoreResult<()>> = match commit(&pool, all, jobs.len() == 1).await {
+            Ok(()) => {
+                commits.fetch_add(1, Ordering::Relaxed);
+                jobs.iter().map(|_| Ok(())).collect()
+            }
             Err(e) if jobs.len() == 1 => vec![Err(e)],
             // One of them failed and took the others with it: each alone, for its own outcome.
             Err(_) => {
                 let mut each = Vec::with_capacity(jobs.len());
                 for job in &jobs {
-                    each.push(commit(&pool, &[job], false).await);
+                    let alone = commit(&pool, job.stmts.iter(), true).await;
+                    commits.fetch_add(usize::from(alone.is_ok()), Ordering::Relaxed);
+                    each.push(alone);
                 }
                 each
             }
@@ -208,19 +225,23 @@ async fn committer(
     }
 }
 
-/// Runs the jobs' statements as one transaction in one round trip. A combined statement text is
-/// seen once, so it is not kept among the connection's prepared statements.
-async fn commit(pool: &AnyPool, jobs: &[&Job], combined: bool) -> StoreResult<()> {
+/// Runs the statements as one transaction in one round trip. Only one caller's batch is kept among
+/// the connection's prepared statements: a text combining several is seen once.
+async fn commit(
+    pool: &AnyPool,
+    stmts: impl Iterator<Item = &Stmt>,
+    persistent: bool,
+) -> StoreResult<()> {
     let mut sql = String::from("BEGIN IMMEDIATE; ");
     let mut vals = Vec::new();
-    for (s, v) in jobs.iter().flat_map(|j| j.stmts.iter()) {
+    for (s, v) in stmts {
         sql.push_str(&renumber(s, vals.len()));
         sql.push_str("; ");
         vals.extend(v.iter().cloned());
     }
     sql.push_str("COMMIT");
     let mut conn = pool.acquire().await?;
-    let query = bind_all(sqlx::query(&sql), vals).persistent(!combined);
+    let query = bind_all(sqlx::query(&sql), vals).persistent(persistent);
     let done = query.execute(&mut *conn).await;
     if let Err(e) = done {
         // A statement failed inside the transaction: end it before the connection goes back.
@@ -330,6 +351,28 @@ mod tests {
         let (_dir, store, user) = store_with_user().await;
         let now = chrono::Utc::now();
         let grant = |i: usize| code_grant(&format!("g{i}"), &user.id, now);
+        // 40 good batches queued while the writer is busy: fewer transactions than batches.
+        let busy = store.writer().clone().lock_owned().await;
+        let mut tasks = Vec::new();
+        for i in 100..140 {
+            let (store, grant) = (store.clone(), grant(i));
+            tasks.push(tokio::spawn(async move {
+                let rec = IssueRecord {
+                    grant: Some(&grant),
+                    tokens: &[],
+                    audit: None,
+                    now,
+                };
+                store.record_issue(&rec).await
+            }));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        drop(busy);
+        for task in tasks {
+            task.await.unwrap().unwrap();
+        }
+        let commits = store.group().get().map(|g| g.commits()).unwrap_or(0);
+        assert!((1..40).contains(&commits), "{commits} transactions");
         // 40 batches at once; number 7 repeats a token hash and must fail without the others.
         let mut tasks = Vec::new();
         for i in 0..40 {
@@ -365,6 +408,7 @@ mod tests {
             assert_eq!(stored.is_some(), i != 7, "grant {i}");
         }
         assert!(read.token("h1000").await.unwrap().is_none());
+        assert!(read.grant("g139").await.unwrap().is_some());
     }
 
     #[test]
@@ -384,6 +428,8 @@ mod tests {
              INSERT INTO c (x) VALUES ($4)"
         );
         assert_eq!(vals.len(), 4);
+        let (one, _) = chained(vec![("INSERT INTO a (x) VALUES ($1)", vec![Val::Int(1)])]);
+        assert_eq!(one, "INSERT INTO a (x) VALUES ($1)");
         assert!(!is_insert("UPDATE a SET x = 1"));
     }
 
