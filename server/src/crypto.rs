@@ -16,7 +16,7 @@ pub const TOKEN_PREFIX: &str = "sy_";
 /// Prefix of an encrypted value, naming the scheme so keys and schemes can rotate later.
 const SEALED_PREFIX: &str = "enc:v1:";
 
-fn random_bytes<const N: usize>() -> [u8; N] {
+pub fn random_bytes<const N: usize>() -> [u8; N] {
     let mut b = [0u8; N];
     rand::rng().fill_bytes(&mut b);
     b

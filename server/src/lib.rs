@@ -36,6 +36,7 @@ pub mod routing;
 pub mod runtime;
 pub mod services;
 pub mod store;
+pub mod webhooks;
 
 pub use app::{Application, Services};
 pub use config::Config;

@@ -1,0 +1,4 @@
+//! Webhooks: signatures (Standard Webhooks), the delivery workers that drain the outbox's deliveries,
+//! and the receiving server.
+
+pub mod signature;
