@@ -86,6 +86,7 @@ pub fn check(config: &Config) -> Result<Checked, StartError> {
     config.proxy.trusted_cidrs().map_err(StartError)?;
     crate::outbound::Outbound::builder(&config.outbound).map_err(StartError)?;
     config.oauth.check_ci_issuers().map_err(StartError)?;
+    config.webhooks.settings().map_err(StartError)?;
     let data_dir = config.data_dir().map_err(|e| StartError(e.to_string()))?;
     let store_url = config.store_url().map_err(|e| StartError(e.to_string()))?;
     let key_file = config.key_file().map_err(|e| StartError(e.to_string()))?;
@@ -225,8 +226,10 @@ impl Services {
             quotas: config.quotas,
             revocations: Default::default(),
             public_host,
+            public_url: public_url.trim_end_matches('/').to_string(),
             on_change: Arc::new(move || kick.kick()),
             outbound: Arc::new(outbound),
+            activity: Arc::new(tokio::sync::watch::Sender::new(0)),
         };
         let oauth = Arc::new(crate::oauth::Provider::new(
             config.oauth.clone(),
@@ -336,6 +339,7 @@ pub struct Application {
     services: Services,
     provider: Arc<LocalProvider>,
     proxy: Proxy,
+    webhooks: crate::config::WebhookSettings,
 }
 
 /// Responses go out as soon as they are written: with Nagle's algorithm a response whose head and body
@@ -405,6 +409,7 @@ impl Application {
             services,
             provider: Arc::new(provider),
             proxy,
+            webhooks: config.webhooks.settings().map_err(StartError)?,
         })
     }
 
@@ -441,6 +446,7 @@ impl Application {
             services,
             provider,
             proxy,
+            webhooks,
         } = self;
         let state = services.state.clone();
         let runtime = state.runtime.clone();
@@ -470,6 +476,15 @@ impl Application {
             let _ = rx.wait_for(|s| *s).await;
         };
         tokio::spawn(state.oauth.clone().maintain(until_stopped(stop_rx.clone())));
+        let deliverer = crate::webhooks::deliver::Deliverer {
+            store: state.store.clone(),
+            outbound: state.outbound.clone(),
+            clock: state.clock.clone(),
+            secrets: state.secrets.clone(),
+            settings: webhooks,
+            activity: state.activity.clone(),
+        };
+        let delivering = tokio::spawn(deliverer.run(stop_rx.clone()));
         if let Some(l) = private_listener {
             let app = proxy::private_front(proxy.clone());
             let stop = until_stopped(stop_rx.clone());
@@ -510,6 +525,7 @@ impl Application {
         abort.send_replace(true);
         reconciler_stop.send_replace(true);
         let _ = reconciling.await;
+        let _ = delivering.await;
         services.store.close().await;
         served
     }

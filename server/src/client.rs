@@ -401,4 +401,115 @@ impl Client {
             .await
             .map(|_| ())
     }
+
+    /// The caller's webhooks and those of organizations it administers (a bare array).
+    pub async fn webhooks<T: DeserializeOwned>(&self) -> ClientResult<T> {
+        self.get("/api/settings/webhooks").await
+    }
+
+    /// `{"watched": [{"type", "name"}], "domains": […], "url", "secret"?, "owner"?}`; the answer
+    /// holds `webhook` and its `signingSecret`.
+    pub async fn create_webhook<T: DeserializeOwned>(&self, body: &Value) -> ClientResult<T> {
+        self.post("/api/settings/webhooks", body).await
+    }
+
+    /// `{"webhook": …}`.
+    pub async fn webhook<T: DeserializeOwned>(&self, id: &str) -> ClientResult<T> {
+        self.get(&format!("/api/settings/webhooks/{id}")).await
+    }
+
+    /// Changes what `body` names (an empty `watched` leaves it as it is).
+    pub async fn update_webhook<T: DeserializeOwned>(
+        &self,
+        id: &str,
+        body: &Value,
+    ) -> ClientResult<T> {
+        self.post(&format!("/api/settings/webhooks/{id}"), body)
+            .await
+    }
+
+    pub async fn set_webhook_enabled<T: DeserializeOwned>(
+        &self,
+        id: &str,
+        enabled: bool,
+    ) -> ClientResult<T> {
+        let action = if enabled { "enable" } else { "disable" };
+        self.post(
+            &format!("/api/settings/webhooks/{id}/{action}"),
+            &Value::Null,
+        )
+        .await
+    }
+
+    pub async fn delete_webhook(&self, id: &str) -> ClientResult<()> {
+        let path = format!("/api/settings/webhooks/{id}");
+        self.request::<Value>(Method::DELETE, &path, None)
+            .await
+            .map(|_| ())
+    }
+
+    /// Attempts, newest first: `after` a seq (to follow; with `wait` seconds the server holds the
+    /// request until one comes), at most `limit`.
+    pub async fn webhook_deliveries<T: DeserializeOwned>(
+        &self,
+        id: &str,
+        after: Option<i64>,
+        limit: Option<i64>,
+        wait: Option<u64>,
+    ) -> ClientResult<T> {
+        let mut q: Vec<(&str, String)> = Vec::new();
+        if let Some(a) = after {
+            q.push(("after", a.to_string()));
+        }
+        if let Some(l) = limit {
+            q.push(("limit", l.to_string()));
+        }
+        if let Some(w) = wait {
+            q.push(("wait", w.to_string()));
+        }
+        let q = serde_urlencoded::to_string(&q).unwrap_or_default();
+        self.get(&format!("/api/settings/webhooks/{id}/deliveries?{q}"))
+            .await
+    }
+
+    /// Sends one delivery again (`{"deliveryId"}` of the new one).
+    pub async fn replay_delivery<T: DeserializeOwned>(
+        &self,
+        id: &str,
+        delivery: &str,
+    ) -> ClientResult<T> {
+        let path = format!("/api/settings/webhooks/{id}/deliveries/{delivery}/replay");
+        self.post(&path, &Value::Null).await
+    }
+
+    /// Sends again every failed delivery since `since` (RFC 3339): `{"replayed": n}`.
+    pub async fn replay_failed<T: DeserializeOwned>(
+        &self,
+        id: &str,
+        since: &str,
+    ) -> ClientResult<T> {
+        let body = serde_json::json!({ "since": since });
+        self.post(&format!("/api/settings/webhooks/{id}/replay"), &body)
+            .await
+    }
+
+    /// `{"signingSecret"}`: the current one.
+    pub async fn webhook_signing_secret<T: DeserializeOwned>(&self, id: &str) -> ClientResult<T> {
+        self.get(&format!("/api/settings/webhooks/{id}/signing-secret"))
+            .await
+    }
+
+    /// A new signing secret; the old ones sign too for `grace_seconds` (default a day).
+    pub async fn rotate_webhook_secret<T: DeserializeOwned>(
+        &self,
+        id: &str,
+        grace_seconds: Option<i64>,
+    ) -> ClientResult<T> {
+        let body = match grace_seconds {
+            Some(g) => serde_json::json!({ "graceSeconds": g }),
+            None => serde_json::json!({}),
+        };
+        self.post(&format!("/api/settings/webhooks/{id}/rotate-secret"), &body)
+            .await
+    }
 }

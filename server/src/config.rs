@@ -26,6 +26,7 @@ pub struct Config {
     pub quotas: QuotaConfig,
     pub oauth: OAuthConfig,
     pub outbound: OutboundConfig,
+    pub webhooks: WebhooksConfig,
     pub log: LogConfig,
 }
 
@@ -422,6 +423,117 @@ impl OutboundConfig {
             })
             .collect()
     }
+}
+
+/// Webhook delivery: retries, timeouts, how hard one receiver may be pressed, how long activity is kept.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebhooksConfig {
+    /// Delays before each retry (so one attempt more than entries), each varied by ±20 %.
+    pub retry_schedule: Vec<String>,
+    /// For one attempt: connecting, sending and reading the answer.
+    pub timeout: String,
+    /// Attempts in flight to one webhook at a time.
+    pub concurrency: usize,
+    /// Attempts in flight in all, per server.
+    pub max_in_flight: usize,
+    /// Attempts per second to one webhook; 0: no limit.
+    pub rate_limit: u32,
+    /// Failures in a row that open a webhook's circuit breaker: its deliveries wait (no attempt is
+    /// spent) for `breaker_hold`, then one probe goes.
+    pub breaker_failures: u32,
+    pub breaker_hold: String,
+    /// A webhook failing without a success for this long, once a delivery runs out of attempts, is
+    /// disabled and its owner told.
+    pub disable_after: String,
+    /// Finished deliveries, their attempts and payloads are kept this long.
+    pub retention: String,
+    /// A worker's claim on a delivery; a worker that dies leaves it to another once it runs out.
+    pub lease: String,
+}
+
+impl Default for WebhooksConfig {
+    fn default() -> Self {
+        WebhooksConfig {
+            retry_schedule: ["5s", "5m", "30m", "2h", "5h", "10h", "10h"]
+                .map(String::from)
+                .to_vec(),
+            timeout: "15s".into(),
+            concurrency: 16,
+            max_in_flight: 512,
+            rate_limit: 0,
+            breaker_failures: 5,
+            breaker_hold: "30s".into(),
+            disable_after: "5d".into(),
+            retention: "30d".into(),
+            lease: "60s".into(),
+        }
+    }
+}
+
+/// [`WebhooksConfig`] with its spans parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebhookSettings {
+    pub retry_schedule: Vec<std::time::Duration>,
+    pub timeout: std::time::Duration,
+    pub concurrency: usize,
+    pub max_in_flight: usize,
+    pub rate_limit: u32,
+    pub breaker_failures: u32,
+    pub breaker_hold: std::time::Duration,
+    pub disable_after: std::time::Duration,
+    pub retention: std::time::Duration,
+    pub lease: std::time::Duration,
+}
+
+impl WebhooksConfig {
+    /// The settings parsed; start-up refuses a span that does not parse.
+    pub fn settings(&self) -> Result<WebhookSettings, String> {
+        let span = |key: &str, v: &str| parse_span(v).map_err(|e| format!("webhooks.{key}: {e}"));
+        let retry_schedule = self
+            .retry_schedule
+            .iter()
+            .map(|d| span("retry_schedule", d))
+            .collect::<Result<Vec<_>, _>>()?;
+        let settings = WebhookSettings {
+            retry_schedule,
+            timeout: span("timeout", &self.timeout)?,
+            concurrency: self.concurrency.max(1),
+            max_in_flight: self.max_in_flight.max(1),
+            rate_limit: self.rate_limit,
+            breaker_failures: self.breaker_failures.max(1),
+            breaker_hold: span("breaker_hold", &self.breaker_hold)?,
+            disable_after: span("disable_after", &self.disable_after)?,
+            retention: span("retention", &self.retention)?,
+            lease: span("lease", &self.lease)?,
+        };
+        if settings.lease <= settings.timeout {
+            return Err("webhooks.lease must be longer than webhooks.timeout".into());
+        }
+        Ok(settings)
+    }
+}
+
+/// A span such as `250ms`, `5s`, `30m`, `2h` or `5d`.
+pub fn parse_span(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let bad =
+        || format!("invalid span {s:?}: a number and a unit (ms, s, m, h, d), e.g. 5s or 30m");
+    let unit_at = t.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (num, unit) = t.split_at(unit_at);
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let ms = match unit {
+        "ms" => Some(1),
+        "s" => Some(1_000),
+        "m" => Some(60_000),
+        "h" => Some(3_600_000),
+        "d" => Some(86_400_000),
+        _ => None,
+    }
+    .and_then(|unit: u64| n.checked_mul(unit))
+    .filter(|ms| *ms > 0)
+    .ok_or_else(bad)?;
+    Ok(std::time::Duration::from_millis(ms))
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -74,8 +74,12 @@ pub struct FetchOptions {
     pub connect_timeout: Duration,
     /// For the whole request: resolving, connecting, sending, and reading the whole body.
     pub timeout: Duration,
-    /// The largest body read; a larger one (by `Content-Length` or as it streams) fails the request.
+    /// The largest body read; a larger one (by `Content-Length` or as it streams) fails the request,
+    /// unless `truncate`.
     pub max_bytes: usize,
+    /// Keep the first `max_bytes` of a larger body and stop reading, instead of failing (a webhook
+    /// attempt keeps the start of the answer whatever its size).
+    pub truncate: bool,
     /// Sent with the request (`Accept`, `Content-Type`, a webhook's signature, …).
     pub headers: HeaderMap,
 }
@@ -86,6 +90,7 @@ impl Default for FetchOptions {
             connect_timeout: Duration::from_secs(5),
             timeout: Duration::from_secs(10),
             max_bytes: 1024 * 1024,
+            truncate: false,
             headers: HeaderMap::new(),
         }
     }
@@ -266,7 +271,7 @@ impl Outbound {
         }
         let exchange = async {
             let response = request.send().await.map_err(|e| classify(e, &host, true))?;
-            read(response, &host, options.max_bytes).await
+            read(response, &host, options.max_bytes, options.truncate).await
         };
         tokio::time::timeout(options.timeout, exchange)
             .await
@@ -338,6 +343,7 @@ async fn read(
     mut response: reqwest::Response,
     host: &str,
     limit: usize,
+    truncate: bool,
 ) -> Result<Fetched, OutboundError> {
     let status = response.status();
     if status.is_redirection() {
@@ -357,17 +363,21 @@ async fn read(
         limit,
     };
     let declared = response.content_length();
-    if declared.is_some_and(|n| n > limit as u64) {
+    if !truncate && declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    let mut body = BytesMut::with_capacity(declared.map_or(0, |n| n as usize));
+    let mut body = BytesMut::with_capacity(declared.map_or(0, |n| (n as usize).min(limit)));
     while let Some(chunk) = response
         .chunk()
         .await
         .map_err(|e| classify(e, host, false))?
     {
         if body.len() + chunk.len() > limit {
-            return Err(too_large());
+            if !truncate {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk[..limit - body.len()]);
+            break;
         }
         body.extend_from_slice(&chunk);
     }

@@ -88,6 +88,7 @@ fn created(rec: &EndpointRecord) -> NewEvent {
         namespace: rec.namespace.clone(),
         subject: rec.spec.name.clone(),
         payload: json!({ "name": rec.spec.name }),
+        hook: None,
     }
 }
 

@@ -8,6 +8,7 @@ pub use crate::error;
 pub mod extract;
 pub mod oauth;
 pub mod openapi;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -62,6 +63,7 @@ pub fn router(state: AppState) -> Router {
         .merge(admin::router())
         .merge(oauth::router())
         .merge(openapi::router())
+        .merge(webhooks::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))

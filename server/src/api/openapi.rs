@@ -60,6 +60,18 @@ use super::AppState;
         super::oauth::publishers::list,
         super::oauth::publishers::create,
         super::oauth::publishers::remove,
+        super::webhooks::list,
+        super::webhooks::create,
+        super::webhooks::get_one,
+        super::webhooks::update,
+        super::webhooks::remove,
+        super::webhooks::enable,
+        super::webhooks::disable,
+        super::webhooks::deliveries,
+        super::webhooks::replay,
+        super::webhooks::replay_failed,
+        super::webhooks::signing_secret,
+        super::webhooks::rotate,
     ),
     modifiers(&BearerAuth),
     tags(
@@ -68,6 +80,7 @@ use super::AppState;
         (name = "accounts", description = "The caller's account"),
         (name = "admin", description = "Instance administration"),
         (name = "oauth", description = "OAuth apps, trusted publishers for keyless sign-in from CI, and organizations' audit logs (the provider itself: /.well-known/openid-configuration)"),
+        (name = "webhooks", description = "Webhooks (huggingface_hub compatible): watched changes POSTed to a URL, with their activity, replays and signing secrets"),
     )
 )]
 pub struct ApiDoc;

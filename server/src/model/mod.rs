@@ -26,6 +26,7 @@ pub mod repo;
 pub mod status;
 mod strict;
 pub mod update;
+pub mod webhook;
 pub mod wire;
 
 pub use cidr::{Cidr, CidrError};

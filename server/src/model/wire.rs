@@ -107,6 +107,34 @@ pub mod rfc3339_z {
             .map(|t| t.with_timezone(&Utc))
             .map_err(serde::de::Error::custom)
     }
+
+    /// The same for an optional timestamp (null when absent).
+    pub mod option {
+        use chrono::{DateTime, Utc};
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        pub fn serialize<S: Serializer>(
+            t: &Option<DateTime<Utc>>,
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
+            match t {
+                Some(t) => super::serialize(t, s),
+                None => s.serialize_none(),
+            }
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<DateTime<Utc>>, D::Error> {
+            Option::<String>::deserialize(d)?
+                .map(|text| {
+                    DateTime::parse_from_rfc3339(&text)
+                        .map(|t| t.with_timezone(&Utc))
+                        .map_err(serde::de::Error::custom)
+                })
+                .transpose()
+        }
+    }
 }
 
 #[cfg(test)]

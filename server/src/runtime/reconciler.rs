@@ -414,7 +414,13 @@ impl Reconciler {
         next.ready_replica = o.ready;
         next.target_replica = o.target;
         next.updated_at = self.clock.now();
-        match crate::services::endpoints::write_status(self.store.as_ref(), rec.state, &next).await
+        match crate::services::endpoints::write_status(
+            self.store.as_ref(),
+            rec.state,
+            &next,
+            &self.handle.public_url,
+        )
+        .await
         {
             Ok(written) => {
                 if rec.state != o.state {

@@ -334,7 +334,8 @@ pub async fn delete_account(
     let mut unit = ctx.store.begin().await?;
     let account = existing(unit.as_mut(), name, kind).await?;
     keep_an_admin(unit.as_mut(), &account).await?;
-    let endpoints = super::endpoints::delete_all_in(unit.as_mut(), name, now).await?;
+    let endpoints =
+        super::endpoints::delete_all_in(unit.as_mut(), name, now, &ctx.public_url).await?;
     // A later account of the same name starts from the defaults, not from this one's quota.
     unit.set_namespace_quota(name, Default::default(), now)
         .await?;

@@ -12,6 +12,7 @@ use crate::auth::Principal;
 use crate::deploy::{apply_config, base_spec, derive_name, name_prefix, Plan};
 use crate::model::catalog::CatalogEntry;
 use crate::model::event::EventKind;
+use crate::model::webhook::repo_payloads;
 use crate::model::{EndpointSpec, Issue};
 use crate::store::{EndpointRecord, NewEvent, Session, StoreError};
 
@@ -81,13 +82,32 @@ fn owner(repo_id: &str) -> String {
     repo_id.split('/').next().unwrap_or(repo_id).to_string()
 }
 
-fn item_event(kind: EventKind, entry: &CatalogEntry, previous: Option<&CatalogEntry>) -> NewEvent {
-    NewEvent {
-        kind,
-        namespace: owner(&entry.repo_id),
-        subject: entry.repo_id.clone(),
-        payload: json!({ "repoId": entry.repo_id, "item": entry, "previous": previous }),
-    }
+/// The events of a catalog change: one per payload webhooks get for it (see
+/// [`repo_payloads`]; links under `base`, the public URL); with no `base`, one event no webhook hears.
+fn item_events(
+    kind: EventKind,
+    entry: &CatalogEntry,
+    previous: Option<&CatalogEntry>,
+    base: Option<&str>,
+) -> Vec<NewEvent> {
+    let payload = json!({ "repoId": entry.repo_id, "item": entry, "previous": previous });
+    let hooks = match base {
+        Some(base) => repo_payloads(kind, entry, previous, base)
+            .into_iter()
+            .map(Some)
+            .collect(),
+        None => vec![None],
+    };
+    hooks
+        .into_iter()
+        .map(|hook| NewEvent {
+            kind,
+            namespace: owner(&entry.repo_id),
+            subject: entry.repo_id.clone(),
+            payload: payload.clone(),
+            hook,
+        })
+        .collect()
 }
 
 /// Adds an item, or replaces the one with the same repo id; true when it was added.
@@ -110,8 +130,9 @@ pub async fn put_item(ctx: &Context, entry: &CatalogEntry) -> Result<bool> {
         EventKind::RepoUpdated
     };
     if previous.as_ref() != Some(entry) {
-        unit.append_event(item_event(kind, entry, previous.as_ref()), now)
-            .await?;
+        for event in item_events(kind, entry, previous.as_ref(), Some(&ctx.public_url)) {
+            unit.append_event(event, now).await?;
+        }
     }
     unit.commit().await?;
     reload(ctx).await;
@@ -127,8 +148,9 @@ pub async fn delete_item(ctx: &Context, repo_id: &str) -> Result<()> {
         .await?
         .ok_or_else(|| Error::NotFound(format!("no catalog item {repo_id:?}")))?;
     unit.delete_catalog_entry(repo_id).await?;
-    unit.append_event(item_event(EventKind::RepoDeleted, &entry, None), now)
-        .await?;
+    for event in item_events(EventKind::RepoDeleted, &entry, None, Some(&ctx.public_url)) {
+        unit.append_event(event, now).await?;
+    }
     unit.commit().await?;
     reload(ctx).await;
     Ok(())
@@ -154,8 +176,10 @@ pub async fn seed_once(
     }
     for entry in seed {
         unit.put_catalog_entry(entry, now).await?;
-        unit.append_event(item_event(EventKind::RepoCreated, entry, None), now)
-            .await?;
+        // No webhook exists yet when the seed goes in.
+        for event in item_events(EventKind::RepoCreated, entry, None, None) {
+            unit.append_event(event, now).await?;
+        }
     }
     unit.commit().await?;
     Ok(true)

@@ -51,9 +51,12 @@ fn actor(who: &Principal) -> Actor {
     }
 }
 
-/// An endpoint event: the endpoint as the API shows it (secrets redacted), plus `extra`.
-fn event(kind: EventKind, rec: &EndpointRecord, extra: Value) -> NewEvent {
-    let mut payload = json!({ "endpoint": render(rec) });
+/// An endpoint event: the endpoint as the API shows it (secrets redacted), plus `extra`; webhooks get
+/// it in the hub's payload form, with links under `base` (the server's public URL).
+fn event(kind: EventKind, rec: &EndpointRecord, extra: Value, base: &str) -> NewEvent {
+    let endpoint = serde_json::to_value(render(rec)).unwrap_or_default();
+    let hook = crate::model::webhook::endpoint_payload(kind, &endpoint, &extra, base);
+    let mut payload = json!({ "endpoint": endpoint });
     if let (Some(p), Value::Object(extra)) = (payload.as_object_mut(), extra) {
         p.extend(extra);
     }
@@ -62,11 +65,12 @@ fn event(kind: EventKind, rec: &EndpointRecord, extra: Value) -> NewEvent {
         namespace: rec.namespace.clone(),
         subject: rec.spec.name.clone(),
         payload,
+        hook: Some(hook),
     }
 }
 
 /// The state-change event, when `before` and `after` differ in state.
-fn status_event(before: EndpointState, after: &EndpointRecord) -> Option<NewEvent> {
+fn status_event(before: EndpointState, after: &EndpointRecord, base: &str) -> Option<NewEvent> {
     (before != after.state).then(|| {
         event(
             EventKind::EndpointStatus,
@@ -76,6 +80,7 @@ fn status_event(before: EndpointState, after: &EndpointRecord) -> Option<NewEven
                 "state": after.state.as_str(),
                 "message": after.message,
             }),
+            base,
         )
     })
 }
@@ -147,8 +152,11 @@ pub async fn insert_new(
     let mut unit = ctx.store.begin().await?;
     super::quotas::check(unit.as_mut(), ctx, namespace, None, &rec.spec).await?;
     unit.insert_endpoint(&rec).await?;
-    unit.append_event(event(EventKind::EndpointCreated, &rec, json!({})), now)
-        .await?;
+    unit.append_event(
+        event(EventKind::EndpointCreated, &rec, json!({}), &ctx.public_url),
+        now,
+    )
+    .await?;
     unit.commit().await?;
     // However it was created (through the API or a deploy from the catalog), the runtime starts on it now.
     (ctx.on_change)();
@@ -241,7 +249,7 @@ pub async fn delete(ctx: &Context, who: &Principal, namespace: &str, name: &str)
         .ok_or_else(|| not_found(namespace, name))?;
     unit.delete_endpoint(namespace, name).await?;
     unit.append_event(
-        event(EventKind::EndpointDeleted, &rec, json!({})),
+        event(EventKind::EndpointDeleted, &rec, json!({}), &ctx.public_url),
         ctx.clock.now(),
     )
     .await?;
@@ -257,11 +265,12 @@ pub(super) async fn delete_all_in(
     unit: &mut dyn Session,
     namespace: &str,
     now: chrono::DateTime<chrono::Utc>,
+    base: &str,
 ) -> StoreResult<usize> {
     let all = unit.endpoints_in(namespace).await?;
     for rec in &all {
         unit.delete_endpoint(namespace, &rec.spec.name).await?;
-        unit.append_event(event(EventKind::EndpointDeleted, rec, json!({})), now)
+        unit.append_event(event(EventKind::EndpointDeleted, rec, json!({}), base), now)
             .await?;
     }
     Ok(all.len())
@@ -299,12 +308,17 @@ where
         };
         if saved.spec != before.spec {
             unit.append_event(
-                event(EventKind::EndpointUpdated, &saved, json!({})),
+                event(
+                    EventKind::EndpointUpdated,
+                    &saved,
+                    json!({}),
+                    &ctx.public_url,
+                ),
                 rec.updated_at,
             )
             .await?;
         }
-        if let Some(ev) = status_event(before.state, &saved) {
+        if let Some(ev) = status_event(before.state, &saved, &ctx.public_url) {
             unit.append_event(ev, rec.updated_at).await?;
         }
         unit.commit().await?;
@@ -315,15 +329,17 @@ where
 }
 
 /// The runtime's write of an endpoint's status (`next` carries the version it read), with the
-/// state-change event when the state moved. `Stale` when the endpoint changed since it was read.
+/// state-change event when the state moved (links in its payload under `base`, the public URL).
+/// `Stale` when the endpoint changed since it was read.
 pub async fn write_status(
     store: &dyn Store,
     before: EndpointState,
     next: &EndpointRecord,
+    base: &str,
 ) -> StoreResult<EndpointRecord> {
     let mut unit: Box<dyn Session> = store.begin().await?;
     let saved = unit.update_endpoint(next).await?;
-    if let Some(ev) = status_event(before, &saved) {
+    if let Some(ev) = status_event(before, &saved, base) {
         unit.append_event(ev, saved.updated_at).await?;
     }
     unit.commit().await?;

@@ -10,6 +10,7 @@ pub mod endpoints;
 mod policy;
 pub mod publishers;
 pub mod quotas;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -36,6 +37,8 @@ pub struct Context {
     pub quotas: QuotaConfig,
     /// The server's own host (bare): no endpoint's custom domain may take it.
     pub public_host: String,
+    /// The server's public base URL (no trailing slash): links in webhook payloads start here.
+    pub public_url: String,
     /// Bumped when a credential loses rights, so no cached answer outlives it.
     pub revocations: Arc<crate::auth::Revocations>,
     /// Called after an endpoint change commits, so the runtime acts on it at once.
@@ -43,6 +46,8 @@ pub struct Context {
     /// Every request to the outside goes through it (client metadata documents, CI issuers' keys,
     /// webhooks), so none reaches a special-use address that `[outbound] allow` does not list.
     pub outbound: Arc<crate::outbound::Outbound>,
+    /// Bumped each time a delivery attempt is recorded: the activity view's followers wait on it.
+    pub activity: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -19,6 +19,7 @@ use super::{Store, StoreError, StoreResult};
 pub(crate) enum Val {
     Text(Option<String>),
     Int(i64),
+    OptInt(Option<i64>),
 }
 
 impl From<&str> for Val {
@@ -56,6 +57,7 @@ pub(crate) fn bind_all<'q>(
         q = match v {
             Val::Text(t) => q.bind(t),
             Val::Int(n) => q.bind(n),
+            Val::OptInt(n) => q.bind(n),
         };
     }
     q

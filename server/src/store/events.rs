@@ -19,6 +19,9 @@ pub struct NewEvent {
     /// What changed: an endpoint's name, a catalog item's repo id.
     pub subject: String,
     pub payload: serde_json::Value,
+    /// What webhooks are sent (the hub's payload v3, but for `id` and `webhook`); `None`: no
+    /// webhook hears of it.
+    pub hook: Option<serde_json::Value>,
 }
 
 /// An event as stored: `seq` orders the outbox; `id` is stable for consumers.
@@ -62,9 +65,18 @@ impl EventStore for SqlSession {
     async fn append_event(&mut self, event: NewEvent, now: DateTime<Utc>) -> StoreResult<Event> {
         let id = random_id();
         let payload = serde_json::to_string(&event.payload).map_err(json_err)?;
+        let hook = match &event.hook {
+            Some(serde_json::Value::Object(fields)) => {
+                let mut with_id = serde_json::Map::with_capacity(fields.len() + 1);
+                with_id.insert("id".into(), serde_json::Value::String(id.clone()));
+                with_id.extend(fields.clone());
+                Some(serde_json::to_string(&with_id).map_err(json_err)?)
+            }
+            _ => None,
+        };
         let seq: i64 = sqlx::query_scalar(
-            "INSERT INTO events (id, kind, namespace, subject, payload, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) RETURNING seq",
+            "INSERT INTO events (id, kind, namespace, subject, payload, created_at, hook_payload) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING seq",
         )
         .bind(&id)
         .bind(event.kind.as_str())
@@ -72,8 +84,15 @@ impl EventStore for SqlSession {
         .bind(&event.subject)
         .bind(payload)
         .bind(ts(now))
+        .bind(&hook)
         .fetch_one(self.db())
         .await?;
+        if hook.is_some() {
+            let domain = crate::model::webhook::Domain::of(event.kind);
+            self.fan_out(&id, seq, domain, &event.namespace, &event.subject, now)
+                .await?;
+            self.queued = true;
+        }
         Ok(Event {
             seq,
             id,

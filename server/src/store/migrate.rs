@@ -39,6 +39,11 @@ const SQLITE: &[Migration] = &[
         name: "trusted publishers",
         sql: include_str!("../../migrations/sqlite/0005_trusted_publishers.sql"),
     },
+    Migration {
+        version: 6,
+        name: "webhooks",
+        sql: include_str!("../../migrations/sqlite/0006_webhooks.sql"),
+    },
 ];
 
 const POSTGRES: &[Migration] = &[
@@ -56,6 +61,11 @@ const POSTGRES: &[Migration] = &[
         version: 3,
         name: "trusted publishers",
         sql: include_str!("../../migrations/postgres/0003_trusted_publishers.sql"),
+    },
+    Migration {
+        version: 4,
+        name: "webhooks",
+        sql: include_str!("../../migrations/postgres/0004_webhooks.sql"),
     },
 ];
 

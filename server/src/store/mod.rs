@@ -19,6 +19,7 @@ mod oauth;
 mod publishers;
 mod quotas;
 mod sql;
+mod webhooks;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -34,6 +35,7 @@ pub use oauth::{
 pub use publishers::PublisherStore;
 pub use quotas::{QuotaOverride, QuotaStore};
 pub use sql::{Backend, SqlStore, StoreUrl, Synchronous};
+pub use webhooks::{AttemptRecord, Claimed, DeliveryQueue, Outcome, WebhookRecord, WebhookStore};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -72,6 +74,7 @@ pub trait Session:
     + OAuthStore
     + PublisherStore
     + QuotaStore
+    + WebhookStore
     + Send
 {
     /// Makes the unit of work's writes durable and visible, all of them or none.
@@ -79,7 +82,7 @@ pub trait Session:
 }
 
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: DeliveryQueue + Send + Sync + 'static {
     /// A unit of work: writes through it commit together. On SQLite it holds the write lock from the
     /// start (so a read-then-write never fails to upgrade); on PostgreSQL it is a read-committed
     /// transaction, with versions and constraints guarding the rows it changes.

@@ -130,6 +130,8 @@ pub struct SqlStore {
     writer: Arc<tokio::sync::Mutex<()>>,
     /// On SQLite, the task that commits concurrent batches of writes together (see `batch`).
     group: Arc<std::sync::OnceLock<super::batch::Group>>,
+    /// Signalled when a unit of work that queued webhook deliveries commits.
+    outbox: Arc<tokio::sync::Notify>,
 }
 
 impl SqlStore {
@@ -173,6 +175,7 @@ impl SqlStore {
             backend,
             writer: Arc::default(),
             group: Arc::default(),
+            outbox: Arc::default(),
         };
         super::migrate::run(&store.pool, backend).await?;
         Ok(store)
@@ -188,6 +191,10 @@ impl SqlStore {
 
     pub(crate) fn group(&self) -> &std::sync::OnceLock<super::batch::Group> {
         &self.group
+    }
+
+    pub(crate) fn outbox_signal(&self) -> &tokio::sync::Notify {
+        &self.outbox
     }
 
     /// The one writer's turn, on SQLite (`None` on PostgreSQL, which has many writers).
@@ -232,6 +239,9 @@ pub struct SqlSession {
     /// A SQLite unit's turn as the writer, given back when the unit ends. Declared after `conn`, so
     /// the transaction ends (rolled back if not committed) before the next writer goes.
     _turn: Option<tokio::sync::OwnedMutexGuard<()>>,
+    /// Woken once the unit commits, when it queued deliveries (`queued`).
+    outbox: Arc<tokio::sync::Notify>,
+    pub(crate) queued: bool,
 }
 
 impl SqlSession {
@@ -246,10 +256,21 @@ impl SqlSession {
 #[async_trait]
 impl Session for SqlSession {
     async fn commit(self: Box<Self>) -> StoreResult<()> {
-        match self.conn {
-            Conn::Plain(_) => Ok(()),
-            Conn::Unit(t) => Ok(t.commit().await?),
+        let SqlSession {
+            conn,
+            outbox,
+            queued,
+            _turn,
+            ..
+        } = *self;
+        if let Conn::Unit(t) = conn {
+            t.commit().await?;
         }
+        drop(_turn);
+        if queued {
+            outbox.notify_one();
+        }
+        Ok(())
     }
 }
 
@@ -262,6 +283,8 @@ impl Store for SqlStore {
             conn: Conn::Unit(tx),
             backend: self.backend,
             _turn: turn,
+            outbox: self.outbox.clone(),
+            queued: false,
         }))
     }
 
@@ -270,6 +293,8 @@ impl Store for SqlStore {
             conn: Conn::Plain(self.pool.acquire().await?),
             backend: self.backend,
             _turn: None,
+            outbox: self.outbox.clone(),
+            queued: false,
         }))
     }
 

@@ -1,0 +1,504 @@
+//! Webhook management: a user manages their own webhooks and those of the organizations they
+//! administer, with the `webhooks` scope or an unrestricted token. The secret (`X-Webhook-Secret`) and
+//! the signing keys (Standard Webhooks, rotated with a grace period) are sealed at rest.
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::{Context, Error, Result};
+use crate::auth::Principal;
+use crate::crypto::random_id;
+use crate::model::account::{Account, AccountKind, Role, Scope};
+use crate::model::webhook::{
+    check_domains, check_secret, check_url_shape, check_watched, normalize_domains, AttemptOut,
+    Domain, WatchedKind, WebhookIn, WebhookOut, WebhookUpdate, MAX_PER_OWNER,
+};
+use crate::model::Issue;
+use crate::store::{AttemptRecord, Session, WebhookRecord};
+use crate::webhooks::signature::SigningKey;
+
+/// Signing keys one webhook keeps (the current one and those still in their grace period).
+const MAX_KEYS: usize = 10;
+/// The grace period of a rotated key when none is asked for.
+pub const DEFAULT_GRACE: Duration = Duration::hours(24);
+/// The longest grace period.
+pub const MAX_GRACE: Duration = Duration::days(7);
+
+/// A signing key as kept (sealed as a whole): its text form and when it stops signing.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyEntry {
+    pub secret: String,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// The keys that sign now, the current one first.
+pub fn signing_keys(entries: &[KeyEntry], now: DateTime<Utc>) -> Vec<SigningKey> {
+    entries
+        .iter()
+        .filter(|k| k.expires_at.is_none_or(|t| t > now))
+        .filter_map(|k| SigningKey::parse(&k.secret).ok())
+        .collect()
+}
+
+/// The sealed key list opened.
+pub fn open_keys(ctx: &Context, sealed: &str) -> Result<Vec<KeyEntry>> {
+    let text = ctx
+        .secrets
+        .open(sealed)
+        .map_err(|e| Error::Store(crate::store::StoreError::Backend(e.to_string())))?;
+    serde_json::from_str(&text)
+        .map_err(|e| Error::Store(crate::store::StoreError::Backend(e.to_string())))
+}
+
+fn seal_keys(ctx: &Context, keys: &[KeyEntry]) -> String {
+    ctx.secrets
+        .seal(&serde_json::to_string(keys).unwrap_or_else(|_| "[]".into()))
+}
+
+fn not_found(id: &str) -> Error {
+    Error::NotFound(format!("webhook {id:?} not found"))
+}
+
+/// Managing webhooks takes the `webhooks` scope or an unrestricted token.
+fn require_scope(who: &Principal) -> Result<()> {
+    match &who.scopes {
+        Some(scopes) if !scopes.contains(&Scope::Webhooks) => Err(Error::Forbidden(
+            "managing webhooks needs a token with the `webhooks` scope".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Whether the principal manages webhooks owned by `owner`: it is the user (with a token that reaches
+/// the user's own namespace), or an admin of the organization (with a token that reaches it).
+async fn manages(session: &mut dyn Session, who: &Principal, owner: &Account) -> Result<bool> {
+    if owner.id == who.account.id {
+        return Ok(who.personal);
+    }
+    Ok(owner.kind == AccountKind::Org
+        && who.reaches_org(&owner.name)
+        && session.role_in(&owner.name, &who.account.id).await? == Some(Role::Admin))
+}
+
+/// The webhook, when the principal manages it; 404 otherwise (another's webhook is not revealed).
+async fn managed(ctx: &Context, who: &Principal, id: &str) -> Result<WebhookRecord> {
+    require_scope(who)?;
+    let mut session = ctx.store.read().await?;
+    let rec = session.webhook(id).await?.ok_or_else(|| not_found(id))?;
+    let owner = session
+        .account_by_id(&rec.owner_id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    if manages(session.as_mut(), who, &owner).await? {
+        Ok(rec)
+    } else {
+        Err(not_found(id))
+    }
+}
+
+/// The response form: the secret opened, the signing keys never shown.
+pub fn render(ctx: &Context, rec: &WebhookRecord) -> WebhookOut {
+    WebhookOut {
+        id: rec.id.clone(),
+        url: rec.url.clone(),
+        watched: rec.watched.clone(),
+        domains: rec.domains.clone(),
+        secret: rec.secret.as_deref().and_then(|s| ctx.secrets.open(s).ok()),
+        disabled: rec.disabled,
+        job: None,
+        owner: rec.owner.clone(),
+        disabled_reason: rec.disabled_reason.clone(),
+        last_attempt: rec.last_attempt.clone(),
+        created_at: rec.created_at,
+        updated_at: rec.updated_at,
+    }
+}
+
+pub fn render_attempt(a: AttemptRecord) -> AttemptOut {
+    AttemptOut {
+        seq: a.seq,
+        delivery_id: a.delivery_id,
+        event_id: a.event_id,
+        event: a.event,
+        attempt: a.number,
+        at: a.started_at,
+        status_code: a.status_code,
+        duration_ms: a.duration_ms,
+        error_class: a.error_class,
+        error: a.error,
+        response: a.response,
+        next_attempt_at: a.next_attempt_at,
+        manual: a.manual,
+        state: a.state,
+    }
+}
+
+/// The webhooks the principal manages.
+pub async fn list(ctx: &Context, who: &Principal) -> Result<Vec<WebhookOut>> {
+    require_scope(who)?;
+    let mut session = ctx.store.read().await?;
+    let all = session.webhooks_managed_by(&who.account.id).await?;
+    let mut out = Vec::with_capacity(all.len());
+    for rec in all {
+        let owner = session.account_by_id(&rec.owner_id).await?;
+        if let Some(owner) = owner {
+            if manages(session.as_mut(), who, &owner).await? {
+                out.push(render(ctx, &rec));
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub async fn get(ctx: &Context, who: &Principal, id: &str) -> Result<WebhookOut> {
+    Ok(render(ctx, &managed(ctx, who, id).await?))
+}
+
+/// Refuses what Switchyard does not do: jobs instead of a URL.
+fn no_jobs(job: bool) -> Result<()> {
+    match job {
+        true => Err(Error::BadRequest(
+            "Switchyard runs no jobs: give the webhook a `url`".into(),
+        )),
+        false => Ok(()),
+    }
+}
+
+/// Checks what a webhook will hold: shapes, a URL the outbound guard can ever fetch, watched
+/// accounts that exist with that kind, and (for endpoint events) namespaces the owner may see.
+async fn check(
+    ctx: &Context,
+    session: &mut dyn Session,
+    owner: &Account,
+    rec: &WebhookRecord,
+    secret: Option<&str>,
+) -> Result<()> {
+    let mut issues = Vec::new();
+    check_watched(&rec.watched, &mut issues);
+    check_domains(&rec.domains, &mut issues);
+    check_url_shape(&rec.url, &mut issues);
+    if let Some(secret) = secret {
+        check_secret(secret, &mut issues);
+    }
+    if let Err(e) = ctx.outbound.check_url_static(&rec.url) {
+        issues.push(Issue::new(
+            "url",
+            format!("{e}; webhooks are never sent there"),
+        ));
+    }
+    for (i, w) in rec.watched.iter().enumerate() {
+        let kind = match w.kind {
+            WatchedKind::User => AccountKind::User,
+            WatchedKind::Org => AccountKind::Org,
+            _ => continue,
+        };
+        let path = format!("watched[{i}].name");
+        let account = session.account_by_name(&w.name).await?;
+        match account {
+            Some(a) if a.kind == kind => {
+                if rec.domains.contains(&Domain::Endpoint)
+                    && !sees_endpoints(session, owner, &a).await?
+                {
+                    issues.push(Issue::new(
+                        path,
+                        format!(
+                            "the endpoints of {:?} are not visible to {:?}, so their events cannot be watched",
+                            w.name, owner.name
+                        ),
+                    ));
+                }
+            }
+            _ => issues.push(Issue::new(
+                path,
+                format!("no {} named {:?}", w.kind.as_str(), w.name),
+            )),
+        }
+    }
+    match issues.is_empty() {
+        true => Ok(()),
+        false => Err(Error::Invalid(issues)),
+    }
+}
+
+/// As the outbox's fan-out decides: the namespace itself, or an organization the owner belongs to.
+async fn sees_endpoints(session: &mut dyn Session, owner: &Account, ns: &Account) -> Result<bool> {
+    Ok(owner.id == ns.id
+        || (ns.kind == AccountKind::Org && session.role_in(&ns.name, &owner.id).await?.is_some()))
+}
+
+/// Creates a webhook; returns it and its first signing secret (`whsec_…`).
+pub async fn create(
+    ctx: &Context,
+    who: &Principal,
+    body: WebhookIn,
+) -> Result<(WebhookOut, String)> {
+    require_scope(who)?;
+    no_jobs(body.job_source_id.is_some() || body.job.is_some())?;
+    let url = body
+        .url
+        .ok_or_else(|| Error::Invalid(vec![Issue::new("url", "a webhook needs a url")]))?;
+    let now = ctx.clock.now();
+    let mut unit = ctx.store.begin().await?;
+    let owner = match &body.owner {
+        None => who.account.clone(),
+        Some(name) => unit
+            .account_by_name(name)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("no user or organization named {name:?}")))?,
+    };
+    if !manages(unit.as_mut(), who, &owner).await? {
+        return Err(Error::Forbidden(format!(
+            "you may not create webhooks for {:?} (needs being it or an admin of the organization)",
+            owner.name
+        )));
+    }
+    if unit.count_webhooks_of(&owner.id).await? >= MAX_PER_OWNER as i64 {
+        return Err(Error::Conflict(format!(
+            "{:?} already has {MAX_PER_OWNER} webhooks, the most one owner may have",
+            owner.name
+        )));
+    }
+    let signing = SigningKey::generate();
+    let rec = WebhookRecord {
+        id: random_id(),
+        owner_id: owner.id.clone(),
+        owner: owner.name.clone(),
+        url,
+        watched: body.watched,
+        domains: normalize_domains(body.domains.unwrap_or_else(|| vec![Domain::Repo])),
+        secret: body
+            .secret
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .map(|s| ctx.secrets.seal(s)),
+        signing_keys: seal_keys(
+            ctx,
+            &[KeyEntry {
+                secret: signing.clone(),
+                expires_at: None,
+            }],
+        ),
+        disabled: false,
+        disabled_reason: None,
+        held_until: None,
+        failing_since: None,
+        created_by: who.account.id.clone(),
+        created_at: now,
+        updated_at: now,
+        last_attempt: None,
+    };
+    check(ctx, unit.as_mut(), &owner, &rec, body.secret.as_deref()).await?;
+    unit.create_webhook(&rec).await?;
+    unit.commit().await?;
+    tracing::info!(webhook = %rec.id, owner = %owner.name, by = %who.account.name, "webhook created");
+    Ok((render(ctx, &rec), signing))
+}
+
+pub async fn update(
+    ctx: &Context,
+    who: &Principal,
+    id: &str,
+    body: WebhookUpdate,
+) -> Result<WebhookOut> {
+    no_jobs(body.job_source_id.is_some() || body.secrets.is_some())?;
+    let mut rec = managed(ctx, who, id).await?;
+    let mut unit = ctx.store.begin().await?;
+    let owner = unit
+        .account_by_id(&rec.owner_id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    if !body.watched.is_empty() {
+        rec.watched = body.watched;
+    }
+    if let Some(domains) = body.domains {
+        rec.domains = normalize_domains(domains);
+    }
+    if let Some(url) = body.url {
+        rec.url = url;
+    }
+    let secret = body.secret.as_deref();
+    if let Some(secret) = secret {
+        rec.secret = (!secret.is_empty()).then(|| ctx.secrets.seal(secret));
+    }
+    check(
+        ctx,
+        unit.as_mut(),
+        &owner,
+        &rec,
+        secret.filter(|s| !s.is_empty()),
+    )
+    .await?;
+    rec.updated_at = ctx.clock.now();
+    unit.update_webhook(&rec).await?;
+    unit.commit().await?;
+    tracing::info!(webhook = %id, by = %who.account.name, "webhook updated");
+    get(ctx, who, id).await
+}
+
+/// Enables or disables; disabling cancels the pending deliveries (a replay brings them back).
+pub async fn set_enabled(
+    ctx: &Context,
+    who: &Principal,
+    id: &str,
+    enabled: bool,
+) -> Result<WebhookOut> {
+    managed(ctx, who, id).await?;
+    let mut unit = ctx.store.begin().await?;
+    let reason = (!enabled).then(|| format!("disabled by {}", who.account.name));
+    unit.set_webhook_disabled(id, !enabled, reason.as_deref(), ctx.clock.now())
+        .await?;
+    unit.commit().await?;
+    tracing::info!(webhook = %id, enabled, by = %who.account.name, "webhook switched");
+    get(ctx, who, id).await
+}
+
+pub async fn delete(ctx: &Context, who: &Principal, id: &str) -> Result<()> {
+    managed(ctx, who, id).await?;
+    let mut unit = ctx.store.begin().await?;
+    unit.delete_webhook(id).await?;
+    unit.commit().await?;
+    tracing::info!(webhook = %id, by = %who.account.name, "webhook deleted");
+    Ok(())
+}
+
+/// Most attempts one page lists.
+pub const MAX_PAGE: i64 = 500;
+
+/// The activity: attempts newest first, those after `after` (to follow) or before `before` (to page).
+pub async fn attempts(
+    ctx: &Context,
+    who: &Principal,
+    id: &str,
+    after: Option<i64>,
+    before: Option<i64>,
+    limit: Option<i64>,
+) -> Result<Vec<AttemptOut>> {
+    managed(ctx, who, id).await?;
+    let limit = limit.unwrap_or(100).clamp(1, MAX_PAGE);
+    let mut session = ctx.store.read().await?;
+    let rows = session.attempts_of(id, after, before, limit).await?;
+    Ok(rows.into_iter().map(render_attempt).collect())
+}
+
+/// Sends one delivery's event again, now, once (a manual attempt schedules no retries). Its new id.
+pub async fn replay(ctx: &Context, who: &Principal, id: &str, delivery: &str) -> Result<String> {
+    let rec = managed(ctx, who, id).await?;
+    if rec.disabled {
+        return Err(Error::BadRequest(
+            "the webhook is disabled: enable it first".into(),
+        ));
+    }
+    let mut unit = ctx.store.begin().await?;
+    let new = unit
+        .replay_delivery(id, delivery, ctx.clock.now())
+        .await?
+        .ok_or_else(|| {
+            Error::NotFound(format!(
+                "delivery {delivery:?} not found for webhook {id:?}"
+            ))
+        })?;
+    unit.commit().await?;
+    Ok(new)
+}
+
+/// Sends again every failed or cancelled delivery created since `since`; how many.
+pub async fn replay_failed(
+    ctx: &Context,
+    who: &Principal,
+    id: &str,
+    since: DateTime<Utc>,
+) -> Result<u64> {
+    let rec = managed(ctx, who, id).await?;
+    if rec.disabled {
+        return Err(Error::BadRequest(
+            "the webhook is disabled: enable it first".into(),
+        ));
+    }
+    let mut unit = ctx.store.begin().await?;
+    let n = unit.replay_failed_since(id, since, ctx.clock.now()).await?;
+    unit.commit().await?;
+    Ok(n)
+}
+
+/// The current signing secret.
+pub async fn signing_secret(ctx: &Context, who: &Principal, id: &str) -> Result<String> {
+    let rec = managed(ctx, who, id).await?;
+    open_keys(ctx, &rec.signing_keys)?
+        .into_iter()
+        .next()
+        .map(|k| k.secret)
+        .ok_or_else(|| {
+            Error::Store(crate::store::StoreError::Backend(
+                "webhook has no signing key".into(),
+            ))
+        })
+}
+
+/// A new signing secret; the previous ones keep signing for `grace` (default a day, at most a week).
+pub async fn rotate_secret(
+    ctx: &Context,
+    who: &Principal,
+    id: &str,
+    grace: Option<Duration>,
+) -> Result<String> {
+    let grace = grace.unwrap_or(DEFAULT_GRACE);
+    if grace < Duration::zero() || grace > MAX_GRACE {
+        return Err(Error::Invalid(vec![Issue::new(
+            "graceSeconds",
+            format!("between 0 and {} seconds", MAX_GRACE.num_seconds()),
+        )]));
+    }
+    let mut rec = managed(ctx, who, id).await?;
+    let now = ctx.clock.now();
+    let fresh = SigningKey::generate();
+    let mut keys = vec![KeyEntry {
+        secret: fresh.clone(),
+        expires_at: None,
+    }];
+    let until = now + grace;
+    keys.extend(
+        open_keys(ctx, &rec.signing_keys)?
+            .into_iter()
+            .filter(|k| k.expires_at.is_none_or(|t| t > now))
+            .map(|k| KeyEntry {
+                expires_at: Some(k.expires_at.map_or(until, |t| t.min(until))),
+                ..k
+            })
+            .filter(|k| k.expires_at.is_some_and(|t| t > now)),
+    );
+    keys.truncate(MAX_KEYS);
+    rec.signing_keys = seal_keys(ctx, &keys);
+    rec.updated_at = now;
+    let mut unit = ctx.store.begin().await?;
+    unit.update_webhook(&rec).await?;
+    unit.commit().await?;
+    tracing::info!(webhook = %id, by = %who.account.name, grace_s = grace.num_seconds(), "webhook signing secret rotated");
+    Ok(fresh)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expired_keys_stop_signing() {
+        let now = Utc::now();
+        let keys = [
+            KeyEntry {
+                secret: SigningKey::generate(),
+                expires_at: None,
+            },
+            KeyEntry {
+                secret: SigningKey::generate(),
+                expires_at: Some(now + Duration::hours(1)),
+            },
+            KeyEntry {
+                secret: SigningKey::generate(),
+                expires_at: Some(now - Duration::seconds(1)),
+            },
+        ];
+        assert_eq!(signing_keys(&keys, now).len(), 2);
+        assert_eq!(signing_keys(&keys, now + Duration::hours(2)).len(), 1);
+    }
+}

@@ -1,0 +1,731 @@
+//! Webhooks, the watches the outbox fans events out by, and the deliveries table, which is both the
+//! delivery queue and the activity view: a delivery is `pending` (due at `next_attempt_at`), `sending`
+//! (claimed by a worker until `lease_until`, under a claim token), or done (`succeeded`, `failed`,
+//! `cancelled`); every attempt is a row of `delivery_attempts`.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use super::batch::{Stmt, Val};
+use super::sql::{Backend, SqlSession, SqlStore};
+use super::{json_err, parse_ts, ts, StoreResult};
+use crate::model::webhook::{Domain, LastAttempt, Watched};
+
+/// A webhook as stored; `secret` and `signing_keys` are sealed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebhookRecord {
+    pub id: String,
+    pub owner_id: String,
+    /// The owner's name (read only: filled from the accounts table).
+    pub owner: String,
+    pub url: String,
+    pub watched: Vec<Watched>,
+    pub domains: Vec<Domain>,
+    pub secret: Option<String>,
+    pub signing_keys: String,
+    pub disabled: bool,
+    pub disabled_reason: Option<String>,
+    pub held_until: Option<DateTime<Utc>>,
+    pub failing_since: Option<DateTime<Utc>>,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// Read only: the newest attempt.
+    pub last_attempt: Option<LastAttempt>,
+}
+
+/// One attempt, as the activity view lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptRecord {
+    pub seq: i64,
+    pub delivery_id: String,
+    pub event_id: String,
+    pub event_kind: String,
+    /// The payload's `event` member (`action`, `scope`).
+    pub event: serde_json::Value,
+    pub number: i64,
+    pub started_at: DateTime<Utc>,
+    pub duration_ms: i64,
+    pub status_code: Option<i64>,
+    pub error_class: Option<String>,
+    pub error: Option<String>,
+    pub response: Option<String>,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub manual: bool,
+    /// The delivery's state now.
+    pub state: String,
+}
+
+/// A delivery a worker claimed, with what it needs to send it.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub id: String,
+    pub webhook_id: String,
+    pub event_id: String,
+    /// The event's payload with its `id`, but without the `webhook` member.
+    pub payload: String,
+    /// Attempts made before this one.
+    pub attempts: i64,
+    pub manual: bool,
+    pub url: String,
+    pub secret: Option<String>,
+    pub signing_keys: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// How an attempt ended, to record.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub delivery_id: String,
+    pub webhook_id: String,
+    pub claim_token: String,
+    pub number: i64,
+    pub started_at: DateTime<Utc>,
+    pub duration_ms: i64,
+    pub status_code: Option<i64>,
+    pub error_class: Option<String>,
+    pub error: Option<String>,
+    pub response: Option<String>,
+    /// `Some(at)`: pending again, due then; `None`: done in `state`.
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub state: &'static str,
+    pub manual: bool,
+    pub now: DateTime<Utc>,
+}
+
+#[async_trait]
+pub trait WebhookStore {
+    async fn create_webhook(&mut self, w: &WebhookRecord) -> StoreResult<()>;
+    async fn webhook(&mut self, id: &str) -> StoreResult<Option<WebhookRecord>>;
+    /// The webhooks a user manages: their own and those of organizations they administer.
+    async fn webhooks_managed_by(&mut self, user_id: &str) -> StoreResult<Vec<WebhookRecord>>;
+    async fn count_webhooks_of(&mut self, owner_id: &str) -> StoreResult<i64>;
+    /// Writes the changeable fields and the watches.
+    async fn update_webhook(&mut self, w: &WebhookRecord) -> StoreResult<()>;
+    async fn delete_webhook(&mut self, id: &str) -> StoreResult<bool>;
+    /// Disables (cancelling its pending deliveries) or enables a webhook.
+    async fn set_webhook_disabled(
+        &mut self,
+        id: &str,
+        disabled: bool,
+        reason: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<()>;
+    /// Attempts of a webhook, newest first: those with `seq` above `after` (or below `before`).
+    async fn attempts_of(
+        &mut self,
+        webhook_id: &str,
+        after: Option<i64>,
+        before: Option<i64>,
+        limit: i64,
+    ) -> StoreResult<Vec<AttemptRecord>>;
+    /// A new manual delivery of the event of `delivery_id`, due now; its id, or None when the
+    /// delivery is not the webhook's.
+    async fn replay_delivery(
+        &mut self,
+        webhook_id: &str,
+        delivery_id: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<String>>;
+    /// Failed or cancelled deliveries since `since` made due again; how many.
+    async fn replay_failed_since(
+        &mut self,
+        webhook_id: &str,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64>;
+}
+
+const COLS: &str = "w.id, w.owner_id, o.name AS owner, w.url, w.watched, w.domains, w.secret, \
+    w.signing_keys, w.disabled, w.disabled_reason, w.held_until, w.failing_since, w.created_by, \
+    w.created_at, w.updated_at, \
+    (SELECT a.started_at || '|' || COALESCE(CAST(a.status_code AS TEXT), '') || '|' || \
+     COALESCE(a.error_class, '') FROM delivery_attempts a WHERE a.webhook_id = w.id \
+     ORDER BY a.seq DESC LIMIT 1) AS last_attempt";
+
+fn opt_ts(row: &AnyRow, col: &str) -> StoreResult<Option<DateTime<Utc>>> {
+    row.try_get::<Option<String>, _>(col)?
+        .map(|s| parse_ts(&s))
+        .transpose()
+}
+
+/// `started|status|class`, as the list query folds the newest attempt.
+fn last_attempt(folded: Option<String>) -> StoreResult<Option<LastAttempt>> {
+    let Some(folded) = folded else {
+        return Ok(None);
+    };
+    let mut parts = folded.splitn(3, '|');
+    let at = parse_ts(parts.next().unwrap_or_default())?;
+    let status_code = parts.next().and_then(|s| s.parse::<u16>().ok());
+    let error_class = parts.next().filter(|s| !s.is_empty()).map(str::to_string);
+    Ok(Some(LastAttempt {
+        at,
+        ok: error_class.is_none() && status_code.is_some_and(|s| (200..300).contains(&s)),
+        status_code,
+        error_class,
+    }))
+}
+
+fn webhook_from(row: &AnyRow) -> StoreResult<WebhookRecord> {
+    let watched: String = row.try_get("watched")?;
+    let domains: String = row.try_get("domains")?;
+    Ok(WebhookRecord {
+        id: row.try_get("id")?,
+        owner_id: row.try_get("owner_id")?,
+        owner: row.try_get("owner")?,
+        url: row.try_get("url")?,
+        watched: serde_json::from_str(&watched).map_err(json_err)?,
+        domains: serde_json::from_str(&domains).map_err(json_err)?,
+        secret: row.try_get("secret")?,
+        signing_keys: row.try_get("signing_keys")?,
+        disabled: row.try_get::<i64, _>("disabled")? != 0,
+        disabled_reason: row.try_get("disabled_reason")?,
+        held_until: opt_ts(row, "held_until")?,
+        failing_since: opt_ts(row, "failing_since")?,
+        created_by: row.try_get("created_by")?,
+        created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
+        updated_at: parse_ts(&row.try_get::<String, _>("updated_at")?)?,
+        last_attempt: last_attempt(row.try_get("last_attempt")?)?,
+    })
+}
+
+fn attempt_from(row: &AnyRow) -> StoreResult<AttemptRecord> {
+    let payload: Option<String> = row.try_get("hook_payload")?;
+    let event = payload
+        .and_then(|p| serde_json::from_str::<serde_json::Value>(&p).ok())
+        .and_then(|p| p.get("event").cloned())
+        .unwrap_or(serde_json::Value::Null);
+    Ok(AttemptRecord {
+        seq: row.try_get("seq")?,
+        delivery_id: row.try_get("delivery_id")?,
+        event_id: row.try_get("event_id")?,
+        event_kind: row.try_get("kind")?,
+        event,
+        number: row.try_get("number")?,
+        started_at: parse_ts(&row.try_get::<String, _>("started_at")?)?,
+        duration_ms: row.try_get("duration_ms")?,
+        status_code: row.try_get("status_code")?,
+        error_class: row.try_get("error_class")?,
+        error: row.try_get("error")?,
+        response: row.try_get("response")?,
+        next_attempt_at: opt_ts(row, "next_attempt_at")?,
+        manual: row.try_get::<i64, _>("manual")? != 0,
+        state: row.try_get("state")?,
+    })
+}
+
+impl SqlSession {
+    async fn write_watches(&mut self, w: &WebhookRecord) -> StoreResult<()> {
+        sqlx::query("DELETE FROM webhook_watches WHERE webhook_id = $1")
+            .bind(&w.id)
+            .execute(self.db())
+            .await?;
+        let mut seen = std::collections::BTreeSet::new();
+        for watch in &w.watched {
+            for domain in &w.domains {
+                let key = (watch.kind.as_str(), watch.name.as_str(), domain.as_str());
+                if !seen.insert(key) {
+                    continue;
+                }
+                sqlx::query(
+                    "INSERT INTO webhook_watches (webhook_id, kind, name, domain) \
+                     VALUES ($1, $2, $3, $4)",
+                )
+                .bind(&w.id)
+                .bind(key.0)
+                .bind(key.1)
+                .bind(key.2)
+                .execute(self.db())
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Fans an event out: one pending delivery, due now, for each enabled webhook that watches it.
+    /// Endpoint events go only to webhooks whose owner may see the namespace's endpoints (the
+    /// namespace itself, or a member of that organization).
+    pub(super) async fn fan_out(
+        &mut self,
+        event_id: &str,
+        seq: i64,
+        domain: Domain,
+        namespace: &str,
+        subject: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        let now = ts(now);
+        sqlx::query(
+            "INSERT INTO deliveries (id, webhook_id, event_seq, state, attempts, next_attempt_at, \
+             manual, created_at, updated_at) \
+             SELECT $1 || '-' || w.id, w.id, $2, 'pending', 0, $3, 0, $3, $3 FROM webhooks w \
+             WHERE w.disabled = 0 AND w.id IN (SELECT k.webhook_id FROM webhook_watches k \
+               WHERE k.domain = $4 AND ((k.kind IN ('user', 'org') AND k.name = $5) \
+                 OR (k.kind = 'model' AND k.name = $6))) \
+             AND ($4 <> 'endpoint' OR EXISTS (SELECT 1 FROM accounts a WHERE a.name = $5 \
+               AND (a.id = w.owner_id OR EXISTS (SELECT 1 FROM memberships m \
+                 WHERE m.org_id = a.id AND m.user_id = w.owner_id))))",
+        )
+        .bind(event_id)
+        .bind(seq)
+        .bind(&now)
+        .bind(domain.as_str())
+        .bind(namespace)
+        .bind(subject)
+        .execute(self.db())
+        .await?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl WebhookStore for SqlSession {
+    async fn create_webhook(&mut self, w: &WebhookRecord) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO webhooks (id, owner_id, url, watched, domains, secret, signing_keys, \
+             disabled, disabled_reason, created_by, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        )
+        .bind(&w.id)
+        .bind(&w.owner_id)
+        .bind(&w.url)
+        .bind(serde_json::to_string(&w.watched).map_err(json_err)?)
+        .bind(serde_json::to_string(&w.domains).map_err(json_err)?)
+        .bind(&w.secret)
+        .bind(&w.signing_keys)
+        .bind(i64::from(w.disabled))
+        .bind(&w.disabled_reason)
+        .bind(&w.created_by)
+        .bind(ts(w.created_at))
+        .bind(ts(w.updated_at))
+        .execute(self.db())
+        .await?;
+        self.write_watches(w).await
+    }
+
+    async fn webhook(&mut self, id: &str) -> StoreResult<Option<WebhookRecord>> {
+        let sql = format!(
+            "SELECT {COLS} FROM webhooks w JOIN accounts o ON o.id = w.owner_id WHERE w.id = $1"
+        );
+        sqlx::query(&sql)
+            .bind(id)
+            .fetch_optional(self.db())
+            .await?
+            .as_ref()
+            .map(webhook_from)
+            .transpose()
+    }
+
+    async fn webhooks_managed_by(&mut self, user_id: &str) -> StoreResult<Vec<WebhookRecord>> {
+        let sql = format!(
+            "SELECT {COLS} FROM webhooks w JOIN accounts o ON o.id = w.owner_id \
+             WHERE w.owner_id = $1 OR w.owner_id IN (SELECT m.org_id FROM memberships m \
+               WHERE m.user_id = $1 AND m.role = 'admin') \
+             ORDER BY w.created_at, w.id"
+        );
+        sqlx::query(&sql)
+            .bind(user_id)
+            .fetch_all(self.db())
+            .await?
+            .iter()
+            .map(webhook_from)
+            .collect()
+    }
+
+    async fn count_webhooks_of(&mut self, owner_id: &str) -> StoreResult<i64> {
+        Ok(
+            sqlx::query_scalar("SELECT COUNT(*) FROM webhooks WHERE owner_id = $1")
+                .bind(owner_id)
+                .fetch_one(self.db())
+                .await?,
+        )
+    }
+
+    async fn update_webhook(&mut self, w: &WebhookRecord) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE webhooks SET url = $2, watched = $3, domains = $4, secret = $5, \
+             signing_keys = $6, updated_at = $7 WHERE id = $1",
+        )
+        .bind(&w.id)
+        .bind(&w.url)
+        .bind(serde_json::to_string(&w.watched).map_err(json_err)?)
+        .bind(serde_json::to_string(&w.domains).map_err(json_err)?)
+        .bind(&w.secret)
+        .bind(&w.signing_keys)
+        .bind(ts(w.updated_at))
+        .execute(self.db())
+        .await?;
+        self.write_watches(w).await
+    }
+
+    async fn delete_webhook(&mut self, id: &str) -> StoreResult<bool> {
+        let done = sqlx::query("DELETE FROM webhooks WHERE id = $1")
+            .bind(id)
+            .execute(self.db())
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn set_webhook_disabled(
+        &mut self,
+        id: &str,
+        disabled: bool,
+        reason: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        let now = ts(now);
+        sqlx::query(
+            "UPDATE webhooks SET disabled = $2, disabled_reason = $3, held_until = NULL, \
+             failing_since = NULL, updated_at = $4 WHERE id = $1",
+        )
+        .bind(id)
+        .bind(i64::from(disabled))
+        .bind(reason)
+        .bind(&now)
+        .execute(self.db())
+        .await?;
+        if disabled {
+            sqlx::query(
+                "UPDATE deliveries SET state = 'cancelled', next_attempt_at = NULL, \
+                 claim_token = NULL, lease_until = NULL, updated_at = $2 \
+                 WHERE webhook_id = $1 AND state IN ('pending', 'sending')",
+            )
+            .bind(id)
+            .bind(&now)
+            .execute(self.db())
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn attempts_of(
+        &mut self,
+        webhook_id: &str,
+        after: Option<i64>,
+        before: Option<i64>,
+        limit: i64,
+    ) -> StoreResult<Vec<AttemptRecord>> {
+        sqlx::query(
+            "SELECT a.seq, a.delivery_id, e.id AS event_id, e.kind, e.hook_payload, a.number, \
+             a.started_at, a.duration_ms, a.status_code, a.error_class, a.error, a.response, \
+             a.next_attempt_at, a.manual, d.state \
+             FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id \
+             JOIN events e ON e.seq = d.event_seq \
+             WHERE a.webhook_id = $1 AND a.seq > $2 AND a.seq < $3 \
+             ORDER BY a.seq DESC LIMIT $4",
+        )
+        .bind(webhook_id)
+        .bind(after.unwrap_or(0))
+        .bind(before.unwrap_or(i64::MAX))
+        .bind(limit)
+        .fetch_all(self.db())
+        .await?
+        .iter()
+        .map(attempt_from)
+        .collect()
+    }
+
+    async fn replay_delivery(
+        &mut self,
+        webhook_id: &str,
+        delivery_id: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<String>> {
+        let id = format!("{delivery_id}-r{}", crate::crypto::random_id());
+        let now = ts(now);
+        let done = sqlx::query(
+            "INSERT INTO deliveries (id, webhook_id, event_seq, state, attempts, next_attempt_at, \
+             manual, created_at, updated_at) \
+             SELECT $1, d.webhook_id, d.event_seq, 'pending', 0, $2, 1, $2, $2 FROM deliveries d \
+             WHERE d.id = $3 AND d.webhook_id = $4",
+        )
+        .bind(&id)
+        .bind(&now)
+        .bind(delivery_id)
+        .bind(webhook_id)
+        .execute(self.db())
+        .await?;
+        self.queued |= done.rows_affected() > 0;
+        Ok((done.rows_affected() > 0).then_some(id))
+    }
+
+    async fn replay_failed_since(
+        &mut self,
+        webhook_id: &str,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        let done = sqlx::query(
+            "UPDATE deliveries SET state = 'pending', next_attempt_at = $3, manual = 1, \
+             updated_at = $3 WHERE webhook_id = $1 AND state IN ('failed', 'cancelled') \
+             AND created_at >= $2",
+        )
+        .bind(webhook_id)
+        .bind(ts(since))
+        .bind(ts(now))
+        .execute(self.db())
+        .await?;
+        self.queued |= done.rows_affected() > 0;
+        Ok(done.rows_affected())
+    }
+}
+
+/// The workers' side: claiming, recording outcomes, leases and pruning. Not in units of work: each
+/// is one statement, or one batch through the group committer.
+#[async_trait]
+pub trait DeliveryQueue {
+    /// Claims up to `limit` due deliveries of webhooks not held and not in `skip`, for `token` until
+    /// `lease_until`.
+    async fn claim_deliveries(
+        &self,
+        token: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: i64,
+        skip: &[String],
+    ) -> StoreResult<Vec<Claimed>>;
+    /// Gives one claimed delivery back, due at `at`, no attempt spent (only while the claim is the
+    /// caller's).
+    async fn postpone(&self, id: &str, token: &str, at: DateTime<Utc>) -> StoreResult<()>;
+    /// Records an attempt and moves its delivery on, in one transaction, only while the claim is
+    /// still the caller's: a worker whose lease was taken over records nothing.
+    async fn record_outcome(&self, o: &Outcome) -> StoreResult<()>;
+    /// Gives up claims whose lease ran out (a worker died or stalled): due again now.
+    async fn release_expired_leases(&self, now: DateTime<Utc>) -> StoreResult<u64>;
+    /// Gives back this worker's own claims (it is stopping): due again now, no attempt spent.
+    async fn release_claim(&self, token: &str, now: DateTime<Utc>) -> StoreResult<u64>;
+    /// When the next pending delivery falls due (held webhooks included: their hold ends).
+    async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>>;
+    /// Holds a webhook's deliveries until `until` (the circuit breaker, a Retry-After).
+    async fn hold_webhook(&self, id: &str, until: DateTime<Utc>) -> StoreResult<()>;
+    /// Deletes finished deliveries (their attempts with them) last changed before `before`, and
+    /// events older than that no delivery refers to. How many deliveries went.
+    async fn prune_deliveries(&self, before: DateTime<Utc>) -> StoreResult<u64>;
+    /// Deliveries by state, for metrics and the bench.
+    async fn delivery_counts(&self) -> StoreResult<Vec<(String, i64)>>;
+    /// Wakes the delivery workers after a unit of work queued deliveries.
+    fn outbox(&self) -> &tokio::sync::Notify;
+}
+
+#[async_trait]
+impl DeliveryQueue for SqlStore {
+    fn outbox(&self) -> &tokio::sync::Notify {
+        self.outbox_signal()
+    }
+
+    async fn claim_deliveries(
+        &self,
+        token: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: i64,
+        skip: &[String],
+    ) -> StoreResult<Vec<Claimed>> {
+        let lock = match super::Store::backend(self) {
+            Backend::Sqlite => "",
+            Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+        };
+        let skipped = match skip.len() {
+            0 => String::new(),
+            n => format!(
+                " AND d.webhook_id NOT IN ({})",
+                (5..5 + n)
+                    .map(|i| format!("${i}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        let claim = format!(
+            "UPDATE deliveries SET state = 'sending', claim_token = $1, lease_until = $2, \
+             updated_at = $3 WHERE id IN (SELECT d.id FROM deliveries d \
+               WHERE d.state = 'pending' AND d.next_attempt_at <= $3{skipped} \
+               AND NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.id = d.webhook_id \
+                 AND w.held_until > $3) \
+               ORDER BY d.next_attempt_at LIMIT $4{lock})"
+        );
+        let now_s = ts(now);
+        let claimed = {
+            let _turn = self.writer_turn().await;
+            let mut q = sqlx::query(&claim)
+                .bind(token)
+                .bind(ts(lease_until))
+                .bind(&now_s)
+                .bind(limit);
+            for id in skip {
+                q = q.bind(id);
+            }
+            q.execute(self.pool()).await?.rows_affected()
+        };
+        if claimed == 0 {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(
+            "SELECT d.id, d.webhook_id, e.id AS event_id, e.hook_payload, d.attempts, d.manual, \
+             w.url, w.secret, w.signing_keys, d.created_at \
+             FROM deliveries d JOIN webhooks w ON w.id = d.webhook_id \
+             JOIN events e ON e.seq = d.event_seq \
+             WHERE d.claim_token = $1 AND d.state = 'sending'",
+        )
+        .bind(token)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(Claimed {
+                    id: row.try_get("id")?,
+                    webhook_id: row.try_get("webhook_id")?,
+                    event_id: row.try_get("event_id")?,
+                    payload: row
+                        .try_get::<Option<String>, _>("hook_payload")?
+                        .unwrap_or_else(|| "{}".into()),
+                    attempts: row.try_get("attempts")?,
+                    manual: row.try_get::<i64, _>("manual")? != 0,
+                    url: row.try_get("url")?,
+                    secret: row.try_get("secret")?,
+                    signing_keys: row.try_get("signing_keys")?,
+                    created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn postpone(&self, id: &str, token: &str, at: DateTime<Utc>) -> StoreResult<()> {
+        self.write_batch(vec![(
+            "UPDATE deliveries SET state = 'pending', next_attempt_at = $3, claim_token = NULL, \
+             lease_until = NULL, updated_at = $3 WHERE id = $1 AND claim_token = $2 \
+             AND state = 'sending'",
+            vec![Val::from(id), Val::from(token), Val::from(ts(at))],
+        )])
+        .await
+    }
+
+    async fn record_outcome(&self, o: &Outcome) -> StoreResult<()> {
+        self.write_batch(outcome_statements(o)).await
+    }
+
+    async fn release_expired_leases(&self, now: DateTime<Utc>) -> StoreResult<u64> {
+        let _turn = self.writer_turn().await;
+        let now = ts(now);
+        Ok(sqlx::query(
+            "UPDATE deliveries SET state = 'pending', next_attempt_at = $1, claim_token = NULL, \
+             lease_until = NULL, updated_at = $1 WHERE state = 'sending' AND lease_until < $1",
+        )
+        .bind(&now)
+        .execute(self.pool())
+        .await?
+        .rows_affected())
+    }
+
+    async fn release_claim(&self, token: &str, now: DateTime<Utc>) -> StoreResult<u64> {
+        let _turn = self.writer_turn().await;
+        let now = ts(now);
+        Ok(sqlx::query(
+            "UPDATE deliveries SET state = 'pending', next_attempt_at = $2, claim_token = NULL, \
+             lease_until = NULL, updated_at = $2 WHERE state = 'sending' AND claim_token = $1",
+        )
+        .bind(token)
+        .bind(&now)
+        .execute(self.pool())
+        .await?
+        .rows_affected())
+    }
+
+    async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
+        let next: Option<String> = sqlx::query_scalar(
+            "SELECT MIN(next_attempt_at) FROM deliveries WHERE state = 'pending'",
+        )
+        .fetch_one(self.pool())
+        .await?;
+        next.map(|s| parse_ts(&s)).transpose()
+    }
+
+    async fn hold_webhook(&self, id: &str, until: DateTime<Utc>) -> StoreResult<()> {
+        self.write_batch(vec![(
+            "UPDATE webhooks SET held_until = $2 WHERE id = $1",
+            vec![Val::from(id), Val::from(ts(until))],
+        )])
+        .await
+    }
+
+    async fn prune_deliveries(&self, before: DateTime<Utc>) -> StoreResult<u64> {
+        let _turn = self.writer_turn().await;
+        let before = ts(before);
+        let gone = sqlx::query(
+            "DELETE FROM deliveries WHERE state IN ('succeeded', 'failed', 'cancelled') \
+             AND updated_at < $1",
+        )
+        .bind(&before)
+        .execute(self.pool())
+        .await?
+        .rows_affected();
+        sqlx::query(
+            "DELETE FROM events WHERE created_at < $1 AND NOT EXISTS \
+             (SELECT 1 FROM deliveries d WHERE d.event_seq = events.seq)",
+        )
+        .bind(&before)
+        .execute(self.pool())
+        .await?;
+        Ok(gone)
+    }
+
+    async fn delivery_counts(&self) -> StoreResult<Vec<(String, i64)>> {
+        let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM deliveries GROUP BY state")
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("state")?, r.try_get("n")?)))
+            .collect()
+    }
+}
+
+fn outcome_statements(o: &Outcome) -> Vec<Stmt> {
+    let now = ts(o.now);
+    let next = o.next_attempt_at.map(ts);
+    let attempt: Stmt = (
+        "INSERT INTO delivery_attempts (delivery_id, webhook_id, number, started_at, duration_ms, \
+         status_code, error_class, error, response, next_attempt_at, manual) \
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 WHERE EXISTS \
+         (SELECT 1 FROM deliveries WHERE id = $1 AND claim_token = $12 AND state = 'sending')",
+        vec![
+            Val::from(o.delivery_id.as_str()),
+            Val::from(o.webhook_id.as_str()),
+            Val::Int(o.number),
+            Val::from(ts(o.started_at)),
+            Val::Int(o.duration_ms),
+            Val::OptInt(o.status_code),
+            Val::from(o.error_class.clone()),
+            Val::from(o.error.clone()),
+            Val::from(o.response.clone()),
+            Val::from(next.clone()),
+            Val::Int(i64::from(o.manual)),
+            Val::from(o.claim_token.as_str()),
+        ],
+    );
+    let state = if next.is_some() { "pending" } else { o.state };
+    let delivery: Stmt = (
+        "UPDATE deliveries SET state = $3, attempts = attempts + 1, next_attempt_at = $4, \
+         claim_token = NULL, lease_until = NULL, updated_at = $5 \
+         WHERE id = $1 AND claim_token = $2 AND state = 'sending'",
+        vec![
+            Val::from(o.delivery_id.as_str()),
+            Val::from(o.claim_token.as_str()),
+            Val::from(state),
+            Val::from(next),
+            Val::from(now.clone()),
+        ],
+    );
+    let webhook: Stmt = if o.state == "succeeded" {
+        (
+            "UPDATE webhooks SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL",
+            vec![Val::from(o.webhook_id.as_str())],
+        )
+    } else {
+        (
+            "UPDATE webhooks SET failing_since = $2 WHERE id = $1 AND failing_since IS NULL",
+            vec![Val::from(o.webhook_id.as_str()), Val::from(now)],
+        )
+    };
+    vec![attempt, delivery, webhook]
+}

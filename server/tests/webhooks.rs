@@ -1,0 +1,784 @@
+//! Webhooks against the real server on loopback: management as the hub's client calls it, deliveries
+//! of endpoint and catalog changes to a receiver on 127.0.0.1:0 (checked with the Standard Webhooks
+//! verifier), and the fault matrix: retries, 410, redirects, 429 with Retry-After, the circuit
+//! breaker, an address the SSRF guard refuses, a stale lease, replays and secret rotation.
+
+mod common;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use common::{endpoint_body, spawn_with, TestServer};
+use serde_json::{json, Value};
+use switchyard_server::client::Client;
+use switchyard_server::config::Config;
+use switchyard_server::store::DeliveryQueue;
+use switchyard_server::webhooks::signature::{verify, SigningKey};
+
+/// One request the receiver got.
+#[derive(Debug, Clone)]
+struct Got {
+    path: String,
+    headers: HeaderMap,
+    body: Value,
+    raw: Vec<u8>,
+    at: Instant,
+}
+
+/// A scripted answer: status and extra headers.
+type Answer = (u16, Vec<(&'static str, String)>);
+
+#[derive(Clone, Default)]
+struct Receiver {
+    got: Arc<Mutex<Vec<Got>>>,
+    /// Answers in order; when empty, 200.
+    script: Arc<Mutex<VecDeque<Answer>>>,
+    /// Answer every request with this status (after the script).
+    always: Arc<Mutex<Option<u16>>>,
+}
+
+impl Receiver {
+    async fn start() -> (Receiver, String) {
+        let r = Receiver::default();
+        let app = Router::new()
+            .route("/hook", post(receive))
+            .route("/other", post(receive))
+            .with_state(r.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (r, url)
+    }
+
+    fn script(&self, answers: impl IntoIterator<Item = Answer>) {
+        self.script.lock().expect("lock").extend(answers);
+    }
+
+    fn got(&self) -> Vec<Got> {
+        self.got.lock().expect("lock").clone()
+    }
+
+    /// Waits until a request satisfying `ok` came (at most 20 s); all requests so far.
+    async fn wait_until(&self, ok: impl Fn(&Got) -> bool) -> Vec<Got> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let got = self.got();
+            if got.iter().any(&ok) || Instant::now() > deadline {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The requests that carried the same `webhook-id` as the first one.
+    fn first_event(&self) -> Vec<Got> {
+        let got = self.got();
+        let Some(id) = got
+            .first()
+            .and_then(|g| header(g, "webhook-id"))
+            .map(str::to_string)
+        else {
+            return Vec::new();
+        };
+        got.into_iter()
+            .filter(|g| header(g, "webhook-id") == Some(id.as_str()))
+            .collect()
+    }
+
+    /// Waits until the first event was received `n` times (at most 20 s).
+    async fn first_event_times(&self, n: usize) -> Vec<Got> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let got = self.first_event();
+            if got.len() >= n || Instant::now() > deadline {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until `n` requests came (at most 20 s).
+    async fn wait_for(&self, n: usize) -> Vec<Got> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let got = self.got();
+            if got.len() >= n || Instant::now() > deadline {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+async fn receive(
+    State(r): State<Receiver>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    r.got.lock().expect("lock").push(Got {
+        path: uri.path().to_string(),
+        headers,
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        raw: body.to_vec(),
+        at: Instant::now(),
+    });
+    let scripted = r.script.lock().expect("lock").pop_front();
+    let (status, extra) = scripted
+        .or_else(|| r.always.lock().expect("lock").map(|s| (s, vec![])))
+        .unwrap_or((200, vec![]));
+    let mut resp = (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
+        "{\"ok\":true}",
+    )
+        .into_response();
+    for (k, v) in extra {
+        resp.headers_mut()
+            .insert(k, v.parse().expect("header value"));
+    }
+    resp
+}
+
+/// A server that lets loopback through and retries quickly.
+async fn server(configure: impl FnOnce(&mut Config)) -> TestServer {
+    spawn_with(|c| {
+        c.outbound.allow = vec!["127.0.0.0/8".into()];
+        c.webhooks.retry_schedule = vec!["50ms".into(), "50ms".into(), "50ms".into()];
+        c.webhooks.timeout = "2s".into();
+        c.webhooks.lease = "5s".into();
+        configure(c);
+    })
+    .await
+}
+
+async fn create(client: &Client, body: Value) -> (String, String) {
+    let created: Value = client.create_webhook(&body).await.expect("create webhook");
+    (
+        created["webhook"]["id"].as_str().expect("id").to_string(),
+        created["signingSecret"]
+            .as_str()
+            .expect("signing secret")
+            .to_string(),
+    )
+}
+
+fn watch_endpoints(url: &str, user: &str) -> Value {
+    json!({"watched": [{"type": "user", "name": user}], "domains": ["endpoint"],
+           "url": format!("{url}/hook"), "secret": "s3cret"})
+}
+
+fn header<'a>(g: &'a Got, name: &str) -> Option<&'a str> {
+    g.headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// The Standard Webhooks check a receiver makes.
+fn verifies(g: &Got, secrets: &[&str]) -> bool {
+    let keys: Vec<SigningKey> = secrets
+        .iter()
+        .map(|s| SigningKey::parse(s).expect("key"))
+        .collect();
+    verify(
+        &keys,
+        header(g, "webhook-id"),
+        header(g, "webhook-timestamp"),
+        header(g, "webhook-signature"),
+        &g.raw,
+        chrono::Utc::now().timestamp(),
+    )
+    .is_ok()
+}
+
+async fn attempts(client: &Client, id: &str) -> Vec<Value> {
+    client
+        .webhook_deliveries(id, None, Some(100), None)
+        .await
+        .expect("deliveries")
+}
+
+/// Waits until the webhook's activity satisfies `ok` (at most 20 s).
+async fn activity_until(client: &Client, id: &str, ok: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let a = attempts(client, id).await;
+        if ok(&a) || Instant::now() > deadline {
+            return a;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+}
+
+#[tokio::test]
+async fn management_follows_the_hub_and_its_rules() {
+    let s = server(|_| {}).await;
+    let alice = s.user("alice", None).await;
+    let bob = s.user("bob", None).await;
+    let (_r, url) = Receiver::start().await;
+
+    let (id, signing) = create(
+        &alice,
+        json!({"watched": [{"type": "user", "name": "alice"}],
+        "domains": ["repo", "discussions"], "url": format!("{url}/hook"), "secret": "abc"}),
+    )
+    .await;
+    assert!(signing.starts_with("whsec_"));
+    let list: Value = alice.webhooks().await.expect("list");
+    let list = list.as_array().expect("a bare array");
+    assert_eq!(list.len(), 1);
+    let w = &list[0];
+    assert_eq!(w["id"], id.as_str());
+    assert_eq!(w["secret"], "abc");
+    assert_eq!(w["disabled"], false);
+    assert_eq!(w["job"], Value::Null);
+    assert_eq!(w["domains"], json!(["repo", "discussion"]));
+    assert_eq!(w["watched"], json!([{"type": "user", "name": "alice"}]));
+
+    // An empty `watched` on update leaves it as it was.
+    let updated: Value = alice
+        .update_webhook(&id, &json!({"watched": [], "url": format!("{url}/other")}))
+        .await
+        .expect("update");
+    assert_eq!(
+        updated["webhook"]["watched"],
+        json!([{"type": "user", "name": "alice"}])
+    );
+    assert_eq!(updated["webhook"]["url"], format!("{url}/other"));
+    let off: Value = alice
+        .set_webhook_enabled(&id, false)
+        .await
+        .expect("disable");
+    assert_eq!(off["webhook"]["disabled"], true);
+    let on: Value = alice.set_webhook_enabled(&id, true).await.expect("enable");
+    assert_eq!(on["webhook"]["disabled"], false);
+
+    // Another user neither sees nor touches it.
+    let theirs: Value = bob.webhooks().await.expect("list");
+    assert_eq!(theirs, json!([]));
+    let err = bob.webhook::<Value>(&id).await.expect_err("not bob's");
+    assert_eq!(err.status(), Some(StatusCode::NOT_FOUND));
+
+    // Bad input: a clear 400 naming the field, nothing stored.
+    for (body, field) in [
+        (
+            json!({"watched": [{"type": "user", "name": "nobody"}], "url": format!("{url}/h")}),
+            "watched[0].name",
+        ),
+        (
+            json!({"watched": [{"type": "user", "name": "alice"}], "url": "ftp://example.com/"}),
+            "url",
+        ),
+        (
+            json!({"watched": [{"type": "user", "name": "alice"}], "url": "http://169.254.169.254/"}),
+            "url",
+        ),
+        (json!({"watched": [], "url": format!("{url}/h")}), "watched"),
+        (
+            json!({"watched": [{"type": "user", "name": "bob"}], "domains": ["endpoint"], "url": format!("{url}/h")}),
+            "watched[0].name",
+        ),
+    ] {
+        let err = alice
+            .create_webhook::<Value>(&body)
+            .await
+            .expect_err("refused");
+        assert_eq!(err.status(), Some(StatusCode::BAD_REQUEST), "{body}");
+        let ClientError::Api { body: answer, .. } = err else {
+            panic!("api error")
+        };
+        let paths: Vec<&str> = answer["issues"]
+            .as_array()
+            .expect("issues")
+            .iter()
+            .filter_map(|i| i["path"].as_str())
+            .collect();
+        assert!(paths.contains(&field), "{answer} should name {field}");
+    }
+    let jobs = alice
+        .create_webhook::<Value>(
+            &json!({"watched": [{"type": "user", "name": "alice"}], "jobSourceId": "x"}),
+        )
+        .await;
+    assert_eq!(
+        jobs.expect_err("no jobs").status(),
+        Some(StatusCode::BAD_REQUEST)
+    );
+    let all: Value = alice.webhooks().await.expect("list");
+    assert_eq!(all.as_array().map(Vec::len), Some(1));
+
+    // Scopes: `webhooks` or unrestricted.
+    let narrow = s.token_for("alice", Some(&["read-endpoints"])).await;
+    assert_eq!(
+        narrow
+            .webhooks::<Value>()
+            .await
+            .expect_err("scope")
+            .status(),
+        Some(StatusCode::FORBIDDEN)
+    );
+    let scoped = s.token_for("alice", Some(&["webhooks"])).await;
+    let seen: Value = scoped.webhooks().await.expect("webhooks scope");
+    assert_eq!(seen.as_array().map(Vec::len), Some(1));
+
+    // An organization's admins manage its webhooks.
+    let _: Value = s.admin.admin_create_org("acme").await.expect("org");
+    let _: Value = s
+        .admin
+        .admin_set_member("acme", "alice", "admin")
+        .await
+        .expect("member");
+    let _: Value = s
+        .admin
+        .admin_set_member("acme", "bob", "write")
+        .await
+        .expect("member");
+    let (org_hook, _) = create(
+        &alice,
+        json!({"watched": [{"type": "org", "name": "acme"}],
+        "domains": ["endpoint"], "url": format!("{url}/hook"), "owner": "acme"}),
+    )
+    .await;
+    let mine: Value = alice.webhook(&org_hook).await.expect("org admin sees it");
+    assert_eq!(mine["webhook"]["owner"], "acme");
+    let err = bob
+        .create_webhook::<Value>(&json!({"watched": [{"type": "org", "name": "acme"}], "url": format!("{url}/hook"), "owner": "acme"}))
+        .await
+        .expect_err("bob is not an admin of acme");
+    assert_eq!(err.status(), Some(StatusCode::FORBIDDEN));
+
+    alice.delete_webhook(&id).await.expect("delete");
+    assert_eq!(
+        alice
+            .webhook::<Value>(&id)
+            .await
+            .expect_err("gone")
+            .status(),
+        Some(StatusCode::NOT_FOUND)
+    );
+}
+
+use switchyard_server::client::ClientError;
+
+#[tokio::test]
+async fn endpoint_changes_arrive_signed_once_each_and_show_in_the_activity() {
+    let s = server(|_| {}).await;
+    let alice = s.user("alice", None).await;
+    let (r, url) = Receiver::start().await;
+    let (id, signing) = create(&alice, watch_endpoints(&url, "alice")).await;
+
+    let _: Value = alice
+        .create_endpoint("alice", &endpoint_body("e1"))
+        .await
+        .expect("create");
+    let got = r.wait_for(1).await;
+    let first = got.first().expect("a delivery");
+    assert_eq!(first.path, "/hook");
+    assert_eq!(header(first, "x-webhook-secret"), Some("s3cret"));
+    assert_eq!(header(first, "content-type"), Some("application/json"));
+    assert!(verifies(first, &[&signing]), "signature checks out");
+    assert!(
+        !verifies(first, &[&SigningKey::generate()]),
+        "a wrong key does not"
+    );
+    let body = &first.body;
+    assert_eq!(
+        body["event"],
+        json!({"action": "create", "scope": "endpoint"})
+    );
+    assert_eq!(body["webhook"], json!({"id": id, "version": 3}));
+    assert_eq!(body["id"].as_str(), header(first, "webhook-id"));
+    assert_eq!(
+        body["repo"]["name"],
+        "sentence-transformers/all-MiniLM-L6-v2"
+    );
+    assert_eq!(body["endpoint"]["name"], "e1");
+
+    // The endpoint moves on (a state change), then goes: each change its own delivery.
+    alice.delete_endpoint("alice", "e1").await.expect("delete");
+    let deleted = json!({"action": "delete", "scope": "endpoint"});
+    let got = r.wait_until(|g| g.body["event"] == deleted).await;
+    let scopes: Vec<Value> = got.iter().map(|g| g.body["event"].clone()).collect();
+    assert!(
+        scopes.contains(&json!({"action": "delete", "scope": "endpoint"})),
+        "{scopes:?}"
+    );
+    let ids: std::collections::HashSet<_> =
+        got.iter().filter_map(|g| header(g, "webhook-id")).collect();
+    assert_eq!(ids.len(), got.len(), "each event its own id");
+
+    let activity = activity_until(&alice, &id, |a| a.len() >= got.len()).await;
+    let newest = &activity[0];
+    assert_eq!(newest["statusCode"], 200);
+    assert_eq!(newest["state"], "succeeded");
+    assert_eq!(newest["attempt"], 1);
+    assert_eq!(newest["response"], "{\"ok\":true}");
+    assert_eq!(newest["errorClass"], Value::Null);
+    assert!(newest["durationMs"].as_i64().is_some());
+
+    // Following: `after` the newest seq with `wait` returns when the next attempt comes.
+    let seq = newest["seq"].as_i64().expect("seq");
+    let follower = {
+        let alice = alice.clone();
+        let id = id.clone();
+        tokio::spawn(async move {
+            alice
+                .webhook_deliveries::<Vec<Value>>(&id, Some(seq), None, Some(20))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _: Value = alice
+        .create_endpoint("alice", &endpoint_body("e2"))
+        .await
+        .expect("create");
+    let next = follower.await.expect("join").expect("follow");
+    assert!(!next.is_empty() && next.iter().all(|a| a["seq"].as_i64() > Some(seq)));
+
+    // Another user's endpoints are not watched by alice's webhook.
+    let bob = s.user("bob", None).await;
+    let before = r.got().len();
+    let _: Value = bob
+        .create_endpoint("bob", &endpoint_body("b1"))
+        .await
+        .expect("create");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(r.got()[before..]
+        .iter()
+        .all(|g| g.body["endpoint"]["name"] != "b1"));
+}
+
+/// Adds or changes the catalog item `acme/tiny`, its recipe pinned to `revision`: one event.
+async fn put_item(s: &TestServer, revision: &str) {
+    let item = json!({"modelName": "tiny", "createdAt": "2024-01-01T00:00:00Z",
+        "authorName": "acme", "license": "mit", "repoId": "acme/tiny", "task": "text-generation",
+        "recipes": [{"accelerator": "cpu", "engineType": "tei", "publicId": "tiny-cpu",
+            "revision": revision, "memoryGb": 1.0}]});
+    let _: Value = s.admin.admin_put_catalog_item(&item).await.expect("put");
+}
+
+/// A webhook of the admin's watching `acme/tiny`.
+async fn watch_tiny(s: &TestServer, url: &str) -> String {
+    let body = json!({"watched": [{"type": "model", "name": "acme/tiny"}],
+        "domains": ["repo"], "url": format!("{url}/hook")});
+    create(&s.admin, body).await.0
+}
+
+#[tokio::test]
+async fn catalog_changes_take_the_repo_scopes() {
+    let s = server(|_| {}).await;
+    let (r, url) = Receiver::start().await;
+    watch_tiny(&s, &url).await;
+    put_item(&s, "aaaa").await;
+    put_item(&s, "bbbb").await;
+    s.admin
+        .admin_delete_catalog_item("acme/tiny")
+        .await
+        .expect("delete");
+    let got = r.wait_for(3).await;
+    let events: Vec<Value> = got.iter().map(|g| g.body["event"].clone()).collect();
+    assert_eq!(
+        events,
+        vec![
+            json!({"action": "create", "scope": "repo"}),
+            json!({"action": "update", "scope": "repo.content"}),
+            json!({"action": "delete", "scope": "repo"}),
+        ]
+    );
+    assert_eq!(
+        got[1].body["updatedRefs"],
+        json!([{"ref": "refs/recipes/tiny-cpu", "oldSha": "aaaa", "newSha": "bbbb"}])
+    );
+    assert_eq!(got[0].body["repo"]["type"], "model");
+    assert_eq!(got[0].body["repo"]["owner"]["id"], "acme");
+}
+
+#[tokio::test]
+async fn failures_are_retried_on_schedule_with_one_id_until_they_succeed() {
+    let s = server(|_| {}).await;
+    let (r, url) = Receiver::start().await;
+    r.script([(500, vec![]), (502, vec![])]);
+    let id = watch_tiny(&s, &url).await;
+    put_item(&s, "aaaa").await;
+    let got = r.first_event_times(3).await;
+    assert_eq!(got.len(), 3, "the first event, sent until it succeeded");
+    assert_eq!(got[0].raw, got[2].raw, "the same body on every retry");
+    let gap = got[1].at - got[0].at;
+    assert!(
+        gap >= Duration::from_millis(35),
+        "retried after the schedule's delay, not at once: {gap:?}"
+    );
+    let event = got[0].body["id"].clone();
+    let a = activity_until(&s.admin, &id, |a| {
+        a.iter()
+            .any(|x| x["eventId"] == event && x["state"] == "succeeded")
+    })
+    .await;
+    let mine: Vec<&Value> = a.iter().filter(|x| x["eventId"] == event).collect();
+    let codes: Vec<Value> = mine.iter().rev().map(|x| x["statusCode"].clone()).collect();
+    assert_eq!(codes, vec![json!(500), json!(502), json!(200)]);
+    assert_eq!(mine[2]["errorClass"], "status");
+    assert!(
+        mine[2]["nextAttemptAt"].is_string(),
+        "a failed attempt says when the next one goes"
+    );
+}
+
+#[tokio::test]
+async fn gone_disables_and_redirects_are_not_followed() {
+    let s = server(|_| {}).await;
+    let alice = s.user("alice", None).await;
+    let (r, url) = Receiver::start().await;
+    r.script([
+        (302, vec![("location", format!("{url}/other"))]),
+        (410, vec![]),
+    ]);
+    let (id, _) = create(&alice, watch_endpoints(&url, "alice")).await;
+    let _: Value = alice
+        .create_endpoint("alice", &endpoint_body("e1"))
+        .await
+        .expect("create");
+    let a = activity_until(&alice, &id, |a| a.iter().any(|x| x["statusCode"] == 410)).await;
+    let redirect = a
+        .iter()
+        .find(|x| x["statusCode"] == 302)
+        .expect("the redirect's attempt");
+    assert_eq!(redirect["errorClass"], "redirect");
+    assert!(
+        r.got().iter().all(|g| g.path == "/hook"),
+        "the redirect's target was never called"
+    );
+    let w: Value = alice.webhook(&id).await.expect("get");
+    assert_eq!(w["webhook"]["disabled"], true);
+    assert!(w["webhook"]["disabledReason"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("410"));
+    let after = attempts(&alice, &id).await;
+    assert!(
+        after.iter().all(|x| x["state"] != "pending"),
+        "pending deliveries were cancelled"
+    );
+    // Disabled: later changes queue nothing for it.
+    let before = r.got().len();
+    let _: Value = alice
+        .create_endpoint("alice", &endpoint_body("e2"))
+        .await
+        .expect("create");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(r.got().len(), before);
+}
+
+#[tokio::test]
+async fn retry_after_is_honoured() {
+    let s = server(|_| {}).await;
+    let (r, url) = Receiver::start().await;
+    r.script([(429, vec![("retry-after", "1".to_string())])]);
+    watch_tiny(&s, &url).await;
+    put_item(&s, "aaaa").await;
+    let got = r.first_event_times(2).await;
+    let gap = got[1].at - got[0].at;
+    assert!(
+        gap >= Duration::from_millis(950),
+        "waited for Retry-After: {gap:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_open_breaker_holds_deliveries_without_spending_attempts() {
+    let s = server(|c| {
+        c.webhooks.breaker_failures = 2;
+        // One at a time, so the failures are counted before the next attempt goes.
+        c.webhooks.concurrency = 1;
+        c.webhooks.breaker_hold = "1s".into();
+        c.webhooks.retry_schedule = vec!["10ms".into(); 7];
+    })
+    .await;
+    let alice = s.user("alice", None).await;
+    let (r, url) = Receiver::start().await;
+    *r.always.lock().expect("lock") = Some(503);
+    let (id, _) = create(&alice, watch_endpoints(&url, "alice")).await;
+    for n in 0..3 {
+        let _: Value = alice
+            .create_endpoint("alice", &endpoint_body(&format!("e{n}")))
+            .await
+            .expect("create");
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let during = r.got().len();
+    assert!(
+        during <= 3,
+        "the breaker opened after two failures: {during} attempts"
+    );
+    *r.always.lock().expect("lock") = None;
+    let a = activity_until(&alice, &id, |a| {
+        let done: std::collections::HashSet<_> = a
+            .iter()
+            .filter(|x| x["state"] == "succeeded")
+            .map(|x| x["deliveryId"].clone())
+            .collect();
+        done.len() >= 3
+    })
+    .await;
+    let delivered: std::collections::HashSet<_> = a
+        .iter()
+        .filter(|x| x["state"] == "succeeded")
+        .map(|x| x["deliveryId"].clone())
+        .collect();
+    assert!(delivered.len() >= 3, "all delivered after recovery: {a:?}");
+    assert!(
+        a.iter().all(|x| x["attempt"].as_i64() <= Some(3)),
+        "no attempts burned while held"
+    );
+}
+
+#[tokio::test]
+async fn a_name_that_resolves_to_a_private_address_is_refused_at_connect() {
+    let s = server(|c| {
+        c.outbound
+            .resolve
+            .insert("private.test".into(), "10.0.0.1".into());
+        c.webhooks.retry_schedule = vec![];
+    })
+    .await;
+    let alice = s.user("alice", None).await;
+    let (id, _) = create(
+        &alice,
+        json!({"watched": [{"type": "user", "name": "alice"}],
+        "domains": ["endpoint"], "url": "http://private.test/hook"}),
+    )
+    .await;
+    let _: Value = alice
+        .create_endpoint("alice", &endpoint_body("e1"))
+        .await
+        .expect("create");
+    let a = activity_until(&alice, &id, |a| !a.is_empty()).await;
+    assert_eq!(a[0]["errorClass"], "refused");
+    assert_eq!(a[0]["state"], "failed");
+    assert!(a[0]["error"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("private.test"));
+}
+
+#[tokio::test]
+async fn a_stale_claim_cannot_record_and_replays_send_again() {
+    let s = server(|c| c.webhooks.retry_schedule = vec![]).await;
+    let alice = s.user("alice", None).await;
+    let (r, url) = Receiver::start().await;
+    r.script([(500, vec![])]);
+    let (id, _) = create(&alice, watch_endpoints(&url, "alice")).await;
+    let _: Value = alice
+        .create_endpoint("alice", &endpoint_body("e1"))
+        .await
+        .expect("create");
+    let a = activity_until(&alice, &id, |a| a.iter().any(|x| x["state"] == "failed")).await;
+    let failed = a
+        .iter()
+        .find(|x| x["state"] == "failed")
+        .expect("a failed delivery");
+    let delivery = failed["deliveryId"].as_str().expect("delivery").to_string();
+
+    // A claim whose lease another worker took over records nothing.
+    let store = s.store().await;
+    let outcome = switchyard_server::store::Outcome {
+        delivery_id: delivery.clone(),
+        webhook_id: id.clone(),
+        claim_token: "stale".into(),
+        number: 9,
+        started_at: chrono::Utc::now(),
+        duration_ms: 1,
+        status_code: Some(200),
+        error_class: None,
+        error: None,
+        response: None,
+        next_attempt_at: None,
+        state: "succeeded",
+        manual: false,
+        now: chrono::Utc::now(),
+    };
+    store.record_outcome(&outcome).await.expect("record");
+    let after = attempts(&alice, &id).await;
+    let same: Vec<&Value> = after
+        .iter()
+        .filter(|x| x["deliveryId"] == delivery.as_str())
+        .collect();
+    assert_eq!(same.len(), 1, "the stale worker's attempt was not recorded");
+    assert_eq!(same[0]["state"], "failed");
+
+    let replayed: Value = alice.replay_delivery(&id, &delivery).await.expect("replay");
+    assert!(replayed["deliveryId"].is_string());
+    let a = activity_until(&alice, &id, |a| a.iter().any(|x| x["manual"] == true)).await;
+    let replay = a.iter().find(|x| x["manual"] == true).expect("the replay");
+    assert_eq!(replay["statusCode"], 200);
+    assert_eq!(
+        replay["eventId"], failed["eventId"],
+        "a replay is the same event"
+    );
+    assert_eq!(
+        r.first_event().len(),
+        2,
+        "sent twice: the failure and the replay"
+    );
+}
+
+#[tokio::test]
+async fn a_rotated_secret_and_the_old_one_both_sign_during_the_grace_period() {
+    let s = server(|_| {}).await;
+    let alice = s.user("alice", None).await;
+    let (r, url) = Receiver::start().await;
+    let (id, old) = create(&alice, watch_endpoints(&url, "alice")).await;
+    let rotated: Value = alice
+        .rotate_webhook_secret(&id, Some(3600))
+        .await
+        .expect("rotate");
+    let new = rotated["signingSecret"]
+        .as_str()
+        .expect("secret")
+        .to_string();
+    assert_ne!(new, old);
+    let current: Value = alice.webhook_signing_secret(&id).await.expect("secret");
+    assert_eq!(current["signingSecret"], new.as_str());
+    let _: Value = alice
+        .create_endpoint("alice", &endpoint_body("e1"))
+        .await
+        .expect("create");
+    let got = r.wait_for(1).await;
+    let g = &got[0];
+    assert_eq!(
+        header(g, "webhook-signature").map(|s| s.split(' ').count()),
+        Some(2)
+    );
+    alice.delete_endpoint("alice", "e1").await.expect("delete");
+    let gone = json!({"action": "delete", "scope": "endpoint"});
+    let _ = r.wait_until(|g| g.body["event"] == gone).await;
+    assert!(verifies(g, &[&old]) && verifies(g, &[&new]));
+    let _: Value = alice
+        .rotate_webhook_secret(&id, Some(0))
+        .await
+        .expect("rotate, no grace");
+    let latest: Value = alice.webhook_signing_secret(&id).await.expect("secret");
+    let latest = latest["signingSecret"]
+        .as_str()
+        .expect("secret")
+        .to_string();
+    let _: Value = alice
+        .create_endpoint("alice", &endpoint_body("e2"))
+        .await
+        .expect("create");
+    let got = r.wait_until(|g| g.body["endpoint"]["name"] == "e2").await;
+    let g = got
+        .iter()
+        .find(|g| g.body["endpoint"]["name"] == "e2")
+        .expect("e2's event");
+    assert_eq!(
+        header(g, "webhook-signature").map(|s| s.split(' ').count()),
+        Some(1)
+    );
+    assert!(verifies(g, &[&latest]) && !verifies(g, &[&old]) && !verifies(g, &[&new]));
+}
