@@ -1,4 +1,5 @@
 //! Webhooks: signatures (Standard Webhooks), the delivery workers that drain the outbox's deliveries,
 //! and the receiving server.
 
+pub mod receive;
 pub mod signature;
