@@ -75,7 +75,7 @@ pub enum ReceiverError {
         "invalid route {0:?}: a name ([A-Za-z0-9_-]+) or a path of such names starting with `/`"
     )]
     InvalidRoute(String),
-    #[error("two handlers for {0}")]
+    #[error("two handlers for the route {0}")]
     DuplicateRoute(String),
     #[error("no handler registered")]
     NoHandlers,
@@ -684,13 +684,15 @@ async fn log_request(request: Request, next: Next) -> Response {
     let id = request
         .headers()
         .get("webhook-id")
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        // Quoted and escaped: the id comes from outside.
+        .map(|v| format!("{:?}", String::from_utf8_lossy(v.as_bytes())))
+        .unwrap_or_else(|| "-".to_string());
     let response = next.run(request).await;
     tracing::info!(
         %method,
         route = ?path,
         status = response.status().as_u16(),
-        webhook_id = ?id,
+        webhook_id = %id,
         "webhook request"
     );
     response
