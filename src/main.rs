@@ -5,6 +5,7 @@ mod admin;
 mod admin_oauth;
 mod login;
 mod logs;
+mod receive;
 
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
@@ -110,6 +111,9 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Receive webhooks: POST /webhooks/NAME runs a command or appends to a file, behind a shared
+    /// secret and/or Standard Webhooks signatures; prints `listening on http://ADDR` when ready.
+    Receive(receive::ReceiveArgs),
     /// Print the OpenAPI document of the public API.
     Openapi,
     /// Print the console's keymap as a cheat-sheet (Markdown).
@@ -346,6 +350,7 @@ fn run(mut cli: Cli) -> Result<()> {
             let path = login::credentials_file(cli.common.config.as_ref())?;
             rt.block_on(login::logout(&path, &server))
         }
+        Some(Command::Receive(args)) => rt.block_on(receive::run(args)),
         Some(Command::Openapi) => {
             println!("{}", switchyard_server::api::openapi::document_json());
             Ok(())

@@ -2,4 +2,5 @@
 //! and the receiving server.
 
 pub mod deliver;
+pub mod receive;
 pub mod signature;
