@@ -340,6 +340,7 @@ pub struct Application {
     provider: Arc<LocalProvider>,
     proxy: Proxy,
     webhooks: crate::config::WebhookSettings,
+    mailer: crate::mail::Mailer,
 }
 
 /// Responses go out as soon as they are written: with Nagle's algorithm a response whose head and body
@@ -384,6 +385,8 @@ impl Application {
         };
         let services = Services::open_at(config, clock.clone(), public_url).await?;
         let state = &services.state;
+        let mailer = crate::mail::Mailer::new(&config.email, state.store.clone(), clock.clone())
+            .map_err(StartError)?;
         let home = ReplicaHome::prepare(&config.runtime, &services.data_dir).map_err(StartError)?;
         tracing::info!(dir = %home.root.display(), user = home.user.as_ref().map(|u| u.name.as_str()), "replicas work here");
         let provider = LocalProvider::new(
@@ -410,6 +413,7 @@ impl Application {
             provider: Arc::new(provider),
             proxy,
             webhooks: config.webhooks.settings().map_err(StartError)?,
+            mailer,
         })
     }
 
@@ -447,6 +451,7 @@ impl Application {
             provider,
             proxy,
             webhooks,
+            mailer,
         } = self;
         let state = services.state.clone();
         let runtime = state.runtime.clone();
@@ -485,6 +490,7 @@ impl Application {
             activity: state.activity.clone(),
         };
         let delivering = tokio::spawn(deliverer.run(stop_rx.clone()));
+        tokio::spawn(mailer.run(stop_rx.clone()));
         if let Some(l) = private_listener {
             let app = proxy::private_front(proxy.clone());
             let stop = until_stopped(stop_rx.clone());

@@ -27,6 +27,7 @@ pub struct Config {
     pub oauth: OAuthConfig,
     pub outbound: OutboundConfig,
     pub webhooks: WebhooksConfig,
+    pub email: EmailConfig,
     pub log: LogConfig,
 }
 
@@ -471,6 +472,30 @@ impl Default for WebhooksConfig {
     }
 }
 
+/// Mail for notifications (endpoint state changes, disabled webhooks).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmailConfig {
+    /// The SMTP server, as a URL: `smtp://host:25` (plain), `smtp://host:587?tls=required`
+    /// (STARTTLS), `smtps://user:password@host:465` (TLS from the start). Unset: mail is not sent (each
+    /// queued mail is marked failed with that reason).
+    pub smtp_url: Option<String>,
+    /// The sender.
+    pub from: String,
+    /// For one mail: connecting and the whole SMTP exchange.
+    pub timeout: String,
+}
+
+impl Default for EmailConfig {
+    fn default() -> Self {
+        EmailConfig {
+            smtp_url: None,
+            from: "Switchyard <switchyard@localhost>".into(),
+            timeout: "30s".into(),
+        }
+    }
+}
+
 /// [`WebhooksConfig`] with its spans parsed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WebhookSettings {
@@ -580,6 +605,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("SWITCHYARD_CATALOG_SEED_FILE", "catalog.seed_file"),
     ("SWITCHYARD_HARDWARE_FILE", "catalog.hardware_file"),
     ("SWITCHYARD_OUTBOUND_ALLOW", "outbound.allow"),
+    ("SWITCHYARD_SMTP_URL", "email.smtp_url"),
     ("SWITCHYARD_LOG", "log.level"),
 ];
 
@@ -698,6 +724,7 @@ impl Config {
                     self.outbound.allow = allow;
                 }
                 "SWITCHYARD_LOG" => self.log.level = value,
+                "SWITCHYARD_SMTP_URL" => self.email.smtp_url = Some(value),
                 _ => {}
             }
         }

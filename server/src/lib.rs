@@ -27,6 +27,7 @@ pub mod crypto;
 pub mod deploy;
 pub mod error;
 pub mod hardware;
+pub mod mail;
 pub mod model;
 pub mod oauth;
 pub mod outbound;

@@ -553,12 +553,29 @@ async fn gone_disables_and_redirects_are_not_followed() {
         r.got().iter().all(|g| g.path == "/hook"),
         "the redirect's target was never called"
     );
-    let w: Value = alice.webhook(&id).await.expect("get");
+    // The attempt is recorded first, then the webhook disabled.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let w = loop {
+        let w: Value = alice.webhook(&id).await.expect("get");
+        if w["webhook"]["disabled"] == true || Instant::now() > deadline {
+            break w;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    };
     assert_eq!(w["webhook"]["disabled"], true);
     assert!(w["webhook"]["disabledReason"]
         .as_str()
         .unwrap_or_default()
         .contains("410"));
+    let told: Vec<Value> = alice
+        .notifications(None, None, None)
+        .await
+        .expect("notices");
+    assert!(
+        told.iter()
+            .any(|n| n["kind"] == "webhook.disabled" && n["subject"] == id.as_str()),
+        "the owner is told: {told:?}"
+    );
     let after = attempts(&alice, &id).await;
     assert!(
         after.iter().all(|x| x["state"] != "pending"),

@@ -6,6 +6,7 @@ pub mod catalog;
 pub mod endpoints;
 pub use crate::error;
 pub mod extract;
+pub mod notifications;
 pub mod oauth;
 pub mod openapi;
 pub mod webhooks;
@@ -64,6 +65,7 @@ pub fn router(state: AppState) -> Router {
         .merge(oauth::router())
         .merge(openapi::router())
         .merge(webhooks::router())
+        .merge(notifications::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))

@@ -60,6 +60,8 @@ use super::AppState;
         super::oauth::publishers::list,
         super::oauth::publishers::create,
         super::oauth::publishers::remove,
+        super::notifications::list,
+        super::notifications::stream,
         super::webhooks::list,
         super::webhooks::create,
         super::webhooks::get_one,

@@ -21,6 +21,7 @@ pub mod host;
 pub mod image;
 pub mod issue;
 pub mod lifecycle;
+pub mod notice;
 pub mod oauth;
 pub mod repo;
 pub mod status;

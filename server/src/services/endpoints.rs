@@ -248,11 +248,7 @@ pub async fn delete(ctx: &Context, who: &Principal, namespace: &str, name: &str)
         .await?
         .ok_or_else(|| not_found(namespace, name))?;
     unit.delete_endpoint(namespace, name).await?;
-    unit.append_event(
-        event(EventKind::EndpointDeleted, &rec, json!({}), &ctx.public_url),
-        ctx.clock.now(),
-    )
-    .await?;
+    gone(unit.as_mut(), &rec, ctx.clock.now(), &ctx.public_url).await?;
     unit.commit().await?;
     (ctx.on_change)();
     tracing::info!(namespace, endpoint = %name, by = %who.account.name, "endpoint deleted");
@@ -270,10 +266,40 @@ pub(super) async fn delete_all_in(
     let all = unit.endpoints_in(namespace).await?;
     for rec in &all {
         unit.delete_endpoint(namespace, &rec.spec.name).await?;
-        unit.append_event(event(EventKind::EndpointDeleted, rec, json!({}), base), now)
-            .await?;
+        gone(unit, rec, now, base).await?;
     }
     Ok(all.len())
+}
+
+/// The deletion's event and its notice.
+async fn gone(
+    unit: &mut dyn Session,
+    rec: &EndpointRecord,
+    now: chrono::DateTime<chrono::Utc>,
+    base: &str,
+) -> StoreResult<()> {
+    unit.append_event(event(EventKind::EndpointDeleted, rec, json!({}), base), now)
+        .await?;
+    if let Some(n) = super::notices::endpoint_notice(rec.state, rec, true, base) {
+        unit.notify(&n, now).await?;
+    }
+    Ok(())
+}
+
+/// A state change's event and, when it needs a person, its notice.
+async fn moved(
+    unit: &mut dyn Session,
+    before: EndpointState,
+    saved: &EndpointRecord,
+    base: &str,
+) -> StoreResult<()> {
+    if let Some(ev) = status_event(before, saved, base) {
+        unit.append_event(ev, saved.updated_at).await?;
+        if let Some(n) = super::notices::endpoint_notice(before, saved, false, base) {
+            unit.notify(&n, saved.updated_at).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Read, change and write in one unit of work with its events; retried a few times when another
@@ -318,9 +344,7 @@ where
             )
             .await?;
         }
-        if let Some(ev) = status_event(before.state, &saved, &ctx.public_url) {
-            unit.append_event(ev, rec.updated_at).await?;
-        }
+        moved(unit.as_mut(), before.state, &saved, &ctx.public_url).await?;
         unit.commit().await?;
         (ctx.on_change)();
         return Ok(saved);
@@ -339,9 +363,7 @@ pub async fn write_status(
 ) -> StoreResult<EndpointRecord> {
     let mut unit: Box<dyn Session> = store.begin().await?;
     let saved = unit.update_endpoint(next).await?;
-    if let Some(ev) = status_event(before, &saved, base) {
-        unit.append_event(ev, saved.updated_at).await?;
-    }
+    moved(unit.as_mut(), before, &saved, base).await?;
     unit.commit().await?;
     Ok(saved)
 }

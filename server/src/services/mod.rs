@@ -7,6 +7,7 @@ pub mod accounts;
 pub mod apps;
 pub mod catalog;
 pub mod endpoints;
+pub mod notices;
 mod policy;
 pub mod publishers;
 pub mod quotas;

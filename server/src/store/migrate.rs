@@ -44,6 +44,11 @@ const SQLITE: &[Migration] = &[
         name: "webhooks",
         sql: include_str!("../../migrations/sqlite/0006_webhooks.sql"),
     },
+    Migration {
+        version: 7,
+        name: "notifications",
+        sql: include_str!("../../migrations/sqlite/0007_notifications.sql"),
+    },
 ];
 
 const POSTGRES: &[Migration] = &[
@@ -66,6 +71,11 @@ const POSTGRES: &[Migration] = &[
         version: 4,
         name: "webhooks",
         sql: include_str!("../../migrations/postgres/0004_webhooks.sql"),
+    },
+    Migration {
+        version: 5,
+        name: "notifications",
+        sql: include_str!("../../migrations/postgres/0005_notifications.sql"),
     },
 ];
 

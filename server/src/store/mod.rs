@@ -15,6 +15,7 @@ pub mod copy;
 mod endpoints;
 mod events;
 mod migrate;
+mod notifications;
 mod oauth;
 mod publishers;
 mod quotas;
@@ -28,6 +29,7 @@ pub use accounts::{AccountStore, NewAccount, NewToken};
 pub use catalog::CatalogStore;
 pub use endpoints::{Actor, EndpointRecord, EndpointStore};
 pub use events::{Event, EventStore, NewEvent};
+pub use notifications::{Mail, MailQueue, NewNotice, Notice, NotificationStore};
 pub use oauth::{
     DeviceAuth, DeviceStatus, IssueRecord, NewCode, NewTokenRow, OAuthStore, SigningKeyRow, Spent,
     WebSession,
@@ -75,6 +77,7 @@ pub trait Session:
     + PublisherStore
     + QuotaStore
     + WebhookStore
+    + NotificationStore
     + Send
 {
     /// Makes the unit of work's writes durable and visible, all of them or none.
@@ -82,7 +85,7 @@ pub trait Session:
 }
 
 #[async_trait]
-pub trait Store: DeliveryQueue + Send + Sync + 'static {
+pub trait Store: DeliveryQueue + MailQueue + Send + Sync + 'static {
     /// A unit of work: writes through it commit together. On SQLite it holds the write lock from the
     /// start (so a read-then-write never fails to upgrade); on PostgreSQL it is a read-committed
     /// transaction, with versions and constraints guarding the rows it changes.

@@ -132,6 +132,10 @@ pub struct SqlStore {
     group: Arc<std::sync::OnceLock<super::batch::Group>>,
     /// Signalled when a unit of work that queued webhook deliveries commits.
     outbox: Arc<tokio::sync::Notify>,
+    /// Signalled when a unit of work that queued mail commits.
+    mail: Arc<tokio::sync::Notify>,
+    /// Bumped when a unit of work that recorded notices commits.
+    notices: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl SqlStore {
@@ -176,6 +180,8 @@ impl SqlStore {
             writer: Arc::default(),
             group: Arc::default(),
             outbox: Arc::default(),
+            mail: Arc::default(),
+            notices: Arc::new(tokio::sync::watch::Sender::new(0)),
         };
         super::migrate::run(&store.pool, backend).await?;
         Ok(store)
@@ -195,6 +201,23 @@ impl SqlStore {
 
     pub(crate) fn outbox_signal(&self) -> &tokio::sync::Notify {
         &self.outbox
+    }
+
+    pub(crate) fn mail_signal_ref(&self) -> &tokio::sync::Notify {
+        &self.mail
+    }
+
+    pub(crate) fn notices_ref(&self) -> &tokio::sync::watch::Sender<u64> {
+        &self.notices
+    }
+
+    /// What a new session signals when it commits.
+    fn signals(&self) -> Signals {
+        Signals {
+            outbox: self.outbox.clone(),
+            mail: self.mail.clone(),
+            notices: self.notices.clone(),
+        }
     }
 
     /// The one writer's turn, on SQLite (`None` on PostgreSQL, which has many writers).
@@ -239,9 +262,19 @@ pub struct SqlSession {
     /// A SQLite unit's turn as the writer, given back when the unit ends. Declared after `conn`, so
     /// the transaction ends (rolled back if not committed) before the next writer goes.
     _turn: Option<tokio::sync::OwnedMutexGuard<()>>,
-    /// Woken once the unit commits, when it queued deliveries (`queued`).
-    outbox: Arc<tokio::sync::Notify>,
+    /// Woken once the unit commits: the delivery workers when it queued deliveries (`queued`), the
+    /// mailer when it queued mail (`mailed`), notice followers when it recorded notices (`noticed`).
+    signals: Signals,
     pub(crate) queued: bool,
+    pub(crate) mailed: bool,
+    pub(crate) noticed: bool,
+}
+
+#[derive(Clone)]
+struct Signals {
+    outbox: Arc<tokio::sync::Notify>,
+    mail: Arc<tokio::sync::Notify>,
+    notices: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl SqlSession {
@@ -258,8 +291,10 @@ impl Session for SqlSession {
     async fn commit(self: Box<Self>) -> StoreResult<()> {
         let SqlSession {
             conn,
-            outbox,
+            signals,
             queued,
+            mailed,
+            noticed,
             _turn,
             ..
         } = *self;
@@ -268,7 +303,13 @@ impl Session for SqlSession {
         }
         drop(_turn);
         if queued {
-            outbox.notify_one();
+            signals.outbox.notify_one();
+        }
+        if mailed {
+            signals.mail.notify_one();
+        }
+        if noticed {
+            signals.notices.send_modify(|n| *n += 1);
         }
         Ok(())
     }
@@ -283,8 +324,10 @@ impl Store for SqlStore {
             conn: Conn::Unit(tx),
             backend: self.backend,
             _turn: turn,
-            outbox: self.outbox.clone(),
+            signals: self.signals(),
             queued: false,
+            mailed: false,
+            noticed: false,
         }))
     }
 
@@ -293,8 +336,10 @@ impl Store for SqlStore {
             conn: Conn::Plain(self.pool.acquire().await?),
             backend: self.backend,
             _turn: None,
-            outbox: self.outbox.clone(),
+            signals: self.signals(),
             queued: false,
+            mailed: false,
+            noticed: false,
         }))
     }
 

@@ -552,11 +552,19 @@ impl Shared {
         }
     }
 
+    /// Disables a webhook and tells its owner why, in one unit of work.
     async fn disable(&self, webhook: &str, reason: &str) {
         let done = async {
+            let now = self.d.clock.now();
             let mut unit = self.d.store.begin().await?;
-            unit.set_webhook_disabled(webhook, true, Some(reason), self.d.clock.now())
+            let Some(w) = unit.webhook(webhook).await? else {
+                return Ok(());
+            };
+            unit.set_webhook_disabled(webhook, true, Some(reason), now)
                 .await?;
+            let notice =
+                crate::services::notices::webhook_disabled(&w.owner, webhook, &w.url, reason);
+            unit.notify(&notice, now).await?;
             unit.commit().await
         };
         match done.await {
