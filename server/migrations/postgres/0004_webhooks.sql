@@ -46,6 +46,7 @@ CREATE TABLE deliveries (
     updated_at       TEXT NOT NULL
 );
 CREATE INDEX deliveries_due ON deliveries(next_attempt_at) WHERE state = 'pending';
+CREATE INDEX deliveries_pending_by_webhook ON deliveries(webhook_id, next_attempt_at) WHERE state = 'pending';
 CREATE INDEX deliveries_leased ON deliveries(lease_until) WHERE state = 'sending';
 CREATE INDEX deliveries_by_webhook ON deliveries(webhook_id, created_at);
 CREATE INDEX deliveries_by_event ON deliveries(event_seq);

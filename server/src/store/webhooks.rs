@@ -476,16 +476,19 @@ impl WebhookStore for SqlSession {
 /// is one statement, or one batch through the group committer.
 #[async_trait]
 pub trait DeliveryQueue {
-    /// Claims up to `limit` due deliveries of webhooks not held and not in `skip`, for `token` until
-    /// `lease_until`.
+    /// Claims up to `limit` due deliveries of webhooks not held (of webhook `only`, when given), oldest
+    /// first, for `token` until `lease_until`.
     async fn claim_deliveries(
         &self,
         token: &str,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
         limit: i64,
-        skip: &[String],
+        only: Option<&str>,
     ) -> StoreResult<Vec<Claimed>>;
+    /// Up to `limit` webhooks with deliveries due, found by skipping through the index one webhook at
+    /// a time (a backlog of one webhook is not read row by row).
+    async fn due_webhooks(&self, now: DateTime<Utc>, limit: i64) -> StoreResult<Vec<String>>;
     /// Gives one claimed delivery back, due at `at`, no attempt spent (only while the claim is the
     /// caller's).
     async fn postpone(&self, id: &str, token: &str, at: DateTime<Utc>) -> StoreResult<()>;
@@ -521,26 +524,20 @@ impl DeliveryQueue for SqlStore {
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
         limit: i64,
-        skip: &[String],
+        only: Option<&str>,
     ) -> StoreResult<Vec<Claimed>> {
         let lock = match super::Store::backend(self) {
             Backend::Sqlite => "",
             Backend::Postgres => " FOR UPDATE SKIP LOCKED",
         };
-        let skipped = match skip.len() {
-            0 => String::new(),
-            n => format!(
-                " AND d.webhook_id NOT IN ({})",
-                (5..5 + n)
-                    .map(|i| format!("${i}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+        let only_sql = match only {
+            Some(_) => " AND d.webhook_id = $5",
+            None => "",
         };
         let claim = format!(
             "UPDATE deliveries SET state = 'sending', claim_token = $1, lease_until = $2, \
              updated_at = $3 WHERE id IN (SELECT d.id FROM deliveries d \
-               WHERE d.state = 'pending' AND d.next_attempt_at <= $3{skipped} \
+               WHERE d.state = 'pending' AND d.next_attempt_at <= $3{only_sql} \
                AND NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.id = d.webhook_id \
                  AND w.held_until > $3) \
                ORDER BY d.next_attempt_at LIMIT $4{lock})"
@@ -553,8 +550,8 @@ impl DeliveryQueue for SqlStore {
                 .bind(ts(lease_until))
                 .bind(&now_s)
                 .bind(limit);
-            for id in skip {
-                q = q.bind(id);
+            if let Some(w) = only {
+                q = q.bind(w);
             }
             q.execute(self.pool()).await?.rows_affected()
         };
@@ -589,6 +586,26 @@ impl DeliveryQueue for SqlStore {
                 })
             })
             .collect()
+    }
+
+    async fn due_webhooks(&self, now: DateTime<Utc>, limit: i64) -> StoreResult<Vec<String>> {
+        // A loose index scan: each step seeks the next webhook id in `deliveries_pending_by_webhook`.
+        let rows: Vec<Option<String>> = sqlx::query_scalar(
+            "WITH RECURSIVE hooks(w, n) AS ( \
+               SELECT (SELECT MIN(webhook_id) FROM deliveries \
+                 WHERE state = 'pending' AND next_attempt_at <= $1), 0 \
+               UNION ALL \
+               SELECT (SELECT MIN(webhook_id) FROM deliveries WHERE state = 'pending' \
+                 AND next_attempt_at <= $1 AND webhook_id > hooks.w), n + 1 \
+               FROM hooks WHERE w IS NOT NULL AND n < $2) \
+             SELECT h.w FROM hooks h WHERE h.w IS NOT NULL AND NOT EXISTS \
+               (SELECT 1 FROM webhooks x WHERE x.id = h.w AND x.held_until > $1)",
+        )
+        .bind(ts(now))
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.into_iter().flatten().collect())
     }
 
     async fn postpone(&self, id: &str, token: &str, at: DateTime<Utc>) -> StoreResult<()> {

@@ -92,15 +92,21 @@ impl Deliverer {
             if *stop.borrow() {
                 break;
             }
-            let claimed = shared.claim_some(&tokens).await;
-            if claimed == CLAIM_BATCH {
+            let (claimed, held_back) = shared.claim_round(&tokens).await;
+            if claimed >= CLAIM_BATCH {
                 continue;
             }
-            let wait = shared.until_next_due().await;
+            // What is due but held back (this server's cap, a full lane) goes when an attempt ends;
+            // sleeping until it is due would only spin.
+            let waiting = held_back || shared.full();
+            let wait = match waiting {
+                true => BACKSTOP,
+                false => shared.until_next_due().await,
+            };
             let outbox = shared.d.store.outbox();
             tokio::select! {
                 _ = outbox.notified() => {}
-                _ = shared.done.notified(), if claimed == 0 && shared.full() => {}
+                _ = shared.done.notified(), if waiting => {}
                 _ = tokio::time::sleep(wait) => {}
                 _ = stop.changed() => {}
             }
@@ -195,24 +201,69 @@ impl Shared {
         }
     }
 
-    /// Claims what fits and starts sending it; how many it claimed.
-    async fn claim_some(self: &Arc<Self>, tokens: &Arc<Mutex<Vec<String>>>) -> usize {
+    /// Claims what fits: oldest first across webhooks while no lane is full; once one is, webhook by
+    /// webhook among those with deliveries due, the full ones left out. How many it claimed, and
+    /// whether full lanes were left out.
+    async fn claim_round(self: &Arc<Self>, tokens: &Arc<Mutex<Vec<String>>>) -> (usize, bool) {
         let free = self
             .d
             .settings
             .max_in_flight
             .saturating_sub(self.in_flight());
         if free == 0 {
-            return 0;
+            return (0, true);
         }
+        let full = self.saturated();
+        if full.is_empty() {
+            return (
+                self.claim_some(tokens, free.min(CLAIM_BATCH), None).await,
+                false,
+            );
+        }
+        let due = match self
+            .d
+            .store
+            .due_webhooks(self.d.clock.now(), CLAIM_BATCH as i64)
+            .await
+        {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(error = %e, "webhook queue not read");
+                return (0, true);
+            }
+        };
+        let mut claimed = 0;
+        for webhook in due.iter().filter(|w| !full.contains(*w)) {
+            let room = self.room(webhook).min(free.saturating_sub(claimed));
+            if room == 0 {
+                continue;
+            }
+            claimed += self.claim_some(tokens, room, Some(webhook)).await;
+        }
+        (claimed, true)
+    }
+
+    /// How many more deliveries of `webhook` this server takes now.
+    fn room(&self, webhook: &str) -> usize {
+        let window = self.d.settings.concurrency * WINDOW;
+        let lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        window.saturating_sub(lanes.get(webhook).map_or(0, |l| l.claimed))
+    }
+
+    /// Claims up to `limit` (of `only`, when given) and starts sending them; how many it claimed.
+    async fn claim_some(
+        self: &Arc<Self>,
+        tokens: &Arc<Mutex<Vec<String>>>,
+        limit: usize,
+        only: Option<&str>,
+    ) -> usize {
         let token = random_id();
         let now = self.d.clock.now();
         let lease = chrono::Duration::from_std(self.d.settings.lease).unwrap_or_default();
-        let limit = free.min(CLAIM_BATCH);
         let claimed = match self
             .d
             .store
-            .claim_deliveries(&token, now, now + lease, limit as i64, &self.saturated())
+            .claim_deliveries(&token, now, now + lease, limit as i64, only)
             .await
         {
             Ok(c) => c,
