@@ -329,7 +329,8 @@ impl Shared {
             tokio::time::sleep(rate).await;
         }
         // Not enough lease left to finish: leave it to be claimed again rather than risk two sends.
-        let late = Instant::now() + self.d.settings.timeout + Duration::from_secs(1) > deadline;
+        let late =
+            Instant::now() + self.d.settings.timeout + crate::config::LEASE_MARGIN > deadline;
         if late || permit.is_err() || !self.may_go(&webhook) {
             self.put_back(&c, &token).await;
         } else {
