@@ -125,7 +125,7 @@ async fn maintain(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut last_prune: Option<Instant> = None;
     loop {
         let now = shared.d.clock.now();
-        match shared.d.store.release_expired_leases(now).await {
+        match shared.d.store.release_expired_leases(now, now).await {
             Ok(n) if n > 0 => {
                 tracing::warn!(
                     deliveries = n,
@@ -169,8 +169,10 @@ impl Shared {
         if self.d.store.backend() != Backend::Sqlite {
             return;
         }
-        let far = self.d.clock.now() + chrono::Duration::days(36500);
-        match self.d.store.release_expired_leases(far).await {
+        // Every lease, however long it had to run; due now (not at that far cutoff).
+        let now = self.d.clock.now();
+        let far = now + chrono::Duration::days(36500);
+        match self.d.store.release_expired_leases(far, now).await {
             Ok(n) if n > 0 => tracing::info!(
                 deliveries = n,
                 "webhook deliveries interrupted by the last stop are due again"
