@@ -6,6 +6,7 @@ mod admin_oauth;
 mod login;
 mod logs;
 mod receive;
+mod webhooks;
 
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
@@ -114,6 +115,9 @@ enum Command {
     /// Receive webhooks: POST /webhooks/NAME runs a command or appends to a file, behind a shared
     /// secret and/or Standard Webhooks signatures; prints `listening on http://ADDR` when ready.
     Receive(receive::ReceiveArgs),
+    /// Manage a server's webhooks over HTTP (--server URL; token from --token, SWITCHYARD_TOKEN, what
+    /// `switchyard login` kept for that server, or <config dir>/token).
+    Webhooks(webhooks::WebhooksArgs),
     /// Print the OpenAPI document of the public API.
     Openapi,
     /// Print the console's keymap as a cheat-sheet (Markdown).
@@ -206,6 +210,17 @@ fn user_file(common: &Common, name: &str) -> Option<String> {
     std::fs::read_to_string(config.with_file_name(name)).ok()
 }
 
+/// The token for a remote server: the flag or environment, then what `switchyard login` kept for
+/// that server, then the config dir's `token` file.
+async fn remote_token(common: &Common, url: &str, flag: Option<String>) -> Result<Option<String>> {
+    if flag.is_some() {
+        return Ok(flag);
+    }
+    let path = login::credentials_file(common.config.as_ref())?;
+    let signed_in = login::refreshed(&path, url).await?.map(|s| s.access_token);
+    Ok(signed_in.or_else(|| user_file(common, "token").map(|t| t.trim().to_string())))
+}
+
 /// The operator console: an in-process server (the same config and flags as `serve`) or `--server URL`.
 async fn console(common: &Common, args: &ConsoleArgs) -> Result<()> {
     let mut config = load_config(common, None)?;
@@ -224,20 +239,10 @@ async fn console(common: &Common, args: &ConsoleArgs) -> Result<()> {
         .init();
     let log_file = log_dir.join("console.log.<date>").display().to_string();
     let keymap_text = user_file(common, "keymap.toml");
-    // The token for `--server` (and `:server` back to that same URL): the flag or environment, then
-    // what `switchyard login` kept for that server, then the config dir's `token` file.
-    let signed_in = match &args.server {
-        Some(url) if args.token.is_none() => {
-            let path = login::credentials_file(common.config.as_ref())?;
-            login::refreshed(&path, url).await?.map(|s| s.access_token)
-        }
-        _ => None,
+    let remote_token = match &args.server {
+        Some(url) => remote_token(common, url, args.token.clone()).await?,
+        None => args.token.clone(),
     };
-    let remote_token = args
-        .token
-        .clone()
-        .or(signed_in)
-        .or_else(|| user_file(common, "token").map(|t| t.trim().to_string()));
     if let Some(url) = &args.server {
         let options = switchyard_ui::Options {
             client: switchyard_server::client::Client::new(url, remote_token.clone()),
@@ -351,6 +356,19 @@ fn run(mut cli: Cli) -> Result<()> {
             rt.block_on(login::logout(&path, &server))
         }
         Some(Command::Receive(args)) => rt.block_on(receive::run(args)),
+        Some(Command::Webhooks(args)) => {
+            // `switchyard --server URL webhooks …` works too.
+            let server = args
+                .server
+                .or(cli.console.server)
+                .ok_or_else(|| anyhow!("which server? give --server URL"))?;
+            rt.block_on(async {
+                let flag = args.token.or(cli.console.token);
+                let token = remote_token(&cli.common, &server, flag).await?;
+                let client = switchyard_server::client::Client::new(&server, token);
+                webhooks::run(&client, args.json, args.command).await
+            })
+        }
         Some(Command::Openapi) => {
             println!("{}", switchyard_server::api::openapi::document_json());
             Ok(())

@@ -496,6 +496,9 @@ impl Default for EmailConfig {
     }
 }
 
+/// The lease a delivery worker keeps in hand beyond `webhooks.timeout` when it starts an attempt.
+pub const LEASE_MARGIN: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// [`WebhooksConfig`] with its spans parsed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WebhookSettings {
@@ -532,8 +535,13 @@ impl WebhooksConfig {
             retention: span("retention", &self.retention)?,
             lease: span("lease", &self.lease)?,
         };
-        if settings.lease <= settings.timeout {
-            return Err("webhooks.lease must be longer than webhooks.timeout".into());
+        // A worker starts an attempt only with `timeout` + LEASE_MARGIN of its lease left: a shorter
+        // lease would put every claimed delivery back, unsent, for ever.
+        if settings.lease <= settings.timeout + LEASE_MARGIN {
+            return Err(format!(
+                "webhooks.lease must be more than {}s longer than webhooks.timeout",
+                LEASE_MARGIN.as_secs()
+            ));
         }
         Ok(settings)
     }
@@ -948,6 +956,19 @@ mod tests {
             let err = c.check_ci_issuers().unwrap_err();
             assert!(err.contains("oauth.ci_issuers"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn a_webhook_lease_leaves_room_for_an_attempt() {
+        let mut c = WebhooksConfig {
+            timeout: "2s".into(),
+            lease: "3s".into(),
+            ..WebhooksConfig::default()
+        };
+        let err = c.settings().unwrap_err();
+        assert!(err.contains("webhooks.lease"), "{err}");
+        c.lease = "3100ms".into();
+        assert!(c.settings().is_ok());
     }
 
     #[test]

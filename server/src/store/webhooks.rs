@@ -495,8 +495,13 @@ pub trait DeliveryQueue {
     /// Records an attempt and moves its delivery on, in one transaction, only while the claim is
     /// still the caller's: a worker whose lease was taken over records nothing.
     async fn record_outcome(&self, o: &Outcome) -> StoreResult<()>;
-    /// Gives up claims whose lease ran out (a worker died or stalled): due again now.
-    async fn release_expired_leases(&self, now: DateTime<Utc>) -> StoreResult<u64>;
+    /// Gives up claims whose lease ends before `expired_before` (a worker died or stalled): due again
+    /// at `now`.
+    async fn release_expired_leases(
+        &self,
+        expired_before: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64>;
     /// Gives back this worker's own claims (it is stopping): due again now, no attempt spent.
     async fn release_claim(&self, token: &str, now: DateTime<Utc>) -> StoreResult<u64>;
     /// When the next pending delivery falls due (held webhooks included: their hold ends).
@@ -622,14 +627,19 @@ impl DeliveryQueue for SqlStore {
         self.write_batch(outcome_statements(o)).await
     }
 
-    async fn release_expired_leases(&self, now: DateTime<Utc>) -> StoreResult<u64> {
+    async fn release_expired_leases(
+        &self,
+        expired_before: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
         let _turn = self.writer_turn().await;
         let now = ts(now);
         Ok(sqlx::query(
             "UPDATE deliveries SET state = 'pending', next_attempt_at = $1, claim_token = NULL, \
-             lease_until = NULL, updated_at = $1 WHERE state = 'sending' AND lease_until < $1",
+             lease_until = NULL, updated_at = $1 WHERE state = 'sending' AND lease_until < $2",
         )
         .bind(&now)
+        .bind(ts(expired_before))
         .execute(self.pool())
         .await?
         .rows_affected())

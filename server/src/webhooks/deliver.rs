@@ -131,7 +131,7 @@ async fn maintain(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut last_prune: Option<Instant> = None;
     loop {
         let now = shared.d.clock.now();
-        match shared.d.store.release_expired_leases(now).await {
+        match shared.d.store.release_expired_leases(now, now).await {
             Ok(n) if n > 0 => {
                 tracing::warn!(
                     deliveries = n,
@@ -175,8 +175,10 @@ impl Shared {
         if self.d.store.backend() != Backend::Sqlite {
             return;
         }
-        let far = self.d.clock.now() + chrono::Duration::days(36500);
-        match self.d.store.release_expired_leases(far).await {
+        // Every lease, however long it had to run; due now (not at that far cutoff).
+        let now = self.d.clock.now();
+        let far = now + chrono::Duration::days(36500);
+        match self.d.store.release_expired_leases(far, now).await {
             Ok(n) if n > 0 => tracing::info!(
                 deliveries = n,
                 "webhook deliveries interrupted by the last stop are due again"
@@ -380,7 +382,8 @@ impl Shared {
             tokio::time::sleep(rate).await;
         }
         // Not enough lease left to finish: leave it to be claimed again rather than risk two sends.
-        let late = Instant::now() + self.d.settings.timeout + Duration::from_secs(1) > deadline;
+        let late =
+            Instant::now() + self.d.settings.timeout + crate::config::LEASE_MARGIN > deadline;
         if late || permit.is_err() || !self.may_go(&webhook) {
             self.put_back(&c, &token).await;
         } else {
