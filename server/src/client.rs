@@ -512,4 +512,26 @@ impl Client {
         self.post(&format!("/api/settings/webhooks/{id}/rotate-secret"), &body)
             .await
     }
+
+    /// The caller's notifications, oldest first: those after `after` (without it, the latest `limit`); with
+    /// `wait` seconds the server holds the request until one comes.
+    pub async fn notifications<T: DeserializeOwned>(
+        &self,
+        after: Option<i64>,
+        limit: Option<i64>,
+        wait: Option<u64>,
+    ) -> ClientResult<T> {
+        let mut q: Vec<(&str, String)> = Vec::new();
+        if let Some(a) = after {
+            q.push(("after", a.to_string()));
+        }
+        if let Some(l) = limit {
+            q.push(("limit", l.to_string()));
+        }
+        if let Some(w) = wait {
+            q.push(("wait", w.to_string()));
+        }
+        let q = serde_urlencoded::to_string(&q).unwrap_or_default();
+        self.get(&format!("/api/v1/notifications?{q}")).await
+    }
 }
