@@ -182,3 +182,95 @@ fn a_panic_restores_the_terminal() {
     assert!(screen.contains("TTY-SAME"), "{screen}");
     assert!(!screen.contains("catalog ("), "{screen}");
 }
+
+/// Webhooks in the console, live: a webhook made through the API points at a receiver in this test; its
+/// deliveries view is open when an endpoint is created in the watched namespace, and the attempt appears on
+/// screen without a key pressed. `r` then replays it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_deliveries_appear_live() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use switchyard_server::client::Client;
+
+    // The receiver: counts what comes and answers 200.
+    let received = Arc::new(AtomicUsize::new(0));
+    let counter = received.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the receiver");
+    let receiver = listener.local_addr().expect("receiver address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    // The console, on an in-process server that may send to loopback.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let tmux = start_with(&data, "SWITCHYARD_OUTBOUND_ALLOW=127.0.0.0/8");
+    let screen = tmux.wait_for("connected");
+    let url = screen
+        .split("in-process ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the status line shows the in-process server's URL")
+        .to_string();
+    let token = std::fs::read_to_string(data.join("admin-token")).expect("admin token");
+    let client = Client::new(&url, Some(token.trim().to_string()));
+    let hook = format!("http://{receiver}/hook");
+    let _: serde_json::Value = client
+        .create_webhook(&serde_json::json!({
+            "url": hook, "watched": [{"type": "user", "name": "admin"}], "domains": ["endpoint"]
+        }))
+        .await
+        .expect("create the webhook");
+
+    tmux.keys(&[":"]);
+    tmux.type_text("webhooks");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("webhooks (1/1)");
+    tmux.wait_for("user:admin");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for(&format!("deliveries of {hook} · live (0/0)"));
+
+    // A change in the watched namespace, through the API; no key is pressed from here until it shows.
+    let _: serde_json::Value = client
+        .create_endpoint("admin", &common::endpoint("hooked"))
+        .await
+        .expect("create an endpoint");
+    let screen = wait_long(&tmux, "endpoint/create");
+    assert!(screen.contains("200"), "{screen}");
+    assert!(received.load(Ordering::SeqCst) >= 1);
+
+    // `r` replays the selected (newest) delivery; the result goes to the message line, and the replay's own
+    // attempt comes in live, marked `(r)`.
+    tmux.keys(&["r"]);
+    tmux.wait_for("replayed delivery");
+    wait_long(&tmux, "(r)");
+
+    // esc goes back to the list, with the last result.
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("200 ok");
+    tmux.keys(&[":", "q", "Enter"]);
+    let screen = tmux.wait_for("EXITED");
+    assert!(screen.contains("EXITED 0"), "{screen}");
+}
+
+/// Waits up to a minute for `text` (a delivery needs the outbox and a worker to come round).
+fn wait_long(tmux: &Tmux, text: &str) -> String {
+    for _ in 0..600 {
+        let s = tmux.screen();
+        if s.contains(text) {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("the screen never showed {text:?}:\n{}", tmux.screen());
+}

@@ -1,6 +1,7 @@
 //! What the state asks the runtime to do ([`Effect`]), and the requests it carries.
 //!
-//! The requests are an endpoint action, an OAuth app's action, a deploy and a spec handed to `$EDITOR`. Plain
+//! The requests are an endpoint action, an OAuth app's action, a webhook's action, a deploy and a spec handed
+//! to `$EDITOR`. Plain
 //! data, below everything that makes or runs an effect.
 
 use serde_json::Value;
@@ -51,6 +52,58 @@ pub enum Effect {
     },
     /// An organization's audit log, with a sequence number.
     LoadAudit(u64, String),
+    /// The caller's webhooks and its organizations', with a sequence number.
+    LoadWebhooks(u64),
+    /// Creates (`id` `None`) or updates a webhook with the form's body (answered by `Action::WebhookSaved`).
+    SaveWebhook {
+        id: Option<String>,
+        body: Value,
+    },
+    /// A confirmed action on a webhook; `url` is for the messages.
+    WebhookAct {
+        action: WebhookAction,
+        id: String,
+        url: String,
+    },
+    /// Follows a webhook's attempts: those after `after` (`None`: the newest page at once), the server holding
+    /// the request up to `wait` seconds until one comes; after `delay` seconds (a failed poll backs off).
+    /// `feed` tells the answer for the deliveries view open now from one for a view left since.
+    FollowDeliveries {
+        feed: u64,
+        id: String,
+        after: Option<i64>,
+        wait: u64,
+        delay: u64,
+    },
+    /// Sends one delivery of a webhook again (answered by `Action::Replayed`).
+    ReplayDelivery {
+        id: String,
+        delivery: String,
+    },
+    /// Follows the user's notifications the same way (`None`: the latest, at once).
+    FollowNotifications {
+        after: Option<i64>,
+        wait: u64,
+        delay: u64,
+    },
+}
+
+/// A webhook action; each is confirmed first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookAction {
+    Enable,
+    Disable,
+    Delete,
+}
+
+impl WebhookAction {
+    pub fn verb(self) -> &'static str {
+        match self {
+            WebhookAction::Enable => "enable",
+            WebhookAction::Disable => "disable",
+            WebhookAction::Delete => "delete",
+        }
+    }
 }
 
 /// A lifecycle action on an endpoint, as the API names it.

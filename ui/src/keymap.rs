@@ -24,6 +24,12 @@ pub enum Context {
     Audit,
     /// A secret shown once: only dismissing it.
     Secret,
+    /// The webhooks list.
+    Webhooks,
+    /// A webhook's attempts, live.
+    Deliveries,
+    /// The user's notifications.
+    Notifications,
 }
 
 impl Context {
@@ -38,6 +44,9 @@ impl Context {
             Context::Apps => "apps",
             Context::Audit => "audit",
             Context::Secret => "secret",
+            Context::Webhooks => "webhooks",
+            Context::Deliveries => "deliveries",
+            Context::Notifications => "notifications",
         }
     }
 }
@@ -79,6 +88,15 @@ pub enum Command {
     RotateSecret,
     DeleteSecret,
     DeleteApp,
+    /// A webhook's attempts, followed live.
+    Deliveries,
+    NewWebhook,
+    EditWebhook,
+    /// Enables a disabled webhook, disables an enabled one.
+    ToggleWebhook,
+    DeleteWebhook,
+    /// Sends the selected delivery again.
+    Replay,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -117,7 +135,9 @@ impl Command {
 
     /// Whether the command asks for confirmation before it runs.
     pub fn asks_first(self) -> bool {
-        self.endpoint_action().is_some() || self.app_action().is_some()
+        self.endpoint_action().is_some()
+            || self.app_action().is_some()
+            || matches!(self, Command::ToggleWebhook | Command::DeleteWebhook)
     }
 
     /// Whether the action changes something on the server. Read-only mode removes these whatever a keymap
@@ -137,6 +157,11 @@ impl Command {
                 | Command::RotateSecret
                 | Command::DeleteSecret
                 | Command::DeleteApp
+                | Command::NewWebhook
+                | Command::EditWebhook
+                | Command::ToggleWebhook
+                | Command::DeleteWebhook
+                | Command::Replay
         )
     }
 }
@@ -197,6 +222,8 @@ pub const HELP_COLUMNS: [&[Context]; 2] = [
         Context::Pager,
         Context::Logs,
         Context::Dialog,
+        Context::Deliveries,
+        Context::Notifications,
     ],
     &[
         Context::Catalog,
@@ -204,6 +231,7 @@ pub const HELP_COLUMNS: [&[Context]; 2] = [
         Context::Apps,
         Context::Audit,
         Context::Secret,
+        Context::Webhooks,
     ],
 ];
 
@@ -281,6 +309,9 @@ impl Keymap {
             Context::Endpoints => &[Context::Endpoints, Context::Global],
             Context::Apps => &[Context::Apps, Context::Global],
             Context::Audit => &[Context::Audit, Context::Global],
+            Context::Webhooks => &[Context::Webhooks, Context::Global],
+            Context::Deliveries => &[Context::Deliveries, Context::Global],
+            Context::Notifications => &[Context::Notifications, Context::Global],
             Context::Pager => &[Context::Pager, Context::Global],
             Context::Logs => &[Context::Logs, Context::Pager, Context::Global],
         }
@@ -301,16 +332,24 @@ impl Keymap {
             .filter(move |b| !(read_only && b.changes_something()))
     }
 
-    /// `keys: description` pairs for the footer; a binding whose keys the context binds itself is left out.
+    /// `keys: description` pairs for the footer. A key the context binds itself is left out of a more general
+    /// binding (the deliveries' `r` replays: the global refresh shows as `ctrl-r` there), and a binding with
+    /// no key left is left out.
     pub fn hints(&self, context: Context, read_only: bool) -> Vec<(String, String)> {
         let mut seen: Vec<&str> = Vec::new();
         let mut out = Vec::new();
         for b in self.bindings(context, read_only) {
-            if b.keys.iter().all(|k| seen.contains(&k.as_str())) {
+            let keys: Vec<&str> = b
+                .keys
+                .iter()
+                .map(String::as_str)
+                .filter(|k| !seen.contains(k))
+                .collect();
+            if keys.is_empty() {
                 continue;
             }
-            seen.extend(b.keys.iter().map(String::as_str));
-            out.push((b.keys.join("/"), b.description.clone()));
+            seen.extend(keys.iter().copied());
+            out.push((keys.join("/"), b.description.clone()));
         }
         out
     }
@@ -408,7 +447,18 @@ mod tests {
     fn the_help_lists_every_context() {
         use Context::*;
         for ctx in [
-            Global, Catalog, Endpoints, Logs, Pager, Dialog, Apps, Audit, Secret,
+            Global,
+            Catalog,
+            Endpoints,
+            Logs,
+            Pager,
+            Dialog,
+            Apps,
+            Audit,
+            Secret,
+            Webhooks,
+            Deliveries,
+            Notifications,
         ] {
             let found = HELP_COLUMNS.iter().filter(|c| c.contains(&ctx)).count();
             assert_eq!(found, 1, "{ctx:?}");

@@ -18,6 +18,7 @@
 //!    - `pager`: a scrollable, searchable text (describe, logs). Imports nothing of the crate.
 //!    - `form`: the deploy form. Imports `effects`.
 //!    - `app_form`: the new-app form. Imports nothing of the crate.
+//!    - `webhook_form`: the webhook form (new or edited). Imports nothing of the crate.
 //!    - `schedule`: the schedule editor. Imports nothing of the crate.
 //!    - `spec`: the spec editor. Imports `format`, `effects`.
 //!    - `keymap`: keys to commands, per context. Imports `effects`.
@@ -40,6 +41,7 @@ pub mod schedule;
 pub mod spec;
 pub mod state;
 pub mod views;
+pub mod webhook_form;
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -52,11 +54,11 @@ use serde_json::Value;
 use switchyard_server::client::{Client, ClientError};
 use tokio::sync::mpsc;
 
-use effects::{AppAction, DeployRequest, Effect, EndpointAction};
+use effects::{AppAction, DeployRequest, Effect, EndpointAction, WebhookAction};
 use keymap::Keymap;
 use state::{
-    Action, AppRow, AuditRow, CreatedApp, EndpointRow, IssuedSecret, Key, LoadFailure, Secret,
-    SignInFailure, State,
+    Action, AppRow, AuditRow, CreatedApp, DeliveryRow, EndpointRow, IssuedSecret, Key, LoadFailure,
+    NotificationRow, NotificationsFailure, Secret, SignInFailure, State, WebhookRow,
 };
 
 pub struct Options {
@@ -541,7 +543,95 @@ pub async fn perform(client: &Client, effect: Effect) -> Option<Action> {
                 .map_err(|e| refusal(&e)),
         ),
         Effect::AppAct { action, id, name } => app_act(client, action, id, name).await,
+        Effect::LoadWebhooks(seq) => Action::WebhooksLoaded(
+            seq,
+            client
+                .webhooks::<Value>()
+                .await
+                .map(|v| rows_of(&v, WebhookRow::from_json))
+                .map_err(|e| load_failure(&e)),
+        ),
+        Effect::SaveWebhook { id, body } => {
+            let answer = match &id {
+                Some(id) => client.update_webhook::<Value>(id, &body).await,
+                None => client.create_webhook::<Value>(&body).await,
+            };
+            Action::WebhookSaved(
+                answer
+                    .map(|v| v["webhook"]["url"].as_str().unwrap_or("").to_string())
+                    .map_err(|e| refusal(&e)),
+            )
+        }
+        Effect::WebhookAct { action, id, url } => webhook_act(client, action, &id, &url).await,
+        Effect::FollowDeliveries {
+            feed,
+            id,
+            after,
+            wait,
+            delay,
+        } => {
+            pause(delay).await;
+            let wait = after.map(|_| wait).filter(|w| *w > 0);
+            Action::DeliveriesLoaded {
+                feed,
+                result: client
+                    .webhook_deliveries::<Value>(&id, after, None, wait)
+                    .await
+                    .map(|v| rows_of(&v, DeliveryRow::from_json))
+                    .map_err(|e| message(&e)),
+            }
+        }
+        Effect::ReplayDelivery { id, delivery } => Action::Replayed(
+            client
+                .replay_delivery::<Value>(&id, &delivery)
+                .await
+                .map(|v| {
+                    format!(
+                        "replayed delivery {delivery}: new delivery {}",
+                        v["deliveryId"].as_str().unwrap_or("?")
+                    )
+                })
+                .map_err(|e| format!("replaying delivery {delivery}: {}", message(&e))),
+        ),
+        Effect::FollowNotifications { after, wait, delay } => {
+            pause(delay).await;
+            let wait = after.map(|_| wait).filter(|w| *w > 0);
+            Action::NotificationsLoaded(
+                client
+                    .notifications::<Value>(after, None, wait)
+                    .await
+                    .map(|v| rows_of(&v, NotificationRow::from_json))
+                    .map_err(|e| match e.status() {
+                        Some(s) if s.as_u16() == 404 => NotificationsFailure::Unsupported,
+                        _ => NotificationsFailure::Failed(message(&e)),
+                    }),
+            )
+        }
     })
+}
+
+/// Waits `seconds` before a poll (a failed one backs off).
+async fn pause(seconds: u64) {
+    if seconds > 0 {
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+    }
+}
+
+/// A confirmed action on a webhook: its message, or why it failed.
+async fn webhook_act(client: &Client, action: WebhookAction, id: &str, url: &str) -> Action {
+    let result = match action {
+        WebhookAction::Delete => client.delete_webhook(id).await,
+        WebhookAction::Enable | WebhookAction::Disable => client
+            .set_webhook_enabled::<Value>(id, action == WebhookAction::Enable)
+            .await
+            .map(|_| ()),
+    };
+    let verb = action.verb();
+    Action::Done(
+        result
+            .map(|()| format!("{verb}d webhook {url}"))
+            .map_err(|e| format!("{verb} webhook {url}: {}", message(&e))),
+    )
 }
 
 /// The rows of a JSON array.

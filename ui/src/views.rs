@@ -18,6 +18,7 @@ use crate::state::layout::{help_height, list_offset, screen, table_rows};
 use crate::state::{
     shown_command, AppAction, Connection, Effect, IssuedSecret, Overlay, Recipe, State, View,
 };
+use crate::webhook_form::{HookField, WebhookForm};
 
 /// The heights the keys page by, which are also the rows drawn.
 pub use crate::state::layout::{list_height, pager_height};
@@ -47,6 +48,9 @@ pub fn draw(frame: &mut Frame, state: &State, keymap: &Keymap) {
         View::Endpoints => endpoints(frame, screen.table, state, &visible),
         View::Apps => apps(frame, screen.table, state, &visible),
         View::Audit => audit(frame, screen.table, state, &visible),
+        View::Webhooks => webhooks(frame, screen.table, state, &visible),
+        View::Deliveries => deliveries(frame, screen.table, state, &visible),
+        View::Notifications => notifications(frame, screen.table, state, &visible),
     }
     footer(frame, screen.bottom, state, keymap);
     match &state.overlay {
@@ -68,6 +72,7 @@ pub fn draw(frame: &mut Frame, state: &State, keymap: &Keymap) {
         Overlay::Confirm { asked, yes } => confirm(frame, area, &question(asked, state), *yes),
         Overlay::Secret(issued) => secret(frame, area, issued),
         Overlay::NewApp(form) => new_app(frame, area, form),
+        Overlay::Webhook(form) => webhook_form(frame, area, form),
         Overlay::Command(_) => {}
     }
 }
@@ -98,6 +103,14 @@ fn status_line(frame: &mut Frame, area: Rect, state: &State) {
         "  {} UTC",
         state.now.format("%Y-%m-%d %H:%M")
     )));
+    // The newest notification, until the next one.
+    if let Some((notice, bad)) = &state.notice {
+        let colour = if *bad { Color::Red } else { Color::Cyan };
+        spans.push(Span::styled(
+            format!("  ● {notice}"),
+            Style::new().fg(colour),
+        ));
+    }
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
 }
 
@@ -359,6 +372,135 @@ fn audit(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
     );
 }
 
+fn webhooks(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
+    if let Some(why) = &state.webhooks_note {
+        return note(frame, area, "webhooks", why);
+    }
+    let columns = [
+        ("URL", Constraint::Fill(3)),
+        ("WATCHED", Constraint::Fill(2)),
+        ("DOMAINS", Constraint::Length(16)),
+        ("ENABLED", Constraint::Length(8)),
+        ("LAST RESULT", Constraint::Length(30)),
+    ];
+    list(
+        frame,
+        area,
+        state,
+        visible,
+        ("webhooks", state.webhooks.len()),
+        &columns,
+        |i| {
+            let h = &state.webhooks[i];
+            let enabled = match (h.enabled, h.disabled_reason.is_empty()) {
+                (true, _) => Cell::from("yes").style(Style::new().fg(Color::Green)),
+                (false, true) => Cell::from("no").style(Style::new().fg(Color::DarkGray)),
+                // Disabled by the server (410, failing for days): said in red.
+                (false, false) => Cell::from("no (!)").style(Style::new().fg(Color::Red)),
+            };
+            let last = if h.last.is_empty() {
+                Cell::from("-")
+            } else {
+                let colour = if h.last_ok { Color::Green } else { Color::Red };
+                Cell::from(h.last.clone()).style(Style::new().fg(colour))
+            };
+            Row::new(vec![
+                Cell::from(h.url.clone()),
+                Cell::from(h.watched.join(" ")),
+                Cell::from(h.domains.join(" ")),
+                enabled,
+                last,
+            ])
+        },
+    );
+}
+
+/// A webhook's attempts, newest at the top; a failed poll is said in the title until one succeeds.
+fn deliveries(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
+    let d = &state.deliveries;
+    let title = match &d.note {
+        Some(why) => format!("deliveries of {} · {why}; retrying", d.url),
+        None => format!("deliveries of {} · live", d.url),
+    };
+    let columns = [
+        ("TIME (UTC)", Constraint::Length(19)),
+        ("EVENT", Constraint::Fill(2)),
+        ("ATTEMPT", Constraint::Length(7)),
+        ("STATUS", Constraint::Length(6)),
+        ("DURATION", Constraint::Length(9)),
+        ("ERROR", Constraint::Length(9)),
+        ("NEXT ATTEMPT", Constraint::Length(19)),
+        ("STATE", Constraint::Fill(1)),
+    ];
+    list(
+        frame,
+        area,
+        state,
+        visible,
+        (&title, d.rows.len()),
+        &columns,
+        |i| {
+            let a = &d.rows[i];
+            let colour = if a.ok() { Color::Green } else { Color::Red };
+            let attempt = if a.manual {
+                format!("{} (r)", a.attempt)
+            } else {
+                a.attempt.to_string()
+            };
+            Row::new(vec![
+                Cell::from(a.at.clone()),
+                Cell::from(a.event.clone()),
+                Cell::from(attempt),
+                Cell::from(a.status_code.map_or_else(|| "-".into(), |c| c.to_string()))
+                    .style(Style::new().fg(colour)),
+                Cell::from(format!("{} ms", a.duration_ms)),
+                Cell::from(a.error_class.clone()).style(Style::new().fg(Color::Red)),
+                Cell::from(a.next_attempt.clone()),
+                Cell::from(a.state.clone()),
+            ])
+        },
+    );
+}
+
+/// The user's notifications, newest at the top.
+fn notifications(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
+    let n = &state.notifications;
+    if n.unsupported {
+        return note(
+            frame,
+            area,
+            "notifications",
+            "this server has no notifications (it is older than this console)",
+        );
+    }
+    let columns = [
+        ("TIME (UTC)", Constraint::Length(19)),
+        ("KIND", Constraint::Length(20)),
+        ("NAMESPACE", Constraint::Fill(1)),
+        ("SUBJECT", Constraint::Fill(1)),
+        ("TITLE", Constraint::Fill(3)),
+    ];
+    list(
+        frame,
+        area,
+        state,
+        visible,
+        ("notifications", n.rows.len()),
+        &columns,
+        |i| {
+            let r = &n.rows[i];
+            let colour = if r.is_bad() { Color::Red } else { Color::Reset };
+            Row::new(vec![
+                Cell::from(r.at.clone()),
+                Cell::from(r.kind.clone()).style(Style::new().fg(colour)),
+                Cell::from(r.namespace.clone()),
+                Cell::from(r.subject.clone()),
+                Cell::from(r.headline()),
+            ])
+        },
+    );
+}
+
 fn footer(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap) {
     let [message, hints] =
         Layout::vertical([Constraint::Length(1), Constraint::Length(1)]).areas(area);
@@ -398,11 +540,13 @@ fn centered(area: Rect, width: u16, height: u16) -> Rect {
 }
 
 /// The `:` commands, over the help's columns.
-const COMMANDS: [(&str, &str); 5] = [
+const COMMANDS: [(&str, &str); 7] = [
     (":catalog", " [k=v]"),
     (":endpoints", ""),
     (":apps", " [OWNER]"),
     (":audit", " ORG"),
+    (":webhooks", ""),
+    (":notifications", ""),
     (":server", " [URL [TOKEN]]"),
 ];
 
@@ -453,8 +597,11 @@ fn help(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap, scroll: u
         .title_bottom(format!(" console log: {} ", state.log_file));
     let inner = block.inner(box_);
     frame.render_widget(block, box_);
-    let [top, columns] = Layout::vertical([Constraint::Length(1), Constraint::Min(1)]).areas(inner);
-    frame.render_widget(Paragraph::new(Line::from(commands)), top);
+    let [top, columns] = Layout::vertical([Constraint::Length(2), Constraint::Min(1)]).areas(inner);
+    frame.render_widget(
+        Paragraph::new(Line::from(commands)).wrap(Wrap { trim: true }),
+        top,
+    );
     let [l, r] =
         Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(columns);
     frame.render_widget(
@@ -760,6 +907,15 @@ fn question(asked: &Effect, state: &State) -> String {
                 }
             }
         }
+        Effect::WebhookAct { action, url, .. } => match action {
+            crate::state::WebhookAction::Disable => {
+                format!("disable webhook {url}? Its pending deliveries are cancelled.")
+            }
+            crate::state::WebhookAction::Enable => format!("enable webhook {url}?"),
+            crate::state::WebhookAction::Delete => {
+                format!("delete webhook {url}? Its deliveries go with it.")
+            }
+        },
         _ => "go ahead?".to_string(),
     }
 }
@@ -899,6 +1055,61 @@ fn new_app(frame: &mut Frame, area: Rect, form: &AppForm) {
                 .borders(Borders::ALL)
                 .title(format!(" new app{whose} ")),
         ),
+        box_,
+    );
+}
+
+/// The webhook form: each field with every issue the server had with it beside it, all at once.
+fn webhook_form(frame: &mut Frame, area: Rect, form: &WebhookForm) {
+    let editing = form.id.is_some();
+    let mut lines = Vec::new();
+    for (i, f) in HookField::ALL.iter().enumerate() {
+        let focused = i == form.focus;
+        let marker = if focused { "▸" } else { " " };
+        lines.push(Line::from(vec![
+            Span::raw(format!("{marker} {:<28}", f.label(editing))),
+            Span::styled(
+                format!("{}{}", form.shown(*f), if focused { "▏" } else { "" }),
+                if focused {
+                    Style::new().add_modifier(Modifier::BOLD)
+                } else {
+                    Style::new()
+                },
+            ),
+        ]));
+        for issue in form.issues_of(*f) {
+            lines.push(Line::styled(
+                format!("    ← {issue}"),
+                Style::new().fg(Color::Red),
+            ));
+        }
+    }
+    lines.push(Line::default());
+    if form.busy {
+        lines.push(Line::styled("saving…", Style::new().fg(Color::Yellow)));
+    }
+    for e in &form.errors {
+        lines.push(Line::styled(e.clone(), Style::new().fg(Color::Red)));
+    }
+    lines.push(Line::styled(
+        "watched: user:NAME org:NAME model:AUTHOR/MODEL · domains: repo endpoint",
+        Style::new().fg(Color::DarkGray),
+    ));
+    lines.push(Line::styled(
+        "tab/↑↓ field  enter save  esc cancel",
+        Style::new().fg(Color::Cyan),
+    ));
+    let title = if editing {
+        " edit webhook "
+    } else {
+        " new webhook "
+    };
+    let box_ = centered(area, 100, lines.len() as u16 + 2);
+    frame.render_widget(Clear, box_);
+    frame.render_widget(
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: false })
+            .block(Block::default().borders(Borders::ALL).title(title)),
         box_,
     );
 }

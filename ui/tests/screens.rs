@@ -6,8 +6,8 @@ use ratatui::Terminal;
 use serde_json::json;
 use switchyard_ui::keymap::Keymap;
 use switchyard_ui::state::{
-    update, Action, AppAction, AppRow, AuditRow, CatalogRow, CreatedApp, Effect, EndpointRow,
-    IssuedSecret, Key, LoadFailure, Secret, State,
+    update, Action, AppAction, AppRow, AuditRow, CatalogRow, CreatedApp, DeliveryRow, Effect,
+    EndpointRow, IssuedSecret, Key, LoadFailure, NotificationRow, Secret, State, WebhookRow,
 };
 use switchyard_ui::views;
 
@@ -153,20 +153,26 @@ fn endpoints_view_and_dialogs() {
     for text in [
         ":apps [OWNER]",
         ":audit ORG",
+        ":webhooks",
+        ":notifications",
         "j/k scroll",
         "refresh",
-        "previous match",
+        "next match",
         "scale to zero",
         "console log: /data/logs/console.log",
     ] {
         assert!(first.contains(text), "{text}: {first}");
     }
     for text in [
+        "previous match",
         "pause/follow",
         "cancel",
         "rotate secret",
         "refresh the log",
         "dismiss",
+        "deliveries (live)",
+        "replay",
+        "enable/disable",
     ] {
         assert!(last.contains(text), "{text}: {last}");
     }
@@ -747,4 +753,173 @@ fn read_only_apps_offer_no_changes() {
         assert!(!text.contains(hidden), "{hidden}: {text}");
     }
     assert!(text.contains("details"), "{text}");
+}
+
+fn webhooks_shown(s: &mut State) {
+    command(s, "webhooks");
+    let rows = [
+        json!({"id": "wh_1", "url": "http://127.0.0.1:9/hook", "owner": "admin",
+               "watched": [{"type": "user", "name": "admin"}], "domains": ["endpoint"], "disabled": false,
+               "lastAttempt": {"at": "2026-11-22T11:59:00.000Z", "statusCode": 200, "errorClass": null, "ok": true}}),
+        json!({"id": "wh_2", "url": "https://ci.example/hook", "owner": "acme",
+               "watched": [{"type": "org", "name": "acme"}], "domains": ["repo"], "disabled": true,
+               "disabledReason": "410 Gone", "lastAttempt": {"at": "2026-11-22T11:00:00.000Z",
+               "statusCode": 410, "errorClass": "status", "ok": false}}),
+        json!({"id": "wh_3", "url": "https://new.example/hook", "owner": "admin",
+               "watched": [{"type": "model", "name": "acme/m"}], "domains": ["repo"], "disabled": false,
+               "lastAttempt": null}),
+    ]
+    .iter()
+    .map(WebhookRow::from_json)
+    .collect();
+    let seq = s.webhooks_seq;
+    update(s, Action::WebhooksLoaded(seq, Ok(rows)), &Keymap::builtin());
+}
+
+fn attempt(seq: i64, status: Option<i64>, error: Option<&str>) -> DeliveryRow {
+    DeliveryRow::from_json(&json!({
+        "seq": seq, "deliveryId": format!("dl_{seq}"), "eventId": "ev", "attempt": 1,
+        "event": {"scope": "endpoint", "action": "create"}, "at": format!("2026-11-22T11:{seq:02}:00.000Z"),
+        "statusCode": status, "durationMs": 12, "errorClass": error, "error": null, "response": null,
+        "nextAttemptAt": null, "manual": false, "state": "succeeded"
+    }))
+}
+
+#[test]
+fn webhooks_list_form_and_live_deliveries() {
+    let mut s = state();
+    webhooks_shown(&mut s);
+    insta::assert_snapshot!("webhooks_view", screen(&s, 120, 24));
+    let text = screen(&s, 120, 24);
+    for want in [
+        "webhooks (3/3)",
+        "user:admin",
+        "200 ok 2026-11-22 11:59:00",
+        "410 status",
+        "no (!)",
+        "enter/l deliveries (live)",
+        "x enable/disable",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+
+    // The form shows every issue of the server's answer at once, each beside its field.
+    keys(&mut s, &["n", "enter"]);
+    let refusal = (
+        "invalid request body".to_string(),
+        vec![
+            ("url".to_string(), "a webhook needs a url".to_string()),
+            (
+                "watched[0].name".to_string(),
+                "not visible to admin".to_string(),
+            ),
+            (
+                "domains".to_string(),
+                "name at least one domain".to_string(),
+            ),
+            ("secret".to_string(), "printable ASCII".to_string()),
+        ],
+    );
+    update(
+        &mut s,
+        Action::WebhookSaved(Err(refusal)),
+        &Keymap::builtin(),
+    );
+    insta::assert_snapshot!("webhook_form_issues", screen(&s, 120, 24));
+    let text = screen(&s, 120, 24);
+    for want in [
+        "← a webhook needs a url",
+        "← watched[0].name: not visible to admin",
+        "← name at least one domain",
+        "← printable ASCII",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    keys(&mut s, &["esc"]);
+
+    // The deliveries, live: a new attempt comes into view on top without a key.
+    keys(&mut s, &["enter"]);
+    let feed = s.deliveries.feed;
+    let page = (1..=30)
+        .rev()
+        .map(|i| attempt(i, Some(200), None))
+        .collect();
+    update(
+        &mut s,
+        Action::DeliveriesLoaded {
+            feed,
+            result: Ok(page),
+        },
+        &Keymap::builtin(),
+    );
+    let before = screen(&s, 120, 24);
+    assert!(
+        before.contains("deliveries of http://127.0.0.1:9/hook · live (30/30)"),
+        "{before}"
+    );
+    assert!(
+        !before.contains("dl_31") && !before.contains("11:31:00"),
+        "{before}"
+    );
+    update(
+        &mut s,
+        Action::DeliveriesLoaded {
+            feed,
+            result: Ok(vec![attempt(31, Some(503), Some("status"))]),
+        },
+        &Keymap::builtin(),
+    );
+    insta::assert_snapshot!("deliveries_live", screen(&s, 120, 24));
+    let after = screen(&s, 120, 24);
+    assert!(
+        after.contains("2026-11-22 11:31:00 endpoint/create"),
+        "{after}"
+    );
+    assert!(after.contains("r replay"), "{after}");
+}
+
+#[test]
+fn notifications_in_the_status_line_and_their_view() {
+    let mut s = state();
+    let n = |seq: i64, kind: &str, title: &str| {
+        NotificationRow::from_json(
+            &json!({"seq": seq, "at": "2026-11-22T11:58:00Z", "kind": kind,
+            "namespace": "admin", "subject": "e1", "title": title, "message": "details"}),
+        )
+    };
+    update(
+        &mut s,
+        Action::NotificationsLoaded(Ok(Vec::new())),
+        &Keymap::builtin(),
+    );
+    update(
+        &mut s,
+        Action::NotificationsLoaded(Ok(vec![n(1, "endpoint.running", "endpoint e1 is running")])),
+        &Keymap::builtin(),
+    );
+    let text = screen(&s, 120, 24);
+    assert!(
+        text.lines()
+            .next()
+            .is_some_and(|l| l.contains("● endpoint e1 is running")),
+        "{text}"
+    );
+    update(
+        &mut s,
+        Action::NotificationsLoaded(Ok(vec![n(2, "endpoint.failed", "endpoint e1 failed")])),
+        &Keymap::builtin(),
+    );
+    assert_eq!(
+        colour_of(&s, 120, 24, "endpoint e1 failed"),
+        ratatui::style::Color::Red
+    );
+    command(&mut s, "notifications");
+    insta::assert_snapshot!("notifications_view", screen(&s, 120, 24));
+    // An older server: said in the view, nowhere else.
+    update(
+        &mut s,
+        Action::NotificationsLoaded(Err(switchyard_ui::state::NotificationsFailure::Unsupported)),
+        &Keymap::builtin(),
+    );
+    assert!(screen(&s, 120, 24).contains("this server has no notifications"));
 }

@@ -6,7 +6,9 @@
 use chrono::{DateTime, Utc};
 
 use super::overlay::{IssuedSecret, Secret};
-use super::rows::{AppRow, AuditRow, CatalogRow, EndpointRow};
+use super::rows::{
+    AppRow, AuditRow, CatalogRow, DeliveryRow, EndpointRow, NotificationRow, WebhookRow,
+};
 use crate::effects::ExternalEdit;
 
 /// A refusal from the server: its message and its `{path, message}` issues.
@@ -77,6 +79,27 @@ pub enum Action {
     AppCreated(Result<CreatedApp, Refusal>),
     /// An app's secret was rotated: the new one, shown once. (Other app actions answer with `Done`.)
     SecretIssued(IssuedSecret),
+    WebhooksLoaded(u64, Result<Vec<WebhookRow>, LoadFailure>),
+    /// The webhook form's answer: the webhook's URL, or the server's refusal.
+    WebhookSaved(Result<String, Refusal>),
+    /// A poll of the deliveries view's feed: the attempts that came, newest first (none when the wait ran
+    /// out), or why the poll failed.
+    DeliveriesLoaded {
+        feed: u64,
+        result: Result<Vec<DeliveryRow>, String>,
+    },
+    /// A replay was queued (its message) or refused.
+    Replayed(Result<String, String>),
+    /// A poll of the notifications: those that came, oldest first, or why not.
+    NotificationsLoaded(Result<Vec<NotificationRow>, NotificationsFailure>),
+}
+
+/// Why the notifications could not be had: this server has none (an older one, 404: the feature is off
+/// without a word), or the poll failed (tried again, backing off).
+#[derive(Debug, Clone, PartialEq)]
+pub enum NotificationsFailure {
+    Unsupported,
+    Failed(String),
 }
 
 /// A key typed into a line of text: backspace deletes, space and single characters are added.

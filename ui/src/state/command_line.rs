@@ -1,7 +1,7 @@
 //! The `:` command line: typing it, running it, and showing it with a `:server` token masked.
 //!
-//! The commands are `:catalog [filters]`, `:endpoints`, `:apps [OWNER]`, `:audit ORG`, `:server [URL [TOKEN]]`,
-//! `:help` and `:q`.
+//! The commands are `:catalog [filters]`, `:endpoints`, `:apps [OWNER]`, `:audit ORG`, `:webhooks`,
+//! `:notifications`, `:server [URL [TOKEN]]`, `:help` and `:q`.
 
 use super::action::type_into;
 use super::apps::{show_apps, show_audit};
@@ -55,6 +55,8 @@ fn run(state: &mut State, cmd: &str) -> Vec<Effect> {
         "catalog" | "cat" => switch(state, View::Catalog),
         c if c.starts_with("catalog ") => filtered_catalog(state, &c["catalog ".len()..]),
         "endpoints" | "ep" | "endpoint" => switch(state, View::Endpoints),
+        "webhooks" | "webhook" | "hooks" | "wh" => switch(state, View::Webhooks),
+        "notifications" | "notification" | "notif" => switch(state, View::Notifications),
         "apps" | "app" => show_apps(state, None),
         c if c.starts_with("apps ") => match one_word(&c["apps ".len()..]) {
             Some(owner) => show_apps(state, Some(owner)),
@@ -86,7 +88,7 @@ fn run(state: &mut State, cmd: &str) -> Vec<Effect> {
         "panic" => panic!("the console was asked to panic (:panic, debug builds only)"),
         other => {
             state.message = Some((
-                format!("unknown command :{other} (try :catalog, :endpoints, :apps, :audit ORG, :server, :q)"),
+                format!("unknown command :{other} (try :catalog, :endpoints, :apps, :audit ORG, :webhooks, :notifications, :server, :q)"),
                 true,
             ));
             Vec::new()

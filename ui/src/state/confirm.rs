@@ -1,7 +1,8 @@
 //! Actions that ask first: the dialog (cancel by default) and the answer.
 //!
-//! The actions are an endpoint's pause, resume, scale to zero and delete, and an app's secret rotation, secret
-//! deletion and deletion. The dialog holds the very effect that runs on `yes`.
+//! The actions are an endpoint's pause, resume, scale to zero and delete, an app's secret rotation, secret
+//! deletion and deletion, and a webhook's enable, disable and delete. The dialog holds the very effect that
+//! runs on `yes`.
 
 use super::lists::refresh;
 use super::model::State;

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 
 use super::action::SignInFailure;
 use super::lists::refresh;
-use super::model::{Connection, State};
+use super::model::{Connection, NotificationsFeed, State, View};
 use super::overlay::Overlay;
 use crate::effects::Effect;
 
@@ -77,6 +77,17 @@ pub(super) fn connect(
     state.audit.clear();
     state.apps_note = None;
     state.audit_note = None;
+    state.webhooks.clear();
+    state.webhooks_note = None;
+    // Polls under way are the old server's: their answers are dropped, and following starts again on
+    // signing in. A webhook of the old server means nothing on the new one.
+    state.deliveries.close();
+    state.deliveries.rows.clear();
+    state.notifications = NotificationsFeed::default();
+    state.notice = None;
+    if state.view == View::Deliveries {
+        state.view = View::Webhooks;
+    }
     state.selected = 0;
     state.overlay = Overlay::None;
     state.loading = false;

@@ -1,12 +1,13 @@
 //! Where a key goes: text being typed first, else the keymap's command, to what is open or the list.
 //!
-//! Text being typed is the filter, a pane's search, an editor, the new-app form or the command line; what is
+//! Text being typed is the filter, a pane's search, an editor, a form or the command line; what is
 //! open is a pane, help, the confirm dialog or a secret shown once.
 
 use super::layout::help_height;
 use super::model::State;
+use super::model::View;
 use super::overlay::Overlay;
-use super::{apps, command_line, confirm, editors, lists, panes};
+use super::{apps, command_line, confirm, editors, lists, panes, webhooks};
 use crate::effects::Effect;
 use crate::keymap::{Command, Keymap};
 
@@ -26,6 +27,9 @@ pub(super) fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effec
     }
     if matches!(state.overlay, Overlay::NewApp(_)) {
         return apps::on_form_key(state, key);
+    }
+    if matches!(state.overlay, Overlay::Webhook(_)) {
+        return webhooks::on_form_key(state, key);
     }
     if state.overlay.is_editor() {
         return editors::on_key(state, key);
@@ -79,6 +83,8 @@ pub(super) fn on_command(state: &mut State, command: Command, keymap: &Keymap) -
         Command::Back => {
             if state.overlay != Overlay::None {
                 state.overlay = Overlay::None;
+            } else if state.view == View::Deliveries {
+                return webhooks::close_deliveries(state);
             } else {
                 state.filter.clear();
                 state.message = None;
@@ -103,6 +109,10 @@ pub(super) fn on_command(state: &mut State, command: Command, keymap: &Keymap) -
             apps::ask(state, command)
         }
         Command::NewApp => apps::open_form(state),
+        Command::Deliveries => return webhooks::open_deliveries(state),
+        Command::NewWebhook | Command::EditWebhook => webhooks::open_form(state, command),
+        Command::ToggleWebhook | Command::DeleteWebhook => webhooks::ask(state, command),
+        Command::Replay => return webhooks::replay(state),
         Command::Edit => editors::edit_spec(state),
         Command::EditExternal => return editors::edit_externally(state),
         Command::Schedule => editors::edit_schedule(state),

@@ -15,9 +15,9 @@ pub fn pager_height(size: (u16, u16)) -> usize {
 }
 
 /// Lines of the help screen's columns on a terminal of `size`: the box leaves a row above and below, and has
-/// a border and the line of `:` commands.
+/// a border and the two lines of `:` commands (they wrap on a narrow terminal).
 pub fn help_height(size: (u16, u16)) -> usize {
-    (size.1 as usize).saturating_sub(5).max(1)
+    (size.1 as usize).saturating_sub(6).max(1)
 }
 
 /// Rows of the catalog's detail pane (the selected model's recipes), under the list.
@@ -46,7 +46,12 @@ pub fn screen(view: View, area: Rect) -> Screen {
                     .areas(main);
             (table, Some(detail))
         }
-        View::Endpoints | View::Apps | View::Audit => (main, None),
+        View::Endpoints
+        | View::Apps
+        | View::Audit
+        | View::Webhooks
+        | View::Deliveries
+        | View::Notifications => (main, None),
     };
     Screen {
         top,

@@ -1,5 +1,5 @@
-//! The lists (catalog, endpoints, OAuth apps, an audit log): loading, switching, the selection, the `/`
-//! filter, copying a row.
+//! The lists (catalog, endpoints, OAuth apps, an audit log, webhooks, a webhook's deliveries, notifications):
+//! loading, switching, the selection, the `/` filter, copying a row.
 //!
 //! The selection moves with keys and the mouse, and follows its endpoint through a reload; copying puts the
 //! selected model's id, endpoint's URL or app's client id on the clipboard.
@@ -8,7 +8,7 @@ use super::action::{type_into, LoadFailure};
 use super::layout::{list_height, row_at};
 use super::model::{Connection, State, View};
 use super::overlay::Overlay;
-use super::rows::{AppRow, AuditRow, CatalogRow, EndpointRow};
+use super::rows::{AppRow, AuditRow, CatalogRow, EndpointRow, WebhookRow};
 use crate::effects::Effect;
 use crate::keymap::Command;
 
@@ -49,7 +49,37 @@ pub(super) fn refresh(state: &mut State) -> Vec<Effect> {
             state.audit_seq += 1;
             vec![Effect::LoadAudit(state.audit_seq, state.audit_org.clone())]
         }
+        View::Webhooks => {
+            state.webhooks_seq += 1;
+            vec![Effect::LoadWebhooks(state.webhooks_seq)]
+        }
+        // The live lists: the deliveries start over from the newest page; the notifications poll unless a
+        // poll is under way.
+        View::Deliveries => {
+            let (id, url) = (
+                state.deliveries.webhook.clone(),
+                state.deliveries.url.clone(),
+            );
+            state.selected = 0;
+            vec![state.deliveries.open(id, url)]
+        }
+        View::Notifications => state.notifications.poll().into_iter().collect(),
     }
+}
+
+/// The answer to the latest webhooks load. A list that cannot be had is said so in place of the table.
+pub(super) fn on_webhooks_loaded(state: &mut State, rows: Result<Vec<WebhookRow>, LoadFailure>) {
+    match rows {
+        Ok(rows) => {
+            state.webhooks = rows;
+            state.webhooks_note = None;
+        }
+        Err(LoadFailure::Forbidden(e) | LoadFailure::Failed(e)) => {
+            state.webhooks.clear();
+            state.webhooks_note = Some(e);
+        }
+    }
+    clamp(state);
 }
 
 /// What the audit view says in place of its table when the server does not let the user see the log.
@@ -146,7 +176,7 @@ pub(super) fn on_endpoints_loaded(state: &mut State, rows: Result<Vec<EndpointRo
     clamp(state);
 }
 
-fn clamp(state: &mut State) {
+pub(super) fn clamp(state: &mut State) {
     let n = state.visible().len();
     state.selected = state.selected.min(n.saturating_sub(1));
 }
@@ -184,7 +214,12 @@ pub(super) fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
         Command::NextView => {
             let next = match state.view {
                 View::Catalog => View::Endpoints,
-                View::Endpoints | View::Apps | View::Audit => View::Catalog,
+                View::Endpoints
+                | View::Apps
+                | View::Audit
+                | View::Webhooks
+                | View::Deliveries
+                | View::Notifications => View::Catalog,
             };
             return switch(state, next);
         }
@@ -215,6 +250,12 @@ fn copy(state: &mut State) -> Vec<Effect> {
         View::Endpoints => state.endpoints[i].url.clone(),
         View::Apps => state.apps[i].id.clone(),
         View::Audit => state.audit[i].app_id.clone(),
+        View::Webhooks => state.webhooks[i].url.clone(),
+        View::Deliveries => state.deliveries.rows[i].delivery_id.clone(),
+        View::Notifications => {
+            let n = &state.notifications.rows[i];
+            format!("{}/{}", n.namespace, n.subject)
+        }
     });
     match text.filter(|t| !t.is_empty()) {
         Some(text) => {

@@ -5,10 +5,11 @@
 //!
 //! The modules, lowest first; each imports only modules listed before it (and the crate's lower layers),
 //! and this file only declares them and re-exports what the rest of the crate uses:
-//! - `rows`: the rows of the lists (catalog, endpoints, OAuth apps, audit entries), as parsed from the API.
+//! - `rows`: the rows of the lists (catalog, endpoints, OAuth apps, audit entries, webhooks, attempts,
+//!   notifications), as parsed from the API.
 //! - `overlay`: what covers the view (help, the dialog, a secret shown once, the command line, a pane, an
 //!   editor or form); the type a secret is held in.
-//! - `model`: the [`State`] struct, the view and the connection; what is read off them.
+//! - `model`: the [`State`] struct, the view, the connection and the live feeds; what is read off them.
 //! - `action`: what comes into `update` ([`Action`], [`Key`]); a key typed into a line of text.
 //! - `layout`: where things are on a terminal of a given size (paging and clicks; the views draw with it).
 //! - `lists`: loading the lists, switching between them, the selection, the filter, copying.
@@ -16,7 +17,9 @@
 //! - `panes`: describe and logs: opening, scrolling, searching, following.
 //! - `editors`: the spec and schedule editors and the deploy form, and the answers to their saves.
 //! - `apps`: the OAuth apps and audit log views: the new-app form, the app actions, the secret shown once.
-//! - `confirm`: the dialog before an endpoint's or an app's action, and its answer.
+//! - `webhooks`: the webhooks view (its form and its actions) and a webhook's live deliveries, replays.
+//! - `notifications`: following the user's notifications, the status line's notice.
+//! - `confirm`: the dialog before an endpoint's, an app's or a webhook's action, and its answer.
 //! - `command_line`: the `:` command line.
 //! - `keys`: where a key or a keymap command goes.
 //! - `update`: the one update function; the tick.
@@ -31,19 +34,25 @@ mod keys;
 pub mod layout;
 mod lists;
 mod model;
+mod notifications;
 mod overlay;
 mod panes;
 mod rows;
 mod update;
+mod webhooks;
 
-pub use action::{Action, CreatedApp, Key, LoadFailure, Refusal, SignInFailure};
+pub use action::{
+    Action, CreatedApp, Key, LoadFailure, NotificationsFailure, Refusal, SignInFailure,
+};
 pub use command_line::shown_command;
-pub use model::{Connection, State, View};
+pub use model::{Connection, DeliveriesFeed, NotificationsFeed, State, View, LONG_POLL_WAIT};
 pub use overlay::{IssuedSecret, Overlay, Secret};
-pub use rows::{AppRow, AuditRow, CatalogRow, EndpointRow, Recipe};
+pub use rows::{
+    AppRow, AuditRow, CatalogRow, DeliveryRow, EndpointRow, NotificationRow, Recipe, WebhookRow,
+};
 pub use update::update;
 
-pub use crate::effects::{AppAction, Effect, EndpointAction, ExternalEdit};
+pub use crate::effects::{AppAction, Effect, EndpointAction, ExternalEdit, WebhookAction};
 
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,10 @@
 use chrono::{DateTime, Utc};
 
 use super::overlay::Overlay;
-use super::rows::{AppRow, AuditRow, CatalogRow, EndpointRow};
+use super::rows::{
+    AppRow, AuditRow, CatalogRow, DeliveryRow, EndpointRow, NotificationRow, WebhookRow,
+};
+use crate::effects::Effect;
 use crate::keymap::Context;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,6 +19,106 @@ pub enum View {
     Apps,
     /// An organization's audit log (`:audit ORG`).
     Audit,
+    /// The caller's webhooks and its organizations' (`:webhooks`).
+    Webhooks,
+    /// One webhook's attempts, live (`enter` on a webhook).
+    Deliveries,
+    /// The user's notifications, newest at the top (`:notifications`).
+    Notifications,
+}
+
+/// Seconds a long poll asks the server to hold the request: under the client's 30-second timeout.
+pub const LONG_POLL_WAIT: u64 = 25;
+
+/// Most rows a live list keeps (the oldest go).
+pub const FEED_ROWS: usize = 1000;
+
+/// Seconds before polling again after `failures` failed polls in a row: 1, 2, 4… up to 30.
+fn backoff(failures: u32) -> u64 {
+    match failures {
+        0 => 0,
+        n => 2u64.saturating_pow(n - 1).min(30),
+    }
+}
+
+/// The deliveries view's feed: the webhook followed, its attempts (newest first) and the poll under way.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeliveriesFeed {
+    pub webhook: String,
+    pub url: String,
+    pub rows: Vec<DeliveryRow>,
+    /// The newest `seq` seen: the next poll asks for what comes after it.
+    pub newest: Option<i64>,
+    /// The first page came: from then on the feed follows.
+    pub primed: bool,
+    /// Bumped for each webhook opened (and when the view is left): answers for another are dropped.
+    pub feed: u64,
+    /// A poll is under way: no second one is started.
+    pub polling: bool,
+    pub failures: u32,
+    /// Why the last poll failed, shown over the list until one succeeds.
+    pub note: Option<String>,
+}
+
+impl DeliveriesFeed {
+    /// Starts over on `webhook`: the newest page at once, then following.
+    pub fn open(&mut self, webhook: String, url: String) -> Effect {
+        *self = DeliveriesFeed {
+            webhook,
+            url,
+            feed: self.feed + 1,
+            ..DeliveriesFeed::default()
+        };
+        self.poll()
+    }
+
+    /// Stops following: a poll under way is dropped when it answers.
+    pub fn close(&mut self) {
+        self.feed += 1;
+        self.polling = false;
+    }
+
+    /// The next poll: the newest page until one came, then a long poll for what comes after the newest seen
+    /// (after 0 while there is none yet), backing off after failures.
+    pub fn poll(&mut self) -> Effect {
+        self.polling = true;
+        Effect::FollowDeliveries {
+            feed: self.feed,
+            id: self.webhook.clone(),
+            after: self.newest.or(self.primed.then_some(0)),
+            wait: if self.primed { LONG_POLL_WAIT } else { 0 },
+            delay: backoff(self.failures),
+        }
+    }
+}
+
+/// The notifications feed: the user's notifications (newest first), the poll under way, and whether this
+/// server has them at all.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NotificationsFeed {
+    pub rows: Vec<NotificationRow>,
+    pub newest: Option<i64>,
+    /// The first page came (the history, not shown in the status line).
+    pub primed: bool,
+    pub polling: bool,
+    pub failures: u32,
+    /// The server has no notifications (404): nothing is polled and nothing is said.
+    pub unsupported: bool,
+}
+
+impl NotificationsFeed {
+    /// The next poll, unless one is under way or the server has none.
+    pub fn poll(&mut self) -> Option<Effect> {
+        if self.polling || self.unsupported {
+            return None;
+        }
+        self.polling = true;
+        Some(Effect::FollowNotifications {
+            after: self.newest.or(self.primed.then_some(0)),
+            wait: if self.primed { LONG_POLL_WAIT } else { 0 },
+            delay: backoff(self.failures),
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +181,14 @@ pub struct State {
     pub log_file: String,
     /// Problems with the keymap, shown once at start.
     pub keymap_problems: Vec<String>,
+    pub webhooks: Vec<WebhookRow>,
+    pub webhooks_seq: u64,
+    /// Why the webhooks could not be loaded, shown in place of an empty table.
+    pub webhooks_note: Option<String>,
+    pub deliveries: DeliveriesFeed,
+    pub notifications: NotificationsFeed,
+    /// The newest notification, as the status line shows it (an error when something failed).
+    pub notice: Option<(String, bool)>,
 }
 
 impl State {
@@ -118,6 +229,12 @@ impl State {
             now,
             log_file,
             keymap_problems: Vec::new(),
+            webhooks: Vec::new(),
+            webhooks_seq: 0,
+            webhooks_note: None,
+            deliveries: DeliveriesFeed::default(),
+            notifications: NotificationsFeed::default(),
+            notice: None,
         }
     }
 
@@ -131,6 +248,9 @@ impl State {
             (_, View::Endpoints) => Context::Endpoints,
             (_, View::Apps) => Context::Apps,
             (_, View::Audit) => Context::Audit,
+            (_, View::Webhooks) => Context::Webhooks,
+            (_, View::Deliveries) => Context::Deliveries,
+            (_, View::Notifications) => Context::Notifications,
         }
     }
 
@@ -150,6 +270,15 @@ impl State {
             View::Audit => (0..self.audit.len())
                 .filter(|i| f.is_empty() || self.audit[*i].matches(&f))
                 .collect(),
+            View::Webhooks => (0..self.webhooks.len())
+                .filter(|i| f.is_empty() || self.webhooks[*i].matches(&f))
+                .collect(),
+            View::Deliveries => (0..self.deliveries.rows.len())
+                .filter(|i| f.is_empty() || self.deliveries.rows[*i].matches(&f))
+                .collect(),
+            View::Notifications => (0..self.notifications.rows.len())
+                .filter(|i| f.is_empty() || self.notifications.rows[*i].matches(&f))
+                .collect(),
         }
     }
 
@@ -158,6 +287,22 @@ impl State {
         let rows = self.visible();
         (self.view == View::Endpoints)
             .then(|| rows.get(self.selected).map(|i| &self.endpoints[*i]))
+            .flatten()
+    }
+
+    /// The webhook under the selection, in the webhooks view.
+    pub(super) fn selected_webhook(&self) -> Option<&WebhookRow> {
+        let rows = self.visible();
+        (self.view == View::Webhooks)
+            .then(|| rows.get(self.selected).map(|i| &self.webhooks[*i]))
+            .flatten()
+    }
+
+    /// The attempt under the selection, in the deliveries view.
+    pub(super) fn selected_delivery(&self) -> Option<&DeliveryRow> {
+        let rows = self.visible();
+        (self.view == View::Deliveries)
+            .then(|| rows.get(self.selected).map(|i| &self.deliveries.rows[*i]))
             .flatten()
     }
 

@@ -8,6 +8,7 @@ use crate::form::DeployForm;
 use crate::pager::Pager;
 use crate::schedule::ScheduleEditor;
 use crate::spec::SpecEditor;
+use crate::webhook_form::WebhookForm;
 
 /// What covers the view, if anything. `Esc` closes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,6 +27,8 @@ pub enum Overlay {
     Secret(IssuedSecret),
     /// The new-app form.
     NewApp(Box<AppForm>),
+    /// The webhook form, new or edited.
+    Webhook(Box<WebhookForm>),
     /// `:` command line.
     Command(String),
     /// The spec editor of an endpoint.
@@ -57,7 +60,11 @@ impl Overlay {
     pub(super) fn is_editor(&self) -> bool {
         matches!(
             self,
-            Overlay::Spec(_) | Overlay::Schedule(_) | Overlay::Deploy(_) | Overlay::NewApp(_)
+            Overlay::Spec(_)
+                | Overlay::Schedule(_)
+                | Overlay::Deploy(_)
+                | Overlay::NewApp(_)
+                | Overlay::Webhook(_)
         )
     }
 }

@@ -43,8 +43,19 @@ pub(super) fn describe(state: &mut State) {
             let app = &state.apps[i];
             (format!("app {}", app.name), app.details())
         }
-        // An entry's every field is in its row.
-        View::Audit => return,
+        View::Deliveries => {
+            let d = &state.deliveries.rows[i];
+            (
+                format!("attempt {} of {}", d.attempt, d.delivery_id),
+                d.details(),
+            )
+        }
+        View::Notifications => {
+            let n = &state.notifications.rows[i];
+            (format!("notification {}", n.seq), n.details())
+        }
+        // An entry's every field is in its row; a webhook's `enter` opens its deliveries.
+        View::Audit | View::Webhooks => return,
     };
     state.overlay = Overlay::Describe(Pager::new(title, &text, false));
 }

@@ -331,3 +331,227 @@ impl AuditRow {
         self.search.contains(filter)
     }
 }
+
+/// One webhook as the webhooks list shows it. It never holds the webhook's secret (`X-Webhook-Secret`): the
+/// edit form leaves it unchanged unless a new one is typed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebhookRow {
+    pub id: String,
+    pub url: String,
+    /// `type:name` of each watched item, as the form takes them.
+    pub watched: Vec<String>,
+    pub domains: Vec<String>,
+    pub enabled: bool,
+    pub owner: String,
+    /// Why the server disabled it (410 Gone, failing for days), if it did.
+    pub disabled_reason: String,
+    /// The last attempt, as the list says it (`200 ok`, `timeout`, `503 status`), with its time; empty
+    /// before the first.
+    pub last: String,
+    pub last_ok: bool,
+    /// What `/` searches, lowercased once.
+    search: String,
+}
+
+impl WebhookRow {
+    pub fn from_json(hook: &Value) -> WebhookRow {
+        let watched = hook["watched"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|w| format!("{}:{}", plain(&w["type"]), plain(&w["name"])))
+            .collect();
+        let last = &hook["lastAttempt"];
+        let last_text = if last.is_object() {
+            let what = match (last["statusCode"].as_u64(), last["ok"] == true) {
+                (Some(code), true) => format!("{code} ok"),
+                (Some(code), false) => {
+                    format!("{code} {}", plain(&last["errorClass"]))
+                }
+                (None, true) => "ok".to_string(),
+                (None, false) => plain(&last["errorClass"]),
+            };
+            format!("{} {}", what.trim(), time(&last["at"]))
+        } else {
+            String::new()
+        };
+        let mut row = WebhookRow {
+            search: String::new(),
+            id: plain(&hook["id"]),
+            url: plain(&hook["url"]),
+            watched,
+            domains: plain_list(&hook["domains"]),
+            enabled: hook["disabled"] != true,
+            owner: plain(&hook["owner"]),
+            disabled_reason: plain(&hook["disabledReason"]),
+            last: last_text,
+            last_ok: last["ok"] == true,
+        };
+        row.search = search_text(&[
+            &row.url,
+            &row.watched.join(" "),
+            &row.domains.join(" "),
+            &row.owner,
+        ]);
+        row
+    }
+
+    pub(super) fn matches(&self, filter: &str) -> bool {
+        self.search.contains(filter)
+    }
+}
+
+/// One attempt of a webhook's delivery, as the live deliveries view shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveryRow {
+    /// Orders attempts: the newest seen is where following resumes.
+    pub seq: i64,
+    pub delivery_id: String,
+    pub at: String,
+    /// `scope/action`, as the payload's `event` says.
+    pub event: String,
+    pub attempt: i64,
+    pub status_code: Option<i64>,
+    pub duration_ms: i64,
+    /// Empty when the attempt succeeded.
+    pub error_class: String,
+    pub error: String,
+    pub response: String,
+    pub next_attempt: String,
+    /// A replay, not a scheduled attempt.
+    pub manual: bool,
+    /// The delivery's state now (pending, sending, succeeded, failed, cancelled).
+    pub state: String,
+    /// What `/` searches, lowercased once.
+    search: String,
+}
+
+impl DeliveryRow {
+    pub fn from_json(attempt: &Value) -> DeliveryRow {
+        let event = format!(
+            "{}/{}",
+            plain(&attempt["event"]["scope"]),
+            plain(&attempt["event"]["action"])
+        );
+        let mut row = DeliveryRow {
+            search: String::new(),
+            seq: attempt["seq"].as_i64().unwrap_or(0),
+            delivery_id: plain(&attempt["deliveryId"]),
+            at: time(&attempt["at"]),
+            event,
+            attempt: attempt["attempt"].as_i64().unwrap_or(0),
+            status_code: attempt["statusCode"].as_i64(),
+            duration_ms: attempt["durationMs"].as_i64().unwrap_or(0),
+            error_class: plain(&attempt["errorClass"]),
+            error: plain(&attempt["error"]),
+            response: plain(&attempt["response"]),
+            next_attempt: time(&attempt["nextAttemptAt"]),
+            manual: attempt["manual"] == true,
+            state: plain(&attempt["state"]),
+        };
+        row.search = search_text(&[&row.event, &row.error_class, &row.state, &row.delivery_id]);
+        row
+    }
+
+    /// Whether the attempt succeeded.
+    pub fn ok(&self) -> bool {
+        self.error_class.is_empty() && self.status_code.is_some_and(|c| (200..300).contains(&c))
+    }
+
+    /// The attempt's details, as `d` shows them.
+    pub fn details(&self) -> String {
+        let or_none = |s: &str| if s.is_empty() { "-" } else { s }.to_string();
+        format!(
+            "delivery        {}\nevent           {}\nattempt         {}{}\nat              {}\n\
+             status          {}\nduration        {} ms\nerror class     {}\nerror           {}\n\
+             next attempt    {}\ndelivery state  {}\n\nresponse (first KiB)\n{}\n",
+            self.delivery_id,
+            self.event,
+            self.attempt,
+            if self.manual { " (replay)" } else { "" },
+            self.at,
+            self.status_code
+                .map_or_else(|| "-".to_string(), |c| c.to_string()),
+            self.duration_ms,
+            or_none(&self.error_class),
+            or_none(&self.error),
+            or_none(&self.next_attempt),
+            self.state,
+            or_none(&self.response),
+        )
+    }
+
+    pub(super) fn matches(&self, filter: &str) -> bool {
+        self.search.contains(filter)
+    }
+}
+
+/// One of the signed-in user's notifications (`GET /api/v1/notifications`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NotificationRow {
+    pub seq: i64,
+    pub at: String,
+    /// `endpoint.running`, `endpoint.failed`, `webhook.disabled`, …
+    pub kind: String,
+    pub namespace: String,
+    pub subject: String,
+    pub title: String,
+    pub message: String,
+    /// What `/` searches, lowercased once.
+    search: String,
+}
+
+impl NotificationRow {
+    pub fn from_json(n: &Value) -> NotificationRow {
+        let mut row = NotificationRow {
+            search: String::new(),
+            seq: n["seq"].as_i64().unwrap_or(0),
+            at: time(&n["at"]),
+            kind: plain(&n["kind"]),
+            namespace: plain(&n["namespace"]),
+            subject: plain(&n["subject"]),
+            title: plain(&n["title"]),
+            message: plain(&n["message"]),
+        };
+        row.search = search_text(&[
+            &row.kind,
+            &row.namespace,
+            &row.subject,
+            &row.title,
+            &row.message,
+        ]);
+        row
+    }
+
+    /// The line the status line shows: the title, else the kind and the subject.
+    pub fn headline(&self) -> String {
+        if self.title.is_empty() {
+            format!("{} {}/{}", self.kind, self.namespace, self.subject)
+        } else {
+            self.title.clone()
+        }
+    }
+
+    /// Something failed or was turned off: shown as an error.
+    pub fn is_bad(&self) -> bool {
+        [".failed", ".disabled", ".error"]
+            .iter()
+            .any(|s| self.kind.ends_with(s))
+    }
+
+    pub fn details(&self) -> String {
+        format!(
+            "{}\n\nkind       {}\nnamespace  {}\nsubject    {}\nat         {}\n\n{}\n",
+            self.headline(),
+            self.kind,
+            self.namespace,
+            self.subject,
+            self.at,
+            self.message
+        )
+    }
+
+    pub(super) fn matches(&self, filter: &str) -> bool {
+        self.search.contains(filter)
+    }
+}

@@ -64,7 +64,18 @@ fn sign_in_then_views_load_their_lists() {
         Action::SignedIn(Ok(("alice".into(), vec!["acme".into()]))),
         &Keymap::builtin(),
     );
-    assert_eq!(fx, [Effect::LoadCatalog(1, Vec::new())]);
+    // The catalog loads, and the notifications are followed from now on.
+    assert_eq!(
+        fx,
+        [
+            Effect::LoadCatalog(1, Vec::new()),
+            Effect::FollowNotifications {
+                after: None,
+                wait: 0,
+                delay: 0
+            }
+        ]
+    );
     assert_eq!(s.connection, Connection::Connected);
     assert_eq!(
         key(&mut s, "tab"),
@@ -786,4 +797,429 @@ fn help_scrolls_within_its_length() {
     assert_eq!(s.overlay, Overlay::Help(0));
     key(&mut s, "esc");
     assert_eq!(s.overlay, Overlay::None);
+}
+
+fn webhooks() -> Vec<WebhookRow> {
+    [
+        json!({"id": "wh_1", "url": "http://127.0.0.1:9/hook", "owner": "alice",
+               "watched": [{"type": "user", "name": "alice"}], "domains": ["endpoint"],
+               "disabled": false, "lastAttempt": {"at": "2026-11-22T11:59:00.000Z", "statusCode": 200,
+               "errorClass": null, "ok": true}}),
+        json!({"id": "wh_2", "url": "https://ci.example/hook", "owner": "acme",
+               "watched": [{"type": "org", "name": "acme"}, {"type": "model", "name": "acme/m"}],
+               "domains": ["repo", "endpoint"], "disabled": true, "disabledReason": "410 Gone",
+               "lastAttempt": {"at": "2026-11-22T11:00:00.000Z", "statusCode": 410,
+               "errorClass": "status", "ok": false}}),
+    ]
+    .iter()
+    .map(WebhookRow::from_json)
+    .collect()
+}
+
+/// `:webhooks` with the two webhooks loaded.
+fn webhooks_view(s: &mut State) {
+    key(s, ":");
+    typed(s, "webhooks");
+    let fx = key(s, "enter");
+    assert_eq!(fx, [Effect::LoadWebhooks(s.webhooks_seq)]);
+    let seq = s.webhooks_seq;
+    update(
+        s,
+        Action::WebhooksLoaded(seq, Ok(webhooks())),
+        &Keymap::builtin(),
+    );
+}
+
+fn attempt(seq: i64, attempt: i64, status: Option<i64>, error: Option<&str>) -> DeliveryRow {
+    DeliveryRow::from_json(&json!({
+        "seq": seq, "deliveryId": format!("dl_{seq}"), "eventId": "ev", "attempt": attempt,
+        "event": {"scope": "endpoint", "action": "create"}, "at": "2026-11-22T12:00:01.000Z",
+        "statusCode": status, "durationMs": 12, "errorClass": error, "error": null, "response": null,
+        "nextAttemptAt": null, "manual": false, "state": "succeeded"
+    }))
+}
+
+fn deliveries(s: &mut State, feed: u64, rows: Vec<DeliveryRow>) -> Vec<Effect> {
+    update(
+        s,
+        Action::DeliveriesLoaded {
+            feed,
+            result: Ok(rows),
+        },
+        &Keymap::builtin(),
+    )
+}
+
+#[test]
+fn webhooks_list_loads_and_its_actions_ask_first() {
+    let mut s = state();
+    signed_in(&mut s);
+    webhooks_view(&mut s);
+    assert_eq!(s.view, View::Webhooks);
+    assert_eq!(s.context(), crate::keymap::Context::Webhooks);
+    let hook = &s.webhooks[0];
+    assert_eq!(hook.watched, ["user:alice"]);
+    assert_eq!(hook.last, "200 ok 2026-11-22 11:59:00");
+    assert!(s.webhooks[1].last.starts_with("410 status") && !s.webhooks[1].enabled);
+    // Disable the enabled one: asked, Cancel first.
+    assert!(key(&mut s, "x").is_empty());
+    assert!(matches!(
+        &s.overlay,
+        Overlay::Confirm { asked: Effect::WebhookAct { action: WebhookAction::Disable, id, .. }, yes: false } if id == "wh_1"
+    ));
+    assert!(key(&mut s, "enter").is_empty(), "enter on Cancel cancels");
+    // The disabled one is enabled; delete asks too.
+    key(&mut s, "j");
+    key(&mut s, "x");
+    key(&mut s, "tab");
+    assert_eq!(
+        key(&mut s, "enter"),
+        [Effect::WebhookAct {
+            action: WebhookAction::Enable,
+            id: "wh_2".into(),
+            url: "https://ci.example/hook".into()
+        }]
+    );
+    let fx = update(
+        &mut s,
+        Action::Done(Ok("enabled webhook https://ci.example/hook".into())),
+        &Keymap::builtin(),
+    );
+    assert!(matches!(fx[..], [Effect::LoadWebhooks(_)]), "{fx:?}");
+    key(&mut s, "ctrl-d");
+    assert!(matches!(
+        &s.overlay,
+        Overlay::Confirm {
+            asked: Effect::WebhookAct {
+                action: WebhookAction::Delete,
+                ..
+            },
+            ..
+        }
+    ));
+    key(&mut s, "esc");
+    assert_eq!(s.overlay, Overlay::None);
+    // An older load answering late is dropped.
+    update(
+        &mut s,
+        Action::WebhooksLoaded(1, Ok(Vec::new())),
+        &Keymap::builtin(),
+    );
+    assert_eq!(s.webhooks.len(), 2);
+}
+
+#[test]
+fn the_webhook_form_shows_every_issue_at_once() {
+    let mut s = state();
+    signed_in(&mut s);
+    webhooks_view(&mut s);
+    key(&mut s, "n");
+    typed(&mut s, "ftp://x");
+    let fx = key(&mut s, "enter");
+    let [Effect::SaveWebhook { id: None, body }] = &fx[..] else {
+        panic!("{fx:?}")
+    };
+    assert_eq!(body["watched"], json!([{"type": "user", "name": "alice"}]));
+    assert_eq!(body["domains"], json!(["endpoint"]));
+    let refusal = (
+        "invalid request body".to_string(),
+        vec![
+            ("url".to_string(), "not an http(s) URL".to_string()),
+            (
+                "watched[0].name".to_string(),
+                "the endpoints of \"alice\" are not visible".to_string(),
+            ),
+            ("secret".to_string(), "printable ASCII".to_string()),
+        ],
+    );
+    update(
+        &mut s,
+        Action::WebhookSaved(Err(refusal)),
+        &Keymap::builtin(),
+    );
+    let Overlay::Webhook(form) = &s.overlay else {
+        panic!("{:?}", s.overlay)
+    };
+    assert!(!form.busy);
+    assert_eq!(form.issues.len(), 3, "every issue, at once");
+    // Saved: the form closes and the list loads again.
+    key(&mut s, "enter");
+    let fx = update(
+        &mut s,
+        Action::WebhookSaved(Ok("http://x".into())),
+        &Keymap::builtin(),
+    );
+    assert_eq!(s.overlay, Overlay::None);
+    assert!(matches!(fx[..], [Effect::LoadWebhooks(_)]));
+    assert!(s
+        .message
+        .as_ref()
+        .is_some_and(|(m, e)| !e && m == "created webhook http://x"));
+    // The edit form starts from the webhook and updates it by id.
+    key(&mut s, "j");
+    key(&mut s, "e");
+    let fx = key(&mut s, "enter");
+    let [Effect::SaveWebhook { id: Some(id), body }] = &fx[..] else {
+        panic!("{fx:?}")
+    };
+    assert_eq!(id, "wh_2");
+    assert_eq!(
+        body["watched"],
+        json!([{"type": "org", "name": "acme"}, {"type": "model", "name": "acme/m"}])
+    );
+    assert!(
+        body.get("secret").is_none(),
+        "a blank secret is left as it is"
+    );
+}
+
+#[test]
+fn deliveries_follow_live_and_a_new_attempt_moves_into_view() {
+    let mut s = state();
+    signed_in(&mut s);
+    webhooks_view(&mut s);
+    let fx = key(&mut s, "enter");
+    let feed = s.deliveries.feed;
+    // The newest page at once, then long polls after the newest seq seen.
+    assert_eq!(
+        fx,
+        [Effect::FollowDeliveries {
+            feed,
+            id: "wh_1".into(),
+            after: None,
+            wait: 0,
+            delay: 0
+        }]
+    );
+    assert_eq!(s.view, View::Deliveries);
+    assert_eq!(s.context(), crate::keymap::Context::Deliveries);
+    let fx = deliveries(
+        &mut s,
+        feed,
+        vec![
+            attempt(2, 2, Some(200), None),
+            attempt(1, 1, None, Some("timeout")),
+        ],
+    );
+    assert_eq!(
+        fx,
+        [Effect::FollowDeliveries {
+            feed,
+            id: "wh_1".into(),
+            after: Some(2),
+            wait: LONG_POLL_WAIT,
+            delay: 0
+        }]
+    );
+    // The wait ran out with nothing: the same poll again.
+    assert_eq!(deliveries(&mut s, feed, Vec::new()), fx);
+    // A new attempt comes: on top, in view (the selection is on the top), and the next poll after it.
+    let fx = deliveries(&mut s, feed, vec![attempt(3, 1, Some(500), Some("status"))]);
+    assert!(matches!(
+        &fx[..],
+        [Effect::FollowDeliveries { after: Some(3), .. }]
+    ));
+    assert_eq!(s.deliveries.rows[0].seq, 3);
+    assert_eq!(s.selected, 0);
+    assert!(s.dirty);
+    // Away from the top, the selection stays on its attempt.
+    key(&mut s, "j");
+    deliveries(&mut s, feed, vec![attempt(4, 2, Some(200), None)]);
+    assert_eq!(s.selected_delivery().map(|d| d.seq), Some(2));
+    assert_eq!(s.selected, 2);
+    // A failed poll backs off and says so.
+    let fx = update(
+        &mut s,
+        Action::DeliveriesLoaded {
+            feed,
+            result: Err("cannot reach the server".into()),
+        },
+        &Keymap::builtin(),
+    );
+    assert!(matches!(
+        &fx[..],
+        [Effect::FollowDeliveries {
+            delay: 1,
+            after: Some(4),
+            ..
+        }]
+    ));
+    assert!(s.deliveries.note.is_some());
+    // esc: back to the webhooks; the poll under way answers into nothing.
+    let fx = key(&mut s, "esc");
+    assert_eq!(s.view, View::Webhooks);
+    assert!(matches!(fx[..], [Effect::LoadWebhooks(_)]));
+    assert!(deliveries(&mut s, feed, vec![attempt(5, 1, Some(200), None)]).is_empty());
+    assert_eq!(s.deliveries.rows[0].seq, 4);
+}
+
+#[test]
+fn r_replays_the_selected_delivery() {
+    let mut s = state();
+    signed_in(&mut s);
+    webhooks_view(&mut s);
+    key(&mut s, "enter");
+    let feed = s.deliveries.feed;
+    deliveries(
+        &mut s,
+        feed,
+        vec![
+            attempt(2, 2, Some(200), None),
+            attempt(1, 1, None, Some("timeout")),
+        ],
+    );
+    key(&mut s, "j");
+    assert_eq!(
+        key(&mut s, "r"),
+        [Effect::ReplayDelivery {
+            id: "wh_1".into(),
+            delivery: "dl_1".into()
+        }]
+    );
+    update(
+        &mut s,
+        Action::Replayed(Ok("replayed delivery dl_1: new delivery dl_9".into())),
+        &Keymap::builtin(),
+    );
+    assert!(s
+        .message
+        .as_ref()
+        .is_some_and(|(m, e)| !e && m.contains("new delivery dl_9")));
+    // d shows the attempt's details.
+    key(&mut s, "d");
+    assert!(
+        matches!(&s.overlay, Overlay::Describe(p) if p.lines.iter().any(|l| l.contains("timeout")))
+    );
+    key(&mut s, "esc");
+    // Read-only: no replay, whatever the keymap says.
+    s.read_only = true;
+    assert!(!matches!(
+        key(&mut s, "r")[..],
+        [Effect::ReplayDelivery { .. }]
+    ));
+    s.read_only = false;
+    s.view = View::Webhooks;
+    s.read_only = true;
+    for k in ["n", "e", "x", "ctrl-d"] {
+        assert!(key(&mut s, k).is_empty(), "{k}");
+        assert_eq!(s.overlay, Overlay::None, "{k}");
+    }
+}
+
+fn notification(seq: i64, kind: &str, title: &str) -> NotificationRow {
+    NotificationRow::from_json(&json!({
+        "seq": seq, "at": "2026-11-22T12:00:00Z", "kind": kind, "namespace": "alice",
+        "subject": "e1", "title": title, "message": null
+    }))
+}
+
+#[test]
+fn notifications_follow_from_sign_in_and_update_the_status_line() {
+    let mut s = state();
+    let fx = update(
+        &mut s,
+        Action::SignedIn(Ok(("alice".into(), vec![]))),
+        &Keymap::builtin(),
+    );
+    assert!(fx.contains(&Effect::FollowNotifications {
+        after: None,
+        wait: 0,
+        delay: 0
+    }));
+    // The first page is history: listed, not announced.
+    let fx = update(
+        &mut s,
+        Action::NotificationsLoaded(Ok(vec![notification(
+            1,
+            "endpoint.running",
+            "endpoint e0 is running",
+        )])),
+        &Keymap::builtin(),
+    );
+    assert_eq!(
+        fx,
+        [Effect::FollowNotifications {
+            after: Some(1),
+            wait: LONG_POLL_WAIT,
+            delay: 0
+        }]
+    );
+    assert_eq!(s.notice, None);
+    // A new one: the status line says it.
+    update(
+        &mut s,
+        Action::NotificationsLoaded(Ok(vec![notification(
+            2,
+            "endpoint.running",
+            "endpoint e1 is running",
+        )])),
+        &Keymap::builtin(),
+    );
+    assert_eq!(s.notice, Some(("endpoint e1 is running".into(), false)));
+    update(
+        &mut s,
+        Action::NotificationsLoaded(Ok(vec![
+            notification(3, "endpoint.failed", "endpoint e1 failed"),
+            notification(4, "webhook.disabled", "webhook disabled"),
+        ])),
+        &Keymap::builtin(),
+    );
+    assert_eq!(
+        s.notice,
+        Some(("webhook disabled (+1 more: :notifications)".into(), true))
+    );
+    // :notifications lists them, newest at the top; no second poll while one is under way.
+    key(&mut s, ":");
+    typed(&mut s, "notifications");
+    assert!(key(&mut s, "enter").is_empty());
+    assert_eq!(s.view, View::Notifications);
+    let seqs: Vec<i64> = s
+        .visible()
+        .iter()
+        .map(|&i| s.notifications.rows[i].seq)
+        .collect();
+    assert_eq!(seqs, [4, 3, 2, 1]);
+    // A failed poll is tried again, backing off, without a word.
+    let fx = update(
+        &mut s,
+        Action::NotificationsLoaded(Err(NotificationsFailure::Failed("503".into()))),
+        &Keymap::builtin(),
+    );
+    assert!(matches!(
+        &fx[..],
+        [Effect::FollowNotifications {
+            after: Some(4),
+            delay: 1,
+            ..
+        }]
+    ));
+    assert!(s.message.is_none());
+}
+
+#[test]
+fn an_older_server_without_notifications_turns_them_off_silently() {
+    let mut s = state();
+    signed_in(&mut s);
+    let fx = update(
+        &mut s,
+        Action::NotificationsLoaded(Err(NotificationsFailure::Unsupported)),
+        &Keymap::builtin(),
+    );
+    assert!(fx.is_empty());
+    assert!(s.notifications.unsupported);
+    assert!(s.message.is_none() && s.notice.is_none());
+    // Signing in again (a retry) does not start it again; another server does.
+    signed_in(&mut s);
+    assert!(!s.notifications.polling);
+    key(&mut s, ":");
+    typed(&mut s, "server http://127.0.0.1:9");
+    key(&mut s, "enter");
+    let fx = update(
+        &mut s,
+        Action::SignedIn(Ok(("alice".into(), vec![]))),
+        &Keymap::builtin(),
+    );
+    assert!(fx
+        .iter()
+        .any(|e| matches!(e, Effect::FollowNotifications { after: None, .. })));
 }

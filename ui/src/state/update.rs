@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 
 use super::action::Action;
 use super::model::State;
-use super::{apps, confirm, connection, editors, keys, lists, panes};
+use super::{apps, confirm, connection, editors, keys, lists, notifications, panes, webhooks};
 use crate::effects::Effect;
 use crate::keymap::{Command, Keymap};
 
@@ -13,7 +13,11 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
     // Ticks and refreshes mostly change nothing on screen: they say so themselves.
     if !matches!(
         action,
-        Action::Tick(_) | Action::EndpointsLoaded(..) | Action::LogsLoaded { .. }
+        Action::Tick(_)
+            | Action::EndpointsLoaded(..)
+            | Action::LogsLoaded { .. }
+            | Action::DeliveriesLoaded { .. }
+            | Action::NotificationsLoaded(_)
     ) {
         state.dirty = true;
     }
@@ -31,11 +35,31 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
             lists::on_click(state, row);
             Vec::new()
         }
-        Action::SignedIn(answer) => connection::on_signed_in(state, answer),
+        Action::SignedIn(answer) => {
+            let mut effects = connection::on_signed_in(state, answer);
+            if state.user.is_some() {
+                effects.extend(notifications::start(state));
+            }
+            effects
+        }
         Action::EndpointsLoaded(seq, _) if seq < state.endpoints_seq => Vec::new(),
         Action::CatalogLoaded(seq, _) if seq < state.catalog_seq => Vec::new(),
         Action::AppsLoaded(seq, _) if seq < state.apps_seq => Vec::new(),
         Action::AuditLoaded(seq, _) if seq < state.audit_seq => Vec::new(),
+        Action::WebhooksLoaded(seq, _) if seq < state.webhooks_seq => Vec::new(),
+        Action::WebhooksLoaded(_, rows) => {
+            lists::on_webhooks_loaded(state, rows);
+            Vec::new()
+        }
+        Action::WebhookSaved(result) => webhooks::on_saved(state, result),
+        Action::DeliveriesLoaded { feed, result } => {
+            webhooks::on_deliveries_loaded(state, feed, result)
+        }
+        Action::Replayed(result) => {
+            webhooks::on_replayed(state, result);
+            Vec::new()
+        }
+        Action::NotificationsLoaded(result) => notifications::on_loaded(state, result),
         Action::AppsLoaded(_, rows) => {
             lists::on_apps_loaded(state, rows);
             Vec::new()

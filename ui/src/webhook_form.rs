@@ -1,0 +1,319 @@
+//! The webhook form, new or edited: URL, watched items (`type:name`), domains and secret, as the body the API
+//! takes. Every issue of the server's 400 is shown at once, each beside its field.
+//!
+//! Imports nothing of the crate.
+
+use serde_json::{json, Map, Value};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookField {
+    Url,
+    Watched,
+    Domains,
+    Secret,
+}
+
+impl HookField {
+    pub const ALL: [HookField; 4] = [
+        HookField::Url,
+        HookField::Watched,
+        HookField::Domains,
+        HookField::Secret,
+    ];
+
+    /// The label; an edit leaves a blank secret as it is.
+    pub fn label(self, editing: bool) -> &'static str {
+        match self {
+            HookField::Url => "url",
+            HookField::Watched => "watched (type:name …)",
+            HookField::Domains => "domains (repo endpoint)",
+            HookField::Secret if editing => "secret (blank: unchanged)",
+            HookField::Secret => "secret (optional)",
+        }
+    }
+
+    /// The body field the server names in its issues (`watched[1].name`).
+    fn path(self) -> &'static str {
+        match self {
+            HookField::Url => "url",
+            HookField::Watched => "watched",
+            HookField::Domains => "domains",
+            HookField::Secret => "secret",
+        }
+    }
+
+    /// The field a server path or message is about, if any.
+    fn of(text: &str) -> Option<HookField> {
+        HookField::ALL.into_iter().find(|f| {
+            text.strip_prefix(f.path())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[', ':', ' ']))
+        })
+    }
+}
+
+/// Longest text a field takes: the server's own limits are below it.
+const MAX_TEXT: usize = 4096;
+
+#[derive(Clone, PartialEq)]
+pub struct WebhookForm {
+    /// The webhook edited; `None` for a new one.
+    pub id: Option<String>,
+    pub url: String,
+    pub watched: String,
+    pub domains: String,
+    /// Typed by the user, never filled from the server; masked on screen and in the form's `Debug`.
+    pub secret: String,
+    pub focus: usize,
+    /// Every issue of the server's last answer (and of the `type:name` check), with its field.
+    pub issues: Vec<(HookField, String)>,
+    /// What the server said that is about no one field.
+    pub errors: Vec<String>,
+    /// Sent, waiting for the server.
+    pub busy: bool,
+}
+
+impl std::fmt::Debug for WebhookForm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookForm")
+            .field("id", &self.id)
+            .field("url", &self.url)
+            .field("watched", &self.watched)
+            .field("domains", &self.domains)
+            .field("secret", &"…")
+            .field("focus", &self.focus)
+            .field("issues", &self.issues)
+            .field("errors", &self.errors)
+            .field("busy", &self.busy)
+            .finish()
+    }
+}
+
+impl WebhookForm {
+    /// A new webhook: watching the signed-in user's endpoints by default.
+    pub fn new(user: Option<&str>) -> WebhookForm {
+        WebhookForm {
+            id: None,
+            url: String::new(),
+            watched: user.map(|u| format!("user:{u}")).unwrap_or_default(),
+            domains: "endpoint".to_string(),
+            secret: String::new(),
+            focus: 0,
+            issues: Vec::new(),
+            errors: Vec::new(),
+            busy: false,
+        }
+    }
+
+    /// An existing webhook, its fields as they are (but the secret).
+    pub fn edit(id: &str, url: &str, watched: &[String], domains: &[String]) -> WebhookForm {
+        WebhookForm {
+            id: Some(id.to_string()),
+            url: url.to_string(),
+            watched: watched.join(" "),
+            domains: domains.join(" "),
+            ..WebhookForm::new(None)
+        }
+    }
+
+    pub fn field(&self) -> HookField {
+        HookField::ALL[self.focus]
+    }
+
+    /// The value shown for a field: the secret masked.
+    pub fn shown(&self, f: HookField) -> String {
+        match f {
+            HookField::Url => self.url.clone(),
+            HookField::Watched => self.watched.clone(),
+            HookField::Domains => self.domains.clone(),
+            HookField::Secret => "•".repeat(self.secret.chars().count()),
+        }
+    }
+
+    fn text(&mut self, f: HookField) -> &mut String {
+        match f {
+            HookField::Url => &mut self.url,
+            HookField::Watched => &mut self.watched,
+            HookField::Domains => &mut self.domains,
+            HookField::Secret => &mut self.secret,
+        }
+    }
+
+    /// A key while the form is open. `Some(body)` when the form is submitted.
+    pub fn on_key(&mut self, key: &str) -> Option<Value> {
+        let f = self.field();
+        let n = HookField::ALL.len();
+        match key {
+            "down" | "tab" => self.focus = (self.focus + 1) % n,
+            "up" | "backtab" => self.focus = (self.focus + n - 1) % n,
+            "backspace" => {
+                self.text(f).pop();
+            }
+            "enter" if !self.busy => {
+                self.issues.clear();
+                self.errors.clear();
+                match self.body() {
+                    Ok(body) => {
+                        self.busy = true;
+                        return Some(body);
+                    }
+                    Err(issues) => self.issues = issues,
+                }
+            }
+            k if k.chars().count() == 1 || k == "space" => {
+                let c = if k == "space" {
+                    ' '
+                } else {
+                    k.chars().next().unwrap_or(' ')
+                };
+                let t = self.text(f);
+                if t.len() < MAX_TEXT {
+                    t.push(c);
+                }
+            }
+            _ => {}
+        }
+        None
+    }
+
+    /// The create or update body; an item of the watched list that is not `type:name` is an issue of its
+    /// own, found before anything is sent. An edit sends the secret only when one is typed.
+    pub fn body(&self) -> Result<Value, Vec<(HookField, String)>> {
+        let mut watched = Vec::new();
+        let mut issues = Vec::new();
+        for (i, item) in self.watched.split_whitespace().enumerate() {
+            match item.split_once(':') {
+                Some((kind, name)) if !kind.is_empty() && !name.is_empty() => {
+                    watched.push(json!({"type": kind, "name": name}))
+                }
+                _ => issues.push((
+                    HookField::Watched,
+                    format!("watched[{i}]: {item:?} is not type:name (user:NAME, org:NAME, model:AUTHOR/MODEL)"),
+                )),
+            }
+        }
+        if !issues.is_empty() {
+            return Err(issues);
+        }
+        let domains: Vec<&str> = self.domains.split_whitespace().collect();
+        let mut body = Map::new();
+        body.insert("url".into(), json!(self.url.trim()));
+        body.insert("watched".into(), json!(watched));
+        body.insert("domains".into(), json!(domains));
+        // Blank: none for a new webhook, unchanged for an edit.
+        if !self.secret.is_empty() {
+            body.insert("secret".into(), json!(self.secret));
+        }
+        Ok(Value::Object(body))
+    }
+
+    /// The server refused the webhook: each issue goes beside its field (a path with an index keeps it,
+    /// `watched[1].name: …`), and a bare message naming a field goes there too.
+    pub fn refused(&mut self, message: String, issues: &[(String, String)]) {
+        self.busy = false;
+        self.issues.clear();
+        self.errors.clear();
+        for (path, m) in issues {
+            match HookField::of(path) {
+                Some(f) if path == f.path() => self.issues.push((f, m.clone())),
+                Some(f) => self.issues.push((f, format!("{path}: {m}"))),
+                None if path.is_empty() => self.errors.push(m.clone()),
+                None => self.errors.push(format!("{path}: {m}")),
+            }
+        }
+        if issues.is_empty() {
+            match HookField::of(&message) {
+                Some(f) => self.issues.push((f, message)),
+                None => self.errors.push(message),
+            }
+        } else if self.issues.is_empty() && self.errors.is_empty() {
+            self.errors.push(message);
+        }
+    }
+
+    /// The issues about a field.
+    pub fn issues_of(&self, f: HookField) -> impl Iterator<Item = &str> {
+        self.issues
+            .iter()
+            .filter(move |(g, _)| *g == f)
+            .map(|(_, m)| m.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn type_in(form: &mut WebhookForm, text: &str) {
+        for c in text.chars() {
+            form.on_key(&if c == ' ' {
+                "space".to_string()
+            } else {
+                c.to_string()
+            });
+        }
+    }
+
+    #[test]
+    fn the_form_builds_the_body_and_checks_type_name() {
+        let mut f = WebhookForm::new(Some("admin"));
+        type_in(&mut f, "http://127.0.0.1:9/hook");
+        f.on_key("tab");
+        type_in(&mut f, " org:acme model:acme/m");
+        f.on_key("tab");
+        type_in(&mut f, " repo");
+        f.on_key("tab");
+        type_in(&mut f, "s3cret");
+        assert_eq!(f.shown(HookField::Secret), "••••••");
+        let body = f.on_key("enter").unwrap();
+        assert_eq!(
+            body,
+            json!({"url": "http://127.0.0.1:9/hook",
+                   "watched": [{"type": "user", "name": "admin"}, {"type": "org", "name": "acme"},
+                               {"type": "model", "name": "acme/m"}],
+                   "domains": ["endpoint", "repo"], "secret": "s3cret"})
+        );
+        assert!(f.busy && f.on_key("enter").is_none());
+
+        // An item without a type is caught before sending.
+        let mut f = WebhookForm::new(None);
+        type_in(&mut f, "http://x");
+        f.on_key("tab");
+        type_in(&mut f, "admin user:");
+        assert!(f.on_key("enter").is_none());
+        assert!(!f.busy);
+        assert_eq!(f.issues_of(HookField::Watched).count(), 2);
+
+        // An edit without a typed secret leaves it out (unchanged).
+        let f = WebhookForm::edit("h1", "http://x", &["user:a".into()], &["repo".into()]);
+        let body = f.body().unwrap();
+        assert!(body.get("secret").is_none(), "{body}");
+        let mut f = f;
+        f.secret = "s3cret".into();
+        assert!(!format!("{f:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn every_issue_goes_beside_its_field() {
+        let mut f = WebhookForm::new(None);
+        f.busy = true;
+        f.refused(
+            "invalid request body".into(),
+            &[
+                ("url".into(), "not an http(s) URL".into()),
+                ("watched[0].name".into(), "\"x y\" is not a user".into()),
+                ("domains".into(), "name at least one domain".into()),
+                ("secret".into(), "printable ASCII".into()),
+                ("owner".into(), "unknown".into()),
+            ],
+        );
+        assert!(!f.busy);
+        for field in HookField::ALL {
+            assert_eq!(f.issues_of(field).count(), 1, "{field:?}");
+        }
+        assert_eq!(
+            f.issues_of(HookField::Watched).next(),
+            Some("watched[0].name: \"x y\" is not a user")
+        );
+        assert_eq!(f.errors, ["owner: unknown"]);
+    }
+}
