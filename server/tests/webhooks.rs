@@ -799,3 +799,227 @@ async fn a_rotated_secret_and_the_old_one_both_sign_during_the_grace_period() {
     );
     assert!(verifies(g, &[&latest]) && !verifies(g, &[&old]) && !verifies(g, &[&new]));
 }
+
+#[tokio::test]
+async fn a_receiver_that_is_down_is_retried_until_it_answers() {
+    let s = server(|c| c.webhooks.retry_schedule = vec!["300ms".into(); 7]).await;
+    // A port nothing listens on, which a receiver takes later.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let id = watch_tiny_at(&s, &format!("http://127.0.0.1:{port}")).await;
+    put_item(&s, "aaaa").await;
+    let a = activity_until(&s.admin, &id, |a| !a.is_empty()).await;
+    assert_eq!(a[0]["errorClass"], "connect");
+    assert_eq!(a[0]["statusCode"], Value::Null);
+    let r = Receiver::default();
+    let app = Router::new()
+        .route("/hook", post(receive))
+        .with_state(r.clone());
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("rebind");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let got = r.wait_for(1).await;
+    assert_eq!(got.len(), 1, "delivered once the receiver came up");
+    let a = activity_until(&s.admin, &id, |a| {
+        a.iter().any(|x| x["state"] == "succeeded")
+    })
+    .await;
+    assert!(a.iter().any(|x| x["state"] == "succeeded"));
+}
+
+/// A webhook of the admin's watching `acme/tiny`, sending to `base`/hook.
+async fn watch_tiny_at(s: &TestServer, base: &str) -> String {
+    watch_tiny(s, base).await
+}
+
+/// A receiver that answers after `delay`.
+async fn slow_receiver(delay: Duration) -> (Receiver, String) {
+    let r = Receiver::default();
+    let kept = r.clone();
+    let app = Router::new().route(
+        "/hook",
+        post(
+            move |uri: axum::http::Uri, headers: HeaderMap, body: axum::body::Bytes| {
+                let r = kept.clone();
+                async move {
+                    tokio::time::sleep(delay).await;
+                    receive(State(r), uri, headers, body).await
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (r, url)
+}
+
+#[tokio::test]
+async fn a_slow_receiver_times_out_and_does_not_hold_up_the_others() {
+    let s = server(|c| {
+        c.webhooks.timeout = "300ms".into();
+        c.webhooks.lease = "3s".into();
+        c.webhooks.concurrency = 2;
+        c.webhooks.retry_schedule = vec!["50ms".into(); 3];
+    })
+    .await;
+    let (slow, slow_url) = slow_receiver(Duration::from_secs(2)).await;
+    let (fast, fast_url) = Receiver::start().await;
+    let slow_id = watch_tiny(&s, &slow_url).await;
+    watch_tiny(&s, &fast_url).await;
+    for n in 0..10 {
+        put_item(&s, &format!("rev{n}")).await;
+    }
+    let started = Instant::now();
+    let got = fast.wait_for(10).await;
+    assert_eq!(got.len(), 10, "the fast receiver got every event");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "not held up by the slow one: {:?}",
+        started.elapsed()
+    );
+    let a = activity_until(&s.admin, &slow_id, |a| {
+        a.iter().any(|x| x["errorClass"] == "timeout")
+    })
+    .await;
+    let timed_out = a
+        .iter()
+        .find(|x| x["errorClass"] == "timeout")
+        .expect("a timeout");
+    let took = timed_out["durationMs"].as_i64().expect("duration");
+    assert!(
+        (250..1500).contains(&took),
+        "gave up at about the timeout: {took} ms"
+    );
+    assert!(slow.got().len() <= 10 * 3, "bounded attempts");
+}
+
+#[tokio::test]
+async fn disabling_mid_retry_stops_attempts_and_a_replay_brings_them_back() {
+    let s = server(|c| c.webhooks.retry_schedule = vec!["400ms".into(); 7]).await;
+    let (r, url) = Receiver::start().await;
+    *r.always.lock().expect("lock") = Some(500);
+    let id = watch_tiny(&s, &url).await;
+    put_item(&s, "aaaa").await;
+    let _ = r.wait_for(1).await;
+    let _: Value = s
+        .admin
+        .set_webhook_enabled(&id, false)
+        .await
+        .expect("disable");
+    let seen = r.got().len();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(
+        r.got().len(),
+        seen,
+        "no attempt after the webhook was disabled"
+    );
+    let a = attempts(&s.admin, &id).await;
+    assert!(a.iter().all(|x| x["state"] == "cancelled"), "{a:?}");
+    *r.always.lock().expect("lock") = None;
+    let _: Value = s
+        .admin
+        .set_webhook_enabled(&id, true)
+        .await
+        .expect("enable");
+    let since = (chrono::Utc::now() - chrono::Duration::minutes(5)).to_rfc3339();
+    let replayed: Value = s.admin.replay_failed(&id, &since).await.expect("replay");
+    assert_eq!(replayed["replayed"], 1);
+    let a = activity_until(&s.admin, &id, |a| {
+        a.iter().any(|x| x["state"] == "succeeded")
+    })
+    .await;
+    assert!(a
+        .iter()
+        .any(|x| x["state"] == "succeeded" && x["manual"] == true));
+}
+
+#[tokio::test]
+async fn a_huge_answer_is_cut_to_its_first_kib() {
+    let s = server(|_| {}).await;
+    let app = Router::new().route("/hook", post(|| async { "y".repeat(10 * 1024 * 1024) }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let id = watch_tiny(&s, &url).await;
+    put_item(&s, "aaaa").await;
+    let a = activity_until(&s.admin, &id, |a| !a.is_empty()).await;
+    assert_eq!(a[0]["statusCode"], 200);
+    assert_eq!(a[0]["state"], "succeeded");
+    assert_eq!(a[0]["response"].as_str().map(str::len), Some(1024));
+}
+
+#[tokio::test]
+async fn a_webhook_failing_for_too_long_is_disabled_and_its_owner_told() {
+    let s = server(|c| {
+        c.webhooks.retry_schedule = vec!["50ms".into()];
+        c.webhooks.disable_after = "100ms".into();
+    })
+    .await;
+    let (r, url) = Receiver::start().await;
+    *r.always.lock().expect("lock") = Some(503);
+    let id = watch_tiny(&s, &url).await;
+    put_item(&s, "aaaa").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    put_item(&s, "bbbb").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let w = loop {
+        let w: Value = s.admin.webhook(&id).await.expect("get");
+        if w["webhook"]["disabled"] == true || Instant::now() > deadline {
+            break w;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(w["webhook"]["disabled"], true);
+    let reason = w["webhook"]["disabledReason"].as_str().unwrap_or_default();
+    assert!(reason.contains("no delivery succeeded since"), "{reason}");
+    let told: Vec<Value> = s
+        .admin
+        .notifications(None, None, None)
+        .await
+        .expect("notices");
+    assert!(told.iter().any(|n| n["kind"] == "webhook.disabled"));
+}
+
+#[tokio::test]
+async fn the_rate_limit_spaces_attempts_and_old_activity_is_pruned() {
+    let s = server(|c| {
+        c.webhooks.rate_limit = 10;
+        c.webhooks.retention = "2s".into();
+    })
+    .await;
+    let (r, url) = Receiver::start().await;
+    let id = watch_tiny(&s, &url).await;
+    for n in 0..10 {
+        put_item(&s, &format!("rev{n}")).await;
+    }
+    let got = r.wait_for(10).await;
+    assert_eq!(got.len(), 10);
+    let spread = got[9].at - got[0].at;
+    assert!(
+        spread >= Duration::from_millis(800),
+        "10 per second: {spread:?}"
+    );
+    // Finished deliveries older than the retention go, their attempts with them.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let a = attempts(&s.admin, &id).await;
+        if a.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "activity kept past its retention: {} attempts",
+            a.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

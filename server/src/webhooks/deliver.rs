@@ -142,7 +142,10 @@ async fn maintain(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "webhook leases not checked"),
         }
-        if last_prune.is_none_or(|t| t.elapsed() > Duration::from_secs(3600)) {
+        // Hourly; more often when activity is kept for less than a few hours.
+        let prune_every = (shared.d.settings.retention / 4)
+            .clamp(Duration::from_millis(200), Duration::from_secs(3600));
+        if last_prune.is_none_or(|t| t.elapsed() > prune_every) {
             last_prune = Some(Instant::now());
             let before =
                 now - chrono::Duration::from_std(shared.d.settings.retention).unwrap_or_default();
@@ -321,7 +324,12 @@ impl Shared {
         let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(lane) = lanes.get_mut(webhook) {
             lane.claimed = lane.claimed.saturating_sub(1);
-            if lane.claimed == 0 && lane.failures_in_a_row == 0 && lane.open_until.is_none() {
+            // An idle lane goes, unless it still holds a breaker or a rate limit's next start.
+            let idle = lane.claimed == 0
+                && lane.failures_in_a_row == 0
+                && lane.open_until.is_none()
+                && lane.next_start <= Instant::now();
+            if idle {
                 lanes.remove(webhook);
             }
         }
