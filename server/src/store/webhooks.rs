@@ -262,8 +262,9 @@ impl SqlSession {
              manual, created_at, updated_at) \
              SELECT $1 || '-' || w.id, w.id, $2, 'pending', 0, $3, 0, $3, $3 FROM webhooks w \
              WHERE w.disabled = 0 AND w.id IN (SELECT k.webhook_id FROM webhook_watches k \
-               WHERE k.domain = $4 AND ((k.kind IN ('user', 'org') AND k.name = $5) \
-                 OR (k.kind = 'model' AND k.name = $6))) \
+               WHERE k.domain = $4 AND k.name IN ($5, $6) \
+                 AND ((k.kind IN ('user', 'org') AND k.name = $5) \
+                   OR (k.kind = 'model' AND k.name = $6))) \
              AND ($4 <> 'endpoint' OR EXISTS (SELECT 1 FROM accounts a WHERE a.name = $5 \
                AND (a.id = w.owner_id OR EXISTS (SELECT 1 FROM memberships m \
                  WHERE m.org_id = a.id AND m.user_id = w.owner_id))))",
