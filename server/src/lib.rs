@@ -7,8 +7,13 @@
 //!   spec plans), `auth` (the principal and `authorize(principal, namespace, resource, action)`),
 //!   `outbound` (the one HTTP client for requests to the outside, refusing special-use addresses at
 //!   connect time).
-//! - `services`: endpoint, catalog and account operations; each change and its outbox event commit in
-//!   one unit of work. Called by the API, the CLI, the deploy path and the reconciler.
+//! - `webhooks::signature` (Standard Webhooks signing and verifying) and `webhooks::receive` (the
+//!   receiving server, `switchyard receive`), beside the store.
+//! - `services`: endpoint, catalog, account and webhook operations; each change, its outbox event, its
+//!   webhook deliveries and its notices commit in one unit of work. Called by the API, the CLI, the
+//!   deploy path and the reconciler.
+//! - `webhooks::deliver` (the workers that send the queued deliveries) and `mail` (the mailer of
+//!   queued notices), above the services they take their rules from.
 //! - `routing`: the routing table, backends, upstream pools and stats; published by `runtime`, read by
 //!   `proxy`, and neither imports the other. `error`: the one error type the HTTP fronts answer with.
 //! - `runtime` (reconciler, scaler, replica providers), `proxy` (the serving data plane), `api` (axum

@@ -477,7 +477,6 @@ impl Shared {
     /// Records the attempt and decides what follows.
     async fn settle(&self, c: &Claimed, token: &str, sent: Sent) {
         let now = self.d.clock.now();
-        let number = c.attempts + 1;
         let (status, answer, failure) = match &sent.result {
             Ok(f) if f.status.is_success() => (Some(f.status.as_u16()), Some(&f.body), None),
             Ok(f) => (
@@ -488,28 +487,12 @@ impl Shared {
             Err(fail) => (fail.status, None, Some(fail.clone())),
         };
         let gone = status == Some(410);
-        let mut next_attempt_at = None;
-        let state = match &failure {
-            None => "succeeded",
-            Some(_) if gone || c.manual => "failed",
-            Some(fail) => match self.d.settings.retry_schedule.get((number - 1) as usize) {
-                None => "failed",
-                Some(delay) => {
-                    let mut wait = jitter(*delay);
-                    if let Some(after) = fail.retry_after {
-                        wait = wait.max(after.min(MAX_RETRY_AFTER));
-                    }
-                    next_attempt_at =
-                        Some(now + chrono::Duration::from_std(wait).unwrap_or_default());
-                    "pending"
-                }
-            },
-        };
+        let (state, next_attempt_at) = self.next_step(c, failure.as_ref(), gone, now);
         let outcome = Outcome {
             delivery_id: c.id.clone(),
             webhook_id: c.webhook_id.clone(),
             claim_token: token.to_string(),
-            number,
+            number: c.attempts + 1,
             started_at: sent.started_at,
             duration_ms: sent.duration.as_millis() as i64,
             status_code: status.map(i64::from),
@@ -528,24 +511,63 @@ impl Shared {
         self.d.activity.send_modify(|n| *n += 1);
         match &failure {
             None => self.succeeded(&c.webhook_id),
-            Some(fail) => {
-                tracing::debug!(delivery = %c.id, class = fail.class, error = %fail.message, "webhook attempt failed");
-                if gone {
-                    let reason = format!(
-                        "the receiver answered 410 Gone at {}",
-                        crate::model::wire::rfc3339_z::format(&now)
-                    );
-                    self.disable(&c.webhook_id, &reason).await;
-                } else if state == "failed" && !c.manual {
-                    self.exhausted(&c.webhook_id, now).await;
-                }
-                if let Some(after) = fail.retry_after {
-                    self.hold(&c.webhook_id, now, after.min(MAX_RETRY_AFTER))
-                        .await;
-                }
-                self.failed(&c.webhook_id, now).await;
-            }
+            Some(fail) => self.after_failure(c, fail, gone, state, now).await,
         }
+    }
+
+    /// The delivery's state after this attempt, and when it goes again: a failure is retried on the
+    /// schedule (at least `Retry-After` later) unless the receiver is gone, the attempt was a replay,
+    /// or the schedule is spent.
+    fn next_step(
+        &self,
+        c: &Claimed,
+        failure: Option<&Failure>,
+        gone: bool,
+        now: DateTime<Utc>,
+    ) -> (&'static str, Option<DateTime<Utc>>) {
+        let Some(fail) = failure else {
+            return ("succeeded", None);
+        };
+        if gone || c.manual {
+            return ("failed", None);
+        }
+        let Some(delay) = self.d.settings.retry_schedule.get(c.attempts as usize) else {
+            return ("failed", None);
+        };
+        let mut wait = jitter(*delay);
+        if let Some(after) = fail.retry_after {
+            wait = wait.max(after.min(MAX_RETRY_AFTER));
+        }
+        let at = now + chrono::Duration::from_std(wait).unwrap_or_default();
+        ("pending", Some(at))
+    }
+
+    /// What a failure does to the webhook: 410 disables it, a spent schedule may, `Retry-After` holds
+    /// it, and enough failures in a row open its breaker.
+    async fn after_failure(
+        &self,
+        c: &Claimed,
+        fail: &Failure,
+        gone: bool,
+        state: &str,
+        now: DateTime<Utc>,
+    ) {
+        tracing::debug!(delivery = %c.id, class = fail.class, error = %fail.message, "webhook attempt failed");
+        if gone {
+            let at = crate::model::wire::rfc3339_z::format(&now);
+            self.disable(
+                &c.webhook_id,
+                &format!("the receiver answered 410 Gone at {at}"),
+            )
+            .await;
+        } else if state == "failed" && !c.manual {
+            self.exhausted(&c.webhook_id, now).await;
+        }
+        if let Some(after) = fail.retry_after {
+            self.hold(&c.webhook_id, now, after.min(MAX_RETRY_AFTER))
+                .await;
+        }
+        self.failed(&c.webhook_id, now).await;
     }
 
     fn succeeded(&self, webhook: &str) {
