@@ -19,14 +19,16 @@ pub struct ReceiveArgs {
     /// Shared secret every request must carry in `X-Webhook-Secret`.
     #[arg(long, env = "WEBHOOK_SECRET", hide_env_values = true)]
     secret: Option<String>,
-    /// Standard Webhooks signing secret (`whsec_…`): requests must be signed with it.
+    /// Standard Webhooks signing secret (`whsec_…`): requests must be signed with it. Repeat it (or
+    /// separate them with commas) to accept both secrets during a rotation.
     #[arg(
         long,
         env = "WEBHOOK_SIGNING_SECRET",
         hide_env_values = true,
-        value_name = "WHSEC"
+        value_name = "WHSEC",
+        value_delimiter = ','
     )]
-    signing_secret: Option<String>,
+    signing_secret: Vec<String>,
     /// Largest body accepted; larger ones get 413.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_BODY)]
     max_body: usize,
@@ -45,11 +47,11 @@ pub struct ReceiveArgs {
 
 pub async fn run(args: ReceiveArgs) -> Result<()> {
     let sink = crate::init_logs("info", Stream::Stdout);
-    let signing_key = args
+    let signing_keys = args
         .signing_secret
-        .as_deref()
-        .map(SigningKey::parse)
-        .transpose()
+        .iter()
+        .map(|s| SigningKey::parse(s.trim()))
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| anyhow!("--signing-secret: {e}"))?;
     let page = args
         .page
@@ -58,10 +60,12 @@ pub async fn run(args: ReceiveArgs) -> Result<()> {
         .transpose()?;
     let mut builder = Receiver::builder()
         .secret(args.secret)
-        .signing_secret(signing_key)
         .max_body(args.max_body)
         .landing_page(page)
         .run_timeout(Duration::from_secs(args.run_timeout));
+    for key in signing_keys {
+        builder = builder.signing_secret(Some(key));
+    }
     for spec in &args.handlers {
         let Some((name, action)) = spec.split_once('=') else {
             bail!("--handler {spec:?}: expected NAME=run:COMMAND or NAME=append:FILE");

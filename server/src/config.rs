@@ -547,6 +547,18 @@ impl WebhooksConfig {
     }
 }
 
+/// A URL with its password (the part of the userinfo after `:`) replaced by `***`.
+fn redact_userinfo(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        Ok(u) => u.to_string(),
+        Err(_) => "<redacted>".into(),
+    }
+}
+
 /// A span such as `250ms`, `5s`, `30m`, `2h` or `5d`.
 pub fn parse_span(s: &str) -> Result<std::time::Duration, String> {
     let t = s.trim();
@@ -805,6 +817,9 @@ impl Config {
         }
         if let Some(Ok(url)) = self.store.url.as_deref().map(crate::store::StoreUrl::parse) {
             shown.store.url = Some(url.redacted());
+        }
+        if let Some(smtp) = &self.email.smtp_url {
+            shown.email.smtp_url = Some(redact_userinfo(smtp));
         }
         toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
     }

@@ -72,7 +72,9 @@ impl Mailer {
                 return;
             }
             let now = self.clock.now();
-            let lease = chrono::Duration::from_std(self.timeout * 2).unwrap_or_default();
+            // The batch goes one mail at a time: the lease covers them all.
+            let lease =
+                chrono::Duration::from_std(self.timeout * (BATCH as u32 + 1)).unwrap_or_default();
             let batch = match self.store.claim_mails(now, now + lease, BATCH).await {
                 Ok(b) => b,
                 Err(e) => {
@@ -119,7 +121,13 @@ impl Mailer {
         }
         if let Err(e) = self
             .store
-            .finish_mail(&mail.id, error.map(String::as_str), next, now)
+            .finish_mail(
+                &mail.id,
+                &mail.claim_token,
+                error.map(String::as_str),
+                next,
+                now,
+            )
             .await
         {
             tracing::warn!(mail = %mail.id, error = %e, "mail outcome not recorded; it goes again when its lease ends");

@@ -1023,3 +1023,47 @@ async fn the_rate_limit_spaces_attempts_and_old_activity_is_pruned() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test]
+async fn a_credential_watches_only_endpoints_it_may_read_and_sees_only_its_notices() {
+    let s = server(|_| {}).await;
+    let _alice = s.user("alice", None).await;
+    let _: Value = s.admin.admin_create_org("acme").await.expect("org");
+    let _: Value = s
+        .admin
+        .admin_set_member("acme", "alice", "write")
+        .await
+        .expect("member");
+    let (_r, url) = Receiver::start().await;
+    let body = json!({"watched": [{"type": "org", "name": "acme"}], "domains": ["endpoint"],
+        "url": format!("{url}/hook")});
+    let webhooks_only = s.token_for("alice", Some(&["webhooks"])).await;
+    let err = webhooks_only
+        .create_webhook::<Value>(&body)
+        .await
+        .expect_err("no read-endpoints scope");
+    assert_eq!(err.status(), Some(StatusCode::BAD_REQUEST));
+    let reader = s
+        .token_for("alice", Some(&["webhooks", "read-endpoints"]))
+        .await;
+    let (id, _) = create(&reader, body).await;
+    let err = reader
+        .rotate_webhook_secret::<Value>(&id, Some(i64::MAX))
+        .await
+        .expect_err("grace out of range");
+    assert_eq!(err.status(), Some(StatusCode::BAD_REQUEST));
+
+    // alice's endpoint notices: a token without read-endpoints does not see them.
+    let mut ep = endpoint_body("e1");
+    ep["notifications"] = json!({"email": false, "push": true});
+    let full = s.token_for("alice", None).await;
+    let _: Value = full.create_endpoint("alice", &ep).await.expect("create");
+    full.delete_endpoint("alice", "e1").await.expect("delete");
+    let seen: Vec<Value> = full.notifications(None, None, None).await.expect("notices");
+    assert!(seen.iter().any(|n| n["kind"] == "endpoint.deleted"));
+    let hidden: Vec<Value> = webhooks_only
+        .notifications(None, None, None)
+        .await
+        .expect("notices");
+    assert!(hidden.is_empty(), "{hidden:?}");
+}

@@ -12,6 +12,7 @@ CREATE TABLE notifications (
     created_at  TEXT NOT NULL
 );
 CREATE INDEX notifications_by_user ON notifications(user_id, seq);
+CREATE INDEX notifications_by_time ON notifications(created_at);
 
 CREATE TABLE emails (
     id               TEXT COLLATE "C" PRIMARY KEY,
@@ -28,3 +29,4 @@ CREATE TABLE emails (
     updated_at       TEXT NOT NULL
 );
 CREATE INDEX emails_due ON emails(next_attempt_at) WHERE state = 'pending';
+CREATE INDEX emails_done ON emails(updated_at) WHERE state IN ('sent', 'failed');

@@ -31,6 +31,7 @@ CREATE INDEX webhook_watches_by_webhook ON webhook_watches(webhook_id);
 
 -- The JSON body every webhook gets for an event, but for its `webhook` member.
 ALTER TABLE events ADD COLUMN hook_payload TEXT;
+CREATE INDEX events_by_time ON events(created_at);
 
 CREATE TABLE deliveries (
     id               TEXT PRIMARY KEY,

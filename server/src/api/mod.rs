@@ -91,6 +91,32 @@ pub(crate) async fn allow(
     Ok(())
 }
 
+/// A long poll: `fetch`'s answer at once when it has something (or `wait` is zero); otherwise the
+/// request is held until `seen` changes (then `fetch` is asked again) or `wait` runs out.
+pub(crate) async fn held<T, F, Fut>(
+    wait: std::time::Duration,
+    mut seen: tokio::sync::watch::Receiver<u64>,
+    mut fetch: F,
+) -> Result<Vec<T>, ApiError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<T>, ApiError>>,
+{
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let page = fetch().await?;
+        if !page.is_empty() || tokio::time::Instant::now() >= deadline {
+            return Ok(page);
+        }
+        if tokio::time::timeout_at(deadline, seen.changed())
+            .await
+            .is_err()
+        {
+            return Ok(page);
+        }
+    }
+}
+
 async fn health() -> Json<serde_json::Value> {
     Json(serde_json::json!({"status": "ok"}))
 }

@@ -64,15 +64,37 @@ fn query(pairs: Vec<(String, String)>) -> ApiResult<(Option<i64>, i64, u64)> {
     Ok((after, limit, wait))
 }
 
+/// The caller's notices after `after` that its credential may see, and the last seq read.
 async fn page(
     s: &AppState,
-    user: &str,
+    who: &Principal,
     after: Option<i64>,
     limit: i64,
-) -> ApiResult<Vec<NoticeOut>> {
+) -> ApiResult<(Vec<NoticeOut>, Option<i64>)> {
     let mut session = s.store.read().await?;
-    let rows = session.notices_of(user, after, limit).await?;
-    Ok(rows.into_iter().map(render).collect())
+    let rows = session.notices_of(&who.account.id, after, limit).await?;
+    let last = rows.last().map(|n| n.seq);
+    let shown = rows.into_iter().filter(|n| may_see(who, n)).map(render);
+    Ok((shown.collect(), last))
+}
+
+/// A notice is shown to a credential that could read what it is about: endpoints (`read-endpoints`)
+/// or webhooks (`webhooks`), in a namespace it reaches (the user's own, or a granted organization).
+fn may_see(who: &Principal, n: &Notice) -> bool {
+    use crate::auth::{Action, Resource};
+    use crate::model::account::Scope;
+    let scoped = match n.kind.starts_with("webhook.") {
+        true => who
+            .scopes
+            .as_ref()
+            .is_none_or(|s| s.contains(&Scope::Webhooks)),
+        false => who.scopes_allow(Resource::Endpoints, Action::Read),
+    };
+    let reached = match n.namespace == who.account.name {
+        true => who.personal,
+        false => who.reaches_org(&n.namespace),
+    };
+    scoped && reached
 }
 
 #[utoipa::path(get, path = "/api/v1/notifications", tag = "accounts",
@@ -86,20 +108,12 @@ pub async fn list(
     QueryPairs(pairs): QueryPairs,
 ) -> ApiResult<Json<Vec<NoticeOut>>> {
     let (after, limit, wait) = query(pairs)?;
-    let mut seen = s.store.notices();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(wait);
-    loop {
-        let notices = page(&s, &who.account.id, after, limit).await?;
-        if !notices.is_empty() || after.is_none() || tokio::time::Instant::now() >= deadline {
-            return Ok(Json(notices));
-        }
-        if tokio::time::timeout_at(deadline, seen.changed())
-            .await
-            .is_err()
-        {
-            return Ok(Json(notices));
-        }
-    }
+    let wait = Duration::from_secs(if after.is_some() { wait } else { 0 });
+    let notices = super::held(wait, s.store.notices(), || async {
+        Ok(page(&s, &who, after, limit).await?.0)
+    })
+    .await?;
+    Ok(Json(notices))
 }
 
 #[utoipa::path(get, path = "/api/v1/notifications/stream", tag = "accounts",
@@ -112,16 +126,15 @@ pub async fn stream(
     QueryPairs(pairs): QueryPairs,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     let (after, _, _) = query(pairs)?;
-    let user = who.account.id.clone();
     let start = match after {
         Some(a) => a,
-        None => page(&s, &user, None, 1).await?.last().map_or(0, |n| n.seq),
+        None => page(&s, &who, None, 1).await?.1.unwrap_or(0),
     };
     let follow = Follow {
         seen: s.store.notices(),
         stopping: s.runtime.stopping(),
         s,
-        user,
+        who,
         cursor: start,
         queue: std::collections::VecDeque::new(),
     };
@@ -140,7 +153,7 @@ pub async fn stream(
 /// A follower of one user's notices.
 struct Follow {
     s: AppState,
-    user: String,
+    who: Principal,
     cursor: i64,
     queue: std::collections::VecDeque<NoticeOut>,
     seen: tokio::sync::watch::Receiver<u64>,
@@ -152,17 +165,18 @@ impl Follow {
     async fn next(&mut self) -> Option<NoticeOut> {
         loop {
             if let Some(n) = self.queue.pop_front() {
-                self.cursor = n.seq;
                 return Some(n);
             }
             if *self.stopping.borrow() {
                 return None;
             }
-            if let Ok(more) = page(&self.s, &self.user, Some(self.cursor), MAX_PAGE).await {
-                if !more.is_empty() {
-                    self.queue.extend(more);
-                    continue;
-                }
+            if let Ok((shown, Some(last))) =
+                page(&self.s, &self.who, Some(self.cursor), MAX_PAGE).await
+            {
+                // Past what this credential may not see, too.
+                self.cursor = last;
+                self.queue.extend(shown);
+                continue;
             }
             tokio::select! {
                 _ = self.seen.changed() => {}

@@ -212,20 +212,16 @@ pub async fn deliveries(
     QueryPairs(pairs): QueryPairs,
 ) -> ApiResult<Json<Vec<AttemptOut>>> {
     let q = activity_query(pairs)?;
-    let mut seen = s.activity.subscribe();
-    let deadline = tokio::time::Instant::now() + q.wait;
-    loop {
-        let page = webhooks::attempts(&s, &who, &id, q.after, q.before, q.limit).await?;
-        if !page.is_empty() || q.after.is_none() || tokio::time::Instant::now() >= deadline {
-            return Ok(Json(page));
-        }
-        if tokio::time::timeout_at(deadline, seen.changed())
-            .await
-            .is_err()
-        {
-            return Ok(Json(page));
-        }
-    }
+    let wait = if q.after.is_some() {
+        q.wait
+    } else {
+        Duration::ZERO
+    };
+    let page = super::held(wait, s.activity.subscribe(), || async {
+        Ok(webhooks::attempts(&s, &who, &id, q.after, q.before, q.limit).await?)
+    })
+    .await?;
+    Ok(Json(page))
 }
 
 #[utoipa::path(post, path = "/api/settings/webhooks/{id}/deliveries/{delivery}/replay", tag = "webhooks",
@@ -275,7 +271,15 @@ pub async fn rotate(
     JsonBody(body): JsonBody,
 ) -> ApiResult<Json<SigningSecret>> {
     let body: RotateIn = decode(body)?;
-    let grace = body.grace_seconds.map(chrono::Duration::seconds);
+    let grace = match body.grace_seconds {
+        None => None,
+        Some(g) => Some(chrono::Duration::try_seconds(g).ok_or_else(|| {
+            ApiError::invalid_body(vec![crate::model::Issue::new(
+                "graceSeconds",
+                "out of range",
+            )])
+        })?),
+    };
     let signing_secret = webhooks::rotate_secret(&s, &who, &id, grace).await?;
     Ok(Json(SigningSecret { signing_secret }))
 }

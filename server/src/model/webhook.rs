@@ -173,8 +173,9 @@ pub struct AttemptOut {
     pub at: DateTime<Utc>,
     pub status_code: Option<i64>,
     pub duration_ms: i64,
-    /// Why it failed: `connect`, `timeout`, `redirect`, `status`, `refused` (SSRF guard), `http`;
-    /// null when it succeeded.
+    /// Why it failed: `status` (a non-2xx answer), `connect`, `timeout`, `redirect` (never
+    /// followed), `refused` (a special-use address), `dns`, `url`, `http`, `internal`; null when it
+    /// succeeded.
     pub error_class: Option<String>,
     pub error: Option<String>,
     /// The first KiB of the answer.

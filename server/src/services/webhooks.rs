@@ -155,21 +155,41 @@ pub async fn get(ctx: &Context, who: &Principal, id: &str) -> Result<WebhookOut>
     Ok(render(ctx, &managed(ctx, who, id).await?))
 }
 
+/// The webhook read again inside the unit of work, its row locked: a concurrent change is not lost.
+async fn locked(unit: &mut dyn Session, id: &str) -> Result<WebhookRecord> {
+    unit.lock_webhook(id).await?;
+    unit.webhook(id).await?.ok_or_else(|| not_found(id))
+}
+
+/// Replays go only to an enabled webhook, checked in the replay's own unit of work.
+async fn enabled(unit: &mut dyn Session, id: &str) -> Result<()> {
+    match locked(unit, id).await?.disabled {
+        true => Err(Error::BadRequest(
+            "the webhook is disabled: enable it first".into(),
+        )),
+        false => Ok(()),
+    }
+}
+
 /// Refuses what Switchyard does not do: jobs instead of a URL.
 fn no_jobs(job: bool) -> Result<()> {
     match job {
         true => Err(Error::BadRequest(
-            "Switchyard runs no jobs: give the webhook a `url`".into(),
+            "Switchyard runs no jobs (`job`, `jobSourceId` and job `secrets` are the hub's): give \
+             the webhook a `url`"
+                .into(),
         )),
         false => Ok(()),
     }
 }
 
 /// Checks what a webhook will hold: shapes, a URL the outbound guard can ever fetch, watched
-/// accounts that exist with that kind, and (for endpoint events) namespaces the owner may see.
+/// accounts that exist with that kind, and (for endpoint events) namespaces both the owner and the
+/// caller's credential may read endpoints of.
 async fn check(
     ctx: &Context,
     session: &mut dyn Session,
+    who: &Principal,
     owner: &Account,
     rec: &WebhookRecord,
     secret: Option<&str>,
@@ -198,7 +218,7 @@ async fn check(
         match account {
             Some(a) if a.kind == kind => {
                 if rec.domains.contains(&Domain::Endpoint)
-                    && !sees_endpoints(session, owner, &a).await?
+                    && !sees_endpoints(ctx, session, who, owner, &a).await?
                 {
                     issues.push(Issue::new(
                         path,
@@ -221,10 +241,27 @@ async fn check(
     }
 }
 
-/// As the outbox's fan-out decides: the namespace itself, or an organization the owner belongs to.
-async fn sees_endpoints(session: &mut dyn Session, owner: &Account, ns: &Account) -> Result<bool> {
-    Ok(owner.id == ns.id
-        || (ns.kind == AccountKind::Org && session.role_in(&ns.name, &owner.id).await?.is_some()))
+/// Whether endpoint events of `ns` may be watched: the owner sees them as the outbox's fan-out decides
+/// (the namespace itself, or an organization it belongs to), and the caller's credential may read
+/// that namespace's endpoints (its scopes and the organizations it reaches).
+async fn sees_endpoints(
+    ctx: &Context,
+    session: &mut dyn Session,
+    who: &Principal,
+    owner: &Account,
+    ns: &Account,
+) -> Result<bool> {
+    let owner_sees = owner.id == ns.id
+        || (ns.kind == AccountKind::Org && session.role_in(&ns.name, &owner.id).await?.is_some());
+    let read = crate::auth::authorize(
+        ctx.store.as_ref(),
+        who,
+        &ns.name,
+        crate::auth::Resource::Endpoints,
+        crate::auth::Action::Read,
+    )
+    .await;
+    Ok(owner_sees && read.is_ok())
 }
 
 /// Creates a webhook; returns it and its first signing secret (`whsec_…`).
@@ -288,7 +325,15 @@ pub async fn create(
         updated_at: now,
         last_attempt: None,
     };
-    check(ctx, unit.as_mut(), &owner, &rec, body.secret.as_deref()).await?;
+    check(
+        ctx,
+        unit.as_mut(),
+        who,
+        &owner,
+        &rec,
+        body.secret.as_deref(),
+    )
+    .await?;
     unit.create_webhook(&rec).await?;
     unit.commit().await?;
     tracing::info!(webhook = %rec.id, owner = %owner.name, by = %who.account.name, "webhook created");
@@ -302,8 +347,9 @@ pub async fn update(
     body: WebhookUpdate,
 ) -> Result<WebhookOut> {
     no_jobs(body.job_source_id.is_some() || body.secrets.is_some())?;
-    let mut rec = managed(ctx, who, id).await?;
+    managed(ctx, who, id).await?;
     let mut unit = ctx.store.begin().await?;
+    let mut rec = locked(unit.as_mut(), id).await?;
     let owner = unit
         .account_by_id(&rec.owner_id)
         .await?
@@ -324,6 +370,7 @@ pub async fn update(
     check(
         ctx,
         unit.as_mut(),
+        who,
         &owner,
         &rec,
         secret.filter(|s| !s.is_empty()),
@@ -383,13 +430,9 @@ pub async fn attempts(
 
 /// Sends one delivery's event again, now, once (a manual attempt schedules no retries). Its new id.
 pub async fn replay(ctx: &Context, who: &Principal, id: &str, delivery: &str) -> Result<String> {
-    let rec = managed(ctx, who, id).await?;
-    if rec.disabled {
-        return Err(Error::BadRequest(
-            "the webhook is disabled: enable it first".into(),
-        ));
-    }
+    managed(ctx, who, id).await?;
     let mut unit = ctx.store.begin().await?;
+    enabled(unit.as_mut(), id).await?;
     let new = unit
         .replay_delivery(id, delivery, ctx.clock.now())
         .await?
@@ -409,13 +452,9 @@ pub async fn replay_failed(
     id: &str,
     since: DateTime<Utc>,
 ) -> Result<u64> {
-    let rec = managed(ctx, who, id).await?;
-    if rec.disabled {
-        return Err(Error::BadRequest(
-            "the webhook is disabled: enable it first".into(),
-        ));
-    }
+    managed(ctx, who, id).await?;
     let mut unit = ctx.store.begin().await?;
+    enabled(unit.as_mut(), id).await?;
     let n = unit.replay_failed_since(id, since, ctx.clock.now()).await?;
     unit.commit().await?;
     Ok(n)
@@ -449,7 +488,9 @@ pub async fn rotate_secret(
             format!("between 0 and {} seconds", MAX_GRACE.num_seconds()),
         )]));
     }
-    let mut rec = managed(ctx, who, id).await?;
+    managed(ctx, who, id).await?;
+    let mut unit = ctx.store.begin().await?;
+    let mut rec = locked(unit.as_mut(), id).await?;
     let now = ctx.clock.now();
     let fresh = SigningKey::generate();
     let mut keys = vec![KeyEntry {
@@ -470,7 +511,6 @@ pub async fn rotate_secret(
     keys.truncate(MAX_KEYS);
     rec.signing_keys = seal_keys(ctx, &keys);
     rec.updated_at = now;
-    let mut unit = ctx.store.begin().await?;
     unit.update_webhook(&rec).await?;
     unit.commit().await?;
     tracing::info!(webhook = %id, by = %who.account.name, grace_s = grace.num_seconds(), "webhook signing secret rotated");

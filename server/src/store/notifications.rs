@@ -47,6 +47,8 @@ pub struct Mail {
     pub subject: String,
     pub body: String,
     pub attempts: i64,
+    /// The claim this mailer holds on it.
+    pub claim_token: String,
 }
 
 #[async_trait]
@@ -163,16 +165,17 @@ pub trait MailQueue {
         lease_until: DateTime<Utc>,
         limit: i64,
     ) -> StoreResult<Vec<Mail>>;
-    /// Sent (`next` None and no error), failed for good (`next` None, an error), or due again at `next`.
+    /// Sent (`next` None and no error), failed for good (`next` None, an error), or due again at
+    /// `next`; only while `claim_token` is still the mail's (a mailer whose lease ran out records
+    /// nothing).
     async fn finish_mail(
         &self,
         id: &str,
+        claim_token: &str,
         error: Option<&str>,
         next: Option<DateTime<Utc>>,
         now: DateTime<Utc>,
     ) -> StoreResult<()>;
-    /// Mails by state, for tests and metrics.
-    async fn mail_counts(&self) -> StoreResult<Vec<(String, i64)>>;
     /// Signalled when a unit of work queued mail.
     fn mail_signal(&self) -> &tokio::sync::Notify;
     /// Bumped when a unit of work recorded notices: the streams' followers wait on it.
@@ -224,6 +227,7 @@ impl MailQueue for SqlStore {
                     subject: r.try_get("subject")?,
                     body: r.try_get("body")?,
                     attempts: r.try_get("attempts")?,
+                    claim_token: token.clone(),
                 })
             })
             .collect()
@@ -232,6 +236,7 @@ impl MailQueue for SqlStore {
     async fn finish_mail(
         &self,
         id: &str,
+        claim_token: &str,
         error: Option<&str>,
         next: Option<DateTime<Utc>>,
         now: DateTime<Utc>,
@@ -243,25 +248,18 @@ impl MailQueue for SqlStore {
         };
         self.write_batch(vec![(
             "UPDATE emails SET state = $2, attempts = attempts + 1, next_attempt_at = $3, \
-             lease_until = NULL, claim_token = NULL, last_error = $4, updated_at = $5 WHERE id = $1",
+             lease_until = NULL, claim_token = NULL, last_error = $4, updated_at = $5 \
+             WHERE id = $1 AND claim_token = $6",
             vec![
                 Val::from(id),
                 Val::from(state),
                 Val::from(next.map(ts)),
                 Val::from(error.map(str::to_string)),
                 Val::from(ts(now)),
+                Val::from(claim_token),
             ],
         )])
         .await
-    }
-
-    async fn mail_counts(&self) -> StoreResult<Vec<(String, i64)>> {
-        let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM emails GROUP BY state")
-            .fetch_all(self.pool())
-            .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get("state")?, r.try_get("n")?)))
-            .collect()
     }
 
     fn mail_signal(&self) -> &tokio::sync::Notify {

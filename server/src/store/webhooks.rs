@@ -72,7 +72,6 @@ pub struct Claimed {
     pub url: String,
     pub secret: Option<String>,
     pub signing_keys: String,
-    pub created_at: DateTime<Utc>,
 }
 
 /// How an attempt ended, to record.
@@ -105,14 +104,17 @@ pub trait WebhookStore {
     /// Writes the changeable fields and the watches.
     async fn update_webhook(&mut self, w: &WebhookRecord) -> StoreResult<()>;
     async fn delete_webhook(&mut self, id: &str) -> StoreResult<bool>;
-    /// Disables (cancelling its pending deliveries) or enables a webhook.
+    /// Disables (cancelling its pending deliveries) or enables a webhook; false when it already was.
     async fn set_webhook_disabled(
         &mut self,
         id: &str,
         disabled: bool,
         reason: Option<&str>,
         now: DateTime<Utc>,
-    ) -> StoreResult<()>;
+    ) -> StoreResult<bool>;
+    /// Locks the webhook's row for the rest of the unit of work (PostgreSQL; on SQLite the unit
+    /// already holds the only write lock), so a read-change-write of it is not lost to another.
+    async fn lock_webhook(&mut self, id: &str) -> StoreResult<()>;
     /// Attempts of a webhook, newest first: those with `seq` above `after` (or below `before`).
     async fn attempts_of(
         &mut self,
@@ -375,18 +377,20 @@ impl WebhookStore for SqlSession {
         disabled: bool,
         reason: Option<&str>,
         now: DateTime<Utc>,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<bool> {
         let now = ts(now);
-        sqlx::query(
+        let changed = sqlx::query(
             "UPDATE webhooks SET disabled = $2, disabled_reason = $3, held_until = NULL, \
-             failing_since = NULL, updated_at = $4 WHERE id = $1",
+             failing_since = NULL, updated_at = $4 WHERE id = $1 AND disabled <> $2",
         )
         .bind(id)
         .bind(i64::from(disabled))
         .bind(reason)
         .bind(&now)
         .execute(self.db())
-        .await?;
+        .await?
+        .rows_affected()
+            > 0;
         if disabled {
             sqlx::query(
                 "UPDATE deliveries SET state = 'cancelled', next_attempt_at = NULL, \
@@ -397,6 +401,16 @@ impl WebhookStore for SqlSession {
             .bind(&now)
             .execute(self.db())
             .await?;
+        }
+        Ok(changed)
+    }
+
+    async fn lock_webhook(&mut self, id: &str) -> StoreResult<()> {
+        if self.backend == Backend::Postgres {
+            sqlx::query("SELECT id FROM webhooks WHERE id = $1 FOR UPDATE")
+                .bind(id)
+                .fetch_optional(self.db())
+                .await?;
         }
         Ok(())
     }
@@ -415,7 +429,7 @@ impl WebhookStore for SqlSession {
              FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id \
              JOIN events e ON e.seq = d.event_seq \
              WHERE a.webhook_id = $1 AND a.seq > $2 AND a.seq < $3 \
-             ORDER BY a.seq DESC LIMIT $4",
+             ORDER BY CASE WHEN $2 > 0 THEN a.seq ELSE -a.seq END LIMIT $4",
         )
         .bind(webhook_id)
         .bind(after.unwrap_or(0))
@@ -425,7 +439,14 @@ impl WebhookStore for SqlSession {
         .await?
         .iter()
         .map(attempt_from)
-        .collect()
+        .collect::<StoreResult<Vec<_>>>()
+        .map(|mut page| {
+            // After a cursor: the oldest attempts past it (none skipped), shown newest first too.
+            if after.is_some() {
+                page.reverse();
+            }
+            page
+        })
     }
 
     async fn replay_delivery(
@@ -487,9 +508,12 @@ pub trait DeliveryQueue {
         limit: i64,
         only: Option<&str>,
     ) -> StoreResult<Vec<Claimed>>;
-    /// Up to `limit` webhooks with deliveries due, found by skipping through the index one webhook at
-    /// a time (a backlog of one webhook is not read row by row).
+    /// The webhooks with deliveries due (not held, not disabled) among the first `limit` that have any
+    /// pending, found by skipping through the index one webhook at a time (a backlog of one webhook
+    /// is not read row by row).
     async fn due_webhooks(&self, now: DateTime<Utc>, limit: i64) -> StoreResult<Vec<String>>;
+    /// Whether the delivery is still claimed with `token` (not cancelled, not taken over).
+    async fn still_claimed(&self, id: &str, token: &str) -> StoreResult<bool>;
     /// Gives one claimed delivery back, due at `at`, no attempt spent (only while the claim is the
     /// caller's).
     async fn postpone(&self, id: &str, token: &str, at: DateTime<Utc>) -> StoreResult<()>;
@@ -505,12 +529,14 @@ pub trait DeliveryQueue {
     ) -> StoreResult<u64>;
     /// Gives back this worker's own claims (it is stopping): due again now, no attempt spent.
     async fn release_claim(&self, token: &str, now: DateTime<Utc>) -> StoreResult<u64>;
-    /// When the next pending delivery falls due (held webhooks included: their hold ends).
-    async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>>;
+    /// The next time after `now` something may become claimable: a pending delivery falls due, or a
+    /// webhook's hold ends. (What is due already but was not claimed waits on a lane, not a time.)
+    async fn next_due(&self, now: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>>;
     /// Holds a webhook's deliveries until `until` (the circuit breaker, a Retry-After).
     async fn hold_webhook(&self, id: &str, until: DateTime<Utc>) -> StoreResult<()>;
-    /// Deletes finished deliveries (their attempts with them) last changed before `before`, and
-    /// events older than that no delivery refers to. How many deliveries went.
+    /// Deletes what is older than `before`: finished deliveries (their attempts with them), the
+    /// webhook events no delivery refers to any more, notices, and sent or failed mail. In batches,
+    /// each its own turn as the writer, so others write in between. How many deliveries went.
     async fn prune_deliveries(&self, before: DateTime<Utc>) -> StoreResult<u64>;
     /// Deliveries by state, for metrics and the bench.
     async fn delivery_counts(&self) -> StoreResult<Vec<(String, i64)>>;
@@ -545,7 +571,7 @@ impl DeliveryQueue for SqlStore {
              updated_at = $3 WHERE id IN (SELECT d.id FROM deliveries d \
                WHERE d.state = 'pending' AND d.next_attempt_at <= $3{only_sql} \
                AND NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.id = d.webhook_id \
-                 AND w.held_until > $3) \
+                 AND (w.held_until > $3 OR w.disabled <> 0)) \
                ORDER BY d.next_attempt_at LIMIT $4{lock})"
         );
         let now_s = ts(now);
@@ -566,7 +592,7 @@ impl DeliveryQueue for SqlStore {
         }
         let rows = sqlx::query(
             "SELECT d.id, d.webhook_id, e.id AS event_id, e.hook_payload, d.attempts, d.manual, \
-             w.url, w.secret, w.signing_keys, d.created_at \
+             w.url, w.secret, w.signing_keys \
              FROM deliveries d JOIN webhooks w ON w.id = d.webhook_id \
              JOIN events e ON e.seq = d.event_seq \
              WHERE d.claim_token = $1 AND d.state = 'sending'",
@@ -588,7 +614,6 @@ impl DeliveryQueue for SqlStore {
                     url: row.try_get("url")?,
                     secret: row.try_get("secret")?,
                     signing_keys: row.try_get("signing_keys")?,
-                    created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
                 })
             })
             .collect()
@@ -598,20 +623,33 @@ impl DeliveryQueue for SqlStore {
         // A loose index scan: each step seeks the next webhook id in `deliveries_pending_by_webhook`.
         let rows: Vec<Option<String>> = sqlx::query_scalar(
             "WITH RECURSIVE hooks(w, n) AS ( \
-               SELECT (SELECT MIN(webhook_id) FROM deliveries \
-                 WHERE state = 'pending' AND next_attempt_at <= $1), 0 \
+               SELECT (SELECT MIN(webhook_id) FROM deliveries WHERE state = 'pending'), 0 \
                UNION ALL \
                SELECT (SELECT MIN(webhook_id) FROM deliveries WHERE state = 'pending' \
-                 AND next_attempt_at <= $1 AND webhook_id > hooks.w), n + 1 \
+                 AND webhook_id > hooks.w), n + 1 \
                FROM hooks WHERE w IS NOT NULL AND n < $2) \
-             SELECT h.w FROM hooks h WHERE h.w IS NOT NULL AND NOT EXISTS \
-               (SELECT 1 FROM webhooks x WHERE x.id = h.w AND x.held_until > $1)",
+             SELECT h.w FROM hooks h WHERE h.w IS NOT NULL \
+               AND EXISTS (SELECT 1 FROM deliveries d WHERE d.webhook_id = h.w \
+                 AND d.state = 'pending' AND d.next_attempt_at <= $1) \
+               AND NOT EXISTS (SELECT 1 FROM webhooks x WHERE x.id = h.w \
+                 AND (x.held_until > $1 OR x.disabled <> 0))",
         )
         .bind(ts(now))
         .bind(limit)
         .fetch_all(self.pool())
         .await?;
         Ok(rows.into_iter().flatten().collect())
+    }
+
+    async fn still_claimed(&self, id: &str, token: &str) -> StoreResult<bool> {
+        let found: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM deliveries WHERE id = $1 AND claim_token = $2 AND state = 'sending'",
+        )
+        .bind(id)
+        .bind(token)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(found.is_some())
     }
 
     async fn postpone(&self, id: &str, token: &str, at: DateTime<Utc>) -> StoreResult<()> {
@@ -660,40 +698,65 @@ impl DeliveryQueue for SqlStore {
         .rows_affected())
     }
 
-    async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
-        let next: Option<String> = sqlx::query_scalar(
-            "SELECT MIN(next_attempt_at) FROM deliveries WHERE state = 'pending'",
+    async fn next_due(&self, now: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>> {
+        let now = ts(now);
+        let due: Option<String> = sqlx::query_scalar(
+            "SELECT MIN(next_attempt_at) FROM deliveries WHERE state = 'pending' \
+             AND next_attempt_at > $1",
         )
+        .bind(&now)
         .fetch_one(self.pool())
         .await?;
-        next.map(|s| parse_ts(&s)).transpose()
+        let hold_ends: Option<String> =
+            sqlx::query_scalar("SELECT MIN(held_until) FROM webhooks WHERE held_until > $1")
+                .bind(&now)
+                .fetch_one(self.pool())
+                .await?;
+        let times = [due, hold_ends]
+            .into_iter()
+            .flatten()
+            .map(|t| parse_ts(&t))
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(times.into_iter().min())
     }
 
     async fn hold_webhook(&self, id: &str, until: DateTime<Utc>) -> StoreResult<()> {
         self.write_batch(vec![(
-            "UPDATE webhooks SET held_until = $2 WHERE id = $1",
+            "UPDATE webhooks SET held_until = $2 WHERE id = $1 \
+             AND (held_until IS NULL OR held_until < $2)",
             vec![Val::from(id), Val::from(ts(until))],
         )])
         .await
     }
 
     async fn prune_deliveries(&self, before: DateTime<Utc>) -> StoreResult<u64> {
-        let _turn = self.writer_turn().await;
         let before = ts(before);
-        let gone = sqlx::query(
-            "DELETE FROM deliveries WHERE state IN ('succeeded', 'failed', 'cancelled') \
-             AND updated_at < $1",
+        let gone = self
+            .delete_in_batches(
+                "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries \
+                 WHERE state IN ('succeeded', 'failed', 'cancelled') AND updated_at < $1 LIMIT 1000)",
+                &before,
+            )
+            .await?;
+        // Only webhook events: other readers of the outbox keep theirs.
+        self.delete_in_batches(
+            "DELETE FROM events WHERE seq IN (SELECT e.seq FROM events e WHERE e.created_at < $1 \
+             AND e.hook_payload IS NOT NULL AND NOT EXISTS \
+             (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq) LIMIT 1000)",
+            &before,
         )
-        .bind(&before)
-        .execute(self.pool())
-        .await?
-        .rows_affected();
-        sqlx::query(
-            "DELETE FROM events WHERE created_at < $1 AND NOT EXISTS \
-             (SELECT 1 FROM deliveries d WHERE d.event_seq = events.seq)",
+        .await?;
+        self.delete_in_batches(
+            "DELETE FROM notifications WHERE seq IN (SELECT seq FROM notifications \
+             WHERE created_at < $1 LIMIT 1000)",
+            &before,
         )
-        .bind(&before)
-        .execute(self.pool())
+        .await?;
+        self.delete_in_batches(
+            "DELETE FROM emails WHERE id IN (SELECT id FROM emails \
+             WHERE state IN ('sent', 'failed') AND updated_at < $1 LIMIT 1000)",
+            &before,
+        )
         .await?;
         Ok(gone)
     }
@@ -708,14 +771,53 @@ impl DeliveryQueue for SqlStore {
     }
 }
 
+/// The delivery moved on only while the claim is the caller's; then the attempt and the webhook's
+/// failing streak, each only if that move happened (the delivery's new attempt count and time are
+/// the mark it left), so a stale worker changes nothing.
+impl SqlStore {
+    /// Runs `sql` (a `DELETE` of at most 1,000 rows older than `$1`) until it deletes fewer.
+    async fn delete_in_batches(&self, sql: &str, before: &str) -> StoreResult<u64> {
+        let mut gone = 0;
+        loop {
+            let n = {
+                let _turn = self.writer_turn().await;
+                sqlx::query(sql)
+                    .bind(before)
+                    .execute(self.pool())
+                    .await?
+                    .rows_affected()
+            };
+            gone += n;
+            if n < 1000 {
+                return Ok(gone);
+            }
+        }
+    }
+}
+
 fn outcome_statements(o: &Outcome) -> Vec<Stmt> {
     let now = ts(o.now);
     let next = o.next_attempt_at.map(ts);
+    let state = if next.is_some() { "pending" } else { o.state };
+    let delivery: Stmt = (
+        "UPDATE deliveries SET state = $3, attempts = $6, next_attempt_at = $4, \
+         claim_token = NULL, lease_until = NULL, updated_at = $5 \
+         WHERE id = $1 AND claim_token = $2 AND state = 'sending' AND attempts = $6 - 1",
+        vec![
+            Val::from(o.delivery_id.as_str()),
+            Val::from(o.claim_token.as_str()),
+            Val::from(state),
+            Val::from(next.clone()),
+            Val::from(now.clone()),
+            Val::Int(o.number),
+        ],
+    );
     let attempt: Stmt = (
         "INSERT INTO delivery_attempts (delivery_id, webhook_id, number, started_at, duration_ms, \
          status_code, error_class, error, response, next_attempt_at, manual) \
          SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 WHERE EXISTS \
-         (SELECT 1 FROM deliveries WHERE id = $1 AND claim_token = $12 AND state = 'sending')",
+         (SELECT 1 FROM deliveries WHERE id = $1 AND attempts = $3 AND updated_at = $12 \
+           AND claim_token IS NULL)",
         vec![
             Val::from(o.delivery_id.as_str()),
             Val::from(o.webhook_id.as_str()),
@@ -726,34 +828,28 @@ fn outcome_statements(o: &Outcome) -> Vec<Stmt> {
             Val::from(o.error_class.clone()),
             Val::from(o.error.clone()),
             Val::from(o.response.clone()),
-            Val::from(next.clone()),
-            Val::Int(i64::from(o.manual)),
-            Val::from(o.claim_token.as_str()),
-        ],
-    );
-    let state = if next.is_some() { "pending" } else { o.state };
-    let delivery: Stmt = (
-        "UPDATE deliveries SET state = $3, attempts = attempts + 1, next_attempt_at = $4, \
-         claim_token = NULL, lease_until = NULL, updated_at = $5 \
-         WHERE id = $1 AND claim_token = $2 AND state = 'sending'",
-        vec![
-            Val::from(o.delivery_id.as_str()),
-            Val::from(o.claim_token.as_str()),
-            Val::from(state),
             Val::from(next),
+            Val::Int(i64::from(o.manual)),
             Val::from(now.clone()),
         ],
     );
-    let webhook: Stmt = if o.state == "succeeded" {
-        (
-            "UPDATE webhooks SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL",
-            vec![Val::from(o.webhook_id.as_str())],
-        )
+    let streak = if o.state == "succeeded" {
+        "UPDATE webhooks SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL \
+         AND EXISTS (SELECT 1 FROM deliveries WHERE id = $3 AND attempts = $4 \
+           AND updated_at = $2 AND claim_token IS NULL)"
     } else {
-        (
-            "UPDATE webhooks SET failing_since = $2 WHERE id = $1 AND failing_since IS NULL",
-            vec![Val::from(o.webhook_id.as_str()), Val::from(now)],
-        )
+        "UPDATE webhooks SET failing_since = $2 WHERE id = $1 AND failing_since IS NULL \
+         AND EXISTS (SELECT 1 FROM deliveries WHERE id = $3 AND attempts = $4 \
+           AND updated_at = $2 AND claim_token IS NULL)"
     };
-    vec![attempt, delivery, webhook]
+    let webhook: Stmt = (
+        streak,
+        vec![
+            Val::from(o.webhook_id.as_str()),
+            Val::from(now),
+            Val::from(o.delivery_id.as_str()),
+            Val::Int(o.number),
+        ],
+    );
+    vec![delivery, attempt, webhook]
 }

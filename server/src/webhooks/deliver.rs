@@ -41,6 +41,11 @@ const RESPONSE_KEPT: usize = 1024;
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 /// How long claimed deliveries may wait behind their webhook's cap, in multiples of the cap.
 const WINDOW: usize = 2;
+/// Webhooks with pending deliveries looked at in one round while some lane is full.
+const SCAN_WEBHOOKS: i64 = 1024;
+/// A claimed delivery that waited longer than this for its lane checks its claim before sending (the
+/// webhook may have been disabled meanwhile).
+const RECHECK_AFTER: Duration = Duration::from_millis(200);
 
 /// What a worker needs.
 pub struct Deliverer {
@@ -96,13 +101,11 @@ impl Deliverer {
             if claimed >= CLAIM_BATCH {
                 continue;
             }
-            // What is due but held back (this server's cap, a full lane) goes when an attempt ends;
-            // sleeping until it is due would only spin.
+            // What is due but was not claimed waits on a lane (this server's cap, a full lane, an
+            // open breaker): it goes when an attempt ends. Otherwise the next time something falls
+            // due or a hold ends.
             let waiting = held_back || shared.full();
-            let wait = match waiting {
-                true => BACKSTOP,
-                false => shared.until_next_due().await,
-            };
+            let wait = shared.until_next_due().await;
             let outbox = shared.d.store.outbox();
             tokio::select! {
                 _ = outbox.notified() => {}
@@ -193,7 +196,7 @@ impl Shared {
 
     /// How long to sleep before looking again: until the next delivery falls due, at most [`BACKSTOP`].
     async fn until_next_due(&self) -> Duration {
-        match self.d.store.next_due().await {
+        match self.d.store.next_due(self.d.clock.now()).await {
             Ok(Some(at)) => (at - self.d.clock.now())
                 .to_std()
                 .unwrap_or(Duration::ZERO)
@@ -228,7 +231,7 @@ impl Shared {
         let due = match self
             .d
             .store
-            .due_webhooks(self.d.clock.now(), CLAIM_BATCH as i64)
+            .due_webhooks(self.d.clock.now(), SCAN_WEBHOOKS)
             .await
         {
             Ok(d) => d,
@@ -238,7 +241,8 @@ impl Shared {
             }
         };
         let mut claimed = 0;
-        for webhook in due.iter().filter(|w| !full.contains(*w)) {
+        let open = due.iter().filter(|w| !full.contains(*w)).take(CLAIM_BATCH);
+        for webhook in open {
             let room = self.room(webhook).min(free.saturating_sub(claimed));
             if room == 0 {
                 continue;
@@ -376,7 +380,9 @@ impl Shared {
         lanes
             .iter()
             .filter(|(_, l)| {
-                l.claimed >= window || l.open_until.is_some_and(|t| Instant::now() < t)
+                l.claimed >= window
+                    || l.probe_in_flight
+                    || l.open_until.is_some_and(|t| Instant::now() < t)
             })
             .map(|(id, _)| id.clone())
             .collect()
@@ -384,22 +390,47 @@ impl Shared {
 
     async fn attempt(&self, c: Claimed, token: String, slots: Arc<Semaphore>, deadline: Instant) {
         let webhook = c.webhook_id.clone();
+        let claimed_at = Instant::now();
         let permit = slots.acquire_owned().await;
-        let rate = self.rate_wait(&webhook);
-        if !rate.is_zero() {
-            tokio::time::sleep(rate).await;
-        }
         // Not enough lease left to finish: leave it to be claimed again rather than risk two sends.
         let late =
-            Instant::now() + self.d.settings.timeout + crate::config::LEASE_MARGIN > deadline;
-        if late || permit.is_err() || !self.may_go(&webhook) {
+            || Instant::now() + self.d.settings.timeout + crate::config::LEASE_MARGIN > deadline;
+        if late() || permit.is_err() || !self.may_go(&webhook) {
             self.put_back(&c, &token).await;
         } else {
-            let sent = self.send(&c).await;
-            self.settle(&c, &token, sent).await;
+            let rate = self.rate_wait(&webhook);
+            if !rate.is_zero() {
+                tokio::time::sleep(rate).await;
+            }
+            if claimed_at.elapsed() > RECHECK_AFTER && !self.still_mine(&c, &token).await {
+                // Disabled, or taken over, while it waited: nothing to send.
+                self.end_probe(&webhook);
+            } else if late() {
+                self.end_probe(&webhook);
+                self.put_back(&c, &token).await;
+            } else {
+                let sent = self.send(&c).await;
+                self.settle(&c, &token, sent).await;
+            }
         }
         drop(permit);
         self.leave(&webhook);
+    }
+
+    async fn still_mine(&self, c: &Claimed, token: &str) -> bool {
+        self.d
+            .store
+            .still_claimed(&c.id, token)
+            .await
+            .unwrap_or(true)
+    }
+
+    /// Lets the next probe of an open breaker go (this one ended without an outcome).
+    fn end_probe(&self, webhook: &str) {
+        let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(lane) = lanes.get_mut(webhook) {
+            lane.probe_in_flight = false;
+        }
     }
 
     /// Gives a claimed delivery back untouched (no attempt spent).
@@ -506,6 +537,7 @@ impl Shared {
         };
         if let Err(e) = self.d.store.record_outcome(&outcome).await {
             tracing::warn!(delivery = %c.id, error = %e, "webhook attempt not recorded; the delivery returns when its lease ends");
+            self.end_probe(&c.webhook_id);
             return;
         }
         self.d.activity.send_modify(|n| *n += 1);
@@ -644,11 +676,15 @@ impl Shared {
             let Some(w) = unit.webhook(webhook).await? else {
                 return Ok(());
             };
-            unit.set_webhook_disabled(webhook, true, Some(reason), now)
-                .await?;
-            let notice =
-                crate::services::notices::webhook_disabled(&w.owner, webhook, &w.url, reason);
-            unit.notify(&notice, now).await?;
+            // Told once: attempts in flight that all met the 410 find it disabled already.
+            if unit
+                .set_webhook_disabled(webhook, true, Some(reason), now)
+                .await?
+            {
+                let notice =
+                    crate::services::notices::webhook_disabled(&w.owner, webhook, &w.url, reason);
+                unit.notify(&notice, now).await?;
+            }
             unit.commit().await
         };
         match done.await {
@@ -779,7 +815,6 @@ mod tests {
             url: "http://x".into(),
             secret: None,
             signing_keys: String::new(),
-            created_at: Utc::now(),
         }
     }
 

@@ -48,6 +48,10 @@ pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
 pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Dedupe remembers at most this many `webhook-id`s…
 pub const DEDUPE_CAPACITY: usize = 10_000;
+/// The longest `webhook-id` remembered.
+const MAX_ID: usize = 256;
+/// The largest answer body remembered for a repeated delivery.
+const MAX_REMEMBERED: usize = 16 * 1024;
 /// …each for this long after it was first seen.
 pub const DEDUPE_TTL: Duration = Duration::from_secs(10 * 60);
 /// The header the hub's client reads its shared secret from.
@@ -292,6 +296,19 @@ struct Answer {
 }
 
 impl Answer {
+    /// What a repeated delivery gets: the same answer, but a large body is not kept (the status and
+    /// `{"ok": true}` stand for it), so the memory stays bounded.
+    fn remembered(&self) -> Answer {
+        let small = serde_json::to_vec(&self.body).is_ok_and(|b| b.len() <= MAX_REMEMBERED);
+        match small {
+            true => self.clone(),
+            false => Answer {
+                status: self.status,
+                body: serde_json::json!({"ok": true}),
+            },
+        }
+    }
+
     fn ok(body: Value) -> Answer {
         Answer {
             status: StatusCode::OK,
@@ -430,7 +447,8 @@ impl Receiver {
         let Ok(payload) = serde_json::from_slice::<Value>(&raw) else {
             return Answer::error(StatusCode::BAD_REQUEST, "The payload is not valid JSON.");
         };
-        let Some(id) = text("webhook-id") else {
+        // An id too long to be one is not remembered (memory stays bounded): the handler just runs.
+        let Some(id) = text("webhook-id").filter(|id| id.len() <= MAX_ID) else {
             return self.dispatch(index, payload, raw, None).await;
         };
         // One slot per (route, id): one event delivered to two routes runs both handlers.
@@ -462,7 +480,7 @@ impl Receiver {
             let answer = receiver.execute(index, payload, raw).await;
             if let Some(mut slot) = remember {
                 if answer.status.is_success() {
-                    *slot = Some(answer.clone());
+                    *slot = Some(answer.remembered());
                 }
             }
             answer

@@ -104,7 +104,7 @@ pub fn verify(
         .trim()
         .parse()
         .map_err(|_| VerifyError::BadTimestamp)?;
-    if (now - ts).abs() > TOLERANCE_SECONDS {
+    if now.abs_diff(ts) > TOLERANCE_SECONDS as u64 {
         return Err(VerifyError::OutOfTolerance);
     }
     let offered: Vec<Vec<u8>> = signatures
@@ -189,6 +189,13 @@ mod tests {
             verify(&keys, Some(ID), Some("soon"), Some(EXPECTED), BODY, TS),
             Err(VerifyError::BadTimestamp)
         );
+        for extreme in [i64::MIN, i64::MAX] {
+            let far = extreme.to_string();
+            assert_eq!(
+                verify(&keys, Some(ID), Some(&far), Some(EXPECTED), BODY, TS),
+                Err(VerifyError::OutOfTolerance)
+            );
+        }
     }
 
     #[test]
