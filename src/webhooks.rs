@@ -360,45 +360,19 @@ pub async fn run(client: &Client, json: bool, command: WebhooksCommand) -> Resul
             owner,
         } => {
             let mut body = json!({"url": url, "watched": watched(&watch)?});
-            if !domains.is_empty() {
-                body["domains"] = json!(domains);
-            }
-            if let Some(s) = secret {
-                body["secret"] = json!(s);
-            }
-            if let Some(o) = owner {
-                body["owner"] = json!(o);
-            }
-            let created: Value = client.create_webhook(&body).await.map_err(api_error)?;
-            if json {
-                return print_json(&created);
-            }
-            let webhook: WebhookOut = decode(created["webhook"].clone())?;
-            let signing = created["signingSecret"].as_str().unwrap_or_default();
-            print!("{}", describe(&webhook, now));
-            println!();
-            println!("signing secret: {signing}");
-            println!(
-                "Keep it: receivers verify each delivery's webhook-signature with it (Standard Webhooks). \
-                 It is shown here once; `switchyard webhooks signing-secret {}` reads it again.",
-                webhook.id
+            set(
+                &mut body,
+                "domains",
+                (!domains.is_empty()).then(|| json!(domains)),
             );
+            set(&mut body, "secret", secret.map(|s| json!(s)));
+            set(&mut body, "owner", owner.map(|o| json!(o)));
+            create(client, &body, json, now).await
         }
-        WebhooksCommand::List => {
-            let hooks: Value = client.webhooks().await.map_err(api_error)?;
-            if json {
-                return print_json(&hooks);
-            }
-            let hooks: Vec<WebhookOut> = decode(hooks)?;
-            if hooks.is_empty() {
-                println!("no webhooks");
-            } else {
-                print!("{}", webhook_table(&hooks, now));
-            }
-        }
+        WebhooksCommand::List => list(client, json, now).await,
         WebhooksCommand::Get { id } => {
             let one: Value = client.webhook(&id).await.map_err(api_error)?;
-            show(one, json, now)?;
+            show(one, json, now)
         }
         WebhooksCommand::Update {
             id,
@@ -408,84 +382,34 @@ pub async fn run(client: &Client, json: bool, command: WebhooksCommand) -> Resul
             secret,
         } => {
             let mut body = json!({});
-            if let Some(u) = url {
-                body["url"] = json!(u);
-            }
+            set(&mut body, "url", url.map(|u| json!(u)));
             if !watch.is_empty() {
                 body["watched"] = json!(watched(&watch)?);
             }
-            if !domains.is_empty() {
-                body["domains"] = json!(domains);
-            }
-            if let Some(s) = secret {
-                body["secret"] = json!(s);
-            }
+            set(
+                &mut body,
+                "domains",
+                (!domains.is_empty()).then(|| json!(domains)),
+            );
+            set(&mut body, "secret", secret.map(|s| json!(s)));
             if body.as_object().is_some_and(|o| o.is_empty()) {
                 bail!("nothing to change: give --url, --watch, --domain or --secret");
             }
             let one: Value = client.update_webhook(&id, &body).await.map_err(api_error)?;
-            show(one, json, now)?;
+            show(one, json, now)
         }
-        WebhooksCommand::Enable { id } => switch(client, &id, true, json).await?,
-        WebhooksCommand::Disable { id } => switch(client, &id, false, json).await?,
-        WebhooksCommand::Delete { id, yes } => {
-            if !yes
-                && std::io::stdin().is_terminal()
-                && !confirm(&format!("Delete webhook {id} and its deliveries?"))?
-            {
-                bail!("not deleted");
-            }
-            client.delete_webhook(&id).await.map_err(api_error)?;
-            if json {
-                return print_json(&json!({}));
-            }
-            println!("deleted webhook {id}");
-        }
+        WebhooksCommand::Enable { id } => switch(client, &id, true, json).await,
+        WebhooksCommand::Disable { id } => switch(client, &id, false, json).await,
+        WebhooksCommand::Delete { id, yes } => delete(client, &id, yes, json).await,
         WebhooksCommand::Deliveries { id, limit, follow } => {
-            deliveries(client, &id, limit, follow, json).await?;
+            deliveries(client, &id, limit, follow, json).await
         }
         WebhooksCommand::Replay {
             id,
             delivery_id,
             failed_since,
-        } => match (delivery_id, failed_since) {
-            (Some(delivery), _) => {
-                let out: Value = client
-                    .replay_delivery(&id, &delivery)
-                    .await
-                    .map_err(api_error)?;
-                if json {
-                    return print_json(&out);
-                }
-                let new = out["deliveryId"].as_str().unwrap_or("?");
-                println!("replaying delivery {delivery} as {new}");
-            }
-            (None, Some(text)) => {
-                let t = rfc3339(since(&text, now)?);
-                let out: Value = client.replay_failed(&id, &t).await.map_err(api_error)?;
-                if json {
-                    return print_json(&out);
-                }
-                let n = out["replayed"].as_u64().unwrap_or(0);
-                println!("replaying {n} failed or cancelled deliveries since {t}");
-            }
-            (None, None) => bail!("give a DELIVERY_ID or --failed-since"),
-        },
-        WebhooksCommand::RotateSecret { id, grace } => {
-            let out: Value = client
-                .rotate_webhook_secret(&id, grace)
-                .await
-                .map_err(api_error)?;
-            if json {
-                return print_json(&out);
-            }
-            let secret = out["signingSecret"].as_str().unwrap_or_default();
-            println!("signing secret: {secret}");
-            println!(
-                "The previous secrets keep signing for {}s: give receivers the new one before then.",
-                grace.unwrap_or(86_400)
-            );
-        }
+        } => replay(client, &id, delivery_id, failed_since, json, now).await,
+        WebhooksCommand::RotateSecret { id, grace } => rotate(client, &id, grace, json).await,
         WebhooksCommand::SigningSecret { id } => {
             let out: Value = client
                 .webhook_signing_secret(&id)
@@ -495,8 +419,114 @@ pub async fn run(client: &Client, json: bool, command: WebhooksCommand) -> Resul
                 return print_json(&out);
             }
             println!("{}", out["signingSecret"].as_str().unwrap_or_default());
+            Ok(())
         }
     }
+}
+
+/// `body[key] = value` when there is a value.
+fn set(body: &mut Value, key: &str, value: Option<Value>) {
+    if let Some(v) = value {
+        body[key] = v;
+    }
+}
+
+async fn create(client: &Client, body: &Value, json: bool, now: DateTime<Utc>) -> Result<()> {
+    let created: Value = client.create_webhook(body).await.map_err(api_error)?;
+    if json {
+        return print_json(&created);
+    }
+    let webhook: WebhookOut = decode(created["webhook"].clone())?;
+    let signing = created["signingSecret"].as_str().unwrap_or_default();
+    print!("{}", describe(&webhook, now));
+    println!();
+    println!("signing secret: {signing}");
+    println!(
+        "Keep it: receivers verify each delivery's webhook-signature with it (Standard Webhooks). \
+         It is shown here once; `switchyard webhooks signing-secret {}` reads it again.",
+        webhook.id
+    );
+    Ok(())
+}
+
+async fn list(client: &Client, json: bool, now: DateTime<Utc>) -> Result<()> {
+    let hooks: Value = client.webhooks().await.map_err(api_error)?;
+    if json {
+        return print_json(&hooks);
+    }
+    let hooks: Vec<WebhookOut> = decode(hooks)?;
+    if hooks.is_empty() {
+        println!("no webhooks");
+    } else {
+        print!("{}", webhook_table(&hooks, now));
+    }
+    Ok(())
+}
+
+async fn delete(client: &Client, id: &str, yes: bool, json: bool) -> Result<()> {
+    if !yes
+        && std::io::stdin().is_terminal()
+        && !confirm(&format!("Delete webhook {id} and its deliveries?"))?
+    {
+        bail!("not deleted");
+    }
+    client.delete_webhook(id).await.map_err(api_error)?;
+    if json {
+        return print_json(&json!({}));
+    }
+    println!("deleted webhook {id}");
+    Ok(())
+}
+
+async fn replay(
+    client: &Client,
+    id: &str,
+    delivery_id: Option<String>,
+    failed_since: Option<String>,
+    json: bool,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let (out, said): (Value, String) = match (delivery_id, failed_since) {
+        (Some(delivery), _) => {
+            let out: Value = client
+                .replay_delivery(id, &delivery)
+                .await
+                .map_err(api_error)?;
+            let new = out["deliveryId"].as_str().unwrap_or("?").to_string();
+            (out, format!("replaying delivery {delivery} as {new}"))
+        }
+        (None, Some(text)) => {
+            let t = rfc3339(since(&text, now)?);
+            let out: Value = client.replay_failed(id, &t).await.map_err(api_error)?;
+            let n = out["replayed"].as_u64().unwrap_or(0);
+            (
+                out,
+                format!("replaying {n} failed or cancelled deliveries since {t}"),
+            )
+        }
+        (None, None) => bail!("give a DELIVERY_ID or --failed-since"),
+    };
+    if json {
+        return print_json(&out);
+    }
+    println!("{said}");
+    Ok(())
+}
+
+async fn rotate(client: &Client, id: &str, grace: Option<i64>, json: bool) -> Result<()> {
+    let out: Value = client
+        .rotate_webhook_secret(id, grace)
+        .await
+        .map_err(api_error)?;
+    if json {
+        return print_json(&out);
+    }
+    let secret = out["signingSecret"].as_str().unwrap_or_default();
+    println!("signing secret: {secret}");
+    println!(
+        "The previous secrets keep signing for {}s: give receivers the new one before then.",
+        grace.unwrap_or(86_400)
+    );
     Ok(())
 }
 

@@ -23,6 +23,14 @@ impl Console {
         let mut pending = vec![action];
         while let Some(action) = pending.pop() {
             for effect in update(&mut self.state, action, &self.keymap) {
+                // The live feeds poll for ever; these views do not need them.
+                let follows = matches!(
+                    effect,
+                    Effect::FollowNotifications { .. } | Effect::FollowDeliveries { .. }
+                );
+                if follows {
+                    continue;
+                }
                 if let Some(answer) = perform(&self.client, effect).await {
                     pending.push(answer);
                 }
