@@ -85,11 +85,14 @@ class Server:
     process: subprocess.Popen
     output: collections.deque  # last stdout lines, for diagnostics
     stderr_path: Path
+    # The environment the server runs in: the CLI opens the same store (an own store leaves out
+    # SWITCHYARD_STORE_URL).
+    env: dict | None = None
 
     def cli(self, *args: str) -> str:
         """Run `switchyard admin --data-dir DIR ARGS...` and return its stdout, stripped. Fails the test on error."""
         cmd = [str(self.binary), "admin", "--data-dir", str(self.data_dir), *args]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, env=self.env)
         if proc.returncode != 0:
             pytest.fail(
                 f"CLI failed ({proc.returncode}): {' '.join(cmd)}\nstdout: {proc.stdout}\nstderr: {proc.stderr}",
@@ -225,6 +228,7 @@ def running_server(extra_config: str = "", own_store: bool = False):
         process=process,
         output=tail,
         stderr_path=stderr_path,
+        env=env,
     )
     try:
         yield srv
