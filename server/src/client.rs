@@ -457,17 +457,7 @@ impl Client {
         limit: Option<i64>,
         wait: Option<u64>,
     ) -> ClientResult<T> {
-        let mut q: Vec<(&str, String)> = Vec::new();
-        if let Some(a) = after {
-            q.push(("after", a.to_string()));
-        }
-        if let Some(l) = limit {
-            q.push(("limit", l.to_string()));
-        }
-        if let Some(w) = wait {
-            q.push(("wait", w.to_string()));
-        }
-        let q = serde_urlencoded::to_string(&q).unwrap_or_default();
+        let q = follow_query(after, limit, wait);
         self.get(&format!("/api/settings/webhooks/{id}/deliveries?{q}"))
             .await
     }
@@ -521,17 +511,20 @@ impl Client {
         limit: Option<i64>,
         wait: Option<u64>,
     ) -> ClientResult<T> {
-        let mut q: Vec<(&str, String)> = Vec::new();
-        if let Some(a) = after {
-            q.push(("after", a.to_string()));
-        }
-        if let Some(l) = limit {
-            q.push(("limit", l.to_string()));
-        }
-        if let Some(w) = wait {
-            q.push(("wait", w.to_string()));
-        }
-        let q = serde_urlencoded::to_string(&q).unwrap_or_default();
+        let q = follow_query(after, limit, wait);
         self.get(&format!("/api/v1/notifications?{q}")).await
     }
+}
+
+/// `after`, `limit` and `wait` of a followed list, as a query string.
+fn follow_query(after: Option<i64>, limit: Option<i64>, wait: Option<u64>) -> String {
+    let q: Vec<(&str, String)> = [
+        ("after", after.map(|a| a.to_string())),
+        ("limit", limit.map(|l| l.to_string())),
+        ("wait", wait.map(|w| w.to_string())),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.map(|v| (k, v)))
+    .collect();
+    serde_urlencoded::to_string(&q).unwrap_or_default()
 }

@@ -203,6 +203,19 @@ async fn attempts(client: &Client, id: &str) -> Vec<Value> {
         .expect("deliveries")
 }
 
+/// The webhook once it is disabled (or as it is after 10 s): the server records the attempt first,
+/// then disables it.
+async fn disabled_soon(client: &Client, id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let w: Value = client.webhook(id).await.expect("get");
+        if w["webhook"]["disabled"] == true || Instant::now() > deadline {
+            return w;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+}
+
 /// Waits until the webhook's activity satisfies `ok` (at most 20 s).
 async fn activity_until(client: &Client, id: &str, ok: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -553,15 +566,7 @@ async fn gone_disables_and_redirects_are_not_followed() {
         r.got().iter().all(|g| g.path == "/hook"),
         "the redirect's target was never called"
     );
-    // The attempt is recorded first, then the webhook disabled.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let w = loop {
-        let w: Value = alice.webhook(&id).await.expect("get");
-        if w["webhook"]["disabled"] == true || Instant::now() > deadline {
-            break w;
-        }
-        tokio::time::sleep(Duration::from_millis(30)).await;
-    };
+    let w = disabled_soon(&alice, &id).await;
     assert_eq!(w["webhook"]["disabled"], true);
     assert!(w["webhook"]["disabledReason"]
         .as_str()
@@ -970,14 +975,7 @@ async fn a_webhook_failing_for_too_long_is_disabled_and_its_owner_told() {
     put_item(&s, "aaaa").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     put_item(&s, "bbbb").await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let w = loop {
-        let w: Value = s.admin.webhook(&id).await.expect("get");
-        if w["webhook"]["disabled"] == true || Instant::now() > deadline {
-            break w;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let w = disabled_soon(&s.admin, &id).await;
     assert_eq!(w["webhook"]["disabled"], true);
     let reason = w["webhook"]["disabledReason"].as_str().unwrap_or_default();
     assert!(reason.contains("no delivery succeeded since"), "{reason}");

@@ -168,32 +168,22 @@ impl AppForm {
     /// `redirectUris[1]: …`), and a bare message naming a field goes under that field too.
     pub fn refused(&mut self, message: String, issues: &[(String, String)]) {
         self.busy = false;
-        self.issues.clear();
-        self.errors.clear();
-        for (path, m) in issues {
-            match AppField::of(path) {
-                Some(f) if path == f.path() => self.issues.push((f, m.clone())),
-                Some(f) => self.issues.push((f, format!("{path}: {m}"))),
-                None if path.is_empty() => self.errors.push(m.clone()),
-                None => self.errors.push(format!("{path}: {m}")),
-            }
-        }
-        if issues.is_empty() {
-            match AppField::of(&message) {
-                Some(f) => self.issues.push((f, message)),
-                None => self.errors.push(message),
-            }
-        } else if self.issues.is_empty() && self.errors.is_empty() {
-            self.errors.push(message);
-        }
+        crate::form_issues::sort(message, issues, &mut self.issues, &mut self.errors);
     }
 
     /// The issues about a field.
     pub fn issues_of(&self, f: AppField) -> impl Iterator<Item = &str> {
-        self.issues
-            .iter()
-            .filter(move |(g, _)| *g == f)
-            .map(|(_, m)| m.as_str())
+        crate::form_issues::of(&self.issues, f)
+    }
+}
+
+impl crate::form_issues::FormField for AppField {
+    fn of(text: &str) -> Option<Self> {
+        Self::of(text)
+    }
+
+    fn path(self) -> &'static str {
+        Self::path(self)
     }
 }
 

@@ -34,6 +34,7 @@
 pub mod app_form;
 pub mod effects;
 pub mod form;
+pub mod form_issues;
 pub mod format;
 pub mod keymap;
 pub mod pager;

@@ -1005,79 +1005,92 @@ fn secret(frame: &mut Frame, area: Rect, issued: &IssuedSecret) {
 
 /// The new-app form: each field with every issue the server had with it under it.
 fn new_app(frame: &mut Frame, area: Rect, form: &AppForm) {
-    let mut lines = Vec::new();
-    for (i, f) in AppField::ALL.iter().enumerate() {
-        let focused = i == form.focus;
-        let marker = if focused { "▸" } else { " " };
+    let fields = AppField::ALL.iter().map(|f| {
         let value = match f {
             AppField::Public => format!("{} (←→ switches)", form.value(*f)),
             _ => form.value(*f),
         };
-        lines.push(Line::from(vec![
-            Span::raw(format!("{marker} {:<32}", f.label())),
-            Span::styled(
-                format!("{value}{}", if focused { "▏" } else { "" }),
-                if focused {
-                    Style::new().add_modifier(Modifier::BOLD)
-                } else {
-                    Style::new()
-                },
-            ),
-        ]));
-        for issue in form.issues_of(*f) {
-            lines.push(Line::styled(
-                format!("    ← {issue}"),
-                Style::new().fg(Color::Red),
-            ));
-        }
-    }
-    lines.push(Line::default());
-    if form.busy {
-        lines.push(Line::styled("creating…", Style::new().fg(Color::Yellow)));
-    }
-    for e in &form.errors {
-        lines.push(Line::styled(e.clone(), Style::new().fg(Color::Red)));
-    }
-    lines.push(Line::styled(
-        "tab/↑↓ field  enter create  esc cancel",
-        Style::new().fg(Color::Cyan),
-    ));
+        (f.label().to_string(), value, form.issues_of(*f))
+    });
     let whose = form
         .owner
         .as_deref()
         .map(|o| format!(" for {o}"))
         .unwrap_or_default();
-    let box_ = centered(area, 96, lines.len() as u16 + 2);
-    frame.render_widget(Clear, box_);
-    frame.render_widget(
-        Paragraph::new(lines).wrap(Wrap { trim: false }).block(
-            Block::default()
-                .borders(Borders::ALL)
-                .title(format!(" new app{whose} ")),
-        ),
-        box_,
-    );
+    let lines = form_lines(FormView {
+        fields: fields.collect(),
+        focus: form.focus,
+        label_width: 32,
+        busy: form.busy.then_some("creating…"),
+        errors: &form.errors,
+        hints: &[],
+        keys: "tab/↑↓ field  enter create  esc cancel",
+    });
+    form_popup(frame, area, 96, &format!(" new app{whose} "), lines);
 }
 
 /// The webhook form: each field with every issue the server had with it beside it, all at once.
 fn webhook_form(frame: &mut Frame, area: Rect, form: &WebhookForm) {
     let editing = form.id.is_some();
+    let fields = HookField::ALL.iter().map(|f| {
+        (
+            f.label(editing).to_string(),
+            form.shown(*f),
+            form.issues_of(*f),
+        )
+    });
+    let lines = form_lines(FormView {
+        fields: fields.collect(),
+        focus: form.focus,
+        label_width: 28,
+        busy: form.busy.then_some("saving…"),
+        errors: &form.errors,
+        hints: &["watched: user:NAME org:NAME model:AUTHOR/MODEL · domains: repo endpoint"],
+        keys: "tab/↑↓ field  enter save  esc cancel",
+    });
+    let title = if editing {
+        " edit webhook "
+    } else {
+        " new webhook "
+    };
+    form_popup(frame, area, 100, title, lines);
+}
+
+/// What a form popup shows: each field (label, value, its issues), the focused one, and the lines
+/// under them.
+struct FormView<'a, I> {
+    fields: Vec<(String, String, I)>,
+    focus: usize,
+    label_width: usize,
+    /// Shown while the form is with the server.
+    busy: Option<&'a str>,
+    errors: &'a [String],
+    hints: &'a [&'a str],
+    keys: &'a str,
+}
+
+/// A form's lines: each field with every issue beside it, all at once, then errors, hints and keys.
+fn form_lines<'a, I, S>(view: FormView<'_, I>) -> Vec<Line<'a>>
+where
+    I: IntoIterator<Item = S>,
+    S: std::fmt::Display,
+{
     let mut lines = Vec::new();
-    for (i, f) in HookField::ALL.iter().enumerate() {
-        let focused = i == form.focus;
+    for (i, (label, value, issues)) in view.fields.into_iter().enumerate() {
+        let focused = i == view.focus;
         let marker = if focused { "▸" } else { " " };
+        let style = match focused {
+            true => Style::new().add_modifier(Modifier::BOLD),
+            false => Style::new(),
+        };
         lines.push(Line::from(vec![
-            Span::raw(format!("{marker} {:<28}", f.label(editing))),
-            Span::styled(
-                format!("{}{}", form.shown(*f), if focused { "▏" } else { "" }),
-                if focused {
-                    Style::new().add_modifier(Modifier::BOLD)
-                } else {
-                    Style::new()
-                },
-            ),
+            Span::raw(format!(
+                "{marker} {label:<width$}",
+                width = view.label_width
+            )),
+            Span::styled(format!("{value}{}", if focused { "▏" } else { "" }), style),
         ]));
-        for issue in form.issues_of(*f) {
+        for issue in issues {
             lines.push(Line::styled(
                 format!("    ← {issue}"),
                 Style::new().fg(Color::Red),
@@ -1085,31 +1098,38 @@ fn webhook_form(frame: &mut Frame, area: Rect, form: &WebhookForm) {
         }
     }
     lines.push(Line::default());
-    if form.busy {
-        lines.push(Line::styled("saving…", Style::new().fg(Color::Yellow)));
+    if let Some(busy) = view.busy {
+        lines.push(Line::styled(
+            busy.to_string(),
+            Style::new().fg(Color::Yellow),
+        ));
     }
-    for e in &form.errors {
+    for e in view.errors {
         lines.push(Line::styled(e.clone(), Style::new().fg(Color::Red)));
     }
+    for hint in view.hints {
+        lines.push(Line::styled(
+            hint.to_string(),
+            Style::new().fg(Color::DarkGray),
+        ));
+    }
     lines.push(Line::styled(
-        "watched: user:NAME org:NAME model:AUTHOR/MODEL · domains: repo endpoint",
-        Style::new().fg(Color::DarkGray),
-    ));
-    lines.push(Line::styled(
-        "tab/↑↓ field  enter save  esc cancel",
+        view.keys.to_string(),
         Style::new().fg(Color::Cyan),
     ));
-    let title = if editing {
-        " edit webhook "
-    } else {
-        " new webhook "
-    };
-    let box_ = centered(area, 100, lines.len() as u16 + 2);
+    lines
+}
+
+/// A bordered popup of `lines`, `width` wide, over the middle of `area`.
+fn form_popup(frame: &mut Frame, area: Rect, width: u16, title: &str, lines: Vec<Line>) {
+    let box_ = centered(area, width, lines.len() as u16 + 2);
     frame.render_widget(Clear, box_);
     frame.render_widget(
-        Paragraph::new(lines)
-            .wrap(Wrap { trim: false })
-            .block(Block::default().borders(Borders::ALL).title(title)),
+        Paragraph::new(lines).wrap(Wrap { trim: false }).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(title.to_string()),
+        ),
         box_,
     );
 }

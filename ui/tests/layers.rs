@@ -13,6 +13,7 @@ const ORDER: &[&str] = &[
     "format",
     "effects",
     "pager",
+    "form_issues",
     "form",
     "app_form",
     "webhook_form",
