@@ -532,8 +532,11 @@ pub trait DeliveryQueue {
     /// The next time after `now` something may become claimable: a pending delivery falls due, or a
     /// webhook's hold ends. (What is due already but was not claimed waits on a lane, not a time.)
     async fn next_due(&self, now: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>>;
-    /// Holds a webhook's deliveries until `until` (the circuit breaker, a Retry-After).
+    /// Holds a webhook's deliveries until `until` (the circuit breaker, a Retry-After); a longer hold
+    /// already in place stays.
     async fn hold_webhook(&self, id: &str, until: DateTime<Utc>) -> StoreResult<()>;
+    /// Lets a held webhook's deliveries go now.
+    async fn release_webhook(&self, id: &str) -> StoreResult<()>;
     /// Deletes what is older than `before`: finished deliveries (their attempts with them), the
     /// webhook events no delivery refers to any more, notices, and sent or failed mail. In batches,
     /// each its own turn as the writer, so others write in between. How many deliveries went.
@@ -725,6 +728,14 @@ impl DeliveryQueue for SqlStore {
             "UPDATE webhooks SET held_until = $2 WHERE id = $1 \
              AND (held_until IS NULL OR held_until < $2)",
             vec![Val::from(id), Val::from(ts(until))],
+        )])
+        .await
+    }
+
+    async fn release_webhook(&self, id: &str) -> StoreResult<()> {
+        self.write_batch(vec![(
+            "UPDATE webhooks SET held_until = NULL WHERE id = $1",
+            vec![Val::from(id)],
         )])
         .await
     }
