@@ -21,7 +21,7 @@ use crate::api::{self, AppInner, AppState};
 use crate::catalog::{load_seed, CatalogCache};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::crypto::SecretBox;
+use crate::crypto::{random_id, SecretBox};
 use crate::hardware::HardwareList;
 use crate::model::catalog::CatalogEntry;
 use crate::proxy::{self, Proxy};
@@ -332,6 +332,24 @@ fn close(path: &Path) -> std::io::Result<Option<u32>> {
     Ok(Some(mode))
 }
 
+/// This server's id, kept in the data dir (`node-id`), made on first start. It marks the server's
+/// claims on shared work, so a restart takes back its own at once. A data dir that cannot keep it gets
+/// a new id each start (its claims then wait for their leases).
+fn node_id(data_dir: &Path) -> String {
+    let path = data_dir.join("node-id");
+    if let Ok(id) = std::fs::read_to_string(&path) {
+        let id = id.trim();
+        if !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return id.to_string();
+        }
+    }
+    let id = random_id();
+    if let Err(e) = crate::crypto::write_private_file(&path, id.as_bytes()) {
+        tracing::warn!(file = %path.display(), error = %e, "server id not kept");
+    }
+    id
+}
+
 /// A built service bound to its listener, ready to run.
 pub struct Application {
     listener: TcpListener,
@@ -488,6 +506,7 @@ impl Application {
             secrets: state.secrets.clone(),
             settings: webhooks,
             activity: state.activity.clone(),
+            node: node_id(&services.data_dir),
         };
         let delivering = tokio::spawn(deliverer.run(stop_rx.clone()));
         tokio::spawn(mailer.run(stop_rx.clone()));

@@ -641,3 +641,83 @@ async fn an_online_backup_is_a_whole_store() {
     ));
     assert_eq!(store.backend(), Backend::Sqlite);
 }
+
+/// A webhook of a new user `owner` watching `acme/m` (repo events), stored directly.
+async fn watching_webhook(store: &SqlStore) -> String {
+    use switchyard_server::model::webhook::{Domain, Watched, WatchedKind};
+    use switchyard_server::store::WebhookRecord;
+    let mut unit = store.begin().await.unwrap();
+    let owner = unit
+        .create_account(
+            NewAccount {
+                kind: AccountKind::User,
+                name: "owner".into(),
+                fullname: "owner".into(),
+                email: None,
+                is_admin: false,
+            },
+            Utc::now(),
+        )
+        .await
+        .unwrap();
+    let hook = WebhookRecord {
+        id: "wh1".into(),
+        owner_id: owner.id.clone(),
+        owner: "owner".into(),
+        url: "http://127.0.0.1:9/".into(),
+        watched: vec![Watched {
+            kind: WatchedKind::Model,
+            name: "acme/m".into(),
+        }],
+        domains: vec![Domain::Repo],
+        secret: None,
+        signing_keys: String::new(),
+        disabled: false,
+        disabled_reason: None,
+        held_until: None,
+        failing_since: None,
+        created_by: owner.id,
+        created_at: Utc::now(),
+        updated_at: Utc::now(),
+        last_attempt: None,
+    };
+    unit.create_webhook(&hook).await.unwrap();
+    unit.commit().await.unwrap();
+    hook.id
+}
+
+#[tokio::test]
+async fn deliveries_are_claimed_once_and_a_server_takes_back_its_own_claims() {
+    use switchyard_server::store::DeliveryQueue;
+    for (store, _dir) in stores().await {
+        let b = store.backend().as_str();
+        let webhook = watching_webhook(&store).await;
+        let mut unit = store.begin().await.unwrap();
+        for _ in 0..4 {
+            let event = NewEvent {
+                kind: EventKind::RepoUpdated,
+                namespace: "acme".into(),
+                subject: "acme/m".into(),
+                payload: json!({}),
+                hook: Some(json!({"event": {"action": "update", "scope": "repo.config"}})),
+            };
+            unit.append_event(event, Utc::now()).await.unwrap();
+        }
+        unit.commit().await.unwrap();
+        let now = Utc::now();
+        let lease = now + chrono::Duration::seconds(60);
+        let a = store.claim_deliveries("nodeA:1", now, lease, 3, None).await.unwrap();
+        let b_claim = store.claim_deliveries("nodeB:1", now, lease, 3, None).await.unwrap();
+        assert_eq!((a.len(), b_claim.len()), (3, 1), "{b}: each delivery claimed once");
+        assert!(a.iter().all(|c| c.webhook_id == webhook));
+        let nothing = store.claim_deliveries("nodeA:2", now, lease, 3, None).await.unwrap();
+        assert!(nothing.is_empty(), "{b}: nothing left to claim");
+        // nodeA restarts: its three are due again at once, nodeB's stays claimed.
+        let back = store.release_claims_starting("nodeA:", now).await.unwrap();
+        assert_eq!(back, 3, "{b}");
+        assert!(store.still_claimed(&b_claim[0].id, "nodeB:1").await.unwrap(), "{b}");
+        assert!(!store.still_claimed(&a[0].id, "nodeA:1").await.unwrap(), "{b}");
+        let again = store.claim_deliveries("nodeA:3", now, lease, 10, None).await.unwrap();
+        assert_eq!(again.len(), 3, "{b}");
+    }
+}

@@ -119,6 +119,7 @@ const TABLES: &[Table] = &[
             ("subject", Col::Text),
             ("payload", Col::Text),
             ("created_at", Col::Text),
+            ("hook_payload", Col::Text),
         ],
     ),
     (
@@ -215,6 +216,70 @@ const TABLES: &[Table] = &[
             ("scopes", Col::Text),
             ("created_by", Col::Text),
             ("created_at", Col::Text),
+        ],
+    ),
+    // Webhooks and what they watch go along; their delivery queue and activity do not (they name
+    // events by `seq`, which the target numbers anew): let deliveries drain before a copy.
+    (
+        "webhooks",
+        "id",
+        &[
+            ("id", Col::Text),
+            ("owner_id", Col::Text),
+            ("url", Col::Text),
+            ("watched", Col::Text),
+            ("domains", Col::Text),
+            ("secret", Col::Text),
+            ("signing_keys", Col::Text),
+            ("disabled", Col::Int),
+            ("disabled_reason", Col::Text),
+            ("held_until", Col::Text),
+            ("failing_since", Col::Text),
+            ("created_by", Col::Text),
+            ("created_at", Col::Text),
+            ("updated_at", Col::Text),
+        ],
+    ),
+    (
+        "webhook_watches",
+        "webhook_id, domain, name, kind",
+        &[
+            ("webhook_id", Col::Text),
+            ("kind", Col::Text),
+            ("name", Col::Text),
+            ("domain", Col::Text),
+        ],
+    ),
+    // Notices keep their order (numbered anew, like events); mail not yet sent goes along.
+    (
+        "notifications",
+        "seq",
+        &[
+            ("user_id", Col::Text),
+            ("kind", Col::Text),
+            ("namespace", Col::Text),
+            ("subject", Col::Text),
+            ("title", Col::Text),
+            ("message", Col::Text),
+            ("created_at", Col::Text),
+        ],
+    ),
+    (
+        "emails",
+        "id",
+        &[
+            ("id", Col::Text),
+            ("to_addr", Col::Text),
+            ("subject", Col::Text),
+            ("body", Col::Text),
+            ("state", Col::Text),
+            ("attempts", Col::Int),
+            ("next_attempt_at", Col::Text),
+            ("lease_until", Col::Text),
+            ("claim_token", Col::Text),
+            ("last_error", Col::Text),
+            ("created_at", Col::Text),
+            ("updated_at", Col::Text),
         ],
     ),
     // Spent CI id tokens go along: a token exchanged before the copy stays refused after it.

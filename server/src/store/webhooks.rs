@@ -527,6 +527,9 @@ pub trait DeliveryQueue {
         expired_before: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> StoreResult<u64>;
+    /// Gives back every claim whose token starts with `prefix` (a server's id: its previous run's
+    /// claims), due again now, no attempt spent.
+    async fn release_claims_starting(&self, prefix: &str, now: DateTime<Utc>) -> StoreResult<u64>;
     /// Gives back this worker's own claims (it is stopping): due again now, no attempt spent.
     async fn release_claim(&self, token: &str, now: DateTime<Utc>) -> StoreResult<u64>;
     /// The next time after `now` something may become claimable: a pending delivery falls due, or a
@@ -682,6 +685,21 @@ impl DeliveryQueue for SqlStore {
         )
         .bind(&now)
         .bind(ts(expired_before))
+        .execute(self.pool())
+        .await?
+        .rows_affected())
+    }
+
+    async fn release_claims_starting(&self, prefix: &str, now: DateTime<Utc>) -> StoreResult<u64> {
+        let _turn = self.writer_turn().await;
+        let now = ts(now);
+        Ok(sqlx::query(
+            "UPDATE deliveries SET state = 'pending', next_attempt_at = $2, claim_token = NULL, \
+             lease_until = NULL, updated_at = $2 WHERE state = 'sending' \
+             AND substr(claim_token, 1, length($1)) = $1",
+        )
+        .bind(prefix)
+        .bind(&now)
         .execute(self.pool())
         .await?
         .rows_affected())

@@ -56,6 +56,9 @@ pub struct Deliverer {
     pub settings: WebhookSettings,
     /// Bumped after each recorded attempt.
     pub activity: Arc<watch::Sender<u64>>,
+    /// This server's id (kept in its data dir): every claim token starts with it, so after a crash
+    /// the server takes back its own claims at once, without waiting for their leases.
+    pub node: String,
 }
 
 /// A webhook's state in this worker: its slots, its rate and its breaker.
@@ -174,17 +177,24 @@ impl Shared {
         self.in_flight() >= self.d.settings.max_in_flight
     }
 
-    /// On SQLite, one process owns the store: whatever is still `sending` was claimed by this
-    /// server's previous run, which is gone, so it is due again at once (a restart resumes at once,
-    /// not after the lease). On PostgreSQL other servers may hold claims: theirs wait for the lease.
+    /// What this server's previous run claimed and did not finish (it is gone) is due again at once:
+    /// a restart resumes at once, not after the leases. On SQLite one process owns the store, so that
+    /// is everything still `sending`; on PostgreSQL, the claims whose token carries this server's id
+    /// (other servers' claims wait for their leases).
     async fn recover(&self) {
-        if self.d.store.backend() != Backend::Sqlite {
-            return;
-        }
-        // Every lease, however long it had to run; due now (not at that far cutoff).
         let now = self.d.clock.now();
-        let far = now + chrono::Duration::days(36500);
-        match self.d.store.release_expired_leases(far, now).await {
+        let released = match self.d.store.backend() {
+            // Every lease, however long it had to run; due now (not at that far cutoff).
+            Backend::Sqlite => {
+                let far = now + chrono::Duration::days(36500);
+                self.d.store.release_expired_leases(far, now).await
+            }
+            Backend::Postgres => {
+                let mine = format!("{}:", self.d.node);
+                self.d.store.release_claims_starting(&mine, now).await
+            }
+        };
+        match released {
             Ok(n) if n > 0 => tracing::info!(
                 deliveries = n,
                 "webhook deliveries interrupted by the last stop are due again"
@@ -266,7 +276,7 @@ impl Shared {
         limit: usize,
         only: Option<&str>,
     ) -> usize {
-        let token = random_id();
+        let token = format!("{}:{}", self.d.node, random_id());
         let now = self.d.clock.now();
         let lease = chrono::Duration::from_std(self.d.settings.lease).unwrap_or_default();
         let claimed = match self
