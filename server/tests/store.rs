@@ -706,18 +706,43 @@ async fn deliveries_are_claimed_once_and_a_server_takes_back_its_own_claims() {
         unit.commit().await.unwrap();
         let now = Utc::now();
         let lease = now + chrono::Duration::seconds(60);
-        let a = store.claim_deliveries("nodeA:1", now, lease, 3, None).await.unwrap();
-        let b_claim = store.claim_deliveries("nodeB:1", now, lease, 3, None).await.unwrap();
-        assert_eq!((a.len(), b_claim.len()), (3, 1), "{b}: each delivery claimed once");
+        let a = store
+            .claim_deliveries("nodeA:1", now, lease, 3, None)
+            .await
+            .unwrap();
+        let b_claim = store
+            .claim_deliveries("nodeB:1", now, lease, 3, None)
+            .await
+            .unwrap();
+        assert_eq!(
+            (a.len(), b_claim.len()),
+            (3, 1),
+            "{b}: each delivery claimed once"
+        );
         assert!(a.iter().all(|c| c.webhook_id == webhook));
-        let nothing = store.claim_deliveries("nodeA:2", now, lease, 3, None).await.unwrap();
+        let nothing = store
+            .claim_deliveries("nodeA:2", now, lease, 3, None)
+            .await
+            .unwrap();
         assert!(nothing.is_empty(), "{b}: nothing left to claim");
         // nodeA restarts: its three are due again at once, nodeB's stays claimed.
         let back = store.release_claims_starting("nodeA:", now).await.unwrap();
         assert_eq!(back, 3, "{b}");
-        assert!(store.still_claimed(&b_claim[0].id, "nodeB:1").await.unwrap(), "{b}");
-        assert!(!store.still_claimed(&a[0].id, "nodeA:1").await.unwrap(), "{b}");
-        let again = store.claim_deliveries("nodeA:3", now, lease, 10, None).await.unwrap();
+        assert!(
+            store
+                .still_claimed(&b_claim[0].id, "nodeB:1")
+                .await
+                .unwrap(),
+            "{b}"
+        );
+        assert!(
+            !store.still_claimed(&a[0].id, "nodeA:1").await.unwrap(),
+            "{b}"
+        );
+        let again = store
+            .claim_deliveries("nodeA:3", now, lease, 10, None)
+            .await
+            .unwrap();
         assert_eq!(again.len(), 3, "{b}");
     }
 }
