@@ -83,17 +83,27 @@ async fn manages(session: &mut dyn Session, who: &Principal, owner: &Account) ->
 
 /// The webhook, when the principal manages it; 404 otherwise (another's webhook is not revealed).
 async fn managed(ctx: &Context, who: &Principal, id: &str) -> Result<WebhookRecord> {
-    require_scope(who)?;
     let mut session = ctx.store.read().await?;
+    Ok(managed_in(session.as_mut(), who, id).await?.0)
+}
+
+/// The webhook and its owner, read in `session` when the principal manages it. In a unit of work the
+/// row is locked first, so a read-change-write of it is not lost to a concurrent one.
+async fn managed_in(
+    session: &mut dyn Session,
+    who: &Principal,
+    id: &str,
+) -> Result<(WebhookRecord, Account)> {
+    require_scope(who)?;
+    session.lock_webhook(id).await?;
     let rec = session.webhook(id).await?.ok_or_else(|| not_found(id))?;
     let owner = session
         .account_by_id(&rec.owner_id)
         .await?
         .ok_or_else(|| not_found(id))?;
-    if manages(session.as_mut(), who, &owner).await? {
-        Ok(rec)
-    } else {
-        Err(not_found(id))
+    match manages(session, who, &owner).await? {
+        true => Ok((rec, owner)),
+        false => Err(not_found(id)),
     }
 }
 
@@ -155,15 +165,9 @@ pub async fn get(ctx: &Context, who: &Principal, id: &str) -> Result<WebhookOut>
     Ok(render(ctx, &managed(ctx, who, id).await?))
 }
 
-/// The webhook read again inside the unit of work, its row locked: a concurrent change is not lost.
-async fn locked(unit: &mut dyn Session, id: &str) -> Result<WebhookRecord> {
-    unit.lock_webhook(id).await?;
-    unit.webhook(id).await?.ok_or_else(|| not_found(id))
-}
-
-/// Replays go only to an enabled webhook, checked in the replay's own unit of work.
-async fn enabled(unit: &mut dyn Session, id: &str) -> Result<()> {
-    match locked(unit, id).await?.disabled {
+/// Replays go only to an enabled webhook (checked in the replay's own unit of work).
+fn enabled(rec: &WebhookRecord) -> Result<()> {
+    match rec.disabled {
         true => Err(Error::BadRequest(
             "the webhook is disabled: enable it first".into(),
         )),
@@ -347,13 +351,8 @@ pub async fn update(
     body: WebhookUpdate,
 ) -> Result<WebhookOut> {
     no_jobs(body.job_source_id.is_some() || body.secrets.is_some())?;
-    managed(ctx, who, id).await?;
     let mut unit = ctx.store.begin().await?;
-    let mut rec = locked(unit.as_mut(), id).await?;
-    let owner = unit
-        .account_by_id(&rec.owner_id)
-        .await?
-        .ok_or_else(|| not_found(id))?;
+    let (mut rec, owner) = managed_in(unit.as_mut(), who, id).await?;
     if !body.watched.is_empty() {
         rec.watched = body.watched;
     }
@@ -380,7 +379,7 @@ pub async fn update(
     unit.update_webhook(&rec).await?;
     unit.commit().await?;
     tracing::info!(webhook = %id, by = %who.account.name, "webhook updated");
-    get(ctx, who, id).await
+    Ok(render(ctx, &rec))
 }
 
 /// Enables or disables; disabling cancels the pending deliveries (a replay brings them back).
@@ -390,19 +389,20 @@ pub async fn set_enabled(
     id: &str,
     enabled: bool,
 ) -> Result<WebhookOut> {
-    managed(ctx, who, id).await?;
     let mut unit = ctx.store.begin().await?;
+    managed_in(unit.as_mut(), who, id).await?;
     let reason = (!enabled).then(|| format!("disabled by {}", who.account.name));
     unit.set_webhook_disabled(id, !enabled, reason.as_deref(), ctx.clock.now())
         .await?;
+    let rec = unit.webhook(id).await?.ok_or_else(|| not_found(id))?;
     unit.commit().await?;
     tracing::info!(webhook = %id, enabled, by = %who.account.name, "webhook switched");
-    get(ctx, who, id).await
+    Ok(render(ctx, &rec))
 }
 
 pub async fn delete(ctx: &Context, who: &Principal, id: &str) -> Result<()> {
-    managed(ctx, who, id).await?;
     let mut unit = ctx.store.begin().await?;
+    managed_in(unit.as_mut(), who, id).await?;
     unit.delete_webhook(id).await?;
     unit.commit().await?;
     tracing::info!(webhook = %id, by = %who.account.name, "webhook deleted");
@@ -421,18 +421,17 @@ pub async fn attempts(
     before: Option<i64>,
     limit: Option<i64>,
 ) -> Result<Vec<AttemptOut>> {
-    managed(ctx, who, id).await?;
     let limit = limit.unwrap_or(100).clamp(1, MAX_PAGE);
     let mut session = ctx.store.read().await?;
+    managed_in(session.as_mut(), who, id).await?;
     let rows = session.attempts_of(id, after, before, limit).await?;
     Ok(rows.into_iter().map(render_attempt).collect())
 }
 
 /// Sends one delivery's event again, now, once (a manual attempt schedules no retries). Its new id.
 pub async fn replay(ctx: &Context, who: &Principal, id: &str, delivery: &str) -> Result<String> {
-    managed(ctx, who, id).await?;
     let mut unit = ctx.store.begin().await?;
-    enabled(unit.as_mut(), id).await?;
+    enabled(&managed_in(unit.as_mut(), who, id).await?.0)?;
     let new = unit
         .replay_delivery(id, delivery, ctx.clock.now())
         .await?
@@ -452,9 +451,8 @@ pub async fn replay_failed(
     id: &str,
     since: DateTime<Utc>,
 ) -> Result<u64> {
-    managed(ctx, who, id).await?;
     let mut unit = ctx.store.begin().await?;
-    enabled(unit.as_mut(), id).await?;
+    enabled(&managed_in(unit.as_mut(), who, id).await?.0)?;
     let n = unit.replay_failed_since(id, since, ctx.clock.now()).await?;
     unit.commit().await?;
     Ok(n)
@@ -488,9 +486,8 @@ pub async fn rotate_secret(
             format!("between 0 and {} seconds", MAX_GRACE.num_seconds()),
         )]));
     }
-    managed(ctx, who, id).await?;
     let mut unit = ctx.store.begin().await?;
-    let mut rec = locked(unit.as_mut(), id).await?;
+    let (mut rec, _) = managed_in(unit.as_mut(), who, id).await?;
     let now = ctx.clock.now();
     let fresh = SigningKey::generate();
     let mut keys = vec![KeyEntry {

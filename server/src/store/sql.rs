@@ -278,6 +278,11 @@ struct Signals {
 }
 
 impl SqlSession {
+    /// Whether this session is a unit of work (not plain reads).
+    pub(crate) fn in_unit(&self) -> bool {
+        matches!(self.conn, Conn::Unit(_))
+    }
+
     pub(crate) fn db(&mut self) -> &mut AnyConnection {
         match &mut self.conn {
             Conn::Plain(c) => c,

@@ -113,7 +113,8 @@ pub trait WebhookStore {
         now: DateTime<Utc>,
     ) -> StoreResult<bool>;
     /// Locks the webhook's row for the rest of the unit of work (PostgreSQL; on SQLite the unit
-    /// already holds the only write lock), so a read-change-write of it is not lost to another.
+    /// already holds the only write lock), so a read-change-write of it is not lost to another. Plain
+    /// reads take no lock.
     async fn lock_webhook(&mut self, id: &str) -> StoreResult<()>;
     /// Attempts of a webhook, newest first: those with `seq` above `after` (or below `before`).
     async fn attempts_of(
@@ -406,7 +407,7 @@ impl WebhookStore for SqlSession {
     }
 
     async fn lock_webhook(&mut self, id: &str) -> StoreResult<()> {
-        if self.backend == Backend::Postgres {
+        if self.backend == Backend::Postgres && self.in_unit() {
             sqlx::query("SELECT id FROM webhooks WHERE id = $1 FOR UPDATE")
                 .bind(id)
                 .fetch_optional(self.db())
@@ -520,18 +521,11 @@ pub trait DeliveryQueue {
     /// Records an attempt and moves its delivery on, in one transaction, only while the claim is
     /// still the caller's: a worker whose lease was taken over records nothing.
     async fn record_outcome(&self, o: &Outcome) -> StoreResult<()>;
-    /// Gives up claims whose lease ends before `expired_before` (a worker died or stalled): due again
-    /// at `now`.
-    async fn release_expired_leases(
-        &self,
-        expired_before: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<u64>;
-    /// Gives back every claim whose token starts with `prefix` (a server's id: its previous run's
-    /// claims), due again now, no attempt spent.
+    /// Gives up claims whose lease ran out by `now` (a worker died or stalled): due again now.
+    async fn release_expired_leases(&self, now: DateTime<Utc>) -> StoreResult<u64>;
+    /// Gives back every claim whose token starts with `prefix` (a server's id: its own claims when it
+    /// stops, its previous run's when it starts; `""`: every claim), due again now, no attempt spent.
     async fn release_claims_starting(&self, prefix: &str, now: DateTime<Utc>) -> StoreResult<u64>;
-    /// Gives back this worker's own claims (it is stopping): due again now, no attempt spent.
-    async fn release_claim(&self, token: &str, now: DateTime<Utc>) -> StoreResult<u64>;
     /// The next time after `now` something may become claimable: a pending delivery falls due, or a
     /// webhook's hold ends. (What is due already but was not claimed waits on a lane, not a time.)
     async fn next_due(&self, now: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>>;
@@ -672,51 +666,13 @@ impl DeliveryQueue for SqlStore {
         self.write_batch(outcome_statements(o)).await
     }
 
-    async fn release_expired_leases(
-        &self,
-        expired_before: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<u64> {
-        let _turn = self.writer_turn().await;
-        let now = ts(now);
-        Ok(sqlx::query(
-            "UPDATE deliveries SET state = 'pending', next_attempt_at = $1, claim_token = NULL, \
-             lease_until = NULL, updated_at = $1 WHERE state = 'sending' AND lease_until < $2",
-        )
-        .bind(&now)
-        .bind(ts(expired_before))
-        .execute(self.pool())
-        .await?
-        .rows_affected())
+    async fn release_expired_leases(&self, now: DateTime<Utc>) -> StoreResult<u64> {
+        self.give_back("lease_until < $1", ts(now), now).await
     }
 
     async fn release_claims_starting(&self, prefix: &str, now: DateTime<Utc>) -> StoreResult<u64> {
-        let _turn = self.writer_turn().await;
-        let now = ts(now);
-        Ok(sqlx::query(
-            "UPDATE deliveries SET state = 'pending', next_attempt_at = $2, claim_token = NULL, \
-             lease_until = NULL, updated_at = $2 WHERE state = 'sending' \
-             AND substr(claim_token, 1, length($1)) = $1",
-        )
-        .bind(prefix)
-        .bind(&now)
-        .execute(self.pool())
-        .await?
-        .rows_affected())
-    }
-
-    async fn release_claim(&self, token: &str, now: DateTime<Utc>) -> StoreResult<u64> {
-        let _turn = self.writer_turn().await;
-        let now = ts(now);
-        Ok(sqlx::query(
-            "UPDATE deliveries SET state = 'pending', next_attempt_at = $2, claim_token = NULL, \
-             lease_until = NULL, updated_at = $2 WHERE state = 'sending' AND claim_token = $1",
-        )
-        .bind(token)
-        .bind(&now)
-        .execute(self.pool())
-        .await?
-        .rows_affected())
+        let mine = "substr(claim_token, 1, length($1)) = $1";
+        self.give_back(mine, prefix.to_string(), now).await
     }
 
     async fn next_due(&self, now: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>> {
@@ -804,6 +760,27 @@ impl DeliveryQueue for SqlStore {
 /// failing streak, each only if that move happened (the delivery's new attempt count and time are
 /// the mark it left), so a stale worker changes nothing.
 impl SqlStore {
+    /// Puts the claimed deliveries that match `condition` (on `$1`, bound to `arg`) back to pending,
+    /// due at `now`, no attempt spent.
+    async fn give_back(
+        &self,
+        condition: &str,
+        arg: String,
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        let sql = format!(
+            "UPDATE deliveries SET state = 'pending', next_attempt_at = $2, claim_token = NULL, \
+             lease_until = NULL, updated_at = $2 WHERE state = 'sending' AND {condition}"
+        );
+        let _turn = self.writer_turn().await;
+        Ok(sqlx::query(&sql)
+            .bind(arg)
+            .bind(ts(now))
+            .execute(self.pool())
+            .await?
+            .rows_affected())
+    }
+
     /// Runs `sql` (a `DELETE` of at most 1,000 rows older than `$1`) until it deletes fewer.
     async fn delete_in_batches(&self, sql: &str, before: &str) -> StoreResult<u64> {
         let mut gone = 0;

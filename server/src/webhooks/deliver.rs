@@ -94,13 +94,12 @@ impl Deliverer {
             done: Notify::new(),
         });
         shared.recover().await;
-        let tokens = Arc::new(Mutex::new(Vec::<String>::new()));
         tokio::spawn(maintain(shared.clone(), stop.clone()));
         loop {
             if *stop.borrow() {
                 break;
             }
-            let (claimed, held_back) = shared.claim_round(&tokens).await;
+            let (claimed, held_back) = shared.claim_round().await;
             if claimed >= CLAIM_BATCH {
                 continue;
             }
@@ -122,11 +121,9 @@ impl Deliverer {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let now = shared.d.clock.now();
-        let held: Vec<String> = tokens.lock().map(|t| t.clone()).unwrap_or_default();
-        for token in held {
-            if let Err(e) = shared.d.store.release_claim(&token, now).await {
-                tracing::warn!(error = %e, "webhook claims not given back; they return when their lease ends");
-            }
+        let mine = format!("{}:", shared.d.node);
+        if let Err(e) = shared.d.store.release_claims_starting(&mine, now).await {
+            tracing::warn!(error = %e, "webhook claims not given back; they return when their lease ends");
         }
     }
 }
@@ -137,7 +134,7 @@ async fn maintain(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut last_prune: Option<Instant> = None;
     loop {
         let now = shared.d.clock.now();
-        match shared.d.store.release_expired_leases(now, now).await {
+        match shared.d.store.release_expired_leases(now).await {
             Ok(n) if n > 0 => {
                 tracing::warn!(
                     deliveries = n,
@@ -182,19 +179,12 @@ impl Shared {
     /// is everything still `sending`; on PostgreSQL, the claims whose token carries this server's id
     /// (other servers' claims wait for their leases).
     async fn recover(&self) {
-        let now = self.d.clock.now();
-        let released = match self.d.store.backend() {
-            // Every lease, however long it had to run; due now (not at that far cutoff).
-            Backend::Sqlite => {
-                let far = now + chrono::Duration::days(36500);
-                self.d.store.release_expired_leases(far, now).await
-            }
-            Backend::Postgres => {
-                let mine = format!("{}:", self.d.node);
-                self.d.store.release_claims_starting(&mine, now).await
-            }
+        let mine = match self.d.store.backend() {
+            Backend::Sqlite => String::new(),
+            Backend::Postgres => format!("{}:", self.d.node),
         };
-        match released {
+        let now = self.d.clock.now();
+        match self.d.store.release_claims_starting(&mine, now).await {
             Ok(n) if n > 0 => tracing::info!(
                 deliveries = n,
                 "webhook deliveries interrupted by the last stop are due again"
@@ -222,7 +212,7 @@ impl Shared {
     /// Claims what fits: oldest first across webhooks while no lane is full; once one is, webhook by
     /// webhook among those with deliveries due, the full ones left out. How many it claimed, and
     /// whether full lanes were left out.
-    async fn claim_round(self: &Arc<Self>, tokens: &Arc<Mutex<Vec<String>>>) -> (usize, bool) {
+    async fn claim_round(self: &Arc<Self>) -> (usize, bool) {
         let free = self
             .d
             .settings
@@ -233,10 +223,7 @@ impl Shared {
         }
         let full = self.saturated();
         if full.is_empty() {
-            return (
-                self.claim_some(tokens, free.min(CLAIM_BATCH), None).await,
-                false,
-            );
+            return (self.claim_some(free.min(CLAIM_BATCH), None).await, false);
         }
         let due = match self
             .d
@@ -257,7 +244,7 @@ impl Shared {
             if room == 0 {
                 continue;
             }
-            claimed += self.claim_some(tokens, room, Some(webhook)).await;
+            claimed += self.claim_some(room, Some(webhook)).await;
         }
         (claimed, true)
     }
@@ -270,12 +257,7 @@ impl Shared {
     }
 
     /// Claims up to `limit` (of `only`, when given) and starts sending them; how many it claimed.
-    async fn claim_some(
-        self: &Arc<Self>,
-        tokens: &Arc<Mutex<Vec<String>>>,
-        limit: usize,
-        only: Option<&str>,
-    ) -> usize {
+    async fn claim_some(self: &Arc<Self>, limit: usize, only: Option<&str>) -> usize {
         let token = format!("{}:{}", self.d.node, random_id());
         let now = self.d.clock.now();
         let lease = chrono::Duration::from_std(self.d.settings.lease).unwrap_or_default();
@@ -293,12 +275,6 @@ impl Shared {
         };
         if claimed.is_empty() {
             return 0;
-        }
-        if let Ok(mut t) = tokens.lock() {
-            t.push(token.clone());
-            // Tokens of claims long done serve no purpose at stop; keep the recent ones.
-            let excess = t.len().saturating_sub(4096);
-            t.drain(..excess);
         }
         let deadline = Instant::now() + self.d.settings.lease;
         let n = claimed.len();
