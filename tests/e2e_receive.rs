@@ -1,44 +1,19 @@
 //! The real `switchyard receive`: a route appending to a file and a route running `cat`, behind a
 //! shared secret, over real sockets.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use serde_json::{json, Value};
 
 mod common;
 use common::{Server, BIN};
 
-/// `switchyard receive --listen 127.0.0.1:0 ARGS`; waits for its address. Stderr is kept for reading.
+/// `switchyard receive` with ARGS; its stderr kept for reading.
 fn receive(args: &[&str]) -> (Server, std::process::ChildStderr) {
-    let mut child = Command::new(BIN)
-        .args(["receive", "--listen", "127.0.0.1:0"])
-        .args(args)
-        .env_remove("WEBHOOK_SECRET")
-        .env_remove("WEBHOOK_SIGNING_SECRET")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start switchyard receive");
-    let stdout = child.stdout.take().expect("stdout");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut sent = false;
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if !sent {
-                if let Some(rest) = line.strip_prefix("listening on ") {
-                    let _ = tx.send(rest.trim().to_string());
-                    sent = true;
-                }
-            }
-        }
-    });
-    let url = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the receiver announces its address");
-    (Server { child, url }, stderr)
+    let mut server = common::receive(args, Stdio::piped());
+    let stderr = server.child.stderr.take().expect("stderr");
+    (server, stderr)
 }
 
 async fn post(url: &str, secret: Option<&str>, body: &str) -> (u16, Value) {

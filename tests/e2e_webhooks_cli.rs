@@ -12,30 +12,9 @@ use serde_json::Value;
 mod common;
 use common::{serve_with, Server, BIN};
 
-/// `switchyard receive --listen 127.0.0.1:0 ARGS`; waits for its address.
+/// `switchyard receive` with ARGS, its stderr dropped.
 fn receive(args: &[&str]) -> Server {
-    let mut child = Command::new(BIN)
-        .args(["receive", "--listen", "127.0.0.1:0"])
-        .args(args)
-        .env_remove("WEBHOOK_SECRET")
-        .env_remove("WEBHOOK_SIGNING_SECRET")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start switchyard receive");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(rest) = line.strip_prefix("listening on ") {
-                let _ = tx.send(rest.trim().to_string());
-            }
-        }
-    });
-    let url = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the receiver announces its address");
-    Server { child, url }
+    common::receive(args, Stdio::null())
 }
 
 /// `switchyard webhooks --server URL --token TOKEN ARGS` with a config dir of its own.
@@ -174,13 +153,7 @@ async fn the_cli_manages_webhooks_and_shows_their_deliveries() {
     // List: a table, and the raw answer with --json.
     let list = cli.ok(&["list"]);
     let mut lines = list.lines();
-    let header: Vec<&str> = lines
-        .next()
-        .expect("header")
-        .split("  ")
-        .filter(|c| !c.is_empty())
-        .map(str::trim)
-        .collect();
+    let header = common::header(lines.next().expect("header"));
     assert_eq!(
         header,
         ["ID", "URL", "WATCHED", "DOMAINS", "ENABLED", "LAST RESULT"]
@@ -223,13 +196,7 @@ async fn the_cli_manages_webhooks_and_shows_their_deliveries() {
     assert_eq!(create["endpoint"]["name"], "hooked");
     let activity = cli.until(&["deliveries", &id], |out| out.contains("endpoint/create"));
     let mut lines = activity.lines();
-    let header: Vec<&str> = lines
-        .next()
-        .expect("header")
-        .split("  ")
-        .filter(|c| !c.is_empty())
-        .map(str::trim)
-        .collect();
+    let header = common::header(lines.next().expect("header"));
     assert_eq!(
         header,
         [

@@ -25,15 +25,33 @@ impl Drop for Server {
 
 /// `switchyard serve` on a free port with `extra` arguments; waits for its address.
 pub fn serve_with(data_dir: &Path, extra: &[&std::ffi::OsStr]) -> Server {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
         .args(extra)
         .env_remove("SWITCHYARD_LISTEN")
+        .stderr(Stdio::null());
+    announcing(cmd, "switchyard serve")
+}
+
+/// `switchyard receive --listen 127.0.0.1:0 ARGS`, with no secret from the environment; waits for its
+/// address. Its stderr goes to `stderr` (`Stdio::piped()` to read it from `child.stderr`).
+pub fn receive(args: &[&str], stderr: Stdio) -> Server {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["receive", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .env_remove("WEBHOOK_SECRET")
+        .env_remove("WEBHOOK_SIGNING_SECRET")
+        .stderr(stderr);
+    announcing(cmd, "switchyard receive")
+}
+
+/// Starts `cmd` and waits for the `listening on URL` line of its stdout.
+fn announcing(mut cmd: Command, what: &str) -> Server {
+    let mut child = cmd
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
         .spawn()
-        .expect("start switchyard serve");
+        .unwrap_or_else(|e| panic!("start {what}: {e}"));
     let stdout = child.stdout.take().expect("stdout");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -49,8 +67,16 @@ pub fn serve_with(data_dir: &Path, extra: &[&std::ffi::OsStr]) -> Server {
     });
     let url = rx
         .recv_timeout(Duration::from_secs(30))
-        .expect("the server announces its address");
+        .unwrap_or_else(|_| panic!("{what} announces its address"));
     Server { child, url }
+}
+
+/// The column names of a table the CLI printed (its first line), split on runs of spaces.
+pub fn header(line: &str) -> Vec<&str> {
+    line.split("  ")
+        .filter(|c| !c.is_empty())
+        .map(str::trim)
+        .collect()
 }
 
 pub fn serve(data_dir: &Path) -> Server {
