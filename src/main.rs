@@ -3,6 +3,7 @@
 
 mod admin;
 mod admin_oauth;
+mod engines;
 mod login;
 mod logs;
 mod receive;
@@ -118,6 +119,11 @@ enum Command {
     /// Manage a server's webhooks over HTTP (--server URL; token from --token, SWITCHYARD_TOKEN, what
     /// `switchyard login` kept for that server, or <config dir>/token).
     Webhooks(webhooks::WebhooksArgs),
+    /// The engines this server can run: list them, install or remove a built-in one (in the data dir).
+    Engines {
+        #[command(subcommand)]
+        command: engines::EnginesCommand,
+    },
     /// Print the OpenAPI document of the public API.
     Openapi,
     /// Print the console's keymap as a cheat-sheet (Markdown).
@@ -316,6 +322,9 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             // The cause chain, one line, for a person; no backtrace (and no panic on a closed stderr).
             let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            if engines::registry_unreachable(&e) {
+                return std::process::ExitCode::from(engines::REGISTRY_UNREACHABLE);
+            }
             std::process::ExitCode::FAILURE
         }
     }
@@ -368,6 +377,11 @@ fn run(mut cli: Cli) -> Result<()> {
                 let client = switchyard_server::client::Client::new(&server, token);
                 webhooks::run(&client, args.json, args.command).await
             })
+        }
+        Some(Command::Engines { command }) => {
+            let config = load_config(&cli.common, None)?;
+            init_logs("warn", Stream::Stderr);
+            engines::run(&config, command)
         }
         Some(Command::Openapi) => {
             println!("{}", switchyard_server::api::openapi::document_json());

@@ -228,6 +228,10 @@ impl Services {
             public_host,
             public_url: public_url.trim_end_matches('/').to_string(),
             on_change: Arc::new(move || kick.kick()),
+            engines: Arc::new(crate::engines::Engines::new(
+                data_dir.join("engines"),
+                config.runtime.launchers.clone(),
+            )),
             outbound: Arc::new(outbound),
             activity: Arc::new(tokio::sync::watch::Sender::new(0)),
         };
@@ -267,14 +271,22 @@ impl Services {
 }
 
 /// Closes the data dir to every other user (0700): it holds the store, the secrets key and the admin
-/// token, which neither replicas nor other local users may read.
+/// token, which neither replicas nor other local users may read. A server running as root runs its
+/// replicas as another user, who must reach the installed engines in `<data-dir>/engines`: there the
+/// data dir is 0711 (others may pass through to that directory, not list or read anything else).
 fn close_data_dir(dir: &Path) -> Result<(), StartError> {
+    let root = crate::runtime::isolation::process_uids().is_ok_and(|(_, euid)| euid == 0);
     dir.canonicalize()
-        .and_then(|d| close(&d))
-        .map(|_| ())
+        .and_then(|d| {
+            close(&d)?;
+            if root {
+                std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o711))?;
+            }
+            Ok(())
+        })
         .map_err(|e| {
             StartError(format!(
-                "closing the data dir {} to other users (mode 0700): {e}",
+                "closing the data dir {} to other users: {e}",
                 dir.display()
             ))
         })
@@ -483,6 +495,7 @@ impl Application {
             state.runtime.clone(),
             services.table,
         )
+        .with_engines(state.engines.clone())
         .with_quotas(state.quotas);
         // The reconciler stops last, after requests drained: replicas serve until then.
         let (reconciler_stop, reconciler_stopping) = watch::channel(false);

@@ -206,7 +206,8 @@ pub const DEFAULT_TENANT_ENV: [&str; 4] = [
 ];
 
 /// How an engine image is started on this host. `command` may use `{port}`, `{repository}`,
-/// `{revision}` (the spec's, or `main`) and `{model_file}` (llamacpp `modelPath`). Each replica runs in a
+/// `{revision}` (the spec's, or `main`), `{model_file}` (llamacpp `modelPath`) and `{model_file_name}` (that
+/// path inside the model's repository: without `/repository/`). Each replica runs in a
 /// directory of its own, which is its working directory and `HOME`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]

@@ -6,7 +6,7 @@
 //!   `hardware` (the compute list), `catalog` (the in-memory catalog index), `deploy` (recipe → endpoint
 //!   spec plans), `auth` (the principal and `authorize(principal, namespace, resource, action)`),
 //!   `outbound` (the one HTTP client for requests to the outside, refusing special-use addresses at
-//!   connect time).
+//!   connect time), `engines` (which launcher starts an engine image; installing the built-in engines).
 //! - `webhooks::signature` (Standard Webhooks signing and verifying) and `webhooks::receive` (the
 //!   receiving server, `switchyard receive`), beside the store.
 //! - `services`: endpoint, catalog, account and webhook operations; each change, its outbox event, its
@@ -30,6 +30,7 @@ pub mod clock;
 pub mod config;
 pub mod crypto;
 pub mod deploy;
+pub mod engines;
 pub mod error;
 pub mod hardware;
 pub mod mail;

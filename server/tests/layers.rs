@@ -24,6 +24,7 @@ const RANKS: &[(&str, usize)] = &[
     ("deploy", 4),
     ("auth", 4),
     ("outbound", 4),
+    ("engines", 4),
     ("services", 5),
     ("client", 5),
     ("webhooks::deliver", 6),

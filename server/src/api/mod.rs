@@ -4,6 +4,7 @@ pub mod accounts;
 pub mod admin;
 pub mod catalog;
 pub mod endpoints;
+pub mod engines;
 pub use crate::error;
 pub mod extract;
 pub mod notifications;
@@ -59,6 +60,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/health", get(health))
         .merge(catalog::router())
+        .merge(engines::router())
         .merge(endpoints::router())
         .merge(accounts::router())
         .merge(admin::router())

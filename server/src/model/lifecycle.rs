@@ -133,7 +133,8 @@ pub enum TransitionError {
 /// - scaledToZero → initializing (woken by a request or a schedule entry raising minReplica)
 /// - any active state (pending, initializing, running, updating, updateFailed) → failed, and scaledToZero →
 ///   failed when a wake-up cannot start a replica
-/// - paused and failed are left only by user actions.
+/// - failed → initializing when the endpoint failed for want of an engine that has been installed since
+/// - paused is left only by user actions, and so is failed otherwise.
 pub fn can_transition(from: EndpointState, to: EndpointState) -> bool {
     use EndpointState as S;
     if from == to {
@@ -153,6 +154,7 @@ pub fn can_transition(from: EndpointState, to: EndpointState) -> bool {
             | (S::Updating, S::Running | S::UpdateFailed)
             | (S::UpdateFailed, S::Updating)
             | (S::ScaledToZero, S::Initializing)
+            | (S::Failed, S::Initializing)
     )
 }
 
@@ -304,6 +306,7 @@ mod tests {
             (S::Initializing, S::ScaledToZero),
             (S::Updating, S::ScaledToZero),
             (S::ScaledToZero, S::Initializing),
+            (S::Failed, S::Initializing),
             (S::ScaledToZero, S::Failed),
             (S::Pending, S::Failed),
             (S::Initializing, S::Failed),

@@ -1,16 +1,16 @@
 //! Launch plans: from an endpoint spec, the command line, environment and health route of one replica.
 //!
-//! `custom` images run `model.command` + `model.args`; engine images run the launcher configured for their
-//! key, with the engine flags derived from the image fields (e.g. llamacpp `ctxSize` → `--ctx-size`) and
-//! then `model.args`.
+//! `custom` images run `model.command` + `model.args`; engine images run the launcher [`Engines`] finds for
+//! them (configured, installed or on `PATH`), with the engine flags derived from the image fields (e.g.
+//! llamacpp `ctxSize` → `--ctx-size`) and then `model.args`.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use super::provider::ReplicaPlan;
-use crate::config::RuntimeConfig;
 use crate::crypto::SecretBox;
+use crate::engines::Engines;
 use crate::model::image::DEFAULT_HEALTH_ROUTE;
 use crate::model::{EndpointSpec, ModelImage};
 
@@ -18,6 +18,13 @@ use crate::model::{EndpointSpec, ModelImage};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct LaunchError(pub String);
+
+/// Where a `{model_file}` under `/repository/` sits in the model's repository (`{model_file_name}`).
+fn in_repository(model_file: &str) -> &str {
+    model_file
+        .strip_prefix("/repository/")
+        .unwrap_or(model_file)
+}
 
 /// A replica's plan and the route that tells when it is ready.
 #[derive(Debug, Clone, PartialEq)]
@@ -132,7 +139,7 @@ fn derive(image: &ModelImage) -> Derived {
 
 /// Builds the plan of one replica of `spec`. Secrets are decrypted here, into the plan's environment only.
 pub fn plan(
-    config: &RuntimeConfig,
+    engines: &Engines,
     secrets: &SecretBox,
     namespace: &str,
     spec: &EndpointSpec,
@@ -154,12 +161,11 @@ pub fn plan(
         };
         (program.clone(), rest.to_vec(), image.health_route())
     } else {
-        let key = image.key();
-        let launcher = config.launchers.get(key).filter(|l| !l.command.is_empty()).ok_or_else(|| {
-            LaunchError(format!(
-                "no launcher is configured for {key:?} images on this server (runtime.launchers.{key})"
-            ))
-        })?;
+        let accelerator = spec.compute.accelerator.as_str();
+        let launcher = engines
+            .resolve(image.key(), &model.repository, accelerator)
+            .map_err(|m| LaunchError(m.message))?
+            .launcher;
         let revision = model.revision.as_deref().unwrap_or("main");
         let model_file = match image {
             ModelImage::Llamacpp(i) => i.model_path.as_str(),
@@ -168,6 +174,7 @@ pub fn plan(
         let fill = |s: &String| {
             s.replace("{repository}", &model.repository)
                 .replace("{revision}", revision)
+                .replace("{model_file_name}", in_repository(model_file))
                 .replace("{model_file}", model_file)
         };
         let mut filled = launcher.command.iter().map(fill);
@@ -219,6 +226,7 @@ mod tests {
     use super::*;
     use crate::config::Launcher;
     use serde_json::json;
+    use std::collections::BTreeMap;
 
     fn spec(image: serde_json::Value, extra: serde_json::Value) -> EndpointSpec {
         let mut body = json!({
@@ -234,9 +242,9 @@ mod tests {
         EndpointSpec::parse(&body).unwrap()
     }
 
-    fn config() -> RuntimeConfig {
-        let mut c = RuntimeConfig::default();
-        c.launchers.insert(
+    fn config() -> Engines {
+        let mut c = BTreeMap::new();
+        c.insert(
             "llamacpp".into(),
             Launcher {
                 command: vec![
@@ -253,7 +261,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        c
+        Engines::new("/nonexistent/engines".into(), c).with_search_path(None)
     }
 
     #[test]
@@ -352,5 +360,19 @@ mod tests {
         let tei = spec(json!({"tei": {"url": "x"}}), json!({}));
         let err = plan(&config(), &SecretBox::new(&[1; 32]), "ns", &tei, "r").unwrap_err();
         assert!(err.0.contains("runtime.launchers.tei"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_engine_names_the_command_that_installs_it() {
+        let mut tei = spec(json!({"tei": {"url": "x"}}), json!({}));
+        tei.model.repository = "sentence-transformers/all-MiniLM-L6-v2".into();
+        let err = plan(&config(), &SecretBox::new(&[1; 32]), "ns", &tei, "r").unwrap_err();
+        assert!(err.0.contains("switchyard engines install minilm"), "{err}");
+    }
+
+    #[test]
+    fn the_model_file_in_its_repository() {
+        assert_eq!(in_repository("/repository/m.gguf"), "m.gguf");
+        assert_eq!(in_repository("sub/m.gguf"), "sub/m.gguf");
     }
 }

@@ -13,6 +13,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ops::ControlFlow;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,6 +32,7 @@ use super::RuntimeHandle;
 use crate::clock::Clock;
 use crate::config::{QuotaConfig, RuntimeConfig};
 use crate::crypto::{hex, random_id, SecretBox};
+use crate::engines::{self, Engines};
 use crate::model::{
     can_transition, CustomRouter, EndpointSpec, EndpointState, EndpointType, Measure,
     RouterProtocol,
@@ -122,6 +124,8 @@ pub struct Reconciler {
     secrets: SecretBox,
     provider: Arc<dyn ReplicaProvider>,
     config: RuntimeConfig,
+    /// Which launcher starts an engine image.
+    engines: Arc<Engines>,
     settings: ScalerSettings,
     handle: RuntimeHandle,
     table: watch::Sender<Arc<RouteTable>>,
@@ -165,11 +169,13 @@ impl Reconciler {
         table: watch::Sender<Arc<RouteTable>>,
     ) -> Reconciler {
         let settings = ScalerSettings::from_config(&config.scaling);
+        let engines = Arc::new(Engines::new(PathBuf::new(), config.launchers.clone()));
         Reconciler {
             store,
             clock,
             secrets,
             provider,
+            engines,
             config,
             settings,
             handle,
@@ -180,6 +186,12 @@ impl Reconciler {
             quotas: QuotaConfig::default(),
             quota_overrides: HashMap::new(),
         }
+    }
+
+    /// The engines replicas start with (the server's; by default the configured launchers and `PATH`).
+    pub fn with_engines(mut self, engines: Arc<Engines>) -> Reconciler {
+        self.engines = engines;
+        self
     }
 
     /// The quotas the runtime holds namespaces to (the configured defaults; overrides come from the store).
@@ -453,6 +465,7 @@ impl Reconciler {
         let steps = Steps {
             provider: self.provider.as_ref(),
             config: &self.config,
+            engines: &self.engines,
             settings: &self.settings,
             secrets: &self.secrets,
             handle: &self.handle,
@@ -501,6 +514,7 @@ impl Reconciler {
 struct Steps<'a> {
     provider: &'a dyn ReplicaProvider,
     config: &'a RuntimeConfig,
+    engines: &'a Engines,
     settings: &'a ScalerSettings,
     secrets: &'a SecretBox,
     handle: &'a RuntimeHandle,
@@ -586,6 +600,15 @@ impl Steps<'_> {
         bounds.min = bounds.min.min(pass.cap);
         let entry_began = schedule_began(run, pass.rec, pass.now);
         match pass.rec.state {
+            EndpointState::Failed if self.engine_came(pass.rec) => {
+                let mut out = out;
+                out.state = EndpointState::Initializing;
+                out.message = Some("its engine is installed now: starting".into());
+                run.crashes.clear();
+                run.since = pass.now;
+                self.scale(run, pass, EndpointState::Initializing, &bounds, out)
+                    .await
+            }
             EndpointState::Paused | EndpointState::Failed => {
                 // Out of the routing table first, so no request is sent to a replica being stopped.
                 retire_all(run, self.provider).await;
@@ -600,6 +623,20 @@ impl Steps<'_> {
             }
             state => self.scale(run, pass, state, &bounds, out).await,
         }
+    }
+
+    /// Whether a failed endpoint failed for want of an engine that is here now.
+    fn engine_came(&self, rec: &EndpointRecord) -> bool {
+        let model = &rec.spec.model;
+        rec.message.as_deref().is_some_and(engines::is_missing)
+            && self
+                .engines
+                .resolve(
+                    model.image.key(),
+                    &model.repository,
+                    rec.spec.compute.accelerator.as_str(),
+                )
+                .is_ok()
     }
 
     /// A scaled-to-zero endpoint starts when a request asked it to, or when a schedule entry with a minimum
@@ -786,9 +823,14 @@ impl Steps<'_> {
     ) -> Result<ReplicaRun, String> {
         let rec = pass.rec;
         let replica_id = format!("{}-{}", rec.spec.name, &random_id()[..8]);
-        let Launch { plan, health_route } =
-            launch::plan(self.config, self.secrets, &rec.namespace, spec, &replica_id)
-                .map_err(|e| e.0)?;
+        let Launch { plan, health_route } = launch::plan(
+            self.engines,
+            self.secrets,
+            &rec.namespace,
+            spec,
+            &replica_id,
+        )
+        .map_err(|e| e.0)?;
         let info = self
             .provider
             .start(&plan)

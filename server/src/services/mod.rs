@@ -44,6 +44,8 @@ pub struct Context {
     pub revocations: Arc<crate::auth::Revocations>,
     /// Called after an endpoint change commits, so the runtime acts on it at once.
     pub on_change: Arc<dyn Fn() + Send + Sync>,
+    /// The engines this server can start (configured, installed in the data dir, or on `PATH`).
+    pub engines: Arc<crate::engines::Engines>,
     /// Every request to the outside goes through it (client metadata documents, CI issuers' keys,
     /// webhooks), so none reaches a special-use address that `[outbound] allow` does not list.
     pub outbound: Arc<crate::outbound::Outbound>,

