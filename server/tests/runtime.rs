@@ -1990,3 +1990,134 @@ async fn dot_segments_never_reach_a_replica() {
     }
     rt.shutdown().await;
 }
+
+/// Writes the manifest an install leaves, for a built-in engine that runs the test engine.
+fn fake_install(data_dir: &std::path::Path, name: &str) {
+    let dir = data_dir.join("engines").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = json!({
+        "name": name, "command": [engine_bin(), "--port", "{port}"], "healthRoute": "/health",
+        "installedAt": "2026-11-24T00:00:00Z", "python": "/usr/bin/python3",
+    });
+    std::fs::write(dir.join("engine.json"), manifest.to_string()).unwrap();
+}
+
+/// A catalog recipe whose engine is not installed fails, saying which command installs it; once the
+/// engine is in, the endpoint starts by itself and serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_engine_is_named_and_the_endpoint_starts_once_it_is_installed() {
+    let rt = spawn(|_| {}).await;
+    let deployed = rt
+        .http
+        .post(format!(
+            "{}/api/v1/catalog/recipe/all-minilm-l6-v2-cpu-tei/deploy",
+            rt.url
+        ))
+        .bearer_auth(&rt.token)
+        .json(&json!({"namespace": NS, "config": {"name": "emb", "scaling": {"minReplica": 1}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deployed.status(), 200);
+    let failed = rt.wait_state("emb", "failed").await;
+    let message = failed["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("run `switchyard engines install minilm`"),
+        "{message}"
+    );
+    fake_install(&rt.data_dir, "minilm");
+    let running = rt.wait_state("emb", "running").await;
+    assert_eq!(running["status"]["readyReplica"], 1);
+    let resp = rt
+        .http
+        .get(format!("{}/health", rt.endpoint_url("emb")))
+        .bearer_auth(&rt.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    rt.shutdown().await;
+}
+
+/// `GET /api/v1/engines` says which recipes run here and why not; installing and removing are an
+/// administrator's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engines_api_tells_which_recipes_run_here() {
+    let rt = spawn(|_| {}).await;
+    let get = |token: Option<String>| {
+        let req = rt.http.get(format!("{}/api/v1/engines", rt.url));
+        async move {
+            let req = match token {
+                Some(t) => req.bearer_auth(t),
+                None => req,
+            };
+            req.send().await.unwrap()
+        }
+    };
+    assert_eq!(get(None).await.status(), 401);
+    let before: Value = get(Some(rt.token.clone())).await.json().await.unwrap();
+    let recipe = &before["recipes"]["all-minilm-l6-v2-cpu-tei"];
+    assert_eq!(recipe["runs"], false, "{recipe}");
+    assert_eq!(recipe["install"], "minilm", "{recipe}");
+    let minilm = |v: &Value| {
+        v["engines"]
+            .as_array()
+            .and_then(|a| a.iter().find(|e| e["name"] == "minilm").cloned())
+            .unwrap_or_default()
+    };
+    assert_eq!(minilm(&before)["state"], "notInstalled");
+    fake_install(&rt.data_dir, "minilm");
+    let after: Value = get(Some(rt.token.clone())).await.json().await.unwrap();
+    assert_eq!(after["recipes"]["all-minilm-l6-v2-cpu-tei"]["runs"], true);
+    assert_eq!(
+        after["recipes"]["all-minilm-l6-v2-cpu-tei"]["source"],
+        "installed"
+    );
+    assert_eq!(after["recipes"]["bge-large-en-v1-5-cpu-tei"]["runs"], false);
+    assert_eq!(minilm(&after)["state"], "installed");
+
+    rt.admin
+        .admin_create_user::<Value>(&json!({"name": "bob"}))
+        .await
+        .unwrap();
+    let bob = rt
+        .admin
+        .admin_create_token("bob", &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(
+        get(Some(bob.clone())).await.status(),
+        200,
+        "any signed-in caller reads it"
+    );
+    let admin_call = |method: reqwest::Method, path: &str, token: &str| {
+        rt.http
+            .request(method, format!("{}/api/v1/admin/engines/{path}", rt.url))
+            .bearer_auth(token)
+            .send()
+    };
+    let r = admin_call(reqwest::Method::POST, "minilm/install", &bob)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let r = admin_call(reqwest::Method::POST, "nope/install", &rt.token)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let r = admin_call(reqwest::Method::DELETE, "smollm", &rt.token)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404, "not installed");
+    let r = admin_call(reqwest::Method::DELETE, "minilm", &bob)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let r = admin_call(reqwest::Method::DELETE, "minilm", &rt.token)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let gone: Value = get(Some(rt.token.clone())).await.json().await.unwrap();
+    assert_eq!(minilm(&gone)["state"], "notInstalled");
+    assert!(!rt.data_dir.join("engines/minilm").exists());
+    rt.shutdown().await;
+}
