@@ -134,10 +134,11 @@ def _drain(stream, lines: "queue.Queue[str | None]", tail: collections.deque) ->
 
 
 @contextlib.contextmanager
-def running_server(extra_config: str = "", own_store: bool = False):
+def running_server(extra_config: str = "", own_store: bool = False, test_engine: bool = True):
     """Start `switchyard serve` on loopback with the suite's config plus `extra_config` (TOML appended to it);
     yield it as a `Server`, stop it and remove its data on exit. `own_store`: the embedded store in its data dir
-    even when SWITCHYARD_STORE_URL names a shared database (a second server must not share the first one's)."""
+    even when SWITCHYARD_STORE_URL names a shared database (a second server must not share the first one's).
+    `test_engine=False`: no configured launchers, as on a first run (engines come from `switchyard engines`)."""
     binary = _binary_path()
     env = dict(os.environ)
     if own_store:
@@ -155,10 +156,8 @@ def running_server(extra_config: str = "", own_store: bool = False):
         pytest.fail(f"test engine not found at {engine} (cargo build --workspace)", pytrace=False)
     config_path = data_dir.parent / (data_dir.name + ".toml")
     launcher = f'command = ["{engine}", "--port", "{{port}}"]\nhealth_route = "/health"\n'
-    config_path.write_text(
-        "[runtime]\ntick_ms = 200\nstop_grace_ms = 2000\n\n"
-        f"[runtime.launchers.hub]\n{launcher}\n[runtime.launchers.tei]\n{launcher}\n{extra_config}"
-    )
+    launchers = f"[runtime.launchers.hub]\n{launcher}\n[runtime.launchers.tei]\n{launcher}\n" if test_engine else ""
+    config_path.write_text(f"[runtime]\ntick_ms = 200\nstop_grace_ms = 2000\n\n{launchers}{extra_config}")
     process = subprocess.Popen(
         [str(binary), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir), "--config", str(config_path)],
         stdin=subprocess.DEVNULL,
