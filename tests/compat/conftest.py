@@ -238,6 +238,19 @@ def running_server(extra_config: str = "", own_store: bool = False, test_engine:
         config_path.unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def client_pointed_at(srv: Server):
+    """Points the client's endpoint constants at `srv` for the block, and puts back what they were."""
+    saved = (constants.ENDPOINT, constants.INFERENCE_ENDPOINTS_ENDPOINT, constants.INFERENCE_CATALOG_ENDPOINT)
+    constants.ENDPOINT = srv.url
+    constants.INFERENCE_ENDPOINTS_ENDPOINT = srv.url + "/v2"
+    constants.INFERENCE_CATALOG_ENDPOINT = srv.url + "/api/v1/catalog"
+    try:
+        yield srv
+    finally:
+        constants.ENDPOINT, constants.INFERENCE_ENDPOINTS_ENDPOINT, constants.INFERENCE_CATALOG_ENDPOINT = saved
+
+
 @pytest.fixture(scope="session")
 def server():
     with running_server() as srv:

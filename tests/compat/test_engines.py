@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 import requests
-from conftest import running_server, unique_name
-from huggingface_hub import HfApi, constants
+from conftest import client_pointed_at, running_server, unique_name
+from huggingface_hub import HfApi
 
 INSTALL_TIMEOUT_S = 900
 REGISTRY_UNREACHABLE = 69
@@ -25,15 +25,8 @@ pytestmark = pytest.mark.timeout(INSTALL_TIMEOUT_S + 300)
 @pytest.fixture(scope="module")
 def first_run():
     """A server of this module's on a fresh data dir, no launchers configured; the client points at it."""
-    saved = (constants.ENDPOINT, constants.INFERENCE_ENDPOINTS_ENDPOINT, constants.INFERENCE_CATALOG_ENDPOINT)
-    with running_server(own_store=True, test_engine=False) as srv:
-        constants.ENDPOINT = srv.url
-        constants.INFERENCE_ENDPOINTS_ENDPOINT = srv.url + "/v2"
-        constants.INFERENCE_CATALOG_ENDPOINT = srv.url + "/api/v1/catalog"
-        try:
-            yield srv
-        finally:
-            constants.ENDPOINT, constants.INFERENCE_ENDPOINTS_ENDPOINT, constants.INFERENCE_CATALOG_ENDPOINT = saved
+    with running_server(own_store=True, test_engine=False) as srv, client_pointed_at(srv):
+        yield srv
 
 
 def engines(srv, *args: str) -> subprocess.CompletedProcess:

@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 import requests
-from conftest import TEST_REPOSITORY, create_endpoint, running_server, unique_name
-from huggingface_hub import HfApi, WebhookInfo, WebhookWatchedItem, constants
+from conftest import TEST_REPOSITORY, client_pointed_at, create_endpoint, running_server, unique_name
+from huggingface_hub import HfApi, WebhookInfo, WebhookWatchedItem
 from huggingface_hub.errors import BadRequestError, HfHubHTTPError
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from webhook_support import WEBHOOK_CONFIG, Received, put_catalog_item, start_receiver
@@ -21,15 +21,8 @@ SECRET = "s3cret-for-webhooks"
 @pytest.fixture(scope="module")
 def hooks_server():
     """A server of this module's, with the client's constants pointed at it (and put back afterwards)."""
-    saved = (constants.ENDPOINT, constants.INFERENCE_ENDPOINTS_ENDPOINT, constants.INFERENCE_CATALOG_ENDPOINT)
-    with running_server(WEBHOOK_CONFIG, own_store=True) as srv:
-        constants.ENDPOINT = srv.url
-        constants.INFERENCE_ENDPOINTS_ENDPOINT = srv.url + "/v2"
-        constants.INFERENCE_CATALOG_ENDPOINT = srv.url + "/api/v1/catalog"
-        try:
-            yield srv
-        finally:
-            constants.ENDPOINT, constants.INFERENCE_ENDPOINTS_ENDPOINT, constants.INFERENCE_CATALOG_ENDPOINT = saved
+    with running_server(WEBHOOK_CONFIG, own_store=True) as srv, client_pointed_at(srv):
+        yield srv
 
 
 @pytest.fixture(scope="module")
