@@ -161,6 +161,20 @@ impl Client {
         self.get(&path).await
     }
 
+    /// `GET /api/v1/engines`: the engines, and whether each catalog recipe runs on the server.
+    pub async fn engines<T: DeserializeOwned>(&self) -> ClientResult<T> {
+        self.get("/api/v1/engines").await
+    }
+
+    /// `POST /api/v1/admin/engines/{name}/install`: starts installing a built-in engine on the server.
+    pub async fn install_engine<T: DeserializeOwned>(&self, name: &str) -> ClientResult<T> {
+        self.post(
+            &format!("/api/v1/admin/engines/{name}/install"),
+            &Value::Null,
+        )
+        .await
+    }
+
     pub async fn deploy_model<T: DeserializeOwned>(
         &self,
         repo_id: &str,
