@@ -1,9 +1,11 @@
 //! The new-app form: an OAuth app's name, redirect URIs, scopes and whether it is public, as the create body
 //! the API takes. Every issue of the server's answer is shown at once, each under its field.
 //!
-//! Imports nothing of the crate.
+//! Imports `form_input` and `form_issues`.
 
 use serde_json::{json, Map, Value};
+
+use crate::form_input::{type_into, Form};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AppField {
@@ -39,14 +41,6 @@ impl AppField {
             AppField::Scopes => "scopes",
             AppField::Public => "public",
         }
-    }
-
-    /// The field a server path or message is about, if any.
-    fn of(text: &str) -> Option<AppField> {
-        AppField::ALL.into_iter().find(|f| {
-            text.strip_prefix(f.path())
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[', ':', ' ']))
-        })
     }
 }
 
@@ -108,48 +102,6 @@ impl AppForm {
         }
     }
 
-    /// A key while the form is open. `Some(body)` when the form is submitted.
-    pub fn on_key(&mut self, key: &str) -> Option<Value> {
-        let f = self.field();
-        let n = AppField::ALL.len();
-        match key {
-            "down" | "tab" => self.focus = (self.focus + 1) % n,
-            "up" | "backtab" => self.focus = (self.focus + n - 1) % n,
-            "left" | "right" | "space" | "y" | "n" if f == AppField::Public => {
-                self.public = match key {
-                    "y" => true,
-                    "n" => false,
-                    _ => !self.public,
-                }
-            }
-            "backspace" => {
-                if let Some(t) = self.text(f) {
-                    t.pop();
-                }
-            }
-            "enter" if !self.busy => {
-                self.busy = true;
-                self.issues.clear();
-                self.errors.clear();
-                return Some(self.body());
-            }
-            k if k.chars().count() == 1 || k == "space" => {
-                let c = if k == "space" {
-                    ' '
-                } else {
-                    k.chars().next().unwrap_or(' ')
-                };
-                if let Some(t) = self.text(f) {
-                    if t.len() < MAX_TEXT {
-                        t.push(c);
-                    }
-                }
-            }
-            _ => {}
-        }
-        None
-    }
-
     /// The create body: the lists split on spaces; the owner only when it is not the caller.
     pub fn body(&self) -> Value {
         let words = |s: &str| -> Vec<String> { s.split_whitespace().map(str::to_string).collect() };
@@ -177,10 +129,46 @@ impl AppForm {
     }
 }
 
-impl crate::form_issues::FormField for AppField {
-    fn of(text: &str) -> Option<Self> {
-        Self::of(text)
+impl Form for AppForm {
+    type Sent = Value;
+    const FIELDS: usize = AppField::ALL.len();
+
+    fn focus_mut(&mut self) -> &mut usize {
+        &mut self.focus
     }
+
+    fn choose(&mut self, _forward: bool) {
+        if self.field() == AppField::Public {
+            self.public = !self.public;
+        }
+    }
+
+    /// Into a text field; on `public`, `space` switches it and `y` or `n` sets it.
+    fn type_key(&mut self, key: &str) {
+        match (self.field(), key) {
+            (AppField::Public, "space") => self.public = !self.public,
+            (AppField::Public, "y" | "n") => self.public = key == "y",
+            (f, key) => {
+                if let Some(t) = self.text(f) {
+                    type_into(t, key, MAX_TEXT, |_| true);
+                }
+            }
+        }
+    }
+
+    fn submit(&mut self) -> Option<Value> {
+        if self.busy {
+            return None;
+        }
+        self.busy = true;
+        self.issues.clear();
+        self.errors.clear();
+        Some(self.body())
+    }
+}
+
+impl crate::form_issues::FormField for AppField {
+    const ALL: &'static [Self] = &AppField::ALL;
 
     fn path(self) -> &'static str {
         Self::path(self)
@@ -191,13 +179,16 @@ impl crate::form_issues::FormField for AppField {
 mod tests {
     use super::*;
 
+    use crate::form_input::FormEdit;
+
     fn type_in(form: &mut AppForm, text: &str) {
         for c in text.chars() {
-            form.on_key(&if c == ' ' {
+            let key = if c == ' ' {
                 "space".to_string()
             } else {
                 c.to_string()
-            });
+            };
+            form.edit(FormEdit::Type(&key));
         }
     }
 
@@ -205,13 +196,13 @@ mod tests {
     fn the_form_builds_the_create_body() {
         let mut f = AppForm::new(Some("acme".into()));
         type_in(&mut f, "Web app");
-        f.on_key("tab");
+        f.edit(FormEdit::NextField);
         type_in(&mut f, "https://app.example/cb  http://127.0.0.1/cb");
-        f.on_key("tab");
+        f.edit(FormEdit::NextField);
         type_in(&mut f, " email");
-        f.on_key("tab");
-        f.on_key("space");
-        let body = f.on_key("enter").unwrap();
+        f.edit(FormEdit::NextField);
+        f.edit(FormEdit::Type("space"));
+        let body = f.edit(FormEdit::Submit).unwrap();
         assert_eq!(
             body,
             json!({"owner": "acme", "name": "Web app",
@@ -220,7 +211,7 @@ mod tests {
         );
         assert!(f.busy);
         assert!(
-            f.on_key("enter").is_none(),
+            f.edit(FormEdit::Submit).is_none(),
             "no second submit while one is under way"
         );
         // The caller's own app names no owner.

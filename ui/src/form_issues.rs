@@ -3,11 +3,31 @@
 //! rest under the form.
 
 /// A form's fields, as the server's issue paths name them.
-pub trait FormField: Copy + PartialEq {
-    /// The field a path (or a message) is about.
-    fn of(text: &str) -> Option<Self>;
+pub trait FormField: Copy + PartialEq + 'static {
+    /// Every field, in the form's order.
+    const ALL: &'static [Self];
     /// The field's own path.
     fn path(self) -> &'static str;
+
+    /// The field a path (or a message) is about: the field's own path or something inside it
+    /// (`watched[1].name`, `scopes: …`), else the first field inside the object it names
+    /// (`config.privateService` for `config.privateService.accountId`).
+    fn of(text: &str) -> Option<Self> {
+        let inside = |f: &&Self| {
+            text.strip_prefix(f.path())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[', ':', ' ']))
+        };
+        let around = |f: &&Self| {
+            f.path()
+                .strip_prefix(text)
+                .is_some_and(|rest| rest.starts_with('.'))
+        };
+        let all = Self::ALL.iter();
+        all.clone()
+            .find(inside)
+            .or_else(|| all.clone().find(around))
+            .copied()
+    }
 }
 
 /// Sorts the refusal `message` and its `issues` (path, message) into `by_field` and `errors`, which

@@ -16,10 +16,13 @@
 //!      (`EndpointAction`, `DeployRequest`, `ExternalEdit`). Imports `format`.
 //! 2. The widgets' own state and the keymap, each knowing nothing of the console around it:
 //!    - `pager`: a scrollable, searchable text (describe, logs). Imports nothing of the crate.
-//!    - `form`: the deploy form. Imports `effects`.
-//!    - `app_form`: the new-app form. Imports nothing of the crate.
-//!    - `webhook_form`: the webhook form (new or edited). Imports nothing of the crate.
-//!    - `schedule`: the schedule editor. Imports nothing of the crate.
+//!    - `form_issues`: how a form places the server's issues beside its fields. Imports nothing of the crate.
+//!    - `form_input`: what the forms share: the edits a key asks for, typing into a field. Imports nothing
+//!      of the crate.
+//!    - `form`: the deploy form. Imports `effects`, `form_input`, `form_issues`.
+//!    - `app_form`: the new-app form. Imports `form_input`, `form_issues`.
+//!    - `webhook_form`: the webhook form (new or edited). Imports `form_input`, `form_issues`.
+//!    - `schedule`: the schedule editor. Imports `form_input`.
 //!    - `spec`: the spec editor. Imports `format`, `effects`.
 //!    - `keymap`: keys to commands, per context. Imports `effects`.
 //! 3. `state`: the console's state and its one `update` function, no I/O. Imports layers 1 and 2; its own
@@ -34,6 +37,7 @@
 pub mod app_form;
 pub mod effects;
 pub mod form;
+pub mod form_input;
 pub mod form_issues;
 pub mod format;
 pub mod keymap;
@@ -455,20 +459,27 @@ fn spawn_effect(
     });
 }
 
-/// A refusal as the screen shows it: the message and the `{path, message}` issues of a 422.
+/// A refusal as the screen shows it: the message and every issue of the answer, the `{path, message}` items of
+/// `issues` (an invalid body) and the `{field: why}` of `details` (invalid parameters).
 fn refusal(e: &ClientError) -> state::Refusal {
     match e {
         ClientError::Api { message, body, .. } => {
-            let issues = body["issues"]
+            let text = |v: &Value| match v {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            let listed = body["issues"]
                 .as_array()
                 .into_iter()
                 .flatten()
-                .map(|i| {
-                    let s = |k: &str| i[k].as_str().unwrap_or("").to_string();
-                    (s("path"), s("message"))
-                })
-                .collect();
-            (message.clone(), issues)
+                .map(|i| (text(&i["path"]), text(&i["message"])));
+            let detailed = body["details"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(field, why)| (field.clone(), text(why)));
+            (message.clone(), listed.chain(detailed).collect())
         }
         other => (message(other), Vec::new()),
     }

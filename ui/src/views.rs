@@ -1,6 +1,6 @@
 //! Drawing, from the state only: the status line, the view's table, the footer hints and the overlays.
 //!
-//! No popup covers the status line: [`centered`] leaves the top row free.
+//! No popup covers the status line or the footer: popups are drawn inside the body between them.
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -14,7 +14,7 @@ use crate::keymap::{Context, Keymap, HELP_COLUMNS};
 use crate::pager::Pager;
 use crate::schedule::{Entry, ScheduleEditor, COLUMNS};
 use crate::spec::SpecEditor;
-use crate::state::layout::{help_height, list_offset, screen, table_rows};
+use crate::state::layout::{list_offset, screen, table_rows};
 use crate::state::{
     shown_command, AppAction, Connection, Effect, IssuedSecret, Overlay, Recipe, State, View,
 };
@@ -53,27 +53,26 @@ pub fn draw(frame: &mut Frame, state: &State, keymap: &Keymap) {
         View::Notifications => notifications(frame, screen.table, state, &visible),
     }
     footer(frame, screen.bottom, state, keymap);
+    overlay(frame, screen.body, state, keymap);
+}
+
+/// What covers the view, inside `body`: never over the status line or the footer.
+fn overlay(frame: &mut Frame, body: Rect, state: &State, keymap: &Keymap) {
     match &state.overlay {
-        Overlay::None => {}
-        Overlay::Help(scroll) => help(frame, area, state, keymap, *scroll),
-        Overlay::Describe(pager) => pane(frame, area, pager, "esc to close"),
-        Overlay::Deploy(form) => deploy(frame, area, form),
-        Overlay::Schedule(editor) => schedule(frame, area, editor, state.now),
-        Overlay::Spec(editor) => spec(frame, area, editor),
+        Overlay::None | Overlay::Command(_) => {}
+        Overlay::Help(scroll) => help(frame, body, state, keymap, *scroll),
+        Overlay::Describe(pager) => pane(frame, body, pager, None),
+        Overlay::Deploy(form) => deploy(frame, body, form),
+        Overlay::Schedule(editor) => schedule(frame, body, editor, state.now),
+        Overlay::Spec(editor) => spec(frame, body, editor),
         Overlay::Logs { pager, follow, .. } => {
             let mode = if *follow { "following" } else { "paused" };
-            pane(
-                frame,
-                area,
-                pager,
-                &format!("{mode}; space toggles, esc closes"),
-            )
+            pane(frame, body, pager, Some(mode))
         }
-        Overlay::Confirm { asked, yes } => confirm(frame, area, &question(asked, state), *yes),
-        Overlay::Secret(issued) => secret(frame, area, issued),
-        Overlay::NewApp(form) => new_app(frame, area, form),
-        Overlay::Webhook(form) => webhook_form(frame, area, form),
-        Overlay::Command(_) => {}
+        Overlay::Confirm { asked, yes } => confirm(frame, body, &question(asked, state), *yes),
+        Overlay::Secret(issued) => secret(frame, body, issued),
+        Overlay::NewApp(form) => new_app(frame, body, form),
+        Overlay::Webhook(form) => webhook_form(frame, body, form),
     }
 }
 
@@ -527,10 +526,11 @@ fn footer(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap) {
     frame.render_widget(Paragraph::new(Line::from(spans)), hints);
 }
 
-/// A box of at most `width`×`height` in the middle of `area`, below its top row (the status line).
+/// A box of at most `width`×`height` in the middle of `area` (the body: the box never covers the status
+/// line or the footer).
 fn centered(area: Rect, width: u16, height: u16) -> Rect {
     let w = width.min(area.width);
-    let h = height.min(area.height.saturating_sub(2));
+    let h = height.min(area.height);
     Rect::new(
         area.x + (area.width - w) / 2,
         area.y + (area.height - h) / 2,
@@ -552,7 +552,7 @@ const COMMANDS: [(&str, &str); 7] = [
 
 /// Every binding in two columns (`HELP_COLUMNS`), under the `:` commands; scrolled when it does not fit.
 fn help(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap, scroll: usize) {
-    let box_ = centered(area, 100, area.height.saturating_sub(2));
+    let box_ = centered(area, 100, area.height);
     let column = |ctxs: &[Context]| -> Vec<Line> {
         let mut lines = Vec::new();
         for ctx in ctxs {
@@ -570,8 +570,8 @@ fn help(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap, scroll: u
         }
         lines
     };
-    // The same numbers the keys scroll by.
-    let height = help_height((area.width, area.height));
+    // The same numbers the keys scroll by (`help_height`): the box's inside, less the commands.
+    let height = (box_.height as usize).saturating_sub(4).max(1);
     let last = keymap.help_length(state.read_only).saturating_sub(height);
     let scroll = scroll.min(last) as u16;
     let title = if last > 0 {
@@ -614,15 +614,22 @@ fn help(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap, scroll: u
     );
 }
 
-/// Describe and logs: the lines in the window, search matches highlighted, the current match's line marked.
-fn pane(frame: &mut Frame, area: Rect, pager: &Pager, how: &str) {
+/// Describe and logs (`mode`: following or paused): the lines in the window, search matches highlighted, the
+/// current match's line marked.
+fn pane(frame: &mut Frame, area: Rect, pager: &Pager, mode: Option<&str>) {
+    // Below the list's title, so what it covers stays named.
+    let below_title = Rect {
+        y: area.y + 1,
+        height: area.height.saturating_sub(1),
+        ..area
+    };
     let box_ = centered(
-        area,
+        below_title,
         area.width.saturating_sub(4),
-        area.height.saturating_sub(4),
+        below_title.height,
     );
-    // The same count the keys scroll by.
-    let height = pager_height((area.width, area.height));
+    // The same count the keys scroll by (`pager_height`): the box's inside.
+    let height = box_.height.saturating_sub(2).max(1) as usize;
     let first = pager.first_line(height);
     let hit = Style::new().fg(Color::Black).bg(Color::Yellow);
     let lines: Vec<Line> = pager
@@ -667,81 +674,62 @@ fn pane(frame: &mut Frame, area: Rect, pager: &Pager, how: &str) {
     };
     frame.render_widget(Clear, box_);
     frame.render_widget(
-        Paragraph::new(lines).block(
-            Block::default()
-                .borders(Borders::ALL)
-                .title(format!(" {} ({how}){position}{search} ", pager.title)),
-        ),
+        Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(format!(
+            " {}{}{position}{search} ",
+            pager.title,
+            mode.map(|m| format!(" ({m})")).unwrap_or_default()
+        ))),
         box_,
     );
 }
 
+/// The deploy form: each field with every issue the server had with it beside it, all at once.
 fn deploy(frame: &mut Frame, area: Rect, form: &DeployForm) {
-    let box_ = centered(area, 96, Field::ALL.len() as u16 + 7);
-    let mut lines = Vec::new();
-    for (i, f) in Field::ALL.iter().enumerate() {
-        let focused = i == form.focus;
-        let marker = if focused { "▸" } else { " " };
-        let mut spans = vec![
-            Span::raw(format!("{marker} {:<26}", f.label())),
-            Span::styled(
-                format!("{}{}", form.value(*f), if focused { "▏" } else { "" }),
-                if focused {
-                    Style::new().add_modifier(Modifier::BOLD)
-                } else {
-                    Style::new()
-                },
-            ),
-        ];
-        if let Some(issue) = form.issue(*f) {
-            spans.push(Span::styled(
-                format!("  ← {issue}"),
-                Style::new().fg(Color::Red),
-            ));
-        }
-        lines.push(Line::from(spans));
-    }
-    lines.push(Line::default());
-    match (&form.error, form.busy) {
-        (_, true) => lines.push(Line::styled("deploying…", Style::new().fg(Color::Yellow))),
-        (Some(e), _) => lines.push(Line::styled(e.clone(), Style::new().fg(Color::Red))),
-        _ => lines.push(Line::default()),
-    }
-    lines.push(Line::styled(
-        "tab/↑↓ field  ←→ choose  enter deploy  esc cancel",
-        Style::new().fg(Color::Cyan),
-    ));
-    frame.render_widget(Clear, box_);
-    frame.render_widget(
-        Paragraph::new(lines).block(
-            Block::default()
-                .borders(Borders::ALL)
-                .title(format!(" deploy {} ", form.repo_id)),
-        ),
-        box_,
+    let fields = Field::ALL.iter().map(|f| {
+        let value = match f {
+            Field::Recipe | Field::Type | Field::PrivateRegion => {
+                format!("{} (←→ chooses)", form.value(*f))
+            }
+            _ => form.value(*f),
+        };
+        (f.label().to_string(), value, form.issues_of(*f))
+    });
+    let lines = form_lines(FormView {
+        fields: fields.collect(),
+        focus: form.focus,
+        label_width: 26,
+        busy: form.busy.then_some("deploying…"),
+        errors: &form.errors,
+        hints: &[],
+    });
+    form_popup(
+        frame,
+        area,
+        96,
+        &format!(" deploy {} ", form.repo_id),
+        lines,
     );
 }
 
+/// The spec editor: the text with line numbers, and under it the issues (at most five) or a note.
 fn spec(frame: &mut Frame, area: Rect, editor: &SpecEditor) {
-    let box_ = centered(
-        area,
-        area.width.saturating_sub(6),
-        area.height.saturating_sub(2),
-    );
-    let shown_issues =
-        editor.issues.len().min(5) as u16 + u16::from(editor.busy || editor.note.is_some());
-    let [text, issues] =
-        Layout::vertical([Constraint::Min(3), Constraint::Length(shown_issues + 1)]).areas(box_);
-    let mut textarea = editor.text.clone();
-    textarea.set_line_number_style(Style::new().fg(Color::DarkGray));
-    textarea.set_block(Block::default().borders(Borders::ALL).title(format!(
-        " spec {}/{} ({}; ctrl-s saves when valid, ctrl-t {}, ctrl-e $EDITOR, esc cancels) ",
+    let box_ = centered(area, area.width.saturating_sub(6), area.height);
+    let block = Block::default().borders(Borders::ALL).title(format!(
+        " spec {}/{} ({}) ",
         editor.edit.namespace,
         editor.edit.name,
         editor.edit.format.name(),
-        editor.edit.format.other().name(),
-    )));
+    ));
+    let inner = block.inner(box_);
+    let shown_issues =
+        editor.issues.len().min(5) as u16 + u16::from(editor.busy || editor.note.is_some());
+    let [text, issues] =
+        Layout::vertical([Constraint::Min(3), Constraint::Length(shown_issues.max(1))])
+            .areas(inner);
+    let mut textarea = editor.text.clone();
+    textarea.set_line_number_style(Style::new().fg(Color::DarkGray));
     frame.render_widget(Clear, box_);
+    frame.render_widget(block, box_);
     frame.render_widget(&textarea, text);
     let mut lines: Vec<Line> = editor
         .issues
@@ -763,45 +751,31 @@ fn spec(frame: &mut Frame, area: Rect, editor: &SpecEditor) {
         );
     }
     if lines.is_empty() {
-        lines.push(Line::styled(
-            "valid: ctrl-s saves",
-            Style::new().fg(Color::Green),
-        ));
+        lines.push(Line::styled("valid", Style::new().fg(Color::Green)));
     }
     frame.render_widget(Paragraph::new(lines), issues);
 }
 
+/// The schedule editor: the day, then the entries, `▶` on the one edited and `● in effect now` beside the
+/// one the time now falls in.
 fn schedule(
     frame: &mut Frame,
     area: Rect,
     editor: &ScheduleEditor,
     now: chrono::DateTime<chrono::Utc>,
 ) {
-    use chrono::Timelike;
-    let box_ = centered(area, 100, area.height.saturating_sub(4));
-    let minute = (now.hour() * 60 + now.minute()) as u16;
-    let now_entry = editor.in_effect(minute);
+    let now_entry = editor.in_effect(minute_of_day(now));
     let mut lines = schedule_day(editor, now);
     for (i, e) in editor.entries.iter().enumerate() {
         lines.push(schedule_entry(editor, i, e, Some(i) == now_entry));
     }
-    if editor.entries.is_empty() {
-        lines.push(Line::from(
-            "   (no entries: the endpoint's own values apply all day; `a` adds one)",
-        ));
-    }
     for (_, m) in editor.issues.iter().filter(|(n, _)| n.is_none()) {
         lines.push(Line::styled(m.clone(), Style::new().fg(Color::Red)));
     }
-    lines.push(if editor.busy {
-        Line::styled("saving…", Style::new().fg(Color::Yellow))
-    } else {
-        Line::default()
-    });
-    lines.push(Line::styled(
-        "↑↓ entry  tab/←→ field  a add  x remove  enter save (when valid)  esc cancel",
-        Style::new().fg(Color::Cyan),
-    ));
+    if editor.busy {
+        lines.push(Line::styled("saving…", Style::new().fg(Color::Yellow)));
+    }
+    let box_ = centered(area, 100, lines.len() as u16 + 2);
     frame.render_widget(Clear, box_);
     frame.render_widget(
         Paragraph::new(lines).block(
@@ -813,42 +787,66 @@ fn schedule(
     );
 }
 
-/// The schedule editor's head: the endpoint's own values, the day's timeline with the time now marked, and
-/// the entries' column heads.
-fn schedule_day(editor: &ScheduleEditor, now: chrono::DateTime<chrono::Utc>) -> Vec<Line<'static>> {
+fn minute_of_day(now: chrono::DateTime<chrono::Utc>) -> u16 {
     use chrono::Timelike;
-    let minute = (now.hour() * 60 + now.minute()) as u16;
+    (now.hour() * 60 + now.minute()) as u16
+}
+
+/// The schedule editor's head: the endpoint's own values and what they mean now, the day's timeline with the
+/// time now marked, and the entries' column heads (or, without entries, how to add one).
+fn schedule_day(editor: &ScheduleEditor, now: chrono::DateTime<chrono::Utc>) -> Vec<Line<'static>> {
+    let minute = minute_of_day(now);
     let axis: String = (0..8)
         .map(|i| format!("{:<6}", format!("{:02}", i * 3)))
         .collect();
     let marker = format!(
-        "{}^ now ({:02}:{:02} UTC)",
+        "{}^ now ({})",
         " ".repeat((minute / 30) as usize),
-        now.hour(),
-        now.minute()
+        now.format("%H:%M UTC")
     );
-    vec![
+    let own = format!("min {} max {}", editor.own_min, editor.own_max);
+    let head = match editor.entries.is_empty() {
+        true => format!("no entries: the endpoint's own values ({own}) apply all day"),
+        false => format!(
+            "the endpoint's own values: {own}; an entry's max may not exceed {}",
+            editor.own_max
+        ),
+    };
+    let mut lines = vec![
+        Line::from(head),
         Line::from(format!(
-            "own values (no entries): min {} max {} · a cell is 30 min; a digit is the entry in effect",
-            editor.own_min, editor.own_max
+            "a cell is 30 min; a digit is the entry in effect then{}",
+            if editor.entries.is_empty() {
+                ""
+            } else {
+                " · ▶ the entry you edit"
+            }
         )),
         Line::default(),
         Line::from(axis),
         Line::styled(editor.timeline(), Style::new().fg(Color::Cyan)),
         Line::from(marker),
         Line::default(),
-        Line::styled(
-            format!("   #  {:<10} {:<6} {:<6} {}", COLUMNS[0], COLUMNS[1], COLUMNS[2], COLUMNS[3]),
+    ];
+    lines.push(match editor.entries.is_empty() {
+        true => Line::from("(the schedule is empty: `a` adds an entry)"),
+        false => Line::styled(
+            format!(
+                "   #  {:<10} {:<6} {:<6} {}",
+                COLUMNS[0], COLUMNS[1], COLUMNS[2], COLUMNS[3]
+            ),
             Style::new().add_modifier(Modifier::BOLD),
         ),
-    ]
+    });
+    lines
 }
 
-/// One entry of the schedule: its number (marked when it is in effect now), its fields with the focused one
-/// shown, and its issues.
+/// One entry of the schedule: `▶` when it is the one edited, its fields with the focused one shown, a mark
+/// when it is in effect now, and its issues.
 fn schedule_entry(editor: &ScheduleEditor, i: usize, e: &Entry, in_effect: bool) -> Line<'static> {
+    let edited = i == editor.row;
     let cell = |col: usize, text: &str, width: usize| {
-        let focused = i == editor.row && col == editor.col;
+        let focused = edited && col == editor.col;
         let shown = format!(
             "{:<width$}",
             format!("{text}{}", if focused { "▏" } else { "" })
@@ -862,7 +860,7 @@ fn schedule_entry(editor: &ScheduleEditor, i: usize, e: &Entry, in_effect: bool)
             },
         )
     };
-    let mark = if in_effect { "▶" } else { " " };
+    let mark = if edited { "▶" } else { " " };
     let mut spans = vec![
         Span::styled(
             format!(" {mark} {:<2} ", i + 1),
@@ -876,6 +874,12 @@ fn schedule_entry(editor: &ScheduleEditor, i: usize, e: &Entry, in_effect: bool)
         Span::raw(" "),
         cell(3, &e.timeout, 8),
     ];
+    if in_effect {
+        spans.push(Span::styled(
+            "  ● in effect now",
+            Style::new().fg(Color::Green),
+        ));
+    }
     for (_, m) in editor.issues.iter().filter(|(n, _)| *n == Some(i)) {
         spans.push(Span::styled(format!("  {m}"), Style::new().fg(Color::Red)));
     }
@@ -968,7 +972,7 @@ fn confirm(frame: &mut Frame, area: Rect, question: &str, yes: bool) {
 
 /// A secret just made, shown this once.
 fn secret(frame: &mut Frame, area: Rect, issued: &IssuedSecret) {
-    let box_ = centered(area, 72, 9);
+    let box_ = centered(area, 72, 7);
     let lines = vec![
         Line::from(vec![
             Span::raw("client id      "),
@@ -986,11 +990,6 @@ fn secret(frame: &mut Frame, area: Rect, issued: &IssuedSecret) {
             "This secret will not be shown again: store it now. If it is lost, R rotates the app's secret.",
             Style::new().add_modifier(Modifier::BOLD),
         ),
-        Line::default(),
-        Line::styled(
-            "enter/esc dismiss (the secret is gone for good)",
-            Style::new().fg(Color::Cyan),
-        ),
     ];
     frame.render_widget(Clear, box_);
     frame.render_widget(
@@ -1007,7 +1006,7 @@ fn secret(frame: &mut Frame, area: Rect, issued: &IssuedSecret) {
 fn new_app(frame: &mut Frame, area: Rect, form: &AppForm) {
     let fields = AppField::ALL.iter().map(|f| {
         let value = match f {
-            AppField::Public => format!("{} (←→ switches)", form.value(*f)),
+            AppField::Public => format!("{} (←→ or y/n)", form.value(*f)),
             _ => form.value(*f),
         };
         (f.label().to_string(), value, form.issues_of(*f))
@@ -1024,7 +1023,6 @@ fn new_app(frame: &mut Frame, area: Rect, form: &AppForm) {
         busy: form.busy.then_some("creating…"),
         errors: &form.errors,
         hints: &[],
-        keys: "tab/↑↓ field  enter create  esc cancel",
     });
     form_popup(frame, area, 96, &format!(" new app{whose} "), lines);
 }
@@ -1046,7 +1044,6 @@ fn webhook_form(frame: &mut Frame, area: Rect, form: &WebhookForm) {
         busy: form.busy.then_some("saving…"),
         errors: &form.errors,
         hints: &["watched: user:NAME org:NAME model:AUTHOR/MODEL · domains: repo endpoint"],
-        keys: "tab/↑↓ field  enter save  esc cancel",
     });
     let title = if editing {
         " edit webhook "
@@ -1066,10 +1063,10 @@ struct FormView<'a, I> {
     busy: Option<&'a str>,
     errors: &'a [String],
     hints: &'a [&'a str],
-    keys: &'a str,
 }
 
-/// A form's lines: each field with every issue beside it, all at once, then errors, hints and keys.
+/// A form's lines: each field with every issue beside it, all at once, then errors and hints (the keys are
+/// in the footer).
 fn form_lines<'a, I, S>(view: FormView<'_, I>) -> Vec<Line<'a>>
 where
     I: IntoIterator<Item = S>,
@@ -1113,10 +1110,6 @@ where
             Style::new().fg(Color::DarkGray),
         ));
     }
-    lines.push(Line::styled(
-        view.keys.to_string(),
-        Style::new().fg(Color::Cyan),
-    ));
     lines
 }
 

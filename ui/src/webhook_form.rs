@@ -1,9 +1,11 @@
 //! The webhook form, new or edited: URL, watched items (`type:name`), domains and secret, as the body the API
 //! takes. Every issue of the server's 400 is shown at once, each beside its field.
 //!
-//! Imports nothing of the crate.
+//! Imports `form_input` and `form_issues`.
 
 use serde_json::{json, Map, Value};
+
+use crate::form_input::{type_into, Form};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HookField {
@@ -40,14 +42,6 @@ impl HookField {
             HookField::Domains => "domains",
             HookField::Secret => "secret",
         }
-    }
-
-    /// The field a server path or message is about, if any.
-    fn of(text: &str) -> Option<HookField> {
-        HookField::ALL.into_iter().find(|f| {
-            text.strip_prefix(f.path())
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[', ':', ' ']))
-        })
     }
 }
 
@@ -138,43 +132,6 @@ impl WebhookForm {
         }
     }
 
-    /// A key while the form is open. `Some(body)` when the form is submitted.
-    pub fn on_key(&mut self, key: &str) -> Option<Value> {
-        let f = self.field();
-        let n = HookField::ALL.len();
-        match key {
-            "down" | "tab" => self.focus = (self.focus + 1) % n,
-            "up" | "backtab" => self.focus = (self.focus + n - 1) % n,
-            "backspace" => {
-                self.text(f).pop();
-            }
-            "enter" if !self.busy => {
-                self.issues.clear();
-                self.errors.clear();
-                match self.body() {
-                    Ok(body) => {
-                        self.busy = true;
-                        return Some(body);
-                    }
-                    Err(issues) => self.issues = issues,
-                }
-            }
-            k if k.chars().count() == 1 || k == "space" => {
-                let c = if k == "space" {
-                    ' '
-                } else {
-                    k.chars().next().unwrap_or(' ')
-                };
-                let t = self.text(f);
-                if t.len() < MAX_TEXT {
-                    t.push(c);
-                }
-            }
-            _ => {}
-        }
-        None
-    }
-
     /// The create or update body; an item of the watched list that is not `type:name` is an issue of its
     /// own, found before anything is sent. An edit sends the secret only when one is typed.
     pub fn body(&self) -> Result<Value, Vec<(HookField, String)>> {
@@ -219,10 +176,40 @@ impl WebhookForm {
     }
 }
 
-impl crate::form_issues::FormField for HookField {
-    fn of(text: &str) -> Option<Self> {
-        Self::of(text)
+impl Form for WebhookForm {
+    type Sent = Value;
+    const FIELDS: usize = HookField::ALL.len();
+
+    fn focus_mut(&mut self) -> &mut usize {
+        &mut self.focus
     }
+
+    fn type_key(&mut self, key: &str) {
+        type_into(self.text(self.field()), key, MAX_TEXT, |_| true);
+    }
+
+    /// The body, unless a send is under way or the watched list has an item that is not `type:name`.
+    fn submit(&mut self) -> Option<Value> {
+        if self.busy {
+            return None;
+        }
+        self.issues.clear();
+        self.errors.clear();
+        match self.body() {
+            Ok(body) => {
+                self.busy = true;
+                Some(body)
+            }
+            Err(issues) => {
+                self.issues = issues;
+                None
+            }
+        }
+    }
+}
+
+impl crate::form_issues::FormField for HookField {
+    const ALL: &'static [Self] = &HookField::ALL;
 
     fn path(self) -> &'static str {
         Self::path(self)
@@ -233,13 +220,16 @@ impl crate::form_issues::FormField for HookField {
 mod tests {
     use super::*;
 
+    use crate::form_input::FormEdit;
+
     fn type_in(form: &mut WebhookForm, text: &str) {
         for c in text.chars() {
-            form.on_key(&if c == ' ' {
+            let key = if c == ' ' {
                 "space".to_string()
             } else {
                 c.to_string()
-            });
+            };
+            form.edit(FormEdit::Type(&key));
         }
     }
 
@@ -247,14 +237,14 @@ mod tests {
     fn the_form_builds_the_body_and_checks_type_name() {
         let mut f = WebhookForm::new(Some("admin"));
         type_in(&mut f, "http://127.0.0.1:9/hook");
-        f.on_key("tab");
+        f.edit(FormEdit::NextField);
         type_in(&mut f, " org:acme model:acme/m");
-        f.on_key("tab");
+        f.edit(FormEdit::NextField);
         type_in(&mut f, " repo");
-        f.on_key("tab");
+        f.edit(FormEdit::NextField);
         type_in(&mut f, "s3cret");
         assert_eq!(f.shown(HookField::Secret), "••••••");
-        let body = f.on_key("enter").unwrap();
+        let body = f.edit(FormEdit::Submit).unwrap();
         assert_eq!(
             body,
             json!({"url": "http://127.0.0.1:9/hook",
@@ -262,14 +252,14 @@ mod tests {
                                {"type": "model", "name": "acme/m"}],
                    "domains": ["endpoint", "repo"], "secret": "s3cret"})
         );
-        assert!(f.busy && f.on_key("enter").is_none());
+        assert!(f.busy && f.edit(FormEdit::Submit).is_none());
 
         // An item without a type is caught before sending.
         let mut f = WebhookForm::new(None);
         type_in(&mut f, "http://x");
-        f.on_key("tab");
+        f.edit(FormEdit::NextField);
         type_in(&mut f, "admin user:");
-        assert!(f.on_key("enter").is_none());
+        assert!(f.edit(FormEdit::Submit).is_none());
         assert!(!f.busy);
         assert_eq!(f.issues_of(HookField::Watched).count(), 2);
 

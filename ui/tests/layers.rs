@@ -14,6 +14,7 @@ const ORDER: &[&str] = &[
     "effects",
     "pager",
     "form_issues",
+    "form_input",
     "form",
     "app_form",
     "webhook_form",

@@ -4,7 +4,7 @@ use chrono::TimeZone;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use serde_json::json;
-use switchyard_ui::keymap::Keymap;
+use switchyard_ui::keymap::{self, Keymap};
 use switchyard_ui::state::{
     update, Action, AppAction, AppRow, AuditRow, CatalogRow, CreatedApp, DeliveryRow, Effect,
     EndpointRow, IssuedSecret, Key, LoadFailure, NotificationRow, Secret, State, WebhookRow,
@@ -144,38 +144,108 @@ fn endpoints_view_and_dialogs() {
     insta::assert_snapshot!("endpoints_confirm_delete", screen(&s, 120, 24));
     keys(&mut s, &["esc", "?"]);
     insta::assert_snapshot!("help", screen(&s, 120, 30));
-    // On the smallest terminal the console takes, the help scrolls; its first page and its last hold the
-    // whole keymap, the commands and the log file.
+    // On the smallest terminal the console takes, the help scrolls: page by page it shows every binding of
+    // the keymap (the start of its description, on the narrow column), the commands and the log file.
     update(&mut s, Action::Resize(80, 24), &Keymap::builtin());
-    let first = screen(&s, 80, 24);
-    keys(&mut s, &["G"]);
-    let last = screen(&s, 80, 24);
-    for text in [
+    let mut seen = screen(&s, 80, 24);
+    for _ in 0..10 {
+        keys(&mut s, &["pagedown"]);
+        seen.push_str(&screen(&s, 80, 24));
+    }
+    assert!(
+        seen.contains("esc/? close  down/j scroll down"),
+        "the help's own keys in the footer: {seen}"
+    );
+    let keymap = Keymap::builtin();
+    let descriptions = keymap::HELP_COLUMNS
+        .iter()
+        .flat_map(|column| column.iter())
+        // As much as the narrow column has room for.
+        .flat_map(|ctx| {
+            keymap
+                .own(*ctx, false)
+                .map(|b| b.description.chars().take(14).collect())
+        })
+        .collect::<Vec<String>>();
+    for text in descriptions.iter().map(String::as_str).chain([
         ":apps [OWNER]",
         ":audit ORG",
         ":webhooks",
         ":notifications",
         "j/k scroll",
-        "refresh",
-        "next match",
-        "scale to zero",
         "console log: /data/logs/console.log",
-    ] {
-        assert!(first.contains(text), "{text}: {first}");
+    ]) {
+        assert!(seen.contains(text), "{text}: {seen}");
     }
-    for text in [
-        "previous match",
-        "pause/follow",
-        "cancel",
-        "rotate secret",
-        "refresh the log",
-        "dismiss",
-        "deliveries (live)",
-        "replay",
-        "enable/disable",
-    ] {
-        assert!(last.contains(text), "{text}: {last}");
+}
+
+/// The footer's keys as the keymap gives them for what is on screen now.
+fn footer_keys(s: &State) -> String {
+    Keymap::builtin()
+        .hints(s.context(), s.read_only)
+        .iter()
+        .map(|(k, d)| format!(" {k} {d} "))
+        .collect()
+}
+
+/// The status line on top, and the footer (a message line, the context's keys) at the bottom, with no popup
+/// over either.
+fn status_and_footer_in_sight(s: &State, width: u16, height: u16) {
+    let text = screen(s, width, height);
+    let lines: Vec<&str> = text.lines().collect();
+    let keys: String = footer_keys(s).chars().take(width as usize).collect();
+    assert!(lines[0].starts_with(" switchyard "), "{text}");
+    assert_eq!(lines[lines.len() - 1], keys.trim_end(), "{text}");
+    for line in [lines[0], lines[lines.len() - 2], lines[lines.len() - 1]] {
+        assert!(
+            !line.contains(['│', '┌', '└']),
+            "a popup over {line:?}:\n{text}"
+        );
     }
+}
+
+#[test]
+fn every_context_shows_its_own_keys_and_popups_stay_between_status_and_footer() {
+    let mut s = state();
+    let raw = json!({
+        "name": "qwen", "type": "public", "provider": {"vendor": "aws", "region": "us-east-1"},
+        "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x2",
+                    "scaling": {"minReplica": 0, "maxReplica": 3}},
+        "model": {"repository": "Qwen/Qwen2.5-7B-Instruct", "framework": "pytorch", "image": {"hub": {}}},
+        "status": {"state": "running", "readyReplica": 1, "targetReplica": 1}
+    });
+    let steps: [(&[&str], &str); 12] = [
+        (&["D"], "enter send  esc cancel"),
+        (&["esc", "tab"], "describe"),
+        (&["e"], "ctrl-s save (when valid)"),
+        (&["esc", "s"], "a add entry"),
+        (&["esc", "p"], "switch button"),
+        (&["esc", "d"], "/ search"),
+        (&["esc", "l"], "space pause/follow"),
+        (&["esc", "?"], "esc/? close"),
+        (&["esc", ":", "w", "h", "enter"], "deliveries (live)"),
+        (&["n"], "enter send"),
+        (&["esc", ":", "a", "p", "p", "s", "enter"], "new app"),
+        (&["tab"], "D deploy"),
+    ];
+    for (i, (pressed, shown)) in steps.iter().enumerate() {
+        keys(&mut s, pressed);
+        if i == 1 {
+            loaded(&mut s, Ok(vec![EndpointRow::from_json("admin", &raw)]));
+        }
+        for (width, height) in [(80, 24), (120, 30)] {
+            update(&mut s, Action::Resize(width, height), &Keymap::builtin());
+            status_and_footer_in_sight(&s, width, height);
+        }
+        assert!(
+            footer_keys(&s).contains(shown),
+            "{pressed:?}: {}",
+            footer_keys(&s)
+        );
+    }
+    // Inside an editor the endpoint list's keys are gone from the footer.
+    keys(&mut s, &["tab", "e"]);
+    assert!(!screen(&s, 120, 30).contains("scale to zero"));
 }
 
 #[test]
@@ -228,18 +298,32 @@ fn deploy_form_with_the_servers_issues() {
     }
     let fx = update(&mut s, Action::Key(Key("enter".into())), &Keymap::builtin());
     assert_eq!(fx.len(), 1);
+    // Every issue of the answer at once, each beside its field; one about no field under the form.
+    let issue = |path: &str, message: &str| (path.to_string(), message.to_string());
     update(
         &mut s,
         Action::Deployed(Err((
-            "invalid request body".into(),
-            vec![(
-                "config.name".into(),
-                "may contain only lowercase letters, digits and `-`".into(),
-            )],
+            "invalid request body: config.name: … (and 3 more)".into(),
+            vec![
+                issue(
+                    "config.name",
+                    "may contain only lowercase letters, digits and `-`",
+                ),
+                issue(
+                    "config.scaling.maxReplica",
+                    "must be at least minReplica (2)",
+                ),
+                issue(
+                    "config.privateService",
+                    "is required when type is `private`",
+                ),
+                issue("accelerator", "no recipe of this model runs on neuron"),
+            ],
         ))),
         &Keymap::builtin(),
     );
     insta::assert_snapshot!("deploy_form_issues", screen(&s, 120, 24));
+    insta::assert_snapshot!("deploy_form_issues_80", screen(&s, 80, 24));
     update(
         &mut s,
         Action::Deployed(Ok("admin/qwen".into())),
@@ -269,8 +353,16 @@ fn schedule_editor() {
     loaded(&mut s, Ok(vec![EndpointRow::from_json("admin", &raw)]));
     keys(&mut s, &["s"]);
     insta::assert_snapshot!("schedule_editor", screen(&s, 120, 30));
+    // `▶` follows the entry edited; the one in effect now (12:00: the 08:00 one) keeps its own mark.
+    keys(&mut s, &["down"]);
+    insta::assert_snapshot!("schedule_editor_second_entry", screen(&s, 80, 24));
+    let text = screen(&s, 120, 30);
+    let line = |start: &str| text.lines().find(|l| l.contains(start)).unwrap_or("");
+    assert!(line("1  08:00").contains("● in effect now"), "{text}");
+    assert!(text.contains("▶ 2  20:00▏"), "{text}");
+    assert!(!text.contains("no entries"), "{text}");
     // An entry whose maximum is above the endpoint's: the rule's message beside it, and no save.
-    keys(&mut s, &["down", "tab", "tab", "backspace", "7", "enter"]);
+    keys(&mut s, &["tab", "tab", "backspace", "7", "enter"]);
     let text = screen(&s, 120, 30);
     assert!(
         text.contains("maxReplica: must be at most the endpoint's maxReplica (3)"),
@@ -279,6 +371,18 @@ fn schedule_editor() {
     keys(&mut s, &["backspace", "1"]);
     let fx = update(&mut s, Action::Key(Key("enter".into())), &Keymap::builtin());
     assert_eq!(fx.len(), 1, "{fx:?}");
+    // Without entries the head says so, and whose values apply.
+    keys(&mut s, &["esc"]);
+    let mut raw = raw;
+    raw["compute"]["scaling"]["schedule"] = json!(null);
+    loaded(&mut s, Ok(vec![EndpointRow::from_json("admin", &raw)]));
+    keys(&mut s, &["s"]);
+    let text = screen(&s, 120, 30);
+    assert!(
+        text.contains("no entries: the endpoint's own values (min 0 max 3) apply all day")
+            && !text.contains("▶"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -40,23 +40,6 @@ pub(super) fn open_form(state: &mut State) {
     }
 }
 
-/// A key while the new-app form is open: `esc` closes it; `enter` sends it (it stays open until the server
-/// answers).
-pub(super) fn on_form_key(state: &mut State, key: &str) -> Vec<Effect> {
-    if key == "esc" {
-        state.overlay = Overlay::None;
-        return Vec::new();
-    }
-    match &mut state.overlay {
-        Overlay::NewApp(form) => form
-            .on_key(key)
-            .map(Effect::CreateApp)
-            .into_iter()
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
 /// Asks before `command`'s action on the selected app. An app without a secret has none to delete.
 pub(super) fn ask(state: &mut State, command: Command) {
     let (Some(app), Some(action)) = (state.selected_app(), command.app_action()) else {

@@ -1,7 +1,8 @@
 //! Where a key goes: text being typed first, else the keymap's command, to what is open or the list.
 //!
-//! Text being typed is the filter, a pane's search, an editor, a form or the command line; what is
-//! open is a pane, help, the confirm dialog or a secret shown once.
+//! Text being typed is the filter, a pane's search or the command line; an editor or a form takes its
+//! context's commands and has every other key typed into it. What is open is a pane, help, the confirm
+//! dialog or a secret shown once.
 
 use super::layout::help_height;
 use super::model::State;
@@ -25,26 +26,28 @@ pub(super) fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effec
     if panes::on_search_key(state, key) {
         return Vec::new();
     }
-    if matches!(state.overlay, Overlay::NewApp(_)) {
-        return apps::on_form_key(state, key);
-    }
-    if matches!(state.overlay, Overlay::Webhook(_)) {
-        return webhooks::on_form_key(state, key);
-    }
-    if state.overlay.is_editor() {
-        return editors::on_key(state, key);
-    }
     if matches!(state.overlay, Overlay::Command(_)) {
         return command_line::on_key(state, key);
     }
     // In read-only mode, lookup finds no command that changes something, whatever the keymap says.
-    let Some(command) = keymap.lookup(state.context(), key, state.read_only) else {
-        return Vec::new();
-    };
-    on_command(state, command, keymap)
+    let command = keymap.lookup(state.context(), key, state.read_only);
+    // An editor or a form: what its context does not bind is typed into it.
+    if state.overlay.is_editor() {
+        return match command {
+            Some(command) => editors::on_command(state, command),
+            None => editors::on_typed(state, key),
+        };
+    }
+    match command {
+        Some(command) => on_command(state, command, keymap),
+        None => Vec::new(),
+    }
 }
 
 pub(super) fn on_command(state: &mut State, command: Command, keymap: &Keymap) -> Vec<Effect> {
+    if state.overlay.is_editor() {
+        return editors::on_command(state, command);
+    }
     if state.overlay.pager().is_some() {
         return panes::on_command(state, command);
     }
@@ -122,7 +125,15 @@ pub(super) fn on_command(state: &mut State, command: Command, keymap: &Keymap) -
         | Command::NextMatch
         | Command::PrevMatch
         | Command::Toggle
-        | Command::Confirm => {}
+        | Command::Confirm
+        | Command::Save
+        | Command::SwitchFormat
+        | Command::AddEntry
+        | Command::RemoveEntry
+        | Command::NextField
+        | Command::PrevField
+        | Command::NextChoice
+        | Command::PrevChoice => {}
     }
     Vec::new()
 }

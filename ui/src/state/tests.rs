@@ -1223,3 +1223,38 @@ fn an_older_server_without_notifications_turns_them_off_silently() {
         .iter()
         .any(|e| matches!(e, Effect::FollowNotifications { after: None, .. })));
 }
+
+#[test]
+fn editors_and_forms_take_their_keys_from_the_keymap() {
+    use crate::keymap::Context;
+    let user = "[[binding]]\ncontext = \"schedule\"\nkeys = [\"+\"]\naction = \"add-entry\"\ndescription = \"add\"\n";
+    let (map, problems) = Keymap::with_overrides(Some(user));
+    assert!(problems.is_empty(), "{problems:?}");
+    let press = |s: &mut State, k: &str| update(s, Action::Key(Key(k.into())), &map);
+    let mut s = state();
+    signed_in(&mut s);
+    s.view = View::Endpoints;
+    loaded(&mut s, Ok(endpoints()));
+    press(&mut s, "s");
+    assert_eq!(s.context(), Context::Schedule);
+    let entries = |s: &State| match &s.overlay {
+        Overlay::Schedule(e) => e.entries.len(),
+        _ => usize::MAX,
+    };
+    // `a` is no longer bound (and types nothing into a time); the user's `+` adds.
+    press(&mut s, "a");
+    assert_eq!(entries(&s), 0);
+    press(&mut s, "+");
+    assert_eq!(entries(&s), 1);
+    press(&mut s, "esc");
+    assert_eq!(s.overlay, Overlay::None);
+    // A form: what the context does not bind is typed into the field; help has a context of its own.
+    s.view = View::Webhooks;
+    key(&mut s, "n");
+    assert_eq!(s.context(), Context::Form);
+    typed(&mut s, "q?j");
+    assert!(matches!(&s.overlay, Overlay::Webhook(f) if f.url == "q?j"));
+    key(&mut s, "esc");
+    key(&mut s, "?");
+    assert_eq!(s.context(), Context::Help);
+}
