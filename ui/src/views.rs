@@ -173,12 +173,24 @@ fn catalog(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
         ("ENGINES", Constraint::Fill(2)),
         ("CREATED", Constraint::Length(10)),
     ];
+    // The server's filters, when the catalog shown was asked with some.
+    let name = match state.catalog_filters.is_empty() {
+        true => "catalog".to_string(),
+        false => {
+            let filters: Vec<String> = state
+                .catalog_filters
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            format!("catalog [{}]", filters.join(" "))
+        }
+    };
     list(
         frame,
         area,
         state,
         visible,
-        ("catalog", state.catalog.len()),
+        (&name, state.catalog.len()),
         &columns,
         |i| {
             let c = &state.catalog[i];

@@ -27,6 +27,26 @@ fn state() -> State {
         Action::SignedIn(Ok(("admin".into(), vec!["acme".into()]))),
         &keymap,
     );
+    let rows = catalog();
+    let seq = s.catalog_seq;
+    update(&mut s, Action::CatalogLoaded(seq, Ok(rows)), &keymap);
+    let endpoints = [("qwen", "admin", "running", 2, 2), ("embedder", "acme", "scaledToZero", 0, 0), ("broken", "acme", "failed", 0, 0)]
+        .iter()
+        .map(|(name, ns, st, ready, target)| {
+            EndpointRow::from_json(ns, &json!({
+                "name": name, "type": "authenticated", "model": {"repository": "Qwen/Qwen2.5-7B-Instruct"},
+                "status": {"state": st, "readyReplica": ready, "targetReplica": target,
+                           "url": format!("http://127.0.0.1:8080/endpoints/{ns}/{name}"),
+                           "updatedAt": "2026-11-22T11:58:00.000Z"}
+            }))
+        })
+        .collect();
+    loaded(&mut s, Ok(endpoints));
+    s
+}
+
+/// Three models: two text-generation ones on GPUs, an embedder.
+fn catalog() -> Vec<CatalogRow> {
     let catalog = [
         (
             "Qwen",
@@ -50,7 +70,7 @@ fn state() -> State {
             &[("gpu", "sglang")][..],
         ),
     ];
-    let rows = catalog
+    catalog
         .iter()
         .map(|(author, model, task, license, recipes)| {
             CatalogRow::from_json(&json!({
@@ -61,22 +81,7 @@ fn state() -> State {
                 })).collect::<Vec<_>>()
             }))
         })
-        .collect();
-    let seq = s.catalog_seq;
-    update(&mut s, Action::CatalogLoaded(seq, Ok(rows)), &keymap);
-    let endpoints = [("qwen", "admin", "running", 2, 2), ("embedder", "acme", "scaledToZero", 0, 0), ("broken", "acme", "failed", 0, 0)]
-        .iter()
-        .map(|(name, ns, st, ready, target)| {
-            EndpointRow::from_json(ns, &json!({
-                "name": name, "type": "authenticated", "model": {"repository": "Qwen/Qwen2.5-7B-Instruct"},
-                "status": {"state": st, "readyReplica": ready, "targetReplica": target,
-                           "url": format!("http://127.0.0.1:8080/endpoints/{ns}/{name}"),
-                           "updatedAt": "2026-11-22T11:58:00.000Z"}
-            }))
-        })
-        .collect();
-    loaded(&mut s, Ok(endpoints));
-    s
+        .collect()
 }
 
 /// The answer to the latest endpoints load.
@@ -133,6 +138,45 @@ fn catalog_view() {
     insta::assert_snapshot!("catalog_filtered", screen(&s, 120, 24));
     keys(&mut s, &["enter"]);
     insta::assert_snapshot!("catalog_recipes", screen(&s, 120, 24));
+}
+
+/// The answer to the latest catalog load: the rows of `catalog()` that `keep` keeps.
+fn catalog_loaded(s: &mut State, keep: impl Fn(&CatalogRow) -> bool) {
+    let rows = catalog().into_iter().filter(keep).collect();
+    let seq = s.catalog_seq;
+    update(s, Action::CatalogLoaded(seq, Ok(rows)), &Keymap::builtin());
+}
+
+#[test]
+fn catalog_filters_show_in_the_title_until_catalog_alone_clears_them() {
+    let mut s = state();
+    let want = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let filters = want(&[("task", "text-generation"), ("accelerator", "gpu")]);
+    let fx = command(&mut s, "catalog task=text-generation accelerator=gpu");
+    assert_eq!(fx, [Effect::LoadCatalog(s.catalog_seq, filters.clone())]);
+    catalog_loaded(&mut s, |c| c.task == "text-generation");
+    insta::assert_snapshot!("catalog_server_filters", screen(&s, 120, 24));
+    let title = "catalog [task=text-generation accelerator=gpu] (2/2)";
+    assert!(screen(&s, 80, 24).contains(title));
+    // `r` reloads with them, and the title keeps them.
+    let fx = update(&mut s, Action::Key(Key("r".into())), &Keymap::builtin());
+    assert_eq!(fx, [Effect::LoadCatalog(s.catalog_seq, filters)]);
+    catalog_loaded(&mut s, |c| c.task == "text-generation");
+    assert!(screen(&s, 120, 24).contains(title));
+    // `:catalog` alone: the whole catalog, no filters.
+    let fx = command(&mut s, "catalog");
+    assert_eq!(fx, [Effect::LoadCatalog(s.catalog_seq, want(&[]))]);
+    catalog_loaded(&mut s, |_| true);
+    let text = screen(&s, 120, 24);
+    assert!(
+        text.contains("┌ catalog (3/3) ") && !text.contains("task="),
+        "{text}"
+    );
 }
 
 #[test]

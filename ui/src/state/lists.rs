@@ -12,6 +12,12 @@ use super::rows::{AppRow, AuditRow, CatalogRow, EndpointRow, WebhookRow};
 use crate::effects::Effect;
 use crate::keymap::Command;
 
+/// The catalog with the server's `filters` (none: the whole catalog), loaded again.
+pub(super) fn show_catalog(state: &mut State, filters: Vec<(String, String)>) -> Vec<Effect> {
+    state.catalog_asked = filters;
+    switch(state, View::Catalog)
+}
+
 /// Shows `view`, unfiltered and from its first row, and loads it.
 pub(super) fn switch(state: &mut State, view: View) -> Vec<Effect> {
     state.view = view;
@@ -29,7 +35,7 @@ pub(super) fn refresh(state: &mut State) -> Vec<Effect> {
             state.catalog_seq += 1;
             vec![Effect::LoadCatalog(
                 state.catalog_seq,
-                state.catalog_filters.clone(),
+                state.catalog_asked.clone(),
             )]
         }
         View::Endpoints if state.user.is_some() => {
@@ -127,16 +133,21 @@ pub(super) fn refresh_due(state: &mut State) -> Vec<Effect> {
     }
 }
 
-/// The answer to the latest catalog load.
+/// The answer to the latest catalog load: its filters are the shown ones from now on.
 pub(super) fn on_catalog_loaded(state: &mut State, rows: Result<Vec<CatalogRow>, String>) {
     match rows {
         Ok(rows) => {
             state.connection = Connection::Connected;
             state.catalog = rows;
+            state.catalog_filters = state.catalog_asked.clone();
             clamp(state);
         }
-        // A catalog query the server refused (a bad filter) is the user's to fix, not a lost server.
-        Err(e) => state.message = Some((format!("catalog: {e}"), true)),
+        // A catalog query the server refused (a bad filter) is the user's to fix, not a lost server: the
+        // catalog shown stays, with its own filters.
+        Err(e) => {
+            state.catalog_asked = state.catalog_filters.clone();
+            state.message = Some((format!("catalog: {e}"), true));
+        }
     }
 }
 

@@ -136,8 +136,11 @@ pub struct State {
     pub view: View,
     pub overlay: Overlay,
     pub catalog: Vec<CatalogRow>,
-    /// The filters the catalog was asked with (`:catalog task=… limit=…`).
+    /// The server's filters of the catalog shown (`:catalog task=… limit=…`): in its title, and `r` reloads
+    /// with them.
     pub catalog_filters: Vec<(String, String)>,
+    /// The filters of the catalog load under way: they become the shown ones when it answers.
+    pub(super) catalog_asked: Vec<(String, String)>,
     pub endpoints: Vec<EndpointRow>,
     pub apps: Vec<AppRow>,
     /// Whose apps are shown: `None` for the signed-in user's own.
@@ -199,6 +202,7 @@ impl State {
             overlay: Overlay::None,
             catalog: Vec::new(),
             catalog_filters: Vec::new(),
+            catalog_asked: Vec::new(),
             endpoints: Vec::new(),
             apps: Vec::new(),
             apps_owner: None,

@@ -169,9 +169,20 @@ fn catalog_filters_and_logs() {
         ("limit".to_string(), "5".to_string()),
     ];
     assert_eq!(fx, [Effect::LoadCatalog(1, want.clone())]);
+    update(
+        &mut s,
+        Action::CatalogLoaded(1, Ok(Vec::new())),
+        &Keymap::builtin(),
+    );
     assert_eq!(s.catalog_filters, want);
-    // A filter the server refuses is shown, and the server is still considered up.
+    // `r` reloads with them.
+    assert_eq!(key(&mut s, "r"), [Effect::LoadCatalog(2, want.clone())]);
+    // A filter the server refuses is shown, the server is still considered up, and the catalog shown keeps
+    // its filters (`r` too).
     signed_in(&mut s);
+    key(&mut s, ":");
+    typed(&mut s, "catalog limit=0");
+    key(&mut s, "enter");
     let seq = s.catalog_seq;
     update(
         &mut s,
@@ -183,6 +194,19 @@ fn catalog_filters_and_logs() {
         .message
         .as_ref()
         .is_some_and(|(m, e)| *e && m.contains("limit")));
+    assert_eq!(s.catalog_filters, want);
+    assert!(matches!(&key(&mut s, "r")[..], [Effect::LoadCatalog(_, f)] if *f == want));
+    // `:catalog` alone: the whole catalog again.
+    key(&mut s, ":");
+    typed(&mut s, "catalog");
+    assert!(matches!(&key(&mut s, "enter")[..], [Effect::LoadCatalog(_, f)] if f.is_empty()));
+    let seq = s.catalog_seq;
+    update(
+        &mut s,
+        Action::CatalogLoaded(seq, Ok(Vec::new())),
+        &Keymap::builtin(),
+    );
+    assert!(s.catalog_filters.is_empty());
 
     s.view = View::Endpoints;
     loaded(&mut s, Ok(endpoints()));
