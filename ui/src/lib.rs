@@ -12,6 +12,7 @@
 //!
 //! 1. Plain data, for everything above:
 //!    - `format`: the spec's text formats, JSON and TOML. Imports nothing of the crate.
+//!    - `natural`: names in natural order (`a-2` before `a-10`). Imports nothing of the crate.
 //!    - `effects`: what the state asks the runtime to do ([`effects::Effect`]) and the requests it carries
 //!      (`EndpointAction`, `DeployRequest`, `ExternalEdit`). Imports `format`.
 //! 2. The widgets' own state and the keymap, each knowing nothing of the console around it:
@@ -41,6 +42,7 @@ pub mod form_input;
 pub mod form_issues;
 pub mod format;
 pub mod keymap;
+pub mod natural;
 pub mod pager;
 pub mod schedule;
 pub mod spec;

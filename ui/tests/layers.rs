@@ -11,6 +11,7 @@ use layers::Layers;
 /// The modules, lowest first: each may name only modules before it.
 const ORDER: &[&str] = &[
     "format",
+    "natural",
     "effects",
     "pager",
     "form_issues",

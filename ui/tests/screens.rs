@@ -720,7 +720,7 @@ fn apps_view_and_its_dialogs() {
     // Deleting the secret asks first, and says what it means.
     keys(&mut s, &["X"]);
     insta::assert_snapshot!("apps_confirm_delete_secret", screen(&s, 80, 24));
-    keys(&mut s, &["esc", "R", "tab"]);
+    keys(&mut s, &["esc", "G", "R", "tab"]);
     let fx = update(&mut s, Action::Key(Key("enter".into())), &Keymap::builtin());
     assert_eq!(
         fx,
@@ -751,7 +751,7 @@ fn apps_view_and_its_dialogs() {
     let text = screen(&s, 120, 24);
     assert!(!text.contains(SECRET), "{text}");
     // Details.
-    keys(&mut s, &["G", "enter"]);
+    keys(&mut s, &["g", "enter"]);
     let text = screen(&s, 120, 24);
     assert!(
         text.contains("token exchange  yes") && text.contains("http://127.0.0.1/cb"),

@@ -9,14 +9,17 @@ use super::lists::refresh;
 use super::model::{Connection, NotificationsFeed, State, View};
 use super::overlay::Overlay;
 use crate::effects::Effect;
+use crate::natural::natural_cmp;
 
-/// The answer to signing in: the user and the namespaces to list, then the current view loads.
+/// The answer to signing in: the user and the namespaces to list (the user's own, then the others in
+/// natural order), then the current view loads.
 pub(super) fn on_signed_in(
     state: &mut State,
     answer: Result<(String, Vec<String>), SignInFailure>,
 ) -> Vec<Effect> {
     match answer {
-        Ok((user, orgs)) => {
+        Ok((user, mut orgs)) => {
+            orgs.sort_by(|a, b| natural_cmp(a, b));
             state.connection = Connection::Connected;
             state.retry_at = None;
             state.retry_delay = chrono::Duration::seconds(1);

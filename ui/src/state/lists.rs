@@ -2,7 +2,8 @@
 //! loading, switching, the selection, the `/` filter, copying a row.
 //!
 //! The selection moves with keys and the mouse, and follows its endpoint through a reload; copying puts the
-//! selected model's id, endpoint's URL or app's client id on the clipboard.
+//! selected model's id, endpoint's URL or app's client id on the clipboard. Endpoints and apps are listed by
+//! name in natural order (`a-2` before `a-10`).
 
 use super::action::{type_into, LoadFailure};
 use super::layout::{list_height, row_at};
@@ -11,6 +12,7 @@ use super::overlay::Overlay;
 use super::rows::{AppRow, AuditRow, CatalogRow, EndpointRow, WebhookRow};
 use crate::effects::Effect;
 use crate::keymap::Command;
+use crate::natural::natural_cmp;
 
 /// The catalog with the server's `filters` (none: the whole catalog), loaded again.
 pub(super) fn show_catalog(state: &mut State, filters: Vec<(String, String)>) -> Vec<Effect> {
@@ -94,7 +96,8 @@ pub(super) const AUDIT_FORBIDDEN: &str = "only the organization's administrators
 /// The answer to the latest apps load. A list that cannot be had is said so in place of the table.
 pub(super) fn on_apps_loaded(state: &mut State, rows: Result<Vec<AppRow>, LoadFailure>) {
     match rows {
-        Ok(rows) => {
+        Ok(mut rows) => {
+            rows.sort_by(|a, b| natural_cmp(&a.name, &b.name));
             state.apps = rows;
             state.apps_note = None;
         }
@@ -154,7 +157,7 @@ pub(super) fn on_catalog_loaded(state: &mut State, rows: Result<Vec<CatalogRow>,
 /// The answer to the latest endpoints load. Rows the same as those shown need no frame.
 pub(super) fn on_endpoints_loaded(state: &mut State, rows: Result<Vec<EndpointRow>, String>) {
     state.loading = false;
-    let rows = match rows {
+    let mut rows = match rows {
         Ok(rows) => rows,
         Err(e) => {
             state.dirty = true;
@@ -166,6 +169,13 @@ pub(super) fn on_endpoints_loaded(state: &mut State, rows: Result<Vec<EndpointRo
         state.connection = Connection::Connected;
         state.dirty = true;
     }
+    // Namespace by namespace as signed in (the user's own first), each one's names in natural order.
+    let at = |ns: &str| state.namespaces.iter().position(|n| n == ns);
+    rows.sort_by(|a, b| {
+        (at(&a.namespace).cmp(&at(&b.namespace)))
+            .then_with(|| natural_cmp(&a.namespace, &b.namespace))
+            .then_with(|| natural_cmp(&a.name, &b.name))
+    });
     if rows == state.endpoints {
         return;
     }

@@ -524,10 +524,11 @@ fn an_answer_for_a_closed_editor_is_a_message_and_clicks_select_rows() {
 }
 
 fn apps() -> Vec<AppRow> {
-    [("web", true), ("cli", false)]
+    // In natural order by name, as the list keeps them.
+    [("web", "app_web", true), ("web cli", "app_cli", false)]
         .iter()
-        .map(|(name, secret)| {
-            AppRow::from_json(&json!({"id": format!("app_{name}"), "owner": "alice", "name": name,
+        .map(|(name, id, secret)| {
+            AppRow::from_json(&json!({"id": id, "owner": "alice", "name": name,
                                       "redirectUris": ["https://x.example/cb"], "scopes": ["openid"],
                                       "hasSecret": secret, "tokenExchange": false}))
         })
