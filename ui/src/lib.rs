@@ -13,6 +13,8 @@
 //! 1. Plain data, for everything above:
 //!    - `format`: the spec's text formats, JSON and TOML. Imports nothing of the crate.
 //!    - `natural`: names in natural order (`a-2` before `a-10`). Imports nothing of the crate.
+//!    - `columns`: a table's columns sharing its width by importance; cells cut to fit. Imports nothing of
+//!      the crate.
 //!    - `effects`: what the state asks the runtime to do ([`effects::Effect`]) and the requests it carries
 //!      (`EndpointAction`, `DeployRequest`, `ExternalEdit`). Imports `format`.
 //! 2. The widgets' own state and the keymap, each knowing nothing of the console around it:
@@ -36,6 +38,7 @@
 //! A module's own tests may use anything. `tests/layers.rs` checks the order.
 
 pub mod app_form;
+pub mod columns;
 pub mod effects;
 pub mod form;
 pub mod form_input;

@@ -12,6 +12,7 @@ use layers::Layers;
 const ORDER: &[&str] = &[
     "format",
     "natural",
+    "columns",
     "effects",
     "pager",
     "form_issues",

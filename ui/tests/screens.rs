@@ -184,6 +184,7 @@ fn endpoints_view_and_dialogs() {
     let mut s = state();
     keys(&mut s, &[":", "e", "p", "enter"]);
     insta::assert_snapshot!(screen(&s, 120, 24));
+    insta::assert_snapshot!("endpoints_view_80", screen(&s, 80, 24));
     keys(&mut s, &["j", "ctrl-d"]);
     insta::assert_snapshot!("endpoints_confirm_delete", screen(&s, 120, 24));
     keys(&mut s, &["esc", "?"]);
@@ -290,6 +291,48 @@ fn every_context_shows_its_own_keys_and_popups_stay_between_status_and_footer() 
     // Inside an editor the endpoint list's keys are gone from the footer.
     keys(&mut s, &["tab", "e"]);
     assert!(!screen(&s, 120, 30).contains("scale to zero"));
+}
+
+#[test]
+fn endpoint_columns_share_the_width_by_importance_and_names_sort_naturally() {
+    let mut s = state();
+    keys(&mut s, &["tab"]);
+    let rows = [
+        ("e-10", "admin"),
+        ("e-2", "admin"),
+        ("llama-chat-assistant-prod", "acme"),
+    ]
+    .iter()
+    .map(|(name, ns)| {
+        EndpointRow::from_json(
+            ns,
+            &json!({
+                "name": name, "type": "authenticated",
+                "model": {"repository": "meta-llama/Llama-3.1-8B-Instruct"},
+                "status": {"state": "initializing", "readyReplica": 0, "targetReplica": 1,
+                           "url": format!("https://switchyard.example.com/endpoints/{ns}/{name}"),
+                           "updatedAt": "2026-11-22T11:58:00.000Z"}
+            }),
+        )
+    })
+    .collect();
+    loaded(&mut s, Ok(rows));
+    insta::assert_snapshot!("endpoint_columns_80", screen(&s, 80, 24));
+    insta::assert_snapshot!("endpoint_columns_120", screen(&s, 120, 24));
+    // At 80 columns the name and the model are whole; the URL, when shown, keeps the endpoint's name.
+    let text = screen(&s, 80, 24);
+    let at = |name: &str| text.find(&format!("│{name} ")).unwrap_or(usize::MAX);
+    assert!(at("e-2") < at("e-10"), "{text}");
+    for want in [
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "llama-chat-assistant-prod",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    let text = screen(&s, 120, 24);
+    for want in ["…/llama-chat-assistant-prod", "…/endpoints/admin/e-10"] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
 }
 
 #[test]

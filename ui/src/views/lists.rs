@@ -1,5 +1,5 @@
-//! The views' tables: the catalog (and its recipes pane), endpoints, apps, audit log, webhooks, deliveries and
-//! notifications.
+//! The views' tables: the catalog (and its recipes pane), apps, audit log, webhooks, deliveries and
+//! notifications (the endpoints have a module of their own).
 
 use ratatui::layout::{Constraint, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -10,7 +10,8 @@ use ratatui::Frame;
 use super::{list, note};
 use crate::state::{Recipe, State};
 
-fn state_colour(state: &str) -> Color {
+/// An endpoint's state in its colour: green running, yellow on its way, red failed, grey asleep.
+pub(super) fn state_colour(state: &str) -> Color {
     match state {
         "running" => Color::Green,
         "initializing" | "pending" | "updating" => Color::Yellow,
@@ -97,40 +98,6 @@ pub(super) fn recipes(frame: &mut Frame, area: Rect, state: &State, visible: &[u
     frame.render_widget(
         Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(title)),
         area,
-    );
-}
-
-pub(super) fn endpoints(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
-    let columns = [
-        ("NAME", Constraint::Fill(2)),
-        ("NAMESPACE", Constraint::Fill(1)),
-        ("STATE", Constraint::Length(13)),
-        ("READY", Constraint::Length(5)),
-        ("MODEL", Constraint::Fill(2)),
-        ("TYPE", Constraint::Length(13)),
-        ("URL", Constraint::Fill(3)),
-        ("UPDATED", Constraint::Length(19)),
-    ];
-    list(
-        frame,
-        area,
-        state,
-        visible,
-        ("endpoints", state.endpoints.len()),
-        &columns,
-        |i| {
-            let e = &state.endpoints[i];
-            Row::new(vec![
-                Cell::from(e.name.clone()),
-                Cell::from(e.namespace.clone()),
-                Cell::from(e.state.clone()).style(Style::new().fg(state_colour(&e.state))),
-                Cell::from(format!("{}/{}", e.ready, e.target)),
-                Cell::from(e.model.clone()),
-                Cell::from(e.kind.clone()),
-                Cell::from(e.url.clone()),
-                Cell::from(e.updated.clone()),
-            ])
-        },
     );
 }
 

@@ -3,7 +3,7 @@
 //! No popup covers the status line or the footer: popups are drawn inside the body between them.
 //!
 //! Here: the frame, the status line, the footer, what a list and a popup look like. The parts: `lists` (the
-//! views' tables), `panes` (help, describe, logs), `editors` (spec, schedule), `forms`, `dialogs`.
+//! views' tables), `endpoints` (the endpoints' table), `panes` (help, describe, logs), `editors` (spec, schedule), `forms`, `dialogs`.
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -13,14 +13,16 @@ use ratatui::Frame;
 
 mod dialogs;
 mod editors;
+mod endpoints;
 mod forms;
 mod lists;
 mod panes;
 
 use dialogs::{confirm, question, secret};
 use editors::{schedule, spec};
+use endpoints::endpoints;
 use forms::{deploy, new_app, webhook_form};
-use lists::{apps, audit, catalog, deliveries, endpoints, notifications, recipes, webhooks};
+use lists::{apps, audit, catalog, deliveries, notifications, recipes, webhooks};
 use panes::{help, pane};
 
 use crate::keymap::Keymap;
