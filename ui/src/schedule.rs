@@ -1,6 +1,7 @@
 //! The schedule editor: an endpoint's daily UTC schedule as a 24-hour timeline and a list of entries, checked
 //! as you type by the server's own rules (`EndpointSpec::parse` on the endpoint with the edited schedule).
 
+use chrono::{DateTime, Timelike, Utc};
 use serde_json::{json, Value};
 use switchyard_server::model::status::strip_response_fields;
 use switchyard_server::model::EndpointSpec;
@@ -66,6 +67,27 @@ fn count(v: &Value) -> String {
 /// Minutes since midnight of `HH:MM`, when well-formed.
 fn minutes(at: &str) -> Option<u16> {
     switchyard_server::model::endpoint::parse_time_of_day(at)
+}
+
+/// The minute of the day (UTC) `now` is in.
+pub fn minute_of_day(now: DateTime<Utc>) -> u16 {
+    (now.hour() * 60 + now.minute()) as u16
+}
+
+/// Which of the entries starting at `ats` (`HH:MM`, in the schedule's order) is in effect at `minute` of the
+/// day: the latest starting at or before it, else (wrapping past midnight) the last of the day. `None`
+/// without entries: the endpoint's own values apply.
+pub fn in_effect<'a>(ats: impl Iterator<Item = &'a str>, minute: u16) -> Option<usize> {
+    let timed: Vec<(u16, usize)> = ats
+        .enumerate()
+        .filter_map(|(i, at)| Some((minutes(at)?, i)))
+        .collect();
+    timed
+        .iter()
+        .filter(|(at, _)| *at <= minute)
+        .max_by_key(|(at, _)| *at)
+        .or_else(|| timed.iter().max_by_key(|(at, _)| *at))
+        .map(|(_, i)| *i)
 }
 
 impl ScheduleEditor {
@@ -149,18 +171,7 @@ impl ScheduleEditor {
     /// The entry in effect at `minute` of the day: the latest starting at or before it, else (wrapping past
     /// midnight) the last of the day. `None` when there are no entries: the endpoint's own values apply.
     pub fn in_effect(&self, minute: u16) -> Option<usize> {
-        let timed: Vec<(u16, usize)> = self
-            .entries
-            .iter()
-            .enumerate()
-            .filter_map(|(i, e)| Some((minutes(&e.at)?, i)))
-            .collect();
-        timed
-            .iter()
-            .filter(|(at, _)| *at <= minute)
-            .max_by_key(|(at, _)| *at)
-            .or_else(|| timed.iter().max_by_key(|(at, _)| *at))
-            .map(|(_, i)| *i)
+        in_effect(self.entries.iter().map(|e| e.at.as_str()), minute)
     }
 
     /// 48 half-hour cells: the number of the entry in effect (1-based), or `·` for the endpoint's own values.

@@ -37,13 +37,18 @@ fn state() -> State {
                 "name": name, "type": "authenticated", "model": {"repository": "Qwen/Qwen2.5-7B-Instruct"},
                 "status": {"state": st, "readyReplica": ready, "targetReplica": target,
                            "url": format!("http://127.0.0.1:8080/endpoints/{ns}/{name}"),
-                           "updatedAt": "2026-11-22T11:58:00.000Z"}
+                           "updatedAt": "2026-11-22T11:58:00.000Z",
+                           "message": (*st == "failed").then_some(BROKEN)}
             }))
         })
         .collect();
     loaded(&mut s, Ok(endpoints));
     s
 }
+
+/// Why the failed endpoint of `state()` failed.
+const BROKEN: &str =
+    "replicas keep exiting: exit status 1: CUDA error: out of memory (tried to allocate 2.00 GiB)";
 
 /// Three models: two text-generation ones on GPUs, an embedder.
 fn catalog() -> Vec<CatalogRow> {
@@ -331,6 +336,49 @@ fn endpoint_columns_share_the_width_by_importance_and_names_sort_naturally() {
     }
     let text = screen(&s, 120, 24);
     for want in ["…/llama-chat-assistant-prod", "…/endpoints/admin/e-10"] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+}
+
+#[test]
+fn why_an_endpoint_failed_under_the_list_and_at_the_top_of_describe() {
+    let mut s = state();
+    keys(&mut s, &["tab", "j"]);
+    insta::assert_snapshot!("endpoints_why_80", screen(&s, 80, 24));
+    let text = screen(&s, 120, 24);
+    assert!(
+        text.contains(&format!(" acme/broken failed: {BROKEN}")),
+        "{text}"
+    );
+    assert_eq!(
+        colour_of(&s, 120, 24, "failed: "),
+        ratatui::style::Color::Red
+    );
+    // Describe leads with a summary; the whole resource follows.
+    let raw = json!({
+        "name": "broken", "type": "public",
+        "compute": {"accelerator": "gpu", "instanceType": "nvidia-l4", "instanceSize": "x1",
+                    "scaling": {"minReplica": 0, "maxReplica": 2, "scaleToZeroTimeout": 30, "schedule": [
+                        {"at": "08:00", "minReplica": 1, "maxReplica": 2},
+                        {"at": "20:00", "minReplica": 0, "maxReplica": 1}]}},
+        "model": {"repository": "Qwen/Qwen2.5-7B-Instruct", "framework": "pytorch", "image": {"vllm": {}}},
+        "status": {"state": "failed", "readyReplica": 0, "targetReplica": 1, "message": BROKEN,
+                   "url": "http://127.0.0.1:8080/endpoints/acme/broken", "updatedAt": "2026-11-22T11:58:00.000Z"}
+    });
+    loaded(&mut s, Ok(vec![EndpointRow::from_json("acme", &raw)]));
+    update(&mut s, Action::Resize(120, 30), &Keymap::builtin());
+    keys(&mut s, &["enter"]);
+    insta::assert_snapshot!("describe_summary", screen(&s, 120, 30));
+    let text = screen(&s, 120, 30);
+    for want in [
+        "state      failed",
+        &format!("why        {BROKEN}"),
+        "replicas   0 ready of 1 wanted",
+        "model      Qwen/Qwen2.5-7B-Instruct (image: vllm)",
+        "scaling    min 0 · max 2 · scales to zero after 30 min idle",
+        "schedule   entry 1 of 2 in effect now (from 08:00 UTC): min 1 · max 2",
+        "the whole resource:",
+    ] {
         assert!(text.contains(want), "{want}: {text}");
     }
 }
@@ -657,7 +705,7 @@ fn clicks_and_pages_follow_the_drawn_table() {
     let shown: Vec<usize> = drawn
         .lines()
         .enumerate()
-        .filter(|(_, l)| l.contains("endpoint-"))
+        .filter(|(_, l)| l.starts_with("│endpoint-"))
         .map(|(y, _)| y)
         .collect();
     // As many rows drawn as a page moves by.

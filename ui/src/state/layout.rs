@@ -1,6 +1,6 @@
 //! Screen geometry: where the table, the panes and the rows are on a terminal of a given size.
 //!
-//! The main screen's parts (status line, the view's table, the catalog's detail pane, footer), a pager's
+//! The main screen's parts (status line, the view's table, the detail under it, footer), a pager's
 //! lines and the help screen's. Paging, scrolling and mouse clicks need them as much as drawing does: the
 //! state pages and picks rows with them, and the views draw with the same numbers.
 
@@ -28,8 +28,8 @@ pub fn help_height(size: (u16, u16)) -> usize {
 /// Rows of the catalog's detail pane (the selected model's recipes), under the list.
 const DETAIL_HEIGHT: u16 = 7;
 
-/// Where the parts of the main screen go: the status line, the view's table, the catalog's detail pane and
-/// the footer. Drawing, paging and mouse clicks all take the table's place from here. `body` is all between
+/// Where the parts of the main screen go: the status line, the view's table, the detail under it (the
+/// catalog's recipes, why the selected endpoint is in its state) and the footer. Drawing, paging and mouse clicks all take the table's place from here. `body` is all between
 /// the status line and the footer: popups stay inside it.
 pub struct Screen {
     pub top: Rect,
@@ -63,12 +63,15 @@ pub fn screen(view: View, area: Rect) -> Screen {
                     .areas(main);
             (table, Some(detail))
         }
-        View::Endpoints
-        | View::Apps
-        | View::Audit
-        | View::Webhooks
-        | View::Deliveries
-        | View::Notifications => (main, None),
+        // A line under the table says why the selected endpoint is in its state.
+        View::Endpoints => {
+            let [table, why] =
+                Layout::vertical([Constraint::Min(3), Constraint::Length(1)]).areas(main);
+            (table, Some(why))
+        }
+        View::Apps | View::Audit | View::Webhooks | View::Deliveries | View::Notifications => {
+            (main, None)
+        }
     };
     Screen {
         top,

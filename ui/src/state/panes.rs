@@ -11,8 +11,10 @@ use super::rows::Recipe;
 use crate::effects::Effect;
 use crate::keymap::Command;
 use crate::pager::Pager;
+use crate::schedule::minute_of_day;
 
-/// The selected model's recipes, the selected endpoint's whole resource, or the selected app's details.
+/// The selected model's recipes, the selected endpoint's summary and whole resource, or the selected app's
+/// details.
 pub(super) fn describe(state: &mut State) {
     let rows = state.visible();
     let Some(&i) = rows.get(state.selected) else {
@@ -36,7 +38,11 @@ pub(super) fn describe(state: &mut State) {
         }
         View::Endpoints => {
             let ep = &state.endpoints[i];
-            let text = serde_json::to_string_pretty(&ep.raw).unwrap_or_default();
+            let text = format!(
+                "{}\nthe whole resource:\n{}",
+                ep.summary(minute_of_day(state.now)),
+                serde_json::to_string_pretty(&ep.raw).unwrap_or_default()
+            );
             (format!("{}/{}", ep.namespace, ep.name), text)
         }
         View::Apps => {

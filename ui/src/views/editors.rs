@@ -7,7 +7,7 @@ use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use ratatui::Frame;
 
 use super::centered;
-use crate::schedule::{Entry, ScheduleEditor, COLUMNS};
+use crate::schedule::{minute_of_day, Entry, ScheduleEditor, COLUMNS};
 use crate::spec::SpecEditor;
 
 /// The spec editor: the text with line numbers, and under it the issues (at most five) or a note.
@@ -84,11 +84,6 @@ pub(super) fn schedule(
         ),
         box_,
     );
-}
-
-fn minute_of_day(now: chrono::DateTime<chrono::Utc>) -> u16 {
-    use chrono::Timelike;
-    (now.hour() * 60 + now.minute()) as u16
 }
 
 /// The schedule editor's head: the endpoint's own values and what they mean now, the day's timeline with the

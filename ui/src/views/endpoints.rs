@@ -1,10 +1,12 @@
 //! The endpoints table. Its columns share the width by importance: the name and the model get room first,
 //! then state and readiness; then the namespace, the URL (cut from the left so that the endpoint's name
 //! stays; left out where even that does not fit), the type and the last update, which shrink or go first.
+//! Under it, a line says why the selected endpoint is in its state.
 
 use ratatui::layout::{Constraint, Rect};
 use ratatui::style::Style;
-use ratatui::widgets::{Cell, Row};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Cell, Paragraph, Row};
 use ratatui::Frame;
 
 use super::list;
@@ -146,4 +148,26 @@ pub(super) fn endpoints(frame: &mut Frame, area: Rect, state: &State, visible: &
         &shown,
         |i| row(&state.endpoints[i], &widths),
     );
+}
+
+/// The line under the table: the selected endpoint, its state and why it is in it (`status.message`).
+pub(super) fn why(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
+    let selected = visible
+        .get(state.selected.min(visible.len().saturating_sub(1)))
+        .map(|i| &state.endpoints[*i]);
+    let Some(e) = selected else {
+        return;
+    };
+    let who = format!(" {}/{} ", e.namespace, e.name);
+    let mut spans = vec![Span::styled(
+        e.state.clone(),
+        Style::new().fg(state_colour(&e.state)),
+    )];
+    if !e.message.is_empty() {
+        // Cut with … where the line ends: describe (`enter`) has it whole.
+        let room = area.width.saturating_sub(chars(&who) + chars(&e.state));
+        spans.push(Span::raw(fit(&format!(": {}", e.message), room)));
+    }
+    spans.insert(0, Span::raw(who));
+    frame.render_widget(Paragraph::new(Line::from(spans)), area);
 }

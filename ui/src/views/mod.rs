@@ -20,7 +20,7 @@ mod panes;
 
 use dialogs::{confirm, question, secret};
 use editors::{schedule, spec};
-use endpoints::endpoints;
+use endpoints::{endpoints, why};
 use forms::{deploy, new_app, webhook_form};
 use lists::{apps, audit, catalog, deliveries, notifications, recipes, webhooks};
 use panes::{help, pane};
@@ -49,8 +49,10 @@ pub fn draw(frame: &mut Frame, state: &State, keymap: &Keymap) {
     // The filtered rows, found once for the frame.
     let visible = state.visible();
     status_line(frame, screen.top, state);
-    if let Some(detail) = screen.detail {
-        recipes(frame, detail, state, &visible);
+    match (state.view, screen.detail) {
+        (View::Catalog, Some(detail)) => recipes(frame, detail, state, &visible),
+        (View::Endpoints, Some(detail)) => why(frame, detail, state, &visible),
+        _ => {}
     }
     match state.view {
         View::Catalog => catalog(frame, screen.table, state, &visible),
