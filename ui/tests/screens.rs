@@ -383,6 +383,60 @@ fn why_an_endpoint_failed_under_the_list_and_at_the_top_of_describe() {
     }
 }
 
+/// The logs of the selected endpoint answered with `text`.
+fn logs_loaded(s: &mut State, text: &str) {
+    let Some((namespace, name)) = (match &s.overlay {
+        switchyard_ui::state::Overlay::Logs {
+            namespace, name, ..
+        } => Some((namespace.clone(), name.clone())),
+        _ => None,
+    }) else {
+        panic!("no logs open: {:?}", s.overlay)
+    };
+    let text = Ok(text.to_string());
+    let answer = Action::LogsLoaded {
+        namespace,
+        name,
+        text,
+    };
+    update(s, answer, &Keymap::builtin());
+}
+
+#[test]
+fn empty_logs_say_why() {
+    let mut s = state();
+    // Sorted: qwen (admin), broken and embedder (acme).
+    keys(&mut s, &["tab", "j", "j", "l"]);
+    let text = screen(&s, 80, 24);
+    assert!(
+        text.contains("(no replicas are running: the endpoint is scaledToZero)"),
+        "{text}"
+    );
+    logs_loaded(&mut s, "");
+    insta::assert_snapshot!("logs_without_replicas_80", screen(&s, 80, 24));
+    keys(&mut s, &["esc", "k", "l"]);
+    logs_loaded(&mut s, "");
+    let text = screen(&s, 120, 24);
+    assert!(
+        text.contains("(no replicas are running: the endpoint is failed)")
+            && text.contains(&format!("(why: {BROKEN})")),
+        "{text}"
+    );
+    keys(&mut s, &["esc", "k", "l"]);
+    logs_loaded(&mut s, "\n");
+    let text = screen(&s, 120, 24);
+    assert!(
+        text.contains("(waiting for output: 2 replica(s) running, none has printed anything yet)"),
+        "{text}"
+    );
+    logs_loaded(&mut s, "2026-11-22T11:59:00Z r1 stdout ready");
+    let text = screen(&s, 120, 24);
+    assert!(
+        text.contains("r1 stdout ready") && !text.contains("waiting for output"),
+        "{text}"
+    );
+}
+
 #[test]
 fn read_only_and_small_terminals() {
     let mut s = state();
