@@ -10,7 +10,7 @@ use switchyard_ui::app_form::AppField;
 use switchyard_ui::form::Field;
 use switchyard_ui::keymap::Keymap;
 use switchyard_ui::perform;
-use switchyard_ui::state::{update, Action, Effect, Key, Overlay, State};
+use switchyard_ui::state::{update, Action, Connection, Effect, Key, Overlay, State};
 
 struct Console {
     state: State,
@@ -193,4 +193,18 @@ async fn the_deploy_form_shows_every_issue_of_one_answer() {
         form.issues_of(Field::Namespace).next().is_some(),
         "{form:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_token_still_shows_the_public_catalog() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _) = server(dir.path()).await;
+    let wrong = Client::new(&url, Some("sy_not-a-token".to_string()));
+    let console = console(&url, &wrong).await;
+    let Connection::Unauthorized(why) = &console.state.connection else {
+        panic!("{:?}", console.state.connection)
+    };
+    assert!(why.starts_with("401"), "{why}");
+    assert!(console.state.user.is_none());
+    assert!(!console.state.catalog.is_empty(), "the catalog is public");
 }

@@ -438,6 +438,38 @@ fn empty_logs_say_why() {
 }
 
 #[test]
+fn a_refused_token_is_said_and_the_public_catalog_still_shown() {
+    let now = chrono::Utc
+        .with_ymd_and_hms(2026, 11, 22, 12, 0, 0)
+        .unwrap();
+    let mut s = State::new(
+        "https://switchyard.example.com".into(),
+        false,
+        now,
+        "/data/logs/console.log".into(),
+    );
+    let refused =
+        switchyard_ui::state::SignInFailure::Refused("401 invalid or expired token".into());
+    let fx = update(&mut s, Action::SignedIn(Err(refused)), &Keymap::builtin());
+    assert_eq!(fx, [Effect::LoadCatalog(s.catalog_seq, Vec::new())]);
+    catalog_loaded(&mut s, |_| true);
+    insta::assert_snapshot!("sign_in_refused_catalog", screen(&s, 120, 24));
+    let text = screen(&s, 80, 24);
+    assert!(
+        text.contains("sign-in failed (401 invalid or expir")
+            && text.contains("sign-in failed: 401 invalid or expired token; the public catalog is")
+            && text.contains("catalog (3/3)"),
+        "{text}"
+    );
+    keys(&mut s, &["tab"]);
+    insta::assert_snapshot!("sign_in_refused_endpoints_80", screen(&s, 80, 24));
+    // Nothing is asked of the server every second for it: `r` signs in again.
+    assert!(update(&mut s, Action::Tick(now), &Keymap::builtin()).is_empty());
+    let fx = update(&mut s, Action::Key(Key("r".into())), &Keymap::builtin());
+    assert_eq!(fx, [Effect::SignIn]);
+}
+
+#[test]
 fn read_only_and_small_terminals() {
     let mut s = state();
     s.read_only = true;

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 
 use super::action::SignInFailure;
-use super::lists::refresh;
+use super::lists::{load_catalog, refresh};
 use super::model::{Connection, NotificationsFeed, State, View};
 use super::overlay::Overlay;
 use crate::effects::Effect;
@@ -27,10 +27,17 @@ pub(super) fn on_signed_in(
             state.user = Some(user);
             refresh(state)
         }
-        // A token the server refuses is not a lost server: no retrying.
+        // A token the server refuses is not a lost server: no retrying. What is public (the catalog) is
+        // still shown.
         Err(SignInFailure::Refused(e)) => {
+            state.message = Some((
+                format!(
+                    "sign-in failed: {e}; the public catalog is shown (:server URL TOKEN signs in)"
+                ),
+                true,
+            ));
             state.connection = Connection::Unauthorized(e);
-            Vec::new()
+            load_catalog(state)
         }
         Err(SignInFailure::Unreachable(e)) => {
             state.connection = Connection::Unreachable(e);

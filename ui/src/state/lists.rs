@@ -30,16 +30,19 @@ pub(super) fn switch(state: &mut State, view: View) -> Vec<Effect> {
     refresh(state)
 }
 
+/// Loads the catalog (with the filters asked), whatever the view: it is public.
+pub(super) fn load_catalog(state: &mut State) -> Vec<Effect> {
+    state.catalog_seq += 1;
+    vec![Effect::LoadCatalog(
+        state.catalog_seq,
+        state.catalog_asked.clone(),
+    )]
+}
+
 /// Loads the current view's list again (the endpoints need a signed-in user: signs in first).
 pub(super) fn refresh(state: &mut State) -> Vec<Effect> {
     match state.view {
-        View::Catalog => {
-            state.catalog_seq += 1;
-            vec![Effect::LoadCatalog(
-                state.catalog_seq,
-                state.catalog_asked.clone(),
-            )]
-        }
+        View::Catalog => load_catalog(state),
         View::Endpoints if state.user.is_some() => {
             state.loading = true;
             state.endpoints_seq += 1;
@@ -127,9 +130,11 @@ pub(super) fn on_audit_loaded(state: &mut State, rows: Result<Vec<AuditRow>, Loa
     clamp(state);
 }
 
-/// The endpoints view refreshes every tick, unless something covers it or a load is under way.
+/// The endpoints view refreshes every tick, unless something covers it, a load is under way, or nobody is
+/// signed in (signing in again is for `r` and the retries).
 pub(super) fn refresh_due(state: &mut State) -> Vec<Effect> {
-    if state.view == View::Endpoints && state.overlay == Overlay::None && !state.loading {
+    let due = state.overlay == Overlay::None && !state.loading && state.user.is_some();
+    if state.view == View::Endpoints && due {
         refresh(state)
     } else {
         Vec::new()
@@ -140,7 +145,10 @@ pub(super) fn refresh_due(state: &mut State) -> Vec<Effect> {
 pub(super) fn on_catalog_loaded(state: &mut State, rows: Result<Vec<CatalogRow>, String>) {
     match rows {
         Ok(rows) => {
-            state.connection = Connection::Connected;
+            // The catalog is public: it says the server is up, not that the token is good.
+            if !matches!(state.connection, Connection::Unauthorized(_)) {
+                state.connection = Connection::Connected;
+            }
             state.catalog = rows;
             state.catalog_filters = state.catalog_asked.clone();
             clamp(state);

@@ -9,10 +9,10 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row};
 use ratatui::Frame;
 
-use super::list;
 use super::lists::state_colour;
+use super::{list, note};
 use crate::columns::{chars, fit, fit_end, share, Column};
-use crate::state::{EndpointRow, State};
+use crate::state::{Connection, EndpointRow, State};
 
 /// The columns' heads, in the order shown.
 const HEADS: [&str; 8] = [
@@ -132,6 +132,13 @@ fn row<'a>(e: &EndpointRow, widths: &[Option<u16>]) -> Row<'a> {
 }
 
 pub(super) fn endpoints(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
+    if let (Connection::Unauthorized(why), None) = (&state.connection, &state.user) {
+        let text = format!(
+            "sign-in failed: {why}. Endpoints need a token this server accepts (`:server URL TOKEN` signs in \
+             with another); the catalog is public and still shown."
+        );
+        return note(frame, area, "endpoints", &text);
+    }
     let rows: Vec<&EndpointRow> = visible.iter().map(|i| &state.endpoints[*i]).collect();
     let widths = share(&columns(&rows), area.width.saturating_sub(2));
     let shown: Vec<(&str, Constraint)> = HEADS

@@ -92,7 +92,10 @@ fn status_line(frame: &mut Frame, area: Rect, state: &State) {
         Connection::Connecting => ("connecting".to_string(), Color::Yellow),
         Connection::Connected => ("connected".to_string(), Color::Green),
         Connection::Unreachable(why) => (format!("unreachable ({why}); retrying"), Color::Red),
-        Connection::Unauthorized(why) => (format!("not signed in ({why})"), Color::Red),
+        Connection::Unauthorized(why) => (
+            format!("sign-in failed ({why}); showing what is public"),
+            Color::Red,
+        ),
     };
     let mut spans = vec![
         Span::styled(
