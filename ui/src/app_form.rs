@@ -5,7 +5,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::form_input::{type_into, Form};
+use crate::form_input::{type_into, Form, FormState};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AppField {
@@ -55,13 +55,8 @@ pub struct AppForm {
     pub redirect_uris: String,
     pub scopes: String,
     pub public: bool,
-    pub focus: usize,
-    /// Every issue of the server's last answer, with the field it is about.
-    pub issues: Vec<(AppField, String)>,
-    /// What the server said that is about no one field.
-    pub errors: Vec<String>,
-    /// Sent, waiting for the server.
-    pub busy: bool,
+    /// The focused field, the send under way, the server's issues.
+    pub state: FormState<AppField>,
 }
 
 impl AppForm {
@@ -72,15 +67,8 @@ impl AppForm {
             redirect_uris: String::new(),
             scopes: "openid profile".to_string(),
             public: false,
-            focus: 0,
-            issues: Vec::new(),
-            errors: Vec::new(),
-            busy: false,
+            state: FormState::default(),
         }
-    }
-
-    pub fn field(&self) -> AppField {
-        AppField::ALL[self.focus]
     }
 
     /// The value shown for a field.
@@ -115,26 +103,18 @@ impl AppForm {
         body.insert("public".into(), json!(self.public));
         Value::Object(body)
     }
-
-    /// The server refused the app: each of its issues goes under its field (a path with an index keeps it,
-    /// `redirectUris[1]: …`), and a bare message naming a field goes under that field too.
-    pub fn refused(&mut self, message: String, issues: &[(String, String)]) {
-        self.busy = false;
-        crate::form_issues::sort(message, issues, &mut self.issues, &mut self.errors);
-    }
-
-    /// The issues about a field.
-    pub fn issues_of(&self, f: AppField) -> impl Iterator<Item = &str> {
-        crate::form_issues::of(&self.issues, f)
-    }
 }
 
 impl Form for AppForm {
     type Sent = Value;
-    const FIELDS: usize = AppField::ALL.len();
+    type Field = AppField;
 
-    fn focus_mut(&mut self) -> &mut usize {
-        &mut self.focus
+    fn state(&self) -> &FormState<AppField> {
+        &self.state
+    }
+
+    fn state_mut(&mut self) -> &mut FormState<AppField> {
+        &mut self.state
     }
 
     fn choose(&mut self, _forward: bool) {
@@ -156,13 +136,7 @@ impl Form for AppForm {
         }
     }
 
-    fn submit(&mut self) -> Option<Value> {
-        if self.busy {
-            return None;
-        }
-        self.busy = true;
-        self.issues.clear();
-        self.errors.clear();
+    fn to_send(&mut self) -> Option<Value> {
         Some(self.body())
     }
 }
@@ -209,7 +183,7 @@ mod tests {
                    "redirectUris": ["https://app.example/cb", "http://127.0.0.1/cb"],
                    "scopes": ["openid", "profile", "email"], "public": true})
         );
-        assert!(f.busy);
+        assert!(f.state.busy);
         assert!(
             f.edit(FormEdit::Submit).is_none(),
             "no second submit while one is under way"
@@ -222,7 +196,7 @@ mod tests {
     #[test]
     fn every_issue_is_kept_under_its_field() {
         let mut f = AppForm::new(None);
-        f.busy = true;
+        f.state.busy = true;
         f.refused(
             "invalid request body".into(),
             &[
@@ -232,7 +206,7 @@ mod tests {
                 ("homepageUrl".into(), "not a URL".into()),
             ],
         );
-        assert!(!f.busy);
+        assert!(!f.state.busy);
         assert_eq!(
             f.issues_of(AppField::Name).collect::<Vec<_>>(),
             ["must be 1 to 100 characters"]
@@ -242,13 +216,16 @@ mod tests {
             ["redirectUris[1]: has no host"]
         );
         assert_eq!(f.issues_of(AppField::Scopes).count(), 1);
-        assert_eq!(f.errors, ["homepageUrl: not a URL"]);
+        assert_eq!(f.state.issues.errors, ["homepageUrl: not a URL"]);
         // A bare message that names a field goes under it; any other is the form's.
         f.refused("scopes: an app needs at least one scope".into(), &[]);
         assert_eq!(f.issues_of(AppField::Scopes).count(), 1);
-        assert!(f.errors.is_empty());
+        assert!(f.state.issues.errors.is_empty());
         f.refused("you may not manage the apps of \"acme\"".into(), &[]);
-        assert_eq!(f.errors, ["you may not manage the apps of \"acme\""]);
-        assert!(f.issues.is_empty());
+        assert_eq!(
+            f.state.issues.errors,
+            ["you may not manage the apps of \"acme\""]
+        );
+        assert!(f.state.issues.by_field.is_empty());
     }
 }

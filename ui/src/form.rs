@@ -5,7 +5,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::effects::DeployRequest;
-use crate::form_input::{step, type_into, Form};
+use crate::form_input::{step, type_into, Form, FormState};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Field {
@@ -87,12 +87,8 @@ pub struct DeployForm {
     pub timeout: String,
     pub account: String,
     pub region: usize,
-    pub focus: usize,
-    /// Every issue of the server's last answer, with the field it is about.
-    pub issues: Vec<(Field, String)>,
-    /// What the server said that is about no one field.
-    pub errors: Vec<String>,
-    pub busy: bool,
+    /// The focused field, the send under way, the server's issues.
+    pub state: FormState<Field>,
 }
 
 impl DeployForm {
@@ -109,15 +105,8 @@ impl DeployForm {
             timeout: String::new(),
             account: String::new(),
             region: 0,
-            focus: 0,
-            issues: Vec::new(),
-            errors: Vec::new(),
-            busy: false,
+            state: FormState::default(),
         }
-    }
-
-    pub fn field(&self) -> Field {
-        Field::ALL[self.focus]
     }
 
     /// The value shown for a field.
@@ -182,26 +171,18 @@ impl DeployForm {
         };
         DeployRequest { target, body }
     }
-
-    /// The server refused the deploy: each of its issues goes beside its field (a path inside a field keeps
-    /// it, `config.privateService: …` goes beside the account id), and a message naming no field under the form.
-    pub fn refused(&mut self, message: String, issues: &[(String, String)]) {
-        self.busy = false;
-        crate::form_issues::sort(message, issues, &mut self.issues, &mut self.errors);
-    }
-
-    /// The issues about a field.
-    pub fn issues_of(&self, f: Field) -> impl Iterator<Item = &str> {
-        crate::form_issues::of(&self.issues, f)
-    }
 }
 
 impl Form for DeployForm {
     type Sent = DeployRequest;
-    const FIELDS: usize = Field::ALL.len();
+    type Field = Field;
 
-    fn focus_mut(&mut self) -> &mut usize {
-        &mut self.focus
+    fn state(&self) -> &FormState<Field> {
+        &self.state
+    }
+
+    fn state_mut(&mut self) -> &mut FormState<Field> {
+        &mut self.state
     }
 
     fn choose(&mut self, forward: bool) {
@@ -221,13 +202,7 @@ impl Form for DeployForm {
         }
     }
 
-    fn submit(&mut self) -> Option<DeployRequest> {
-        if self.busy {
-            return None;
-        }
-        self.busy = true;
-        self.issues.clear();
-        self.errors.clear();
+    fn to_send(&mut self) -> Option<DeployRequest> {
         Some(self.request())
     }
 }
@@ -287,7 +262,7 @@ mod tests {
                    "scaling": {"minReplica": 1, "maxReplica": 3},
                    "privateService": {"accountId": "123456789012", "region": "us-east-1"}}})
         );
-        assert!(f.busy);
+        assert!(f.state.busy);
         assert!(
             f.edit(FormEdit::Submit).is_none(),
             "no second submit while one is under way"
@@ -297,7 +272,7 @@ mod tests {
     #[test]
     fn every_issue_of_the_answer_goes_beside_its_field() {
         let mut f = DeployForm::new("a/b", vec![], "alice");
-        f.busy = true;
+        f.state.busy = true;
         f.refused(
             "invalid request body: config.name: … (and 3 more)".into(),
             &[
@@ -316,7 +291,7 @@ mod tests {
                 ("ggufFile".into(), "unknown field".into()),
             ],
         );
-        assert!(!f.busy);
+        assert!(!f.state.busy);
         assert_eq!(
             f.issues_of(Field::Name).collect::<Vec<_>>(),
             ["lowercase letters, digits and '-' only"]
@@ -329,10 +304,10 @@ mod tests {
             f.issues_of(Field::PrivateAccount).collect::<Vec<_>>(),
             ["config.privateService: is required when type is `private`"]
         );
-        assert_eq!(f.errors, ["ggufFile: unknown field"]);
+        assert_eq!(f.state.issues.errors, ["ggufFile: unknown field"]);
         f.refused("no compatible compute found".into(), &[]);
-        assert!(f.issues.is_empty());
-        assert_eq!(f.errors, ["no compatible compute found"]);
+        assert!(f.state.issues.by_field.is_empty());
+        assert_eq!(f.state.issues.errors, ["no compatible compute found"]);
         f.refused("recipe \"x\" not found".into(), &[]);
         assert_eq!(
             f.issues_of(Field::Recipe).collect::<Vec<_>>(),

@@ -1,8 +1,10 @@
-//! What the forms (deploy, new app, webhook) share: the edits a key asks for, moving between fields and
-//! typing into one. Which key asks for which edit is the keymap's (the `form` context); a key it does not
-//! bind is typed into the focused field.
+//! What the forms (deploy, new app, webhook) share: the edits a key asks for, moving between fields, typing
+//! into one, sending (once at a time) and taking the server's refusal. Which key asks for which edit is the
+//! keymap's (the `form` context); a key it does not bind is typed into the focused field.
 //!
-//! Imports nothing of the crate.
+//! Imports `form_issues`.
+
+use crate::form_issues::{FormField, Issues};
 
 /// An edit of a form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,31 +19,76 @@ pub enum FormEdit<'a> {
     Type(&'a str),
 }
 
-/// A form: its fields, the focused one, what typing and choosing do, and what it sends.
+/// What every form keeps besides its values: the focused field, whether it is with the server, and the
+/// server's issues with what it sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FormState<F> {
+    pub focus: usize,
+    /// Sent, waiting for the server: the form is not sent again.
+    pub busy: bool,
+    /// Every issue of the server's last answer (and of the form's own checks), each with its field.
+    pub issues: Issues<F>,
+}
+
+impl<F> Default for FormState<F> {
+    fn default() -> Self {
+        FormState {
+            focus: 0,
+            busy: false,
+            issues: Issues::default(),
+        }
+    }
+}
+
+/// A form: its fields, what typing and choosing do, what it sends, and its [`FormState`].
 pub trait Form {
     /// What the form sends when submitted.
     type Sent;
-    /// How many fields it has.
-    const FIELDS: usize;
-    fn focus_mut(&mut self) -> &mut usize;
+    type Field: FormField;
+    fn state(&self) -> &FormState<Self::Field>;
+    fn state_mut(&mut self) -> &mut FormState<Self::Field>;
     /// Steps the focused field's value, when it has a choice of values.
     fn choose(&mut self, _forward: bool) {}
     fn type_key(&mut self, key: &str);
-    /// What to send; `None` while a send is under way, or when the form finds the values wrong itself.
-    fn submit(&mut self) -> Option<Self::Sent>;
+    /// What to send; `None` when the form finds its values wrong itself (its issues say why).
+    fn to_send(&mut self) -> Option<Self::Sent>;
 
-    /// Applies `edit`; what to send when it submits the form.
+    /// The focused field.
+    fn field(&self) -> Self::Field {
+        Self::Field::ALL[self.state().focus]
+    }
+
+    /// Applies `edit`; what to send when it submits the form (not while a send is under way).
     fn edit(&mut self, edit: FormEdit) -> Option<Self::Sent> {
-        let n = Self::FIELDS;
+        let n = Self::Field::ALL.len();
+        let state = self.state_mut();
         match edit {
-            FormEdit::NextField => *self.focus_mut() = (*self.focus_mut() + 1) % n,
-            FormEdit::PrevField => *self.focus_mut() = (*self.focus_mut() + n - 1) % n,
+            FormEdit::NextField => state.focus = (state.focus + 1) % n,
+            FormEdit::PrevField => state.focus = (state.focus + n - 1) % n,
             FormEdit::NextChoice => self.choose(true),
             FormEdit::PrevChoice => self.choose(false),
-            FormEdit::Submit => return self.submit(),
+            FormEdit::Submit if !state.busy => {
+                state.issues.clear();
+                let sent = self.to_send();
+                self.state_mut().busy = sent.is_some();
+                return sent;
+            }
+            FormEdit::Submit => {}
             FormEdit::Type(key) => self.type_key(key),
         }
         None
+    }
+
+    /// The server refused what was sent: the form is open again, with every issue of the answer.
+    fn refused(&mut self, message: String, issues: &[(String, String)]) {
+        let state = self.state_mut();
+        state.busy = false;
+        state.issues.sort(message, issues);
+    }
+
+    /// The issues about one field.
+    fn issues_of(&self, f: Self::Field) -> impl Iterator<Item = &str> {
+        self.state().issues.of(f)
     }
 }
 

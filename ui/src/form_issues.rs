@@ -30,38 +30,57 @@ pub trait FormField: Copy + PartialEq + 'static {
     }
 }
 
-/// Sorts the refusal `message` and its `issues` (path, message) into `by_field` and `errors`, which
-/// are cleared first.
-pub fn sort<F: FormField>(
-    message: String,
-    issues: &[(String, String)],
-    by_field: &mut Vec<(F, String)>,
-    errors: &mut Vec<String>,
-) {
-    by_field.clear();
-    errors.clear();
-    for (path, m) in issues {
-        match F::of(path) {
-            Some(f) if path == f.path() => by_field.push((f, m.clone())),
-            Some(f) => by_field.push((f, format!("{path}: {m}"))),
-            None if path.is_empty() => errors.push(m.clone()),
-            None => errors.push(format!("{path}: {m}")),
+/// Every issue of the server's last answer: each with the field it is about, and what is about no one
+/// field.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Issues<F> {
+    pub by_field: Vec<(F, String)>,
+    pub errors: Vec<String>,
+}
+
+impl<F> Default for Issues<F> {
+    fn default() -> Self {
+        Issues {
+            by_field: Vec::new(),
+            errors: Vec::new(),
         }
-    }
-    if issues.is_empty() {
-        match F::of(&message) {
-            Some(f) => by_field.push((f, message)),
-            None => errors.push(message),
-        }
-    } else if by_field.is_empty() && errors.is_empty() {
-        errors.push(message);
     }
 }
 
-/// The issues about one field.
-pub fn of<F: FormField>(by_field: &[(F, String)], f: F) -> impl Iterator<Item = &str> {
-    by_field
-        .iter()
-        .filter(move |(g, _)| *g == f)
-        .map(|(_, m)| m.as_str())
+impl<F: FormField> Issues<F> {
+    /// The refusal `message` and its `issues` (path, message), in place of what was here: each issue beside
+    /// the field its path names (keeping the path when it goes inside the field), a bare message that names
+    /// a field beside it, the rest under the form.
+    pub fn sort(&mut self, message: String, issues: &[(String, String)]) {
+        self.clear();
+        for (path, m) in issues {
+            match F::of(path) {
+                Some(f) if path == f.path() => self.by_field.push((f, m.clone())),
+                Some(f) => self.by_field.push((f, format!("{path}: {m}"))),
+                None if path.is_empty() => self.errors.push(m.clone()),
+                None => self.errors.push(format!("{path}: {m}")),
+            }
+        }
+        if issues.is_empty() {
+            match F::of(&message) {
+                Some(f) => self.by_field.push((f, message)),
+                None => self.errors.push(message),
+            }
+        } else if self.by_field.is_empty() && self.errors.is_empty() {
+            self.errors.push(message);
+        }
+    }
+
+    /// The issues about one field.
+    pub fn of(&self, f: F) -> impl Iterator<Item = &str> {
+        self.by_field
+            .iter()
+            .filter(move |(g, _)| *g == f)
+            .map(|(_, m)| m.as_str())
+    }
+
+    pub fn clear(&mut self) {
+        self.by_field.clear();
+        self.errors.clear();
+    }
 }

@@ -19,9 +19,9 @@
 //!      (`EndpointAction`, `DeployRequest`, `ExternalEdit`). Imports `format`.
 //! 2. The widgets' own state and the keymap, each knowing nothing of the console around it:
 //!    - `pager`: a scrollable, searchable text (describe, logs). Imports nothing of the crate.
-//!    - `form_issues`: how a form places the server's issues beside its fields. Imports nothing of the crate.
-//!    - `form_input`: what the forms share: the edits a key asks for, typing into a field. Imports nothing
-//!      of the crate.
+//!    - `form_issues`: a form's issues, placed beside its fields. Imports nothing of the crate.
+//!    - `form_input`: what the forms share: the edits a key asks for, typing into a field, sending and the
+//!      server's answer. Imports `form_issues`.
 //!    - `form`: the deploy form. Imports `effects`, `form_input`, `form_issues`.
 //!    - `app_form`: the new-app form. Imports `form_input`, `form_issues`.
 //!    - `webhook_form`: the webhook form (new or edited). Imports `form_input`, `form_issues`.

@@ -5,7 +5,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::form_input::{type_into, Form};
+use crate::form_input::{type_into, Form, FormState};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HookField {
@@ -57,13 +57,8 @@ pub struct WebhookForm {
     pub domains: String,
     /// Typed by the user, never filled from the server; masked on screen and in the form's `Debug`.
     pub secret: String,
-    pub focus: usize,
-    /// Every issue of the server's last answer (and of the `type:name` check), with its field.
-    pub issues: Vec<(HookField, String)>,
-    /// What the server said that is about no one field.
-    pub errors: Vec<String>,
-    /// Sent, waiting for the server.
-    pub busy: bool,
+    /// The focused field, the send under way, the server's issues.
+    pub state: FormState<HookField>,
 }
 
 impl std::fmt::Debug for WebhookForm {
@@ -74,10 +69,7 @@ impl std::fmt::Debug for WebhookForm {
             .field("watched", &self.watched)
             .field("domains", &self.domains)
             .field("secret", &"…")
-            .field("focus", &self.focus)
-            .field("issues", &self.issues)
-            .field("errors", &self.errors)
-            .field("busy", &self.busy)
+            .field("state", &self.state)
             .finish()
     }
 }
@@ -91,10 +83,7 @@ impl WebhookForm {
             watched: user.map(|u| format!("user:{u}")).unwrap_or_default(),
             domains: "endpoint".to_string(),
             secret: String::new(),
-            focus: 0,
-            issues: Vec::new(),
-            errors: Vec::new(),
-            busy: false,
+            state: FormState::default(),
         }
     }
 
@@ -107,10 +96,6 @@ impl WebhookForm {
             domains: domains.join(" "),
             ..WebhookForm::new(None)
         }
-    }
-
-    pub fn field(&self) -> HookField {
-        HookField::ALL[self.focus]
     }
 
     /// The value shown for a field: the secret masked.
@@ -162,49 +147,29 @@ impl WebhookForm {
         }
         Ok(Value::Object(body))
     }
-
-    /// The server refused the webhook: each issue goes beside its field (a path with an index keeps it,
-    /// `watched[1].name: …`), and a bare message naming a field goes there too.
-    pub fn refused(&mut self, message: String, issues: &[(String, String)]) {
-        self.busy = false;
-        crate::form_issues::sort(message, issues, &mut self.issues, &mut self.errors);
-    }
-
-    /// The issues about a field.
-    pub fn issues_of(&self, f: HookField) -> impl Iterator<Item = &str> {
-        crate::form_issues::of(&self.issues, f)
-    }
 }
 
 impl Form for WebhookForm {
     type Sent = Value;
-    const FIELDS: usize = HookField::ALL.len();
+    type Field = HookField;
 
-    fn focus_mut(&mut self) -> &mut usize {
-        &mut self.focus
+    fn state(&self) -> &FormState<HookField> {
+        &self.state
+    }
+
+    fn state_mut(&mut self) -> &mut FormState<HookField> {
+        &mut self.state
     }
 
     fn type_key(&mut self, key: &str) {
         type_into(self.text(self.field()), key, MAX_TEXT, |_| true);
     }
 
-    /// The body, unless a send is under way or the watched list has an item that is not `type:name`.
-    fn submit(&mut self) -> Option<Value> {
-        if self.busy {
-            return None;
-        }
-        self.issues.clear();
-        self.errors.clear();
-        match self.body() {
-            Ok(body) => {
-                self.busy = true;
-                Some(body)
-            }
-            Err(issues) => {
-                self.issues = issues;
-                None
-            }
-        }
+    /// The body, unless the watched list has an item that is not `type:name`.
+    fn to_send(&mut self) -> Option<Value> {
+        self.body()
+            .map_err(|issues| self.state.issues.by_field = issues)
+            .ok()
     }
 }
 
@@ -252,7 +217,7 @@ mod tests {
                                {"type": "model", "name": "acme/m"}],
                    "domains": ["endpoint", "repo"], "secret": "s3cret"})
         );
-        assert!(f.busy && f.edit(FormEdit::Submit).is_none());
+        assert!(f.state.busy && f.edit(FormEdit::Submit).is_none());
 
         // An item without a type is caught before sending.
         let mut f = WebhookForm::new(None);
@@ -260,7 +225,7 @@ mod tests {
         f.edit(FormEdit::NextField);
         type_in(&mut f, "admin user:");
         assert!(f.edit(FormEdit::Submit).is_none());
-        assert!(!f.busy);
+        assert!(!f.state.busy);
         assert_eq!(f.issues_of(HookField::Watched).count(), 2);
 
         // An edit without a typed secret leaves it out (unchanged).
@@ -275,7 +240,7 @@ mod tests {
     #[test]
     fn every_issue_goes_beside_its_field() {
         let mut f = WebhookForm::new(None);
-        f.busy = true;
+        f.state.busy = true;
         f.refused(
             "invalid request body".into(),
             &[
@@ -286,7 +251,7 @@ mod tests {
                 ("owner".into(), "unknown".into()),
             ],
         );
-        assert!(!f.busy);
+        assert!(!f.state.busy);
         for field in HookField::ALL {
             assert_eq!(f.issues_of(field).count(), 1, "{field:?}");
         }
@@ -294,6 +259,6 @@ mod tests {
             f.issues_of(HookField::Watched).next(),
             Some("watched[0].name: \"x y\" is not a user")
         );
-        assert_eq!(f.errors, ["owner: unknown"]);
+        assert_eq!(f.state.issues.errors, ["owner: unknown"]);
     }
 }

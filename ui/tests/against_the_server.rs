@@ -8,6 +8,7 @@ use switchyard_server::client::Client;
 use switchyard_server::{Application, Config};
 use switchyard_ui::app_form::AppField;
 use switchyard_ui::form::Field;
+use switchyard_ui::form_input::Form;
 use switchyard_ui::keymap::Keymap;
 use switchyard_ui::perform;
 use switchyard_ui::state::{update, Action, Connection, Effect, Key, Overlay, State};
@@ -187,7 +188,7 @@ async fn the_deploy_form_shows_every_issue_of_one_answer() {
     let Overlay::Deploy(form) = &console.state.overlay else {
         panic!("{:?}", console.state.overlay)
     };
-    assert!(!form.busy);
+    assert!(!form.state.busy);
     assert!(form.issues_of(Field::Name).next().is_some(), "{form:?}");
     assert!(
         form.issues_of(Field::Namespace).next().is_some(),

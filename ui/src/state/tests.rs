@@ -772,8 +772,8 @@ fn a_refused_app_keeps_the_form_with_every_issue() {
     let Overlay::NewApp(form) = &s.overlay else {
         panic!("{:?}", s.overlay)
     };
-    assert!(!form.busy);
-    assert_eq!(form.issues.len(), 2);
+    assert!(!form.state.busy);
+    assert_eq!(form.state.issues.by_field.len(), 2);
     // esc drops the form; a late refusal is a message.
     key(&mut s, "esc");
     update(
@@ -965,8 +965,8 @@ fn the_webhook_form_shows_every_issue_at_once() {
     let Overlay::Webhook(form) = &s.overlay else {
         panic!("{:?}", s.overlay)
     };
-    assert!(!form.busy);
-    assert_eq!(form.issues.len(), 3, "every issue, at once");
+    assert!(!form.state.busy);
+    assert_eq!(form.state.issues.by_field.len(), 3, "every issue, at once");
     // Saved: the form closes and the list loads again.
     key(&mut s, "enter");
     let fx = update(

@@ -10,6 +10,7 @@ use super::model::{State, View, FEED_ROWS};
 use super::overlay::Overlay;
 use super::rows::DeliveryRow;
 use crate::effects::{Effect, WebhookAction};
+use crate::form_input::Form;
 use crate::keymap::Command;
 use crate::webhook_form::WebhookForm;
 

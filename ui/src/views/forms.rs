@@ -9,6 +9,8 @@ use ratatui::Frame;
 use super::centered;
 use crate::app_form::{AppField, AppForm};
 use crate::form::{DeployForm, Field};
+use crate::form_input::FormState;
+use crate::form_issues::FormField;
 use crate::webhook_form::{HookField, WebhookForm};
 
 /// The deploy form: each field with every issue the server had with it beside it, all at once.
@@ -20,23 +22,17 @@ pub(super) fn deploy(frame: &mut Frame, area: Rect, form: &DeployForm) {
             }
             _ => form.value(*f),
         };
-        (f.label().to_string(), value, form.issues_of(*f))
+        (f.label().to_string(), value)
     });
     let lines = form_lines(FormView {
         fields: fields.collect(),
-        focus: form.focus,
+        state: &form.state,
         label_width: 26,
-        busy: form.busy.then_some("deploying…"),
-        errors: &form.errors,
+        busy: "deploying…",
         hints: &[],
     });
-    form_popup(
-        frame,
-        area,
-        96,
-        &format!(" deploy {} ", form.repo_id),
-        lines,
-    );
+    let title = format!(" deploy {} ", form.repo_id);
+    form_popup(frame, area, 96, &title, lines);
 }
 
 /// The new-app form: each field with every issue the server had with it under it.
@@ -46,40 +42,31 @@ pub(super) fn new_app(frame: &mut Frame, area: Rect, form: &AppForm) {
             AppField::Public => format!("{} (←→ or y/n)", form.value(*f)),
             _ => form.value(*f),
         };
-        (f.label().to_string(), value, form.issues_of(*f))
+        (f.label().to_string(), value)
     });
-    let whose = form
-        .owner
-        .as_deref()
-        .map(|o| format!(" for {o}"))
-        .unwrap_or_default();
     let lines = form_lines(FormView {
         fields: fields.collect(),
-        focus: form.focus,
+        state: &form.state,
         label_width: 32,
-        busy: form.busy.then_some("creating…"),
-        errors: &form.errors,
+        busy: "creating…",
         hints: &[],
     });
-    form_popup(frame, area, 96, &format!(" new app{whose} "), lines);
+    let whose = form.owner.as_deref().map(|o| format!(" for {o}"));
+    let title = format!(" new app{} ", whose.unwrap_or_default());
+    form_popup(frame, area, 96, &title, lines);
 }
 
 /// The webhook form: each field with every issue the server had with it beside it, all at once.
 pub(super) fn webhook_form(frame: &mut Frame, area: Rect, form: &WebhookForm) {
     let editing = form.id.is_some();
-    let fields = HookField::ALL.iter().map(|f| {
-        (
-            f.label(editing).to_string(),
-            form.shown(*f),
-            form.issues_of(*f),
-        )
-    });
+    let fields = HookField::ALL
+        .iter()
+        .map(|f| (f.label(editing).to_string(), form.shown(*f)));
     let lines = form_lines(FormView {
         fields: fields.collect(),
-        focus: form.focus,
+        state: &form.state,
         label_width: 28,
-        busy: form.busy.then_some("saving…"),
-        errors: &form.errors,
+        busy: "saving…",
         hints: &["watched: user:NAME org:NAME model:AUTHOR/MODEL · domains: repo endpoint"],
     });
     let title = if editing {
@@ -90,28 +77,24 @@ pub(super) fn webhook_form(frame: &mut Frame, area: Rect, form: &WebhookForm) {
     form_popup(frame, area, 100, title, lines);
 }
 
-/// What a form popup shows: each field (label, value, its issues), the focused one, and the lines
+/// What a form popup shows: each field (label, value) with its issues, the focused one, and the lines
 /// under them.
-struct FormView<'a, I> {
-    fields: Vec<(String, String, I)>,
-    focus: usize,
+struct FormView<'a, F> {
+    /// Each field's label and value, in the form's order (`F::ALL`).
+    fields: Vec<(String, String)>,
+    state: &'a FormState<F>,
     label_width: usize,
     /// Shown while the form is with the server.
-    busy: Option<&'a str>,
-    errors: &'a [String],
+    busy: &'a str,
     hints: &'a [&'a str],
 }
 
-/// A form's lines: each field with every issue beside it, all at once, then errors and hints (the keys are
-/// in the footer).
-fn form_lines<'a, I, S>(view: FormView<'_, I>) -> Vec<Line<'a>>
-where
-    I: IntoIterator<Item = S>,
-    S: std::fmt::Display,
-{
+/// A form's lines: each field with every issue beside it, all at once, then the issues about no one field
+/// and the hints (the keys are in the footer).
+fn form_lines<'a, F: FormField>(view: FormView<'_, F>) -> Vec<Line<'a>> {
     let mut lines = Vec::new();
-    for (i, (label, value, issues)) in view.fields.into_iter().enumerate() {
-        let focused = i == view.focus;
+    for (i, (label, value)) in view.fields.into_iter().enumerate() {
+        let focused = i == view.state.focus;
         let marker = if focused { "▸" } else { " " };
         let style = match focused {
             true => Style::new().add_modifier(Modifier::BOLD),
@@ -124,7 +107,12 @@ where
             )),
             Span::styled(format!("{value}{}", if focused { "▏" } else { "" }), style),
         ]));
-        for issue in issues {
+        for issue in F::ALL
+            .get(i)
+            .map(|f| view.state.issues.of(*f))
+            .into_iter()
+            .flatten()
+        {
             lines.push(Line::styled(
                 format!("    ← {issue}"),
                 Style::new().fg(Color::Red),
@@ -132,13 +120,13 @@ where
         }
     }
     lines.push(Line::default());
-    if let Some(busy) = view.busy {
+    if view.state.busy {
         lines.push(Line::styled(
-            busy.to_string(),
+            view.busy.to_string(),
             Style::new().fg(Color::Yellow),
         ));
     }
-    for e in view.errors {
+    for e in &view.state.issues.errors {
         lines.push(Line::styled(e.clone(), Style::new().fg(Color::Red)));
     }
     for hint in view.hints {
