@@ -52,24 +52,10 @@ pub(super) fn on_command(state: &mut State, command: Command, keymap: &Keymap) -
         return panes::on_command(state, command);
     }
     // Help covers the list: keys do not reach it through it; the moving keys scroll it.
-    if let Overlay::Help(scroll) = &mut state.overlay {
-        if !matches!(command, Command::Back | Command::Quit | Command::Help) {
-            let last = keymap
-                .help_length(state.read_only)
-                .saturating_sub(help_height(state.size));
-            let page = help_height(state.size);
-            *scroll = match command {
-                Command::Down => *scroll + 1,
-                Command::Up => scroll.saturating_sub(1),
-                Command::PageDown => *scroll + page,
-                Command::PageUp => scroll.saturating_sub(page),
-                Command::Top => 0,
-                Command::Bottom => last,
-                _ => *scroll,
-            }
-            .min(last);
-            return Vec::new();
-        }
+    let closes = matches!(command, Command::Back | Command::Quit | Command::Help);
+    if matches!(state.overlay, Overlay::Help(_)) && !closes {
+        scroll_help(state, command, keymap);
+        return Vec::new();
     }
     if matches!(state.overlay, Overlay::Confirm { .. }) {
         return confirm::on_command(state, command);
@@ -136,4 +122,22 @@ pub(super) fn on_command(state: &mut State, command: Command, keymap: &Keymap) -
         | Command::PrevChoice => {}
     }
     Vec::new()
+}
+
+/// The moving keys on the help screen: scrolled by a line, a page or to an end, within its length.
+fn scroll_help(state: &mut State, command: Command, keymap: &Keymap) {
+    let page = help_height(state.size);
+    let last = keymap.help_length(state.read_only).saturating_sub(page);
+    if let Overlay::Help(scroll) = &mut state.overlay {
+        *scroll = match command {
+            Command::Down => *scroll + 1,
+            Command::Up => scroll.saturating_sub(1),
+            Command::PageDown => *scroll + page,
+            Command::PageUp => scroll.saturating_sub(page),
+            Command::Top => 0,
+            Command::Bottom => last,
+            _ => *scroll,
+        }
+        .min(last);
+    }
 }

@@ -159,7 +159,7 @@ fn dangerous_actions_confirm_with_cancel_as_default() {
 }
 
 #[test]
-fn catalog_filters_and_logs() {
+fn catalog_filters_are_those_of_the_catalog_shown() {
     let mut s = state();
     key(&mut s, ":");
     typed(&mut s, "catalog task=text-generation limit=5");
@@ -207,7 +207,11 @@ fn catalog_filters_and_logs() {
         &Keymap::builtin(),
     );
     assert!(s.catalog_filters.is_empty());
+}
 
+#[test]
+fn logs_follow_until_paused() {
+    let mut s = state();
     s.view = View::Endpoints;
     loaded(&mut s, Ok(endpoints()));
     let fx = key(&mut s, "l");

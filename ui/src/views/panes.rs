@@ -127,6 +127,18 @@ pub(super) fn pane(frame: &mut Frame, area: Rect, pager: &Pager, mode: Option<&s
             }
         })
         .collect();
+    let title = pane_title(pager, mode, first, height);
+    frame.render_widget(Clear, box_);
+    frame.render_widget(
+        Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(title)),
+        box_,
+    );
+}
+
+/// A pane's title: what it shows, following or paused (logs), the lines in the window when they are not
+/// all, and the search.
+fn pane_title(pager: &Pager, mode: Option<&str>, first: usize, height: usize) -> String {
+    let mode = mode.map(|m| format!(" ({m})")).unwrap_or_default();
     let search = if pager.typing {
         format!(" /{}▏", pager.query)
     } else if !pager.query.is_empty() {
@@ -134,23 +146,10 @@ pub(super) fn pane(frame: &mut Frame, area: Rect, pager: &Pager, mode: Option<&s
     } else {
         String::new()
     };
-    let position = if pager.lines.len() > height {
-        format!(
-            " {}-{}/{}",
-            first + 1,
-            (first + height).min(pager.lines.len()),
-            pager.lines.len()
-        )
-    } else {
-        String::new()
+    let total = pager.lines.len();
+    let position = match total > height {
+        true => format!(" {}-{}/{total}", first + 1, (first + height).min(total)),
+        false => String::new(),
     };
-    frame.render_widget(Clear, box_);
-    frame.render_widget(
-        Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(format!(
-            " {}{}{position}{search} ",
-            pager.title,
-            mode.map(|m| format!(" ({m})")).unwrap_or_default()
-        ))),
-        box_,
-    );
+    format!(" {}{mode}{position}{search} ", pager.title)
 }
