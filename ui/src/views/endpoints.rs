@@ -55,28 +55,31 @@ fn texts(e: &EndpointRow) -> [String; 8] {
     ]
 }
 
-/// The widths of a row's cells (what `texts` makes, without making it: every row, every frame).
+/// The widths of a row's cells (what `texts` makes, without making it: every row, every frame). The fields
+/// are ASCII by the API's rules, so a byte is a cell; anything else would only make its column wider.
 fn cell_widths(e: &EndpointRow) -> [u16; 8] {
-    let digits = |n: u64| chars(&n.to_string());
+    let digits = |n: u64| n.checked_ilog10().map_or(1, |d| d + 1) as usize;
     [
-        chars(&e.name),
-        chars(&e.namespace),
-        chars(&e.state),
+        e.name.len(),
+        e.namespace.len(),
+        e.state.len(),
         digits(e.ready) + 1 + digits(e.target),
-        chars(&e.model),
-        chars(&e.kind),
-        chars(&e.url),
-        chars(&e.updated),
+        e.model.len(),
+        e.kind.len(),
+        e.url.len(),
+        e.updated.len(),
     ]
+    .map(|n| u16::try_from(n).unwrap_or(u16::MAX))
 }
 
 /// A URL's path, shortened as the URL column shows it at its ideal: `…/endpoints/admin/e1`.
 fn path_width(url: &str) -> u16 {
     let after_scheme = url.find("://").map_or(0, |i| i + 3);
-    match url[after_scheme..].find('/') {
-        Some(at) => 1 + chars(&url[after_scheme + at..]),
-        None => chars(url),
-    }
+    let width = match url[after_scheme..].find('/') {
+        Some(at) => 1 + url.len() - after_scheme - at,
+        None => url.len(),
+    };
+    u16::try_from(width).unwrap_or(u16::MAX)
 }
 
 /// Each column's needs, from the widest of its cells in `rows`.
@@ -85,13 +88,14 @@ fn columns(rows: &[&EndpointRow]) -> [Column; 8] {
     let mut values = [0u16; 8];
     let (mut path, mut short_url) = (0u16, 0u16);
     for e in rows {
-        for (k, w) in cell_widths(e).into_iter().enumerate() {
+        let widths = cell_widths(e);
+        for (k, w) in widths.into_iter().enumerate() {
             values[k] = values[k].max(w);
             widest[k] = widest[k].max(w);
         }
         path = path.max(path_width(&e.url));
         // `…/name`: a URL column that cannot show the name is left out.
-        short_url = short_url.max(2 + chars(&e.name));
+        short_url = short_url.max(2 + widths[NAME]);
     }
     let column = |importance, min: u16, ideal: u16, required| Column {
         importance,
