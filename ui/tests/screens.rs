@@ -11,16 +11,16 @@ use switchyard_ui::state::{
 };
 use switchyard_ui::views;
 
-fn state() -> State {
+/// A console on `server` at the fixed time, before it signs in.
+fn unsigned(server: &str) -> State {
     let now = chrono::Utc
         .with_ymd_and_hms(2026, 11, 22, 12, 0, 0)
         .unwrap();
-    let mut s = State::new(
-        "in-process".into(),
-        false,
-        now,
-        "/data/logs/console.log".into(),
-    );
+    State::new(server.into(), false, now, "/data/logs/console.log".into())
+}
+
+fn state() -> State {
+    let mut s = unsigned("in-process");
     let keymap = Keymap::builtin();
     update(
         &mut s,
@@ -439,15 +439,8 @@ fn empty_logs_say_why() {
 
 #[test]
 fn a_refused_token_is_said_and_the_public_catalog_still_shown() {
-    let now = chrono::Utc
-        .with_ymd_and_hms(2026, 11, 22, 12, 0, 0)
-        .unwrap();
-    let mut s = State::new(
-        "https://switchyard.example.com".into(),
-        false,
-        now,
-        "/data/logs/console.log".into(),
-    );
+    let mut s = unsigned("https://switchyard.example.com");
+    let now = s.now;
     let refused =
         switchyard_ui::state::SignInFailure::Refused("401 invalid or expired token".into());
     let fx = update(&mut s, Action::SignedIn(Err(refused)), &Keymap::builtin());
