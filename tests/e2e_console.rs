@@ -73,13 +73,13 @@ async fn browse_filter_act_and_quit() {
     tmux.wait_for("deployed admin/console-test");
     tmux.wait_for("endpoints (1/1)");
 
-    // Its schedule: add an entry (00:00, the endpoint's own bounds), save it, and find it in the spec.
+    // Its schedule: add an entry (00:00, the endpoint's own bounds), save it, and find it in effect in describe.
     tmux.keys(&["s"]);
     tmux.wait_for("schedule admin/console-test");
     tmux.keys(&["a", "Enter"]);
     tmux.wait_for("saved the schedule of admin/console-test");
     tmux.keys(&["d"]);
-    tmux.wait_for("\"at\": \"00:00\"");
+    tmux.wait_for("entry 1 of 1 in effect now (from 00:00 UTC)");
     tmux.keys(&["Escape"]);
 
     // The spec in $EDITOR: the console gives it the terminal, takes it back with the edited text in its own

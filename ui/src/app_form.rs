@@ -1,9 +1,11 @@
 //! The new-app form: an OAuth app's name, redirect URIs, scopes and whether it is public, as the create body
 //! the API takes. Every issue of the server's answer is shown at once, each under its field.
 //!
-//! Imports nothing of the crate.
+//! Imports `form_input` and `form_issues`.
 
 use serde_json::{json, Map, Value};
+
+use crate::form_input::{type_into, Form, FormState};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AppField {
@@ -40,14 +42,6 @@ impl AppField {
             AppField::Public => "public",
         }
     }
-
-    /// The field a server path or message is about, if any.
-    fn of(text: &str) -> Option<AppField> {
-        AppField::ALL.into_iter().find(|f| {
-            text.strip_prefix(f.path())
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[', ':', ' ']))
-        })
-    }
 }
 
 /// Longest text a field takes: the server's own limits are far below it.
@@ -61,13 +55,8 @@ pub struct AppForm {
     pub redirect_uris: String,
     pub scopes: String,
     pub public: bool,
-    pub focus: usize,
-    /// Every issue of the server's last answer, with the field it is about.
-    pub issues: Vec<(AppField, String)>,
-    /// What the server said that is about no one field.
-    pub errors: Vec<String>,
-    /// Sent, waiting for the server.
-    pub busy: bool,
+    /// The focused field, the send under way, the server's issues.
+    pub state: FormState<AppField>,
 }
 
 impl AppForm {
@@ -78,15 +67,8 @@ impl AppForm {
             redirect_uris: String::new(),
             scopes: "openid profile".to_string(),
             public: false,
-            focus: 0,
-            issues: Vec::new(),
-            errors: Vec::new(),
-            busy: false,
+            state: FormState::default(),
         }
-    }
-
-    pub fn field(&self) -> AppField {
-        AppField::ALL[self.focus]
     }
 
     /// The value shown for a field.
@@ -108,48 +90,6 @@ impl AppForm {
         }
     }
 
-    /// A key while the form is open. `Some(body)` when the form is submitted.
-    pub fn on_key(&mut self, key: &str) -> Option<Value> {
-        let f = self.field();
-        let n = AppField::ALL.len();
-        match key {
-            "down" | "tab" => self.focus = (self.focus + 1) % n,
-            "up" | "backtab" => self.focus = (self.focus + n - 1) % n,
-            "left" | "right" | "space" | "y" | "n" if f == AppField::Public => {
-                self.public = match key {
-                    "y" => true,
-                    "n" => false,
-                    _ => !self.public,
-                }
-            }
-            "backspace" => {
-                if let Some(t) = self.text(f) {
-                    t.pop();
-                }
-            }
-            "enter" if !self.busy => {
-                self.busy = true;
-                self.issues.clear();
-                self.errors.clear();
-                return Some(self.body());
-            }
-            k if k.chars().count() == 1 || k == "space" => {
-                let c = if k == "space" {
-                    ' '
-                } else {
-                    k.chars().next().unwrap_or(' ')
-                };
-                if let Some(t) = self.text(f) {
-                    if t.len() < MAX_TEXT {
-                        t.push(c);
-                    }
-                }
-            }
-            _ => {}
-        }
-        None
-    }
-
     /// The create body: the lists split on spaces; the owner only when it is not the caller.
     pub fn body(&self) -> Value {
         let words = |s: &str| -> Vec<String> { s.split_whitespace().map(str::to_string).collect() };
@@ -163,24 +103,46 @@ impl AppForm {
         body.insert("public".into(), json!(self.public));
         Value::Object(body)
     }
+}
 
-    /// The server refused the app: each of its issues goes under its field (a path with an index keeps it,
-    /// `redirectUris[1]: …`), and a bare message naming a field goes under that field too.
-    pub fn refused(&mut self, message: String, issues: &[(String, String)]) {
-        self.busy = false;
-        crate::form_issues::sort(message, issues, &mut self.issues, &mut self.errors);
+impl Form for AppForm {
+    type Sent = Value;
+    type Field = AppField;
+
+    fn state(&self) -> &FormState<AppField> {
+        &self.state
     }
 
-    /// The issues about a field.
-    pub fn issues_of(&self, f: AppField) -> impl Iterator<Item = &str> {
-        crate::form_issues::of(&self.issues, f)
+    fn state_mut(&mut self) -> &mut FormState<AppField> {
+        &mut self.state
+    }
+
+    fn choose(&mut self, _forward: bool) {
+        if self.field() == AppField::Public {
+            self.public = !self.public;
+        }
+    }
+
+    /// Into a text field; on `public`, `space` switches it and `y` or `n` sets it.
+    fn type_key(&mut self, key: &str) {
+        match (self.field(), key) {
+            (AppField::Public, "space") => self.public = !self.public,
+            (AppField::Public, "y" | "n") => self.public = key == "y",
+            (f, key) => {
+                if let Some(t) = self.text(f) {
+                    type_into(t, key, MAX_TEXT, |_| true);
+                }
+            }
+        }
+    }
+
+    fn to_send(&mut self) -> Option<Value> {
+        Some(self.body())
     }
 }
 
 impl crate::form_issues::FormField for AppField {
-    fn of(text: &str) -> Option<Self> {
-        Self::of(text)
-    }
+    const ALL: &'static [Self] = &AppField::ALL;
 
     fn path(self) -> &'static str {
         Self::path(self)
@@ -191,13 +153,16 @@ impl crate::form_issues::FormField for AppField {
 mod tests {
     use super::*;
 
+    use crate::form_input::FormEdit;
+
     fn type_in(form: &mut AppForm, text: &str) {
         for c in text.chars() {
-            form.on_key(&if c == ' ' {
+            let key = if c == ' ' {
                 "space".to_string()
             } else {
                 c.to_string()
-            });
+            };
+            form.edit(FormEdit::Type(&key));
         }
     }
 
@@ -205,22 +170,22 @@ mod tests {
     fn the_form_builds_the_create_body() {
         let mut f = AppForm::new(Some("acme".into()));
         type_in(&mut f, "Web app");
-        f.on_key("tab");
+        f.edit(FormEdit::NextField);
         type_in(&mut f, "https://app.example/cb  http://127.0.0.1/cb");
-        f.on_key("tab");
+        f.edit(FormEdit::NextField);
         type_in(&mut f, " email");
-        f.on_key("tab");
-        f.on_key("space");
-        let body = f.on_key("enter").unwrap();
+        f.edit(FormEdit::NextField);
+        f.edit(FormEdit::Type("space"));
+        let body = f.edit(FormEdit::Submit).unwrap();
         assert_eq!(
             body,
             json!({"owner": "acme", "name": "Web app",
                    "redirectUris": ["https://app.example/cb", "http://127.0.0.1/cb"],
                    "scopes": ["openid", "profile", "email"], "public": true})
         );
-        assert!(f.busy);
+        assert!(f.state.busy);
         assert!(
-            f.on_key("enter").is_none(),
+            f.edit(FormEdit::Submit).is_none(),
             "no second submit while one is under way"
         );
         // The caller's own app names no owner.
@@ -231,7 +196,7 @@ mod tests {
     #[test]
     fn every_issue_is_kept_under_its_field() {
         let mut f = AppForm::new(None);
-        f.busy = true;
+        f.state.busy = true;
         f.refused(
             "invalid request body".into(),
             &[
@@ -241,7 +206,7 @@ mod tests {
                 ("homepageUrl".into(), "not a URL".into()),
             ],
         );
-        assert!(!f.busy);
+        assert!(!f.state.busy);
         assert_eq!(
             f.issues_of(AppField::Name).collect::<Vec<_>>(),
             ["must be 1 to 100 characters"]
@@ -251,13 +216,16 @@ mod tests {
             ["redirectUris[1]: has no host"]
         );
         assert_eq!(f.issues_of(AppField::Scopes).count(), 1);
-        assert_eq!(f.errors, ["homepageUrl: not a URL"]);
+        assert_eq!(f.state.issues.errors, ["homepageUrl: not a URL"]);
         // A bare message that names a field goes under it; any other is the form's.
         f.refused("scopes: an app needs at least one scope".into(), &[]);
         assert_eq!(f.issues_of(AppField::Scopes).count(), 1);
-        assert!(f.errors.is_empty());
+        assert!(f.state.issues.errors.is_empty());
         f.refused("you may not manage the apps of \"acme\"".into(), &[]);
-        assert_eq!(f.errors, ["you may not manage the apps of \"acme\""]);
-        assert!(f.issues.is_empty());
+        assert_eq!(
+            f.state.issues.errors,
+            ["you may not manage the apps of \"acme\""]
+        );
+        assert!(f.state.issues.by_field.is_empty());
     }
 }

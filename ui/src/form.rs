@@ -1,9 +1,11 @@
 //! The deploy form: a catalog model (its first recipe that fits) or one of its recipes, into a namespace,
-//! with the deploy `config` the API takes. The server's validation issues are shown beside their fields.
+//! with the deploy `config` the API takes. Every issue of the server's answer is shown at once, each beside
+//! its field.
 
 use serde_json::{json, Map, Value};
 
 use crate::effects::DeployRequest;
+use crate::form_input::{step, type_into, Form, FormState};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Field {
@@ -45,7 +47,7 @@ impl Field {
         }
     }
 
-    /// The body path the server names in its issues for this field.
+    /// The body path the server names in its issues for this field (`recipe` is the one its messages name).
     fn path(self) -> &'static str {
         match self {
             Field::Namespace => "namespace",
@@ -85,11 +87,8 @@ pub struct DeployForm {
     pub timeout: String,
     pub account: String,
     pub region: usize,
-    pub focus: usize,
-    /// Issues from the server's last answer: (field, message); a message without a field goes to `error`.
-    pub issues: Vec<(Field, String)>,
-    pub error: Option<String>,
-    pub busy: bool,
+    /// The focused field, the send under way, the server's issues.
+    pub state: FormState<Field>,
 }
 
 impl DeployForm {
@@ -106,15 +105,8 @@ impl DeployForm {
             timeout: String::new(),
             account: String::new(),
             region: 0,
-            focus: 0,
-            issues: Vec::new(),
-            error: None,
-            busy: false,
+            state: FormState::default(),
         }
-    }
-
-    pub fn field(&self) -> Field {
-        Field::ALL[self.focus]
     }
 
     /// The value shown for a field.
@@ -145,59 +137,6 @@ impl DeployForm {
             Field::PrivateAccount => Some(&mut self.account),
             _ => None,
         }
-    }
-
-    /// A key while the form is open. `Some(request)` when the form is submitted.
-    pub fn on_key(&mut self, key: &str) -> Option<DeployRequest> {
-        let f = self.field();
-        match key {
-            "down" | "tab" => self.focus = (self.focus + 1) % Field::ALL.len(),
-            "up" | "backtab" => self.focus = (self.focus + Field::ALL.len() - 1) % Field::ALL.len(),
-            "left" | "right" => {
-                let step = |i: usize, n: usize| {
-                    if key == "right" {
-                        (i + 1) % n
-                    } else {
-                        (i + n - 1) % n
-                    }
-                };
-                match f {
-                    Field::Recipe => self.recipe = step(self.recipe, self.recipes.len() + 1),
-                    Field::Type => self.kind = step(self.kind, TYPES.len()),
-                    Field::PrivateRegion => self.region = step(self.region, REGIONS.len()),
-                    _ => {}
-                }
-            }
-            "backspace" => {
-                if let Some(t) = self.text(f) {
-                    t.pop();
-                }
-            }
-            "enter" if !self.busy => {
-                self.busy = true;
-                self.issues.clear();
-                self.error = None;
-                return Some(self.request());
-            }
-            k if k.chars().count() == 1 || k == "space" => {
-                let c = if k == "space" {
-                    ' '
-                } else {
-                    k.chars().next().unwrap_or(' ')
-                };
-                // Counts take digits only: what cannot be valid is not typed.
-                if f.numeric() && !c.is_ascii_digit() {
-                    return None;
-                }
-                if let Some(t) = self.text(f) {
-                    if t.len() < 128 {
-                        t.push(c);
-                    }
-                }
-            }
-            _ => {}
-        }
-        None
     }
 
     pub fn request(&self) -> DeployRequest {
@@ -232,29 +171,47 @@ impl DeployForm {
         };
         DeployRequest { target, body }
     }
+}
 
-    /// The server refused the deploy: its issues go beside their fields.
-    pub fn refused(&mut self, message: String, issues: &[(String, String)]) {
-        self.busy = false;
-        self.issues = issues
-            .iter()
-            .filter_map(|(path, m)| {
-                Field::ALL
-                    .iter()
-                    .find(|f| path == f.path() || path.starts_with(&format!("{}.", f.path())))
-                    .map(|f| (*f, m.clone()))
-            })
-            .collect();
-        if self.issues.len() < issues.len() || issues.is_empty() {
-            self.error = Some(message);
+impl Form for DeployForm {
+    type Sent = DeployRequest;
+    type Field = Field;
+
+    fn state(&self) -> &FormState<Field> {
+        &self.state
+    }
+
+    fn state_mut(&mut self) -> &mut FormState<Field> {
+        &mut self.state
+    }
+
+    fn choose(&mut self, forward: bool) {
+        match self.field() {
+            Field::Recipe => self.recipe = step(self.recipe, self.recipes.len() + 1, forward),
+            Field::Type => self.kind = step(self.kind, TYPES.len(), forward),
+            Field::PrivateRegion => self.region = step(self.region, REGIONS.len(), forward),
+            _ => {}
         }
     }
 
-    pub fn issue(&self, f: Field) -> Option<&str> {
-        self.issues
-            .iter()
-            .find(|(g, _)| *g == f)
-            .map(|(_, m)| m.as_str())
+    /// Counts take digits only: what cannot be valid is not typed.
+    fn type_key(&mut self, key: &str) {
+        let numeric = self.field().numeric();
+        if let Some(t) = self.text(self.field()) {
+            type_into(t, key, 128, |c| !numeric || c.is_ascii_digit());
+        }
+    }
+
+    fn to_send(&mut self) -> Option<DeployRequest> {
+        Some(self.request())
+    }
+}
+
+impl crate::form_issues::FormField for Field {
+    const ALL: &'static [Self] = &Field::ALL;
+
+    fn path(self) -> &'static str {
+        Self::path(self)
     }
 }
 
@@ -262,9 +219,11 @@ impl DeployForm {
 mod tests {
     use super::*;
 
+    use crate::form_input::FormEdit;
+
     fn type_in(form: &mut DeployForm, text: &str) {
         for c in text.chars() {
-            form.on_key(&c.to_string());
+            form.edit(FormEdit::Type(&c.to_string()));
         }
     }
 
@@ -281,21 +240,21 @@ mod tests {
             r.body,
             json!({"namespace": "alice", "config": {"type": "authenticated"}})
         );
-        f.on_key("down");
-        f.on_key("right");
-        f.on_key("right");
-        f.on_key("down");
+        f.edit(FormEdit::NextField);
+        f.edit(FormEdit::NextChoice);
+        f.edit(FormEdit::NextChoice);
+        f.edit(FormEdit::NextField);
         type_in(&mut f, "qwen-1");
-        f.on_key("down");
-        f.on_key("left");
-        f.on_key("down");
+        f.edit(FormEdit::NextField);
+        f.edit(FormEdit::PrevChoice);
+        f.edit(FormEdit::NextField);
         type_in(&mut f, "1x");
-        f.on_key("down");
+        f.edit(FormEdit::NextField);
         type_in(&mut f, "3");
-        f.on_key("down");
-        f.on_key("down");
+        f.edit(FormEdit::NextField);
+        f.edit(FormEdit::NextField);
         type_in(&mut f, "123456789012");
-        let r = f.on_key("enter").unwrap();
+        let r = f.edit(FormEdit::Submit).unwrap();
         assert_eq!(r.target, Err("qwen-cpu-llamacpp".to_string()));
         assert_eq!(
             r.body,
@@ -303,19 +262,19 @@ mod tests {
                    "scaling": {"minReplica": 1, "maxReplica": 3},
                    "privateService": {"accountId": "123456789012", "region": "us-east-1"}}})
         );
-        assert!(f.busy);
+        assert!(f.state.busy);
         assert!(
-            f.on_key("enter").is_none(),
+            f.edit(FormEdit::Submit).is_none(),
             "no second submit while one is under way"
         );
     }
 
     #[test]
-    fn server_issues_land_beside_their_fields() {
+    fn every_issue_of_the_answer_goes_beside_its_field() {
         let mut f = DeployForm::new("a/b", vec![], "alice");
-        f.busy = true;
+        f.state.busy = true;
         f.refused(
-            "invalid request body".into(),
+            "invalid request body: config.name: … (and 3 more)".into(),
             &[
                 (
                     "config.name".into(),
@@ -323,21 +282,36 @@ mod tests {
                 ),
                 (
                     "config.scaling.maxReplica".into(),
-                    "must be at least minReplica".into(),
+                    "must be a whole number".into(),
                 ),
+                (
+                    "config.privateService".into(),
+                    "is required when type is `private`".into(),
+                ),
+                ("ggufFile".into(), "unknown field".into()),
             ],
         );
-        assert!(!f.busy);
+        assert!(!f.state.busy);
         assert_eq!(
-            f.issue(Field::Name),
-            Some("lowercase letters, digits and '-' only")
+            f.issues_of(Field::Name).collect::<Vec<_>>(),
+            ["lowercase letters, digits and '-' only"]
         );
         assert_eq!(
-            f.issue(Field::MaxReplica),
-            Some("must be at least minReplica")
+            f.issues_of(Field::MaxReplica).collect::<Vec<_>>(),
+            ["must be a whole number"]
         );
-        assert_eq!(f.error, None);
+        assert_eq!(
+            f.issues_of(Field::PrivateAccount).collect::<Vec<_>>(),
+            ["config.privateService: is required when type is `private`"]
+        );
+        assert_eq!(f.state.issues.errors, ["ggufFile: unknown field"]);
         f.refused("no compatible compute found".into(), &[]);
-        assert_eq!(f.error.as_deref(), Some("no compatible compute found"));
+        assert!(f.state.issues.by_field.is_empty());
+        assert_eq!(f.state.issues.errors, ["no compatible compute found"]);
+        f.refused("recipe \"x\" not found".into(), &[]);
+        assert_eq!(
+            f.issues_of(Field::Recipe).collect::<Vec<_>>(),
+            ["recipe \"x\" not found"]
+        );
     }
 }

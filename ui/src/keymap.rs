@@ -30,6 +30,14 @@ pub enum Context {
     Deliveries,
     /// The user's notifications.
     Notifications,
+    /// The help screen over everything.
+    Help,
+    /// The spec editor.
+    Spec,
+    /// The schedule editor.
+    Schedule,
+    /// The forms: deploy, new app, webhook.
+    Form,
 }
 
 impl Context {
@@ -47,6 +55,10 @@ impl Context {
             Context::Webhooks => "webhooks",
             Context::Deliveries => "deliveries",
             Context::Notifications => "notifications",
+            Context::Help => "help",
+            Context::Spec => "spec",
+            Context::Schedule => "schedule",
+            Context::Form => "form",
         }
     }
 }
@@ -97,6 +109,19 @@ pub enum Command {
     DeleteWebhook,
     /// Sends the selected delivery again.
     Replay,
+    /// Saves an editor or sends a form (when it is valid).
+    Save,
+    /// The spec editor's text between JSON and TOML.
+    SwitchFormat,
+    /// A schedule entry added, or the selected one removed.
+    AddEntry,
+    RemoveEntry,
+    /// The focus to the next or previous field of a form or a schedule entry.
+    NextField,
+    PrevField,
+    /// The focused field's next or previous value, for fields with a choice of values.
+    NextChoice,
+    PrevChoice,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -162,6 +187,7 @@ impl Command {
                 | Command::ToggleWebhook
                 | Command::DeleteWebhook
                 | Command::Replay
+                | Command::Save
         )
     }
 }
@@ -224,6 +250,8 @@ pub const HELP_COLUMNS: [&[Context]; 2] = [
         Context::Dialog,
         Context::Deliveries,
         Context::Notifications,
+        Context::Spec,
+        Context::Form,
     ],
     &[
         Context::Catalog,
@@ -232,6 +260,8 @@ pub const HELP_COLUMNS: [&[Context]; 2] = [
         Context::Audit,
         Context::Secret,
         Context::Webhooks,
+        Context::Schedule,
+        Context::Help,
     ],
 ];
 
@@ -298,13 +328,17 @@ impl Keymap {
         out
     }
 
-    /// The contexts whose bindings apply in `context`, in the order they are looked in: its own, then (except
-    /// in dialogs) the more general ones.
+    /// The contexts whose bindings apply in `context`, in the order they are looked in: its own, then for the
+    /// lists the global ones. What covers the lists (panes, dialogs, help, editors, forms) has only its own.
     fn chain(context: Context) -> &'static [Context] {
         match context {
             Context::Global => &[Context::Global],
             Context::Dialog => &[Context::Dialog],
             Context::Secret => &[Context::Secret],
+            Context::Help => &[Context::Help],
+            Context::Spec => &[Context::Spec],
+            Context::Schedule => &[Context::Schedule],
+            Context::Form => &[Context::Form],
             Context::Catalog => &[Context::Catalog, Context::Global],
             Context::Endpoints => &[Context::Endpoints, Context::Global],
             Context::Apps => &[Context::Apps, Context::Global],
@@ -312,8 +346,8 @@ impl Keymap {
             Context::Webhooks => &[Context::Webhooks, Context::Global],
             Context::Deliveries => &[Context::Deliveries, Context::Global],
             Context::Notifications => &[Context::Notifications, Context::Global],
-            Context::Pager => &[Context::Pager, Context::Global],
-            Context::Logs => &[Context::Logs, Context::Pager, Context::Global],
+            Context::Pager => &[Context::Pager],
+            Context::Logs => &[Context::Logs, Context::Pager],
         }
     }
 
@@ -459,6 +493,10 @@ mod tests {
             Webhooks,
             Deliveries,
             Notifications,
+            Help,
+            Spec,
+            Schedule,
+            Form,
         ] {
             let found = HELP_COLUMNS.iter().filter(|c| c.contains(&ctx)).count();
             assert_eq!(found, 1, "{ctx:?}");

@@ -12,14 +12,20 @@
 //!
 //! 1. Plain data, for everything above:
 //!    - `format`: the spec's text formats, JSON and TOML. Imports nothing of the crate.
+//!    - `natural`: names in natural order (`a-2` before `a-10`). Imports nothing of the crate.
+//!    - `columns`: a table's columns sharing its width by importance; cells cut to fit. Imports nothing of
+//!      the crate.
 //!    - `effects`: what the state asks the runtime to do ([`effects::Effect`]) and the requests it carries
 //!      (`EndpointAction`, `DeployRequest`, `ExternalEdit`). Imports `format`.
 //! 2. The widgets' own state and the keymap, each knowing nothing of the console around it:
 //!    - `pager`: a scrollable, searchable text (describe, logs). Imports nothing of the crate.
-//!    - `form`: the deploy form. Imports `effects`.
-//!    - `app_form`: the new-app form. Imports nothing of the crate.
-//!    - `webhook_form`: the webhook form (new or edited). Imports nothing of the crate.
-//!    - `schedule`: the schedule editor. Imports nothing of the crate.
+//!    - `form_issues`: a form's issues, placed beside its fields. Imports nothing of the crate.
+//!    - `form_input`: what the forms share: the edits a key asks for, typing into a field, sending and the
+//!      server's answer. Imports `form_issues`.
+//!    - `form`: the deploy form. Imports `effects`, `form_input`, `form_issues`.
+//!    - `app_form`: the new-app form. Imports `form_input`, `form_issues`.
+//!    - `webhook_form`: the webhook form (new or edited). Imports `form_input`, `form_issues`.
+//!    - `schedule`: the schedule editor. Imports `form_input`.
 //!    - `spec`: the spec editor. Imports `format`, `effects`.
 //!    - `keymap`: keys to commands, per context. Imports `effects`.
 //! 3. `state`: the console's state and its one `update` function, no I/O. Imports layers 1 and 2; its own
@@ -32,11 +38,14 @@
 //! A module's own tests may use anything. `tests/layers.rs` checks the order.
 
 pub mod app_form;
+pub mod columns;
 pub mod effects;
 pub mod form;
+pub mod form_input;
 pub mod form_issues;
 pub mod format;
 pub mod keymap;
+pub mod natural;
 pub mod pager;
 pub mod schedule;
 pub mod spec;
@@ -455,20 +464,27 @@ fn spawn_effect(
     });
 }
 
-/// A refusal as the screen shows it: the message and the `{path, message}` issues of a 422.
+/// A refusal as the screen shows it: the message and every issue of the answer, the `{path, message}` items of
+/// `issues` (an invalid body) and the `{field: why}` of `details` (invalid parameters).
 fn refusal(e: &ClientError) -> state::Refusal {
     match e {
         ClientError::Api { message, body, .. } => {
-            let issues = body["issues"]
+            let text = |v: &Value| match v {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            let listed = body["issues"]
                 .as_array()
                 .into_iter()
                 .flatten()
-                .map(|i| {
-                    let s = |k: &str| i[k].as_str().unwrap_or("").to_string();
-                    (s("path"), s("message"))
-                })
-                .collect();
-            (message.clone(), issues)
+                .map(|i| (text(&i["path"]), text(&i["message"])));
+            let detailed = body["details"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(field, why)| (field.clone(), text(why)));
+            (message.clone(), listed.chain(detailed).collect())
         }
         other => (message(other), Vec::new()),
     }

@@ -1,9 +1,12 @@
 //! The schedule editor: an endpoint's daily UTC schedule as a 24-hour timeline and a list of entries, checked
 //! as you type by the server's own rules (`EndpointSpec::parse` on the endpoint with the edited schedule).
 
+use chrono::{DateTime, Timelike, Utc};
 use serde_json::{json, Value};
 use switchyard_server::model::status::strip_response_fields;
 use switchyard_server::model::EndpointSpec;
+
+use crate::form_input::type_into;
 
 /// One entry as typed: `at` is `HH:MM`, the counts are digits (an empty timeout means the default).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,6 +18,20 @@ pub struct Entry {
 }
 
 pub const COLUMNS: [&str; 4] = ["at (UTC)", "min", "max", "scale to zero after (min)"];
+
+/// An edit of the schedule. Which key asks for which is the keymap's (the `schedule` context); a key it does
+/// not bind is typed into the focused field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScheduleEdit<'a> {
+    NextEntry,
+    PrevEntry,
+    NextField,
+    PrevField,
+    Add,
+    Remove,
+    Save,
+    Type(&'a str),
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScheduleEditor {
@@ -50,6 +67,27 @@ fn count(v: &Value) -> String {
 /// Minutes since midnight of `HH:MM`, when well-formed.
 fn minutes(at: &str) -> Option<u16> {
     switchyard_server::model::endpoint::parse_time_of_day(at)
+}
+
+/// The minute of the day (UTC) `now` is in.
+pub fn minute_of_day(now: DateTime<Utc>) -> u16 {
+    (now.hour() * 60 + now.minute()) as u16
+}
+
+/// Which of the entries starting at `ats` (`HH:MM`, in the schedule's order) is in effect at `minute` of the
+/// day: the latest starting at or before it, else (wrapping past midnight) the last of the day. `None`
+/// without entries: the endpoint's own values apply.
+pub fn in_effect<'a>(ats: impl Iterator<Item = &'a str>, minute: u16) -> Option<usize> {
+    let timed: Vec<(u16, usize)> = ats
+        .enumerate()
+        .filter_map(|(i, at)| Some((minutes(at)?, i)))
+        .collect();
+    timed
+        .iter()
+        .filter(|(at, _)| *at <= minute)
+        .max_by_key(|(at, _)| *at)
+        .or_else(|| timed.iter().max_by_key(|(at, _)| *at))
+        .map(|(_, i)| *i)
 }
 
 impl ScheduleEditor {
@@ -133,18 +171,7 @@ impl ScheduleEditor {
     /// The entry in effect at `minute` of the day: the latest starting at or before it, else (wrapping past
     /// midnight) the last of the day. `None` when there are no entries: the endpoint's own values apply.
     pub fn in_effect(&self, minute: u16) -> Option<usize> {
-        let timed: Vec<(u16, usize)> = self
-            .entries
-            .iter()
-            .enumerate()
-            .filter_map(|(i, e)| Some((minutes(&e.at)?, i)))
-            .collect();
-        timed
-            .iter()
-            .filter(|(at, _)| *at <= minute)
-            .max_by_key(|(at, _)| *at)
-            .or_else(|| timed.iter().max_by_key(|(at, _)| *at))
-            .map(|(_, i)| *i)
+        in_effect(self.entries.iter().map(|e| e.at.as_str()), minute)
     }
 
     /// 48 half-hour cells: the number of the entry in effect (1-based), or `·` for the endpoint's own values.
@@ -168,58 +195,56 @@ impl ScheduleEditor {
         })
     }
 
-    /// A key while the editor is open; `Some(patch)` when saved (only a schedule the rules accept).
-    pub fn on_key(&mut self, key: &str) -> Option<Value> {
+    /// Applies `edit` and checks the result; `Some(patch)` when saved (only a schedule the rules accept).
+    /// Nothing changes while a save is under way.
+    pub fn edit(&mut self, edit: ScheduleEdit) -> Option<Value> {
         if self.busy {
             return None;
         }
-        match key {
-            "down" => self.row = (self.row + 1).min(self.entries.len().saturating_sub(1)),
-            "up" => self.row = self.row.saturating_sub(1),
-            "tab" | "right" => self.col = (self.col + 1) % COLUMNS.len(),
-            "backtab" | "left" => self.col = (self.col + COLUMNS.len() - 1) % COLUMNS.len(),
-            "a" => {
-                // A new entry at the first free whole hour, with the endpoint's own bounds.
-                let hour = (0..24)
-                    .find(|h| !self.entries.iter().any(|e| e.at == format!("{h:02}:00")))
-                    .unwrap_or(0);
-                self.entries.push(Entry {
-                    at: format!("{hour:02}:00"),
-                    min: self.own_min.to_string(),
-                    max: self.own_max.to_string(),
-                    timeout: String::new(),
-                });
-                self.row = self.entries.len() - 1;
-                self.col = 0;
-            }
-            "x" if !self.entries.is_empty() => {
+        let last = self.entries.len().saturating_sub(1);
+        let n = COLUMNS.len();
+        match edit {
+            ScheduleEdit::NextEntry => self.row = (self.row + 1).min(last),
+            ScheduleEdit::PrevEntry => self.row = self.row.saturating_sub(1),
+            ScheduleEdit::NextField => self.col = (self.col + 1) % n,
+            ScheduleEdit::PrevField => self.col = (self.col + n - 1) % n,
+            ScheduleEdit::Add => self.add(),
+            ScheduleEdit::Remove if !self.entries.is_empty() => {
                 self.entries.remove(self.row);
                 self.row = self.row.min(self.entries.len().saturating_sub(1));
             }
-            "backspace" => {
-                if let Some(f) = self.field() {
-                    f.pop();
-                }
-            }
-            "enter" if self.valid() => {
+            ScheduleEdit::Save if self.valid() => {
                 self.busy = true;
                 return Some(json!({"compute": {"scaling": {"schedule": self.schedule()}}}));
             }
-            k if k.len() == 1 => {
-                let c = k.chars().next().unwrap_or(' ');
-                let at = self.col == 0;
-                if c.is_ascii_digit() || (at && c == ':') {
-                    if let Some(f) = self.field() {
-                        if f.len() < 5 {
-                            f.push(c);
-                        }
-                    }
-                }
-            }
-            _ => {}
+            ScheduleEdit::Type(key) => self.type_key(key),
+            ScheduleEdit::Remove | ScheduleEdit::Save => {}
         }
         self.check();
         None
+    }
+
+    /// A new entry at the first free whole hour, with the endpoint's own bounds; it becomes the one edited.
+    fn add(&mut self) {
+        let hour = (0..24)
+            .find(|h| !self.entries.iter().any(|e| e.at == format!("{h:02}:00")))
+            .unwrap_or(0);
+        self.entries.push(Entry {
+            at: format!("{hour:02}:00"),
+            min: self.own_min.to_string(),
+            max: self.own_max.to_string(),
+            timeout: String::new(),
+        });
+        self.row = self.entries.len() - 1;
+        self.col = 0;
+    }
+
+    /// Digits into any field, `:` into the time, `backspace`; five characters at most.
+    fn type_key(&mut self, key: &str) {
+        let at = self.col == 0;
+        if let Some(f) = self.field() {
+            type_into(f, key, 5, |c| c.is_ascii_digit() || (at && c == ':'));
+        }
     }
 }
 
@@ -261,12 +286,12 @@ mod tests {
     #[test]
     fn the_spec_rules_are_checked_as_you_type() {
         let mut e = ScheduleEditor::new("ns", "ep", &endpoint(Value::Null));
-        e.on_key("a");
+        e.edit(ScheduleEdit::Add);
         assert!(e.valid(), "{:?}", e.issues);
-        e.on_key("tab");
-        e.on_key("tab");
-        e.on_key("backspace");
-        e.on_key("9");
+        e.edit(ScheduleEdit::NextField);
+        e.edit(ScheduleEdit::NextField);
+        e.edit(ScheduleEdit::Type("backspace"));
+        e.edit(ScheduleEdit::Type("9"));
         // maxReplica 9 > the endpoint's 4.
         assert!(!e.valid());
         assert!(
@@ -276,16 +301,20 @@ mod tests {
             "{:?}",
             e.issues
         );
-        assert_eq!(e.on_key("enter"), None, "an invalid schedule is not saved");
-        e.on_key("backspace");
-        e.on_key("3");
-        e.on_key("a");
+        assert_eq!(
+            e.edit(ScheduleEdit::Save),
+            None,
+            "an invalid schedule is not saved"
+        );
+        e.edit(ScheduleEdit::Type("backspace"));
+        e.edit(ScheduleEdit::Type("3"));
+        e.edit(ScheduleEdit::Add);
         // Second entry at 01:00; make it clash with the first (00:00).
         for _ in 0..5 {
-            e.on_key("backspace");
+            e.edit(ScheduleEdit::Type("backspace"));
         }
         for k in ["0", "0", ":", "0", "0"] {
-            e.on_key(k);
+            e.edit(ScheduleEdit::Type(k));
         }
         assert!(
             e.issues
@@ -294,14 +323,14 @@ mod tests {
             "{:?}",
             e.issues
         );
-        e.on_key("x");
-        let patch = e.on_key("enter").expect("saved");
+        e.edit(ScheduleEdit::Remove);
+        let patch = e.edit(ScheduleEdit::Save).expect("saved");
         assert_eq!(
             patch,
             json!({"compute": {"scaling": {"schedule": [{"at": "00:00", "minReplica": 0, "maxReplica": 3}]}}})
         );
         // Letters never reach a field.
-        e.on_key("q");
+        e.edit(ScheduleEdit::Type("q"));
         assert_eq!(e.entries[0].at, "00:00");
     }
 }

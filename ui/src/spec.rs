@@ -103,17 +103,6 @@ fn input(key: &str) -> Option<Input> {
     })
 }
 
-/// What a key in the editor asks for beyond editing the text.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
-    /// Keep editing.
-    Stay,
-    /// Save this update (the difference from the spec as read).
-    Save(Value),
-    /// Edit the current text in `$EDITOR`.
-    External,
-}
-
 /// An edit of the spec of `endpoint` (as the API shows it; the fields only a response has are left out),
 /// and the spec's text to start from.
 pub fn edit_of(namespace: &str, name: &str, endpoint: &Value) -> (ExternalEdit, String) {
@@ -191,8 +180,11 @@ impl SpecEditor {
         self.note = Some(message);
     }
 
-    /// Switches between JSON and TOML, when the text parses.
-    fn switch_format(&mut self) {
+    /// Switches between JSON and TOML, when the text parses (not while a save is under way).
+    pub fn switch_format(&mut self) {
+        if self.busy {
+            return;
+        }
         let other = self.edit.format.other();
         match self
             .edit
@@ -220,51 +212,46 @@ impl SpecEditor {
         }
     }
 
-    /// A key while the editor is open.
-    pub fn on_key(&mut self, key: &str) -> Outcome {
+    /// Saves the text when it is valid and changed: the update to send. Nothing while a save is under way.
+    pub fn save(&mut self) -> Option<Value> {
         if self.busy {
-            return Outcome::Stay;
+            return None;
         }
-        match key {
-            "ctrl-s" => {
-                let Ok(spec) = self.parsed() else {
-                    return Outcome::Stay;
-                };
-                // A secret is shown as null; the API keeps a secret sent as null, so deleting its line
-                // cannot remove it. Say so rather than save something that does not do what it seems to.
-                let kept: Vec<&String> = self.edit.original["model"]["secrets"]
-                    .as_object()
-                    .into_iter()
-                    .flat_map(|m| m.keys())
-                    .filter(|k| spec["model"]["secrets"].get(k.as_str()).is_none())
-                    .collect();
-                if !kept.is_empty() {
-                    self.note =
-                        Some(format!(
-                        "secrets cannot be removed by deleting them here (the API keeps them): {}",
-                        kept.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
-                    ));
-                    return Outcome::Stay;
-                }
-                let update = patch(&self.edit.original, &spec);
-                if update.as_object().is_some_and(Map::is_empty) {
-                    self.note = Some("nothing changed".into());
-                    return Outcome::Stay;
-                }
-                self.busy = true;
-                self.note = None;
-                return Outcome::Save(update);
-            }
-            "ctrl-t" => self.switch_format(),
-            "ctrl-e" => return Outcome::External,
-            _ => {
-                if let Some(i) = input(key) {
-                    self.text.input(i);
-                    self.check();
-                }
-            }
+        let spec = self.parsed().ok()?;
+        // A secret is shown as null; the API keeps a secret sent as null, so deleting its line cannot remove
+        // it. Say so rather than save something that does not do what it seems to.
+        let kept: Vec<&String> = self.edit.original["model"]["secrets"]
+            .as_object()
+            .into_iter()
+            .flat_map(|m| m.keys())
+            .filter(|k| spec["model"]["secrets"].get(k.as_str()).is_none())
+            .collect();
+        if !kept.is_empty() {
+            self.note = Some(format!(
+                "secrets cannot be removed by deleting them here (the API keeps them): {}",
+                kept.iter()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            return None;
         }
-        Outcome::Stay
+        let update = patch(&self.edit.original, &spec);
+        if update.as_object().is_some_and(Map::is_empty) {
+            self.note = Some("nothing changed".into());
+            return None;
+        }
+        self.busy = true;
+        self.note = None;
+        Some(update)
+    }
+
+    /// A key typed into the text (a character, `enter`, the arrows…), checked at once.
+    pub fn type_key(&mut self, key: &str) {
+        if let Some(i) = input(key).filter(|_| !self.busy) {
+            self.text.input(i);
+            self.check();
+        }
     }
 }
 
@@ -308,28 +295,28 @@ mod tests {
             e.text.lines()
         );
         for _ in 0..min_line {
-            e.on_key("down");
+            e.type_key("down");
         }
         // The line ends `0,`: step over the comma.
-        e.on_key("end");
-        e.on_key("left");
-        e.on_key("backspace");
-        e.on_key("9");
+        e.type_key("end");
+        e.type_key("left");
+        e.type_key("backspace");
+        e.type_key("9");
         assert_eq!(e.issues.len(), 1, "{:?}", e.issues);
         assert_eq!(e.issues[0].0, min_line);
         assert!(e.issues[0].1.contains("minReplica"));
-        assert_eq!(e.on_key("ctrl-s"), Outcome::Stay);
+        assert_eq!(e.save(), None);
         assert!(!e.busy);
         // Broken JSON: the parser's line.
-        e.on_key("backspace");
-        e.on_key("x");
+        e.type_key("backspace");
+        e.type_key("x");
         assert!(e.issues[0].1.starts_with("JSON"), "{:?}", e.issues);
-        e.on_key("backspace");
-        e.on_key("1");
+        e.type_key("backspace");
+        e.type_key("1");
         // Only what changed is sent.
         assert_eq!(
-            e.on_key("ctrl-s"),
-            Outcome::Save(json!({"compute": {"scaling": {"minReplica": 1}}}))
+            e.save(),
+            Some(json!({"compute": {"scaling": {"minReplica": 1}}}))
         );
         assert!(e.busy);
         // Refused by the server: the text stays, the issue goes to its line.
@@ -372,7 +359,7 @@ mod tests {
         e.text = TextArea::new(text.lines().map(str::to_string).collect());
         e.check();
         assert!(e.issues.is_empty(), "{:?}", e.issues);
-        assert_eq!(e.on_key("ctrl-s"), Outcome::Stay);
+        assert_eq!(e.save(), None);
         assert!(
             e.note.as_deref().unwrap_or("").contains("HF_TOKEN"),
             "{:?}",
@@ -384,7 +371,7 @@ mod tests {
     fn toml_round_trips_and_finds_its_lines() {
         let mut e = SpecEditor::new("ns", "ep", &endpoint());
         let json_text = e.contents();
-        e.on_key("ctrl-t");
+        e.switch_format();
         assert_eq!(e.edit.format, Format::Toml);
         assert!(e.issues.is_empty(), "{:?}", e.issues);
         let toml_text = e.contents();
@@ -397,9 +384,9 @@ mod tests {
         let line = toml_line_of(e.text.lines(), "model.image.hub");
         assert!(e.text.lines()[line].contains("hub"), "{toml_text}");
         // Nothing changed by the round trip: no update to send.
-        assert_eq!(e.on_key("ctrl-s"), Outcome::Stay);
+        assert_eq!(e.save(), None);
         assert_eq!(e.note.as_deref(), Some("nothing changed"));
-        e.on_key("ctrl-t");
+        e.switch_format();
         assert_eq!(e.edit.format, Format::Json);
         let back: Value = serde_json::from_str(&e.contents()).unwrap();
         let first: Value = serde_json::from_str(&json_text).unwrap();
@@ -413,7 +400,7 @@ mod tests {
         assert_eq!(toml_line_of(&lines, "compute.scaling.schedule[0].at"), 3);
         // A spec with no TOML form keeps its text.
         let mut j = SpecEditor::with_text(blank(Format::Json), "{\"a\": [1, null]}");
-        j.on_key("ctrl-t");
+        j.switch_format();
         assert_eq!(j.edit.format, Format::Json);
         assert_eq!(j.contents(), "{\"a\": [1, null]}");
         assert!(
@@ -425,7 +412,7 @@ mod tests {
         let broken = "name = \"ep\"\n[compute\nx = 1\n";
         let mut t = SpecEditor::with_text(blank(Format::Toml), broken);
         assert_eq!(t.issues[0].0, 1, "{:?}", t.issues);
-        t.on_key("ctrl-t");
+        t.switch_format();
         assert_eq!(t.edit.format, Format::Toml);
         assert!(t.note.as_deref().unwrap_or("").contains("line 2"));
     }

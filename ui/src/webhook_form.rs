@@ -1,9 +1,11 @@
 //! The webhook form, new or edited: URL, watched items (`type:name`), domains and secret, as the body the API
 //! takes. Every issue of the server's 400 is shown at once, each beside its field.
 //!
-//! Imports nothing of the crate.
+//! Imports `form_input` and `form_issues`.
 
 use serde_json::{json, Map, Value};
+
+use crate::form_input::{type_into, Form, FormState};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HookField {
@@ -41,14 +43,6 @@ impl HookField {
             HookField::Secret => "secret",
         }
     }
-
-    /// The field a server path or message is about, if any.
-    fn of(text: &str) -> Option<HookField> {
-        HookField::ALL.into_iter().find(|f| {
-            text.strip_prefix(f.path())
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[', ':', ' ']))
-        })
-    }
 }
 
 /// Longest text a field takes: the server's own limits are below it.
@@ -63,13 +57,8 @@ pub struct WebhookForm {
     pub domains: String,
     /// Typed by the user, never filled from the server; masked on screen and in the form's `Debug`.
     pub secret: String,
-    pub focus: usize,
-    /// Every issue of the server's last answer (and of the `type:name` check), with its field.
-    pub issues: Vec<(HookField, String)>,
-    /// What the server said that is about no one field.
-    pub errors: Vec<String>,
-    /// Sent, waiting for the server.
-    pub busy: bool,
+    /// The focused field, the send under way, the server's issues.
+    pub state: FormState<HookField>,
 }
 
 impl std::fmt::Debug for WebhookForm {
@@ -80,10 +69,7 @@ impl std::fmt::Debug for WebhookForm {
             .field("watched", &self.watched)
             .field("domains", &self.domains)
             .field("secret", &"…")
-            .field("focus", &self.focus)
-            .field("issues", &self.issues)
-            .field("errors", &self.errors)
-            .field("busy", &self.busy)
+            .field("state", &self.state)
             .finish()
     }
 }
@@ -97,10 +83,7 @@ impl WebhookForm {
             watched: user.map(|u| format!("user:{u}")).unwrap_or_default(),
             domains: "endpoint".to_string(),
             secret: String::new(),
-            focus: 0,
-            issues: Vec::new(),
-            errors: Vec::new(),
-            busy: false,
+            state: FormState::default(),
         }
     }
 
@@ -113,10 +96,6 @@ impl WebhookForm {
             domains: domains.join(" "),
             ..WebhookForm::new(None)
         }
-    }
-
-    pub fn field(&self) -> HookField {
-        HookField::ALL[self.focus]
     }
 
     /// The value shown for a field: the secret masked.
@@ -136,43 +115,6 @@ impl WebhookForm {
             HookField::Domains => &mut self.domains,
             HookField::Secret => &mut self.secret,
         }
-    }
-
-    /// A key while the form is open. `Some(body)` when the form is submitted.
-    pub fn on_key(&mut self, key: &str) -> Option<Value> {
-        let f = self.field();
-        let n = HookField::ALL.len();
-        match key {
-            "down" | "tab" => self.focus = (self.focus + 1) % n,
-            "up" | "backtab" => self.focus = (self.focus + n - 1) % n,
-            "backspace" => {
-                self.text(f).pop();
-            }
-            "enter" if !self.busy => {
-                self.issues.clear();
-                self.errors.clear();
-                match self.body() {
-                    Ok(body) => {
-                        self.busy = true;
-                        return Some(body);
-                    }
-                    Err(issues) => self.issues = issues,
-                }
-            }
-            k if k.chars().count() == 1 || k == "space" => {
-                let c = if k == "space" {
-                    ' '
-                } else {
-                    k.chars().next().unwrap_or(' ')
-                };
-                let t = self.text(f);
-                if t.len() < MAX_TEXT {
-                    t.push(c);
-                }
-            }
-            _ => {}
-        }
-        None
     }
 
     /// The create or update body; an item of the watched list that is not `type:name` is an issue of its
@@ -205,24 +147,34 @@ impl WebhookForm {
         }
         Ok(Value::Object(body))
     }
+}
 
-    /// The server refused the webhook: each issue goes beside its field (a path with an index keeps it,
-    /// `watched[1].name: …`), and a bare message naming a field goes there too.
-    pub fn refused(&mut self, message: String, issues: &[(String, String)]) {
-        self.busy = false;
-        crate::form_issues::sort(message, issues, &mut self.issues, &mut self.errors);
+impl Form for WebhookForm {
+    type Sent = Value;
+    type Field = HookField;
+
+    fn state(&self) -> &FormState<HookField> {
+        &self.state
     }
 
-    /// The issues about a field.
-    pub fn issues_of(&self, f: HookField) -> impl Iterator<Item = &str> {
-        crate::form_issues::of(&self.issues, f)
+    fn state_mut(&mut self) -> &mut FormState<HookField> {
+        &mut self.state
+    }
+
+    fn type_key(&mut self, key: &str) {
+        type_into(self.text(self.field()), key, MAX_TEXT, |_| true);
+    }
+
+    /// The body, unless the watched list has an item that is not `type:name`.
+    fn to_send(&mut self) -> Option<Value> {
+        self.body()
+            .map_err(|issues| self.state.issues.by_field = issues)
+            .ok()
     }
 }
 
 impl crate::form_issues::FormField for HookField {
-    fn of(text: &str) -> Option<Self> {
-        Self::of(text)
-    }
+    const ALL: &'static [Self] = &HookField::ALL;
 
     fn path(self) -> &'static str {
         Self::path(self)
@@ -233,13 +185,16 @@ impl crate::form_issues::FormField for HookField {
 mod tests {
     use super::*;
 
+    use crate::form_input::FormEdit;
+
     fn type_in(form: &mut WebhookForm, text: &str) {
         for c in text.chars() {
-            form.on_key(&if c == ' ' {
+            let key = if c == ' ' {
                 "space".to_string()
             } else {
                 c.to_string()
-            });
+            };
+            form.edit(FormEdit::Type(&key));
         }
     }
 
@@ -247,14 +202,14 @@ mod tests {
     fn the_form_builds_the_body_and_checks_type_name() {
         let mut f = WebhookForm::new(Some("admin"));
         type_in(&mut f, "http://127.0.0.1:9/hook");
-        f.on_key("tab");
+        f.edit(FormEdit::NextField);
         type_in(&mut f, " org:acme model:acme/m");
-        f.on_key("tab");
+        f.edit(FormEdit::NextField);
         type_in(&mut f, " repo");
-        f.on_key("tab");
+        f.edit(FormEdit::NextField);
         type_in(&mut f, "s3cret");
         assert_eq!(f.shown(HookField::Secret), "••••••");
-        let body = f.on_key("enter").unwrap();
+        let body = f.edit(FormEdit::Submit).unwrap();
         assert_eq!(
             body,
             json!({"url": "http://127.0.0.1:9/hook",
@@ -262,15 +217,15 @@ mod tests {
                                {"type": "model", "name": "acme/m"}],
                    "domains": ["endpoint", "repo"], "secret": "s3cret"})
         );
-        assert!(f.busy && f.on_key("enter").is_none());
+        assert!(f.state.busy && f.edit(FormEdit::Submit).is_none());
 
         // An item without a type is caught before sending.
         let mut f = WebhookForm::new(None);
         type_in(&mut f, "http://x");
-        f.on_key("tab");
+        f.edit(FormEdit::NextField);
         type_in(&mut f, "admin user:");
-        assert!(f.on_key("enter").is_none());
-        assert!(!f.busy);
+        assert!(f.edit(FormEdit::Submit).is_none());
+        assert!(!f.state.busy);
         assert_eq!(f.issues_of(HookField::Watched).count(), 2);
 
         // An edit without a typed secret leaves it out (unchanged).
@@ -285,7 +240,7 @@ mod tests {
     #[test]
     fn every_issue_goes_beside_its_field() {
         let mut f = WebhookForm::new(None);
-        f.busy = true;
+        f.state.busy = true;
         f.refused(
             "invalid request body".into(),
             &[
@@ -296,7 +251,7 @@ mod tests {
                 ("owner".into(), "unknown".into()),
             ],
         );
-        assert!(!f.busy);
+        assert!(!f.state.busy);
         for field in HookField::ALL {
             assert_eq!(f.issues_of(field).count(), 1, "{field:?}");
         }
@@ -304,6 +259,6 @@ mod tests {
             f.issues_of(HookField::Watched).next(),
             Some("watched[0].name: \"x y\" is not a user")
         );
-        assert_eq!(f.errors, ["owner: unknown"]);
+        assert_eq!(f.state.issues.errors, ["owner: unknown"]);
     }
 }

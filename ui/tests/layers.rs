@@ -11,9 +11,12 @@ use layers::Layers;
 /// The modules, lowest first: each may name only modules before it.
 const ORDER: &[&str] = &[
     "format",
+    "natural",
+    "columns",
     "effects",
     "pager",
     "form_issues",
+    "form_input",
     "form",
     "app_form",
     "webhook_form",

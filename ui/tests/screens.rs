@@ -4,29 +4,54 @@ use chrono::TimeZone;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use serde_json::json;
-use switchyard_ui::keymap::Keymap;
+use switchyard_ui::keymap::{self, Keymap};
 use switchyard_ui::state::{
     update, Action, AppAction, AppRow, AuditRow, CatalogRow, CreatedApp, DeliveryRow, Effect,
     EndpointRow, IssuedSecret, Key, LoadFailure, NotificationRow, Secret, State, WebhookRow,
 };
 use switchyard_ui::views;
 
-fn state() -> State {
+/// A console on `server` at the fixed time, before it signs in.
+fn unsigned(server: &str) -> State {
     let now = chrono::Utc
         .with_ymd_and_hms(2026, 11, 22, 12, 0, 0)
         .unwrap();
-    let mut s = State::new(
-        "in-process".into(),
-        false,
-        now,
-        "/data/logs/console.log".into(),
-    );
+    State::new(server.into(), false, now, "/data/logs/console.log".into())
+}
+
+fn state() -> State {
+    let mut s = unsigned("in-process");
     let keymap = Keymap::builtin();
     update(
         &mut s,
         Action::SignedIn(Ok(("admin".into(), vec!["acme".into()]))),
         &keymap,
     );
+    let rows = catalog();
+    let seq = s.catalog_seq;
+    update(&mut s, Action::CatalogLoaded(seq, Ok(rows)), &keymap);
+    let endpoints = [("qwen", "admin", "running", 2, 2), ("embedder", "acme", "scaledToZero", 0, 0), ("broken", "acme", "failed", 0, 0)]
+        .iter()
+        .map(|(name, ns, st, ready, target)| {
+            EndpointRow::from_json(ns, &json!({
+                "name": name, "type": "authenticated", "model": {"repository": "Qwen/Qwen2.5-7B-Instruct"},
+                "status": {"state": st, "readyReplica": ready, "targetReplica": target,
+                           "url": format!("http://127.0.0.1:8080/endpoints/{ns}/{name}"),
+                           "updatedAt": "2026-11-22T11:58:00.000Z",
+                           "message": (*st == "failed").then_some(BROKEN)}
+            }))
+        })
+        .collect();
+    loaded(&mut s, Ok(endpoints));
+    s
+}
+
+/// Why the failed endpoint of `state()` failed.
+const BROKEN: &str =
+    "replicas keep exiting: exit status 1: CUDA error: out of memory (tried to allocate 2.00 GiB)";
+
+/// Three models: two text-generation ones on GPUs, an embedder.
+fn catalog() -> Vec<CatalogRow> {
     let catalog = [
         (
             "Qwen",
@@ -50,7 +75,7 @@ fn state() -> State {
             &[("gpu", "sglang")][..],
         ),
     ];
-    let rows = catalog
+    catalog
         .iter()
         .map(|(author, model, task, license, recipes)| {
             CatalogRow::from_json(&json!({
@@ -61,22 +86,7 @@ fn state() -> State {
                 })).collect::<Vec<_>>()
             }))
         })
-        .collect();
-    let seq = s.catalog_seq;
-    update(&mut s, Action::CatalogLoaded(seq, Ok(rows)), &keymap);
-    let endpoints = [("qwen", "admin", "running", 2, 2), ("embedder", "acme", "scaledToZero", 0, 0), ("broken", "acme", "failed", 0, 0)]
-        .iter()
-        .map(|(name, ns, st, ready, target)| {
-            EndpointRow::from_json(ns, &json!({
-                "name": name, "type": "authenticated", "model": {"repository": "Qwen/Qwen2.5-7B-Instruct"},
-                "status": {"state": st, "readyReplica": ready, "targetReplica": target,
-                           "url": format!("http://127.0.0.1:8080/endpoints/{ns}/{name}"),
-                           "updatedAt": "2026-11-22T11:58:00.000Z"}
-            }))
-        })
-        .collect();
-    loaded(&mut s, Ok(endpoints));
-    s
+        .collect()
 }
 
 /// The answer to the latest endpoints load.
@@ -135,47 +145,321 @@ fn catalog_view() {
     insta::assert_snapshot!("catalog_recipes", screen(&s, 120, 24));
 }
 
+/// The answer to the latest catalog load: the rows of `catalog()` that `keep` keeps.
+fn catalog_loaded(s: &mut State, keep: impl Fn(&CatalogRow) -> bool) {
+    let rows = catalog().into_iter().filter(keep).collect();
+    let seq = s.catalog_seq;
+    update(s, Action::CatalogLoaded(seq, Ok(rows)), &Keymap::builtin());
+}
+
+#[test]
+fn catalog_filters_show_in_the_title_until_catalog_alone_clears_them() {
+    let mut s = state();
+    let want = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let filters = want(&[("task", "text-generation"), ("accelerator", "gpu")]);
+    let fx = command(&mut s, "catalog task=text-generation accelerator=gpu");
+    assert_eq!(fx, [Effect::LoadCatalog(s.catalog_seq, filters.clone())]);
+    catalog_loaded(&mut s, |c| c.task == "text-generation");
+    insta::assert_snapshot!("catalog_server_filters", screen(&s, 120, 24));
+    let title = "catalog [task=text-generation accelerator=gpu] (2/2)";
+    assert!(screen(&s, 80, 24).contains(title));
+    // `r` reloads with them, and the title keeps them.
+    let fx = update(&mut s, Action::Key(Key("r".into())), &Keymap::builtin());
+    assert_eq!(fx, [Effect::LoadCatalog(s.catalog_seq, filters)]);
+    catalog_loaded(&mut s, |c| c.task == "text-generation");
+    assert!(screen(&s, 120, 24).contains(title));
+    // `:catalog` alone: the whole catalog, no filters.
+    let fx = command(&mut s, "catalog");
+    assert_eq!(fx, [Effect::LoadCatalog(s.catalog_seq, want(&[]))]);
+    catalog_loaded(&mut s, |_| true);
+    let text = screen(&s, 120, 24);
+    assert!(
+        text.contains("┌ catalog (3/3) ") && !text.contains("task="),
+        "{text}"
+    );
+}
+
 #[test]
 fn endpoints_view_and_dialogs() {
     let mut s = state();
     keys(&mut s, &[":", "e", "p", "enter"]);
     insta::assert_snapshot!(screen(&s, 120, 24));
+    insta::assert_snapshot!("endpoints_view_80", screen(&s, 80, 24));
     keys(&mut s, &["j", "ctrl-d"]);
     insta::assert_snapshot!("endpoints_confirm_delete", screen(&s, 120, 24));
     keys(&mut s, &["esc", "?"]);
     insta::assert_snapshot!("help", screen(&s, 120, 30));
-    // On the smallest terminal the console takes, the help scrolls; its first page and its last hold the
-    // whole keymap, the commands and the log file.
+    // On the smallest terminal the console takes, the help scrolls: page by page it shows every binding of
+    // the keymap (the start of its description, on the narrow column), the commands and the log file.
     update(&mut s, Action::Resize(80, 24), &Keymap::builtin());
-    let first = screen(&s, 80, 24);
-    keys(&mut s, &["G"]);
-    let last = screen(&s, 80, 24);
-    for text in [
+    let mut seen = screen(&s, 80, 24);
+    for _ in 0..10 {
+        keys(&mut s, &["pagedown"]);
+        seen.push_str(&screen(&s, 80, 24));
+    }
+    assert!(
+        seen.contains("esc/? close  down/j scroll down"),
+        "the help's own keys in the footer: {seen}"
+    );
+    let keymap = Keymap::builtin();
+    let descriptions = keymap::HELP_COLUMNS
+        .iter()
+        .flat_map(|column| column.iter())
+        // As much as the narrow column has room for.
+        .flat_map(|ctx| {
+            keymap
+                .own(*ctx, false)
+                .map(|b| b.description.chars().take(14).collect())
+        })
+        .collect::<Vec<String>>();
+    for text in descriptions.iter().map(String::as_str).chain([
         ":apps [OWNER]",
         ":audit ORG",
         ":webhooks",
         ":notifications",
         "j/k scroll",
-        "refresh",
-        "next match",
-        "scale to zero",
         "console log: /data/logs/console.log",
-    ] {
-        assert!(first.contains(text), "{text}: {first}");
+    ]) {
+        assert!(seen.contains(text), "{text}: {seen}");
     }
-    for text in [
-        "previous match",
-        "pause/follow",
-        "cancel",
-        "rotate secret",
-        "refresh the log",
-        "dismiss",
-        "deliveries (live)",
-        "replay",
-        "enable/disable",
-    ] {
-        assert!(last.contains(text), "{text}: {last}");
+}
+
+/// The footer's keys as the keymap gives them for what is on screen now.
+fn footer_keys(s: &State) -> String {
+    Keymap::builtin()
+        .hints(s.context(), s.read_only)
+        .iter()
+        .map(|(k, d)| format!(" {k} {d} "))
+        .collect()
+}
+
+/// The status line on top, and the footer (a message line, the context's keys) at the bottom, with no popup
+/// over either.
+fn status_and_footer_in_sight(s: &State, width: u16, height: u16) {
+    let text = screen(s, width, height);
+    let lines: Vec<&str> = text.lines().collect();
+    let keys: String = footer_keys(s).chars().take(width as usize).collect();
+    assert!(lines[0].starts_with(" switchyard "), "{text}");
+    assert_eq!(lines[lines.len() - 1], keys.trim_end(), "{text}");
+    for line in [lines[0], lines[lines.len() - 2], lines[lines.len() - 1]] {
+        assert!(
+            !line.contains(['│', '┌', '└']),
+            "a popup over {line:?}:\n{text}"
+        );
     }
+}
+
+#[test]
+fn every_context_shows_its_own_keys_and_popups_stay_between_status_and_footer() {
+    let mut s = state();
+    let raw = json!({
+        "name": "qwen", "type": "public", "provider": {"vendor": "aws", "region": "us-east-1"},
+        "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x2",
+                    "scaling": {"minReplica": 0, "maxReplica": 3}},
+        "model": {"repository": "Qwen/Qwen2.5-7B-Instruct", "framework": "pytorch", "image": {"hub": {}}},
+        "status": {"state": "running", "readyReplica": 1, "targetReplica": 1}
+    });
+    let steps: [(&[&str], &str); 12] = [
+        (&["D"], "enter send  esc cancel"),
+        (&["esc", "tab"], "describe"),
+        (&["e"], "ctrl-s save (when valid)"),
+        (&["esc", "s"], "a add entry"),
+        (&["esc", "p"], "switch button"),
+        (&["esc", "d"], "/ search"),
+        (&["esc", "l"], "space pause/follow"),
+        (&["esc", "?"], "esc/? close"),
+        (&["esc", ":", "w", "h", "enter"], "deliveries (live)"),
+        (&["n"], "enter send"),
+        (&["esc", ":", "a", "p", "p", "s", "enter"], "new app"),
+        (&["tab"], "D deploy"),
+    ];
+    for (i, (pressed, shown)) in steps.iter().enumerate() {
+        keys(&mut s, pressed);
+        if i == 1 {
+            loaded(&mut s, Ok(vec![EndpointRow::from_json("admin", &raw)]));
+        }
+        for (width, height) in [(80, 24), (120, 30)] {
+            update(&mut s, Action::Resize(width, height), &Keymap::builtin());
+            status_and_footer_in_sight(&s, width, height);
+        }
+        assert!(
+            footer_keys(&s).contains(shown),
+            "{pressed:?}: {}",
+            footer_keys(&s)
+        );
+    }
+    // Inside an editor the endpoint list's keys are gone from the footer.
+    keys(&mut s, &["tab", "e"]);
+    assert!(!screen(&s, 120, 30).contains("scale to zero"));
+}
+
+#[test]
+fn endpoint_columns_share_the_width_by_importance_and_names_sort_naturally() {
+    let mut s = state();
+    keys(&mut s, &["tab"]);
+    let rows = [
+        ("e-10", "admin"),
+        ("e-2", "admin"),
+        ("llama-chat-assistant-prod", "acme"),
+    ]
+    .iter()
+    .map(|(name, ns)| {
+        EndpointRow::from_json(
+            ns,
+            &json!({
+                "name": name, "type": "authenticated",
+                "model": {"repository": "meta-llama/Llama-3.1-8B-Instruct"},
+                "status": {"state": "initializing", "readyReplica": 0, "targetReplica": 1,
+                           "url": format!("https://switchyard.example.com/endpoints/{ns}/{name}"),
+                           "updatedAt": "2026-11-22T11:58:00.000Z"}
+            }),
+        )
+    })
+    .collect();
+    loaded(&mut s, Ok(rows));
+    insta::assert_snapshot!("endpoint_columns_80", screen(&s, 80, 24));
+    insta::assert_snapshot!("endpoint_columns_120", screen(&s, 120, 24));
+    // At 80 columns the name and the model are whole; the URL, when shown, keeps the endpoint's name.
+    let text = screen(&s, 80, 24);
+    let at = |name: &str| text.find(&format!("│{name} ")).unwrap_or(usize::MAX);
+    assert!(at("e-2") < at("e-10"), "{text}");
+    for want in [
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "llama-chat-assistant-prod",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    let text = screen(&s, 120, 24);
+    for want in ["…/llama-chat-assistant-prod", "…/endpoints/admin/e-10"] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+}
+
+#[test]
+fn why_an_endpoint_failed_under_the_list_and_at_the_top_of_describe() {
+    let mut s = state();
+    keys(&mut s, &["tab", "j"]);
+    insta::assert_snapshot!("endpoints_why_80", screen(&s, 80, 24));
+    let text = screen(&s, 120, 24);
+    assert!(
+        text.contains(&format!(" acme/broken failed: {BROKEN}")),
+        "{text}"
+    );
+    assert_eq!(
+        colour_of(&s, 120, 24, "failed: "),
+        ratatui::style::Color::Red
+    );
+    // Describe leads with a summary; the whole resource follows.
+    let raw = json!({
+        "name": "broken", "type": "public",
+        "compute": {"accelerator": "gpu", "instanceType": "nvidia-l4", "instanceSize": "x1",
+                    "scaling": {"minReplica": 0, "maxReplica": 2, "scaleToZeroTimeout": 30, "schedule": [
+                        {"at": "08:00", "minReplica": 1, "maxReplica": 2},
+                        {"at": "20:00", "minReplica": 0, "maxReplica": 1}]}},
+        "model": {"repository": "Qwen/Qwen2.5-7B-Instruct", "framework": "pytorch", "image": {"vllm": {}}},
+        "status": {"state": "failed", "readyReplica": 0, "targetReplica": 1, "message": BROKEN,
+                   "url": "http://127.0.0.1:8080/endpoints/acme/broken", "updatedAt": "2026-11-22T11:58:00.000Z"}
+    });
+    loaded(&mut s, Ok(vec![EndpointRow::from_json("acme", &raw)]));
+    update(&mut s, Action::Resize(120, 30), &Keymap::builtin());
+    keys(&mut s, &["enter"]);
+    insta::assert_snapshot!("describe_summary", screen(&s, 120, 30));
+    let text = screen(&s, 120, 30);
+    for want in [
+        "state      failed",
+        &format!("why        {BROKEN}"),
+        "replicas   0 ready of 1 wanted",
+        "model      Qwen/Qwen2.5-7B-Instruct (image: vllm)",
+        "scaling    min 0 · max 2 · scales to zero after 30 min idle",
+        "schedule   entry 1 of 2 in effect now (from 08:00 UTC): min 1 · max 2",
+        "the whole resource:",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+}
+
+/// The logs of the selected endpoint answered with `text`.
+fn logs_loaded(s: &mut State, text: &str) {
+    let Some((namespace, name)) = (match &s.overlay {
+        switchyard_ui::state::Overlay::Logs {
+            namespace, name, ..
+        } => Some((namespace.clone(), name.clone())),
+        _ => None,
+    }) else {
+        panic!("no logs open: {:?}", s.overlay)
+    };
+    let text = Ok(text.to_string());
+    let answer = Action::LogsLoaded {
+        namespace,
+        name,
+        text,
+    };
+    update(s, answer, &Keymap::builtin());
+}
+
+#[test]
+fn empty_logs_say_why() {
+    let mut s = state();
+    // Sorted: qwen (admin), broken and embedder (acme).
+    keys(&mut s, &["tab", "j", "j", "l"]);
+    let text = screen(&s, 80, 24);
+    assert!(
+        text.contains("(no replicas are running: the endpoint is scaledToZero)"),
+        "{text}"
+    );
+    logs_loaded(&mut s, "");
+    insta::assert_snapshot!("logs_without_replicas_80", screen(&s, 80, 24));
+    keys(&mut s, &["esc", "k", "l"]);
+    logs_loaded(&mut s, "");
+    let text = screen(&s, 120, 24);
+    assert!(
+        text.contains("(no replicas are running: the endpoint is failed)")
+            && text.contains(&format!("(why: {BROKEN})")),
+        "{text}"
+    );
+    keys(&mut s, &["esc", "k", "l"]);
+    logs_loaded(&mut s, "\n");
+    let text = screen(&s, 120, 24);
+    assert!(
+        text.contains("(waiting for output: 2 replica(s) running, none has printed anything yet)"),
+        "{text}"
+    );
+    logs_loaded(&mut s, "2026-11-22T11:59:00Z r1 stdout ready");
+    let text = screen(&s, 120, 24);
+    assert!(
+        text.contains("r1 stdout ready") && !text.contains("waiting for output"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_refused_token_is_said_and_the_public_catalog_still_shown() {
+    let mut s = unsigned("https://switchyard.example.com");
+    let now = s.now;
+    let refused =
+        switchyard_ui::state::SignInFailure::Refused("401 invalid or expired token".into());
+    let fx = update(&mut s, Action::SignedIn(Err(refused)), &Keymap::builtin());
+    assert_eq!(fx, [Effect::LoadCatalog(s.catalog_seq, Vec::new())]);
+    catalog_loaded(&mut s, |_| true);
+    insta::assert_snapshot!("sign_in_refused_catalog", screen(&s, 120, 24));
+    let text = screen(&s, 80, 24);
+    assert!(
+        text.contains("sign-in failed (401 invalid or expir")
+            && text.contains("sign-in failed: 401 invalid or expired token; the public catalog is")
+            && text.contains("catalog (3/3)"),
+        "{text}"
+    );
+    keys(&mut s, &["tab"]);
+    insta::assert_snapshot!("sign_in_refused_endpoints_80", screen(&s, 80, 24));
+    // Nothing is asked of the server every second for it: `r` signs in again.
+    assert!(update(&mut s, Action::Tick(now), &Keymap::builtin()).is_empty());
+    let fx = update(&mut s, Action::Key(Key("r".into())), &Keymap::builtin());
+    assert_eq!(fx, [Effect::SignIn]);
 }
 
 #[test]
@@ -228,18 +512,32 @@ fn deploy_form_with_the_servers_issues() {
     }
     let fx = update(&mut s, Action::Key(Key("enter".into())), &Keymap::builtin());
     assert_eq!(fx.len(), 1);
+    // Every issue of the answer at once, each beside its field; one about no field under the form.
+    let issue = |path: &str, message: &str| (path.to_string(), message.to_string());
     update(
         &mut s,
         Action::Deployed(Err((
-            "invalid request body".into(),
-            vec![(
-                "config.name".into(),
-                "may contain only lowercase letters, digits and `-`".into(),
-            )],
+            "invalid request body: config.name: … (and 3 more)".into(),
+            vec![
+                issue(
+                    "config.name",
+                    "may contain only lowercase letters, digits and `-`",
+                ),
+                issue(
+                    "config.scaling.maxReplica",
+                    "must be at least minReplica (2)",
+                ),
+                issue(
+                    "config.privateService",
+                    "is required when type is `private`",
+                ),
+                issue("accelerator", "no recipe of this model runs on neuron"),
+            ],
         ))),
         &Keymap::builtin(),
     );
     insta::assert_snapshot!("deploy_form_issues", screen(&s, 120, 24));
+    insta::assert_snapshot!("deploy_form_issues_80", screen(&s, 80, 24));
     update(
         &mut s,
         Action::Deployed(Ok("admin/qwen".into())),
@@ -269,8 +567,16 @@ fn schedule_editor() {
     loaded(&mut s, Ok(vec![EndpointRow::from_json("admin", &raw)]));
     keys(&mut s, &["s"]);
     insta::assert_snapshot!("schedule_editor", screen(&s, 120, 30));
+    // `▶` follows the entry edited; the one in effect now (12:00: the 08:00 one) keeps its own mark.
+    keys(&mut s, &["down"]);
+    insta::assert_snapshot!("schedule_editor_second_entry", screen(&s, 80, 24));
+    let text = screen(&s, 120, 30);
+    let line = |start: &str| text.lines().find(|l| l.contains(start)).unwrap_or("");
+    assert!(line("1  08:00").contains("● in effect now"), "{text}");
+    assert!(text.contains("▶ 2  20:00▏"), "{text}");
+    assert!(!text.contains("no entries"), "{text}");
     // An entry whose maximum is above the endpoint's: the rule's message beside it, and no save.
-    keys(&mut s, &["down", "tab", "tab", "backspace", "7", "enter"]);
+    keys(&mut s, &["tab", "tab", "backspace", "7", "enter"]);
     let text = screen(&s, 120, 30);
     assert!(
         text.contains("maxReplica: must be at most the endpoint's maxReplica (3)"),
@@ -279,6 +585,18 @@ fn schedule_editor() {
     keys(&mut s, &["backspace", "1"]);
     let fx = update(&mut s, Action::Key(Key("enter".into())), &Keymap::builtin());
     assert_eq!(fx.len(), 1, "{fx:?}");
+    // Without entries the head says so, and whose values apply.
+    keys(&mut s, &["esc"]);
+    let mut raw = raw;
+    raw["compute"]["scaling"]["schedule"] = json!(null);
+    loaded(&mut s, Ok(vec![EndpointRow::from_json("admin", &raw)]));
+    keys(&mut s, &["s"]);
+    let text = screen(&s, 120, 30);
+    assert!(
+        text.contains("no entries: the endpoint's own values (min 0 max 3) apply all day")
+            && !text.contains("▶"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -466,7 +784,7 @@ fn clicks_and_pages_follow_the_drawn_table() {
     let shown: Vec<usize> = drawn
         .lines()
         .enumerate()
-        .filter(|(_, l)| l.contains("endpoint-"))
+        .filter(|(_, l)| l.starts_with("│endpoint-"))
         .map(|(y, _)| y)
         .collect();
     // As many rows drawn as a page moves by.
@@ -572,7 +890,7 @@ fn apps_view_and_its_dialogs() {
     // Deleting the secret asks first, and says what it means.
     keys(&mut s, &["X"]);
     insta::assert_snapshot!("apps_confirm_delete_secret", screen(&s, 80, 24));
-    keys(&mut s, &["esc", "R", "tab"]);
+    keys(&mut s, &["esc", "G", "R", "tab"]);
     let fx = update(&mut s, Action::Key(Key("enter".into())), &Keymap::builtin());
     assert_eq!(
         fx,
@@ -603,7 +921,7 @@ fn apps_view_and_its_dialogs() {
     let text = screen(&s, 120, 24);
     assert!(!text.contains(SECRET), "{text}");
     // Details.
-    keys(&mut s, &["G", "enter"]);
+    keys(&mut s, &["g", "enter"]);
     let text = screen(&s, 120, 24);
     assert!(
         text.contains("token exchange  yes") && text.contains("http://127.0.0.1/cb"),

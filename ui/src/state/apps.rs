@@ -10,6 +10,7 @@ use super::model::{State, View};
 use super::overlay::{IssuedSecret, Overlay};
 use crate::app_form::AppForm;
 use crate::effects::{AppAction, Effect};
+use crate::form_input::Form;
 use crate::keymap::Command;
 
 /// `:apps [OWNER]`: the apps of the signed-in user, or of a namespace they manage.
@@ -37,23 +38,6 @@ pub(super) fn open_form(state: &mut State) {
     if state.view == View::Apps {
         let form = AppForm::new(state.apps_owner.clone());
         state.overlay = Overlay::NewApp(Box::new(form));
-    }
-}
-
-/// A key while the new-app form is open: `esc` closes it; `enter` sends it (it stays open until the server
-/// answers).
-pub(super) fn on_form_key(state: &mut State, key: &str) -> Vec<Effect> {
-    if key == "esc" {
-        state.overlay = Overlay::None;
-        return Vec::new();
-    }
-    match &mut state.overlay {
-        Overlay::NewApp(form) => form
-            .on_key(key)
-            .map(Effect::CreateApp)
-            .into_iter()
-            .collect(),
-        _ => Vec::new(),
     }
 }
 

@@ -1,12 +1,12 @@
 //! The `:` command line: typing it, running it, and showing it with a `:server` token masked.
 //!
-//! The commands are `:catalog [filters]`, `:endpoints`, `:apps [OWNER]`, `:audit ORG`, `:webhooks`,
+//! The commands are `:catalog [filters]` (alone: no filters), `:endpoints`, `:apps [OWNER]`, `:audit ORG`, `:webhooks`,
 //! `:notifications`, `:server [URL [TOKEN]]`, `:help` and `:q`.
 
 use super::action::type_into;
 use super::apps::{show_apps, show_audit};
 use super::connection::connect;
-use super::lists::switch;
+use super::lists::{show_catalog, switch};
 use super::model::{State, View};
 use super::overlay::Overlay;
 use crate::effects::Effect;
@@ -52,7 +52,8 @@ fn run(state: &mut State, cmd: &str) -> Vec<Effect> {
             state.quit = true;
             Vec::new()
         }
-        "catalog" | "cat" => switch(state, View::Catalog),
+        // Alone, the whole catalog again: no filters.
+        "catalog" | "cat" => show_catalog(state, Vec::new()),
         c if c.starts_with("catalog ") => filtered_catalog(state, &c["catalog ".len()..]),
         "endpoints" | "ep" | "endpoint" => switch(state, View::Endpoints),
         "webhooks" | "webhook" | "hooks" | "wh" => switch(state, View::Webhooks),
@@ -125,8 +126,7 @@ fn filtered_catalog(state: &mut State, words: &str) -> Vec<Effect> {
             }
         }
     }
-    state.catalog_filters = filters;
-    switch(state, View::Catalog)
+    show_catalog(state, filters)
 }
 
 /// `:server URL [TOKEN]`: another server; without a token, the one the console started with.

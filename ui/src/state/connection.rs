@@ -5,18 +5,21 @@
 use chrono::{DateTime, Utc};
 
 use super::action::SignInFailure;
-use super::lists::refresh;
+use super::lists::{load_catalog, refresh};
 use super::model::{Connection, NotificationsFeed, State, View};
 use super::overlay::Overlay;
 use crate::effects::Effect;
+use crate::natural::natural_cmp;
 
-/// The answer to signing in: the user and the namespaces to list, then the current view loads.
+/// The answer to signing in: the user and the namespaces to list (the user's own, then the others in
+/// natural order), then the current view loads.
 pub(super) fn on_signed_in(
     state: &mut State,
     answer: Result<(String, Vec<String>), SignInFailure>,
 ) -> Vec<Effect> {
     match answer {
-        Ok((user, orgs)) => {
+        Ok((user, mut orgs)) => {
+            orgs.sort_by(|a, b| natural_cmp(a, b));
             state.connection = Connection::Connected;
             state.retry_at = None;
             state.retry_delay = chrono::Duration::seconds(1);
@@ -24,10 +27,17 @@ pub(super) fn on_signed_in(
             state.user = Some(user);
             refresh(state)
         }
-        // A token the server refuses is not a lost server: no retrying.
+        // A token the server refuses is not a lost server: no retrying. What is public (the catalog) is
+        // still shown.
         Err(SignInFailure::Refused(e)) => {
+            state.message = Some((
+                format!(
+                    "sign-in failed: {e}; the public catalog is shown (:server URL TOKEN signs in)"
+                ),
+                true,
+            ));
             state.connection = Connection::Unauthorized(e);
-            Vec::new()
+            load_catalog(state)
         }
         Err(SignInFailure::Unreachable(e)) => {
             state.connection = Connection::Unreachable(e);

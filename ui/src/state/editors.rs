@@ -1,7 +1,10 @@
-//! The spec and schedule editors and the deploy form: opening, their keys, and answers to their saves.
+//! The spec and schedule editors and the deploy form: opening, answers to their saves; the keys of every
+//! editor and form (the new-app and webhook forms too): the keymap's commands of their context, and typing.
 //!
 //! An editor opens on the selected row (or hands the spec to `$EDITOR`) and stays open until the server
 //! answers: it closes, or keeps what was typed and shows the refusal.
+
+use serde_json::Value;
 
 use super::action::Refusal;
 use super::lists::{refresh, switch};
@@ -9,8 +12,10 @@ use super::model::{State, View};
 use super::overlay::Overlay;
 use crate::effects::{Effect, ExternalEdit};
 use crate::form::DeployForm;
-use crate::schedule::ScheduleEditor;
-use crate::spec::{self, Outcome, SpecEditor};
+use crate::form_input::{Form, FormEdit};
+use crate::keymap::Command;
+use crate::schedule::{ScheduleEdit, ScheduleEditor};
+use crate::spec::{self, SpecEditor};
 
 /// The spec editor on the selected endpoint.
 pub(super) fn edit_spec(state: &mut State) {
@@ -54,32 +59,99 @@ pub(super) fn open_deploy_form(state: &mut State) {
     }
 }
 
-/// The forms and editors take every key; `esc` closes them. They stay open until the server answers a
-/// save: a refused one keeps what was typed.
-pub(super) fn on_key(state: &mut State, key: &str) -> Vec<Effect> {
-    if key == "esc" {
+/// A command of the keymap in an editor or a form: `Back` closes it; the others edit it. They stay open
+/// until the server answers a save: a refused one keeps what was typed.
+pub(super) fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
+    if command == Command::Back {
         state.overlay = Overlay::None;
         return Vec::new();
     }
-    let update = |namespace: &str, name: &str, patch| Effect::Update {
+    match &mut state.overlay {
+        Overlay::Spec(e) => spec_command(e, command),
+        Overlay::Schedule(e) => schedule_edit(command)
+            .and_then(|edit| e.edit(edit))
+            .map(|patch| update(&e.namespace, &e.name, patch))
+            .into_iter()
+            .collect(),
+        overlay => form_edit(command)
+            .map(|edit| form(overlay, edit))
+            .unwrap_or_default(),
+    }
+}
+
+/// A key the editor's or form's context does not bind: typed into it.
+pub(super) fn on_typed(state: &mut State, key: &str) -> Vec<Effect> {
+    match &mut state.overlay {
+        Overlay::Spec(e) => e.type_key(key),
+        Overlay::Schedule(e) => {
+            e.edit(ScheduleEdit::Type(key));
+        }
+        overlay => return form(overlay, FormEdit::Type(key)),
+    }
+    Vec::new()
+}
+
+/// The update of an endpoint's spec an editor saves.
+fn update(namespace: &str, name: &str, patch: Value) -> Effect {
+    Effect::Update {
         namespace: namespace.to_string(),
         name: name.to_string(),
         patch,
-    };
-    match &mut state.overlay {
-        Overlay::Spec(e) => match e.on_key(key) {
-            Outcome::Stay => Vec::new(),
-            Outcome::Save(patch) => vec![update(&e.edit.namespace, &e.edit.name, patch)],
-            Outcome::External => vec![e.external()],
-        },
-        Overlay::Schedule(e) => e
-            .on_key(key)
-            .map(|p| update(&e.namespace, &e.name, p))
+    }
+}
+
+fn spec_command(e: &mut SpecEditor, command: Command) -> Vec<Effect> {
+    match command {
+        Command::Save => e
+            .save()
+            .map(|patch| update(&e.edit.namespace, &e.edit.name, patch))
             .into_iter()
             .collect(),
-        Overlay::Deploy(form) => form.on_key(key).map(Effect::Deploy).into_iter().collect(),
+        Command::SwitchFormat => {
+            e.switch_format();
+            Vec::new()
+        }
+        Command::EditExternal => vec![e.external()],
         _ => Vec::new(),
     }
+}
+
+fn schedule_edit(command: Command) -> Option<ScheduleEdit<'static>> {
+    Some(match command {
+        Command::Down => ScheduleEdit::NextEntry,
+        Command::Up => ScheduleEdit::PrevEntry,
+        Command::NextField => ScheduleEdit::NextField,
+        Command::PrevField => ScheduleEdit::PrevField,
+        Command::AddEntry => ScheduleEdit::Add,
+        Command::RemoveEntry => ScheduleEdit::Remove,
+        Command::Save => ScheduleEdit::Save,
+        _ => return None,
+    })
+}
+
+fn form_edit(command: Command) -> Option<FormEdit<'static>> {
+    Some(match command {
+        Command::NextField => FormEdit::NextField,
+        Command::PrevField => FormEdit::PrevField,
+        Command::NextChoice => FormEdit::NextChoice,
+        Command::PrevChoice => FormEdit::PrevChoice,
+        Command::Save => FormEdit::Submit,
+        _ => return None,
+    })
+}
+
+/// `edit` on the open form; the request to make when it is sent.
+fn form(overlay: &mut Overlay, edit: FormEdit) -> Vec<Effect> {
+    let sent = match overlay {
+        Overlay::Deploy(f) => f.edit(edit).map(Effect::Deploy),
+        Overlay::NewApp(f) => f.edit(edit).map(Effect::CreateApp),
+        Overlay::Webhook(f) => f.edit(edit).map(|body| Effect::SaveWebhook {
+            id: f.id.clone(),
+            body,
+        }),
+        _ => None,
+    };
+    sent.into_iter().collect()
 }
 
 /// The server's answer to an editor's save. The editor waiting for it closes, or keeps its text and shows the

@@ -1,7 +1,8 @@
 //! Where a key goes: text being typed first, else the keymap's command, to what is open or the list.
 //!
-//! Text being typed is the filter, a pane's search, an editor, a form or the command line; what is
-//! open is a pane, help, the confirm dialog or a secret shown once.
+//! Text being typed is the filter, a pane's search or the command line; an editor or a form takes its
+//! context's commands and has every other key typed into it. What is open is a pane, help, the confirm
+//! dialog or a secret shown once.
 
 use super::layout::help_height;
 use super::model::State;
@@ -25,48 +26,36 @@ pub(super) fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effec
     if panes::on_search_key(state, key) {
         return Vec::new();
     }
-    if matches!(state.overlay, Overlay::NewApp(_)) {
-        return apps::on_form_key(state, key);
-    }
-    if matches!(state.overlay, Overlay::Webhook(_)) {
-        return webhooks::on_form_key(state, key);
-    }
-    if state.overlay.is_editor() {
-        return editors::on_key(state, key);
-    }
     if matches!(state.overlay, Overlay::Command(_)) {
         return command_line::on_key(state, key);
     }
     // In read-only mode, lookup finds no command that changes something, whatever the keymap says.
-    let Some(command) = keymap.lookup(state.context(), key, state.read_only) else {
-        return Vec::new();
-    };
-    on_command(state, command, keymap)
+    let command = keymap.lookup(state.context(), key, state.read_only);
+    // An editor or a form: what its context does not bind is typed into it.
+    if state.overlay.is_editor() {
+        return match command {
+            Some(command) => editors::on_command(state, command),
+            None => editors::on_typed(state, key),
+        };
+    }
+    match command {
+        Some(command) => on_command(state, command, keymap),
+        None => Vec::new(),
+    }
 }
 
 pub(super) fn on_command(state: &mut State, command: Command, keymap: &Keymap) -> Vec<Effect> {
+    if state.overlay.is_editor() {
+        return editors::on_command(state, command);
+    }
     if state.overlay.pager().is_some() {
         return panes::on_command(state, command);
     }
     // Help covers the list: keys do not reach it through it; the moving keys scroll it.
-    if let Overlay::Help(scroll) = &mut state.overlay {
-        if !matches!(command, Command::Back | Command::Quit | Command::Help) {
-            let last = keymap
-                .help_length(state.read_only)
-                .saturating_sub(help_height(state.size));
-            let page = help_height(state.size);
-            *scroll = match command {
-                Command::Down => *scroll + 1,
-                Command::Up => scroll.saturating_sub(1),
-                Command::PageDown => *scroll + page,
-                Command::PageUp => scroll.saturating_sub(page),
-                Command::Top => 0,
-                Command::Bottom => last,
-                _ => *scroll,
-            }
-            .min(last);
-            return Vec::new();
-        }
+    let closes = matches!(command, Command::Back | Command::Quit | Command::Help);
+    if matches!(state.overlay, Overlay::Help(_)) && !closes {
+        scroll_help(state, command, keymap);
+        return Vec::new();
     }
     if matches!(state.overlay, Overlay::Confirm { .. }) {
         return confirm::on_command(state, command);
@@ -122,7 +111,33 @@ pub(super) fn on_command(state: &mut State, command: Command, keymap: &Keymap) -
         | Command::NextMatch
         | Command::PrevMatch
         | Command::Toggle
-        | Command::Confirm => {}
+        | Command::Confirm
+        | Command::Save
+        | Command::SwitchFormat
+        | Command::AddEntry
+        | Command::RemoveEntry
+        | Command::NextField
+        | Command::PrevField
+        | Command::NextChoice
+        | Command::PrevChoice => {}
     }
     Vec::new()
+}
+
+/// The moving keys on the help screen: scrolled by a line, a page or to an end, within its length.
+fn scroll_help(state: &mut State, command: Command, keymap: &Keymap) {
+    let page = help_height(state.size);
+    let last = keymap.help_length(state.read_only).saturating_sub(page);
+    if let Overlay::Help(scroll) = &mut state.overlay {
+        *scroll = match command {
+            Command::Down => *scroll + 1,
+            Command::Up => scroll.saturating_sub(1),
+            Command::PageDown => *scroll + page,
+            Command::PageUp => scroll.saturating_sub(page),
+            Command::Top => 0,
+            Command::Bottom => last,
+            _ => *scroll,
+        }
+        .min(last);
+    }
 }

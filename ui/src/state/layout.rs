@@ -1,6 +1,6 @@
 //! Screen geometry: where the table, the panes and the rows are on a terminal of a given size.
 //!
-//! The main screen's parts (status line, the view's table, the catalog's detail pane, footer), a pager's
+//! The main screen's parts (status line, the view's table, the detail under it, footer), a pager's
 //! lines and the help screen's. Paging, scrolling and mouse clicks need them as much as drawing does: the
 //! state pages and picks rows with them, and the views draw with the same numbers.
 
@@ -8,37 +8,54 @@ use ratatui::layout::{Constraint, Layout, Rect};
 
 use super::model::{State, View};
 
-/// Lines of text a pager (describe, logs) shows on a terminal of `size`: the box leaves two rows above and
-/// below, and has a border.
-pub fn pager_height(size: (u16, u16)) -> usize {
-    (size.1 as usize).saturating_sub(6).max(1)
+/// Rows of the body (between the status line and the footer) on a terminal of `size`.
+fn body_rows(size: (u16, u16)) -> usize {
+    body(Rect::new(0, 0, size.0, size.1)).height as usize
 }
 
-/// Lines of the help screen's columns on a terminal of `size`: the box leaves a row above and below, and has
-/// a border and the two lines of `:` commands (they wrap on a narrow terminal).
+/// Lines of text a pager (describe, logs) shows on a terminal of `size`: its box is the body below the
+/// list's title row, with a border.
+pub fn pager_height(size: (u16, u16)) -> usize {
+    body_rows(size).saturating_sub(3).max(1)
+}
+
+/// Lines of the help screen's columns on a terminal of `size`: its box is the body's height, with a border
+/// and the two lines of `:` commands (they wrap on a narrow terminal).
 pub fn help_height(size: (u16, u16)) -> usize {
-    (size.1 as usize).saturating_sub(6).max(1)
+    body_rows(size).saturating_sub(4).max(1)
 }
 
 /// Rows of the catalog's detail pane (the selected model's recipes), under the list.
 const DETAIL_HEIGHT: u16 = 7;
 
-/// Where the parts of the main screen go: the status line, the view's table, the catalog's detail pane and
-/// the footer. Drawing, paging and mouse clicks all take the table's place from here.
+/// Where the parts of the main screen go: the status line, the view's table, the detail under it (the
+/// catalog's recipes, why the selected endpoint is in its state) and the footer. Drawing, paging and mouse clicks all take the table's place from here. `body` is all between
+/// the status line and the footer: popups stay inside it.
 pub struct Screen {
     pub top: Rect,
+    pub body: Rect,
     pub table: Rect,
     pub detail: Option<Rect>,
     pub bottom: Rect,
 }
 
-pub fn screen(view: View, area: Rect) -> Screen {
-    let [top, main, bottom] = Layout::vertical([
+/// The status line, the body and the footer (a message line and the keys).
+fn parts(area: Rect) -> [Rect; 3] {
+    Layout::vertical([
         Constraint::Length(1),
         Constraint::Min(3),
         Constraint::Length(2),
     ])
-    .areas(area);
+    .areas(area)
+}
+
+/// What lies between the status line and the footer.
+pub fn body(area: Rect) -> Rect {
+    parts(area)[1]
+}
+
+pub fn screen(view: View, area: Rect) -> Screen {
+    let [top, main, bottom] = parts(area);
     let (table, detail) = match view {
         View::Catalog => {
             let [table, detail] =
@@ -46,15 +63,19 @@ pub fn screen(view: View, area: Rect) -> Screen {
                     .areas(main);
             (table, Some(detail))
         }
-        View::Endpoints
-        | View::Apps
-        | View::Audit
-        | View::Webhooks
-        | View::Deliveries
-        | View::Notifications => (main, None),
+        // A line under the table says why the selected endpoint is in its state.
+        View::Endpoints => {
+            let [table, why] =
+                Layout::vertical([Constraint::Min(3), Constraint::Length(1)]).areas(main);
+            (table, Some(why))
+        }
+        View::Apps | View::Audit | View::Webhooks | View::Deliveries | View::Notifications => {
+            (main, None)
+        }
     };
     Screen {
         top,
+        body: main,
         table,
         detail,
         bottom,

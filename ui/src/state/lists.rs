@@ -2,7 +2,8 @@
 //! loading, switching, the selection, the `/` filter, copying a row.
 //!
 //! The selection moves with keys and the mouse, and follows its endpoint through a reload; copying puts the
-//! selected model's id, endpoint's URL or app's client id on the clipboard.
+//! selected model's id, endpoint's URL or app's client id on the clipboard. Endpoints and apps are listed by
+//! name in natural order (`a-2` before `a-10`).
 
 use super::action::{type_into, LoadFailure};
 use super::layout::{list_height, row_at};
@@ -11,6 +12,13 @@ use super::overlay::Overlay;
 use super::rows::{AppRow, AuditRow, CatalogRow, EndpointRow, WebhookRow};
 use crate::effects::Effect;
 use crate::keymap::Command;
+use crate::natural::natural_cmp;
+
+/// The catalog with the server's `filters` (none: the whole catalog), loaded again.
+pub(super) fn show_catalog(state: &mut State, filters: Vec<(String, String)>) -> Vec<Effect> {
+    state.catalog_asked = filters;
+    switch(state, View::Catalog)
+}
 
 /// Shows `view`, unfiltered and from its first row, and loads it.
 pub(super) fn switch(state: &mut State, view: View) -> Vec<Effect> {
@@ -22,16 +30,19 @@ pub(super) fn switch(state: &mut State, view: View) -> Vec<Effect> {
     refresh(state)
 }
 
+/// Loads the catalog (with the filters asked), whatever the view: it is public.
+pub(super) fn load_catalog(state: &mut State) -> Vec<Effect> {
+    state.catalog_seq += 1;
+    vec![Effect::LoadCatalog(
+        state.catalog_seq,
+        state.catalog_asked.clone(),
+    )]
+}
+
 /// Loads the current view's list again (the endpoints need a signed-in user: signs in first).
 pub(super) fn refresh(state: &mut State) -> Vec<Effect> {
     match state.view {
-        View::Catalog => {
-            state.catalog_seq += 1;
-            vec![Effect::LoadCatalog(
-                state.catalog_seq,
-                state.catalog_filters.clone(),
-            )]
-        }
+        View::Catalog => load_catalog(state),
         View::Endpoints if state.user.is_some() => {
             state.loading = true;
             state.endpoints_seq += 1;
@@ -88,7 +99,8 @@ pub(super) const AUDIT_FORBIDDEN: &str = "only the organization's administrators
 /// The answer to the latest apps load. A list that cannot be had is said so in place of the table.
 pub(super) fn on_apps_loaded(state: &mut State, rows: Result<Vec<AppRow>, LoadFailure>) {
     match rows {
-        Ok(rows) => {
+        Ok(mut rows) => {
+            rows.sort_by(|a, b| natural_cmp(&a.name, &b.name));
             state.apps = rows;
             state.apps_note = None;
         }
@@ -118,32 +130,42 @@ pub(super) fn on_audit_loaded(state: &mut State, rows: Result<Vec<AuditRow>, Loa
     clamp(state);
 }
 
-/// The endpoints view refreshes every tick, unless something covers it or a load is under way.
+/// The endpoints view refreshes every tick, unless something covers it, a load is under way, or nobody is
+/// signed in (signing in again is for `r` and the retries).
 pub(super) fn refresh_due(state: &mut State) -> Vec<Effect> {
-    if state.view == View::Endpoints && state.overlay == Overlay::None && !state.loading {
+    let due = state.overlay == Overlay::None && !state.loading && state.user.is_some();
+    if state.view == View::Endpoints && due {
         refresh(state)
     } else {
         Vec::new()
     }
 }
 
-/// The answer to the latest catalog load.
+/// The answer to the latest catalog load: its filters are the shown ones from now on.
 pub(super) fn on_catalog_loaded(state: &mut State, rows: Result<Vec<CatalogRow>, String>) {
     match rows {
         Ok(rows) => {
-            state.connection = Connection::Connected;
+            // The catalog is public: it says the server is up, not that the token is good.
+            if !matches!(state.connection, Connection::Unauthorized(_)) {
+                state.connection = Connection::Connected;
+            }
             state.catalog = rows;
+            state.catalog_filters = state.catalog_asked.clone();
             clamp(state);
         }
-        // A catalog query the server refused (a bad filter) is the user's to fix, not a lost server.
-        Err(e) => state.message = Some((format!("catalog: {e}"), true)),
+        // A catalog query the server refused (a bad filter) is the user's to fix, not a lost server: the
+        // catalog shown stays, with its own filters.
+        Err(e) => {
+            state.catalog_asked = state.catalog_filters.clone();
+            state.message = Some((format!("catalog: {e}"), true));
+        }
     }
 }
 
 /// The answer to the latest endpoints load. Rows the same as those shown need no frame.
 pub(super) fn on_endpoints_loaded(state: &mut State, rows: Result<Vec<EndpointRow>, String>) {
     state.loading = false;
-    let rows = match rows {
+    let mut rows = match rows {
         Ok(rows) => rows,
         Err(e) => {
             state.dirty = true;
@@ -155,6 +177,13 @@ pub(super) fn on_endpoints_loaded(state: &mut State, rows: Result<Vec<EndpointRo
         state.connection = Connection::Connected;
         state.dirty = true;
     }
+    // Namespace by namespace as signed in (the user's own first), each one's names in natural order.
+    let at = |ns: &str| state.namespaces.iter().position(|n| n == ns);
+    rows.sort_by(|a, b| {
+        (at(&a.namespace).cmp(&at(&b.namespace)))
+            .then_with(|| natural_cmp(&a.namespace, &b.namespace))
+            .then_with(|| natural_cmp(&a.name, &b.name))
+    });
     if rows == state.endpoints {
         return;
     }

@@ -136,8 +136,11 @@ pub struct State {
     pub view: View,
     pub overlay: Overlay,
     pub catalog: Vec<CatalogRow>,
-    /// The filters the catalog was asked with (`:catalog task=… limit=…`).
+    /// The server's filters of the catalog shown (`:catalog task=… limit=…`): in its title, and `r` reloads
+    /// with them.
     pub catalog_filters: Vec<(String, String)>,
+    /// The filters of the catalog load under way: they become the shown ones when it answers.
+    pub(super) catalog_asked: Vec<(String, String)>,
     pub endpoints: Vec<EndpointRow>,
     pub apps: Vec<AppRow>,
     /// Whose apps are shown: `None` for the signed-in user's own.
@@ -199,6 +202,7 @@ impl State {
             overlay: Overlay::None,
             catalog: Vec::new(),
             catalog_filters: Vec::new(),
+            catalog_asked: Vec::new(),
             endpoints: Vec::new(),
             apps: Vec::new(),
             apps_owner: None,
@@ -244,6 +248,10 @@ impl State {
             (Overlay::Secret(_), _) => Context::Secret,
             (Overlay::Logs { .. }, _) => Context::Logs,
             (Overlay::Describe(_), _) => Context::Pager,
+            (Overlay::Help(_), _) => Context::Help,
+            (Overlay::Spec(_), _) => Context::Spec,
+            (Overlay::Schedule(_), _) => Context::Schedule,
+            (Overlay::Deploy(_) | Overlay::NewApp(_) | Overlay::Webhook(_), _) => Context::Form,
             (_, View::Catalog) => Context::Catalog,
             (_, View::Endpoints) => Context::Endpoints,
             (_, View::Apps) => Context::Apps,

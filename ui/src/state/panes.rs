@@ -1,18 +1,20 @@
 //! Describe and logs, the panes over the list: opening them, scrolling, searching and following.
 //!
 //! A replica's output comes in made printable; followed logs pause when scrolled away from their end, like
-//! `less +F`.
+//! `less +F`. Empty logs say why they are empty.
 
 use super::action::type_into;
 use super::layout::pager_height;
 use super::model::{State, View};
 use super::overlay::Overlay;
-use super::rows::Recipe;
+use super::rows::{EndpointRow, Recipe};
 use crate::effects::Effect;
 use crate::keymap::Command;
 use crate::pager::Pager;
+use crate::schedule::minute_of_day;
 
-/// The selected model's recipes, the selected endpoint's whole resource, or the selected app's details.
+/// The selected model's recipes, the selected endpoint's summary and whole resource, or the selected app's
+/// details.
 pub(super) fn describe(state: &mut State) {
     let rows = state.visible();
     let Some(&i) = rows.get(state.selected) else {
@@ -36,7 +38,11 @@ pub(super) fn describe(state: &mut State) {
         }
         View::Endpoints => {
             let ep = &state.endpoints[i];
-            let text = serde_json::to_string_pretty(&ep.raw).unwrap_or_default();
+            let text = format!(
+                "{}\nthe whole resource:\n{}",
+                ep.summary(minute_of_day(state.now)),
+                serde_json::to_string_pretty(&ep.raw).unwrap_or_default()
+            );
             (format!("{}/{}", ep.namespace, ep.name), text)
         }
         View::Apps => {
@@ -60,19 +66,47 @@ pub(super) fn describe(state: &mut State) {
     state.overlay = Overlay::Describe(Pager::new(title, &text, false));
 }
 
-/// The selected endpoint's replica output, followed.
+/// The selected endpoint's replica output, followed. Until some comes, the pane says why there is none.
 pub(super) fn open_logs(state: &mut State) -> Vec<Effect> {
     let Some(ep) = state.selected_endpoint() else {
         return Vec::new();
     };
     let (namespace, name) = (ep.namespace.clone(), ep.name.clone());
+    let title = format!("logs {namespace}/{name}");
     state.overlay = Overlay::Logs {
         namespace: namespace.clone(),
         name: name.clone(),
-        pager: Pager::new(format!("logs {namespace}/{name}"), "", true),
+        pager: Pager::new(title, &no_output(Some(ep)), true),
         follow: true,
     };
     vec![Effect::LoadLogs { namespace, name }]
+}
+
+/// Why an endpoint's logs are empty: no replica runs (and why), none has started yet, or the running ones
+/// have printed nothing yet.
+fn no_output(ep: Option<&EndpointRow>) -> String {
+    // On a line of its own: the pane does not wrap.
+    let why = |e: &EndpointRow| match e.message.as_str() {
+        "" => String::new(),
+        m => format!("\n(why: {m})"),
+    };
+    match ep {
+        Some(e) if e.ready == 0 && e.target == 0 => format!(
+            "(no replicas are running: the endpoint is {}){}",
+            e.state,
+            why(e)
+        ),
+        Some(e) if e.ready == 0 => format!(
+            "(no replica is ready yet: the endpoint is {}; output shows here as it comes){}",
+            e.state,
+            why(e)
+        ),
+        Some(e) => format!(
+            "(waiting for output: {} replica(s) running, none has printed anything yet)",
+            e.ready
+        ),
+        None => "(waiting for output: nothing printed yet)".to_string(),
+    }
 }
 
 /// The reload a tick asks for while logs are open and followed.
@@ -106,7 +140,17 @@ pub(super) fn on_logs_loaded(
     } = &mut state.overlay
     {
         if *n == namespace && *e == name {
-            let text = printable(&text.unwrap_or_else(|e| format!("(logs unavailable: {e})")));
+            let text = match text {
+                Ok(text) if text.trim().is_empty() => {
+                    let row = state
+                        .endpoints
+                        .iter()
+                        .find(|r| r.namespace == namespace && r.name == name);
+                    no_output(row)
+                }
+                Ok(text) => printable(&text),
+                Err(e) => printable(&format!("(logs unavailable: {e})")),
+            };
             if text.lines().ne(pager.lines.iter().map(String::as_str)) {
                 pager.set_text(&text);
                 state.dirty = true;

@@ -116,6 +116,8 @@ pub struct EndpointRow {
     pub kind: String,
     pub url: String,
     pub updated: String,
+    /// Why the endpoint is in its state (`status.message`: a failure's cause), when the server says.
+    pub message: String,
     pub raw: Value,
     /// What `/` searches, lowercased once.
     search: String,
@@ -139,15 +141,90 @@ impl EndpointRow {
                 .chars()
                 .take(19)
                 .collect(),
+            message: plain(&ep["status"]["message"]),
             raw: ep.clone(),
         };
         row.search = search_text(&[&row.namespace, &row.name, &row.state, &row.model, &row.kind]);
         row
     }
 
+    /// What describe leads with, above the whole resource: the state and why, the replicas, the URL, the
+    /// model and its image, the scaling, and the schedule's entry in effect at `minute` of the day (UTC).
+    pub fn summary(&self, minute: u16) -> String {
+        let or_none = |s: &str| if s.is_empty() { "-" } else { s }.to_string();
+        let image = self.raw["model"]["image"]
+            .as_object()
+            .and_then(|m| m.keys().next().cloned())
+            .unwrap_or_else(|| "-".to_string());
+        let scaling = &self.raw["compute"]["scaling"];
+        let lines = [
+            ("state", self.state.clone()),
+            ("why", or_none(&self.message)),
+            (
+                "replicas",
+                format!("{} ready of {} wanted", self.ready, self.target),
+            ),
+            ("url", or_none(&self.url)),
+            (
+                "model",
+                format!("{} (image: {image})", or_none(&self.model)),
+            ),
+            ("scaling", scaling_summary(scaling)),
+            ("schedule", schedule_summary(&scaling["schedule"], minute)),
+        ];
+        let mut text = format!("{}/{}\n\n", self.namespace, self.name);
+        for (what, value) in lines {
+            text.push_str(&format!("{what:<10} {value}\n"));
+        }
+        text
+    }
+
     pub(super) fn matches(&self, filter: &str) -> bool {
         self.search.contains(filter)
     }
+}
+
+/// `min 0 · max 3 · scales to zero after 15 min idle`: an endpoint's own scaling.
+fn scaling_summary(scaling: &Value) -> String {
+    let count = |k: &str| {
+        scaling[k]
+            .as_u64()
+            .map_or("-".to_string(), |n| n.to_string())
+    };
+    let to_zero = match scaling["minReplica"].as_u64() {
+        Some(0) => format!(
+            "scales to zero after {} min idle",
+            scaling["scaleToZeroTimeout"].as_u64().unwrap_or(15)
+        ),
+        _ => "never scales to zero".to_string(),
+    };
+    format!(
+        "min {} · max {} · {to_zero}",
+        count("minReplica"),
+        count("maxReplica")
+    )
+}
+
+/// The schedule's entry in effect at `minute` of the day, as describe says it.
+fn schedule_summary(schedule: &Value, minute: u16) -> String {
+    let entries = schedule.as_array().map(Vec::as_slice).unwrap_or_default();
+    let ats = entries.iter().map(|e| e["at"].as_str().unwrap_or(""));
+    let Some(i) = crate::schedule::in_effect(ats, minute) else {
+        return "none (the endpoint's own values apply)".to_string();
+    };
+    let e = &entries[i];
+    let timeout = e["scaleToZeroTimeout"]
+        .as_u64()
+        .map(|t| format!(" · scales to zero after {t} min idle"))
+        .unwrap_or_default();
+    format!(
+        "entry {} of {} in effect now (from {} UTC): min {} · max {}{timeout}",
+        i + 1,
+        entries.len(),
+        plain(&e["at"]),
+        e["minReplica"],
+        e["maxReplica"]
+    )
 }
 
 /// Text as the screen shows it: control characters (escape sequences, newlines) dropped.

@@ -159,7 +159,7 @@ fn dangerous_actions_confirm_with_cancel_as_default() {
 }
 
 #[test]
-fn catalog_filters_and_logs() {
+fn catalog_filters_are_those_of_the_catalog_shown() {
     let mut s = state();
     key(&mut s, ":");
     typed(&mut s, "catalog task=text-generation limit=5");
@@ -169,9 +169,20 @@ fn catalog_filters_and_logs() {
         ("limit".to_string(), "5".to_string()),
     ];
     assert_eq!(fx, [Effect::LoadCatalog(1, want.clone())]);
+    update(
+        &mut s,
+        Action::CatalogLoaded(1, Ok(Vec::new())),
+        &Keymap::builtin(),
+    );
     assert_eq!(s.catalog_filters, want);
-    // A filter the server refuses is shown, and the server is still considered up.
+    // `r` reloads with them.
+    assert_eq!(key(&mut s, "r"), [Effect::LoadCatalog(2, want.clone())]);
+    // A filter the server refuses is shown, the server is still considered up, and the catalog shown keeps
+    // its filters (`r` too).
     signed_in(&mut s);
+    key(&mut s, ":");
+    typed(&mut s, "catalog limit=0");
+    key(&mut s, "enter");
     let seq = s.catalog_seq;
     update(
         &mut s,
@@ -183,7 +194,24 @@ fn catalog_filters_and_logs() {
         .message
         .as_ref()
         .is_some_and(|(m, e)| *e && m.contains("limit")));
+    assert_eq!(s.catalog_filters, want);
+    assert!(matches!(&key(&mut s, "r")[..], [Effect::LoadCatalog(_, f)] if *f == want));
+    // `:catalog` alone: the whole catalog again.
+    key(&mut s, ":");
+    typed(&mut s, "catalog");
+    assert!(matches!(&key(&mut s, "enter")[..], [Effect::LoadCatalog(_, f)] if f.is_empty()));
+    let seq = s.catalog_seq;
+    update(
+        &mut s,
+        Action::CatalogLoaded(seq, Ok(Vec::new())),
+        &Keymap::builtin(),
+    );
+    assert!(s.catalog_filters.is_empty());
+}
 
+#[test]
+fn logs_follow_until_paused() {
+    let mut s = state();
     s.view = View::Endpoints;
     loaded(&mut s, Ok(endpoints()));
     let fx = key(&mut s, "l");
@@ -500,10 +528,11 @@ fn an_answer_for_a_closed_editor_is_a_message_and_clicks_select_rows() {
 }
 
 fn apps() -> Vec<AppRow> {
-    [("web", true), ("cli", false)]
+    // In natural order by name, as the list keeps them.
+    [("web", "app_web", true), ("web cli", "app_cli", false)]
         .iter()
-        .map(|(name, secret)| {
-            AppRow::from_json(&json!({"id": format!("app_{name}"), "owner": "alice", "name": name,
+        .map(|(name, id, secret)| {
+            AppRow::from_json(&json!({"id": id, "owner": "alice", "name": name,
                                       "redirectUris": ["https://x.example/cb"], "scopes": ["openid"],
                                       "hasSecret": secret, "tokenExchange": false}))
         })
@@ -747,8 +776,8 @@ fn a_refused_app_keeps_the_form_with_every_issue() {
     let Overlay::NewApp(form) = &s.overlay else {
         panic!("{:?}", s.overlay)
     };
-    assert!(!form.busy);
-    assert_eq!(form.issues.len(), 2);
+    assert!(!form.state.busy);
+    assert_eq!(form.state.issues.by_field.len(), 2);
     // esc drops the form; a late refusal is a message.
     key(&mut s, "esc");
     update(
@@ -940,8 +969,8 @@ fn the_webhook_form_shows_every_issue_at_once() {
     let Overlay::Webhook(form) = &s.overlay else {
         panic!("{:?}", s.overlay)
     };
-    assert!(!form.busy);
-    assert_eq!(form.issues.len(), 3, "every issue, at once");
+    assert!(!form.state.busy);
+    assert_eq!(form.state.issues.by_field.len(), 3, "every issue, at once");
     // Saved: the form closes and the list loads again.
     key(&mut s, "enter");
     let fx = update(
@@ -1222,4 +1251,39 @@ fn an_older_server_without_notifications_turns_them_off_silently() {
     assert!(fx
         .iter()
         .any(|e| matches!(e, Effect::FollowNotifications { after: None, .. })));
+}
+
+#[test]
+fn editors_and_forms_take_their_keys_from_the_keymap() {
+    use crate::keymap::Context;
+    let user = "[[binding]]\ncontext = \"schedule\"\nkeys = [\"+\"]\naction = \"add-entry\"\ndescription = \"add\"\n";
+    let (map, problems) = Keymap::with_overrides(Some(user));
+    assert!(problems.is_empty(), "{problems:?}");
+    let press = |s: &mut State, k: &str| update(s, Action::Key(Key(k.into())), &map);
+    let mut s = state();
+    signed_in(&mut s);
+    s.view = View::Endpoints;
+    loaded(&mut s, Ok(endpoints()));
+    press(&mut s, "s");
+    assert_eq!(s.context(), Context::Schedule);
+    let entries = |s: &State| match &s.overlay {
+        Overlay::Schedule(e) => e.entries.len(),
+        _ => usize::MAX,
+    };
+    // `a` is no longer bound (and types nothing into a time); the user's `+` adds.
+    press(&mut s, "a");
+    assert_eq!(entries(&s), 0);
+    press(&mut s, "+");
+    assert_eq!(entries(&s), 1);
+    press(&mut s, "esc");
+    assert_eq!(s.overlay, Overlay::None);
+    // A form: what the context does not bind is typed into the field; help has a context of its own.
+    s.view = View::Webhooks;
+    key(&mut s, "n");
+    assert_eq!(s.context(), Context::Form);
+    typed(&mut s, "q?j");
+    assert!(matches!(&s.overlay, Overlay::Webhook(f) if f.url == "q?j"));
+    key(&mut s, "esc");
+    key(&mut s, "?");
+    assert_eq!(s.context(), Context::Help);
 }

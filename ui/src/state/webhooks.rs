@@ -10,6 +10,7 @@ use super::model::{State, View, FEED_ROWS};
 use super::overlay::Overlay;
 use super::rows::DeliveryRow;
 use crate::effects::{Effect, WebhookAction};
+use crate::form_input::Form;
 use crate::keymap::Command;
 use crate::webhook_form::WebhookForm;
 
@@ -26,26 +27,6 @@ pub(super) fn open_form(state: &mut State, command: Command) {
         },
     };
     state.overlay = Overlay::Webhook(Box::new(form));
-}
-
-/// A key while the webhook form is open: `esc` closes it; `enter` sends it (it stays open until the server
-/// answers).
-pub(super) fn on_form_key(state: &mut State, key: &str) -> Vec<Effect> {
-    if key == "esc" {
-        state.overlay = Overlay::None;
-        return Vec::new();
-    }
-    match &mut state.overlay {
-        Overlay::Webhook(form) => form
-            .on_key(key)
-            .map(|body| Effect::SaveWebhook {
-                id: form.id.clone(),
-                body,
-            })
-            .into_iter()
-            .collect(),
-        _ => Vec::new(),
-    }
 }
 
 /// The server's answer to the form: the list again, or the form with every issue beside its field.

@@ -1,14 +1,17 @@
-//! The apps and audit log views against the real server on loopback: the console's effects run through the
-//! typed client, their answers go through `update`, as the event loop does it.
+//! The console against the real server on loopback (the apps and audit log views, the deploy form, a refused
+//! token): its effects run through the typed client, their answers go through `update`, as the event loop
+//! does it.
 
 use chrono::Utc;
 use serde_json::{json, Value};
 use switchyard_server::client::Client;
 use switchyard_server::{Application, Config};
 use switchyard_ui::app_form::AppField;
+use switchyard_ui::form::Field;
+use switchyard_ui::form_input::Form;
 use switchyard_ui::keymap::Keymap;
 use switchyard_ui::perform;
-use switchyard_ui::state::{update, Action, Effect, Key, Overlay, State};
+use switchyard_ui::state::{update, Action, Connection, Effect, Key, Overlay, State};
 
 struct Console {
     state: State,
@@ -70,17 +73,35 @@ impl Console {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn apps_and_the_audit_log_on_a_real_server() {
-    let dir = tempfile::tempdir().unwrap();
+/// A server on loopback (its data in `dir`): its URL and the admin's client.
+async fn server(dir: &std::path::Path) -> (String, Client) {
     let mut config = Config::default();
-    config.store.data_dir = Some(dir.path().to_path_buf());
+    config.store.data_dir = Some(dir.to_path_buf());
     config.server.listen = "127.0.0.1:0".parse().unwrap();
     let app = Application::build(&config).await.unwrap();
     let url = format!("http://{}", app.local_addr());
-    let token = std::fs::read_to_string(dir.path().join("admin-token")).unwrap();
+    let token = std::fs::read_to_string(dir.join("admin-token")).unwrap();
     tokio::spawn(app.run(std::future::pending()));
     let admin = Client::new(&url, Some(token.trim().to_string()));
+    (url, admin)
+}
+
+/// The console on `client`, signed in (or refused) as it starts.
+async fn console(url: &str, client: &Client) -> Console {
+    let mut console = Console {
+        state: State::new(url.to_string(), false, Utc::now(), String::new()),
+        client: client.clone(),
+        keymap: Keymap::builtin(),
+    };
+    let signed_in = perform(client, Effect::SignIn).await.unwrap();
+    console.apply(signed_in).await;
+    console
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apps_and_the_audit_log_on_a_real_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, admin) = server(dir.path()).await;
     let _: Value = admin.admin_create_org("acme").await.unwrap();
     let _: Value = admin
         .admin_create_user(&json!({"name": "bob"}))
@@ -89,13 +110,7 @@ async fn apps_and_the_audit_log_on_a_real_server() {
     let _: Value = admin.admin_set_member("acme", "bob", "read").await.unwrap();
     let bob_token = admin.admin_create_token("bob", &json!({})).await.unwrap();
 
-    let mut console = Console {
-        state: State::new(url.clone(), false, Utc::now(), String::new()),
-        client: admin.clone(),
-        keymap: Keymap::builtin(),
-    };
-    let signed_in = perform(&admin, Effect::SignIn).await.unwrap();
-    console.apply(signed_in).await;
+    let mut console = console(&url, &admin).await;
     console.command("apps").await;
     assert!(console.state.apps.is_empty() && console.state.apps_note.is_none());
 
@@ -154,4 +169,43 @@ async fn apps_and_the_audit_log_on_a_real_server() {
         "{:?}",
         console.state.apps
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_deploy_form_shows_every_issue_of_one_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, admin) = server(dir.path()).await;
+    let mut console = console(&url, &admin).await;
+    assert!(!console.state.catalog.is_empty());
+    // No namespace and a bad name, sent at once: both come back in one answer, each beside its field.
+    console.keys(&["D"]).await;
+    for _ in "admin".chars() {
+        console.keys(&["backspace"]).await;
+    }
+    console.keys(&["tab", "tab"]).await;
+    console.typed("Bad_Name").await;
+    console.keys(&["enter"]).await;
+    let Overlay::Deploy(form) = &console.state.overlay else {
+        panic!("{:?}", console.state.overlay)
+    };
+    assert!(!form.state.busy);
+    assert!(form.issues_of(Field::Name).next().is_some(), "{form:?}");
+    assert!(
+        form.issues_of(Field::Namespace).next().is_some(),
+        "{form:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_token_still_shows_the_public_catalog() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _) = server(dir.path()).await;
+    let wrong = Client::new(&url, Some("sy_not-a-token".to_string()));
+    let console = console(&url, &wrong).await;
+    let Connection::Unauthorized(why) = &console.state.connection else {
+        panic!("{:?}", console.state.connection)
+    };
+    assert!(why.starts_with("401"), "{why}");
+    assert!(console.state.user.is_none());
+    assert!(!console.state.catalog.is_empty(), "the catalog is public");
 }

@@ -1,0 +1,126 @@
+//! The confirm dialog and the secret shown once.
+
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
+use ratatui::Frame;
+
+use super::centered;
+use crate::state::{AppAction, Effect, IssuedSecret, State, WebhookAction};
+
+/// The question the confirm dialog asks before `asked` runs.
+pub(super) fn question(asked: &Effect, state: &State) -> String {
+    match asked {
+        Effect::Act {
+            action,
+            namespace,
+            name,
+        } => format!("{} {namespace}/{name}?", action.verb()),
+        Effect::AppAct { action, id, name } => {
+            let public = state.apps.iter().any(|a| a.id == *id && a.public);
+            match action {
+                AppAction::RotateSecret if public => format!(
+                    "give {name} a secret? It becomes confidential; the secret is shown once."
+                ),
+                AppAction::RotateSecret => format!(
+                    "rotate the secret of {name}? The old secret stops working at once; the new one is shown once."
+                ),
+                AppAction::DeleteSecret => format!(
+                    "delete the secret of {name}? The app becomes public: it signs in with PKCE only."
+                ),
+                AppAction::Delete => {
+                    format!("delete app {name}? Every token it holds stops working.")
+                }
+            }
+        }
+        Effect::WebhookAct { action, url, .. } => match action {
+            WebhookAction::Disable => {
+                format!("disable webhook {url}? Its pending deliveries are cancelled.")
+            }
+            WebhookAction::Enable => format!("enable webhook {url}?"),
+            WebhookAction::Delete => {
+                format!("delete webhook {url}? Its deliveries go with it.")
+            }
+        },
+        _ => "go ahead?".to_string(),
+    }
+}
+
+/// `text` in lines of at most `width` characters, broken between words.
+fn wrapped(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split_whitespace() {
+        match lines.last_mut() {
+            Some(line) if line.chars().count() + 1 + word.chars().count() <= width => {
+                line.push(' ');
+                line.push_str(word);
+            }
+            _ => lines.push(word.to_string()),
+        }
+    }
+    lines
+}
+
+pub(super) fn confirm(frame: &mut Frame, area: Rect, question: &str, yes: bool) {
+    // A one-line question in a small box; a longer one wrapped in a wider one.
+    let width: u16 = if question.chars().count() <= 46 {
+        50
+    } else {
+        64
+    };
+    let question = wrapped(question, width as usize - 4);
+    let box_ = centered(area, width, question.len() as u16 + 4);
+    let button = |label: &'static str, on: bool| {
+        let style = if on {
+            Style::new().add_modifier(Modifier::REVERSED)
+        } else {
+            Style::new()
+        };
+        Span::styled(format!(" {label} "), style)
+    };
+    let mut lines: Vec<Line> = question.into_iter().map(Line::from).collect();
+    lines.push(Line::default());
+    lines.push(Line::from(vec![
+        button("Cancel", !yes),
+        Span::raw("   "),
+        button("Yes", yes),
+    ]));
+    frame.render_widget(Clear, box_);
+    frame.render_widget(
+        Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" confirm ")),
+        box_,
+    );
+}
+
+/// A secret just made, shown this once.
+pub(super) fn secret(frame: &mut Frame, area: Rect, issued: &IssuedSecret) {
+    let box_ = centered(area, 72, 7);
+    let lines = vec![
+        Line::from(vec![
+            Span::raw("client id      "),
+            Span::raw(issued.client_id.clone()),
+        ]),
+        Line::from(vec![
+            Span::raw("client secret  "),
+            Span::styled(
+                issued.secret.reveal().to_string(),
+                Style::new().add_modifier(Modifier::BOLD).fg(Color::Yellow),
+            ),
+        ]),
+        Line::default(),
+        Line::styled(
+            "This secret will not be shown again: store it now. If it is lost, R rotates the app's secret.",
+            Style::new().add_modifier(Modifier::BOLD),
+        ),
+    ];
+    frame.render_widget(Clear, box_);
+    frame.render_widget(
+        Paragraph::new(lines).wrap(Wrap { trim: false }).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(format!(" secret of {} (shown once) ", issued.app)),
+        ),
+        box_,
+    );
+}

@@ -1,0 +1,184 @@
+//! The endpoints table. Its columns share the width by importance: the name and the model get room first,
+//! then state and readiness; then the namespace, the URL (cut from the left so that the endpoint's name
+//! stays; left out where even that does not fit), the type and the last update, which shrink or go first.
+//! Under it, a line says why the selected endpoint is in its state.
+
+use ratatui::layout::{Constraint, Rect};
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Cell, Paragraph, Row};
+use ratatui::Frame;
+
+use super::lists::state_colour;
+use super::{list, note};
+use crate::columns::{chars, fit, fit_end, share, Column};
+use crate::state::{Connection, EndpointRow, State};
+
+/// The columns' heads, in the order shown.
+const HEADS: [&str; 8] = [
+    "NAME",
+    "NAMESPACE",
+    "STATE",
+    "READY",
+    "MODEL",
+    "TYPE",
+    "URL",
+    "UPDATED",
+];
+
+const NAME: usize = 0;
+const NAMESPACE: usize = 1;
+const URL: usize = 6;
+const UPDATED: usize = 7;
+
+/// `2026-11-22 11:58:00` in `width`: whole, without the seconds, or as `11-22 11:58`.
+fn updated(text: &str, width: u16) -> String {
+    let (from, to) = match width {
+        19.. => (0, 19),
+        16..=18 => (0, 16),
+        _ => (5, 16),
+    };
+    text.chars().take(to).skip(from).collect()
+}
+
+/// The texts of a row's cells, in the order shown.
+fn texts(e: &EndpointRow) -> [String; 8] {
+    [
+        e.name.clone(),
+        e.namespace.clone(),
+        e.state.clone(),
+        format!("{}/{}", e.ready, e.target),
+        e.model.clone(),
+        e.kind.clone(),
+        e.url.clone(),
+        e.updated.clone(),
+    ]
+}
+
+/// The widths of a row's cells (what `texts` makes, without making it: every row, every frame). The fields
+/// are ASCII by the API's rules, so a byte is a cell; anything else would only make its column wider.
+fn cell_widths(e: &EndpointRow) -> [u16; 8] {
+    let digits = |n: u64| n.checked_ilog10().map_or(1, |d| d + 1) as usize;
+    [
+        e.name.len(),
+        e.namespace.len(),
+        e.state.len(),
+        digits(e.ready) + 1 + digits(e.target),
+        e.model.len(),
+        e.kind.len(),
+        e.url.len(),
+        e.updated.len(),
+    ]
+    .map(|n| u16::try_from(n).unwrap_or(u16::MAX))
+}
+
+/// A URL's path, shortened as the URL column shows it at its ideal: `…/endpoints/admin/e1`.
+fn path_width(url: &str) -> u16 {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    let width = match url[after_scheme..].find('/') {
+        Some(at) => 1 + url.len() - after_scheme - at,
+        None => url.len(),
+    };
+    u16::try_from(width).unwrap_or(u16::MAX)
+}
+
+/// Each column's needs, from the widest of its cells in `rows`.
+fn columns(rows: &[&EndpointRow]) -> [Column; 8] {
+    let mut widest = HEADS.map(chars);
+    let mut values = [0u16; 8];
+    let (mut path, mut short_url) = (0u16, 0u16);
+    for e in rows {
+        let widths = cell_widths(e);
+        for (k, w) in widths.into_iter().enumerate() {
+            values[k] = values[k].max(w);
+            widest[k] = widest[k].max(w);
+        }
+        path = path.max(path_width(&e.url));
+        // `…/name`: a URL column that cannot show the name is left out.
+        short_url = short_url.max(2 + widths[NAME]);
+    }
+    let column = |importance, min: u16, ideal: u16, required| Column {
+        importance,
+        min: min.min(ideal),
+        ideal,
+        full: ideal,
+        required,
+    };
+    let mut out = [
+        column(0, 10, widest[NAME], true),
+        column(4, values[NAMESPACE].clamp(2, 6), widest[NAMESPACE], false),
+        column(2, widest[2], widest[2], true),
+        column(3, widest[3], widest[3], true),
+        column(1, 12, widest[4], true),
+        column(6, 6, widest[5], false),
+        column(5, short_url.max(3), path.max(3), false),
+        column(7, 11, 16, false),
+    ];
+    out[URL].full = widest[URL];
+    out[UPDATED].full = 19;
+    out
+}
+
+/// A row's cells for the columns shown (`widths`), each cut to its width.
+fn row<'a>(e: &EndpointRow, widths: &[Option<u16>]) -> Row<'a> {
+    let cells = texts(e)
+        .into_iter()
+        .zip(widths)
+        .enumerate()
+        .filter_map(|(k, (text, w))| w.map(|w| (k, text, w)))
+        .map(|(k, text, w)| match k {
+            2 => Cell::from(fit(&text, w)).style(Style::new().fg(state_colour(&e.state))),
+            URL => Cell::from(fit_end(&text, w)),
+            UPDATED => Cell::from(updated(&text, w)),
+            _ => Cell::from(fit(&text, w)),
+        });
+    Row::new(cells.collect::<Vec<_>>())
+}
+
+pub(super) fn endpoints(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
+    if let (Connection::Unauthorized(why), None) = (&state.connection, &state.user) {
+        let text = format!(
+            "sign-in failed: {why}. Endpoints need a token this server accepts (`:server URL TOKEN` signs in \
+             with another); the catalog is public and still shown."
+        );
+        return note(frame, area, "endpoints", &text);
+    }
+    let rows: Vec<&EndpointRow> = visible.iter().map(|i| &state.endpoints[*i]).collect();
+    let widths = share(&columns(&rows), area.width.saturating_sub(2));
+    let shown: Vec<(&str, Constraint)> = HEADS
+        .iter()
+        .zip(&widths)
+        .filter_map(|(head, w)| w.map(|w| (*head, Constraint::Length(w))))
+        .collect();
+    list(
+        frame,
+        area,
+        state,
+        visible,
+        ("endpoints", state.endpoints.len()),
+        &shown,
+        |i| row(&state.endpoints[i], &widths),
+    );
+}
+
+/// The line under the table: the selected endpoint, its state and why it is in it (`status.message`).
+pub(super) fn why(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
+    let selected = visible
+        .get(state.selected.min(visible.len().saturating_sub(1)))
+        .map(|i| &state.endpoints[*i]);
+    let Some(e) = selected else {
+        return;
+    };
+    let who = format!(" {}/{} ", e.namespace, e.name);
+    let mut spans = vec![Span::styled(
+        e.state.clone(),
+        Style::new().fg(state_colour(&e.state)),
+    )];
+    if !e.message.is_empty() {
+        // Cut with … where the line ends: describe (`enter`) has it whole.
+        let room = area.width.saturating_sub(chars(&who) + chars(&e.state));
+        spans.push(Span::raw(fit(&format!(": {}", e.message), room)));
+    }
+    spans.insert(0, Span::raw(who));
+    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+}

@@ -1,0 +1,153 @@
+//! The forms (deploy, new app, webhook), each issue of the server's answer beside its field.
+
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
+use ratatui::Frame;
+
+use super::centered;
+use crate::app_form::{AppField, AppForm};
+use crate::form::{DeployForm, Field};
+use crate::form_input::FormState;
+use crate::form_issues::FormField;
+use crate::webhook_form::{HookField, WebhookForm};
+
+/// The deploy form: each field with every issue the server had with it beside it, all at once.
+pub(super) fn deploy(frame: &mut Frame, area: Rect, form: &DeployForm) {
+    let fields = Field::ALL.iter().map(|f| {
+        let value = match f {
+            Field::Recipe | Field::Type | Field::PrivateRegion => {
+                format!("{} (←→ chooses)", form.value(*f))
+            }
+            _ => form.value(*f),
+        };
+        (f.label().to_string(), value)
+    });
+    let lines = form_lines(FormView {
+        fields: fields.collect(),
+        state: &form.state,
+        label_width: 26,
+        busy: "deploying…",
+        hints: &[],
+    });
+    let title = format!(" deploy {} ", form.repo_id);
+    form_popup(frame, area, 96, &title, lines);
+}
+
+/// The new-app form: each field with every issue the server had with it under it.
+pub(super) fn new_app(frame: &mut Frame, area: Rect, form: &AppForm) {
+    let fields = AppField::ALL.iter().map(|f| {
+        let value = match f {
+            AppField::Public => format!("{} (←→ or y/n)", form.value(*f)),
+            _ => form.value(*f),
+        };
+        (f.label().to_string(), value)
+    });
+    let lines = form_lines(FormView {
+        fields: fields.collect(),
+        state: &form.state,
+        label_width: 32,
+        busy: "creating…",
+        hints: &[],
+    });
+    let whose = form.owner.as_deref().map(|o| format!(" for {o}"));
+    let title = format!(" new app{} ", whose.unwrap_or_default());
+    form_popup(frame, area, 96, &title, lines);
+}
+
+/// The webhook form: each field with every issue the server had with it beside it, all at once.
+pub(super) fn webhook_form(frame: &mut Frame, area: Rect, form: &WebhookForm) {
+    let editing = form.id.is_some();
+    let fields = HookField::ALL
+        .iter()
+        .map(|f| (f.label(editing).to_string(), form.shown(*f)));
+    let lines = form_lines(FormView {
+        fields: fields.collect(),
+        state: &form.state,
+        label_width: 28,
+        busy: "saving…",
+        hints: &["watched: user:NAME org:NAME model:AUTHOR/MODEL · domains: repo endpoint"],
+    });
+    let title = if editing {
+        " edit webhook "
+    } else {
+        " new webhook "
+    };
+    form_popup(frame, area, 100, title, lines);
+}
+
+/// What a form popup shows: each field (label, value) with its issues, the focused one, and the lines
+/// under them.
+struct FormView<'a, F> {
+    /// Each field's label and value, in the form's order (`F::ALL`).
+    fields: Vec<(String, String)>,
+    state: &'a FormState<F>,
+    label_width: usize,
+    /// Shown while the form is with the server.
+    busy: &'a str,
+    hints: &'a [&'a str],
+}
+
+/// A form's lines: each field with every issue beside it, all at once, then the issues about no one field
+/// and the hints (the keys are in the footer).
+fn form_lines<'a, F: FormField>(view: FormView<'_, F>) -> Vec<Line<'a>> {
+    let mut lines = Vec::new();
+    for (i, (label, value)) in view.fields.into_iter().enumerate() {
+        let focused = i == view.state.focus;
+        let marker = if focused { "▸" } else { " " };
+        let style = match focused {
+            true => Style::new().add_modifier(Modifier::BOLD),
+            false => Style::new(),
+        };
+        lines.push(Line::from(vec![
+            Span::raw(format!(
+                "{marker} {label:<width$}",
+                width = view.label_width
+            )),
+            Span::styled(format!("{value}{}", if focused { "▏" } else { "" }), style),
+        ]));
+        for issue in F::ALL
+            .get(i)
+            .map(|f| view.state.issues.of(*f))
+            .into_iter()
+            .flatten()
+        {
+            lines.push(Line::styled(
+                format!("    ← {issue}"),
+                Style::new().fg(Color::Red),
+            ));
+        }
+    }
+    lines.push(Line::default());
+    if view.state.busy {
+        lines.push(Line::styled(
+            view.busy.to_string(),
+            Style::new().fg(Color::Yellow),
+        ));
+    }
+    for e in &view.state.issues.errors {
+        lines.push(Line::styled(e.clone(), Style::new().fg(Color::Red)));
+    }
+    for hint in view.hints {
+        lines.push(Line::styled(
+            hint.to_string(),
+            Style::new().fg(Color::DarkGray),
+        ));
+    }
+    lines
+}
+
+/// A bordered popup of `lines`, `width` wide, over the middle of `area`.
+fn form_popup(frame: &mut Frame, area: Rect, width: u16, title: &str, lines: Vec<Line>) {
+    let box_ = centered(area, width, lines.len() as u16 + 2);
+    frame.render_widget(Clear, box_);
+    frame.render_widget(
+        Paragraph::new(lines).wrap(Wrap { trim: false }).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(title.to_string()),
+        ),
+        box_,
+    );
+}
