@@ -47,7 +47,7 @@ async fn browse_filter_act_and_quit() {
         &format!("VISUAL= EDITOR={}", editor.display()),
     );
     let screen = tmux.wait_for("connected");
-    assert!(screen.contains("catalog (62/62)"), "{screen}");
+    assert!(screen.contains("catalog (63/63)"), "{screen}");
 
     // Filter the catalog.
     tmux.keys(&["/", "r", "e", "r", "a", "n", "k", "Enter"]);
