@@ -1614,7 +1614,11 @@ exec {engine} --port "$PORT""#,
         .lines()
         .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
     let open = if root { 0o011 } else { 0 };
-    assert_eq!(mode(&data) & 0o077, open, "the data dir is closed to others");
+    assert_eq!(
+        mode(&data) & 0o077,
+        open,
+        "the data dir is closed to others"
+    );
     let mut files = vec![
         "admin-token",
         "secret.key",

@@ -21,6 +21,17 @@ pub enum Effect {
         name: String,
     },
     Deploy(DeployRequest),
+    /// What the server can run (`GET /api/v1/engines`), after `delay` seconds; `polled` while an install is
+    /// followed.
+    LoadEngines {
+        delay: u64,
+        polled: bool,
+    },
+    /// Starts installing a built-in engine on the server, which `endpoint` waits for.
+    InstallEngine {
+        name: String,
+        endpoint: String,
+    },
     /// Put text on the user's clipboard (OSC 52: works over ssh too).
     Copy(String),
     /// A partial update of an endpoint, from an editor (answered by `Action::Saved`).

@@ -498,6 +498,22 @@ pub async fn perform(client: &Client, effect: Effect) -> Option<Action> {
         // Done by the event loop itself, which owns the terminal and the client.
         Effect::Copy(_) | Effect::Connect(_) | Effect::ExternalEdit(..) => return None,
         Effect::Deploy(request) => deploy(client, request).await,
+        Effect::LoadEngines { delay, polled } => {
+            tokio::time::sleep(std::time::Duration::from_secs(delay)).await;
+            let result = client
+                .engines::<Value>()
+                .await
+                .map(|v| state::EngineMarks::from_json(&v))
+                .map_err(|e| e.to_string());
+            Action::EnginesLoaded { polled, result }
+        }
+        Effect::InstallEngine { name, .. } => Action::EngineInstallStarted(
+            client
+                .install_engine::<Value>(&name)
+                .await
+                .map(|_| name)
+                .map_err(|e| e.to_string()),
+        ),
         Effect::Update {
             namespace,
             name,

@@ -209,3 +209,63 @@ async fn a_refused_token_still_shows_the_public_catalog() {
     assert!(console.state.user.is_none());
     assert!(!console.state.catalog.is_empty(), "the catalog is public");
 }
+
+/// Writes the manifest an engine install leaves (the engine is never started here).
+fn fake_install(dir: &std::path::Path, name: &str) {
+    let engine = dir.join("engines").join(name);
+    std::fs::create_dir_all(&engine).unwrap();
+    let manifest = json!({"name": name, "command": ["/bin/true", "{port}"], "healthRoute": "/health",
+                          "installedAt": "2026-11-24T00:00:00Z", "python": "/usr/bin/python3"});
+    std::fs::write(engine.join("engine.json"), manifest.to_string()).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_catalog_marks_what_runs_here_and_a_deploy_offers_the_engine_it_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, admin) = server(dir.path()).await;
+    let mut console = console(&url, &admin).await;
+    let row = |c: &Console, repo: &str| {
+        c.state
+            .catalog
+            .iter()
+            .find(|r| r.repo_id == repo)
+            .cloned()
+            .unwrap()
+    };
+    let minilm = "sentence-transformers/all-MiniLM-L6-v2";
+    let marks = |c: &Console, repo: &str| c.state.engines.model_mark(&row(c, repo));
+    assert_eq!(marks(&console, minilm), "install");
+    assert_eq!(marks(&console, "BAAI/bge-large-en-v1.5"), "no");
+    fake_install(dir.path(), "minilm");
+    console.keys(&["r"]).await;
+    assert_eq!(marks(&console, minilm), "yes", "r reloads what runs here");
+    assert_eq!(
+        console
+            .state
+            .engines
+            .recipe_note("all-minilm-l6-v2-cpu-tei"),
+        "runs here (minilm)"
+    );
+    std::fs::remove_dir_all(dir.path().join("engines/minilm")).unwrap();
+    console.keys(&["r"]).await;
+
+    // Deploying the model whose engine is missing: the endpoint is made, then the install is offered.
+    console.keys(&["/"]).await;
+    console.typed("all-minilm-l6").await;
+    console.keys(&["enter", "D"]).await;
+    console.keys(&["enter"]).await;
+    let Overlay::Confirm { asked, yes } = &console.state.overlay else {
+        panic!("{:?} {:?}", console.state.overlay, console.state.message)
+    };
+    assert!(!yes, "cancel by default");
+    let Effect::InstallEngine { name, endpoint } = asked else {
+        panic!("{asked:?}")
+    };
+    assert_eq!(name, "minilm");
+    assert!(endpoint.starts_with("admin/"), "{endpoint}");
+    let ep: Value = admin
+        .get_endpoint("admin", endpoint.trim_start_matches("admin/"))
+        .await
+        .unwrap();
+    assert_eq!(ep["model"]["repository"], minilm);
+}

@@ -28,6 +28,7 @@ const ORDER: &[&str] = &[
     "state::model",
     "state::action",
     "state::layout",
+    "state::engines",
     "state::lists",
     "state::connection",
     "state::panes",

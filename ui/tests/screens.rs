@@ -7,7 +7,8 @@ use serde_json::json;
 use switchyard_ui::keymap::{self, Keymap};
 use switchyard_ui::state::{
     update, Action, AppAction, AppRow, AuditRow, CatalogRow, CreatedApp, DeliveryRow, Effect,
-    EndpointRow, IssuedSecret, Key, LoadFailure, NotificationRow, Secret, State, WebhookRow,
+    EndpointRow, EngineMarks, IssuedSecret, Key, LoadFailure, NotificationRow, Secret, State,
+    WebhookRow,
 };
 use switchyard_ui::views;
 
@@ -30,6 +31,23 @@ fn state() -> State {
     let rows = catalog();
     let seq = s.catalog_seq;
     update(&mut s, Action::CatalogLoaded(seq, Ok(rows)), &keymap);
+    // llama-server is on the server's PATH: the CPU llama.cpp recipe runs here, nothing else does.
+    let no = |program: &str| json!({"runs": false, "message": format!("no engine for these images on this server: put {program} on the server's PATH")});
+    let marks = EngineMarks::from_json(&json!({"engines": [], "recipes": {
+        "qwen2.5-7b-instruct-gpu-vllm-0": no("vllm"),
+        "qwen2.5-7b-instruct-cpu-llamacpp-1": {"runs": true, "source": "path", "engine": "llama-server"},
+        "bge-large-en-v1.5-cpu-tei-0": no("text-embeddings-router"),
+        "bge-large-en-v1.5-gpu-tei-1": no("text-embeddings-router"),
+        "llama-3.1-8b-instruct-gpu-sglang-0": no("sglang"),
+    }}));
+    update(
+        &mut s,
+        Action::EnginesLoaded {
+            polled: false,
+            result: Ok(marks),
+        },
+        &keymap,
+    );
     let endpoints = [("qwen", "admin", "running", 2, 2), ("embedder", "acme", "scaledToZero", 0, 0), ("broken", "acme", "failed", 0, 0)]
         .iter()
         .map(|(name, ns, st, ready, target)| {
@@ -163,19 +181,33 @@ fn catalog_filters_show_in_the_title_until_catalog_alone_clears_them() {
     };
     let filters = want(&[("task", "text-generation"), ("accelerator", "gpu")]);
     let fx = command(&mut s, "catalog task=text-generation accelerator=gpu");
-    assert_eq!(fx, [Effect::LoadCatalog(s.catalog_seq, filters.clone())]);
+    let engines = Effect::LoadEngines {
+        delay: 0,
+        polled: false,
+    };
+    let with_engines = |catalog| vec![catalog, engines.clone()];
+    assert_eq!(
+        fx,
+        with_engines(Effect::LoadCatalog(s.catalog_seq, filters.clone()))
+    );
     catalog_loaded(&mut s, |c| c.task == "text-generation");
     insta::assert_snapshot!("catalog_server_filters", screen(&s, 120, 24));
     let title = "catalog [task=text-generation accelerator=gpu] (2/2)";
     assert!(screen(&s, 80, 24).contains(title));
     // `r` reloads with them, and the title keeps them.
     let fx = update(&mut s, Action::Key(Key("r".into())), &Keymap::builtin());
-    assert_eq!(fx, [Effect::LoadCatalog(s.catalog_seq, filters)]);
+    assert_eq!(
+        fx,
+        with_engines(Effect::LoadCatalog(s.catalog_seq, filters))
+    );
     catalog_loaded(&mut s, |c| c.task == "text-generation");
     assert!(screen(&s, 120, 24).contains(title));
     // `:catalog` alone: the whole catalog, no filters.
     let fx = command(&mut s, "catalog");
-    assert_eq!(fx, [Effect::LoadCatalog(s.catalog_seq, want(&[]))]);
+    assert_eq!(
+        fx,
+        with_engines(Effect::LoadCatalog(s.catalog_seq, want(&[])))
+    );
     catalog_loaded(&mut s, |_| true);
     let text = screen(&s, 120, 24);
     assert!(
@@ -1240,4 +1272,77 @@ fn notifications_in_the_status_line_and_their_view() {
         &Keymap::builtin(),
     );
     assert!(screen(&s, 120, 24).contains("this server has no notifications"));
+}
+
+/// A first run: MiniLM would run here once its engine is installed. The catalog and the recipes say so, a
+/// deploy offers the install, and its progress shows in the status line.
+#[test]
+fn what_runs_here_and_the_engine_a_deploy_needs() {
+    let mut s = state();
+    let keymap = Keymap::builtin();
+    let minilm = CatalogRow::from_json(&json!({
+        "repoId": "sentence-transformers/all-MiniLM-L6-v2", "authorName": "sentence-transformers",
+        "modelName": "all-MiniLM-L6-v2", "task": "sentence-similarity", "license": "apache-2.0",
+        "createdAt": "2022-03-02T23:29:04.000Z",
+        "recipes": [{"publicId": "all-minilm-l6-v2-cpu-tei", "accelerator": "cpu", "engineType": "tei"},
+                    {"publicId": "all-minilm-l6-v2-gpu-tei", "accelerator": "gpu", "engineType": "tei"}]}));
+    let seq = s.catalog_seq;
+    let mut rows = catalog();
+    rows.insert(0, minilm);
+    update(&mut s, Action::CatalogLoaded(seq, Ok(rows)), &keymap);
+    let answer = |install: serde_json::Value| {
+        EngineMarks::from_json(
+            &json!({"engines": [{"name": "minilm", "install": install}], "recipes": {
+                "all-minilm-l6-v2-cpu-tei": {"runs": false, "install": "minilm",
+                    "message": "the minilm engine is not installed on this server: run `switchyard engines install minilm` (or set runtime.launchers.tei)"},
+                "all-minilm-l6-v2-gpu-tei": {"runs": false,
+                    "message": "no engine for \"tei\" images on this server: put text-embeddings-router on the server's PATH"},
+                "qwen2.5-7b-instruct-cpu-llamacpp-1": {"runs": true, "source": "path", "engine": "llama-server"},
+            }}),
+        )
+    };
+    let idle = json!({"percent": 0, "step": "", "running": false});
+    update(
+        &mut s,
+        Action::EnginesLoaded {
+            polled: false,
+            result: Ok(answer(idle)),
+        },
+        &keymap,
+    );
+    insta::assert_snapshot!("engines_marks", screen(&s, 120, 24));
+    // At 80 columns the model and its mark keep their room; the license, accelerators and date go first.
+    let narrow = screen(&s, 80, 24);
+    assert!(narrow.contains("│all-MiniLM-L6-v2         install "), "{narrow}");
+    assert!(!narrow.contains("LICENSE"), "{narrow}");
+    keys(&mut s, &["enter"]);
+    insta::assert_snapshot!("engines_recipes", screen(&s, 120, 24));
+    keys(&mut s, &["esc", "D", "enter"]);
+    update(
+        &mut s,
+        Action::Deployed(Ok("admin/all-minilm-l6-v2".into())),
+        &keymap,
+    );
+    insta::assert_snapshot!("engines_install_offered", screen(&s, 100, 24));
+    keys(&mut s, &["tab", "enter"]);
+    update(
+        &mut s,
+        Action::EngineInstallStarted(Ok("minilm".into())),
+        &keymap,
+    );
+    let running =
+        json!({"percent": 45, "step": "downloading numpy==2.4.6 (5/27)", "running": true});
+    update(
+        &mut s,
+        Action::EnginesLoaded {
+            polled: true,
+            result: Ok(answer(running)),
+        },
+        &keymap,
+    );
+    let shown = screen(&s, 100, 24);
+    assert!(
+        shown.contains("installing minilm: 45% downloading numpy==2.4.6 (5/27)"),
+        "{shown}"
+    );
 }

@@ -7,7 +7,8 @@ use chrono::{DateTime, Utc};
 
 use super::overlay::{IssuedSecret, Secret};
 use super::rows::{
-    AppRow, AuditRow, CatalogRow, DeliveryRow, EndpointRow, NotificationRow, WebhookRow,
+    AppRow, AuditRow, CatalogRow, DeliveryRow, EndpointRow, EngineMarks, NotificationRow,
+    WebhookRow,
 };
 use crate::effects::ExternalEdit;
 
@@ -73,6 +74,13 @@ pub enum Action {
     },
     /// `namespace/name` of the new endpoint, or the server's refusal.
     Deployed(Result<String, Refusal>),
+    /// What the server can run (`polled`: while an install is followed), or why it did not say.
+    EnginesLoaded {
+        polled: bool,
+        result: Result<EngineMarks, String>,
+    },
+    /// An engine install started on the server (the engine's name), or was refused.
+    EngineInstallStarted(Result<String, String>),
     AppsLoaded(u64, Result<Vec<AppRow>, LoadFailure>),
     AuditLoaded(u64, Result<Vec<AuditRow>, LoadFailure>),
     /// The new-app form's answer: the app, or the server's refusal.

@@ -7,6 +7,7 @@
 use serde_json::Value;
 
 use super::action::Refusal;
+use super::engines;
 use super::lists::{refresh, switch};
 use super::model::{State, View};
 use super::overlay::Overlay;
@@ -66,7 +67,7 @@ pub(super) fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
         state.overlay = Overlay::None;
         return Vec::new();
     }
-    match &mut state.overlay {
+    let effects = match &mut state.overlay {
         Overlay::Spec(e) => spec_command(e, command),
         Overlay::Schedule(e) => schedule_edit(command)
             .and_then(|edit| e.edit(edit))
@@ -76,7 +77,12 @@ pub(super) fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
         overlay => form_edit(command)
             .map(|edit| form(overlay, edit))
             .unwrap_or_default(),
+    };
+    // A deploy sent: the engine it needs, if the server has none for it, is offered once it is made.
+    if let Some(Effect::Deploy(request)) = effects.first() {
+        state.install_after_deploy = engines::needed_for(state, request);
     }
+    effects
 }
 
 /// A key the editor's or form's context does not bind: typed into it.
@@ -214,7 +220,9 @@ pub(super) fn on_deployed(state: &mut State, result: Result<String, Refusal>) ->
     match result {
         Ok(endpoint) => {
             state.message = Some((format!("deployed {endpoint}"), false));
-            switch(state, View::Endpoints)
+            let effects = switch(state, View::Endpoints);
+            engines::offer_install(state, &endpoint);
+            effects
         }
         Err((message, issues)) => {
             match &mut state.overlay {

@@ -6,6 +6,7 @@
 //! name in natural order (`a-2` before `a-10`).
 
 use super::action::{type_into, LoadFailure};
+use super::engines;
 use super::layout::{list_height, row_at};
 use super::model::{Connection, State, View};
 use super::overlay::Overlay;
@@ -42,7 +43,11 @@ pub(super) fn load_catalog(state: &mut State) -> Vec<Effect> {
 /// Loads the current view's list again (the endpoints need a signed-in user: signs in first).
 pub(super) fn refresh(state: &mut State) -> Vec<Effect> {
     match state.view {
-        View::Catalog => load_catalog(state),
+        View::Catalog => {
+            let mut effects = load_catalog(state);
+            effects.extend(engines::load(state));
+            effects
+        }
         View::Endpoints if state.user.is_some() => {
             state.loading = true;
             state.endpoints_seq += 1;

@@ -12,6 +12,7 @@
 //! - `model`: the [`State`] struct, the view, the connection and the live feeds; what is read off them.
 //! - `action`: what comes into `update` ([`Action`], [`Key`]); a key typed into a line of text.
 //! - `layout`: where things are on a terminal of a given size (paging and clicks; the views draw with it).
+//! - `engines`: what the server can run (the catalog's marks), the install a deploy needs, its progress.
 //! - `lists`: loading the lists, switching between them, the selection, the filter, copying.
 //! - `connection`: signing in, retrying a lost server, switching server.
 //! - `panes`: describe and logs: opening, scrolling, searching, following.
@@ -30,6 +31,7 @@ mod command_line;
 mod confirm;
 mod connection;
 mod editors;
+mod engines;
 mod keys;
 pub mod layout;
 mod lists;
@@ -48,7 +50,8 @@ pub use command_line::shown_command;
 pub use model::{Connection, DeliveriesFeed, NotificationsFeed, State, View, LONG_POLL_WAIT};
 pub use overlay::{IssuedSecret, Overlay, Secret};
 pub use rows::{
-    AppRow, AuditRow, CatalogRow, DeliveryRow, EndpointRow, NotificationRow, Recipe, WebhookRow,
+    AppRow, AuditRow, CatalogRow, DeliveryRow, EndpointRow, EngineInstall, EngineMarks,
+    NotificationRow, Recipe, RecipeRuns, WebhookRow,
 };
 pub use update::update;
 

@@ -6,7 +6,8 @@ use chrono::{DateTime, Utc};
 
 use super::overlay::Overlay;
 use super::rows::{
-    AppRow, AuditRow, CatalogRow, DeliveryRow, EndpointRow, NotificationRow, WebhookRow,
+    AppRow, AuditRow, CatalogRow, DeliveryRow, EndpointRow, EngineMarks, NotificationRow,
+    WebhookRow,
 };
 use crate::effects::Effect;
 use crate::keymap::Context;
@@ -141,6 +142,12 @@ pub struct State {
     pub catalog_filters: Vec<(String, String)>,
     /// The filters of the catalog load under way: they become the shown ones when it answers.
     pub(super) catalog_asked: Vec<(String, String)>,
+    /// Which catalog recipes run on the server, and its engine installs.
+    pub engines: EngineMarks,
+    /// An install is being followed (one poll a second until it ends).
+    pub(super) engines_followed: bool,
+    /// The built-in engine the deploy under way needs first: offered once the endpoint exists.
+    pub(super) install_after_deploy: Option<String>,
     pub endpoints: Vec<EndpointRow>,
     pub apps: Vec<AppRow>,
     /// Whose apps are shown: `None` for the signed-in user's own.
@@ -203,6 +210,9 @@ impl State {
             catalog: Vec::new(),
             catalog_filters: Vec::new(),
             catalog_asked: Vec::new(),
+            engines: EngineMarks::default(),
+            engines_followed: false,
+            install_after_deploy: None,
             endpoints: Vec::new(),
             apps: Vec::new(),
             apps_owner: None,

@@ -32,6 +32,12 @@ pub(super) fn describe(state: &mut State) {
             );
             for recipe in &item.recipes {
                 text.push_str(&recipe.line());
+                // Whether it runs here; if not, why, and what would change that.
+                match state.engines.recipes.get(&recipe.id) {
+                    Some(r) if r.runs => text.push_str(&format!("\n    runs here ({})", r.engine)),
+                    Some(r) => text.push_str(&format!("\n    {}", r.message)),
+                    None => {}
+                }
                 text.push('\n');
             }
             (item.repo_id.clone(), text)

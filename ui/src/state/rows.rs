@@ -104,6 +104,117 @@ impl CatalogRow {
     }
 }
 
+/// Whether a catalog recipe runs on the server, as `GET /api/v1/engines` says.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RecipeRuns {
+    pub runs: bool,
+    /// What starts it (an engine's name or program), when it runs.
+    pub engine: String,
+    /// The built-in engine that would run it once installed.
+    pub install: Option<String>,
+    /// Why it does not run here.
+    pub message: String,
+}
+
+/// An engine install on the server and how far it came.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EngineInstall {
+    pub name: String,
+    pub percent: u64,
+    pub step: String,
+    pub running: bool,
+    pub error: Option<String>,
+}
+
+/// What the server can run: each catalog recipe's answer, and the installs it knows of. Empty on a server
+/// that does not say (older, or the caller is not signed in): then nothing is marked.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EngineMarks {
+    pub recipes: std::collections::BTreeMap<String, RecipeRuns>,
+    pub installs: Vec<EngineInstall>,
+}
+
+impl EngineMarks {
+    pub fn from_json(v: &Value) -> EngineMarks {
+        let recipes = v["recipes"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(id, r)| {
+                        let runs = RecipeRuns {
+                            runs: r["runs"].as_bool().unwrap_or(false),
+                            engine: plain(&r["engine"]),
+                            install: r["install"].as_str().map(|_| plain(&r["install"])),
+                            message: plain(&r["message"]),
+                        };
+                        (id.clone(), runs)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let installs = v["engines"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["install"].is_object())
+            .map(|e| EngineInstall {
+                name: plain(&e["name"]),
+                percent: e["install"]["percent"].as_u64().unwrap_or(0),
+                step: plain(&e["install"]["step"]),
+                running: e["install"]["running"].as_bool().unwrap_or(false),
+                error: e["install"]["error"]
+                    .as_str()
+                    .map(|_| plain(&e["install"]["error"])),
+            })
+            .collect();
+        EngineMarks { recipes, installs }
+    }
+
+    /// A model's mark: `yes` when one of its recipes runs here, `install` when one would once a built-in
+    /// engine is installed, `no` when none; nothing when the server did not say.
+    pub fn model_mark(&self, row: &CatalogRow) -> &'static str {
+        let answers: Vec<&RecipeRuns> = row
+            .recipes
+            .iter()
+            .filter_map(|r| self.recipes.get(&r.id))
+            .collect();
+        if answers.is_empty() {
+            ""
+        } else if answers.iter().any(|r| r.runs) {
+            "yes"
+        } else if answers.iter().any(|r| r.install.is_some()) {
+            "install"
+        } else {
+            "no"
+        }
+    }
+
+    /// A recipe's note in the recipes pane.
+    pub fn recipe_note(&self, id: &str) -> String {
+        match self.recipes.get(id) {
+            None => String::new(),
+            Some(r) if r.runs => format!("runs here ({})", r.engine),
+            Some(RecipeRuns {
+                install: Some(name),
+                ..
+            }) => format!("install {name} to run it here"),
+            Some(_) => "no engine here".to_string(),
+        }
+    }
+
+    /// The built-in engine a deploy of `recipes` needs first: none when one of them runs here.
+    pub fn needed(&self, recipes: &[&Recipe]) -> Option<String> {
+        let answers: Vec<&RecipeRuns> = recipes
+            .iter()
+            .filter_map(|r| self.recipes.get(&r.id))
+            .collect();
+        if answers.iter().any(|r| r.runs) {
+            return None;
+        }
+        answers.iter().find_map(|r| r.install.clone())
+    }
+}
+
 /// One endpoint as the list shows it; `raw` is the whole resource for describe.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EndpointRow {

@@ -64,11 +64,15 @@ fn sign_in_then_views_load_their_lists() {
         Action::SignedIn(Ok(("alice".into(), vec!["acme".into()]))),
         &Keymap::builtin(),
     );
-    // The catalog loads, and the notifications are followed from now on.
+    // The catalog loads with what runs here, and the notifications are followed from now on.
     assert_eq!(
         fx,
         [
             Effect::LoadCatalog(1, Vec::new()),
+            Effect::LoadEngines {
+                delay: 0,
+                polled: false
+            },
             Effect::FollowNotifications {
                 after: None,
                 wait: 0,
@@ -195,11 +199,14 @@ fn catalog_filters_are_those_of_the_catalog_shown() {
         .as_ref()
         .is_some_and(|(m, e)| *e && m.contains("limit")));
     assert_eq!(s.catalog_filters, want);
-    assert!(matches!(&key(&mut s, "r")[..], [Effect::LoadCatalog(_, f)] if *f == want));
+    // Signed in, what runs here is asked again with it.
+    assert!(matches!(&key(&mut s, "r")[..],
+        [Effect::LoadCatalog(_, f), Effect::LoadEngines { .. }] if *f == want));
     // `:catalog` alone: the whole catalog again.
     key(&mut s, ":");
     typed(&mut s, "catalog");
-    assert!(matches!(&key(&mut s, "enter")[..], [Effect::LoadCatalog(_, f)] if f.is_empty()));
+    assert!(matches!(&key(&mut s, "enter")[..],
+        [Effect::LoadCatalog(_, f), Effect::LoadEngines { .. }] if f.is_empty()));
     let seq = s.catalog_seq;
     update(
         &mut s,
@@ -1286,4 +1293,134 @@ fn editors_and_forms_take_their_keys_from_the_keymap() {
     key(&mut s, "esc");
     key(&mut s, "?");
     assert_eq!(s.context(), Context::Help);
+}
+
+/// What `GET /api/v1/engines` answers: `recipe` runs (or would with `minilm` installed), and an install.
+fn engines_answer(runs: bool, install: Option<serde_json::Value>) -> EngineMarks {
+    let recipe = if runs {
+        json!({"runs": true, "source": "installed", "engine": "minilm"})
+    } else {
+        json!({"runs": false, "install": "minilm", "message": "run `switchyard engines install minilm`"})
+    };
+    let mut minilm = json!({"name": "minilm", "state": "notInstalled"});
+    if let Some(i) = install {
+        minilm["install"] = i;
+    }
+    EngineMarks::from_json(&json!({"engines": [minilm], "recipes": {"m-cpu-tei": recipe}}))
+}
+
+fn engines_loaded(s: &mut State, polled: bool, marks: EngineMarks) -> Vec<Effect> {
+    let result = Ok(marks);
+    update(
+        s,
+        Action::EnginesLoaded { polled, result },
+        &Keymap::builtin(),
+    )
+}
+
+#[test]
+fn a_deploy_whose_engine_is_missing_offers_it_and_the_install_is_followed() {
+    let mut s = state();
+    signed_in(&mut s);
+    let row = CatalogRow::from_json(&json!({"repoId": "org/m", "modelName": "m",
+        "recipes": [{"publicId": "m-cpu-tei", "accelerator": "cpu", "engineType": "tei"}]}));
+    let seq = s.catalog_seq;
+    update(
+        &mut s,
+        Action::CatalogLoaded(seq, Ok(vec![row])),
+        &Keymap::builtin(),
+    );
+    assert!(engines_loaded(&mut s, false, engines_answer(false, None)).is_empty());
+    assert_eq!(s.engines.model_mark(&s.catalog[0]), "install");
+    key(&mut s, "D");
+    let fx = key(&mut s, "enter");
+    assert!(matches!(&fx[..], [Effect::Deploy(_)]), "{fx:?}");
+    update(
+        &mut s,
+        Action::Deployed(Ok("alice/m".into())),
+        &Keymap::builtin(),
+    );
+    let asked = Effect::InstallEngine {
+        name: "minilm".into(),
+        endpoint: "alice/m".into(),
+    };
+    assert_eq!(
+        s.overlay,
+        Overlay::Confirm {
+            asked: asked.clone(),
+            yes: false
+        }
+    );
+    key(&mut s, "tab");
+    assert_eq!(key(&mut s, "enter"), [asked]);
+    let polled = Effect::LoadEngines {
+        delay: 1,
+        polled: true,
+    };
+    let fx = update(
+        &mut s,
+        Action::EngineInstallStarted(Ok("minilm".into())),
+        &Keymap::builtin(),
+    );
+    assert_eq!(fx, std::slice::from_ref(&polled));
+    // Its progress in the status line, a poll a second, until it ends.
+    let running = json!({"percent": 45, "step": "downloading numpy (5/27)", "running": true});
+    assert_eq!(
+        engines_loaded(&mut s, true, engines_answer(false, Some(running))),
+        [polled]
+    );
+    assert_eq!(
+        s.message,
+        Some((
+            "installing minilm: 45% downloading numpy (5/27)".into(),
+            false
+        ))
+    );
+    let done = json!({"percent": 100, "step": "installed", "running": false});
+    assert!(engines_loaded(&mut s, true, engines_answer(true, Some(done))).is_empty());
+    assert!(s
+        .message
+        .as_ref()
+        .is_some_and(|(m, e)| m.starts_with("minilm is installed") && !e));
+    assert_eq!(s.engines.model_mark(&s.catalog[0]), "yes");
+
+    // A model that runs here deploys without an offer.
+    key(&mut s, "D");
+    key(&mut s, "enter");
+    update(
+        &mut s,
+        Action::Deployed(Ok("alice/m-2".into())),
+        &Keymap::builtin(),
+    );
+    assert_eq!(s.overlay, Overlay::None);
+}
+
+#[test]
+fn a_failed_install_is_said_and_the_following_stops() {
+    let mut s = state();
+    signed_in(&mut s);
+    update(
+        &mut s,
+        Action::EngineInstallStarted(Ok("minilm".into())),
+        &Keymap::builtin(),
+    );
+    let running = json!({"percent": 5, "step": "installing", "running": true});
+    engines_loaded(&mut s, true, engines_answer(false, Some(running)));
+    let failed = json!({"percent": 0, "step": "failed", "running": false,
+                        "error": "the package registry could not be reached"});
+    assert!(engines_loaded(&mut s, true, engines_answer(false, Some(failed))).is_empty());
+    assert_eq!(
+        s.message,
+        Some((
+            "installing minilm failed: the package registry could not be reached".into(),
+            true
+        ))
+    );
+    // A refused install (not an administrator) is said at once.
+    let refused = Action::EngineInstallStarted(Err("403: needs an instance administrator".into()));
+    assert!(update(&mut s, refused, &Keymap::builtin()).is_empty());
+    assert!(s
+        .message
+        .as_ref()
+        .is_some_and(|(m, e)| m.contains("403") && *e));
 }

@@ -4,7 +4,9 @@ use chrono::{DateTime, Utc};
 
 use super::action::Action;
 use super::model::State;
-use super::{apps, confirm, connection, editors, keys, lists, notifications, panes, webhooks};
+use super::{
+    apps, confirm, connection, editors, engines, keys, lists, notifications, panes, webhooks,
+};
 use crate::effects::Effect;
 use crate::keymap::{Command, Keymap};
 
@@ -42,6 +44,8 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
             }
             effects
         }
+        Action::EnginesLoaded { polled, result } => engines::on_loaded(state, polled, result),
+        Action::EngineInstallStarted(result) => engines::on_install_started(state, result),
         Action::EndpointsLoaded(seq, _) if seq < state.endpoints_seq => Vec::new(),
         Action::CatalogLoaded(seq, _) if seq < state.catalog_seq => Vec::new(),
         Action::AppsLoaded(seq, _) if seq < state.apps_seq => Vec::new(),

@@ -43,6 +43,10 @@ pub(super) fn question(asked: &Effect, state: &State) -> String {
                 format!("delete webhook {url}? Its deliveries go with it.")
             }
         },
+        Effect::InstallEngine { name, endpoint } => format!(
+            "{endpoint} needs the {name} engine, which is not installed on this server. Install it now from \
+             the package registry? The endpoint starts once it is in."
+        ),
         _ => "go ahead?".to_string(),
     }
 }

@@ -3,12 +3,13 @@
 
 use ratatui::layout::{Constraint, Rect};
 use ratatui::style::{Color, Modifier, Style};
-use ratatui::text::Line;
+use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row};
 use ratatui::Frame;
 
 use super::{list, note};
-use crate::state::{Recipe, State};
+use crate::columns::{fit, share, Column};
+use crate::state::{CatalogRow, Recipe, State};
 
 /// An endpoint's state in its colour: green running, yellow on its way, red failed, grey asleep.
 pub(super) fn state_colour(state: &str) -> Color {
@@ -21,16 +22,37 @@ pub(super) fn state_colour(state: &str) -> Color {
     }
 }
 
+/// The catalog's columns, in the order shown, with what each needs: the model and whether it runs here get
+/// room first, then task and engines; author, accelerators, license and the date shrink or go first.
+const CATALOG: [(&str, Column); 8] = [
+    ("MODEL", catalog_column(0, 12, 24, 40, true)),
+    // Whether it runs on this server: `yes`, `install` (a built-in engine would run it), `no`.
+    ("HERE", catalog_column(1, 7, 7, 7, true)),
+    ("AUTHOR", catalog_column(4, 8, 14, 24, false)),
+    ("TASK", catalog_column(2, 10, 18, 24, false)),
+    ("LICENSE", catalog_column(6, 8, 11, 12, false)),
+    ("ACCELERATORS", catalog_column(5, 7, 12, 14, false)),
+    ("ENGINES", catalog_column(3, 8, 13, 18, false)),
+    ("CREATED", catalog_column(7, 10, 10, 10, false)),
+];
+
+const fn catalog_column(importance: u8, min: u16, ideal: u16, full: u16, required: bool) -> Column {
+    Column {
+        importance,
+        min,
+        ideal,
+        full,
+        required,
+    }
+}
+
 pub(super) fn catalog(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
-    let columns = [
-        ("MODEL", Constraint::Fill(3)),
-        ("AUTHOR", Constraint::Fill(2)),
-        ("TASK", Constraint::Fill(2)),
-        ("LICENSE", Constraint::Length(12)),
-        ("ACCELERATORS", Constraint::Length(14)),
-        ("ENGINES", Constraint::Fill(2)),
-        ("CREATED", Constraint::Length(10)),
-    ];
+    let widths = share(&CATALOG.map(|c| c.1), area.width.saturating_sub(2));
+    let shown: Vec<(&str, Constraint)> = CATALOG
+        .iter()
+        .zip(&widths)
+        .filter_map(|((head, _), w)| w.map(|w| (*head, Constraint::Length(w))))
+        .collect();
     // The server's filters, when the catalog shown was asked with some.
     let name = match state.catalog_filters.is_empty() {
         true => "catalog".to_string(),
@@ -49,20 +71,43 @@ pub(super) fn catalog(frame: &mut Frame, area: Rect, state: &State, visible: &[u
         state,
         visible,
         (&name, state.catalog.len()),
-        &columns,
-        |i| {
-            let c = &state.catalog[i];
-            Row::new(vec![
-                c.model.clone(),
-                c.author.clone(),
-                c.task.clone(),
-                c.license.clone(),
-                c.accelerators.clone(),
-                c.engines.clone(),
-                c.created.clone(),
-            ])
-        },
+        &shown,
+        |i| catalog_row(state, &state.catalog[i], &widths),
     );
+}
+
+/// A model's cells for the columns shown (`widths`), each cut to its width; the mark in its colour.
+fn catalog_row<'a>(state: &State, c: &CatalogRow, widths: &[Option<u16>]) -> Row<'a> {
+    let mark = state.engines.model_mark(c);
+    let texts = [
+        c.model.as_str(),
+        mark,
+        &c.author,
+        &c.task,
+        &c.license,
+        &c.accelerators,
+        &c.engines,
+        &c.created,
+    ];
+    let cells = texts
+        .into_iter()
+        .zip(widths)
+        .enumerate()
+        .filter_map(|(k, (text, w))| w.map(|w| (k, fit(text, w))))
+        .map(|(k, text)| match k {
+            1 => Cell::from(text).style(Style::new().fg(mark_colour(mark))),
+            _ => Cell::from(text),
+        });
+    Row::new(cells.collect::<Vec<_>>())
+}
+
+/// Green for what runs here, yellow for what would after an install.
+fn mark_colour(note: &str) -> Color {
+    match note {
+        n if n.starts_with("yes") || n.starts_with("runs here") => Color::Green,
+        n if n.starts_with("install") => Color::Yellow,
+        _ => Color::DarkGray,
+    }
 }
 
 /// The detail pane: the selected model's recipes (all of them with `enter`).
@@ -83,7 +128,7 @@ pub(super) fn recipes(frame: &mut Frame, area: Rect, state: &State, visible: &[u
                 room
             };
             for recipe in item.recipes.iter().take(shown) {
-                lines.push(Line::from(recipe.line()));
+                lines.push(recipe_line(recipe, &state.engines.recipe_note(&recipe.id)));
             }
             if item.recipes.len() > shown {
                 lines.push(Line::styled(
@@ -99,6 +144,14 @@ pub(super) fn recipes(frame: &mut Frame, area: Rect, state: &State, visible: &[u
         Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(title)),
         area,
     );
+}
+
+/// A recipe with its note on whether it runs here (green when it does, yellow when an install would).
+fn recipe_line(recipe: &Recipe, note: &str) -> Line<'static> {
+    Line::from(vec![
+        Span::raw(format!("{:<78}", recipe.line())),
+        Span::styled(note.to_string(), Style::new().fg(mark_colour(note))),
+    ])
 }
 
 pub(super) fn apps(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
