@@ -6,7 +6,7 @@ use std::io::{IsTerminal, Write};
 use anyhow::Result;
 use clap::Subcommand;
 use switchyard_server::engines::install::{self, InstallError};
-use switchyard_server::engines::{EngineInfo, Engines};
+use switchyard_server::engines::{engines_dir, EngineInfo, Engines};
 use switchyard_server::Config;
 
 #[derive(Subcommand)]
@@ -28,7 +28,11 @@ pub const REGISTRY_UNREACHABLE: u8 = 69;
 
 pub fn run(config: &Config, command: EnginesCommand) -> Result<()> {
     let data_dir = config.data_dir()?;
-    let engines = Engines::new(data_dir.join("engines"), config.runtime.launchers.clone());
+    // Made now if missing, so that its path is the one the server will see (a root server's engines dir
+    // is named by it).
+    std::fs::create_dir_all(&data_dir)?;
+    let dir = engines_dir(config.runtime.engines_dir.as_deref(), &data_dir);
+    let engines = Engines::new(dir, config.runtime.launchers.clone());
     match command {
         EnginesCommand::List { json } => {
             let list = engines.list();

@@ -11,6 +11,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 use common::{tool, wrk, Wrk};
@@ -38,7 +39,11 @@ async fn run() {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let engines = dir.path().join("engines");
+    // Outside the data dir and open to others: run as root, replicas run as another user.
+    let engines_dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(engines_dir.path(), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod");
+    let engines = engines_dir.path().to_path_buf();
     let started = Instant::now();
     let installed =
         tokio::task::spawn_blocking(move || install::install(&engines, "minilm", &mut |_, _| {}))
@@ -52,7 +57,7 @@ async fn run() {
         }
     };
     let install_s = started.elapsed().as_secs_f64();
-    let (url, token, stop) = serve(dir.path()).await;
+    let (url, token, stop) = serve(dir.path(), engines_dir.path()).await;
     let http = reqwest::Client::new();
     let to_running = deploy(&http, &url, &token).await;
     let proxied = format!("{url}/endpoints/admin/emb/embed");
@@ -115,9 +120,13 @@ fn print_row(name: &str, conns: usize, f: &Wrk, base: Option<&Wrk>) {
 }
 
 /// A server on `data_dir` (which holds the installed engine), with no launcher configured.
-async fn serve(data_dir: &std::path::Path) -> (String, String, tokio::sync::oneshot::Sender<()>) {
+async fn serve(
+    data_dir: &std::path::Path,
+    engines: &std::path::Path,
+) -> (String, String, tokio::sync::oneshot::Sender<()>) {
     let mut config = Config::default();
     config.store.data_dir = Some(data_dir.to_path_buf());
+    config.runtime.engines_dir = Some(engines.to_path_buf());
     config.server.listen = "127.0.0.1:0".parse().expect("addr");
     config.runtime.tick_ms = 100;
     let app = Application::build(&config).await.expect("server");

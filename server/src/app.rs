@@ -229,7 +229,7 @@ impl Services {
             public_url: public_url.trim_end_matches('/').to_string(),
             on_change: Arc::new(move || kick.kick()),
             engines: Arc::new(crate::engines::Engines::new(
-                data_dir.join("engines"),
+                crate::engines::engines_dir(config.runtime.engines_dir.as_deref(), &data_dir),
                 config.runtime.launchers.clone(),
             )),
             outbound: Arc::new(outbound),
@@ -271,22 +271,14 @@ impl Services {
 }
 
 /// Closes the data dir to every other user (0700): it holds the store, the secrets key and the admin
-/// token, which neither replicas nor other local users may read. A server running as root runs its
-/// replicas as another user, who must reach the installed engines in `<data-dir>/engines`: there the
-/// data dir is 0711 (others may pass through to that directory, not list or read anything else).
+/// token, which neither replicas nor other local users may read.
 fn close_data_dir(dir: &Path) -> Result<(), StartError> {
-    let root = crate::runtime::isolation::process_uids().is_ok_and(|(_, euid)| euid == 0);
     dir.canonicalize()
-        .and_then(|d| {
-            close(&d)?;
-            if root {
-                std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o711))?;
-            }
-            Ok(())
-        })
+        .and_then(|d| close(&d))
+        .map(|_| ())
         .map_err(|e| {
             StartError(format!(
-                "closing the data dir {} to other users: {e}",
+                "closing the data dir {} to other users (mode 0700): {e}",
                 dir.display()
             ))
         })

@@ -166,6 +166,10 @@ pub struct RuntimeConfig {
     /// The user replicas run as when the server runs as root; created (a system user) when missing.
     /// Default: `switchyard-replica`. Setting it on a server that does not run as root is an error.
     pub replica_user: Option<String>,
+    /// Where `switchyard engines install` puts the built-in engines. Default: `<data-dir>/engines`; on a
+    /// server running as root (its replicas run as another user, who cannot enter the data dir),
+    /// `/var/lib/switchyard/engines/<hash of the data dir>`. Replicas must be able to reach it.
+    pub engines_dir: Option<PathBuf>,
     /// One launcher per engine image key (`tei`, `llamacpp`, `vLLM`, `sGLang`, `tgi`, `hub`, …).
     pub launchers: std::collections::BTreeMap<String, Launcher>,
     /// Custom-router sidecars by image tag (`customRouter.tag`); `{port}` is the port it listens on.
@@ -190,6 +194,7 @@ impl Default for RuntimeConfig {
             tenant_env: DEFAULT_TENANT_ENV.iter().map(|s| s.to_string()).collect(),
             replica_dir: None,
             replica_user: None,
+            engines_dir: None,
             launchers: Default::default(),
             routers: Default::default(),
             scaling: ScalingConfig::default(),
@@ -753,13 +758,14 @@ impl Config {
     }
 
     /// The paths a config file sets, by key (a SQLite `store.url` is one too: see [`resolve_store_url`]).
-    fn paths_mut(&mut self) -> [(&'static str, &mut Option<PathBuf>); 6] {
+    fn paths_mut(&mut self) -> [(&'static str, &mut Option<PathBuf>); 7] {
         [
             ("store.data_dir", &mut self.store.data_dir),
             ("secrets.key_file", &mut self.secrets.key_file),
             ("catalog.seed_file", &mut self.catalog.seed_file),
             ("catalog.hardware_file", &mut self.catalog.hardware_file),
             ("runtime.replica_dir", &mut self.runtime.replica_dir),
+            ("runtime.engines_dir", &mut self.runtime.engines_dir),
             ("outbound.ca_file", &mut self.outbound.ca_file),
         ]
     }

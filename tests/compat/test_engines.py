@@ -31,7 +31,12 @@ pytestmark = [
 def first_run():
     """A server of this module's on a fresh data dir, no launchers configured; the client points at it."""
     with running_server(own_store=True, test_engine=False) as srv, client_pointed_at(srv):
-        yield srv
+        try:
+            yield srv
+        finally:
+            # Run as root, the engines are outside the data dir (/var/lib/switchyard/engines/…): remove them.
+            for name in ("minilm", "smollm"):
+                engines(srv, "remove", name)
 
 
 def engines(srv, *args: str) -> subprocess.CompletedProcess:

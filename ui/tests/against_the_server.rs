@@ -77,6 +77,7 @@ impl Console {
 async fn server(dir: &std::path::Path) -> (String, Client) {
     let mut config = Config::default();
     config.store.data_dir = Some(dir.to_path_buf());
+    config.runtime.engines_dir = Some(dir.join("engines"));
     config.server.listen = "127.0.0.1:0".parse().unwrap();
     let app = Application::build(&config).await.unwrap();
     let url = format!("http://{}", app.local_addr());

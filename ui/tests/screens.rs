@@ -1313,7 +1313,10 @@ fn what_runs_here_and_the_engine_a_deploy_needs() {
     insta::assert_snapshot!("engines_marks", screen(&s, 120, 24));
     // At 80 columns the model and its mark keep their room; the license, accelerators and date go first.
     let narrow = screen(&s, 80, 24);
-    assert!(narrow.contains("│all-MiniLM-L6-v2         install "), "{narrow}");
+    assert!(
+        narrow.contains("│all-MiniLM-L6-v2         install "),
+        "{narrow}"
+    );
     assert!(!narrow.contains("LICENSE"), "{narrow}");
     keys(&mut s, &["enter"]);
     insta::assert_snapshot!("engines_recipes", screen(&s, 120, 24));

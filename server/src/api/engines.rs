@@ -14,7 +14,7 @@ use super::extract::PathParams;
 use super::AppState;
 use crate::auth::Principal;
 use crate::engines::install::{self, InstallError};
-use crate::engines::{EngineInfo, Engines, InstallState, Source};
+use crate::engines::{EngineInfo, Engines, InstallGuard, Source};
 use crate::model::catalog::{CatalogEntry, RecipeEntry};
 
 pub fn router() -> Router<AppState> {
@@ -91,10 +91,10 @@ pub fn recipe_runs(engines: &Engines, entry: &CatalogEntry, recipe: &RecipeEntry
 /// The engines, and which catalog recipes can run here. Any signed-in caller.
 #[utoipa::path(get, path = "/api/v1/engines", tag = "engines",
     responses((status = 200, body = EnginesOut), (status = 401)))]
-pub async fn list(State(s): State<AppState>, _who: Principal) -> ApiResult<Json<EnginesOut>> {
+pub async fn list(State(s): State<AppState>, who: Principal) -> ApiResult<Json<EnginesOut>> {
     let catalog = s.catalog.get(s.store.as_ref()).await?;
     let engines = s.engines.clone();
-    let out = tokio::task::spawn_blocking(move || {
+    let mut out = tokio::task::spawn_blocking(move || {
         let recipes = catalog
             .entries()
             .flat_map(|e| e.recipes.iter().map(move |r| (e, r)))
@@ -107,6 +107,15 @@ pub async fn list(State(s): State<AppState>, _who: Principal) -> ApiResult<Json<
     })
     .await
     .map_err(|e| ApiError::internal("listing engines", e))?;
+    if who.require_instance_admin().is_err() {
+        // The server's paths and pip's words are for its administrators.
+        for e in &mut out.engines {
+            e.program = None;
+            if let Some(error) = e.install.as_mut().and_then(|i| i.error.as_mut()) {
+                *error = "the install failed (an administrator sees why)".into();
+            }
+        }
+    }
     Ok(Json(out))
 }
 
@@ -134,58 +143,29 @@ pub async fn start_install(
     let Some(engine) = crate::engines::builtin(&name) else {
         return Err(refusal(InstallError::Unknown(name)));
     };
-    if s.engines.installing(engine.name) {
+    let Some(guard) = s.engines.begin_install(engine.name) else {
         return Err(refusal(InstallError::Busy(name)));
-    }
-    let started = InstallState {
-        percent: 0,
-        step: "starting".into(),
-        error: None,
-        running: true,
     };
-    s.engines.note_install(engine.name, started.clone());
     tracing::info!(engine = engine.name, by = %who.account.name, "engine install started");
-    let (engines, kick) = (s.engines.clone(), s.on_change.clone());
-    tokio::task::spawn_blocking(move || {
-        let mut progress = |percent: u8, step: &str| {
-            engines.note_install(
-                engine.name,
-                InstallState {
-                    percent,
-                    step: step.to_string(),
-                    error: None,
-                    running: true,
-                },
-            )
-        };
-        let outcome = install::install(engines.dir(), engine.name, &mut progress);
-        let state = match outcome {
-            Ok(_) => {
-                tracing::info!(engine = engine.name, "engine installed");
-                InstallState {
-                    percent: 100,
-                    step: "installed".into(),
-                    error: None,
-                    running: false,
-                }
-            }
-            Err(e) => {
-                tracing::warn!(engine = engine.name, error = %e, "engine install failed");
-                InstallState {
-                    percent: 0,
-                    step: "failed".into(),
-                    error: Some(e.to_string()),
-                    running: false,
-                }
-            }
-        };
-        engines.note_install(engine.name, state);
-        kick();
-    });
+    let kick = s.on_change.clone();
+    tokio::task::spawn_blocking(move || run_install(guard, engine.name, kick));
     Ok((
         StatusCode::ACCEPTED,
-        Json(serde_json::json!({"name": engine.name, "install": started})),
+        Json(serde_json::json!({"name": engine.name, "install": {"running": true}})),
     ))
+}
+
+/// Installs `name`, recording how it goes; then the runtime looks again at what waits for it.
+fn run_install(guard: InstallGuard, name: &str, kick: std::sync::Arc<dyn Fn() + Send + Sync>) {
+    let outcome = install::install(guard.engines().dir(), name, &mut |percent, step| {
+        guard.progress(percent, step)
+    });
+    match &outcome {
+        Ok(_) => tracing::info!(engine = name, "engine installed"),
+        Err(e) => tracing::warn!(engine = name, error = %e, "engine install failed"),
+    }
+    guard.end(outcome.map(|_| ()).map_err(|e| e.to_string()));
+    kick();
 }
 
 /// Removes an installed built-in engine. Replicas running it go on until they stop; new ones cannot start.

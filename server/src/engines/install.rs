@@ -54,12 +54,32 @@ pub fn install(
     let engine = builtin(name).ok_or_else(|| InstallError::Unknown(name.to_string()))?;
     std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
     open_to_others(dir)?;
+    reachable(dir)?;
     let _lock = lock(dir, name)?;
     let staging = dir.join(format!(".{name}.partial"));
     if staging.exists() {
         std::fs::remove_dir_all(&staging).map_err(io("removing", &staging))?;
     }
     std::fs::create_dir_all(&staging).map_err(io("creating", &staging))?;
+    let built =
+        build(engine, &staging, progress).and_then(|python| place(dir, engine, &staging, &python));
+    match &built {
+        Ok(_) => progress(100, "installed"),
+        // A failed install leaves nothing behind (the venv is hundreds of MB).
+        Err(_) => {
+            let _ = std::fs::remove_dir_all(&staging);
+        }
+    }
+    built
+}
+
+/// Builds the engine in `staging`: its files, a venv with its packages, the offline check. The Python
+/// the venv was made with.
+fn build(
+    engine: &Builtin,
+    staging: &Path,
+    progress: &mut dyn FnMut(u8, &str),
+) -> Result<PathBuf, InstallError> {
     progress(1, "writing the engine's files");
     for (file, text) in engine.files {
         let path = staging.join(file);
@@ -72,22 +92,19 @@ pub fn install(
     );
     let venv = staging.join(".venv");
     run_quiet(
-        Command::new(&python).arg("-m").arg("venv").arg(&venv),
+        plain_command(&python).arg("-m").arg("venv").arg(&venv),
         "creating the venv",
     )?;
-    pip_install(&staging, engine, progress)?;
+    pip_install(staging, engine, progress)?;
     progress(90, "checking that the model loads (offline)");
-    let venv_python = venv.join("bin").join("python");
     run_quiet(
-        Command::new(&venv_python)
+        plain_command(&venv.join("bin").join("python"))
             .arg(staging.join("serve.py"))
             .arg("--check")
             .env("HF_HUB_OFFLINE", "1"),
         "the engine's check",
     )?;
-    let manifest = place(dir, engine, &staging, &python)?;
-    progress(100, "installed");
-    Ok(manifest)
+    Ok(python)
 }
 
 /// Removes the installed engine `name` from `dir`.
@@ -98,7 +115,14 @@ pub fn remove(dir: &Path, name: &str) -> Result<(), InstallError> {
         return Err(InstallError::NotInstalled(name.to_string()));
     }
     let _lock = lock(dir, name)?;
+    // Looked at again under the lock: another removal may have come first.
+    if !target.join(MANIFEST).exists() {
+        return Err(InstallError::NotInstalled(name.to_string()));
+    }
     let gone = dir.join(format!(".{name}.removing"));
+    if gone.exists() {
+        std::fs::remove_dir_all(&gone).map_err(io("removing", &gone))?;
+    }
     // The manifest goes first: from then on the engine is not installed, whatever remains.
     std::fs::remove_file(target.join(MANIFEST)).map_err(io("removing", &target))?;
     std::fs::rename(&target, &gone).map_err(io("moving", &target))?;
@@ -160,7 +184,7 @@ fn pip_install(
             engine.download_mb
         ),
     );
-    let mut child = Command::new(staging.join(".venv/bin/python"))
+    let mut child = plain_command(&staging.join(".venv/bin/python"))
         .args([
             "-m",
             "pip",
@@ -223,19 +247,17 @@ fn pip_step(line: &str, collected: &mut usize, total: usize) -> Option<(u8, Stri
 
 /// Pip's failure: the registry out of reach, or something else, with pip's last words.
 fn pip_error(stderr: &str) -> InstallError {
-    let last: Vec<&str> = stderr
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    let tail = last[last.len().saturating_sub(3)..].join(" | ");
-    const UNREACHABLE: [&str; 6] = [
+    let tail = last_lines(stderr, 3);
+    // What pip says when it cannot connect. "No matching distribution" alone is not one of them: it is
+    // also what a version without a wheel for this Python or platform gets.
+    const UNREACHABLE: [&str; 7] = [
         "NewConnectionError",
         "Failed to establish a new connection",
         "Temporary failure in name resolution",
         "Max retries exceeded",
         "ProxyError",
-        "No matching distribution found",
+        "ConnectTimeoutError",
+        "Network is unreachable",
     ];
     if UNREACHABLE.iter().any(|m| stderr.contains(m)) {
         InstallError::Registry(tail)
@@ -263,6 +285,33 @@ fn drain<R: Read + Send + 'static>(stream: Option<R>) -> std::thread::JoinHandle
     })
 }
 
+/// Whether an install's programs get the variable `name` of this process: what finding programs, the
+/// locale and reaching the registry take (proxies, certificates, pip's own settings), never the server's
+/// settings or secrets (`SWITCHYARD_*`).
+fn passed_on(name: &str) -> bool {
+    const NAMES: [&str; 8] = [
+        "PATH",
+        "HOME",
+        "LANG",
+        "LC_ALL",
+        "TMPDIR",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+    ];
+    NAMES.contains(&name)
+        || name.starts_with("PIP_")
+        || name.to_ascii_lowercase().ends_with("_proxy")
+}
+
+/// `program` with only the environment [`passed_on`] lets through.
+fn plain_command(program: &Path) -> Command {
+    let mut command = Command::new(program);
+    command.env_clear();
+    command.envs(std::env::vars_os().filter(|(k, _)| k.to_str().is_some_and(passed_on)));
+    command
+}
+
 /// Runs a command to its end; its output only when it fails.
 fn run_quiet(command: &mut Command, what: &str) -> Result<(), InstallError> {
     let out = command
@@ -272,13 +321,21 @@ fn run_quiet(command: &mut Command, what: &str) -> Result<(), InstallError> {
     if out.status.success() {
         return Ok(());
     }
-    let text = String::from_utf8_lossy(&out.stderr);
-    let last: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     Err(InstallError::Failed(format!(
         "{what} failed ({}): {}",
         out.status,
-        last[last.len().saturating_sub(5)..].join(" | ")
+        last_lines(&String::from_utf8_lossy(&out.stderr), 5)
     )))
+}
+
+/// The last `n` lines of a program's output that say something, on one line.
+fn last_lines(text: &str, n: usize) -> String {
+    let said: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    said[said.len().saturating_sub(n)..].join(" | ")
 }
 
 /// The Python that makes engine venvs: `SWITCHYARD_PYTHON`, else the first `python3` on `PATH` (then
@@ -316,11 +373,15 @@ pub fn choose_python() -> Result<PathBuf, InstallError> {
     }))
 }
 
+/// Whether this process runs as root: its replicas then run as another user.
+pub fn as_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Why `python` cannot make an engine's venv, if it cannot.
 fn suitable(python: &Path) -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    if root {
+    if as_root() {
         let real = python.canonicalize().map_err(|e| e.to_string())?;
         if let Some(closed) = closed_to_others(&real) {
             return Err(format!(
@@ -330,7 +391,7 @@ fn suitable(python: &Path) -> Result<(), String> {
             ));
         }
     }
-    let out = Command::new(python)
+    let out = plain_command(python)
         .args([
             "-c",
             "import sys, venv, ensurepip; sys.exit(0 if sys.version_info >= (3, 10) else 3)",
@@ -342,6 +403,23 @@ fn suitable(python: &Path) -> Result<(), String> {
         Some(0) => Ok(()),
         Some(3) => Err("Python 3.10 or newer is needed".into()),
         _ => Err("it has no venv or ensurepip module (Debian: apt install python3-venv)".into()),
+    }
+}
+
+/// Refuses an engines directory the replicas' user could not reach (a server running as root).
+fn reachable(dir: &Path) -> Result<(), InstallError> {
+    if !as_root() {
+        return Ok(());
+    }
+    let real = dir.canonicalize().map_err(io("reading", dir))?;
+    match closed_to_others(&real) {
+        Some(closed) => Err(InstallError::Failed(format!(
+            "replicas run as another user and could not reach {} ({} is closed to others): set \
+             runtime.engines_dir to a directory they can reach",
+            real.display(),
+            closed.display()
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -448,6 +526,32 @@ mod tests {
         assert!(e.to_string().contains("No matching distribution"), "{e}");
         let e = pip_error("ERROR: THESE PACKAGES DO NOT MATCH THE HASHES");
         assert!(matches!(e, InstallError::Failed(_)), "{e}");
+        // No wheel for this platform: the registry answered.
+        let e = pip_error("ERROR: Could not find a version that satisfies the requirement x==1\nERROR: No matching distribution found for x==1");
+        assert!(matches!(e, InstallError::Failed(_)), "{e}");
+    }
+
+    #[test]
+    fn installs_get_no_server_setting_or_secret() {
+        for name in [
+            "PATH",
+            "HOME",
+            "PIP_INDEX_URL",
+            "https_proxy",
+            "HTTPS_PROXY",
+            "SSL_CERT_FILE",
+        ] {
+            assert!(passed_on(name), "{name}");
+        }
+        for name in [
+            "SWITCHYARD_SECRETS_KEY",
+            "SWITCHYARD_STORE_URL",
+            "SWITCHYARD_SMTP_URL",
+            "LD_PRELOAD",
+            "PYTHONPATH",
+        ] {
+            assert!(!passed_on(name), "{name}");
+        }
     }
 
     #[test]

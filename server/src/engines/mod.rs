@@ -15,7 +15,7 @@ pub mod install;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
@@ -205,6 +205,69 @@ pub struct InstallState {
     pub running: bool,
 }
 
+impl InstallState {
+    fn running(percent: u8, step: &str) -> InstallState {
+        InstallState {
+            percent,
+            step: step.to_string(),
+            error: None,
+            running: true,
+        }
+    }
+}
+
+/// An install under way in this process (see [`Engines::begin_install`]).
+pub struct InstallGuard {
+    engines: Arc<Engines>,
+    name: String,
+    ended: bool,
+}
+
+impl InstallGuard {
+    pub fn engines(&self) -> &Engines {
+        &self.engines
+    }
+
+    pub fn progress(&self, percent: u8, step: &str) {
+        self.engines
+            .note_install(&self.name, InstallState::running(percent, step));
+    }
+
+    /// Records the install's end: installed, or why not.
+    pub fn end(mut self, outcome: Result<(), String>) {
+        self.ended = true;
+        let state = match outcome {
+            Ok(()) => InstallState {
+                percent: 100,
+                step: "installed".into(),
+                error: None,
+                running: false,
+            },
+            Err(e) => InstallState {
+                percent: 0,
+                step: "failed".into(),
+                error: Some(e),
+                running: false,
+            },
+        };
+        self.engines.note_install(&self.name, state);
+    }
+}
+
+impl Drop for InstallGuard {
+    fn drop(&mut self) {
+        if !self.ended {
+            let interrupted = InstallState {
+                percent: 0,
+                step: "failed".into(),
+                error: Some("the install was interrupted".into()),
+                running: false,
+            };
+            self.engines.note_install(&self.name, interrupted);
+        }
+    }
+}
+
 /// One engine as `switchyard engines list` and `GET /api/v1/engines` show it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -238,6 +301,28 @@ pub struct Engines {
     search_path: Option<OsString>,
     installs: Mutex<BTreeMap<String, InstallState>>,
 }
+
+/// Where the built-in engines of the server on `data_dir` are installed: `runtime.engines_dir`, else
+/// `<data-dir>/engines`; when this runs as root, whose replicas run as another user who cannot enter the
+/// data dir, `/var/lib/switchyard/engines/<hash of the data dir>` (one per server, as replica dirs are).
+pub fn engines_dir(configured: Option<&Path>, data_dir: &Path) -> PathBuf {
+    use sha2::Digest;
+    use std::os::unix::ffi::OsStrExt;
+    if let Some(dir) = configured {
+        return dir.to_path_buf();
+    }
+    if !install::as_root() {
+        return data_dir.join("engines");
+    }
+    let data = data_dir
+        .canonicalize()
+        .unwrap_or_else(|_| data_dir.to_path_buf());
+    let digest = sha2::Sha256::digest(data.as_os_str().as_bytes());
+    PathBuf::from(ROOT_ENGINES).join(crate::crypto::hex(&digest[..6]))
+}
+
+/// The base of root servers' engines directories.
+const ROOT_ENGINES: &str = "/var/lib/switchyard/engines";
 
 /// The command that installs a built-in engine.
 pub fn install_command(name: &str) -> String {
@@ -288,11 +373,7 @@ impl Engines {
         repository: &str,
         accelerator: &str,
     ) -> Result<Resolved, Missing> {
-        if let Some(l) = self
-            .configured
-            .get(image_key)
-            .filter(|l| !l.command.is_empty())
-        {
+        if let Some(l) = self.configured_launcher(image_key) {
             return Ok(Resolved {
                 launcher: l.clone(),
                 source: Source::Config,
@@ -311,10 +392,8 @@ impl Engines {
                 source: Source::Installed { engine: m.name },
             });
         }
-        if let Some((p, path)) = ON_PATH
-            .iter()
-            .filter(|p| p.image_key == image_key)
-            .find_map(|p| self.find_program(p.program).map(|path| (p, path)))
+        if let Some((p, path)) =
+            on_path_for(image_key).find_map(|p| self.find_program(p.program).map(|path| (p, path)))
         {
             let mut command = vec![path.display().to_string()];
             command.extend(p.args.iter().map(|a| a.to_string()));
@@ -332,8 +411,12 @@ impl Engines {
         Err(missing(image_key, fitting))
     }
 
-    /// The manifest of an installed built-in engine.
+    /// The manifest of an installed built-in engine (none without an absolute engines dir: engines that
+    /// only know the configured launchers).
     pub fn manifest(&self, name: &str) -> Option<Manifest> {
+        if !self.dir.is_absolute() || builtin(name).is_none() {
+            return None;
+        }
         let text = std::fs::read_to_string(self.dir.join(name).join(install::MANIFEST)).ok()?;
         serde_json::from_str::<Manifest>(&text)
             .ok()
@@ -396,16 +479,36 @@ impl Engines {
     }
 
     fn configured(&self, image_key: &str) -> bool {
-        self.configured
-            .get(image_key)
-            .is_some_and(|l| !l.command.is_empty())
+        self.configured_launcher(image_key).is_some()
     }
 
-    /// Records how an install of `name` in this process is going (see [`install::Progress`]).
-    pub fn note_install(&self, name: &str, state: InstallState) {
+    /// The launcher `[runtime.launchers.KEY]` sets, if it sets one with a command.
+    fn configured_launcher(&self, image_key: &str) -> Option<&Launcher> {
+        self.configured
+            .get(image_key)
+            .filter(|l| !l.command.is_empty())
+    }
+
+    /// Records how an install of `name` in this process is going.
+    fn note_install(&self, name: &str, state: InstallState) {
         if let Ok(mut i) = self.installs.lock() {
             i.insert(name.to_string(), state);
         }
+    }
+
+    /// Marks an install of `name` in this process as started, unless one already runs. The guard records
+    /// its progress and its end; dropped without an end (a panic), the install is recorded as interrupted.
+    pub fn begin_install(self: &Arc<Self>, name: &str) -> Option<InstallGuard> {
+        let mut installs = self.installs.lock().ok()?;
+        if installs.get(name).is_some_and(|s| s.running) {
+            return None;
+        }
+        installs.insert(name.to_string(), InstallState::running(0, "starting"));
+        Some(InstallGuard {
+            engines: self.clone(),
+            name: name.to_string(),
+            ended: false,
+        })
     }
 
     /// Whether an install of `name` runs in this process now.
@@ -423,13 +526,14 @@ pub fn is_missing(message: &str) -> bool {
             && message.contains(" engine is not installed on this server"))
 }
 
+/// The engine programs that serve images keyed `image_key`.
+fn on_path_for(image_key: &str) -> impl Iterator<Item = &'static OnPath> + '_ {
+    ON_PATH.iter().filter(move |p| p.image_key == image_key)
+}
+
 /// Why `image_key` has no launcher, saying which command or setting would give one.
 fn missing(image_key: &str, fitting: Option<&'static Builtin>) -> Missing {
-    let programs: Vec<&str> = ON_PATH
-        .iter()
-        .filter(|p| p.image_key == image_key)
-        .map(|p| p.program)
-        .collect();
+    let programs: Vec<&str> = on_path_for(image_key).map(|p| p.program).collect();
     let setting = format!("runtime.launchers.{image_key}");
     let message = match (fitting, programs.first()) {
         (Some(b), _) => format!(

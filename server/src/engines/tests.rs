@@ -196,20 +196,45 @@ fn a_broken_manifest_is_not_an_install() {
 }
 
 #[test]
-fn an_install_in_this_process_shows_in_the_list() {
+fn an_install_in_this_process_shows_in_the_list_and_runs_once() {
     let (dir, bin) = setup(&[]);
-    let e = engines(dir.path(), bin.path(), BTreeMap::new());
-    e.note_install(
-        "smollm",
-        InstallState {
-            percent: 40,
-            step: "downloading".into(),
-            error: None,
-            running: true,
-        },
-    );
+    let e = Arc::new(engines(dir.path(), bin.path(), BTreeMap::new()));
+    let guard = e.begin_install("smollm").unwrap();
+    assert!(e.begin_install("smollm").is_none(), "one at a time");
+    guard.progress(40, "downloading");
     assert!(e.installing("smollm"));
     let smollm = e.list().into_iter().find(|i| i.name == "smollm").unwrap();
     assert_eq!(smollm.state, "installing");
     assert_eq!(smollm.install.unwrap().percent, 40);
+    guard.end(Err("pip failed".into()));
+    let smollm = e.list().into_iter().find(|i| i.name == "smollm").unwrap();
+    assert_eq!(smollm.state, "notInstalled");
+    assert_eq!(smollm.install.unwrap().error.as_deref(), Some("pip failed"));
+    // A guard dropped without an end (the install panicked) frees the engine, saying so.
+    drop(e.begin_install("smollm").unwrap());
+    let state = e
+        .list()
+        .into_iter()
+        .find(|i| i.name == "smollm")
+        .unwrap()
+        .install
+        .unwrap();
+    assert!(!state.running && state.error.as_deref() == Some("the install was interrupted"));
+    assert!(e.begin_install("smollm").is_some());
+}
+
+#[test]
+fn every_missing_engine_message_is_known_as_one() {
+    let (dir, bin) = setup(&[]);
+    let e = engines(dir.path(), bin.path(), BTreeMap::new());
+    for (key, repo, accelerator) in [
+        ("tei", MINILM, "cpu"),
+        ("tei", "BAAI/bge-large-en-v1.5", "cpu"),
+        ("hub", "a/b", "gpu"),
+        ("llamacpp", "a/b", "cpu"),
+    ] {
+        let missing = e.resolve(key, repo, accelerator).unwrap_err();
+        assert!(is_missing(&missing.message), "{}", missing.message);
+    }
+    assert!(!is_missing("replica r1 exited (exit status: 1)"));
 }

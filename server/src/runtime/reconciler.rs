@@ -169,6 +169,7 @@ impl Reconciler {
         table: watch::Sender<Arc<RouteTable>>,
     ) -> Reconciler {
         let settings = ScalerSettings::from_config(&config.scaling);
+        // No engines dir (not absolute): the configured launchers and PATH only.
         let engines = Arc::new(Engines::new(PathBuf::new(), config.launchers.clone()));
         Reconciler {
             store,

@@ -128,6 +128,14 @@ pub(super) fn on_install_started(state: &mut State, result: Result<String, Strin
     match result {
         Ok(name) => {
             state.message = Some((format!("installing {name}…"), false));
+            // Running from now on, as far as the console knows: an install that ends before the first
+            // poll is still told.
+            state.engines.installs.retain(|i| i.name != name);
+            state.engines.installs.push(EngineInstall {
+                name,
+                running: true,
+                ..Default::default()
+            });
             if state.engines_followed {
                 return Vec::new();
             }
