@@ -1349,3 +1349,36 @@ fn what_runs_here_and_the_engine_a_deploy_needs() {
         "{shown}"
     );
 }
+
+/// The line being typed into (the command line, the filter, a pane's search) has its own keys in the footer.
+#[test]
+fn typing_shows_the_keys_of_the_line_typed_into() {
+    let mut s = state();
+    let last = |s: &State| {
+        screen(s, 120, 24)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .to_string()
+    };
+    keys(&mut s, &[":"]);
+    assert!(last(&s).contains("enter run  esc cancel"), "{}", last(&s));
+    keys(&mut s, &["esc", "/"]);
+    assert!(
+        last(&s).contains("enter keep the filter  esc clear it"),
+        "{}",
+        last(&s)
+    );
+    keys(&mut s, &["esc", "enter", "/"]);
+    assert!(
+        last(&s).contains("enter find  esc cancel the search"),
+        "{}",
+        last(&s)
+    );
+    keys(&mut s, &["esc"]);
+    assert!(
+        last(&s).contains("/ search"),
+        "the pane's own keys again: {}",
+        last(&s)
+    );
+}

@@ -252,6 +252,24 @@ impl State {
         }
     }
 
+    /// The keys of the line being typed into (the command line, the `/` filter, a pane's search): not the
+    /// keymap's, since these lines take every printable key.
+    pub fn typing_keys(&self) -> Option<&'static [(&'static str, &'static str)]> {
+        let searching = match &self.overlay {
+            Overlay::Describe(p) => p.typing,
+            Overlay::Logs { pager, .. } => pager.typing,
+            _ => false,
+        };
+        match &self.overlay {
+            Overlay::Command(_) => {
+                Some(&[("enter", "run"), ("esc", "cancel"), ("backspace", "delete")])
+            }
+            _ if self.filtering => Some(&[("enter", "keep the filter"), ("esc", "clear it")]),
+            _ if searching => Some(&[("enter", "find"), ("esc", "cancel the search")]),
+            _ => None,
+        }
+    }
+
     pub fn context(&self) -> Context {
         match (&self.overlay, self.view) {
             (Overlay::Confirm { .. }, _) => Context::Dialog,

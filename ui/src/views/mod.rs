@@ -140,8 +140,14 @@ fn footer(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap) {
         },
     };
     frame.render_widget(Paragraph::new(line), message);
-    let spans: Vec<Span> = keymap
-        .hints(state.context(), state.read_only)
+    let keys = match state.typing_keys() {
+        Some(keys) => keys
+            .iter()
+            .map(|(k, d)| (k.to_string(), d.to_string()))
+            .collect(),
+        None => keymap.hints(state.context(), state.read_only),
+    };
+    let spans: Vec<Span> = keys
         .into_iter()
         .flat_map(|(k, d)| {
             [
