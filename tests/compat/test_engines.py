@@ -7,8 +7,11 @@ Skipped, saying so, when the package registry cannot be reached (the install exi
 
 import math
 import os
-import time
+import re
+import shutil
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -34,14 +37,21 @@ def first_run():
         try:
             yield srv
         finally:
-            # Run as root, the engines are outside the data dir (/var/lib/switchyard/engines/…): remove them.
+            # Run as root, the engines are outside the data dir (/var/lib/switchyard/engines/…): remove them,
+            # and the server's engines dir with them.
             for name in ("minilm", "smollm"):
                 engines(srv, "remove", name)
+            for place in INSTALLED_IN:
+                shutil.rmtree(place, ignore_errors=True)
 
 
 def engines(srv, *args: str) -> subprocess.CompletedProcess:
     cmd = [str(srv.binary), "engines", *args, "--data-dir", str(srv.data_dir)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, env=srv.env)
+
+
+# The engines dirs the installs went to (removed at the end).
+INSTALLED_IN: set[Path] = set()
 
 
 def install(srv, name: str) -> None:
@@ -50,6 +60,9 @@ def install(srv, name: str) -> None:
         pytest.skip(f"the package registry cannot be reached, so {name} cannot be installed: {done.stderr.strip()}")
     assert done.returncode == 0, done.stderr
     assert "its launcher is registered" in done.stdout, done.stdout
+    place = re.search(r"is installed in (\S+);", done.stdout)
+    assert place, done.stdout
+    INSTALLED_IN.add(Path(place.group(1)).parent)
     # Progress went to stderr, step by step, up to 100 %.
     assert "[100%] installed" in done.stderr, done.stderr
 
