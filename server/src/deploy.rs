@@ -155,6 +155,19 @@ fn name_stem(model_name: &str) -> String {
     }
 }
 
+/// The key of the serving image a recipe of `engine` gets (see [`image_for`]).
+pub fn image_key(engine: EngineType) -> &'static str {
+    match engine {
+        EngineType::Tei => "tei",
+        EngineType::Llamacpp => "llamacpp",
+        EngineType::Vllm => "vLLM",
+        EngineType::Sglang => "sGLang",
+        EngineType::VllmNeuron => "vLLMNeuron",
+        EngineType::VllmOmni => "vLLMOmni",
+        EngineType::Custom => "custom",
+    }
+}
+
 /// The serving image of a recipe: key and container by engine (and accelerator where the image differs).
 pub fn image_for(recipe: &RecipeEntry) -> Value {
     let gpu = recipe.accelerator == Accelerator::Gpu;
@@ -314,6 +327,25 @@ mod tests {
         match plan_model(huge, None, None, &hw) {
             Err(PlanError::NoCompute(m)) => assert!(m.contains("no compatible compute")),
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_recipe_image_is_keyed_as_image_key_says() {
+        for engine_type in EngineType::ALL {
+            for accelerator in [Accelerator::Cpu, Accelerator::Gpu, Accelerator::Neuron] {
+                let recipe = RecipeEntry {
+                    accelerator,
+                    engine_type,
+                    gguf_file: Some("m.gguf".into()),
+                    public_id: "r".into(),
+                    revision: None,
+                    memory_gb: 1.0,
+                };
+                let image = image_for(&recipe);
+                let keys: Vec<&String> = image.as_object().unwrap().keys().collect();
+                assert_eq!(keys, [image_key(engine_type)], "{engine_type:?}");
+            }
         }
     }
 

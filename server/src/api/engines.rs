@@ -14,7 +14,7 @@ use super::extract::PathParams;
 use super::AppState;
 use crate::auth::Principal;
 use crate::engines::install::{self, InstallError};
-use crate::engines::{EngineInfo, Engines, InstallGuard, Source};
+use crate::engines::{EngineInfo, Engines, InstallGuard, OnDisk, Source};
 use crate::model::catalog::{CatalogEntry, RecipeEntry};
 
 pub fn router() -> Router<AppState> {
@@ -53,17 +53,15 @@ pub struct EnginesOut {
 }
 
 /// Whether `recipe` of `entry` runs here.
-pub fn recipe_runs(engines: &Engines, entry: &CatalogEntry, recipe: &RecipeEntry) -> RecipeRuns {
-    let image = crate::deploy::image_for(recipe);
-    let key = image
-        .as_object()
-        .and_then(|o| o.keys().next())
-        .map_or("", String::as_str);
-    let accelerator = serde_json::to_value(recipe.accelerator)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default();
-    match engines.resolve(key, &entry.repo_id, &accelerator) {
+fn recipe_runs(
+    engines: &Engines,
+    disk: &OnDisk,
+    entry: &CatalogEntry,
+    recipe: &RecipeEntry,
+) -> RecipeRuns {
+    let key = crate::deploy::image_key(recipe.engine_type);
+    let accelerator = recipe.accelerator.as_str();
+    match engines.resolve_in(disk, key, &entry.repo_id, accelerator) {
         Ok(r) => {
             let (source, engine) = match r.source {
                 Source::Config => ("config", format!("runtime.launchers.{key}")),
@@ -95,13 +93,15 @@ pub async fn list(State(s): State<AppState>, who: Principal) -> ApiResult<Json<E
     let catalog = s.catalog.get(s.store.as_ref()).await?;
     let engines = s.engines.clone();
     let mut out = tokio::task::spawn_blocking(move || {
+        // The engines dir and PATH are read once for the whole catalog.
+        let disk = engines.read();
         let recipes = catalog
             .entries()
             .flat_map(|e| e.recipes.iter().map(move |r| (e, r)))
-            .map(|(e, r)| (r.public_id.clone(), recipe_runs(&engines, e, r)))
+            .map(|(e, r)| (r.public_id.clone(), recipe_runs(&engines, &disk, e, r)))
             .collect();
         EnginesOut {
-            engines: engines.list(),
+            engines: engines.list_in(&disk),
             recipes,
         }
     })

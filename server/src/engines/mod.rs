@@ -324,6 +324,29 @@ pub fn engines_dir(configured: Option<&Path>, data_dir: &Path) -> PathBuf {
 /// The base of root servers' engines directories.
 const ROOT_ENGINES: &str = "/var/lib/switchyard/engines";
 
+/// The built-in engines installed and the engine programs found, as [`Engines::read`] saw them.
+#[derive(Debug, Clone)]
+pub struct OnDisk {
+    manifests: Vec<(&'static str, Option<Manifest>)>,
+    programs: Vec<(&'static str, Option<PathBuf>)>,
+}
+
+impl OnDisk {
+    fn manifest(&self, name: &str) -> Option<Manifest> {
+        self.manifests
+            .iter()
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, m)| m.clone())
+    }
+
+    fn program(&self, program: &str) -> Option<PathBuf> {
+        self.programs
+            .iter()
+            .find(|(p, _)| *p == program)
+            .and_then(|(_, found)| found.clone())
+    }
+}
+
 /// The command that installs a built-in engine.
 pub fn install_command(name: &str) -> String {
     format!("switchyard engines install {name}")
@@ -366,9 +389,34 @@ impl Engines {
         &self.dir
     }
 
+    /// What the engines dir and the search path hold now: read once, for answering many questions.
+    pub fn read(&self) -> OnDisk {
+        OnDisk {
+            manifests: BUILTINS
+                .iter()
+                .map(|b| (b.name, self.manifest(b.name)))
+                .collect(),
+            programs: ON_PATH
+                .iter()
+                .map(|p| (p.program, self.find_program(p.program)))
+                .collect(),
+        }
+    }
+
     /// The launcher of an image keyed `image_key` serving `repository` on `accelerator`.
     pub fn resolve(
         &self,
+        image_key: &str,
+        repository: &str,
+        accelerator: &str,
+    ) -> Result<Resolved, Missing> {
+        self.resolve_in(&self.read(), image_key, repository, accelerator)
+    }
+
+    /// [`Self::resolve`] with what `disk` read.
+    pub fn resolve_in(
+        &self,
+        disk: &OnDisk,
         image_key: &str,
         repository: &str,
         accelerator: &str,
@@ -382,7 +430,7 @@ impl Engines {
         let fitting = BUILTINS
             .iter()
             .find(|b| b.image_key == image_key && b.serves(repository, accelerator));
-        if let Some(m) = fitting.and_then(|b| self.manifest(b.name)) {
+        if let Some(m) = fitting.and_then(|b| disk.manifest(b.name)) {
             return Ok(Resolved {
                 launcher: Launcher {
                     command: m.command,
@@ -393,7 +441,7 @@ impl Engines {
             });
         }
         if let Some((p, path)) =
-            on_path_for(image_key).find_map(|p| self.find_program(p.program).map(|path| (p, path)))
+            on_path_for(image_key).find_map(|p| disk.program(p.program).map(|path| (p, path)))
         {
             let mut command = vec![path.display().to_string()];
             command.extend(p.args.iter().map(|a| a.to_string()));
@@ -413,7 +461,7 @@ impl Engines {
 
     /// The manifest of an installed built-in engine (none without an absolute engines dir: engines that
     /// only know the configured launchers).
-    pub fn manifest(&self, name: &str) -> Option<Manifest> {
+    fn manifest(&self, name: &str) -> Option<Manifest> {
         if !self.dir.is_absolute() || builtin(name).is_none() {
             return None;
         }
@@ -424,7 +472,7 @@ impl Engines {
     }
 
     /// `program` in the search path: an executable file.
-    pub fn find_program(&self, program: &str) -> Option<PathBuf> {
+    fn find_program(&self, program: &str) -> Option<PathBuf> {
         use std::os::unix::fs::PermissionsExt;
         let path = self.search_path.as_ref()?;
         std::env::split_paths(path)
@@ -438,9 +486,14 @@ impl Engines {
 
     /// Every engine this server knows of, built-in ones first.
     pub fn list(&self) -> Vec<EngineInfo> {
+        self.list_in(&self.read())
+    }
+
+    /// [`Self::list`] with what `disk` read.
+    pub fn list_in(&self, disk: &OnDisk) -> Vec<EngineInfo> {
         let installs = self.installs.lock().map(|i| i.clone()).unwrap_or_default();
         let builtins = BUILTINS.iter().map(|b| {
-            let manifest = self.manifest(b.name);
+            let manifest = disk.manifest(b.name);
             let install = installs.get(b.name).cloned();
             let state = match (&install, &manifest) {
                 (Some(i), _) if i.running => "installing",
@@ -461,7 +514,7 @@ impl Engines {
             }
         });
         let on_path = ON_PATH.iter().map(|p| {
-            let found = self.find_program(p.program);
+            let found = disk.program(p.program);
             EngineInfo {
                 name: p.program.into(),
                 image_key: p.image_key.into(),
