@@ -9,6 +9,8 @@ use switchyard_server::engines::install::{self, InstallError};
 use switchyard_server::engines::{engines_dir, EngineInfo, Engines};
 use switchyard_server::Config;
 
+use crate::table::table;
+
 #[derive(Subcommand)]
 pub enum EnginesCommand {
     /// The built-in engines (installed or not) and the engine programs on PATH.
@@ -39,7 +41,7 @@ pub fn run(config: &Config, command: EnginesCommand) -> Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&list)?);
             } else {
-                print!("{}", table(&list));
+                print!("{}", engines_table(&list));
             }
             Ok(())
         }
@@ -78,8 +80,9 @@ pub fn registry_unreachable(e: &anyhow::Error) -> bool {
     )
 }
 
-fn table(list: &[EngineInfo]) -> String {
-    let rows: Vec<[String; 5]> = list
+/// The engines as a table: what each serves, and the program that runs it or the command that installs it.
+fn engines_table(list: &[EngineInfo]) -> String {
+    let rows: Vec<Vec<String>> = list
         .iter()
         .map(|e| {
             let serves = if e.models.is_empty() {
@@ -91,41 +94,20 @@ fn table(list: &[EngineInfo]) -> String {
             if e.overridden_by_config {
                 state.push_str(" (config overrides)");
             }
-            [
+            let program = e.program.clone().or_else(|| e.install_command.clone());
+            vec![
                 e.name.clone(),
                 e.image_key.clone(),
                 state,
                 serves,
-                e.program
-                    .clone()
-                    .or_else(|| e.install_command.clone())
-                    .unwrap_or_default(),
+                program.unwrap_or_default(),
             ]
         })
         .collect();
-    let header = ["NAME", "IMAGE", "STATE", "SERVES", "PROGRAM OR INSTALL"];
-    let widths: Vec<usize> = (0..header.len())
-        .map(|i| {
-            rows.iter()
-                .map(|r| r[i].chars().count())
-                .chain([header[i].len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let line = |cells: Vec<&str>| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        format!("{}\n", padded.join("  ").trim_end())
-    };
-    let mut out = line(header.to_vec());
-    for r in &rows {
-        out.push_str(&line(r.iter().map(String::as_str).collect()));
-    }
-    out
+    table(
+        &["NAME", "IMAGE", "STATE", "SERVES", "PROGRAM OR INSTALL"],
+        &rows,
+    )
 }
 
 /// A progress bar on stderr when it is a terminal; else one line per step.

@@ -7,6 +7,7 @@ mod engines;
 mod login;
 mod logs;
 mod receive;
+mod table;
 mod webhooks;
 
 use std::io::{IsTerminal, Write};

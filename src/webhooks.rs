@@ -10,6 +10,8 @@ use serde_json::{json, Value};
 use switchyard_server::client::{Client, ClientError};
 use switchyard_server::model::webhook::{AttemptOut, WebhookOut};
 
+use crate::table::{line, table};
+
 /// How long one `--follow` poll asks the server to hold (it holds at most 30 s; the client gives up
 /// at 30 s).
 const FOLLOW_WAIT_S: u64 = 25;
@@ -200,32 +202,6 @@ fn last_result(w: &WebhookOut, now: DateTime<Utc>) -> String {
     format!("{what} ({})", ago(a.at, now))
 }
 
-/// Rows under a header, each column as wide as its widest cell, two spaces apart.
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let mut out = String::new();
-        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
-            if i + 1 == cells.len() {
-                out.push_str(cell);
-            } else {
-                out.push_str(&format!("{cell:<w$}  "));
-            }
-        }
-        out.trim_end().to_string() + "\n"
-    };
-    let mut out = line(header.to_vec());
-    for row in rows {
-        out.push_str(&line(row.iter().map(String::as_str).collect()));
-    }
-    out
-}
-
 fn webhook_table(hooks: &[WebhookOut], now: DateTime<Utc>) -> String {
     let rows: Vec<Vec<String>> = hooks
         .iter()
@@ -306,15 +282,7 @@ fn delivery_row(a: &AttemptOut) -> Vec<String> {
 }
 
 fn fixed_line(cells: &[String]) -> String {
-    let mut out = String::new();
-    for (i, (cell, w)) in cells.iter().zip(DELIVERY_WIDTHS).enumerate() {
-        if i + 1 == cells.len() {
-            out.push_str(cell);
-        } else {
-            out.push_str(&format!("{cell:<w$}  "));
-        }
-    }
-    out.trim_end().to_string()
+    line(cells, &DELIVERY_WIDTHS)
 }
 
 fn print_attempts(attempts: &[AttemptOut]) -> Result<()> {
