@@ -82,14 +82,11 @@ async fn page(
 /// or webhooks (`webhooks`), in a namespace it reaches (the user's own, or a granted organization).
 fn may_see(who: &Principal, n: &Notice) -> bool {
     use crate::auth::{Action, Resource};
-    use crate::model::account::Scope;
-    let scoped = match n.kind.starts_with("webhook.") {
-        true => who
-            .scopes
-            .as_ref()
-            .is_none_or(|s| s.contains(&Scope::Webhooks)),
-        false => who.scopes_allow(Resource::Endpoints, Action::Read),
+    let resource = match n.kind.starts_with("webhook.") {
+        true => Resource::Webhooks,
+        false => Resource::Endpoints,
     };
+    let scoped = who.scopes_allow(resource, Action::Read);
     let reached = match n.namespace == who.account.name {
         true => who.personal,
         false => who.reaches_org(&n.namespace),

@@ -217,8 +217,10 @@ pub async fn deliveries(
     } else {
         Duration::ZERO
     };
+    // Who manages it is asked once; a follower reads again at each recorded attempt.
+    webhooks::must_manage(&s, &who, &id).await?;
     let page = super::held(wait, s.activity.subscribe(), || async {
-        Ok(webhooks::attempts(&s, &who, &id, q.after, q.before, q.limit).await?)
+        Ok(webhooks::attempts_of_managed(&s, &id, q.after, q.before, q.limit).await?)
     })
     .await?;
     Ok(Json(page))

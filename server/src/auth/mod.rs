@@ -88,6 +88,8 @@ pub enum Resource {
     Endpoints,
     /// An `authenticated` endpoint's traffic, through the proxy.
     Inference,
+    /// Webhooks (`/api/settings/webhooks`) and their notices.
+    Webhooks,
 }
 
 /// What a request does to the resource.
@@ -113,6 +115,7 @@ impl Principal {
                 Scope::InferenceApi,
             ],
             (Resource::Endpoints, Action::Change) => &[Scope::WriteEndpoints],
+            (Resource::Webhooks, _) => &[Scope::Webhooks],
         }
     }
 

@@ -91,7 +91,6 @@ impl EventStore for SqlSession {
             let domain = crate::model::webhook::Domain::of(event.kind);
             self.fan_out(&id, seq, domain, &event.namespace, &event.subject, now)
                 .await?;
-            self.queued = true;
         }
         Ok(Event {
             seq,

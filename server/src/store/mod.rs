@@ -119,6 +119,26 @@ pub(crate) fn json_err(e: serde_json::Error) -> StoreError {
     StoreError::Backend(format!("bad JSON in store: {e}"))
 }
 
+/// A value as the JSON text a column holds.
+pub(crate) fn json<T: serde::Serialize + ?Sized>(v: &T) -> StoreResult<String> {
+    serde_json::to_string(v).map_err(json_err)
+}
+
+/// The timestamp in column `col` of `row`.
+pub(crate) fn req_ts(row: &sqlx::any::AnyRow, col: &str) -> StoreResult<DateTime<Utc>> {
+    use sqlx::Row;
+    parse_ts(&row.try_get::<String, _>(col)?)
+}
+
+/// The timestamp in column `col` of `row`, if it holds one.
+pub(crate) fn opt_ts(row: &sqlx::any::AnyRow, col: &str) -> StoreResult<Option<DateTime<Utc>>> {
+    use sqlx::Row;
+    row.try_get::<Option<String>, _>(col)?
+        .as_deref()
+        .map(parse_ts)
+        .transpose()
+}
+
 /// The unique index or constraint a failed write broke, when it broke one.
 pub(crate) fn unique_violation(e: &sqlx::Error) -> Option<String> {
     match e {

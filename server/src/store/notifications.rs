@@ -9,7 +9,7 @@ use sqlx::Row;
 
 use super::batch::Val;
 use super::sql::{Backend, SqlSession, SqlStore};
-use super::{parse_ts, ts, StoreResult};
+use super::{req_ts, ts, StoreResult};
 
 /// A notice to record for the people of `namespace`.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,7 +78,7 @@ fn notice_from(row: &AnyRow) -> StoreResult<Notice> {
         subject: row.try_get("subject")?,
         title: row.try_get("title")?,
         message: row.try_get("message")?,
-        created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
+        created_at: req_ts(row, "created_at")?,
     })
 }
 

@@ -10,7 +10,7 @@ use sqlx::Row;
 use super::accounts::{account_from, role_from, ACCOUNT_COLS};
 use super::batch::{bind_all, Stmt};
 use super::sql::{SqlSession, SqlStore};
-use super::{json_err, parse_ts, ts, StoreError, StoreResult};
+use super::{json, json_err, opt_ts, req_ts, ts, StoreError, StoreResult};
 use crate::model::account::{Account, Role, Scope};
 use crate::model::oauth::{AuditEntry, Grant, GrantKind, IssuedToken, OAuthApp, TokenKind};
 
@@ -228,21 +228,6 @@ fn strings_from(s: &str) -> StoreResult<Vec<String>> {
 
 fn scopes_from(s: &str) -> StoreResult<Vec<Scope>> {
     serde_json::from_str(s).map_err(json_err)
-}
-
-fn json<T: serde::Serialize + ?Sized>(v: &T) -> StoreResult<String> {
-    serde_json::to_string(v).map_err(json_err)
-}
-
-fn opt_ts(row: &AnyRow, col: &str) -> StoreResult<Option<DateTime<Utc>>> {
-    row.try_get::<Option<String>, _>(col)?
-        .as_deref()
-        .map(parse_ts)
-        .transpose()
-}
-
-fn req_ts(row: &AnyRow, col: &str) -> StoreResult<DateTime<Utc>> {
-    parse_ts(&row.try_get::<String, _>(col)?)
 }
 
 const APP_COLS: &str = "a.id, a.owner_id, o.name AS owner, a.name, a.homepage_url, a.logo_url, \

@@ -10,7 +10,7 @@ use sqlx::Row;
 
 use super::batch::{Stmt, Val};
 use super::sql::{Backend, SqlSession, SqlStore};
-use super::{json_err, parse_ts, ts, StoreResult};
+use super::{json, json_err, opt_ts, parse_ts, req_ts, ts, StoreResult};
 use crate::model::webhook::{Domain, LastAttempt, Watched};
 
 /// A webhook as stored; `secret` and `signing_keys` are sealed.
@@ -42,7 +42,6 @@ pub struct AttemptRecord {
     pub seq: i64,
     pub delivery_id: String,
     pub event_id: String,
-    pub event_kind: String,
     /// The payload's `event` member (`action`, `scope`).
     pub event: serde_json::Value,
     pub number: i64,
@@ -148,12 +147,6 @@ const COLS: &str = "w.id, w.owner_id, o.name AS owner, w.url, w.watched, w.domai
      COALESCE(a.error_class, '') FROM delivery_attempts a WHERE a.webhook_id = w.id \
      ORDER BY a.seq DESC LIMIT 1) AS last_attempt";
 
-fn opt_ts(row: &AnyRow, col: &str) -> StoreResult<Option<DateTime<Utc>>> {
-    row.try_get::<Option<String>, _>(col)?
-        .map(|s| parse_ts(&s))
-        .transpose()
-}
-
 /// `started|status|class`, as the list query folds the newest attempt.
 fn last_attempt(folded: Option<String>) -> StoreResult<Option<LastAttempt>> {
     let Some(folded) = folded else {
@@ -188,8 +181,8 @@ fn webhook_from(row: &AnyRow) -> StoreResult<WebhookRecord> {
         held_until: opt_ts(row, "held_until")?,
         failing_since: opt_ts(row, "failing_since")?,
         created_by: row.try_get("created_by")?,
-        created_at: parse_ts(&row.try_get::<String, _>("created_at")?)?,
-        updated_at: parse_ts(&row.try_get::<String, _>("updated_at")?)?,
+        created_at: req_ts(row, "created_at")?,
+        updated_at: req_ts(row, "updated_at")?,
         last_attempt: last_attempt(row.try_get("last_attempt")?)?,
     })
 }
@@ -204,10 +197,9 @@ fn attempt_from(row: &AnyRow) -> StoreResult<AttemptRecord> {
         seq: row.try_get("seq")?,
         delivery_id: row.try_get("delivery_id")?,
         event_id: row.try_get("event_id")?,
-        event_kind: row.try_get("kind")?,
         event,
         number: row.try_get("number")?,
-        started_at: parse_ts(&row.try_get::<String, _>("started_at")?)?,
+        started_at: req_ts(row, "started_at")?,
         duration_ms: row.try_get("duration_ms")?,
         status_code: row.try_get("status_code")?,
         error_class: row.try_get("error_class")?,
@@ -260,7 +252,7 @@ impl SqlSession {
         now: DateTime<Utc>,
     ) -> StoreResult<()> {
         let now = ts(now);
-        sqlx::query(
+        let done = sqlx::query(
             "INSERT INTO deliveries (id, webhook_id, event_seq, state, attempts, next_attempt_at, \
              manual, created_at, updated_at) \
              SELECT $1 || '-' || w.id, w.id, $2, 'pending', 0, $3, 0, $3, $3 FROM webhooks w \
@@ -280,6 +272,8 @@ impl SqlSession {
         .bind(subject)
         .execute(self.db())
         .await?;
+        // The workers are woken only when something was queued for them.
+        self.queued |= done.rows_affected() > 0;
         Ok(())
     }
 }
@@ -295,8 +289,8 @@ impl WebhookStore for SqlSession {
         .bind(&w.id)
         .bind(&w.owner_id)
         .bind(&w.url)
-        .bind(serde_json::to_string(&w.watched).map_err(json_err)?)
-        .bind(serde_json::to_string(&w.domains).map_err(json_err)?)
+        .bind(json(&w.watched)?)
+        .bind(json(&w.domains)?)
         .bind(&w.secret)
         .bind(&w.signing_keys)
         .bind(i64::from(w.disabled))
@@ -354,8 +348,8 @@ impl WebhookStore for SqlSession {
         )
         .bind(&w.id)
         .bind(&w.url)
-        .bind(serde_json::to_string(&w.watched).map_err(json_err)?)
-        .bind(serde_json::to_string(&w.domains).map_err(json_err)?)
+        .bind(json(&w.watched)?)
+        .bind(json(&w.domains)?)
         .bind(&w.secret)
         .bind(&w.signing_keys)
         .bind(ts(w.updated_at))
@@ -424,7 +418,7 @@ impl WebhookStore for SqlSession {
         limit: i64,
     ) -> StoreResult<Vec<AttemptRecord>> {
         sqlx::query(
-            "SELECT a.seq, a.delivery_id, e.id AS event_id, e.kind, e.hook_payload, a.number, \
+            "SELECT a.seq, a.delivery_id, e.id AS event_id, e.hook_payload, a.number, \
              a.started_at, a.duration_ms, a.status_code, a.error_class, a.error, a.response, \
              a.next_attempt_at, a.manual, d.state \
              FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id \
