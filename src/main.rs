@@ -246,11 +246,8 @@ async fn console(common: &Common, args: &ConsoleArgs) -> Result<()> {
         .init();
     let log_file = log_dir.join("console.log.<date>").display().to_string();
     let keymap_text = user_file(common, "keymap.toml");
-    let remote_token = match &args.server {
-        Some(url) => remote_token(common, url, args.token.clone()).await?,
-        None => args.token.clone(),
-    };
     if let Some(url) = &args.server {
+        let remote_token = remote_token(common, url, args.token.clone()).await?;
         let options = switchyard_ui::Options {
             client: switchyard_server::client::Client::new(url, remote_token.clone()),
             server_label: url.clone(),

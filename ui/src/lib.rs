@@ -499,7 +499,7 @@ pub async fn perform(client: &Client, effect: Effect) -> Option<Action> {
         Effect::Copy(_) | Effect::Connect(_) | Effect::ExternalEdit(..) => return None,
         Effect::Deploy(request) => deploy(client, request).await,
         Effect::LoadEngines { delay, polled } => {
-            tokio::time::sleep(std::time::Duration::from_secs(delay)).await;
+            pause(delay).await;
             let result = client
                 .engines::<Value>()
                 .await

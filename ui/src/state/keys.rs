@@ -31,15 +31,10 @@ pub(super) fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effec
     }
     // In read-only mode, lookup finds no command that changes something, whatever the keymap says.
     let command = keymap.lookup(state.context(), key, state.read_only);
-    // An editor or a form: what its context does not bind is typed into it.
-    if state.overlay.is_editor() {
-        return match command {
-            Some(command) => editors::on_command(state, command),
-            None => editors::on_typed(state, key),
-        };
-    }
     match command {
         Some(command) => on_command(state, command, keymap),
+        // An editor or a form: what its context does not bind is typed into it.
+        None if state.overlay.is_editor() => editors::on_typed(state, key),
         None => Vec::new(),
     }
 }

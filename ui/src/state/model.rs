@@ -42,7 +42,8 @@ fn backoff(failures: u32) -> u64 {
     }
 }
 
-/// The deliveries view's feed: the webhook followed, its attempts (newest first) and the poll under way.
+/// The deliveries view's feed: the webhook followed and its attempts (newest first). Each answer starts the
+/// next poll, so one is under way at a time; answers for a feed left since are dropped.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeliveriesFeed {
     pub webhook: String,
@@ -54,8 +55,6 @@ pub struct DeliveriesFeed {
     pub primed: bool,
     /// Bumped for each webhook opened (and when the view is left): answers for another are dropped.
     pub feed: u64,
-    /// A poll is under way: no second one is started.
-    pub polling: bool,
     pub failures: u32,
     /// Why the last poll failed, shown over the list until one succeeds.
     pub note: Option<String>,
@@ -76,13 +75,11 @@ impl DeliveriesFeed {
     /// Stops following: a poll under way is dropped when it answers.
     pub fn close(&mut self) {
         self.feed += 1;
-        self.polling = false;
     }
 
     /// The next poll: the newest page until one came, then a long poll for what comes after the newest seen
     /// (after 0 while there is none yet), backing off after failures.
-    pub fn poll(&mut self) -> Effect {
-        self.polling = true;
+    pub fn poll(&self) -> Effect {
         Effect::FollowDeliveries {
             feed: self.feed,
             id: self.webhook.clone(),

@@ -109,7 +109,6 @@ pub(super) fn on_deliveries_loaded(
     if feed != d.feed || !open {
         return Vec::new();
     }
-    d.polling = false;
     match result {
         Ok(rows) => {
             if d.note.take().is_some() {
