@@ -17,6 +17,24 @@ pub struct Column {
     pub required: bool,
 }
 
+impl Column {
+    /// A column that takes at most its ideal width (`full` = `ideal`).
+    pub const fn new(importance: u8, min: u16, ideal: u16, required: bool) -> Column {
+        Column {
+            importance,
+            min,
+            ideal,
+            full: ideal,
+            required,
+        }
+    }
+
+    /// The same, taking up to `full` of the room left once every column had its ideal.
+    pub const fn up_to(self, full: u16) -> Column {
+        Column { full, ..self }
+    }
+}
+
 /// The width of each column (`None`: left out) in a table `width` cells wide with a blank between
 /// columns. In order of importance each column takes up to its ideal, keeping back the minimum of every
 /// required column after it; what is left then goes up to each one's full width, in the same order.
@@ -85,14 +103,8 @@ pub fn chars(text: &str) -> u16 {
 mod tests {
     use super::*;
 
-    fn column(importance: u8, min: u16, ideal: u16, required: bool) -> Column {
-        Column {
-            importance,
-            min,
-            ideal,
-            full: ideal,
-            required,
-        }
+    const fn column(importance: u8, min: u16, ideal: u16, required: bool) -> Column {
+        Column::new(importance, min, ideal, required)
     }
 
     #[test]

@@ -97,26 +97,20 @@ fn columns(rows: &[&EndpointRow]) -> [Column; 8] {
         // `…/name`: a URL column that cannot show the name is left out.
         short_url = short_url.max(2 + widths[NAME]);
     }
-    let column = |importance, min: u16, ideal: u16, required| Column {
-        importance,
-        min: min.min(ideal),
-        ideal,
-        full: ideal,
-        required,
+    // A minimum never above the ideal: a narrow column's cells are narrower than its usual minimum.
+    let column = |importance, min: u16, ideal: u16, required| {
+        Column::new(importance, min.min(ideal), ideal, required)
     };
-    let mut out = [
+    [
         column(0, 10, widest[NAME], true),
         column(4, values[NAMESPACE].clamp(2, 6), widest[NAMESPACE], false),
         column(2, widest[2], widest[2], true),
         column(3, widest[3], widest[3], true),
         column(1, 12, widest[4], true),
         column(6, 6, widest[5], false),
-        column(5, short_url.max(3), path.max(3), false),
-        column(7, 11, 16, false),
-    ];
-    out[URL].full = widest[URL];
-    out[UPDATED].full = 19;
-    out
+        column(5, short_url.max(3), path.max(3), false).up_to(widest[URL]),
+        column(7, 11, 16, false).up_to(19),
+    ]
 }
 
 /// A row's cells for the columns shown (`widths`), each cut to its width.

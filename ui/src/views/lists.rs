@@ -25,26 +25,16 @@ pub(super) fn state_colour(state: &str) -> Color {
 /// The catalog's columns, in the order shown, with what each needs: the model and whether it runs here get
 /// room first, then task and engines; author, accelerators, license and the date shrink or go first.
 const CATALOG: [(&str, Column); 8] = [
-    ("MODEL", catalog_column(0, 12, 24, 40, true)),
+    ("MODEL", Column::new(0, 12, 24, true).up_to(40)),
     // Whether it runs on this server: `yes`, `install` (a built-in engine would run it), `no`.
-    ("HERE", catalog_column(1, 7, 7, 7, true)),
-    ("AUTHOR", catalog_column(4, 8, 14, 24, false)),
-    ("TASK", catalog_column(2, 10, 18, 24, false)),
-    ("LICENSE", catalog_column(6, 8, 11, 12, false)),
-    ("ACCELERATORS", catalog_column(5, 7, 12, 14, false)),
-    ("ENGINES", catalog_column(3, 8, 13, 18, false)),
-    ("CREATED", catalog_column(7, 10, 10, 10, false)),
+    ("HERE", Column::new(1, 7, 7, true)),
+    ("AUTHOR", Column::new(4, 8, 14, false).up_to(24)),
+    ("TASK", Column::new(2, 10, 18, false).up_to(24)),
+    ("LICENSE", Column::new(6, 8, 11, false).up_to(12)),
+    ("ACCELERATORS", Column::new(5, 7, 12, false).up_to(14)),
+    ("ENGINES", Column::new(3, 8, 13, false).up_to(18)),
+    ("CREATED", Column::new(7, 10, 10, false)),
 ];
-
-const fn catalog_column(importance: u8, min: u16, ideal: u16, full: u16, required: bool) -> Column {
-    Column {
-        importance,
-        min,
-        ideal,
-        full,
-        required,
-    }
-}
 
 pub(super) fn catalog(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
     let widths = share(&CATALOG.map(|c| c.1), area.width.saturating_sub(2));
