@@ -649,10 +649,14 @@ function setup(thread)
     threads = threads + 1
     thread:set("tid", threads)
 end
+local run = ""
+function init(args)
+    run = args[1] or ""
+end
 local n = 0
 function request()
     n = n + 1
-    return wrk.format(nil, wrk.path .. "?t=" .. tid .. "&n=" .. n)
+    return wrk.format(nil, wrk.path .. "?r=" .. run .. "&t=" .. tid .. "&n=" .. n)
 end
 "#;
 
@@ -877,6 +881,7 @@ async fn nginx_bench(srv: &Server, server: tokio::runtime::Handle) {
     };
     let direct = format!("http://127.0.0.1:{port}/");
     let (wrk_bin, script) = (wrk_bin.as_path(), script.as_path());
+
     let load = load_average();
     println!("\nSide by side with nginx (nginx replica answering 200, wrk GET /, {WRK_TURNS} turns of 1 s; medians; load average {load} before)");
     println!(

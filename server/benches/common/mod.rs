@@ -266,6 +266,17 @@ pub fn parse_wrk(out: &str) -> Option<Wrk> {
     (w.rps > 0.0).then_some(w)
 }
 
+/// A word naming one wrk run, unlike any other run's: this process's id, the time and a count.
+fn run_id() -> String {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let since = std::time::UNIX_EPOCH
+        .elapsed()
+        .unwrap_or_default()
+        .as_micros();
+    format!("{}-{since}-{n}", std::process::id())
+}
+
 /// One wrk run of `secs` s (whole seconds): `conns` connections, a thread per 32 of them.
 pub fn wrk(
     bin: &Path,
@@ -292,7 +303,13 @@ pub fn wrk(
     if let Some(s) = script {
         cmd.arg("-s").arg(s);
     }
-    let out = cmd.arg(url).output().expect("run wrk");
+    cmd.arg(url);
+    if script.is_some() {
+        // A script's `init(args)` gets a word no other run has: one that numbers its requests makes them
+        // differ from every earlier run's too (a response cache must not answer a run from the one before).
+        cmd.args(["--", &run_id()]);
+    }
+    let out = cmd.output().expect("run wrk");
     let text = String::from_utf8_lossy(&out.stdout);
     parse_wrk(&text).unwrap_or_else(|| panic!("wrk {url}: no figures in {text:?}"))
 }
