@@ -2132,3 +2132,45 @@ async fn the_engines_api_tells_which_recipes_run_here() {
     assert!(!rt.data_dir.join("engines/minilm").exists());
     rt.shutdown().await;
 }
+
+/// A stop lets a request already in flight through the proxy finish with its answer, takes no new
+/// connection, and then the server ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_answers_the_requests_in_flight() {
+    let mut rt = spawn(|_| {}).await;
+    let body = engine_endpoint(
+        "slow",
+        "public",
+        &["--latency-ms", "1500"],
+        json!({"minReplica": 1, "maxReplica": 1}),
+    );
+    rt.create(body).await;
+    rt.wait_state("slow", "running").await;
+    let (http, url) = (
+        rt.http.clone(),
+        format!("{}/embed", rt.endpoint_url("slow")),
+    );
+    let in_flight = tokio::spawn(async move {
+        let req = http.post(url).json(&json!({"inputs": "hello"}));
+        let resp = req.send().await.expect("an answer, not a cut connection");
+        (resp.status(), resp.text().await.expect("the whole body"))
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    rt.stop.take().expect("running").send(()).expect("stop");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let fresh = reqwest::Client::new();
+    let refused = fresh.get(format!("{}/health", rt.url)).send().await;
+    assert!(
+        refused.is_err(),
+        "a stopping server takes no new connection"
+    );
+    let (status, text) = in_flight.await.expect("request task");
+    assert_eq!(status, 200, "{text}");
+    assert!(text.starts_with("[["), "the embedding: {text}");
+    let done = rt.done.take().expect("running");
+    let served = tokio::time::timeout(Duration::from_secs(30), done).await;
+    served
+        .expect("the server ends")
+        .expect("task")
+        .expect("served");
+}

@@ -210,16 +210,38 @@ where
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
+        let peer = peer_of(&req);
+        self.answer(req, peer)
+    }
+}
+
+impl<S> Front<S>
+where
+    S: tower::Service<Request, Response = Response, Error = std::convert::Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    /// The answer to `req` from `peer`: the proxy's for an endpoint, else `inner`'s (which finds the peer in
+    /// the request's `ConnectInfo`, as under `axum::serve`).
+    pub fn answer(
+        &self,
+        mut req: Request,
+        peer: SocketAddr,
+    ) -> futures_util::future::BoxFuture<'static, Result<Response, std::convert::Infallible>> {
         match endpoint_target(&self.proxy, &req) {
             Some(Ok((route, rest))) => {
                 let proxy = self.proxy.clone();
-                Box::pin(async move {
-                    let peer = peer_of(&req);
-                    Ok(proxy.serve(route, rest, peer, req).await)
-                })
+                Box::pin(async move { Ok(proxy.serve(route, rest, peer, req).await) })
             }
             Some(Err(e)) => Box::pin(std::future::ready(Ok(e.into_response()))),
-            None => Box::pin(self.inner.call(req)),
+            None => {
+                if req.extensions().get::<ConnectInfo<SocketAddr>>().is_none() {
+                    req.extensions_mut().insert(ConnectInfo(peer));
+                }
+                Box::pin(tower::ServiceExt::oneshot(self.inner.clone(), req))
+            }
         }
     }
 }
@@ -447,7 +469,8 @@ impl Proxy {
                 return answer.map_err(IntoResponse::into_response);
             }
         }
-        let answer = self.token_answer(token, namespace).await;
+        // Boxed: the store's call is the rare case, and would otherwise swell every request's future.
+        let answer = Box::pin(self.token_answer(token, namespace)).await;
         // A store failure is not an answer to remember.
         if let Err(e @ ApiError::Internal(_)) = answer {
             return Err(e.into_response());
@@ -846,7 +869,8 @@ impl Proxy {
                 Some(retry_after),
             ));
         };
-        self.hold(route, wait).await
+        // Boxed: a held request is the rare case (see `token_answer`'s call).
+        Box::pin(self.hold(route, wait)).await
     }
 
     /// How long the caller asked to be held while the endpoint starts (`X-Scale-Up-Timeout: seconds`), up
@@ -1023,18 +1047,25 @@ fn ip_value(ip: IpAddr) -> HeaderValue {
     })
 }
 
+/// Removes what is for this hop only: `Host`, the hop-by-hop headers and those `Connection` names.
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
-    for name in named.iter().chain(&HOP_BY_HOP) {
+    headers.remove(header::HOST);
+    // Most messages carry none of them (or only `Connection`): one look at each name tells.
+    if !headers.keys().any(|n| HOP_BY_HOP.contains(n)) {
+        return;
+    }
+    if let header::Entry::Occupied(connection) = headers.entry(header::CONNECTION) {
+        let (_, values) = connection.remove_entry_mult();
+        let values: Vec<HeaderValue> = values.collect();
+        let named = values.iter().filter_map(|v| v.to_str().ok());
+        // A name looked up as text is not allocated; one that is not a header name is no header here.
+        for name in named.flat_map(|v| v.split(',')) {
+            headers.remove(name.trim());
+        }
+    }
+    for name in &HOP_BY_HOP[1..] {
         headers.remove(name);
     }
-    headers.remove(header::HOST);
 }
 
 fn cached_response(c: Cached, marker: &'static str) -> Response {

@@ -6,6 +6,10 @@
 //! [`crate::routing::upstream`]). A request is read, forwarded, answered and passed back on one thread: no
 //! wake-up crosses to another, and no idle thread is woken to help (nginx's shape).
 //!
+//! Each connection is served by hyper's HTTP/1 server directly (see [`connection`]), its requests handed to
+//! [`Front::answer`] with the peer's address: no per-request service clone and no extension map to carry
+//! the address, which `axum::serve` would add to every request.
+//!
 //! The control plane keeps the runtime the server was started on: requests that are not for an endpoint
 //! (the API, `/metrics`) are handed to it by [`OnRuntime`], and so is the proxy's own use of the store (see
 //! `Proxy::on_control`), whose connections belong to that runtime.
@@ -21,6 +25,9 @@ use tokio::net::{TcpListener, TcpSocket};
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
+use hyper_util::rt::TokioIo;
+
+use super::Front;
 use crate::error::ApiError;
 use crate::routing::upstream;
 
@@ -105,7 +112,7 @@ where
 /// workers, said in the log.
 pub fn serve<S>(
     first: TcpListener,
-    app: S,
+    app: Front<S>,
     stop: watch::Receiver<bool>,
     abort: watch::Receiver<bool>,
 ) -> impl Future<Output = std::io::Result<()>>
@@ -166,11 +173,16 @@ fn no_delay(tcp: &mut tokio::net::TcpStream) {
     }
 }
 
+/// Resolves once `rx` has turned true (or its sender is gone).
+async fn until(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
 /// One worker: a current-thread runtime serving `listener` until `stop` (gracefully) or `abort`.
 fn worker<S>(
     i: usize,
     listener: std::net::TcpListener,
-    app: S,
+    app: Front<S>,
     stop: watch::Receiver<bool>,
     mut abort: watch::Receiver<bool>,
 ) -> std::io::Result<()>
@@ -185,17 +197,72 @@ where
     runtime.block_on(async move {
         listener.set_nonblocking(true)?;
         let listener = TcpListener::from_std(listener)?;
-        let until = |mut rx: watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
-        let serve = axum::serve(
-            listener.tap_io(no_delay),
-            axum::ServiceExt::<Request>::into_make_service_with_connect_info::<SocketAddr>(app),
-        )
-        .with_graceful_shutdown(until(stop));
         tokio::select! {
-            r = serve => r,
+            () = accept_until(listener, app, stop) => Ok(()),
             _ = abort.wait_for(|s| *s) => Ok(()),
         }
     })
+}
+
+/// Accepts connections and serves each on a task of its own until `stop`; then lets those connections
+/// finish what they are answering and close (see [`connection`]), and resolves once they have.
+async fn accept_until<S>(listener: TcpListener, app: Front<S>, stop: watch::Receiver<bool>)
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    let mut listener = listener.tap_io(no_delay);
+    // Each connection's task holds a receiver: the sender sees them all gone once every one has ended.
+    let (open_tx, open_rx) = watch::channel(());
+    let stopping = until(stop.clone());
+    tokio::pin!(stopping);
+    loop {
+        let (io, peer) = tokio::select! {
+            accepted = axum::serve::Listener::accept(&mut listener) => accepted,
+            () = &mut stopping => break,
+        };
+        let open = open_rx.clone();
+        tokio::spawn(connection(io, peer, app.clone(), stop.clone(), open));
+    }
+    drop((listener, open_rx));
+    open_tx.closed().await;
+}
+
+/// One client connection, HTTP/1.1, each request answered by [`Front::answer`] with the peer's address at
+/// hand (no per-request extension to carry it). On `stop` the connection finishes the request it is
+/// answering and closes.
+async fn connection<S>(
+    io: tokio::net::TcpStream,
+    peer: SocketAddr,
+    app: Front<S>,
+    stop: watch::Receiver<bool>,
+    _open: watch::Receiver<()>,
+) where
+    S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        app.answer(req.map(axum::body::Body::new), peer)
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades();
+    tokio::pin!(conn);
+    let stopping = until(stop);
+    tokio::pin!(stopping);
+    let mut stopped = false;
+    loop {
+        tokio::select! {
+            served = conn.as_mut() => {
+                if let Err(e) = served {
+                    tracing::trace!(error = %e, "connection ended");
+                }
+                return;
+            }
+            () = &mut stopping, if !stopped => {
+                stopped = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
 }

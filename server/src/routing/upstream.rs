@@ -172,7 +172,9 @@ pub async fn send(pool: &Pool, addr: SocketAddr, req: Request<Body>) -> Result<E
             },
         }
     }
-    let mut sender = connect(addr).await?;
+    // Boxed: a new connection is the rare case, and its handshake would otherwise swell every request's
+    // future.
+    let mut sender = Box::pin(connect(addr)).await?;
     sender.ready().await.map_err(Error::Http)?;
     let resp = sender.send_request(req).await.map_err(Error::Http)?;
     Ok((resp, sender))
