@@ -35,7 +35,9 @@ use crate::clock::Clock;
 use crate::config::ProxyConfig;
 use crate::error::ApiError;
 use crate::model::{Cidr, EndpointState, EndpointType};
-use crate::routing::{bare_host, is_server_host, Activity, Backend, Route, RoutingHandle};
+use crate::routing::{
+    bare_host, is_server_host, Activity, Backend, Route, RouteTable, RoutingHandle,
+};
 use crate::store::Store;
 use cache::{Cached, ResponseCache};
 
@@ -154,8 +156,7 @@ pub fn private_front(proxy: Proxy) -> Front<Router> {
 }
 
 /// The endpoint a request is for by its `Host` (an endpoint's custom domain), and the path to send on.
-fn by_host_route(proxy: &Proxy, req: &Request) -> Option<(Arc<Route>, String)> {
-    let table = proxy.routing.table.borrow();
+fn by_host_route(table: &RouteTable, proxy: &Proxy, req: &Request) -> Option<(Arc<Route>, String)> {
     if !table.has_domains() {
         return None;
     }
@@ -251,7 +252,9 @@ where
 /// routed (see [`has_dot_segment`]): the path sent on must not be able to climb out of the endpoint's.
 fn endpoint_target(proxy: &Proxy, req: &Request) -> Option<Result<(Arc<Route>, String), ApiError>> {
     let path = req.uri().path();
-    let by_host = by_host_route(proxy, req);
+    // One look at the table for both ways in.
+    let table = proxy.routing.table.borrow();
+    let by_host = by_host_route(&table, proxy, req);
     let by_path = path.strip_prefix("/endpoints/");
     if by_host.is_none() && by_path.is_none() {
         return None;
@@ -264,7 +267,7 @@ fn endpoint_target(proxy: &Proxy, req: &Request) -> Option<Result<(Arc<Route>, S
     }
     match (by_host, by_path) {
         (Some(target), _) => Some(Ok(target)),
-        (None, Some(path)) => Some(by_path_route(proxy, path)),
+        (None, Some(path)) => Some(by_path_route(&table, path)),
         (None, None) => None,
     }
 }
@@ -318,11 +321,11 @@ fn peer_of(req: &Request) -> SocketAddr {
 }
 
 /// The endpoint of `{namespace}/{name}/{rest…}` (the path after `/endpoints/`), and the path to send on.
-fn by_path_route(proxy: &Proxy, path: &str) -> Result<(Arc<Route>, String), ApiError> {
+fn by_path_route(table: &RouteTable, path: &str) -> Result<(Arc<Route>, String), ApiError> {
     let mut parts = path.splitn(3, '/');
     let (ns, name) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let rest = format!("/{}", parts.next().unwrap_or(""));
-    let route = proxy.routing.table.borrow().get(ns, name).cloned();
+    let route = table.get(ns, name).cloned();
     route
         .map(|r| (r, rest))
         .ok_or_else(|| ApiError::NotFound(format!("no endpoint {name:?} in namespace {ns:?}")))
@@ -562,7 +565,14 @@ impl Proxy {
         } else {
             (body, None)
         };
-        let route = match self.current_route(route, &parts.headers).await {
+        // Nothing was awaited on the plain path: the route looked up for this request is the latest.
+        let waited = use_cache || route.endpoint_type == EndpointType::Authenticated;
+        let route = if waited {
+            self.current_route(route, &parts.headers).await
+        } else {
+            self.ready_route(route, &parts.headers).await
+        };
+        let route = match route {
             Ok(r) => r,
             Err(resp) => return resp,
         };

@@ -48,14 +48,14 @@ pub fn render(table: &RouteTable) -> String {
             .chain(["+Inf".to_string()])
             .enumerate()
         {
-            cumulative += s.buckets[i].load(Ordering::Relaxed);
+            cumulative += s.bucket(i);
             let _ = writeln!(
                 out,
                 "switchyard_proxy_request_duration_seconds_bucket{{{},le=\"{le}\"}} {cumulative}",
                 labels(r)
             );
         }
-        let sum = s.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let sum = s.sum_micros() as f64 / 1e6;
         let _ = writeln!(
             out,
             "switchyard_proxy_request_duration_seconds_sum{{{}}} {sum}",
@@ -82,7 +82,7 @@ pub fn render(table: &RouteTable) -> String {
             out,
             "switchyard_proxy_cache_hits_total{{{}}} {}",
             labels(r),
-            r.activity.stats.cache_hits.load(Ordering::Relaxed)
+            r.activity.stats.cache_hits()
         );
     }
     out.push_str("# HELP switchyard_endpoint_ready_replicas Replicas that answer their health route.\n# TYPE switchyard_endpoint_ready_replicas gauge\n");
@@ -112,8 +112,8 @@ mod tests {
         s.record(503, Duration::from_secs(20));
         let m: Vec<(usize, u64)> = s.statuses().collect();
         assert_eq!(m, [(200, 2), (503, 1)]);
-        assert_eq!(s.buckets[0].load(Ordering::Relaxed), 1);
-        assert_eq!(s.buckets[BUCKETS.len()].load(Ordering::Relaxed), 1);
+        assert_eq!(s.bucket(0), 1);
+        assert_eq!(s.bucket(BUCKETS.len()), 1);
         assert_eq!(escape("a\"b\\"), "a\\\"b\\\\");
     }
 }

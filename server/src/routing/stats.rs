@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::upstream;
+
 /// Live counters of one endpoint, shared by the proxy (writer) and the reconciler (reader). They outlive
 /// routing-table rebuilds.
 #[derive(Debug, Default)]
@@ -25,8 +27,12 @@ pub struct Activity {
 
 impl Activity {
     pub fn touch(&self, now: DateTime<Utc>) {
-        self.last_request_ms
-            .fetch_max(now.timestamp_millis(), Ordering::Relaxed);
+        let ms = now.timestamp_millis();
+        // Written once per millisecond at most: requests within one only read it, and the cache line stays
+        // shared between the cores instead of moving to each request's.
+        if self.last_request_ms.load(Ordering::Relaxed) < ms {
+            self.last_request_ms.fetch_max(ms, Ordering::Relaxed);
+        }
     }
 
     pub fn last_request(&self) -> Option<DateTime<Utc>> {
@@ -53,20 +59,30 @@ pub const BUCKETS: [f64; 12] = [
 /// Status codes counted one by one; anything outside 100..600 is counted as 0 (unknown).
 const STATUSES: usize = 600;
 
+/// An endpoint's traffic counters, in a shard per data-plane worker (and one for every other thread):
+/// each worker adds to its own, so no counter's cache line travels between cores on every request. They
+/// are summed when read.
 #[derive(Debug)]
 pub struct EndpointStats {
+    shards: Box<[Shard]>,
+}
+
+/// One thread's share of [`EndpointStats`], aligned so that no two shards share a cache line.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Shard {
     /// One counter per status code: a request only adds to an atomic, no lock.
     by_status: Box<[AtomicU64]>,
     /// Each request counts once, in its own bucket (the last slot is +Inf); cumulative sums are made when
     /// rendering.
-    pub(super) buckets: [AtomicU64; BUCKETS.len() + 1],
-    pub(super) sum_micros: AtomicU64,
-    pub(super) cache_hits: AtomicU64,
+    buckets: [AtomicU64; BUCKETS.len() + 1],
+    sum_micros: AtomicU64,
+    cache_hits: AtomicU64,
 }
 
-impl Default for EndpointStats {
+impl Default for Shard {
     fn default() -> Self {
-        EndpointStats {
+        Shard {
             by_status: (0..STATUSES).map(|_| AtomicU64::new(0)).collect(),
             buckets: Default::default(),
             sum_micros: AtomicU64::new(0),
@@ -75,34 +91,92 @@ impl Default for EndpointStats {
     }
 }
 
+impl Default for EndpointStats {
+    fn default() -> Self {
+        let shards = (0..=upstream::worker_slots()).map(|_| Shard::default());
+        EndpointStats {
+            shards: shards.collect(),
+        }
+    }
+}
+
 impl EndpointStats {
+    /// This thread's shard.
+    fn mine(&self) -> &Shard {
+        &self.shards[upstream::slot().min(self.shards.len() - 1)]
+    }
+
+    fn sum(&self, counter: impl Fn(&Shard) -> &AtomicU64) -> u64 {
+        let counts = self
+            .shards
+            .iter()
+            .map(|s| counter(s).load(Ordering::Relaxed));
+        counts.sum()
+    }
+
+    /// Requests counted in latency bucket `i` (`BUCKETS.len()` for +Inf).
+    pub(super) fn bucket(&self, i: usize) -> u64 {
+        self.sum(|s| &s.buckets[i])
+    }
+
+    pub(super) fn sum_micros(&self) -> u64 {
+        self.sum(|s| &s.sum_micros)
+    }
+
+    pub(super) fn cache_hits(&self) -> u64 {
+        self.sum(|s| &s.cache_hits)
+    }
+
     pub fn record(&self, status: u16, took: Duration) {
         let slot = if (100..STATUSES as u16).contains(&status) {
             status as usize
         } else {
             0
         };
-        self.by_status[slot].fetch_add(1, Ordering::Relaxed);
+        let mine = self.mine();
+        mine.by_status[slot].fetch_add(1, Ordering::Relaxed);
         let secs = took.as_secs_f64();
         let bucket = BUCKETS
             .iter()
             .position(|b| secs <= *b)
             .unwrap_or(BUCKETS.len());
-        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
-        self.sum_micros
+        mine.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        mine.sum_micros
             .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
     }
 
     pub fn cache_hit(&self) {
-        self.cache_hits.fetch_add(1, Ordering::Relaxed);
+        self.mine().cache_hits.fetch_add(1, Ordering::Relaxed);
     }
 
     /// (status, count) for every status seen.
     pub(super) fn statuses(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
-        self.by_status
-            .iter()
-            .enumerate()
-            .map(|(s, n)| (s, n.load(Ordering::Relaxed)))
+        (0..STATUSES)
+            .map(|status| (status, self.sum(|s| &s.by_status[status])))
             .filter(|(_, n)| *n > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_from_every_worker_add_up() {
+        let stats = std::sync::Arc::new(EndpointStats::default());
+        let on_worker = stats.clone();
+        std::thread::spawn(move || {
+            upstream::enter_worker(0);
+            on_worker.record(200, Duration::from_micros(500));
+            on_worker.cache_hit();
+        })
+        .join()
+        .expect("worker thread");
+        stats.record(200, Duration::from_millis(30));
+        stats.record(404, Duration::from_micros(700));
+        let counted: Vec<(usize, u64)> = stats.statuses().collect();
+        assert_eq!(counted, [(200, 2), (404, 1)]);
+        assert_eq!((stats.bucket(0), stats.cache_hits()), (2, 1));
+        assert_eq!(stats.sum_micros(), 500 + 30_000 + 700);
     }
 }

@@ -65,6 +65,11 @@ pub fn worker_slots() -> usize {
     *SLOTS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
+/// This thread's slot: its data-plane worker's number from 1, or 0 (see [`enter_worker`]).
+pub fn slot() -> usize {
+    SLOT.get()
+}
+
 /// Whether this thread is a data-plane worker's (see [`enter_worker`]).
 pub fn on_worker() -> bool {
     SLOT.get() != 0
@@ -78,7 +83,7 @@ pub fn enter_worker(worker: usize) {
 
 impl Pool {
     fn slot(&self) -> &Idle {
-        &self.slots[SLOT.get().min(self.slots.len() - 1)]
+        &self.slots[slot().min(self.slots.len() - 1)]
     }
 
     /// The most recently used connection of this thread's slot that is ready for a request. Long-idle ones
