@@ -51,8 +51,8 @@ const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 const X_SCALE_UP_TIMEOUT: HeaderName = HeaderName::from_static("x-scale-up-timeout");
 
 /// Headers that belong to one connection and are not forwarded (RFC 9110 §7.6.1), beside those that the
-/// `Connection` header names.
-const HOP_BY_HOP: [HeaderName; 8] = [
+/// `Connection` header names. A `static`: a `const` array of names would be made, and dropped, at each use.
+static HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     header::PROXY_AUTHENTICATE,
@@ -1068,20 +1068,40 @@ fn ip_value(ip: IpAddr) -> HeaderValue {
 /// Removes what is for this hop only: `Host`, the hop-by-hop headers and those `Connection` names.
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
     headers.remove(header::HOST);
-    // Most messages carry none of them (or only `Connection`): one look at each name tells.
-    if !headers.keys().any(|n| HOP_BY_HOP.contains(n)) {
-        return;
-    }
-    if let header::Entry::Occupied(connection) = headers.entry(header::CONNECTION) {
-        let (_, values) = connection.remove_entry_mult();
-        let values: Vec<HeaderValue> = values.collect();
-        let named = values.iter().filter_map(|v| v.to_str().ok());
-        // A name looked up as text is not allocated; one that is not a header name is no header here.
-        for name in named.flat_map(|v| v.split(',')) {
-            headers.remove(name.trim());
+    // Which of them the message has, in one look at each name: most have none, or only `Connection`.
+    let mut present = [false; HOP_BY_HOP.len()];
+    for name in headers.keys() {
+        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
+            present[i] = true;
         }
     }
-    for name in &HOP_BY_HOP[1..] {
+    if present[0] {
+        strip_connection_named(headers);
+    }
+    for (name, _) in HOP_BY_HOP.iter().zip(present).skip(1).filter(|(_, p)| *p) {
+        headers.remove(name);
+    }
+}
+
+/// Removes `Connection` and the headers it names. Its usual words (`keep-alive`, itself hop-by-hop, and
+/// `close`) name nothing more to look for.
+fn strip_connection_named(headers: &mut HeaderMap) {
+    let header::Entry::Occupied(connection) = headers.entry(header::CONNECTION) else {
+        return;
+    };
+    let (_, values) = connection.remove_entry_mult();
+    let mut named = Vec::new();
+    for value in values {
+        let words = value.to_str().unwrap_or("").split(',').map(str::trim);
+        let usual =
+            |w: &&str| w.eq_ignore_ascii_case("keep-alive") || w.eq_ignore_ascii_case("close");
+        // A word that is not a header name is no header here.
+        let names = words
+            .filter(|w| !usual(w))
+            .map(|w| HeaderName::from_bytes(w.as_bytes()));
+        named.extend(names.filter_map(Result::ok));
+    }
+    for name in named {
         headers.remove(name);
     }
 }
@@ -1195,6 +1215,15 @@ mod tests {
         strip_hop_by_hop(&mut h);
         let left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
         assert_eq!(left, ["content-type"]);
+        // A replica's usual answer: `Connection` alone, in any case, naming only its usual words.
+        let mut h = HeaderMap::new();
+        h.append("connection", HeaderValue::from_static("Keep-Alive"));
+        h.append("connection", HeaderValue::from_static("close, X-Hop"));
+        h.insert("x-hop", HeaderValue::from_static("1"));
+        h.insert("content-length", HeaderValue::from_static("3"));
+        strip_hop_by_hop(&mut h);
+        let left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        assert_eq!(left, ["content-length"]);
     }
 
     /// A body of known length that hands out `chunks`, then, if asked again, never answers (as hyper's
