@@ -176,6 +176,30 @@ fn by_host_route(table: &RouteTable, proxy: &Proxy, req: &Request) -> Option<(Ar
     })
 }
 
+/// What a listener's own router is to [`Front`] (and to the data-plane workers): a service that answers
+/// every request, cloned for each.
+pub trait Inner:
+    tower::Service<
+        Request,
+        Response = Response,
+        Error = std::convert::Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S> Inner for S
+where
+    S: tower::Service<Request, Response = Response, Error = std::convert::Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+}
+
 /// The front of a listener: requests for an endpoint (by custom domain, or under `/endpoints/`) go straight
 /// to the proxy, before any routing; everything else goes on to `inner` (the API's router). Serving traffic
 /// pays for no router and no middleware it does not use.
@@ -191,14 +215,7 @@ impl<S> Front<S> {
     }
 }
 
-impl<S> tower::Service<Request> for Front<S>
-where
-    S: tower::Service<Request, Response = Response, Error = std::convert::Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
+impl<S: Inner> tower::Service<Request> for Front<S> {
     type Response = Response;
     type Error = std::convert::Infallible;
     type Future = futures_util::future::BoxFuture<'static, Result<Response, Self::Error>>;
@@ -216,14 +233,7 @@ where
     }
 }
 
-impl<S> Front<S>
-where
-    S: tower::Service<Request, Response = Response, Error = std::convert::Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
+impl<S: Inner> Front<S> {
     /// The answer to `req` from `peer`: the proxy's for an endpoint, else `inner`'s (which finds the peer in
     /// the request's `ConnectInfo`, as under `axum::serve`).
     pub fn answer(

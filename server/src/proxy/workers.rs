@@ -27,7 +27,7 @@ use tokio::sync::watch;
 
 use hyper_util::rt::TokioIo;
 
-use super::Front;
+use super::{Front, Inner};
 use crate::error::ApiError;
 use crate::routing::upstream;
 
@@ -77,11 +77,7 @@ impl<S> OnRuntime<S> {
     }
 }
 
-impl<S> tower::Service<Request> for OnRuntime<S>
-where
-    S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-{
+impl<S: Inner> tower::Service<Request> for OnRuntime<S> {
     type Response = Response;
     type Error = Infallible;
     type Future = futures_util::future::BoxFuture<'static, Result<Response, Infallible>>;
@@ -117,8 +113,7 @@ pub fn serve<S>(
     abort: watch::Receiver<bool>,
 ) -> impl Future<Output = std::io::Result<()>>
 where
-    S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
+    S: Inner,
 {
     let addr = first.local_addr();
     let mut listeners = vec![first.into_std()];
@@ -187,8 +182,7 @@ fn worker<S>(
     mut abort: watch::Receiver<bool>,
 ) -> std::io::Result<()>
 where
-    S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
+    S: Inner,
 {
     upstream::enter_worker(i);
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -208,8 +202,7 @@ where
 /// finish what they are answering and close (see [`connection`]), and resolves once they have.
 async fn accept_until<S>(listener: TcpListener, app: Front<S>, stop: watch::Receiver<bool>)
 where
-    S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
+    S: Inner,
 {
     let mut listener = listener.tap_io(no_delay);
     // Each connection's task holds a receiver: the sender sees them all gone once every one has ended.
@@ -238,8 +231,7 @@ async fn connection<S>(
     stop: watch::Receiver<bool>,
     _open: watch::Receiver<()>,
 ) where
-    S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
+    S: Inner,
 {
     let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         app.answer(req.map(axum::body::Body::new), peer)
