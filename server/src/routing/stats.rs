@@ -4,6 +4,7 @@
 //! and the scaler read; [`EndpointStats`] (requests by status, latency) is what `/metrics` renders.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -71,8 +72,9 @@ pub struct EndpointStats {
 #[derive(Debug)]
 #[repr(align(128))]
 struct Shard {
-    /// One counter per status code: a request only adds to an atomic, no lock.
-    by_status: Box<[AtomicU64]>,
+    /// One counter per status code: a request only adds to an atomic, no lock. Made at the shard's first
+    /// request: most endpoints see traffic on few workers, and a many-core host keeps a shard per core.
+    by_status: OnceLock<Box<[AtomicU64]>>,
     /// Each request counts once, in its own bucket (the last slot is +Inf); cumulative sums are made when
     /// rendering.
     buckets: [AtomicU64; BUCKETS.len() + 1],
@@ -83,7 +85,7 @@ struct Shard {
 impl Default for Shard {
     fn default() -> Self {
         Shard {
-            by_status: (0..STATUSES).map(|_| AtomicU64::new(0)).collect(),
+            by_status: OnceLock::new(),
             buckets: Default::default(),
             sum_micros: AtomicU64::new(0),
             cache_hits: AtomicU64::new(0),
@@ -134,7 +136,10 @@ impl EndpointStats {
             0
         };
         let mine = self.mine();
-        mine.by_status[slot].fetch_add(1, Ordering::Relaxed);
+        let by_status = mine
+            .by_status
+            .get_or_init(|| (0..STATUSES).map(|_| AtomicU64::new(0)).collect());
+        by_status[slot].fetch_add(1, Ordering::Relaxed);
         let secs = took.as_secs_f64();
         let bucket = BUCKETS
             .iter()
@@ -151,9 +156,13 @@ impl EndpointStats {
 
     /// (status, count) for every status seen.
     pub(super) fn statuses(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
-        (0..STATUSES)
-            .map(|status| (status, self.sum(|s| &s.by_status[status])))
-            .filter(|(_, n)| *n > 0)
+        let mut counts = vec![0u64; STATUSES];
+        for by_status in self.shards.iter().filter_map(|s| s.by_status.get()) {
+            for (count, n) in counts.iter_mut().zip(by_status.iter()) {
+                *count += n.load(Ordering::Relaxed);
+            }
+        }
+        counts.into_iter().enumerate().filter(|(_, n)| *n > 0)
     }
 }
 
