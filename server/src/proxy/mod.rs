@@ -575,7 +575,9 @@ impl Proxy {
         } else {
             (body, None)
         };
-        // Nothing was awaited on the plain path: the route looked up for this request is the latest.
+        // Nothing was awaited on the plain path (`check_access` suspends only for an authenticated
+        // endpoint's token, and the cache only to read a body): the route looked up for this request is
+        // still the latest. A new await before this point must count in `waited`.
         let waited = use_cache || route.endpoint_type == EndpointType::Authenticated;
         let route = if waited {
             self.current_route(route, &parts.headers).await
