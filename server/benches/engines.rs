@@ -106,11 +106,7 @@ fn print_row(name: &str, conns: usize, f: &Wrk, base: Option<&Wrk>) {
             (f.p50 - b.p50) / 1e3
         )
     });
-    let errs = if f.errors > 0 {
-        format!("  ({} errors)", f.errors)
-    } else {
-        String::new()
-    };
+    let errs = common::errors_note(f.errors);
     println!(
         "{name:<44} {conns:>3} {:>10.0} {:>9.3} {:>9.3}{vs}{errs}",
         f.rps,

@@ -235,11 +235,7 @@ impl WrkRun<'_> {
     }
 
     fn row(name: &str, w: &Wrk, base: &Wrk) {
-        let errs = if w.errors > 0 {
-            format!("  ({} errors)", w.errors)
-        } else {
-            String::new()
-        };
+        let errs = common::errors_note(w.errors);
         println!(
             "{name:<44} {:>3} {:>10.0} {:>9.3} {:>9.3}  {:>6.1}% of /health{errs}",
             "wrk",

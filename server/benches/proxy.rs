@@ -258,10 +258,7 @@ async fn compare(
             let pct = |p: f64| s.lat[((n as f64 * p) as usize).min(n - 1)];
             let (rps, p50, p99) = (n as f64 / s.seconds, pct(0.5), pct(0.99));
             let cpu = s.cpu.map(|c| c * 1e6 / n as f64);
-            let errors = match s.errors {
-                0 => String::new(),
-                e => format!("  ({e} errors)"),
-            };
+            let errors = common::errors_note(s.errors as u64);
             let (us50, us99, [proxy, client, engine]) = (us(p50), us(p99), cpu);
             print!("{name:<40} {conns:>3} {rps:>8.0} {us50:>8.1} {us99:>8.1}");
             println!("  {proxy:>7.1} {client:>7.1} {engine:>7.1}{errors}");
@@ -724,10 +721,7 @@ fn wrk_compare(bin: &Path, script: &Path, conns: usize, targets: &[Target]) -> V
             cpu: mid(r.iter().map(|w| w.cpu).collect()),
             errors: r.iter().map(|w| w.errors).sum(),
         };
-        let errors = match m.errors {
-            0 => String::new(),
-            e => format!("  ({e} errors)"),
-        };
+        let errors = common::errors_note(m.errors);
         let name = t.name;
         println!(
             "{name:<44} {conns:>3} {:>8.0} {:>8.1} {:>8.1} {:>9.1}{errors}",

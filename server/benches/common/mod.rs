@@ -76,15 +76,19 @@ where
     }
 }
 
+/// The end of a row: how many requests failed, when any did.
+pub fn errors_note(errors: u64) -> String {
+    match errors {
+        0 => String::new(),
+        e => format!("  ({e} errors)"),
+    }
+}
+
 pub fn row(name: &str, conns: usize, f: &Figures, baseline: Option<&Figures>) {
     let vs = baseline.map_or(String::new(), |b| {
         format!("{:>6.1}% of /health", 100.0 * f.rps / b.rps)
     });
-    let errs = if f.errors > 0 {
-        format!("  ({} errors)", f.errors)
-    } else {
-        String::new()
-    };
+    let errs = errors_note(f.errors as u64);
     println!(
         "{name:<44} {conns:>3} {:>10.0} {:>9.3} {:>9.3}  {vs}{errs}",
         f.rps,
