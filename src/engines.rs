@@ -6,7 +6,7 @@ use std::io::{IsTerminal, Write};
 use anyhow::Result;
 use clap::Subcommand;
 use switchyard_server::engines::install::{self, InstallError};
-use switchyard_server::engines::{engines_dir, EngineInfo, Engines};
+use switchyard_server::engines::{builtin, engines_dir, EngineInfo, Engines};
 use switchyard_server::Config;
 
 use crate::table::table;
@@ -55,11 +55,7 @@ pub fn run(config: &Config, command: EnginesCommand) -> Result<()> {
                 engines.dir().join(&name).display(),
                 manifest.command.join(" ")
             );
-            if engines
-                .list()
-                .iter()
-                .any(|e| e.name == name && e.overridden_by_config)
-            {
+            if builtin(&name).is_some_and(|b| engines.configured(b.image_key)) {
                 println!("note: runtime.launchers in the config takes precedence for its images");
             }
             Ok(())

@@ -8,10 +8,9 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let line = |cells: Vec<&str>| line(&cells, &widths) + "\n";
-    let mut out = line(header.to_vec());
+    let mut out = line(header, &widths) + "\n";
     for row in rows {
-        out.push_str(&line(row.iter().map(String::as_str).collect()));
+        out += &(line(row, &widths) + "\n");
     }
     out
 }

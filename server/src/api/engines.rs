@@ -181,15 +181,11 @@ pub async fn remove(
     if s.engines.installing(&name) {
         return Err(refusal(InstallError::Busy(name)));
     }
-    let engines = s.engines.clone();
-    let dir = engines.dir().to_path_buf();
-    let removed = {
-        let name = name.clone();
-        tokio::task::spawn_blocking(move || install::remove(&dir, &name))
-            .await
-            .map_err(|e| ApiError::internal("removing an engine", e))?
-    };
-    removed.map_err(refusal)?;
+    let (dir, removing) = (s.engines.dir().to_path_buf(), name.clone());
+    tokio::task::spawn_blocking(move || install::remove(&dir, &removing))
+        .await
+        .map_err(|e| ApiError::internal("removing an engine", e))?
+        .map_err(refusal)?;
     tracing::info!(engine = %name, by = %who.account.name, "engine removed");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -186,7 +186,6 @@ pub struct Resolved {
 /// Why no launcher starts a spec here, and what would give one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Missing {
-    pub image_key: String,
     /// The built-in engine that would serve it once installed.
     pub install: Option<&'static str>,
     pub message: String,
@@ -212,6 +211,15 @@ impl InstallState {
             step: step.to_string(),
             error: None,
             running: true,
+        }
+    }
+
+    fn failed(error: String) -> InstallState {
+        InstallState {
+            percent: 0,
+            step: "failed".into(),
+            error: Some(error),
+            running: false,
         }
     }
 }
@@ -243,12 +251,7 @@ impl InstallGuard {
                 error: None,
                 running: false,
             },
-            Err(e) => InstallState {
-                percent: 0,
-                step: "failed".into(),
-                error: Some(e),
-                running: false,
-            },
+            Err(e) => InstallState::failed(e),
         };
         self.engines.note_install(&self.name, state);
     }
@@ -257,12 +260,7 @@ impl InstallGuard {
 impl Drop for InstallGuard {
     fn drop(&mut self) {
         if !self.ended {
-            let interrupted = InstallState {
-                percent: 0,
-                step: "failed".into(),
-                error: Some("the install was interrupted".into()),
-                running: false,
-            };
+            let interrupted = InstallState::failed("the install was interrupted".into());
             self.engines.note_install(&self.name, interrupted);
         }
     }
@@ -331,7 +329,14 @@ pub struct OnDisk {
     programs: Vec<(&'static str, Option<PathBuf>)>,
 }
 
-impl OnDisk {
+/// Where [`Engines::resolve_in`] finds installed engines and programs: what was read once ([`OnDisk`]),
+/// or the disk itself, asked only what one resolution needs (see [`Engines::resolve`]).
+pub trait Lookup {
+    fn manifest(&self, name: &str) -> Option<Manifest>;
+    fn program(&self, program: &str) -> Option<PathBuf>;
+}
+
+impl Lookup for OnDisk {
     fn manifest(&self, name: &str) -> Option<Manifest> {
         self.manifests
             .iter()
@@ -344,6 +349,16 @@ impl OnDisk {
             .iter()
             .find(|(p, _)| *p == program)
             .and_then(|(_, found)| found.clone())
+    }
+}
+
+impl Lookup for Engines {
+    fn manifest(&self, name: &str) -> Option<Manifest> {
+        self.read_manifest(name)
+    }
+
+    fn program(&self, program: &str) -> Option<PathBuf> {
+        self.find_program(program)
     }
 }
 
@@ -394,7 +409,7 @@ impl Engines {
         OnDisk {
             manifests: BUILTINS
                 .iter()
-                .map(|b| (b.name, self.manifest(b.name)))
+                .map(|b| (b.name, self.read_manifest(b.name)))
                 .collect(),
             programs: ON_PATH
                 .iter()
@@ -403,20 +418,21 @@ impl Engines {
         }
     }
 
-    /// The launcher of an image keyed `image_key` serving `repository` on `accelerator`.
+    /// The launcher of an image keyed `image_key` serving `repository` on `accelerator`. The disk is asked
+    /// only what this needs: nothing when the config sets the launcher.
     pub fn resolve(
         &self,
         image_key: &str,
         repository: &str,
         accelerator: &str,
     ) -> Result<Resolved, Missing> {
-        self.resolve_in(&self.read(), image_key, repository, accelerator)
+        self.resolve_in(self, image_key, repository, accelerator)
     }
 
-    /// [`Self::resolve`] with what `disk` read.
+    /// [`Self::resolve`] with what `disk` holds.
     pub fn resolve_in(
         &self,
-        disk: &OnDisk,
+        disk: &impl Lookup,
         image_key: &str,
         repository: &str,
         accelerator: &str,
@@ -461,8 +477,8 @@ impl Engines {
 
     /// The manifest of an installed built-in engine (none without an absolute engines dir: engines that
     /// only know the configured launchers).
-    fn manifest(&self, name: &str) -> Option<Manifest> {
-        if !self.dir.is_absolute() || builtin(name).is_none() {
+    fn read_manifest(&self, name: &str) -> Option<Manifest> {
+        if !self.dir.is_absolute() {
             return None;
         }
         let text = std::fs::read_to_string(self.dir.join(name).join(install::MANIFEST)).ok()?;
@@ -531,7 +547,8 @@ impl Engines {
         builtins.chain(on_path).collect()
     }
 
-    fn configured(&self, image_key: &str) -> bool {
+    /// Whether `[runtime.launchers.KEY]` sets the launcher of images keyed `image_key`.
+    pub fn configured(&self, image_key: &str) -> bool {
         self.configured_launcher(image_key).is_some()
     }
 
@@ -610,7 +627,6 @@ fn missing(image_key: &str, fitting: Option<&'static Builtin>) -> Missing {
         }
     };
     Missing {
-        image_key: image_key.to_string(),
         install: fitting.map(|b| b.name),
         message,
     }
