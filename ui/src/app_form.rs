@@ -126,7 +126,7 @@ impl Form for AppForm {
     /// Into a text field; on `public`, `space` switches it and `y` or `n` sets it.
     fn type_key(&mut self, key: &str) {
         match (self.field(), key) {
-            (AppField::Public, "space") => self.public = !self.public,
+            (AppField::Public, "space") => self.choose(true),
             (AppField::Public, "y" | "n") => self.public = key == "y",
             (f, key) => {
                 if let Some(t) = self.text(f) {

@@ -63,8 +63,8 @@ pub trait Form {
         let n = Self::Field::ALL.len();
         let state = self.state_mut();
         match edit {
-            FormEdit::NextField => state.focus = (state.focus + 1) % n,
-            FormEdit::PrevField => state.focus = (state.focus + n - 1) % n,
+            FormEdit::NextField => state.focus = step(state.focus, n, true),
+            FormEdit::PrevField => state.focus = step(state.focus, n, false),
             FormEdit::NextChoice => self.choose(true),
             FormEdit::PrevChoice => self.choose(false),
             FormEdit::Submit if !state.busy => {

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use switchyard_server::model::status::strip_response_fields;
 use switchyard_server::model::EndpointSpec;
 
-use crate::form_input::type_into;
+use crate::form_input::{step, type_into};
 
 /// One entry as typed: `at` is `HH:MM`, the counts are digits (an empty timeout means the default).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,8 +206,8 @@ impl ScheduleEditor {
         match edit {
             ScheduleEdit::NextEntry => self.row = (self.row + 1).min(last),
             ScheduleEdit::PrevEntry => self.row = self.row.saturating_sub(1),
-            ScheduleEdit::NextField => self.col = (self.col + 1) % n,
-            ScheduleEdit::PrevField => self.col = (self.col + n - 1) % n,
+            ScheduleEdit::NextField => self.col = step(self.col, n, true),
+            ScheduleEdit::PrevField => self.col = step(self.col, n, false),
             ScheduleEdit::Add => self.add(),
             ScheduleEdit::Remove if !self.entries.is_empty() => {
                 self.entries.remove(self.row);

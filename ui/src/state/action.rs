@@ -110,14 +110,8 @@ pub enum NotificationsFailure {
     Failed(String),
 }
 
-/// A key typed into a line of text: backspace deletes, space and single characters are added.
+/// A key typed into a line of text without bounds (a filter, a search, a command line): backspace
+/// deletes, space and single characters are added.
 pub(super) fn type_into(text: &mut String, key: &str) {
-    match key {
-        "backspace" => {
-            text.pop();
-        }
-        "space" => text.push(' '),
-        k if k.chars().count() == 1 => text.push_str(k),
-        _ => {}
-    }
+    crate::form_input::type_into(text, key, usize::MAX, |_| true);
 }

@@ -38,20 +38,15 @@ pub(super) fn on_loaded(
         }
         return Vec::new();
     };
-    let ended: Vec<EngineInstall> = state
-        .engines
-        .installs
-        .iter()
-        .filter(|was| was.running)
-        .filter_map(|was| {
-            marks
-                .installs
-                .iter()
-                .find(|now| now.name == was.name && !now.running)
-        })
-        .cloned()
-        .collect();
-    for done in ended {
+    // The last install that ended since the previous answer says so.
+    let was_running = state.engines.installs.iter().filter(|was| was.running);
+    let mut ended = was_running.filter_map(|was| {
+        marks
+            .installs
+            .iter()
+            .find(|now| now.name == was.name && !now.running)
+    });
+    if let Some(done) = ended.next_back().cloned() {
         state.message = Some(match done.error {
             Some(e) => (format!("installing {} failed: {e}", done.name), true),
             None => (

@@ -9,6 +9,7 @@ use ratatui::Frame;
 use super::centered;
 use crate::keymap::{Context, Keymap, HELP_COLUMNS};
 use crate::pager::Pager;
+use crate::state::layout::{help_height, pager_height};
 use crate::state::State;
 
 /// The `:` commands, over the help's columns.
@@ -42,8 +43,8 @@ pub(super) fn help(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap
         }
         lines
     };
-    // The same numbers the keys scroll by (`help_height`): the box's inside, less the commands.
-    let height = (box_.height as usize).saturating_sub(4).max(1);
+    // The same numbers the keys scroll by: the box's inside, less the commands.
+    let height = help_height((frame.area().width, frame.area().height));
     let last = keymap.help_length(state.read_only).saturating_sub(height);
     let scroll = scroll.min(last) as u16;
     let title = if last > 0 {
@@ -100,8 +101,8 @@ pub(super) fn pane(frame: &mut Frame, area: Rect, pager: &Pager, mode: Option<&s
         area.width.saturating_sub(4),
         below_title.height,
     );
-    // The same count the keys scroll by (`pager_height`): the box's inside.
-    let height = box_.height.saturating_sub(2).max(1) as usize;
+    // The same count the keys scroll by: the box's inside.
+    let height = pager_height((frame.area().width, frame.area().height));
     let first = pager.first_line(height);
     let hit = Style::new().fg(Color::Black).bg(Color::Yellow);
     let lines: Vec<Line> = pager
