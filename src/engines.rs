@@ -6,7 +6,7 @@ use std::io::{IsTerminal, Write};
 use anyhow::Result;
 use clap::Subcommand;
 use switchyard_server::engines::install::{self, InstallError};
-use switchyard_server::engines::{builtin, engines_dir, EngineInfo, Engines};
+use switchyard_server::engines::{builtin, EngineInfo, Engines};
 use switchyard_server::Config;
 
 use crate::table::table;
@@ -33,8 +33,7 @@ pub fn run(config: &Config, command: EnginesCommand) -> Result<()> {
     // Made now if missing, so that its path is the one the server will see (a root server's engines dir
     // is named by it).
     std::fs::create_dir_all(&data_dir)?;
-    let dir = engines_dir(config.runtime.engines_dir.as_deref(), &data_dir);
-    let engines = Engines::new(dir, config.runtime.launchers.clone());
+    let engines = Engines::for_config(&config.runtime, &data_dir);
     match command {
         EnginesCommand::List { json } => {
             let list = engines.list();

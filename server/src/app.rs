@@ -228,9 +228,9 @@ impl Services {
             public_host,
             public_url: public_url.trim_end_matches('/').to_string(),
             on_change: Arc::new(move || kick.kick()),
-            engines: Arc::new(crate::engines::Engines::new(
-                crate::engines::engines_dir(config.runtime.engines_dir.as_deref(), &data_dir),
-                config.runtime.launchers.clone(),
+            engines: Arc::new(crate::engines::Engines::for_config(
+                &config.runtime,
+                &data_dir,
             )),
             outbound: Arc::new(outbound),
             activity: Arc::new(tokio::sync::watch::Sender::new(0)),

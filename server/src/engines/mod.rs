@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Launcher;
+use crate::config::{Launcher, RuntimeConfig};
+use crate::model::EndpointSpec;
 
 /// A built-in engine: a small Python server shipped inside the binary, installed with its pinned
 /// packages from the package registry into `<data-dir>/engines/<name>`.
@@ -394,6 +395,12 @@ impl Engines {
         }
     }
 
+    /// The engines of the server on `data_dir` configured by `runtime` (see [`engines_dir`]).
+    pub fn for_config(runtime: &RuntimeConfig, data_dir: &Path) -> Engines {
+        let dir = engines_dir(runtime.engines_dir.as_deref(), data_dir);
+        Engines::new(dir, runtime.launchers.clone())
+    }
+
     /// Looks for engine programs in `path` instead of the process's `PATH`.
     pub fn with_search_path(mut self, path: Option<OsString>) -> Engines {
         self.search_path = path;
@@ -427,6 +434,12 @@ impl Engines {
         accelerator: &str,
     ) -> Result<Resolved, Missing> {
         self.resolve_in(self, image_key, repository, accelerator)
+    }
+
+    /// The launcher of `spec`'s image, model and accelerator (see [`Self::resolve`]).
+    pub fn resolve_spec(&self, spec: &EndpointSpec) -> Result<Resolved, Missing> {
+        let (model, accelerator) = (&spec.model, spec.compute.accelerator.as_str());
+        self.resolve(model.image.key(), &model.repository, accelerator)
     }
 
     /// [`Self::resolve`] with what `disk` holds.

@@ -161,9 +161,8 @@ pub fn plan(
         };
         (program.clone(), rest.to_vec(), image.health_route())
     } else {
-        let accelerator = spec.compute.accelerator.as_str();
         let launcher = engines
-            .resolve(image.key(), &model.repository, accelerator)
+            .resolve_spec(spec)
             .map_err(|m| LaunchError(m.message))?
             .launcher;
         let revision = model.revision.as_deref().unwrap_or("main");

@@ -628,16 +628,8 @@ impl Steps<'_> {
 
     /// Whether a failed endpoint failed for want of an engine that is here now.
     fn engine_came(&self, rec: &EndpointRecord) -> bool {
-        let model = &rec.spec.model;
         rec.message.as_deref().is_some_and(engines::is_missing)
-            && self
-                .engines
-                .resolve(
-                    model.image.key(),
-                    &model.repository,
-                    rec.spec.compute.accelerator.as_str(),
-                )
-                .is_ok()
+            && self.engines.resolve_spec(&rec.spec).is_ok()
     }
 
     /// A scaled-to-zero endpoint starts when a request asked it to, or when a schedule entry with a minimum
