@@ -35,6 +35,7 @@ use crate::clock::Clock;
 use crate::config::ProxyConfig;
 use crate::error::ApiError;
 use crate::model::{Cidr, EndpointState, EndpointType};
+use crate::routing::upstream::Outbound;
 use crate::routing::{
     bare_host, is_server_host, Activity, Backend, Route, RouteTable, RoutingHandle,
 };
@@ -155,8 +156,13 @@ pub fn private_front(proxy: Proxy) -> Front<Router> {
     Front::new(proxy.private(), inner)
 }
 
-/// The endpoint a request is for by its `Host` (an endpoint's custom domain), and the path to send on.
-fn by_host_route(table: &RouteTable, proxy: &Proxy, req: &Request) -> Option<(Arc<Route>, String)> {
+/// The endpoint a request is for by its `Host` (an endpoint's custom domain), and the rest of the path
+/// after the route's prefix (see [`send_target`]).
+fn by_host_route<'r, B>(
+    table: &RouteTable,
+    proxy: &Proxy,
+    req: &'r axum::http::Request<B>,
+) -> Option<(Arc<Route>, &'r str)> {
     if !table.has_domains() {
         return None;
     }
@@ -170,10 +176,9 @@ fn by_host_route(table: &RouteTable, proxy: &Proxy, req: &Request) -> Option<(Ar
     if is_server_host(&host, &proxy.routing.public_host) {
         return None;
     }
-    table.by_host(&host, req.uri().path()).map(|(route, rest)| {
-        let rest = if rest.is_empty() { "/" } else { rest };
-        (route.clone(), rest.to_string())
-    })
+    table
+        .by_host(&host, req.uri().path())
+        .map(|(route, rest)| (route.clone(), rest))
 }
 
 /// What a listener's own router is to [`Front`] (and to the data-plane workers): a service that answers
@@ -229,38 +234,108 @@ impl<S: Inner> tower::Service<Request> for Front<S> {
 
     fn call(&mut self, req: Request) -> Self::Future {
         let peer = peer_of(&req);
-        self.answer(req, peer)
+        let answer = self.answer(req.map(Outbound::from), peer);
+        Box::pin(async move { answer.await.map(|r| r.map(Body::from)) })
     }
 }
 
 impl<S: Inner> Front<S> {
     /// The answer to `req` from `peer`: the proxy's for an endpoint, else `inner`'s (which finds the peer in
     /// the request's `ConnectInfo`, as under `axum::serve`).
+    ///
+    /// Not boxed: a data-plane connection keeps one place for the future of the request it is answering
+    /// (see [`workers`]), where it is made without an allocation of its own on every request.
     pub fn answer(
         &self,
-        mut req: Request,
+        req: axum::http::Request<Outbound>,
         peer: SocketAddr,
-    ) -> futures_util::future::BoxFuture<'static, Result<Response, std::convert::Infallible>> {
+    ) -> impl std::future::Future<Output = Result<Reply, std::convert::Infallible>> + Send + 'static
+    {
+        use futures_util::future::Either;
         match endpoint_target(&self.proxy, &req) {
-            Some(Ok((route, rest))) => {
+            Some(Ok((route, target))) => {
                 let proxy = self.proxy.clone();
-                Box::pin(async move { Ok(proxy.serve(route, rest, peer, req).await) })
+                Either::Left(async move { Ok(proxy.serve(route, target, peer, req).await) })
             }
-            Some(Err(e)) => Box::pin(std::future::ready(Ok(e.into_response()))),
+            Some(Err(e)) => Either::Right(Either::Left(std::future::ready(Ok(reply(
+                e.into_response(),
+            ))))),
             None => {
+                let mut req = req.map(Body::from);
                 if req.extensions().get::<ConnectInfo<SocketAddr>>().is_none() {
                     req.extensions_mut().insert(ConnectInfo(peer));
                 }
-                Box::pin(tower::ServiceExt::oneshot(self.inner.clone(), req))
+                let call = tower::ServiceExt::oneshot(self.inner.clone(), req);
+                Either::Right(Either::Right(async move { call.await.map(reply) }))
             }
         }
     }
 }
 
-/// The endpoint a request is for (by custom domain, or under `/endpoints/`) and the path to send on;
-/// `None` for a request that is not for an endpoint. A path with a dot segment is refused before it is
+/// What the proxy answers with: a replica's response passing through ([`Passing`]), or an answer of the
+/// server's own (an error, a cache hit, the API's).
+pub type Reply = axum::http::Response<ReplyBody>;
+
+/// The body of a [`Reply`]. A replica's response passes unboxed, as hyper gives it.
+// The large variant is the usual one: boxing it is the allocation this enum is here to save.
+#[allow(clippy::large_enum_variant)]
+pub enum ReplyBody {
+    Passing(Passing<Incoming>),
+    Body(Body),
+}
+
+/// An answer of the server's own as a [`Reply`].
+fn reply(resp: Response) -> Reply {
+    resp.map(ReplyBody::Body)
+}
+
+impl From<ReplyBody> for Body {
+    fn from(body: ReplyBody) -> Body {
+        match body {
+            ReplyBody::Passing(passing) => Body::new(passing),
+            ReplyBody::Body(body) => body,
+        }
+    }
+}
+
+impl http_body::Body for ReplyBody {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        match self.get_mut() {
+            ReplyBody::Passing(b) => std::pin::Pin::new(b)
+                .poll_frame(cx)
+                .map(|f| f.map(|f| f.map_err(axum::Error::new))),
+            ReplyBody::Body(b) => std::pin::Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ReplyBody::Passing(b) => b.is_end_stream(),
+            ReplyBody::Body(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self {
+            ReplyBody::Passing(b) => b.size_hint(),
+            ReplyBody::Body(b) => b.size_hint(),
+        }
+    }
+}
+
+/// The endpoint a request is for (by custom domain, or under `/endpoints/`) and the path and query to send
+/// on; `None` for a request that is not for an endpoint. A path with a dot segment is refused before it is
 /// routed (see [`has_dot_segment`]): the path sent on must not be able to climb out of the endpoint's.
-fn endpoint_target(proxy: &Proxy, req: &Request) -> Option<Result<(Arc<Route>, String), ApiError>> {
+fn endpoint_target<B>(
+    proxy: &Proxy,
+    req: &axum::http::Request<B>,
+) -> Option<Result<(Arc<Route>, PathAndQuery), ApiError>> {
     let path = req.uri().path();
     // One look at the table for both ways in.
     let table = proxy.routing.table.borrow();
@@ -275,11 +350,36 @@ fn endpoint_target(proxy: &Proxy, req: &Request) -> Option<Result<(Arc<Route>, S
                 .into(),
         )));
     }
-    match (by_host, by_path) {
-        (Some(target), _) => Some(Ok(target)),
-        (None, Some(path)) => Some(by_path_route(&table, path)),
-        (None, None) => None,
-    }
+    let found = match (by_host, by_path) {
+        (Some(found), _) => Ok(found),
+        (None, Some(path)) => by_path_route(&table, path),
+        (None, None) => return None,
+    };
+    Some(found.and_then(|(route, rest)| Ok((route, send_target(req.uri(), rest)?))))
+}
+
+/// The path and query to send on: `rest` (the end of the request's path after the endpoint's part of it,
+/// empty or from a `/`) and the request's query. Made in one piece, as the end of the request's own.
+fn send_target(uri: &Uri, rest: &str) -> Result<PathAndQuery, ApiError> {
+    let made = match (rest.is_empty(), uri.query()) {
+        (true, None) => Ok(PathAndQuery::from_static("/")),
+        (true, Some(q)) => PathAndQuery::try_from(format!("/?{q}")),
+        (false, query) => {
+            let whole = uri.path_and_query().map_or("", PathAndQuery::as_str);
+            let tail = rest.len() + query.map_or(0, |q| q.len() + 1);
+            match whole.get(whole.len().saturating_sub(tail)..) {
+                Some(end) if end.len() == tail && end.starts_with(rest) => {
+                    PathAndQuery::try_from(end)
+                }
+                // A path the URI spells otherwise than it reads it back (an empty one): made anew.
+                _ => PathAndQuery::try_from(match query {
+                    Some(q) => format!("{rest}?{q}"),
+                    None => rest.to_string(),
+                }),
+            }
+        }
+    };
+    made.map_err(|_| ApiError::BadRequest("invalid request path".into()))
 }
 
 /// What the bytes at `at` of a path stand for, for [`has_dot_segment`].
@@ -330,11 +430,14 @@ fn peer_of(req: &Request) -> SocketAddr {
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
 }
 
-/// The endpoint of `{namespace}/{name}/{rest…}` (the path after `/endpoints/`), and the path to send on.
-fn by_path_route(table: &RouteTable, path: &str) -> Result<(Arc<Route>, String), ApiError> {
-    let mut parts = path.splitn(3, '/');
-    let (ns, name) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let rest = format!("/{}", parts.next().unwrap_or(""));
+/// The endpoint of `{namespace}/{name}/{rest…}` (the path after `/endpoints/`), and the rest of the path:
+/// `/{rest…}`, or empty when the path ends at the name (see [`send_target`]).
+fn by_path_route<'p>(table: &RouteTable, path: &'p str) -> Result<(Arc<Route>, &'p str), ApiError> {
+    let (ns, after) = path.split_once('/').unwrap_or((path, ""));
+    let (name, rest) = match after.find('/') {
+        Some(at) => after.split_at(at),
+        None => (after, ""),
+    };
     let route = table.get(ns, name).cloned();
     route
         .map(|r| (r, rest))
@@ -392,7 +495,7 @@ impl Drop for Held<'_> {
 struct InFlight {
     route: Arc<Route>,
     replica: Option<Arc<Backend>>,
-    connection: Option<hyper::client::conn::http1::SendRequest<Body>>,
+    connection: Option<hyper::client::conn::http1::SendRequest<Outbound>>,
 }
 
 impl InFlight {
@@ -535,12 +638,15 @@ impl Proxy {
     async fn serve(
         &self,
         route: Arc<Route>,
-        rest: String,
+        target: PathAndQuery,
         peer: SocketAddr,
-        req: Request,
-    ) -> Response {
+        req: axum::http::Request<Outbound>,
+    ) -> Reply {
         let started = Instant::now();
-        let resp = self.serve_inner(&route, rest, peer, req).await;
+        let resp = match self.serve_inner(&route, target, peer, req).await {
+            Ok(passing) => passing,
+            Err(answered) => reply(answered),
+        };
         route
             .activity
             .stats
@@ -552,26 +658,23 @@ impl Proxy {
     /// ([`Self::cache_lookup`]) → the route as it is now, woken if it must be ([`Self::current_route`]) →
     /// a replica ([`Self::pick_replica`]) → the request it gets ([`Self::outgoing`]) → the response on its
     /// way back ([`Self::respond`]). What is in flight is counted from the route's wake-up to the response's
-    /// end.
+    /// end. `target` is the path and query to send on; `Err` is an answer of the server's own.
     async fn serve_inner(
         &self,
         route: &Arc<Route>,
-        rest: String,
+        target: PathAndQuery,
         peer: SocketAddr,
-        req: Request,
-    ) -> Response {
-        let (client, access) = match self.check_access(route, peer, req.headers()).await {
-            Ok(admitted) => admitted,
-            Err(resp) => return resp,
-        };
+        req: axum::http::Request<Outbound>,
+    ) -> Result<Reply, Response> {
+        let (client, access) = self.check_access(route, peer, req.headers()).await?;
         // The cache answers before anything wakes the endpoint.
         let use_cache = wants_cache(route, req.headers());
         let (parts, body) = req.into_parts();
         let (body, cache_key) = if use_cache {
-            match self.cache_lookup(route, &parts, body, &rest, &access).await {
-                Ok((body, key)) => (body, Some(key)),
-                Err(answered) => return answered,
-            }
+            let (body, key) = self
+                .cache_lookup(route, &parts, body, &target, &access)
+                .await?;
+            (body, Some(key))
         } else {
             (body, None)
         };
@@ -580,13 +683,9 @@ impl Proxy {
         // still the latest. A new await before this point must count in `waited`.
         let waited = use_cache || route.endpoint_type == EndpointType::Authenticated;
         let route = if waited {
-            self.current_route(route, &parts.headers).await
+            self.current_route(route, &parts.headers).await?
         } else {
-            self.ready_route(route, &parts.headers).await
-        };
-        let route = match route {
-            Ok(r) => r,
-            Err(resp) => return resp,
+            self.ready_route(route, &parts.headers).await?
         };
         let mut guard = InFlight::enter(&route, self.clock.now());
         let session = parts
@@ -596,13 +695,13 @@ impl Proxy {
             .map(str::to_string);
         let backend = self.pick_replica(&route, session.as_deref(), client);
         let Some(backend) = backend.cloned() else {
-            return unavailable("no replica is ready", Some(self.config.retry_after_s));
+            return Err(unavailable(
+                "no replica is ready",
+                Some(self.config.retry_after_s),
+            ));
         };
         guard.add_replica(&backend);
-        let out = match self.outgoing(parts, rest, body, peer) {
-            Ok(out) => out,
-            Err(e) => return e.into_response(),
-        };
+        let out = self.outgoing(parts, target, body, peer);
         let resp = match backend.send(out).await {
             Ok((r, sender)) => {
                 guard.connection = Some(sender);
@@ -610,11 +709,13 @@ impl Proxy {
             }
             Err(e) => {
                 tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
-                return ApiError::BadGateway("the endpoint's replica did not answer".into())
-                    .into_response();
+                return Err(
+                    ApiError::BadGateway("the endpoint's replica did not answer".into())
+                        .into_response(),
+                );
             }
         };
-        self.respond(&route, &backend, session.as_deref(), resp, guard, cache_key)
+        Ok(self.respond(&route, &backend, session.as_deref(), resp, guard, cache_key))
     }
 
     /// Who may call: the entry point (see [`Self::check_entry`]), the CIDR allow list, and access by type.
@@ -678,10 +779,10 @@ impl Proxy {
         &self,
         route: &Route,
         parts: &Parts,
-        body: Body,
-        rest: &str,
+        body: Outbound,
+        target: &PathAndQuery,
         access: &str,
-    ) -> Result<(Body, cache::Key), Response> {
+    ) -> Result<(Outbound, cache::Key), Response> {
         let bytes = match read_body(body, self.body_limit).await {
             Ok(b) => b,
             Err(e) => return Err(e.into_response()),
@@ -695,8 +796,8 @@ impl Proxy {
         let key = cache::key(
             &[&route.id, &route.generation, accept],
             parts.method.as_str(),
-            rest,
-            parts.uri.query().unwrap_or(""),
+            target.path(),
+            target.query().unwrap_or(""),
             access,
             &bytes,
         );
@@ -704,7 +805,7 @@ impl Proxy {
             route.activity.stats.cache_hit();
             return Err(cached_response(hit, "HIT"));
         }
-        Ok((Body::from(bytes), key))
+        Ok((Body::from(bytes).into(), key))
     }
 
     /// The route as the latest table has it (it may have changed while the token was checked or the body
@@ -755,23 +856,16 @@ impl Proxy {
         }
     }
 
-    /// The request as the replica gets it: `rest` (and the query) in origin form, `body`, and the caller's
-    /// method and headers, less those that are not for the replica, with `X-Forwarded-For` naming the caller.
+    /// The request as the replica gets it: `target` in origin form (the connection is the replica's
+    /// already), `body`, and the caller's method and headers, less those that are not for the replica, with
+    /// `X-Forwarded-For` naming the caller.
     fn outgoing(
         &self,
         parts: Parts,
-        rest: String,
-        body: Body,
+        target: PathAndQuery,
+        body: Outbound,
         peer: SocketAddr,
-    ) -> Result<axum::http::Request<Body>, ApiError> {
-        // Origin form (`/path?query`): the connection is the replica's already.
-        let path_and_query = match parts.uri.query() {
-            Some(q) => PathAndQuery::try_from(format!("{rest}?{q}")),
-            None => PathAndQuery::try_from(rest),
-        };
-        let Ok(uri) = path_and_query.map(Uri::from) else {
-            return Err(ApiError::BadRequest("invalid request path".into()));
-        };
+    ) -> axum::http::Request<Outbound> {
         // The caller's headers go on as they are, less the hop-by-hop ones, our token (it is for us, not
         // for the model's container) and the private-link account.
         let mut headers = parts.headers;
@@ -789,10 +883,10 @@ impl Proxy {
         }
         let mut out = axum::http::Request::new(body);
         *out.method_mut() = parts.method;
-        *out.uri_mut() = uri;
+        *out.uri_mut() = Uri::from(target);
         // The caller's Host was for us (it is stripped above): the replica sees its own.
         *out.headers_mut() = headers;
-        Ok(out)
+        out
     }
 
     /// The replica's response on its way to the caller, holding `guard` until it has passed: an MCP session
@@ -806,7 +900,7 @@ impl Proxy {
         resp: axum::http::Response<Incoming>,
         guard: InFlight,
         cache_key: Option<cache::Key>,
-    ) -> Response {
+    ) -> Reply {
         let (rparts, rbody) = resp.into_parts();
         if stateful_session(route) && session.is_none() {
             if let Some(s) = rparts
@@ -839,11 +933,11 @@ impl Proxy {
             _ => None,
         };
         let rbody = Passing {
-            body: rbody.map_err(axum::Error::new),
+            body: rbody,
             _guard: guard,
             fill,
         };
-        let mut resp = Response::new(Body::new(rbody));
+        let mut resp = Reply::new(ReplyBody::Passing(rbody));
         *resp.status_mut() = status;
         *resp.headers_mut() = headers;
         if route.cache {
@@ -992,7 +1086,10 @@ fn serving(route: &Route) -> bool {
 /// than when the connection closes the channel: one hand-off fewer between the two tasks.
 ///
 /// The task is aborted if the request is dropped first (the caller went away).
-async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
+async fn read_body<B>(body: B, limit: usize) -> Result<axum::body::Bytes, ApiError>
+where
+    B: http_body::Body<Data = axum::body::Bytes> + Send + Unpin + 'static,
+{
     struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
     impl<T> Drop for AbortOnDrop<T> {
         fn drop(&mut self) {
@@ -1018,7 +1115,10 @@ fn unreadable() -> ApiError {
 }
 
 /// The data of `body` up to `limit` bytes, until the body ends or says it has. One chunk is kept as it came.
-async fn collect(mut body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
+async fn collect<B>(mut body: B, limit: usize) -> Result<axum::body::Bytes, ApiError>
+where
+    B: http_body::Body<Data = axum::body::Bytes> + Unpin,
+{
     let too_large = || ApiError::PayloadTooLarge(limit);
     if http_body::Body::size_hint(&body).lower() > limit as u64 {
         return Err(too_large());
@@ -1132,7 +1232,7 @@ fn cached_response(c: Cached, marker: &'static str) -> Response {
 /// drops (and the replica connection goes back to its pool) when the response is fully sent or dropped; and,
 /// when the response may be cached, it keeps the body's chunks as they pass and stores them once passed in
 /// full. A body larger than an entry stops being kept; one that breaks off is not stored.
-struct Passing<B> {
+pub struct Passing<B> {
     body: B,
     _guard: InFlight,
     fill: Option<Fill>,
@@ -1355,6 +1455,71 @@ mod tests {
         ] {
             assert!(!has_dot_segment(good), "{good}");
         }
+    }
+
+    /// A route for `ns`/`name`, public, with no replica.
+    fn route(ns: &str, name: &str) -> Arc<Route> {
+        Arc::new(Route {
+            id: format!("{ns}-{name}"),
+            generation: "1".into(),
+            namespace: ns.into(),
+            name: name.into(),
+            state: EndpointState::Running,
+            endpoint_type: EndpointType::Public,
+            allow: None,
+            load_balancer: Default::default(),
+            mcp_lb: None,
+            cache: false,
+            private_account: None,
+            domain: None,
+            backends: Vec::new(),
+            router: None,
+            activity: Default::default(),
+        })
+    }
+
+    #[test]
+    fn the_target_is_the_rest_of_the_path_and_the_query() {
+        let table = RouteTable::new(vec![route("ns", "ep")]);
+        let target = |uri: &str| {
+            let uri: Uri = uri.parse().expect("uri");
+            let path = uri
+                .path()
+                .strip_prefix("/endpoints/")
+                .expect("an endpoint path");
+            let (route, rest) = by_path_route(&table, path).expect("routed");
+            assert_eq!((&route.namespace[..], &route.name[..]), ("ns", "ep"));
+            send_target(&uri, rest)
+                .expect("a target")
+                .as_str()
+                .to_string()
+        };
+        for (uri, sent) in [
+            (
+                "/endpoints/ns/ep/v1/chat?stream=1&x=%2F",
+                "/v1/chat?stream=1&x=%2F",
+            ),
+            ("/endpoints/ns/ep/v1/chat", "/v1/chat"),
+            ("/endpoints/ns/ep/", "/"),
+            ("/endpoints/ns/ep", "/"),
+            ("/endpoints/ns/ep?q=1", "/?q=1"),
+            ("/endpoints/ns/ep/a?", "/a?"),
+            (
+                "http://models.example.com/endpoints/ns/ep/a//b?q",
+                "/a//b?q",
+            ),
+        ] {
+            assert_eq!(target(uri), sent, "{uri}");
+        }
+        for missing in ["ns/other/x", "other/ep", "ns", ""] {
+            let Err(ApiError::NotFound(_)) = by_path_route(&table, missing) else {
+                panic!("{missing:?} is no endpoint");
+            };
+        }
+        // By custom domain: the rest after the route's prefix, and the query.
+        let uri: Uri = "http://models.example.com/emb/v1?x=1".parse().expect("uri");
+        assert_eq!(send_target(&uri, "/v1").expect("target"), "/v1?x=1");
+        assert_eq!(send_target(&uri, "").expect("target"), "/?x=1");
     }
 
     #[test]

@@ -29,7 +29,7 @@ use hyper_util::rt::TokioIo;
 
 use super::{Front, Inner};
 use crate::error::ApiError;
-use crate::routing::upstream;
+use crate::routing::upstream::{self, Outbound};
 
 /// Whether this thread is a data-plane worker's.
 pub fn on_data_plane() -> bool {
@@ -234,7 +234,7 @@ async fn connection<S>(
     S: Inner,
 {
     let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        app.answer(req.map(axum::body::Body::new), peer)
+        app.answer(req.map(Outbound::Incoming), peer)
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .serve_connection(TokioIo::new(io), service)

@@ -28,7 +28,60 @@ const IDLE_PER_REPLICA: usize = 256;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-type Idle = Mutex<Vec<(Instant, SendRequest<Body>)>>;
+type Idle = Mutex<Vec<(Instant, SendRequest<Outbound>)>>;
+
+/// A request body on its way to a replica: a caller's, passed on as it comes (the proxy's usual case, with
+/// nothing boxed), or one the server made.
+pub enum Outbound {
+    Incoming(Incoming),
+    Body(Body),
+}
+
+impl From<Body> for Outbound {
+    fn from(body: Body) -> Outbound {
+        Outbound::Body(body)
+    }
+}
+
+impl From<Outbound> for Body {
+    fn from(body: Outbound) -> Body {
+        match body {
+            Outbound::Incoming(incoming) => Body::new(incoming),
+            Outbound::Body(body) => body,
+        }
+    }
+}
+
+impl http_body::Body for Outbound {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        match self.get_mut() {
+            Outbound::Incoming(b) => std::pin::Pin::new(b)
+                .poll_frame(cx)
+                .map(|f| f.map(|f| f.map_err(axum::Error::new))),
+            Outbound::Body(b) => std::pin::Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Outbound::Incoming(b) => b.is_end_stream(),
+            Outbound::Body(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self {
+            Outbound::Incoming(b) => b.size_hint(),
+            Outbound::Body(b) => b.size_hint(),
+        }
+    }
+}
 
 /// A replica's idle connections, each with the time it came back, in a slot per data-plane worker (and
 /// slot 0 for every other thread).
@@ -89,7 +142,7 @@ impl Pool {
     /// The most recently used connection of this thread's slot that is ready for a request. Long-idle ones
     /// (at the front: they came back first) and closed ones met on the way are dropped; busy ones stay for
     /// later. The usual case looks at one connection, however many are idle.
-    fn take(&self) -> Option<SendRequest<Body>> {
+    fn take(&self) -> Option<SendRequest<Outbound>> {
         let mut idle = self.slot().lock().ok()?;
         let now = Instant::now();
         let expired = idle
@@ -114,7 +167,7 @@ impl Pool {
     }
 
     /// A connection whose response was passed on (it may still be finishing its request's upload).
-    pub fn give_back(&self, sender: SendRequest<Body>) {
+    pub fn give_back(&self, sender: SendRequest<Outbound>) {
         if sender.is_closed() {
             return;
         }
@@ -141,7 +194,7 @@ impl std::fmt::Display for Error {
     }
 }
 
-async fn connect(addr: SocketAddr) -> Result<SendRequest<Body>, Error> {
+async fn connect(addr: SocketAddr) -> Result<SendRequest<Outbound>, Error> {
     let stream = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
         .await
         .map_err(|_| Error::Connect(std::io::ErrorKind::TimedOut.into()))?
@@ -160,11 +213,15 @@ async fn connect(addr: SocketAddr) -> Result<SendRequest<Body>, Error> {
 
 /// A replica's response, and the connection it came on: given back to the pool once the response has been
 /// read in full.
-pub type Exchange = (Response<Incoming>, SendRequest<Body>);
+pub type Exchange = (Response<Incoming>, SendRequest<Outbound>);
 
 /// Sends `req` (origin-form URI) to the replica at `addr`, on an idle connection of `pool` or a new one.
 /// Returns the response and the connection, to be given back once the response has been read in full.
-pub async fn send(pool: &Pool, addr: SocketAddr, req: Request<Body>) -> Result<Exchange, Error> {
+pub async fn send(
+    pool: &Pool,
+    addr: SocketAddr,
+    req: Request<Outbound>,
+) -> Result<Exchange, Error> {
     let mut req = req;
     // A pooled connection may have been closed by the replica since: when nothing was sent, the request
     // comes back and goes out on a new connection.
@@ -271,7 +328,9 @@ mod tests {
             .header("host", "replica")
             .body(Body::empty())
             .unwrap();
-        let (resp, sender) = send(pool, addr, req).await.expect("answer");
+        let (resp, sender) = send(pool, addr, req.map(Outbound::from))
+            .await
+            .expect("answer");
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         pool.give_back(sender);
         String::from_utf8_lossy(&body).into_owned()
@@ -318,7 +377,9 @@ mod tests {
             .header("host", "replica")
             .body(Body::from_stream(body))
             .unwrap();
-        let (resp, sender) = send(&pool, addr, req).await.expect("early answer");
+        let (resp, sender) = send(&pool, addr, req.map(Outbound::from))
+            .await
+            .expect("early answer");
         resp.into_body().collect().await.unwrap();
         pool.give_back(sender);
         // The next request does not wait behind the upload: it gets a connection of its own.
@@ -334,7 +395,7 @@ mod tests {
             l.local_addr().unwrap()
         };
         let req = Request::builder().uri("/").body(Body::empty()).unwrap();
-        let err = send(&Pool::default(), addr, req)
+        let err = send(&Pool::default(), addr, req.map(Outbound::from))
             .await
             .expect_err("refused");
         assert!(matches!(err, Error::Connect(_)), "{err}");
