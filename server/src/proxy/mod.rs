@@ -10,6 +10,7 @@
 
 pub mod balance;
 pub mod cache;
+mod fast;
 pub mod workers;
 
 use std::collections::HashMap;
@@ -156,28 +157,23 @@ pub fn private_front(proxy: Proxy) -> Front<Router> {
     Front::new(proxy.private(), inner)
 }
 
-/// The endpoint a request is for by its `Host` (an endpoint's custom domain), and the rest of the path
+/// The endpoint a request for `host` and `path` is for by its custom domain, and the rest of the path
 /// after the route's prefix (see [`send_target`]).
-fn by_host_route<'r, B>(
+fn by_host_route<'p>(
     table: &RouteTable,
     proxy: &Proxy,
-    req: &'r axum::http::Request<B>,
-) -> Option<(Arc<Route>, &'r str)> {
+    host: Option<&str>,
+    path: &'p str,
+) -> Option<(Arc<Route>, &'p str)> {
     if !table.has_domains() {
         return None;
     }
-    let host = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| req.uri().host())
-        .unwrap_or("");
-    let host = bare_host(host);
+    let host = bare_host(host.unwrap_or(""));
     if is_server_host(&host, &proxy.routing.public_host) {
         return None;
     }
     table
-        .by_host(&host, req.uri().path())
+        .by_host(&host, path)
         .map(|(route, rest)| (route.clone(), rest))
 }
 
@@ -336,10 +332,25 @@ fn endpoint_target<B>(
     proxy: &Proxy,
     req: &axum::http::Request<B>,
 ) -> Option<Result<(Arc<Route>, PathAndQuery), ApiError>> {
-    let path = req.uri().path();
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri().host());
+    let found = endpoint_route(proxy, host, req.uri().path())?;
+    Some(found.and_then(|(route, rest)| Ok((route, send_target(req.uri(), rest)?))))
+}
+
+/// The endpoint a request for `host` and `path` is for (by custom domain, or under `/endpoints/`), and the
+/// rest of the path (see [`send_target`]); `None` for a request that is not for an endpoint.
+fn endpoint_route<'p>(
+    proxy: &Proxy,
+    host: Option<&str>,
+    path: &'p str,
+) -> Option<Result<(Arc<Route>, &'p str), ApiError>> {
     // One look at the table for both ways in.
     let table = proxy.routing.table.borrow();
-    let by_host = by_host_route(&table, proxy, req);
+    let by_host = by_host_route(&table, proxy, host, path);
     let by_path = path.strip_prefix("/endpoints/");
     if by_host.is_none() && by_path.is_none() {
         return None;
@@ -350,12 +361,11 @@ fn endpoint_target<B>(
                 .into(),
         )));
     }
-    let found = match (by_host, by_path) {
-        (Some(found), _) => Ok(found),
-        (None, Some(path)) => by_path_route(&table, path),
-        (None, None) => return None,
-    };
-    Some(found.and_then(|(route, rest)| Ok((route, send_target(req.uri(), rest)?))))
+    match (by_host, by_path) {
+        (Some(found), _) => Some(Ok(found)),
+        (None, Some(path)) => Some(by_path_route(&table, path)),
+        (None, None) => None,
+    }
 }
 
 /// The path and query to send on: `rest` (the end of the request's path after the endpoint's part of it,
@@ -536,16 +546,24 @@ impl Proxy {
     /// The caller's address: the socket's, or, from a trusted proxy, the last untrusted hop of
     /// `X-Forwarded-For`.
     fn client_ip(&self, peer: SocketAddr, headers: &HeaderMap) -> IpAddr {
+        let forwarded = headers.get_all(&X_FORWARDED_FOR).iter();
+        self.client_ip_from(peer, forwarded.map(HeaderValue::as_bytes))
+    }
+
+    /// [`Self::client_ip`], from the values of the request's `X-Forwarded-For` headers.
+    fn client_ip_from<'v>(
+        &self,
+        peer: SocketAddr,
+        forwarded: impl Iterator<Item = &'v [u8]>,
+    ) -> IpAddr {
         let mut client = peer.ip();
         if !self.trusted(client) {
             return client;
         }
         // From the right: each trusted hop vouches for the one before it. A hop that does not parse ends
         // the walk, so nothing an attacker wrote further left is believed.
-        let hops: Vec<&str> = headers
-            .get_all(&X_FORWARDED_FOR)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
+        let hops: Vec<&str> = forwarded
+            .filter_map(|v| std::str::from_utf8(v).ok())
             .flat_map(|v| v.split(','))
             .collect();
         for hop in hops.iter().rev() {
@@ -568,8 +586,7 @@ impl Proxy {
 
     /// Who may call an `authenticated` endpoint: a token allowed to read the namespace's endpoints.
     /// Answers are remembered for `auth_cache_s` so the store is not asked on every request.
-    async fn check_token(&self, namespace: &str, headers: &HeaderMap) -> Result<String, Response> {
-        let token = bearer_in(headers);
+    async fn check_token(&self, namespace: &str, token: Option<&str>) -> Result<String, Response> {
         let Some(token) = token else {
             return Err(ApiError::Unauthorized(
                 "this endpoint needs a bearer token (Authorization: Bearer …)".into(),
@@ -738,7 +755,10 @@ impl Proxy {
             }
         }
         let access = match route.endpoint_type {
-            EndpointType::Authenticated => self.check_token(&route.namespace, headers).await?,
+            EndpointType::Authenticated => {
+                self.check_token(&route.namespace, bearer_in(headers))
+                    .await?
+            }
             EndpointType::Public | EndpointType::Private => String::new(),
         };
         Ok((client, access))
@@ -815,18 +835,18 @@ impl Proxy {
         route: &Route,
         headers: &HeaderMap,
     ) -> Result<Arc<Route>, Response> {
-        let latest = self
-            .routing
-            .table
-            .borrow()
-            .get(&route.namespace, &route.name)
-            .cloned();
-        let Some(latest) = latest else {
+        let Some(latest) = self.latest(route) else {
             return Err(
                 ApiError::NotFound(format!("endpoint {} was deleted", route.name)).into_response(),
             );
         };
         self.ready_route(&latest, headers).await
+    }
+
+    /// `route` as the latest table has it; `None` once it is gone.
+    fn latest(&self, route: &Route) -> Option<Arc<Route>> {
+        let table = self.routing.table.borrow();
+        table.get(&route.namespace, &route.name).cloned()
     }
 
     /// The replica to send to: the custom router when there is one (it balances by itself), else the one
@@ -918,6 +938,10 @@ impl Proxy {
             .is_some_and(|v| v.starts_with("text/event-stream"));
         let status = rparts.status;
         let mut headers = rparts.headers;
+        // A length beside a transfer coding is not the body's (RFC 9112 §6.3): the body goes on in chunks.
+        if headers.contains_key(header::TRANSFER_ENCODING) {
+            headers.remove(header::CONTENT_LENGTH);
+        }
         strip_hop_by_hop(&mut headers);
         // A response that may be cached streams to the caller like any other, copied on its way, and is
         // stored once it has passed in full (and fits an entry).
@@ -1146,11 +1170,12 @@ where
 /// Whether the response cache is used: the route has it on, and the caller did not opt out
 /// (`X-Use-Cache: false`).
 fn wants_cache(route: &Route, headers: &HeaderMap) -> bool {
-    route.cache
-        && headers
-            .get(&X_USE_CACHE)
-            .and_then(|v| v.to_str().ok())
-            .is_none_or(|v| !v.eq_ignore_ascii_case("false"))
+    wants_cache_by(route, headers.get(&X_USE_CACHE).map(HeaderValue::as_bytes))
+}
+
+/// [`wants_cache`], by the value of the request's `X-Use-Cache`.
+fn wants_cache_by(route: &Route, use_cache: Option<&[u8]>) -> bool {
+    route.cache && use_cache.is_none_or(|v| !v.trim_ascii().eq_ignore_ascii_case(b"false"))
 }
 
 fn stateful_session(route: &Route) -> bool {

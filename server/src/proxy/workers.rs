@@ -17,6 +17,8 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::Poll;
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
@@ -27,6 +29,7 @@ use tokio::sync::watch;
 
 use hyper_util::rt::TokioIo;
 
+use super::fast::{self, Hand};
 use super::{Front, Inner};
 use crate::error::ApiError;
 use crate::routing::upstream::{self, Outbound};
@@ -221,11 +224,107 @@ where
     open_tx.closed().await;
 }
 
-/// One client connection, HTTP/1.1, each request answered by [`Front::answer`] with the peer's address at
-/// hand (no per-request extension to carry it). On `stop` the connection finishes the request it is
-/// answering and closes.
+/// One client connection: its requests served by the data plane's own HTTP/1.1 path (see [`fast`]) while
+/// it takes them; from the first one it does not take on, by hyper's server ([`general`]), which is handed
+/// the connection with what was read of it. On `stop` the connection finishes the request it is answering
+/// and closes.
 async fn connection<S>(
     io: tokio::net::TcpStream,
+    peer: SocketAddr,
+    app: Front<S>,
+    stop: watch::Receiver<bool>,
+    open: watch::Receiver<()>,
+) where
+    S: Inner,
+{
+    let mut conn = fast::Conn::new(io);
+    let stopping = until(stop.clone());
+    tokio::pin!(stopping);
+    loop {
+        let read = tokio::select! {
+            read = conn.read_head() => read,
+            () = &mut stopping => return,
+        };
+        let hand = match read {
+            Hand::KeepAlive => fast::serve(&app.proxy, &mut conn, peer).await,
+            other => other,
+        };
+        match hand {
+            Hand::KeepAlive if !*stop.borrow() => {}
+            Hand::KeepAlive | Hand::Close => return,
+            Hand::Over => break,
+        }
+    }
+    let io = Prefixed {
+        read: conn.buf,
+        io: conn.io,
+    };
+    general(io, peer, app, stop, open).await;
+}
+
+/// A connection with bytes already read from it, which it reads again first.
+struct Prefixed {
+    read: bytes::BytesMut,
+    io: tokio::net::TcpStream,
+}
+
+impl tokio::io::AsyncRead for Prefixed {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if this.read.is_empty() {
+            return Pin::new(&mut this.io).poll_read(cx, buf);
+        }
+        let n = this.read.len().min(buf.remaining());
+        buf.put_slice(&this.read.split_to(n));
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl tokio::io::AsyncWrite for Prefixed {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+/// A client connection served by hyper's HTTP/1 server, each request answered by [`Front::answer`] with
+/// the peer's address at hand (no per-request extension to carry it). On `stop` the connection finishes
+/// the request it is answering and closes.
+async fn general<S>(
+    io: Prefixed,
     peer: SocketAddr,
     app: Front<S>,
     stop: watch::Receiver<bool>,

@@ -21,6 +21,7 @@ use axum::http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 
 /// Idle connections kept per replica; more are closed when they come back.
 const IDLE_PER_REPLICA: usize = 256;
@@ -83,16 +84,23 @@ impl http_body::Body for Outbound {
     }
 }
 
+/// Idle connections the data plane's own HTTP/1.1 path drives itself (see `proxy::fast`).
+type IdleStreams = Mutex<Vec<(Instant, TcpStream)>>;
+
 /// A replica's idle connections, each with the time it came back, in a slot per data-plane worker (and
-/// slot 0 for every other thread).
+/// slot 0 for every other thread): hyper's, and those of the data plane's own path.
 pub struct Pool {
     slots: Box<[Idle]>,
+    streams: Box<[IdleStreams]>,
 }
 
 impl Default for Pool {
     fn default() -> Pool {
         let slots = (0..=worker_slots()).map(|_| Idle::default()).collect();
-        Pool { slots }
+        let streams = (0..=worker_slots())
+            .map(|_| IdleStreams::default())
+            .collect();
+        Pool { slots, streams }
     }
 }
 
@@ -137,6 +145,35 @@ pub fn enter_worker(worker: usize) {
 impl Pool {
     fn slot(&self) -> &Idle {
         &self.slots[slot().min(self.slots.len() - 1)]
+    }
+
+    /// The most recently used idle connection of this thread's slot that the replica has not closed
+    /// (as far as the event loop has seen); long-idle ones are dropped on the way.
+    pub fn take_stream(&self) -> Option<TcpStream> {
+        let mut idle = self.streams[slot().min(self.streams.len() - 1)]
+            .lock()
+            .ok()?;
+        let now = Instant::now();
+        let expired = idle
+            .iter()
+            .take_while(|(at, _)| now.duration_since(*at) >= IDLE_TIMEOUT)
+            .count();
+        idle.drain(..expired);
+        while let Some((_, stream)) = idle.pop() {
+            if !closed(&stream) {
+                return Some(stream);
+            }
+        }
+        None
+    }
+
+    /// A connection whose exchange ended cleanly, for the next request of this thread's slot.
+    pub fn give_back_stream(&self, stream: TcpStream) {
+        if let Ok(mut idle) = self.streams[slot().min(self.streams.len() - 1)].lock() {
+            if idle.len() < IDLE_PER_REPLICA {
+                idle.push((Instant::now(), stream));
+            }
+        }
     }
 
     /// The most recently used connection of this thread's slot that is ready for a request. Long-idle ones
@@ -194,12 +231,26 @@ impl std::fmt::Display for Error {
     }
 }
 
-async fn connect(addr: SocketAddr) -> Result<SendRequest<Outbound>, Error> {
-    let stream = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
+/// Whether the replica closed an idle connection, by what the event loop has seen of it (no system call):
+/// an idle connection has nothing to read, so a hang-up is all its readiness can say.
+fn closed(stream: &TcpStream) -> bool {
+    use futures_util::FutureExt;
+    let ready = stream.ready(tokio::io::Interest::READABLE).now_or_never();
+    matches!(ready, Some(Ok(r)) if r.is_read_closed() || r.is_error())
+        || matches!(ready, Some(Err(_)))
+}
+
+/// A new connection to the replica at `addr`, without delay on small writes.
+pub async fn connect_stream(addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
         .await
-        .map_err(|_| Error::Connect(std::io::ErrorKind::TimedOut.into()))?
-        .map_err(Error::Connect)?;
-    stream.set_nodelay(true).map_err(Error::Connect)?;
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+async fn connect(addr: SocketAddr) -> Result<SendRequest<Outbound>, Error> {
+    let stream = connect_stream(addr).await.map_err(Error::Connect)?;
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(Error::Http)?;

@@ -1,0 +1,1224 @@
+//! The data plane's own HTTP/1.1 path, in nginx's way: a caller's connection and the replica connection
+//! its request goes out on are driven by one task, which parses each head in place (`httparse`), writes the
+//! head the other side gets straight from the bytes it read, and passes bodies through as they come.
+//!
+//! Against the general path (hyper's server and client, see [`super::workers`]) it saves, on every request,
+//! the header maps built and dropped on both sides, the hand-offs between the caller's task and the replica
+//! connection's (a channel each way, and one for the response body), and their wake-ups: a request costs
+//! about what a TCP relay costs, plus the parsing.
+//!
+//! It serves the usual request: HTTP/1.1, a body of known length (or none), for an endpoint that serves now
+//! (public or authenticated, with or without CIDR rules and the response cache, any balancer). Anything
+//! else, from the first request on a connection that is not one, is served by the general path, which is
+//! handed the connection with what was read of it ([`Hand::Over`]): HTTP/1.0, chunked uploads,
+//! `Expect`, upgrades, the API, a cold start, MCP sessions, a custom router, a head that does not parse, and
+//! every error those answer. The rules are the same on both paths: the same hop-by-hop headers stay
+//! behind, the replica sees the same request, the caller the same response, and the same counters move.
+
+use std::mem::MaybeUninit;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use bytes::{Buf, BytesMut};
+use http_body_util::BodyExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::{balance, cache, cached_response, endpoint_route, serving, InFlight, Proxy};
+use crate::auth::bearer;
+use crate::error::ApiError;
+use crate::model::EndpointType;
+use crate::routing::{Backend, Route};
+
+/// Most head bytes read while waiting for a head to end; a longer head goes to the general path (which
+/// allows more, and answers 431 past its own bound).
+const HEAD_MAX: usize = 16 * 1024;
+/// Most header fields in a head this path parses (hyper's bound too).
+const MAX_HEADERS: usize = 100;
+/// Most bytes a chunk's size line (or a trailer line) may take before it is taken for garbage.
+const LINE_MAX: usize = 4096;
+
+/// Where a part of a head is in the buffer it was parsed from.
+#[derive(Clone, Copy, Default)]
+struct Span(usize, usize);
+
+impl Span {
+    fn of(buf: &[u8], part: &[u8]) -> Span {
+        let at = part.as_ptr() as usize - buf.as_ptr() as usize;
+        Span(at, at + part.len())
+    }
+
+    fn in_<'b>(&self, buf: &'b [u8]) -> &'b [u8] {
+        &buf[self.0..self.1]
+    }
+}
+
+/// A head parsed in place: where each part is.
+#[derive(Default)]
+struct Head {
+    len: usize,
+    /// The method (a request's) or the reason phrase (a response's).
+    first: Span,
+    /// The request target (a request's).
+    target: Span,
+    status: u16,
+    /// HTTP/1.x's x.
+    minor: u8,
+    fields: Vec<(Span, Span)>,
+}
+
+enum Parsed {
+    Complete,
+    Partial,
+    Invalid,
+}
+
+impl Head {
+    fn request(&mut self, buf: &[u8]) -> Parsed {
+        let mut fields = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut []);
+        match req.parse_with_uninit_headers(buf, &mut fields) {
+            Ok(httparse::Status::Complete(len)) => {
+                let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version)
+                else {
+                    return Parsed::Invalid;
+                };
+                self.len = len;
+                self.first = Span::of(buf, method.as_bytes());
+                self.target = Span::of(buf, target.as_bytes());
+                self.minor = minor;
+                self.keep(buf, req.headers);
+                Parsed::Complete
+            }
+            Ok(httparse::Status::Partial) => Parsed::Partial,
+            Err(_) => Parsed::Invalid,
+        }
+    }
+
+    fn response(&mut self, buf: &[u8]) -> Parsed {
+        let mut fields = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+        let mut resp = httparse::Response::new(&mut []);
+        let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+            &mut resp,
+            buf,
+            &mut fields,
+        );
+        match parsed {
+            Ok(httparse::Status::Complete(len)) => {
+                let (Some(status), Some(minor)) = (resp.code, resp.version) else {
+                    return Parsed::Invalid;
+                };
+                self.len = len;
+                self.first = Span::of(buf, resp.reason.unwrap_or("").as_bytes());
+                self.status = status;
+                self.minor = minor;
+                self.keep(buf, resp.headers);
+                Parsed::Complete
+            }
+            Ok(httparse::Status::Partial) => Parsed::Partial,
+            Err(_) => Parsed::Invalid,
+        }
+    }
+
+    fn keep(&mut self, buf: &[u8], fields: &[httparse::Header<'_>]) {
+        self.fields.clear();
+        for f in fields {
+            self.fields
+                .push((Span::of(buf, f.name.as_bytes()), Span::of(buf, f.value)));
+        }
+    }
+
+    /// The fields, as (name, value).
+    fn fields<'b>(&'b self, buf: &'b [u8]) -> impl Iterator<Item = (&'b [u8], &'b [u8])> + 'b {
+        self.fields.iter().map(|(n, v)| (n.in_(buf), v.in_(buf)))
+    }
+
+    /// The first value of field `name` (lowercase).
+    fn get<'b>(&self, buf: &'b [u8], name: &str) -> Option<&'b [u8]> {
+        self.fields
+            .iter()
+            .find(|(n, _)| n.in_(buf).eq_ignore_ascii_case(name.as_bytes()))
+            .map(|(_, v)| v.in_(buf))
+    }
+}
+
+/// What a head says of its message, read in one pass over its fields.
+#[derive(Default)]
+struct Framing {
+    /// `Content-Length`, when there is exactly one value (repeats that agree count as one).
+    length: Option<u64>,
+    /// `Content-Length` that does not parse, or values that disagree.
+    bad_length: bool,
+    /// `Transfer-Encoding`, and whether `chunked` is its last coding.
+    encoded: bool,
+    chunked: bool,
+    /// `Connection: close`.
+    close: bool,
+    /// Something this path leaves to the general one: `Expect`, `Upgrade`.
+    unusual: bool,
+}
+
+impl Framing {
+    fn of(head: &Head, buf: &[u8]) -> Framing {
+        let mut f = Framing::default();
+        for (name, value) in head.fields(buf) {
+            if name.eq_ignore_ascii_case(b"content-length") {
+                // Digits only: no sign, no spaces within.
+                let digits = value.trim_ascii();
+                let n = (!digits.is_empty() && digits.iter().all(u8::is_ascii_digit))
+                    .then(|| std::str::from_utf8(digits).ok()?.parse::<u64>().ok())
+                    .flatten();
+                match (n, f.length) {
+                    (Some(n), None) => f.length = Some(n),
+                    (Some(n), Some(m)) if n == m => {}
+                    _ => f.bad_length = true,
+                }
+            } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+                f.encoded = true;
+                let last = value.rsplit(|b| *b == b',').next().unwrap_or(b"");
+                f.chunked = last.trim_ascii().eq_ignore_ascii_case(b"chunked");
+            } else if name.eq_ignore_ascii_case(b"connection") {
+                f.close |= words(value).any(|w| w.eq_ignore_ascii_case(b"close"));
+            } else if name.eq_ignore_ascii_case(b"expect") || name.eq_ignore_ascii_case(b"upgrade")
+            {
+                f.unusual = true;
+            }
+        }
+        f
+    }
+}
+
+/// The words of a comma-separated field value.
+fn words(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|b| *b == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|w| !w.is_empty())
+}
+
+/// Whether a field is for this hop only, or for this server only, and is not passed on: the hop-by-hop
+/// fields (see `HOP_BY_HOP`), `Host`, and those the message's `Connection` names; and, in a request, the
+/// caller's token, the private link's account and `X-Forwarded-For` (written anew).
+fn stays(name: &[u8], head: &Head, buf: &[u8], request: bool) -> bool {
+    const ALWAYS: [&[u8]; 10] = [
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"proxy-connection",
+        b"host",
+    ];
+    const REQUEST: [&[u8]; 3] = [
+        b"authorization",
+        b"x-private-link-account",
+        b"x-forwarded-for",
+    ];
+    let is = |n: &&[u8]| name.eq_ignore_ascii_case(n);
+    if ALWAYS.iter().any(is) || (request && REQUEST.iter().any(is)) {
+        return true;
+    }
+    head.fields(buf)
+        .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
+        .any(|(_, v)| words(v).any(|w| w.eq_ignore_ascii_case(name)))
+}
+
+/// Whether a request target is in origin form and only of characters that any URI parser takes as they are
+/// (RFC 3986's path and query characters): anything else goes to the general path, which checks it.
+fn plain_target(target: &[u8]) -> bool {
+    target.first() == Some(&b'/')
+        && target
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/?%".contains(b))
+}
+
+/// One caller's connection on this path.
+pub(super) struct Conn {
+    pub(super) io: TcpStream,
+    /// What the caller sent that is not handled yet: a head being read, body bytes, the next request.
+    pub(super) buf: BytesMut,
+    /// What the replica sent of the current exchange.
+    rbuf: BytesMut,
+    /// Each head written, made here.
+    out: Vec<u8>,
+    head: Head,
+    rhead: Head,
+    /// Bytes of the current request (head and body) still in `buf`: none once it has been sent on.
+    pending: usize,
+}
+
+/// What became of a caller's connection after a request.
+pub(super) enum Hand {
+    /// Answered; the next request may come.
+    KeepAlive,
+    /// Closed, or to be.
+    Close,
+    /// Not for this path: the general path takes the connection as it is, the head unread.
+    Over,
+}
+
+impl Conn {
+    pub(super) fn new(io: TcpStream) -> Conn {
+        Conn {
+            io,
+            buf: BytesMut::with_capacity(8192),
+            rbuf: BytesMut::with_capacity(8192),
+            out: Vec::with_capacity(1024),
+            head: Head::default(),
+            rhead: Head::default(),
+            pending: 0,
+        }
+    }
+
+    /// Reads until a request head has come whole. `Over` for a head this path does not parse (or one
+    /// longer than [`HEAD_MAX`]), `Close` when the caller closed (or failed) first.
+    pub(super) async fn read_head(&mut self) -> Hand {
+        loop {
+            if !self.buf.is_empty() {
+                match self.head.request(&self.buf) {
+                    Parsed::Complete => return Hand::KeepAlive,
+                    Parsed::Partial if self.buf.len() < HEAD_MAX => {}
+                    _ => return Hand::Over,
+                }
+            }
+            self.buf.reserve(4096);
+            match self.io.read_buf(&mut self.buf).await {
+                Ok(0) if self.buf.is_empty() => return Hand::Close,
+                // Cut off mid-head: the general path answers what it can.
+                Ok(0) => return Hand::Over,
+                Ok(_) => {}
+                Err(_) => return Hand::Close,
+            }
+        }
+    }
+}
+
+/// What this path needs to know of a request it takes.
+struct Taken {
+    route: Arc<Route>,
+    /// Where the rest of the path (after the endpoint's part) starts in the target, or `None` when the
+    /// path ends at the endpoint's part.
+    rest_at: Option<usize>,
+    framing: Framing,
+    head_request: bool,
+}
+
+/// Whether this path takes the request whose head is in `conn`, and what it needs of it.
+fn take(proxy: &Proxy, conn: &Conn) -> Option<Taken> {
+    let (head, buf) = (&conn.head, &conn.buf[..]);
+    if proxy.private || head.minor != 1 {
+        return None;
+    }
+    let target = head.target.in_(buf);
+    if !plain_target(target) {
+        return None;
+    }
+    let framing = Framing::of(head, buf);
+    if framing.encoded || framing.bad_length || framing.unusual {
+        return None;
+    }
+    let target = std::str::from_utf8(target).ok()?;
+    let path = target.split_once('?').map_or(target, |(p, _)| p);
+    let host = head
+        .get(buf, "host")
+        .and_then(|h| std::str::from_utf8(h).ok());
+    let (route, rest) = endpoint_route(proxy, host, path)?.ok()?;
+    let usual = matches!(
+        route.endpoint_type,
+        EndpointType::Public | EndpointType::Authenticated
+    );
+    if !usual || !serving(&route) || route.mcp_lb.is_some() || route.router.is_some() {
+        return None;
+    }
+    let rest_at = (!rest.is_empty()).then(|| path.len() - rest.len());
+    let head_request = head.first.in_(buf) == b"HEAD";
+    Some(Taken {
+        route,
+        rest_at,
+        framing,
+        head_request,
+    })
+}
+
+/// Serves the request whose head is in `conn`, if this path takes it (see [`Hand`]).
+pub(super) async fn serve(proxy: &Proxy, conn: &mut Conn, peer: SocketAddr) -> Hand {
+    let Some(taken) = take(proxy, conn) else {
+        return Hand::Over;
+    };
+    let started = Instant::now();
+    let length = taken.framing.length.unwrap_or(0);
+    conn.pending = conn
+        .head
+        .len
+        .saturating_add(usize::try_from(length).unwrap_or(usize::MAX));
+    let answer = match exchange(proxy, conn, peer, &taken, started).await {
+        Ok(caller_ok) => {
+            return match caller_ok && !taken.framing.close {
+                true => Hand::KeepAlive,
+                false => Hand::Close,
+            }
+        }
+        Err(answer) => answer,
+    };
+    let stats = &taken.route.activity.stats;
+    stats.record(answer.status().as_u16(), started.elapsed());
+    // The request is done with once all of it has been read: else the connection ends with the answer.
+    let done = conn.pending == 0 || conn.buf.len() >= conn.pending;
+    if done {
+        conn.buf.advance(conn.pending);
+        conn.pending = 0;
+    }
+    let close = taken.framing.close || !done;
+    let written = write_answer(conn, answer, close, taken.head_request).await;
+    match written && !close {
+        true => Hand::KeepAlive,
+        false => Hand::Close,
+    }
+}
+
+/// Who may call: the CIDR allow list and access by type. The account for an `authenticated` endpoint (a
+/// part of the cache key), or the answer refusing the call.
+async fn admit(
+    proxy: &Proxy,
+    conn: &Conn,
+    peer: SocketAddr,
+    route: &Route,
+) -> Result<(std::net::IpAddr, String), Response> {
+    let (head, buf) = (&conn.head, &conn.buf[..]);
+    let forwarded = head
+        .fields(buf)
+        .filter(|(n, _)| n.eq_ignore_ascii_case(b"x-forwarded-for"))
+        .map(|(_, v)| v);
+    let client = proxy.client_ip_from(peer, forwarded);
+    if let Some(allow) = &route.allow {
+        if !allow.iter().any(|c| c.contains(client)) {
+            return Err(ApiError::Forbidden(format!(
+                "{client} is not in this endpoint's allowed CIDR blocks"
+            ))
+            .into_response());
+        }
+    }
+    let access = match route.endpoint_type {
+        EndpointType::Authenticated => {
+            let value = head.get(buf, "authorization");
+            let token = bearer(value.and_then(|v| std::str::from_utf8(v).ok()));
+            proxy.check_token(&route.namespace, token).await?
+        }
+        _ => String::new(),
+    };
+    Ok((client, access))
+}
+
+/// The request's exchange with a replica, and the response passed on: whether the caller took all of it.
+/// `Err` is an answer of the server's own, to be written.
+async fn exchange(
+    proxy: &Proxy,
+    conn: &mut Conn,
+    peer: SocketAddr,
+    taken: &Taken,
+    started: Instant,
+) -> Result<bool, Response> {
+    let (client, access) = admit(proxy, conn, peer, &taken.route).await?;
+    let length = taken.framing.length.unwrap_or(0);
+    let use_cache = super::wants_cache_by(&taken.route, conn.head.get(&conn.buf, "x-use-cache"));
+    // The cache's key covers the body: all of it is read first.
+    if use_cache {
+        read_body(conn, length, proxy.body_limit).await?;
+    }
+    let cache_key = use_cache.then(|| key(conn, taken, &access));
+    if let Some(key) = &cache_key {
+        if let Some(hit) = proxy.cache.get(key, proxy.clock.now()) {
+            taken.route.activity.stats.cache_hit();
+            return Err(cached_response(hit, "HIT"));
+        }
+    }
+    // The route as the latest table has it when the checks may have waited (as on the general path).
+    let waited = use_cache || taken.route.endpoint_type == EndpointType::Authenticated;
+    let route = match waited.then(|| proxy.latest(&taken.route)) {
+        None => taken.route.clone(),
+        Some(Some(latest)) if serving(&latest) => latest,
+        Some(_) => {
+            return Err(super::unavailable(
+                format!(
+                    "endpoint {} is not serving now; retry shortly",
+                    taken.route.name
+                ),
+                Some(proxy.config.retry_after_s),
+            ))
+        }
+    };
+    let mut guard = InFlight::enter(&route, proxy.clock.now());
+    let Some(backend) = balance::pick(route.load_balancer, &route.backends, client).cloned() else {
+        return Err(super::unavailable(
+            "no replica is ready",
+            Some(proxy.config.retry_after_s),
+        ));
+    };
+    guard.add_replica(&backend);
+    request_head(proxy, conn, taken, &backend, peer);
+    let (mut upstream, sent) = send_request(conn, &backend, length).await.map_err(|e| {
+        tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
+        ApiError::BadGateway("the endpoint's replica did not answer".into()).into_response()
+    })?;
+    let passed = pass_response(
+        proxy,
+        conn,
+        &mut upstream,
+        taken,
+        &route,
+        cache_key,
+        started,
+    )
+    .await?;
+    if passed.reusable && sent {
+        backend.pool.give_back_stream(upstream);
+    }
+    drop(guard);
+    Ok(passed.caller_ok)
+}
+
+/// Reads the rest of a body of `length` bytes into the buffer, after the head, up to `limit`.
+async fn read_body(conn: &mut Conn, length: u64, limit: usize) -> Result<(), Response> {
+    if length > limit as u64 {
+        return Err(ApiError::PayloadTooLarge(limit).into_response());
+    }
+    let whole = conn.head.len + length as usize;
+    while conn.buf.len() < whole {
+        conn.buf.reserve(whole - conn.buf.len());
+        match conn.io.read_buf(&mut conn.buf).await {
+            Ok(0) | Err(_) => {
+                return Err(
+                    ApiError::BadRequest("the request body could not be read".into())
+                        .into_response(),
+                )
+            }
+            Ok(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The cache key of a request whose body is at hand (see `Proxy::cache_lookup`).
+fn key(conn: &Conn, taken: &Taken, access: &str) -> cache::Key {
+    let (head, buf) = (&conn.head, &conn.buf[..]);
+    fn text(b: &[u8]) -> &str {
+        std::str::from_utf8(b).unwrap_or("")
+    }
+    let accept = text(head.get(buf, "accept").unwrap_or(b""));
+    let target = text(head.target.in_(buf));
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let rest = taken.rest_at.map_or("/", |at| &path[at..]);
+    let body_at = head.len;
+    let body = &buf[body_at..body_at + taken.framing.length.unwrap_or(0) as usize];
+    let route = &taken.route;
+    cache::key(
+        &[&route.id, &route.generation, accept],
+        text(head.first.in_(buf)),
+        rest,
+        query,
+        access,
+        body,
+    )
+}
+
+/// Writes the head the replica gets into `conn.out`: the caller's method, the rest of the path and the
+/// query, the caller's fields less those that stay (see [`stays`]), the replica's own `Host` and
+/// `X-Forwarded-For` naming the caller.
+fn request_head(
+    proxy: &Proxy,
+    conn: &mut Conn,
+    taken: &Taken,
+    backend: &Backend,
+    peer: SocketAddr,
+) {
+    let (head, buf, out) = (&conn.head, &conn.buf[..], &mut conn.out);
+    out.clear();
+    out.extend_from_slice(head.first.in_(buf));
+    out.push(b' ');
+    let target = head.target.in_(buf);
+    match taken.rest_at {
+        Some(at) => out.extend_from_slice(&target[at..]),
+        None => {
+            out.push(b'/');
+            if let Some(q) = target.iter().position(|b| *b == b'?') {
+                out.extend_from_slice(&target[q..]);
+            }
+        }
+    }
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in head.fields(buf) {
+        if !stays(name, head, buf, true) {
+            field(out, name, value);
+        }
+    }
+    field(out, b"host", backend.host.as_bytes());
+    out.extend_from_slice(b"x-forwarded-for: ");
+    let prior = head.get(buf, "x-forwarded-for");
+    if let (Some(prior), true) = (prior, proxy.trusted(peer.ip())) {
+        out.extend_from_slice(prior);
+        out.extend_from_slice(b", ");
+    }
+    out.extend_from_slice(super::ip_value(peer.ip()).as_bytes());
+    out.extend_from_slice(b"\r\n\r\n");
+}
+
+fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Sends the head in `conn.out` and the body (`length` bytes: what came with the head, then the rest as it
+/// comes) on a connection to `backend`. A pooled connection the replica closed meanwhile is noticed when it
+/// fails before any of the response came; the request then goes again on a new one, when all of it is
+/// still at hand. Returns the connection, and whether all of the body went.
+async fn send_request(
+    conn: &mut Conn,
+    backend: &Backend,
+    length: u64,
+) -> std::io::Result<(TcpStream, bool)> {
+    let body_at = conn.head.len;
+    let at_hand = (conn.buf.len() - body_at).min(usize::try_from(length).unwrap_or(usize::MAX));
+    conn.out
+        .extend_from_slice(&conn.buf[body_at..body_at + at_hand]);
+    let whole = at_hand as u64 == length;
+    let mut pooled = backend.pool.take_stream();
+    loop {
+        let (mut upstream, reused) = match pooled.take() {
+            Some(s) => (s, true),
+            None => (
+                Box::pin(crate::routing::upstream::connect_stream(backend.addr)).await?,
+                false,
+            ),
+        };
+        conn.rbuf.clear();
+        let sent = upstream.write_all(&conn.out).await;
+        let sent = match (sent, whole) {
+            (Ok(()), true) => Ok(true),
+            (Ok(()), false) => stream_body(conn, &mut upstream, length - at_hand as u64).await,
+            (Err(e), _) => Err(e),
+        };
+        // Whether the replica answers: its first bytes, read here.
+        let answered = match sent {
+            Ok(all) => conn.io_answer(&mut upstream).await.map(|()| all),
+            Err(e) => Err(e),
+        };
+        match answered {
+            Ok(all) => {
+                conn.buf.advance(body_at + at_hand);
+                conn.pending = 0;
+                return Ok((upstream, all));
+            }
+            Err(_) if reused && whole => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+impl Conn {
+    /// Reads the replica's first bytes (into `rbuf`); an error when it closed or failed first.
+    async fn io_answer(&mut self, upstream: &mut TcpStream) -> std::io::Result<()> {
+        self.rbuf.reserve(8192);
+        match upstream.read_buf(&mut self.rbuf).await? {
+            0 => Err(std::io::ErrorKind::UnexpectedEof.into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Passes `left` more body bytes from the caller to the replica as they come. Whether all went.
+async fn stream_body(
+    conn: &mut Conn,
+    upstream: &mut TcpStream,
+    mut left: u64,
+) -> std::io::Result<bool> {
+    let mut chunk = vec![0u8; 16 * 1024];
+    while left > 0 {
+        let want = chunk.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let n = conn.io.read(&mut chunk[..want]).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        upstream.write_all(&chunk[..n]).await?;
+        left -= n as u64;
+    }
+    Ok(true)
+}
+
+/// How a response's body ends.
+enum Ends {
+    /// After this many bytes.
+    Length(u64),
+    /// At its last chunk (passed as it is).
+    Chunked,
+    /// When the replica closes (passed on in chunks).
+    Close,
+}
+
+/// A response passed on.
+struct Passed {
+    /// Whether the replica connection may take another request.
+    reusable: bool,
+    /// Whether the caller got all of it.
+    caller_ok: bool,
+}
+
+/// Reads the replica's response head (its first bytes are in `conn.rbuf`), writes the caller's, and passes
+/// the body on, copied to the cache on its way when it may be cached under `cache_key`.
+async fn pass_response(
+    proxy: &Proxy,
+    conn: &mut Conn,
+    upstream: &mut TcpStream,
+    taken: &Taken,
+    route: &Route,
+    cache_key: Option<cache::Key>,
+    started: Instant,
+) -> Result<Passed, Response> {
+    let bad =
+        || ApiError::BadGateway("the endpoint's replica did not answer".into()).into_response();
+    // Informational responses (100, 103) are the replica's business: the caller gets the final one.
+    loop {
+        match conn.rhead.response(&conn.rbuf) {
+            // No upgrade was asked for.
+            Parsed::Complete if conn.rhead.status == 101 => return Err(bad()),
+            Parsed::Complete if conn.rhead.status < 200 => {
+                conn.rbuf.advance(conn.rhead.len);
+                if !conn.rbuf.is_empty() {
+                    continue;
+                }
+            }
+            Parsed::Complete => break,
+            Parsed::Partial if conn.rbuf.len() < HEAD_MAX => {}
+            _ => return Err(bad()),
+        }
+        conn.rbuf.reserve(8192);
+        match upstream.read_buf(&mut conn.rbuf).await {
+            Ok(0) | Err(_) => return Err(bad()),
+            Ok(_) => {}
+        }
+    }
+    let status = StatusCode::from_u16(conn.rhead.status).map_err(|_| bad())?;
+    // Counted once the replica has answered, as on the general path.
+    let stats = &taken.route.activity.stats;
+    stats.record(status.as_u16(), started.elapsed());
+    let framing = Framing::of(&conn.rhead, &conn.rbuf);
+    let body = if taken.head_request || matches!(status.as_u16(), 204 | 304) {
+        Ends::Length(0)
+    } else if framing.encoded {
+        if framing.chunked {
+            Ends::Chunked
+        } else {
+            Ends::Close
+        }
+    } else if framing.bad_length {
+        return Err(bad());
+    } else {
+        framing.length.map_or(Ends::Close, Ends::Length)
+    };
+    let mut fill = match cache_key {
+        Some(key) if status.is_success() && !event_stream(&conn.rhead, &conn.rbuf) => Some(
+            Fill::new(proxy.cache.max_entry, key, status, &conn.rhead, &conn.rbuf),
+        ),
+        _ => None,
+    };
+    response_head(conn, route, &body, taken.framing.close);
+    conn.rbuf.advance(conn.rhead.len);
+    let reusable_head = conn.rhead.minor == 1 && !framing.close;
+    let passed = match body {
+        Ends::Length(n) => pass_length(conn, upstream, n, &mut fill).await,
+        Ends::Chunked => pass_chunked(conn, upstream, &mut fill).await,
+        Ends::Close => pass_until_close(conn, upstream, &mut fill).await,
+    };
+    let (upstream_ok, caller_ok) = passed;
+    if let (Some(f), true) = (fill, upstream_ok && caller_ok) {
+        f.store(proxy);
+    }
+    let framed = !matches!(body, Ends::Close);
+    Ok(Passed {
+        reusable: reusable_head && framed && upstream_ok && conn.rbuf.is_empty(),
+        caller_ok: caller_ok && upstream_ok,
+    })
+}
+
+fn event_stream(head: &Head, buf: &[u8]) -> bool {
+    head.get(buf, "content-type")
+        .is_some_and(|v| v.starts_with(b"text/event-stream"))
+}
+
+/// Writes the caller's response head into `conn.out`: the replica's status and fields less those that
+/// stay, the framing this path passes the body in, `Date` when the replica gave none, `X-Cache` on an
+/// endpoint with the cache, and `Connection: close` when the caller asked for it.
+fn response_head(conn: &mut Conn, route: &Route, body: &Ends, close: bool) {
+    let (head, buf, out) = (&conn.rhead, &conn.rbuf[..], &mut conn.out);
+    out.clear();
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(itoa(head.status).as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(head.first.in_(buf));
+    out.extend_from_slice(b"\r\n");
+    let mut dated = false;
+    // A body passed in chunks has no length of its own, whatever the replica said.
+    let unsized_body = !matches!(body, Ends::Length(_));
+    for (name, value) in head.fields(buf) {
+        let length = name.eq_ignore_ascii_case(b"content-length");
+        if !(stays(name, head, buf, false) || length && unsized_body) {
+            dated |= name.eq_ignore_ascii_case(b"date");
+            field(out, name, value);
+        }
+    }
+    if !dated {
+        date(out);
+    }
+    if unsized_body {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    if route.cache {
+        out.extend_from_slice(b"x-cache: MISS\r\n");
+    }
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn itoa(n: u16) -> String {
+    n.to_string()
+}
+
+/// `Date: …` for now, made once a second on each thread.
+fn date(out: &mut Vec<u8>) {
+    thread_local! {
+        static NOW: std::cell::RefCell<(u64, String)> = const { std::cell::RefCell::new((0, String::new())) };
+    }
+    let now = std::time::SystemTime::now();
+    let secs = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    NOW.with_borrow_mut(|(at, text)| {
+        if *at != secs || text.is_empty() {
+            *at = secs;
+            *text = httpdate::fmt_http_date(now);
+        }
+        field(out, b"date", text.as_bytes());
+    });
+}
+
+/// A response copied on its way to the cache (see `super::Fill`).
+struct Fill {
+    /// Most bytes an entry may take (see `ResponseCache::max_entry`).
+    max: usize,
+    key: cache::Key,
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    chunks: Vec<Bytes>,
+    len: usize,
+}
+
+impl Fill {
+    fn new(max: usize, key: cache::Key, status: StatusCode, head: &Head, buf: &[u8]) -> Fill {
+        let mut headers = axum::http::HeaderMap::new();
+        for (name, value) in head.fields(buf) {
+            if stays(name, head, buf, false) {
+                continue;
+            }
+            let name = axum::http::HeaderName::from_bytes(name);
+            let value = axum::http::HeaderValue::from_bytes(value);
+            if let (Ok(name), Ok(value)) = (name, value) {
+                headers.append(name, value);
+            }
+        }
+        Fill {
+            max,
+            key,
+            status,
+            headers,
+            chunks: Vec::new(),
+            len: 0,
+        }
+    }
+
+    fn store(self, proxy: &Proxy) {
+        let now = proxy.clock.now();
+        proxy
+            .cache
+            .put(self.key, self.status, &self.headers, &self.chunks, now);
+    }
+}
+
+/// Copies `data` to the fill, or stops filling once the response is larger than an entry may be.
+fn keep(fill: &mut Option<Fill>, data: &[u8]) {
+    if let Some(f) = fill {
+        f.len += data.len();
+        if f.len > f.max {
+            *fill = None;
+        } else {
+            f.chunks.push(Bytes::copy_from_slice(data));
+        }
+    }
+}
+
+/// Writes the head in `conn.out` with the first `first` bytes of `conn.rbuf` (taken from it) in one write.
+async fn write_head_with(conn: &mut Conn, first: usize) -> bool {
+    conn.out.extend_from_slice(&conn.rbuf[..first]);
+    conn.rbuf.advance(first);
+    conn.io.write_all(&conn.out).await.is_ok()
+}
+
+/// Passes a body of `n` bytes. (Whether the replica sent all of it, whether the caller took all of it.)
+async fn pass_length(
+    conn: &mut Conn,
+    upstream: &mut TcpStream,
+    n: u64,
+    fill: &mut Option<Fill>,
+) -> (bool, bool) {
+    let first = conn
+        .rbuf
+        .len()
+        .min(usize::try_from(n).unwrap_or(usize::MAX));
+    keep(fill, &conn.rbuf[..first]);
+    if !write_head_with(conn, first).await {
+        return (true, false);
+    }
+    let mut left = n - first as u64;
+    while left > 0 {
+        conn.rbuf.clear();
+        conn.rbuf.reserve(16 * 1024);
+        match upstream.read_buf(&mut conn.rbuf).await {
+            Ok(0) | Err(_) => return (false, true),
+            Ok(_) => {}
+        }
+        let take = conn
+            .rbuf
+            .len()
+            .min(usize::try_from(left).unwrap_or(usize::MAX));
+        keep(fill, &conn.rbuf[..take]);
+        if conn.io.write_all(&conn.rbuf[..take]).await.is_err() {
+            return (true, false);
+        }
+        conn.rbuf.advance(take);
+        left -= take as u64;
+    }
+    (true, true)
+}
+
+/// Passes a chunked body as it is, until its last chunk and trailers.
+async fn pass_chunked(
+    conn: &mut Conn,
+    upstream: &mut TcpStream,
+    fill: &mut Option<Fill>,
+) -> (bool, bool) {
+    let mut scan = Chunks::Size;
+    let mut first = true;
+    loop {
+        let mut data = Vec::new();
+        let used = match scan.advance(&conn.rbuf, &mut data) {
+            Ok(used) => used,
+            Err(()) => return (false, false),
+        };
+        for (at, len) in data {
+            keep(fill, &conn.rbuf[at..at + len]);
+        }
+        let written = if first {
+            first = false;
+            write_head_with(conn, used).await
+        } else {
+            let ok = conn.io.write_all(&conn.rbuf[..used]).await.is_ok();
+            conn.rbuf.advance(used);
+            ok
+        };
+        if !written {
+            return (true, false);
+        }
+        if matches!(scan, Chunks::Done) {
+            return (true, true);
+        }
+        if conn.rbuf.len() > LINE_MAX {
+            return (false, false);
+        }
+        conn.rbuf.reserve(16 * 1024);
+        match upstream.read_buf(&mut conn.rbuf).await {
+            Ok(0) | Err(_) => return (false, false),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Passes a body that ends when the replica closes, in chunks.
+async fn pass_until_close(
+    conn: &mut Conn,
+    upstream: &mut TcpStream,
+    fill: &mut Option<Fill>,
+) -> (bool, bool) {
+    let mut first = true;
+    loop {
+        let n = conn.rbuf.len();
+        keep(fill, &conn.rbuf[..n]);
+        let mut framed = Vec::with_capacity(n + 16);
+        if n > 0 {
+            framed.extend_from_slice(format!("{n:x}\r\n").as_bytes());
+            framed.extend_from_slice(&conn.rbuf[..n]);
+            framed.extend_from_slice(b"\r\n");
+        }
+        conn.rbuf.clear();
+        let ended = n == 0 && !first;
+        if ended {
+            framed.extend_from_slice(b"0\r\n\r\n");
+        }
+        let written = if first {
+            first = false;
+            conn.out.extend_from_slice(&framed);
+            conn.io.write_all(&conn.out).await.is_ok()
+        } else {
+            conn.io.write_all(&framed).await.is_ok()
+        };
+        if !written {
+            return (true, false);
+        }
+        if ended {
+            return (true, true);
+        }
+        conn.rbuf.reserve(16 * 1024);
+        match upstream.read_buf(&mut conn.rbuf).await {
+            Ok(_) => {}
+            Err(_) => return (false, false),
+        }
+    }
+}
+
+/// Where a chunked body stands as its bytes pass.
+enum Chunks {
+    /// At a chunk's size line.
+    Size,
+    /// In a chunk's data, this many bytes left.
+    Data(u64),
+    /// At the line end after a chunk's data.
+    DataEnd,
+    /// Past the last chunk, at the trailer fields.
+    Trailers,
+    Done,
+}
+
+impl Chunks {
+    /// Goes through as much of `bytes` as can be judged: returns how many bytes that is, and adds where the
+    /// data in them is to `data`. `Err` for bytes that are not a chunked body.
+    fn advance(&mut self, bytes: &[u8], data: &mut Vec<(usize, usize)>) -> Result<usize, ()> {
+        let mut at = 0;
+        loop {
+            let left = &bytes[at..];
+            match self {
+                Chunks::Done => return Ok(at),
+                Chunks::Size => match httparse::parse_chunk_size(left) {
+                    Ok(httparse::Status::Complete((used, 0))) => {
+                        at += used;
+                        *self = Chunks::Trailers;
+                    }
+                    Ok(httparse::Status::Complete((used, size))) => {
+                        at += used;
+                        *self = Chunks::Data(size);
+                    }
+                    Ok(httparse::Status::Partial) => return Ok(at),
+                    Err(_) => return Err(()),
+                },
+                Chunks::Data(n) => {
+                    if left.is_empty() {
+                        return Ok(at);
+                    }
+                    let take = left.len().min(usize::try_from(*n).unwrap_or(usize::MAX));
+                    data.push((at, take));
+                    at += take;
+                    *n -= take as u64;
+                    if *n == 0 {
+                        *self = Chunks::DataEnd;
+                    }
+                }
+                Chunks::DataEnd => match left {
+                    [b'\r', b'\n', ..] => {
+                        at += 2;
+                        *self = Chunks::Size;
+                    }
+                    [] | [b'\r'] => return Ok(at),
+                    _ => return Err(()),
+                },
+                Chunks::Trailers => match left.windows(2).position(|w| w == b"\r\n") {
+                    Some(0) => {
+                        at += 2;
+                        *self = Chunks::Done;
+                    }
+                    Some(end) => at += end + 2,
+                    None => return Ok(at),
+                },
+            }
+        }
+    }
+}
+
+/// Writes an answer of the server's own. Whether it went.
+async fn write_answer(conn: &mut Conn, answer: Response, close: bool, head_request: bool) -> bool {
+    let (parts, body) = answer.into_parts();
+    let body = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => Bytes::new(),
+    };
+    let out = &mut conn.out;
+    out.clear();
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(itoa(parts.status.as_u16()).as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(parts.status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in &parts.headers {
+        if name != axum::http::header::CONTENT_LENGTH {
+            field(out, name.as_str().as_bytes(), value.as_bytes());
+        }
+    }
+    field(out, b"content-length", body.len().to_string().as_bytes());
+    if !parts.headers.contains_key(axum::http::header::DATE) {
+        date(out);
+    }
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    if !head_request {
+        out.extend_from_slice(&body);
+    }
+    conn.io.write_all(&conn.out).await.is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Scans `body` handed over in pieces split at `at`: the bytes judged, and the data found in them.
+    fn scan(body: &[u8], at: usize) -> Result<(usize, Vec<u8>, bool), ()> {
+        let mut chunks = Chunks::Size;
+        let (mut buf, mut judged, mut data) = (Vec::new(), 0, Vec::new());
+        for piece in [&body[..at], &body[at..]] {
+            buf.extend_from_slice(piece);
+            let mut found = Vec::new();
+            let used = chunks.advance(&buf, &mut found)?;
+            for (from, len) in found {
+                data.extend_from_slice(&buf[from..from + len]);
+            }
+            buf.drain(..used);
+            judged += used;
+        }
+        Ok((judged, data, matches!(chunks, Chunks::Done)))
+    }
+
+    #[test]
+    fn a_chunked_body_ends_where_it_says_wherever_it_is_cut() {
+        let body = b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Sum: 11\r\n\r\nNEXT";
+        let end = body.len() - 4;
+        for at in 0..=body.len() {
+            let (judged, data, done) = scan(body, at).expect("a chunked body");
+            assert!(done, "cut at {at}");
+            assert_eq!(judged, end, "cut at {at}: nothing past its end is taken");
+            assert_eq!(data, b"hello world", "cut at {at}");
+        }
+        // Not done until the empty line after the trailers.
+        let (_, _, done) = scan(&body[..end - 2], 3).expect("so far a chunked body");
+        assert!(!done);
+        for bad in [
+            &b"x\r\n"[..],
+            b"5\r\nhelloXX0\r\n\r\n",
+            b"ffffffffffffffffff\r\n",
+        ] {
+            assert!(scan(bad, 0).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    fn request(text: &str) -> (Head, Vec<u8>) {
+        let buf = text.as_bytes().to_vec();
+        let mut head = Head::default();
+        assert!(matches!(head.request(&buf), Parsed::Complete), "{text}");
+        (head, buf)
+    }
+
+    #[test]
+    fn framing_is_read_strictly() {
+        let framing = |fields: &str| {
+            let (head, buf) = request(&format!("POST / HTTP/1.1\r\n{fields}\r\n"));
+            Framing::of(&head, &buf)
+        };
+        let f = framing(
+            "Content-Length: 12\r\ncontent-length: 12\r\nConnection: Keep-Alive, Close\r\n",
+        );
+        assert_eq!((f.length, f.bad_length, f.close), (Some(12), false, true));
+        for bad in [
+            "Content-Length: +12\r\n",
+            "Content-Length: 1 2\r\n",
+            "Content-Length: 1\r\nContent-Length: 2\r\n",
+            "Content-Length:\r\n",
+        ] {
+            assert!(framing(bad).bad_length, "{bad}");
+        }
+        let f = framing("Transfer-Encoding: gzip, chunked\r\n");
+        assert!(f.encoded && f.chunked && f.length.is_none());
+        let f = framing("Transfer-Encoding: chunked, gzip\r\n");
+        assert!(f.encoded && !f.chunked);
+        assert!(framing("Expect: 100-continue\r\n").unusual);
+        assert!(framing("Upgrade: websocket\r\n").unusual);
+        let f = framing("Host: x\r\n");
+        assert!(!f.encoded && !f.bad_length && !f.close && !f.unusual && f.length.is_none());
+    }
+
+    #[test]
+    fn only_plain_origin_targets_are_taken() {
+        for good in [
+            "/",
+            "/endpoints/ns/ep/v1/chat?stream=true&x=%2F",
+            "/a:b@c;d=e,f+g~h!$'()*",
+        ] {
+            assert!(plain_target(good.as_bytes()), "{good}");
+        }
+        for other in [
+            "*",
+            "http://h/x",
+            "/a b",
+            "/a\"b",
+            "/a{b}",
+            "/a\\b",
+            "/a#b",
+            "/é",
+            "",
+        ] {
+            assert!(!plain_target(other.as_bytes()), "{other}");
+        }
+    }
+
+    #[test]
+    fn fields_for_this_hop_stay_behind() {
+        let (head, buf) = request(
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, X-Trace\r\nX-Trace: 1\r\nTE: trailers\r\n\
+             Authorization: Bearer t\r\nX-Forwarded-For: 1.2.3.4\r\nX-Private-Link-Account: 9\r\n\
+             Proxy-Connection: close\r\nAccept: */*\r\n\r\n",
+        );
+        let passed = |request| -> Vec<String> {
+            let names = head.fields(&buf).map(|(n, _)| n);
+            let passed = names.filter(|n| !stays(n, &head, &buf, request));
+            passed
+                .map(|n| String::from_utf8_lossy(n).into_owned())
+                .collect()
+        };
+        assert_eq!(passed(true), ["Accept"]);
+        // A response keeps what is only a request's to lose.
+        assert_eq!(
+            passed(false),
+            [
+                "Authorization",
+                "X-Forwarded-For",
+                "X-Private-Link-Account",
+                "Accept"
+            ]
+        );
+    }
+}

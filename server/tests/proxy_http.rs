@@ -1,0 +1,419 @@
+//! The serving proxy at the byte level: what a caller gets and what a replica sees, for every way an HTTP/1.1
+//! message may be framed, on the data plane's own path and on the general path it hands connections to.
+//! The replica is a raw socket server (Python's standard library) that answers each path in one framing.
+
+mod common;
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const NS: &str = "admin";
+
+/// The replica: answers `/chunked` in chunks with a trailer, `/close` until it closes, `/continue` after a
+/// `100 Continue`, `/nocontent` with 204, `/silent` and then closes without saying so, `/echo` with the head
+/// and body it got, anything else with `ok` and hop-by-hop fields of its own.
+const REPLICA: &str = r#"
+import os, socket, threading
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", int(os.environ["PORT"])))
+srv.listen(64)
+
+def read_head(f):
+    lines = []
+    while True:
+        line = f.readline()
+        if not line:
+            return None
+        if line in (b"\r\n", b"\n"):
+            return lines
+        lines.append(line)
+
+def serve(conn):
+    f = conn.makefile("rb")
+    while True:
+        head = read_head(f)
+        if not head:
+            break
+        method, path, _ = head[0].decode().split(" ", 2)
+        path = path.split("?")[0]
+        length, chunked = 0, False
+        for line in head[1:]:
+            name, value = line.decode().split(":", 1)
+            if name.strip().lower() == "content-length":
+                length = int(value)
+            if name.strip().lower() == "transfer-encoding":
+                chunked = value.strip().lower() == "chunked"
+        body = f.read(length) if length else b""
+        while chunked:
+            size = int(f.readline().split(b";")[0], 16)
+            if size == 0:
+                while f.readline() not in (b"\r\n", b"\n", b""):
+                    pass
+                break
+            body += f.read(size)
+            f.readline()
+        def send(status, body=b"", extra=""):
+            text = f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\n{extra}\r\n".encode()
+            conn.sendall(text + (b"" if method == "HEAD" else body))
+        if path == "/chunked":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 99\r\n"
+                         b"Trailer: X-Sum\r\n\r\n5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Sum: 11\r\n\r\n")
+        elif path == "/close":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end")
+            break
+        elif path == "/continue":
+            conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+            send("200 OK", b"after continue")
+        elif path == "/nocontent":
+            conn.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
+        elif path == "/silent":
+            send("200 OK", b"bye")
+            break
+        elif path == "/echo":
+            send("200 OK", b"".join(head) + b"\r\n" + body, "Content-Type: text/plain\r\n")
+        else:
+            send("200 OK", b"ok", "Connection: keep-alive, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\n")
+    conn.close()
+
+while True:
+    conn, _ = srv.accept()
+    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+"#;
+
+/// A response as read off the connection: its status, its head as text, and its body (de-chunked).
+struct Answer {
+    status: u16,
+    head: String,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn field(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|line| {
+            let (n, v) = line.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    }
+}
+
+/// A caller's connection, reading answers one by one.
+struct Caller {
+    io: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Caller {
+    async fn connect(url: &str) -> Caller {
+        let addr = url.strip_prefix("http://").expect("an http URL");
+        let io = TcpStream::connect(addr).await.expect("connect");
+        Caller {
+            io,
+            buf: Vec::new(),
+        }
+    }
+
+    async fn send(&mut self, bytes: &[u8]) {
+        self.io.write_all(bytes).await.expect("send");
+    }
+
+    /// Reads until `buf` holds `n` bytes; false when the connection closed first.
+    async fn fill(&mut self, n: usize) -> bool {
+        while self.buf.len() < n {
+            self.buf.reserve(65536);
+            let read =
+                tokio::time::timeout(Duration::from_secs(20), self.io.read_buf(&mut self.buf));
+            if read.await.expect("an answer in time").expect("read") == 0 {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Takes `n` bytes from what was read.
+    async fn take(&mut self, n: usize) -> Vec<u8> {
+        assert!(self.fill(n).await, "the connection closed mid-answer");
+        self.buf.drain(..n).collect()
+    }
+
+    /// A line, without its end.
+    async fn line(&mut self) -> String {
+        loop {
+            if let Some(end) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let line = self.take(end + 2).await;
+                return String::from_utf8_lossy(&line[..end]).into_owned();
+            }
+            let want = self.buf.len() + 1;
+            assert!(self.fill(want).await, "the connection closed mid-line");
+        }
+    }
+
+    /// The next answer, to a request with method `method`.
+    async fn answer(&mut self, method: &str) -> Answer {
+        let mut head = String::new();
+        loop {
+            let line = self.line().await;
+            if line.is_empty() {
+                break;
+            }
+            head.push_str(&line);
+            head.push('\n');
+        }
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .expect("a status");
+        let mut answer = Answer {
+            status,
+            head,
+            body: Vec::new(),
+        };
+        if method == "HEAD" || status == 204 || status == 304 {
+            return answer;
+        }
+        if answer.field("transfer-encoding").as_deref() == Some("chunked") {
+            loop {
+                let size = self.line().await;
+                let size = usize::from_str_radix(size.split(';').next().unwrap_or(""), 16);
+                let size = size.expect("a chunk size");
+                if size == 0 {
+                    // Trailers, up to the empty line.
+                    while !self.line().await.is_empty() {}
+                    return answer;
+                }
+                let data = self.take(size).await;
+                answer.body.extend_from_slice(&data);
+                assert_eq!(self.take(2).await, b"\r\n");
+            }
+        }
+        let length = answer.field("content-length").expect("a framed answer");
+        answer.body = self.take(length.parse().expect("a length")).await;
+        answer
+    }
+
+    /// Whether the server closed the connection (after what was read).
+    async fn closed(&mut self) -> bool {
+        !self.fill(self.buf.len() + 1).await
+    }
+}
+
+/// A server with the raw replica behind endpoint `raw` (public, one replica, running), and the path
+/// prefix of that endpoint.
+async fn server_with_raw_replica() -> (common::TestServer, String) {
+    let server = common::spawn_with(|c| {
+        c.runtime.tick_ms = 50;
+    })
+    .await;
+    let body = json!({
+        "name": "raw",
+        "type": "public",
+        "provider": {"vendor": "aws", "region": "us-east-1"},
+        "compute": {"accelerator": "cpu", "instanceSize": "x2", "instanceType": "intel-icl",
+                    "scaling": {"minReplica": 1, "maxReplica": 1}},
+        "model": {
+            "framework": "custom", "repository": "test/raw", "task": "feature-extraction",
+            "image": {"custom": {"url": "local/raw", "healthRoute": "/health"}},
+            "command": ["python3", "-c", REPLICA],
+        },
+    });
+    server
+        .admin
+        .create_endpoint::<serde_json::Value>(NS, &body)
+        .await
+        .expect("create the endpoint");
+    for _ in 0..600 {
+        let ep: serde_json::Value = server.admin.get_endpoint(NS, "raw").await.expect("get");
+        if ep["status"]["state"] == "running" {
+            return (server, format!("/endpoints/{NS}/raw"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the raw replica never ran");
+}
+
+fn get(method: &str, path: &str, extra: &str) -> Vec<u8> {
+    format!("{method} {path} HTTP/1.1\r\nHost: switchyard.test\r\n{extra}\r\n").into_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_framing_passes_and_the_replica_sees_its_own_request() {
+    let (server, ep) = server_with_raw_replica().await;
+    let mut caller = Caller::connect(&server.url).await;
+
+    // Pipelined: all sent at once, answered in order on the one connection.
+    let mut requests = Vec::new();
+    for (method, path) in [
+        ("GET", "/chunked"),
+        ("GET", "/close"),
+        ("HEAD", "/"),
+        ("GET", "/nocontent"),
+        ("GET", "/continue"),
+        ("GET", "/?a=1&b=%2F"),
+    ] {
+        requests.extend(get(method, &format!("{ep}{path}"), ""));
+    }
+    caller.send(&requests).await;
+
+    let chunked = caller.answer("GET").await;
+    assert_eq!(
+        (chunked.status, &chunked.body[..]),
+        (200, &b"hello world"[..])
+    );
+    assert_eq!(chunked.field("content-length"), None, "{}", chunked.head);
+    let until_closed = caller.answer("GET").await;
+    assert_eq!(until_closed.body, b"until the end");
+    assert_eq!(
+        until_closed.field("transfer-encoding").as_deref(),
+        Some("chunked")
+    );
+    assert_eq!(
+        until_closed.field("connection"),
+        None,
+        "the replica's close is its own"
+    );
+    let head = caller.answer("HEAD").await;
+    assert_eq!(
+        (head.status, head.field("content-length").as_deref()),
+        (200, Some("2"))
+    );
+    assert!(head.body.is_empty());
+    assert_eq!(caller.answer("GET").await.status, 204);
+    let after = caller.answer("GET").await;
+    assert_eq!(
+        (after.status, &after.body[..]),
+        (200, &b"after continue"[..])
+    );
+    let plain = caller.answer("GET").await;
+    assert_eq!((plain.status, &plain.body[..]), (200, &b"ok"[..]));
+    for hop in ["x-hop", "keep-alive", "connection"] {
+        assert_eq!(plain.field(hop), None, "{hop} stays behind: {}", plain.head);
+    }
+    assert!(
+        plain.field("date").is_some(),
+        "a date is added: {}",
+        plain.head
+    );
+
+    // What the replica gets: its own Host, the caller's address, none of the caller's hop fields or
+    // token, the path after the endpoint's, and a body larger than one read, whole.
+    let upload = vec![b'x'; 300_000];
+    let mut echo = get(
+        "POST",
+        &format!("{ep}/echo?q=1"),
+        &format!(
+            "Content-Length: {}\r\nAuthorization: Bearer not-for-the-replica\r\nConnection: X-Trace\r\n\
+             X-Trace: 1\r\nKeep-Alive: timeout=1\r\nX-Forwarded-For: 6.6.6.6\r\nX-Private-Link-Account: 1\r\n\
+             X-Kept: yes\r\n",
+            upload.len()
+        ),
+    );
+    echo.extend_from_slice(&upload);
+    caller.send(&echo).await;
+    let seen = caller.answer("POST").await;
+    let text = String::from_utf8_lossy(&seen.body).into_owned();
+    let (seen_head, seen_body) = text
+        .split_once("\r\n\r\n")
+        .expect("the echo's head and body");
+    assert!(
+        seen_head.starts_with("POST /echo?q=1 HTTP/1.1\r\n"),
+        "{seen_head}"
+    );
+    let seen_field = |name: &str| {
+        seen_head.lines().skip(1).find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    };
+    assert!(
+        seen_field("host").is_some_and(|h| h.starts_with("127.0.0.1:")),
+        "{seen_head}"
+    );
+    assert_eq!(seen_field("x-forwarded-for").as_deref(), Some("127.0.0.1"));
+    assert_eq!(seen_field("x-kept").as_deref(), Some("yes"));
+    for gone in [
+        "authorization",
+        "connection",
+        "x-trace",
+        "keep-alive",
+        "x-private-link-account",
+    ] {
+        assert_eq!(
+            seen_field(gone),
+            None,
+            "{gone} reached the replica: {seen_head}"
+        );
+    }
+    assert_eq!(seen_body.len(), upload.len(), "the whole body");
+
+    // A replica that closes a kept connection without saying so: the next request goes on a new one.
+    for _ in 0..5 {
+        caller.send(&get("GET", &format!("{ep}/silent"), "")).await;
+        assert_eq!(caller.answer("GET").await.body, b"bye");
+        caller.send(&get("GET", &format!("{ep}/"), "")).await;
+        assert_eq!(caller.answer("GET").await.status, 200);
+    }
+
+    // The caller's `Connection: close` is kept: answered, then closed.
+    caller
+        .send(&get("GET", &format!("{ep}/"), "Connection: close\r\n"))
+        .await;
+    let last = caller.answer("GET").await;
+    assert_eq!(
+        (last.status, last.field("connection").as_deref()),
+        (200, Some("close"))
+    );
+    assert!(caller.closed().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_requests_go_to_the_general_path_on_the_same_connection() {
+    let (server, ep) = server_with_raw_replica().await;
+
+    // A chunked upload: the general path takes the connection, and keeps serving it.
+    let mut caller = Caller::connect(&server.url).await;
+    let mut upload = get(
+        "POST",
+        &format!("{ep}/echo"),
+        "Transfer-Encoding: chunked\r\n",
+    );
+    upload.extend_from_slice(b"4\r\nabcd\r\n3\r\nefg\r\n0\r\n\r\n");
+    caller.send(&upload).await;
+    let seen = caller.answer("POST").await;
+    assert_eq!(seen.status, 200);
+    assert!(
+        seen.body.ends_with(b"\r\n\r\nabcdefg"),
+        "{}",
+        String::from_utf8_lossy(&seen.body)
+    );
+    caller.send(&get("GET", &format!("{ep}/chunked"), "")).await;
+    assert_eq!(caller.answer("GET").await.body, b"hello world");
+    // The API, on a connection that served an endpoint.
+    caller.send(&get("GET", "/health", "")).await;
+    assert_eq!(caller.answer("GET").await.status, 200);
+
+    // HTTP/1.0, and a head that is not HTTP: the general path answers them.
+    let mut old = Caller::connect(&server.url).await;
+    old.send(format!("GET {ep}/ HTTP/1.0\r\n\r\n").as_bytes())
+        .await;
+    let answer = old.answer("GET").await;
+    assert_eq!((answer.status, &answer.body[..]), (200, &b"ok"[..]));
+    let mut bad = Caller::connect(&server.url).await;
+    bad.send(b"GET /endpoints/admin/raw/ HTTP/1.1\r\nHost: x\r\nBad Field\r\n\r\n")
+        .await;
+    assert_eq!(bad.answer("GET").await.status, 400);
+
+    // Unknown endpoints and dot segments are answered as before.
+    let mut caller = Caller::connect(&server.url).await;
+    caller
+        .send(&get("GET", &format!("/endpoints/{NS}/nope/x"), ""))
+        .await;
+    assert_eq!(caller.answer("GET").await.status, 404);
+    caller
+        .send(&get("GET", &format!("{ep}/a/%2e%2e/b"), ""))
+        .await;
+    assert_eq!(caller.answer("GET").await.status, 400);
+}
