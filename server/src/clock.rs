@@ -6,6 +6,11 @@ use chrono::{DateTime, Utc};
 
 pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> DateTime<Utc>;
+
+    /// [`Self::now`] in Unix milliseconds: what the serving path records with each request.
+    fn now_millis(&self) -> i64 {
+        self.now().timestamp_millis()
+    }
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -14,6 +19,12 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> DateTime<Utc> {
         Utc::now()
+    }
+
+    /// Without the calendar arithmetic a `DateTime` is made with.
+    fn now_millis(&self) -> i64 {
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        since.map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
     }
 }
 

@@ -14,9 +14,11 @@ const NS: &str = "admin";
 
 /// The replica: answers `/chunked` in chunks with a trailer, `/close` until it closes, `/continue` after a
 /// `100 Continue`, `/nocontent` with 204, `/silent` and then closes without saying so, `/echo` with the head
-/// and body it got, anything else with `ok` and hop-by-hop fields of its own.
+/// and body it got, `/early` before it reads the upload, `/named` with a `Connection` naming its length,
+/// `/drip` with an event stream of 40 events 50 ms apart, anything else with `ok` and hop-by-hop fields of
+/// its own.
 const REPLICA: &str = r#"
-import os, socket, threading
+import os, socket, threading, time
 srv = socket.socket()
 srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 srv.bind(("127.0.0.1", int(os.environ["PORT"])))
@@ -47,6 +49,11 @@ def serve(conn):
                 length = int(value)
             if name.strip().lower() == "transfer-encoding":
                 chunked = value.strip().lower() == "chunked"
+        if path == "/early":
+            # Answers before it reads the upload, then takes the rest and closes.
+            conn.sendall(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo much")
+            f.read(length)
+            break
         body = f.read(length) if length else b""
         while chunked:
             size = int(f.readline().split(b";")[0], 16)
@@ -68,6 +75,17 @@ def serve(conn):
         elif path == "/continue":
             conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
             send("200 OK", b"after continue")
+        elif path == "/named":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: Content-Length\r\n\r\nok")
+        elif path == "/drip":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+            try:
+                for i in range(40):
+                    conn.sendall(b"c\r\ndata: drop\n\n\r\n")
+                    time.sleep(0.05)
+                conn.sendall(b"0\r\n\r\n")
+            except OSError:
+                break
         elif path == "/nocontent":
             conn.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
         elif path == "/silent":
@@ -102,22 +120,28 @@ impl Answer {
 
 /// A caller's connection, reading answers one by one.
 struct Caller {
-    io: TcpStream,
+    read: tokio::net::tcp::OwnedReadHalf,
+    write: Option<tokio::net::tcp::OwnedWriteHalf>,
     buf: Vec<u8>,
 }
 
 impl Caller {
     async fn connect(url: &str) -> Caller {
         let addr = url.strip_prefix("http://").expect("an http URL");
-        let io = TcpStream::connect(addr).await.expect("connect");
+        let (read, write) = TcpStream::connect(addr)
+            .await
+            .expect("connect")
+            .into_split();
         Caller {
-            io,
+            read,
+            write: Some(write),
             buf: Vec::new(),
         }
     }
 
     async fn send(&mut self, bytes: &[u8]) {
-        self.io.write_all(bytes).await.expect("send");
+        let write = self.write.as_mut().expect("the sending half");
+        write.write_all(bytes).await.expect("send");
     }
 
     /// Reads until `buf` holds `n` bytes; false when the connection closed first.
@@ -125,7 +149,7 @@ impl Caller {
         while self.buf.len() < n {
             self.buf.reserve(65536);
             let read =
-                tokio::time::timeout(Duration::from_secs(20), self.io.read_buf(&mut self.buf));
+                tokio::time::timeout(Duration::from_secs(20), self.read.read_buf(&mut self.buf));
             if read.await.expect("an answer in time").expect("read") == 0 {
                 return false;
             }
@@ -357,6 +381,29 @@ async fn every_framing_passes_and_the_replica_sees_its_own_request() {
         assert_eq!(caller.answer("GET").await.status, 200);
     }
 
+    // A `Connection` naming the length changes no framing, either way: the replica gets the body's length
+    // (and the next request as a request), the caller the response's.
+    let mut named = get(
+        "POST",
+        &format!("{ep}/echo"),
+        "Connection: Content-Length\r\nContent-Length: 3\r\n",
+    );
+    named.extend_from_slice(b"abc");
+    named.extend(get("GET", &format!("{ep}/named"), ""));
+    caller.send(&named).await;
+    let seen = caller.answer("POST").await;
+    let text = String::from_utf8_lossy(&seen.body).into_owned();
+    assert!(
+        text.to_ascii_lowercase().contains("content-length: 3\r\n"),
+        "{text}"
+    );
+    assert!(text.ends_with("\r\n\r\nabc"), "{text}");
+    let told = caller.answer("GET").await;
+    assert_eq!(
+        (told.field("content-length").as_deref(), &told.body[..]),
+        (Some("2"), &b"ok"[..])
+    );
+
     // The caller's `Connection: close` is kept: answered, then closed.
     caller
         .send(&get("GET", &format!("{ep}/"), "Connection: close\r\n"))
@@ -416,4 +463,58 @@ async fn other_requests_go_to_the_general_path_on_the_same_connection() {
         .send(&get("GET", &format!("{ep}/a/%2e%2e/b"), ""))
         .await;
     assert_eq!(caller.answer("GET").await.status, 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_leaves_or_a_replica_that_answers_early_spoils_nothing() {
+    let (server, ep) = server_with_raw_replica().await;
+
+    // Callers that hang up mid-stream: the replica connections they leave are not used again mid-answer,
+    // so every later caller gets its own answer.
+    for _ in 0..6 {
+        let mut leaving = Caller::connect(&server.url).await;
+        leaving.send(&get("GET", &format!("{ep}/drip"), "")).await;
+        assert!(leaving.line().await.starts_with("HTTP/1.1 200"));
+        drop(leaving);
+        // Long enough for the proxy to find the caller gone (at the stream's next event).
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        for _ in 0..3 {
+            let mut next = Caller::connect(&server.url).await;
+            next.send(&get("GET", &format!("{ep}/"), "")).await;
+            let answer = next.answer("GET").await;
+            assert_eq!(
+                (answer.status, &answer.body[..]),
+                (200, &b"ok"[..]),
+                "{}",
+                answer.head
+            );
+        }
+    }
+
+    // A replica that answers an upload before it has read it: the caller gets that answer, and the
+    // connection ends there (the rest of its body is not taken for a request).
+    let mut uploading = Caller::connect(&server.url).await;
+    let size = 4 << 20;
+    uploading
+        .send(&get(
+            "POST",
+            &format!("{ep}/early"),
+            &format!("Content-Length: {size}\r\n"),
+        ))
+        .await;
+    // Sent on while the answer is read: the proxy may stop taking it at any point.
+    let mut write = uploading.write.take().expect("the sending half");
+    let sending = tokio::spawn(async move {
+        let _ = write.write_all(&vec![b'x'; size]).await;
+        write
+    });
+    let early = uploading.answer("POST").await;
+    assert_eq!(
+        (early.status, &early.body[..]),
+        (413, &b"too much"[..]),
+        "{}",
+        early.head
+    );
+    assert!(uploading.closed().await);
+    drop(sending.await.expect("the upload task"));
 }

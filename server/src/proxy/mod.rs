@@ -27,7 +27,6 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use chrono::{DateTime, Utc};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
@@ -510,8 +509,8 @@ struct InFlight {
 
 impl InFlight {
     /// A request counted on `route` (whose activity it touches) from now on.
-    fn enter(route: &Arc<Route>, now: DateTime<Utc>) -> InFlight {
-        route.activity.touch(now);
+    fn enter(route: &Arc<Route>, now_ms: i64) -> InFlight {
+        route.activity.touch(now_ms);
         route.activity.in_flight.fetch_add(1, Ordering::Relaxed);
         InFlight {
             route: route.clone(),
@@ -704,7 +703,7 @@ impl Proxy {
         } else {
             self.ready_route(route, &parts.headers).await?
         };
-        let mut guard = InFlight::enter(&route, self.clock.now());
+        let mut guard = InFlight::enter(&route, self.clock.now_millis());
         let session = parts
             .headers
             .get(&MCP_SESSION_ID)
@@ -998,7 +997,7 @@ impl Proxy {
             _ => {}
         }
         let retry_after = self.config.retry_after_s;
-        route.activity.touch(self.clock.now());
+        route.activity.touch(self.clock.now_millis());
         // Also when the table shows it still up: it may be a tick old, and the endpoint just scaled to zero.
         // For an endpoint that is starting anyway the reconciler drops the flag.
         route.activity.request_wake();

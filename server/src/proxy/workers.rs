@@ -242,6 +242,8 @@ async fn connection<S>(
     tokio::pin!(stopping);
     loop {
         let read = tokio::select! {
+            // The head first: no random draw for the order, and a stop is only looked at while waiting.
+            biased;
             read = conn.read_head() => read,
             () = &mut stopping => return,
         };

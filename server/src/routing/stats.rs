@@ -27,8 +27,8 @@ pub struct Activity {
 }
 
 impl Activity {
-    pub fn touch(&self, now: DateTime<Utc>) {
-        let ms = now.timestamp_millis();
+    /// Records a request at `ms` (Unix milliseconds, see `Clock::now_millis`).
+    pub fn touch(&self, ms: i64) {
         // Written once per millisecond at most: requests within one only read it, and the cache line stays
         // shared between the cores instead of moving to each request's.
         if self.last_request_ms.load(Ordering::Relaxed) < ms {

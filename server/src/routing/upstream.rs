@@ -231,13 +231,20 @@ impl std::fmt::Display for Error {
     }
 }
 
-/// Whether the replica closed an idle connection, by what the event loop has seen of it (no system call):
-/// an idle connection has nothing to read, so a hang-up is all its readiness can say.
+/// Whether the replica closed an idle connection (or wrote on it out of turn), by what the event loop has
+/// seen of it: nothing to read is an idle connection's state, found without a system call unless the event
+/// loop says there is something; then a read tells.
 fn closed(stream: &TcpStream) -> bool {
     use futures_util::FutureExt;
-    let ready = stream.ready(tokio::io::Interest::READABLE).now_or_never();
-    matches!(ready, Some(Ok(r)) if r.is_read_closed() || r.is_error())
-        || matches!(ready, Some(Err(_)))
+    match stream.ready(tokio::io::Interest::READABLE).now_or_never() {
+        None => false,
+        Some(Ok(r)) if r.is_read_closed() || r.is_error() => true,
+        Some(Ok(_)) => {
+            let mut byte = [0u8; 1];
+            !matches!(stream.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        }
+        Some(Err(_)) => true,
+    }
 }
 
 /// A new connection to the replica at `addr`, without delay on small writes.
