@@ -228,6 +228,11 @@ impl Caller {
 /// A server with the raw replica behind endpoint `raw` (public, one replica, running), and the path
 /// prefix of that endpoint.
 async fn server_with_raw_replica() -> (common::TestServer, String) {
+    server_with_replica(json!({})).await
+}
+
+/// [`server_with_raw_replica`], with `extra` set in the endpoint's spec.
+async fn server_with_replica(extra: serde_json::Value) -> (common::TestServer, String) {
     let server = common::spawn_with(|c| {
         c.runtime.tick_ms = 50;
     })
@@ -244,6 +249,10 @@ async fn server_with_raw_replica() -> (common::TestServer, String) {
             "command": ["python3", "-c", REPLICA],
         },
     });
+    let mut body = body;
+    if let (Some(spec), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
     server
         .admin
         .create_endpoint::<serde_json::Value>(NS, &body)
@@ -517,4 +526,47 @@ async fn a_caller_that_leaves_or_a_replica_that_answers_early_spoils_nothing() {
     );
     assert!(uploading.closed().await);
     drop(sending.await.expect("the upload task"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_are_cached_in_whatever_framing_they_came() {
+    let (server, ep) = server_with_replica(json!({"cacheHttpResponses": true})).await;
+    let mut caller = Caller::connect(&server.url).await;
+    let mut post = get("POST", &format!("{ep}/echo?x=1"), "Content-Length: 5\r\n");
+    post.extend_from_slice(b"hello");
+    for (request, method) in [
+        (get("GET", &format!("{ep}/chunked"), ""), "GET"),
+        (post, "POST"),
+    ] {
+        caller.send(&request).await;
+        let miss = caller.answer(method).await;
+        assert_eq!(
+            miss.field("x-cache").as_deref(),
+            Some("MISS"),
+            "{}",
+            miss.head
+        );
+        caller.send(&request).await;
+        let hit = caller.answer(method).await;
+        assert_eq!(hit.field("x-cache").as_deref(), Some("HIT"), "{}", hit.head);
+        assert_eq!((hit.status, &hit.body), (miss.status, &miss.body));
+        assert_eq!(
+            hit.field("content-length"),
+            Some(hit.body.len().to_string())
+        );
+        assert_eq!(
+            hit.field("trailer"),
+            None,
+            "hop fields are not kept: {}",
+            hit.head
+        );
+    }
+    // Another body is another entry.
+    let mut other = get("POST", &format!("{ep}/echo?x=1"), "Content-Length: 5\r\n");
+    other.extend_from_slice(b"world");
+    caller.send(&other).await;
+    assert_eq!(
+        caller.answer("POST").await.field("x-cache").as_deref(),
+        Some("MISS")
+    );
 }

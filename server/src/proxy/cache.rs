@@ -86,19 +86,68 @@ const PER_HEADER: usize = 9;
 /// byte bound. In one buffer: one allocation per entry, and a few hundred bytes less than a header map.
 fn pack(headers: &HeaderMap, chunks: &[Bytes]) -> Bytes {
     let body_len = chunks.iter().map(Bytes::len).sum::<usize>();
-    let mut data = Vec::with_capacity(packed_len(headers, body_len));
+    let mut packing = Packing {
+        data: Vec::with_capacity(packed_len(headers, body_len)),
+        body_at: 0,
+    };
     for (name, value) in headers {
-        let (name, v) = (name.as_str().as_bytes(), value.as_bytes());
-        data.extend_from_slice(&(name.len() as u32).to_le_bytes());
-        data.extend_from_slice(&(v.len() as u32).to_le_bytes());
-        data.push(u8::from(value.is_sensitive()));
-        data.extend_from_slice(name);
-        data.extend_from_slice(v);
+        packing.header(
+            name.as_str().as_bytes(),
+            value.as_bytes(),
+            value.is_sensitive(),
+        );
     }
-    chunks.iter().for_each(|c| data.extend_from_slice(c));
-    // The body's length last: the headers end where the body begins.
-    data.extend_from_slice(&(body_len as u64).to_le_bytes());
-    data.into()
+    packing.body_at = packing.data.len();
+    chunks.iter().for_each(|c| packing.body(c));
+    packing.finish()
+}
+
+/// A response packed as [`pack`] packs it, as it passes: its headers ([`Packing::new`]), then its body
+/// ([`Packing::body`]), in the one buffer the entry keeps.
+pub struct Packing {
+    data: Vec<u8>,
+    body_at: usize,
+}
+
+impl Packing {
+    /// The headers (name, value), none of them sensitive: a response's as it came from a replica.
+    pub fn new<'a>(headers: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Packing {
+        let mut packing = Packing {
+            data: Vec::with_capacity(512),
+            body_at: 0,
+        };
+        headers.for_each(|(name, value)| packing.header(name, value, false));
+        packing.body_at = packing.data.len();
+        packing
+    }
+
+    fn header(&mut self, name: &[u8], value: &[u8], sensitive: bool) {
+        let data = &mut self.data;
+        data.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        data.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        data.push(u8::from(sensitive));
+        data.extend_from_slice(name);
+        data.extend_from_slice(value);
+    }
+
+    /// The next piece of the body.
+    pub fn body(&mut self, piece: &[u8]) {
+        self.data.extend_from_slice(piece);
+    }
+
+    /// Bytes of body so far.
+    pub fn body_len(&self) -> usize {
+        self.data.len() - self.body_at
+    }
+
+    fn finish(mut self) -> Bytes {
+        // The body's length last: the headers end where the body begins.
+        let body_len = self.body_len() as u64;
+        self.data.extend_from_slice(&body_len.to_le_bytes());
+        // What the entry holds is what it is counted as.
+        self.data.shrink_to_fit();
+        self.data.into()
+    }
 }
 
 /// The length of what [`pack`] makes of `headers` and a body of `body_len` bytes.
@@ -225,7 +274,11 @@ impl ResponseCache {
         if size > self.max_entry {
             return;
         }
-        let data = pack(headers, chunks);
+        self.store(key, status, pack(headers, chunks), size, now);
+    }
+
+    /// Puts `data` (packed headers and body, `size` bytes counted) in as the most recently used entry.
+    fn store(&self, key: Key, status: StatusCode, data: Bytes, size: usize, now: DateTime<Utc>) {
         let Some(mut shard) = self.shard(&key) else {
             return;
         };
@@ -242,6 +295,16 @@ impl ResponseCache {
                 size,
             },
         );
+    }
+
+    /// Stores a response of `status` packed as it passed (see [`Packing`]), unless it is larger than an
+    /// entry may be; older entries go first to make room.
+    pub fn put_packed(&self, key: Key, status: StatusCode, packing: Packing, now: DateTime<Utc>) {
+        let size = packing.data.len() + 8 + PER_ENTRY;
+        if size > self.max_entry {
+            return;
+        }
+        self.store(key, status, packing.finish(), size, now);
     }
 
     /// Entries and bytes held.

@@ -972,15 +972,13 @@ fn date(out: &mut Vec<u8>) {
     });
 }
 
-/// A response copied on its way to the cache (see `super::Fill`).
+/// A response copied on its way to the cache (see `super::Fill`), packed as it passes.
 struct Fill {
     /// Most bytes an entry may take (see `ResponseCache::max_entry`).
     max: usize,
     key: cache::Key,
     status: StatusCode,
-    headers: axum::http::HeaderMap,
-    chunks: Vec<Bytes>,
-    len: usize,
+    packing: cache::Packing,
 }
 
 impl Fill {
@@ -992,24 +990,13 @@ impl Fill {
         buf: &[u8],
         named: bool,
     ) -> Fill {
-        let mut headers = axum::http::HeaderMap::new();
-        for (name, value) in head.fields(buf) {
-            if stays(name, head, buf, false, named) {
-                continue;
-            }
-            let name = axum::http::HeaderName::from_bytes(name);
-            let value = axum::http::HeaderValue::from_bytes(value);
-            if let (Ok(name), Ok(value)) = (name, value) {
-                headers.append(name, value);
-            }
-        }
+        let fields = head.fields(buf);
+        let kept = fields.filter(|(name, _)| !stays(name, head, buf, false, named));
         Fill {
             max,
             key,
             status,
-            headers,
-            chunks: Vec::new(),
-            len: 0,
+            packing: cache::Packing::new(kept),
         }
     }
 
@@ -1017,18 +1004,17 @@ impl Fill {
         let now = proxy.clock.now();
         proxy
             .cache
-            .put(self.key, self.status, &self.headers, &self.chunks, now);
+            .put_packed(self.key, self.status, self.packing, now);
     }
 }
 
 /// Copies `data` to the fill, or stops filling once the response is larger than an entry may be.
 fn keep(fill: &mut Option<Fill>, data: &[u8]) {
     if let Some(f) = fill {
-        f.len += data.len();
-        if f.len > f.max {
+        if f.packing.body_len() + data.len() > f.max {
             *fill = None;
         } else {
-            f.chunks.push(Bytes::copy_from_slice(data));
+            f.packing.body(data);
         }
     }
 }
