@@ -657,8 +657,11 @@ function request()
 end
 "#;
 
-/// Turns of one wrk second each, per scenario.
-const WRK_TURNS: usize = 3;
+/// Turns per scenario, of `WRK_SECONDS` each, taken in rotation so that a slow spell of the machine falls on
+/// every scenario alike; the median turn is reported. Five of two seconds: at one connection the scenarios
+/// are a few microseconds apart, and shorter or fewer turns let one noisy second decide.
+const WRK_TURNS: usize = 5;
+const WRK_SECONDS: u64 = 2;
 
 /// nginx's master process, stopped when dropped: `SIGTERM` (its fast shutdown, which stops its workers
 /// too; a `SIGKILL` would leave them running), then `SIGKILL` after 5 s.
@@ -706,7 +709,7 @@ fn wrk_compare(bin: &Path, script: &Path, conns: usize, targets: &[Target]) -> V
     }
     for _ in 0..WRK_TURNS {
         for (t, r) in targets.iter().zip(&mut runs) {
-            r.push(run(t, 1));
+            r.push(run(t, WRK_SECONDS));
         }
     }
     let mid = |mut v: Vec<f64>| {
@@ -877,7 +880,7 @@ async fn nginx_bench(srv: &Server, server: tokio::runtime::Handle) {
     let (wrk_bin, script) = (wrk_bin.as_path(), script.as_path());
 
     let load = load_average();
-    println!("\nSide by side with nginx (nginx replica answering 200, wrk GET /, {WRK_TURNS} turns of 1 s; medians; load average {load} before)");
+    println!("\nSide by side with nginx (nginx replica answering 200, wrk GET /, {WRK_TURNS} turns of {WRK_SECONDS} s; medians; load average {load} before)");
     println!(
         "{:<44} con    req/s   p50 µs   p99 µs  CPU µs/req (proxy)",
         "scenario"

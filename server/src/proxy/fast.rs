@@ -46,7 +46,8 @@ const KEPT_MAX: usize = 64 * 1024;
 /// Most bytes a chunk's size line (or a trailer line) may take before it is taken for garbage.
 const LINE_MAX: usize = 4096;
 
-/// Where a part of a head is in the buffer it was parsed from.
+/// Where a part of a head is in the buffer it was parsed from. (A response's reason phrase is not kept:
+/// the caller gets the status's own, as from the general path.)
 #[derive(Clone, Copy, Default)]
 struct Span(usize, usize);
 
@@ -76,8 +77,8 @@ impl Span {
 #[derive(Default)]
 struct Head {
     len: usize,
-    /// The method (a request's) or the reason phrase (a response's).
-    first: Span,
+    /// The method (a request's).
+    method: Span,
     /// The request target (a request's).
     target: Span,
     status: u16,
@@ -103,7 +104,7 @@ impl Head {
                     return Parsed::Invalid;
                 };
                 self.len = len;
-                self.first = Span::of(buf, method.as_bytes());
+                self.method = Span::of(buf, method.as_bytes());
                 self.target = Span::of(buf, target.as_bytes());
                 self.minor = minor;
                 self.keep(buf, req.headers);
@@ -128,7 +129,6 @@ impl Head {
                     return Parsed::Invalid;
                 };
                 self.len = len;
-                self.first = Span::of(buf, resp.reason.unwrap_or("").as_bytes());
                 self.status = status;
                 self.minor = minor;
                 self.keep(buf, resp.headers);
@@ -299,8 +299,9 @@ impl Conn {
         }
     }
 
-    /// Reads until a request head has come whole. `Over` for a head this path does not parse (or one
-    /// longer than [`HEAD_MAX`]), `Close` when the caller closed (or failed) first.
+    /// Reads until a request head has come whole (then `KeepAlive`: the connection goes on). `Over` for
+    /// a head this path does not parse (or one longer than [`HEAD_MAX`]), `Close` when the caller closed
+    /// (or failed) first.
     pub(super) async fn read_head(&mut self) -> Hand {
         // What a large request (a cached endpoint's whole body) left behind is not kept for the next.
         if self.buf.is_empty() && self.buf.capacity() > KEPT_MAX {
@@ -308,6 +309,9 @@ impl Conn {
         }
         if self.out.capacity() > KEPT_MAX {
             self.out = Vec::with_capacity(1024);
+        }
+        if self.rbuf.capacity() > KEPT_MAX {
+            self.rbuf = BytesMut::with_capacity(8192);
         }
         loop {
             if !self.buf.is_empty() {
@@ -344,7 +348,7 @@ struct Taken {
 /// Whether this path takes the request whose head is in `conn`, and what it needs of it.
 fn take(proxy: &Proxy, conn: &Conn) -> Option<Taken> {
     let (head, buf) = (&conn.head, &conn.buf[..]);
-    if proxy.private || head.minor != 1 || head.first.in_(buf) == b"CONNECT" {
+    if proxy.private || head.minor != 1 || head.method.in_(buf) == b"CONNECT" {
         return None;
     }
     let target = head.target.in_(buf);
@@ -369,7 +373,7 @@ fn take(proxy: &Proxy, conn: &Conn) -> Option<Taken> {
         return None;
     }
     let rest_at = (!rest.is_empty()).then(|| path.len() - rest.len());
-    let method = head.first.in_(buf);
+    let method = head.method.in_(buf);
     let repeatable = matches!(
         method,
         b"GET" | b"HEAD" | b"OPTIONS" | b"PUT" | b"DELETE" | b"TRACE"
@@ -591,7 +595,7 @@ fn key(conn: &Conn, taken: &Taken, access: &str) -> cache::Key {
     let route = &taken.route;
     cache::key(
         &[&route.id, &route.generation, accept],
-        text(head.first.in_(buf)),
+        text(head.method.in_(buf)),
         rest,
         query,
         access,
@@ -611,7 +615,7 @@ fn request_head(
 ) {
     let (head, buf, out) = (&conn.head, &conn.buf[..], &mut conn.out);
     out.clear();
-    out.extend_from_slice(head.first.in_(buf));
+    out.extend_from_slice(head.method.in_(buf));
     out.push(b' ');
     let target = head.target.in_(buf);
     match taken.rest_at {
