@@ -460,22 +460,9 @@ async fn admit(
         .filter(|(n, _)| n.eq_ignore_ascii_case(b"x-forwarded-for"))
         .map(|(_, v)| v);
     let client = proxy.client_ip_from(peer, forwarded);
-    if let Some(allow) = &route.allow {
-        if !allow.iter().any(|c| c.contains(client)) {
-            return Err(ApiError::Forbidden(format!(
-                "{client} is not in this endpoint's allowed CIDR blocks"
-            ))
-            .into_response());
-        }
-    }
-    let access = match route.endpoint_type {
-        EndpointType::Authenticated => {
-            let value = head.get(buf, "authorization");
-            let token = bearer(value.and_then(|v| std::str::from_utf8(v).ok()));
-            proxy.check_token(&route.namespace, token).await?
-        }
-        _ => String::new(),
-    };
+    let token = head.get(buf, "authorization");
+    let token = bearer(token.and_then(|v| std::str::from_utf8(v).ok()));
+    let access = proxy.admit(route, client, token).await?;
     Ok((client, access))
 }
 

@@ -7,6 +7,9 @@
 //! activity and metrics for the scaler and `/metrics`. Each is a step of `Proxy::serve_inner`:
 //! `check_access`, `cache_lookup`, `current_route` (with `ready_route` and `hold` for a cold start),
 //! `pick_replica`, `outgoing`, the send, and `respond`.
+//!
+//! On the data-plane workers the usual request takes the same steps on the proxy's own HTTP/1.1 path
+//! ([`fast`]), which reads and writes the heads itself; the rest goes this general way, through hyper.
 
 pub mod balance;
 pub mod cache;
@@ -35,7 +38,7 @@ use crate::clock::Clock;
 use crate::config::ProxyConfig;
 use crate::error::ApiError;
 use crate::model::{Cidr, EndpointState, EndpointType};
-use crate::routing::upstream::Outbound;
+use crate::routing::upstream::{into_body, ToReplica};
 use crate::routing::{
     bare_host, is_server_host, Activity, Backend, Route, RouteTable, RoutingHandle,
 };
@@ -229,8 +232,8 @@ impl<S: Inner> tower::Service<Request> for Front<S> {
 
     fn call(&mut self, req: Request) -> Self::Future {
         let peer = peer_of(&req);
-        let answer = self.answer(req.map(Outbound::from), peer);
-        Box::pin(async move { answer.await.map(|r| r.map(Body::from)) })
+        let answer = self.answer(req.map(ToReplica::Right), peer);
+        Box::pin(async move { answer.await.map(|r| r.map(into_body)) })
     }
 }
 
@@ -242,7 +245,7 @@ impl<S: Inner> Front<S> {
     /// (see [`workers`]), where it is made without an allocation of its own on every request.
     pub fn answer(
         &self,
-        req: axum::http::Request<Outbound>,
+        req: axum::http::Request<ToReplica>,
         peer: SocketAddr,
     ) -> impl std::future::Future<Output = Result<Reply, std::convert::Infallible>> + Send + 'static
     {
@@ -256,7 +259,7 @@ impl<S: Inner> Front<S> {
                 e.into_response(),
             ))))),
             None => {
-                let mut req = req.map(Body::from);
+                let mut req = req.map(into_body);
                 if req.extensions().get::<ConnectInfo<SocketAddr>>().is_none() {
                     req.extensions_mut().insert(ConnectInfo(peer));
                 }
@@ -271,57 +274,12 @@ impl<S: Inner> Front<S> {
 /// server's own (an error, a cache hit, the API's).
 pub type Reply = axum::http::Response<ReplyBody>;
 
-/// The body of a [`Reply`]. A replica's response passes unboxed, as hyper gives it.
-// The large variant is the usual one: boxing it is the allocation this enum is here to save.
-#[allow(clippy::large_enum_variant)]
-pub enum ReplyBody {
-    Passing(Passing<Incoming>),
-    Body(Body),
-}
+/// The body of a [`Reply`]: a replica's response passing unboxed, as hyper gives it, or the server's own.
+pub type ReplyBody = http_body_util::Either<Passing<Incoming>, Body>;
 
 /// An answer of the server's own as a [`Reply`].
 fn reply(resp: Response) -> Reply {
-    resp.map(ReplyBody::Body)
-}
-
-impl From<ReplyBody> for Body {
-    fn from(body: ReplyBody) -> Body {
-        match body {
-            ReplyBody::Passing(passing) => Body::new(passing),
-            ReplyBody::Body(body) => body,
-        }
-    }
-}
-
-impl http_body::Body for ReplyBody {
-    type Data = axum::body::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        match self.get_mut() {
-            ReplyBody::Passing(b) => std::pin::Pin::new(b)
-                .poll_frame(cx)
-                .map(|f| f.map(|f| f.map_err(axum::Error::new))),
-            ReplyBody::Body(b) => std::pin::Pin::new(b).poll_frame(cx),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            ReplyBody::Passing(b) => b.is_end_stream(),
-            ReplyBody::Body(b) => b.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        match self {
-            ReplyBody::Passing(b) => b.size_hint(),
-            ReplyBody::Body(b) => b.size_hint(),
-        }
-    }
+    resp.map(ReplyBody::Right)
 }
 
 /// The endpoint a request is for (by custom domain, or under `/endpoints/`) and the path and query to send
@@ -504,7 +462,7 @@ impl Drop for Held<'_> {
 struct InFlight {
     route: Arc<Route>,
     replica: Option<Arc<Backend>>,
-    connection: Option<hyper::client::conn::http1::SendRequest<Outbound>>,
+    connection: Option<hyper::client::conn::http1::SendRequest<ToReplica>>,
 }
 
 impl InFlight {
@@ -656,7 +614,7 @@ impl Proxy {
         route: Arc<Route>,
         target: PathAndQuery,
         peer: SocketAddr,
-        req: axum::http::Request<Outbound>,
+        req: axum::http::Request<ToReplica>,
     ) -> Reply {
         let started = Instant::now();
         let resp = match self.serve_inner(&route, target, peer, req).await {
@@ -680,7 +638,7 @@ impl Proxy {
         route: &Arc<Route>,
         target: PathAndQuery,
         peer: SocketAddr,
-        req: axum::http::Request<Outbound>,
+        req: axum::http::Request<ToReplica>,
     ) -> Result<Reply, Response> {
         let (client, access) = self.check_access(route, peer, req.headers()).await?;
         // The cache answers before anything wakes the endpoint.
@@ -745,6 +703,18 @@ impl Proxy {
         self.check_entry(route, headers)
             .map_err(IntoResponse::into_response)?;
         let client = self.client_ip(peer, headers);
+        let access = self.admit(route, client, bearer_in(headers)).await?;
+        Ok((client, access))
+    }
+
+    /// The CIDR allow list for `client`, and access by type with `token`: for an `authenticated` endpoint
+    /// the caller's account (part of the cache key), else nothing.
+    async fn admit(
+        &self,
+        route: &Route,
+        client: IpAddr,
+        token: Option<&str>,
+    ) -> Result<String, Response> {
         if let Some(allow) = &route.allow {
             if !allow.iter().any(|c| c.contains(client)) {
                 return Err(ApiError::Forbidden(format!(
@@ -753,14 +723,10 @@ impl Proxy {
                 .into_response());
             }
         }
-        let access = match route.endpoint_type {
-            EndpointType::Authenticated => {
-                self.check_token(&route.namespace, bearer_in(headers))
-                    .await?
-            }
-            EndpointType::Public | EndpointType::Private => String::new(),
-        };
-        Ok((client, access))
+        match route.endpoint_type {
+            EndpointType::Authenticated => self.check_token(&route.namespace, token).await,
+            EndpointType::Public | EndpointType::Private => Ok(String::new()),
+        }
     }
 
     /// Entry point: private endpoints exist only on the private listener, and only for their account.
@@ -798,10 +764,10 @@ impl Proxy {
         &self,
         route: &Route,
         parts: &Parts,
-        body: Outbound,
+        body: ToReplica,
         target: &PathAndQuery,
         access: &str,
-    ) -> Result<(Outbound, cache::Key), Response> {
+    ) -> Result<(ToReplica, cache::Key), Response> {
         let bytes = match read_body(body, self.body_limit).await {
             Ok(b) => b,
             Err(e) => return Err(e.into_response()),
@@ -824,7 +790,7 @@ impl Proxy {
             route.activity.stats.cache_hit();
             return Err(cached_response(hit, "HIT"));
         }
-        Ok((Body::from(bytes).into(), key))
+        Ok((ToReplica::Right(Body::from(bytes)), key))
     }
 
     /// The route as the latest table has it (it may have changed while the token was checked or the body
@@ -882,9 +848,9 @@ impl Proxy {
         &self,
         parts: Parts,
         target: PathAndQuery,
-        body: Outbound,
+        body: ToReplica,
         peer: SocketAddr,
-    ) -> axum::http::Request<Outbound> {
+    ) -> axum::http::Request<ToReplica> {
         // The caller's headers go on as they are, less the hop-by-hop ones, our token (it is for us, not
         // for the model's container) and the private-link account.
         let mut headers = parts.headers;
@@ -960,7 +926,7 @@ impl Proxy {
             _guard: guard,
             fill,
         };
-        let mut resp = Reply::new(ReplyBody::Passing(rbody));
+        let mut resp = Reply::new(ReplyBody::Left(rbody));
         *resp.status_mut() = status;
         *resp.headers_mut() = headers;
         if route.cache {

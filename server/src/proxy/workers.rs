@@ -6,7 +6,8 @@
 //! [`crate::routing::upstream`]). A request is read, forwarded, answered and passed back on one thread: no
 //! wake-up crosses to another, and no idle thread is woken to help (nginx's shape).
 //!
-//! Each connection is served by hyper's HTTP/1 server directly (see [`connection`]), its requests handed to
+//! Each connection is served by the proxy's own HTTP/1.1 path ([`fast`]) for as long as its requests are
+//! the usual ones, then by hyper's HTTP/1 server directly ([`general`]), its requests handed to
 //! [`Front::answer`] with the peer's address: no per-request service clone and no extension map to carry
 //! the address, which `axum::serve` would add to every request.
 //!
@@ -32,7 +33,7 @@ use hyper_util::rt::TokioIo;
 use super::fast::{self, Hand};
 use super::{Front, Inner};
 use crate::error::ApiError;
-use crate::routing::upstream::{self, Outbound};
+use crate::routing::upstream::{self, ToReplica};
 
 /// Whether this thread is a data-plane worker's.
 pub fn on_data_plane() -> bool {
@@ -335,7 +336,7 @@ async fn general<S>(
     S: Inner,
 {
     let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        app.answer(req.map(Outbound::Incoming), peer)
+        app.answer(req.map(ToReplica::Left), peer)
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .serve_connection(TokioIo::new(io), service)

@@ -35,7 +35,7 @@ impl Backend {
     /// directly: see [`upstream::send`].
     pub async fn send(
         &self,
-        mut req: axum::http::Request<upstream::Outbound>,
+        mut req: axum::http::Request<upstream::ToReplica>,
     ) -> Result<upstream::Exchange, upstream::Error> {
         req.headers_mut()
             .insert(axum::http::header::HOST, self.host.clone());
@@ -53,7 +53,7 @@ impl Backend {
     ) -> Option<(axum::http::StatusCode, axum::body::Bytes)> {
         use http_body_util::BodyExt;
         let answer = async {
-            let (resp, sender) = self.send(req.map(Into::into)).await.ok()?;
+            let (resp, sender) = self.send(req.map(upstream::ToReplica::Right)).await.ok()?;
             let (parts, body) = resp.into_parts();
             let body = http_body_util::Limited::new(body, limit).collect().await;
             // Read in full: the connection can take the next request.

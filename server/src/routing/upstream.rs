@@ -29,58 +29,22 @@ const IDLE_PER_REPLICA: usize = 256;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-type Idle = Mutex<Vec<(Instant, SendRequest<Outbound>)>>;
+type Idle = Mutex<Vec<(Instant, SendRequest<ToReplica>)>>;
 
 /// A request body on its way to a replica: a caller's, passed on as it comes (the proxy's usual case, with
 /// nothing boxed), or one the server made.
-pub enum Outbound {
-    Incoming(Incoming),
-    Body(Body),
-}
+pub type ToReplica = http_body_util::Either<Incoming, Body>;
 
-impl From<Body> for Outbound {
-    fn from(body: Body) -> Outbound {
-        Outbound::Body(body)
-    }
-}
-
-impl From<Outbound> for Body {
-    fn from(body: Outbound) -> Body {
-        match body {
-            Outbound::Incoming(incoming) => Body::new(incoming),
-            Outbound::Body(body) => body,
-        }
-    }
-}
-
-impl http_body::Body for Outbound {
-    type Data = axum::body::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        match self.get_mut() {
-            Outbound::Incoming(b) => std::pin::Pin::new(b)
-                .poll_frame(cx)
-                .map(|f| f.map(|f| f.map_err(axum::Error::new))),
-            Outbound::Body(b) => std::pin::Pin::new(b).poll_frame(cx),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            Outbound::Incoming(b) => b.is_end_stream(),
-            Outbound::Body(b) => b.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        match self {
-            Outbound::Incoming(b) => b.size_hint(),
-            Outbound::Body(b) => b.size_hint(),
-        }
+/// A body that is either passed on unboxed or one of the server's own, as the one body type the server's
+/// handlers use (boxed only when it is not one already).
+pub fn into_body<L>(body: http_body_util::Either<L, Body>) -> Body
+where
+    L: http_body::Body<Data = axum::body::Bytes> + Send + 'static,
+    L::Error: Into<axum::BoxError>,
+{
+    match body {
+        http_body_util::Either::Left(passed) => Body::new(passed),
+        http_body_util::Either::Right(own) => own,
     }
 }
 
@@ -153,12 +117,7 @@ impl Pool {
         let mut idle = self.streams[slot().min(self.streams.len() - 1)]
             .lock()
             .ok()?;
-        let now = Instant::now();
-        let expired = idle
-            .iter()
-            .take_while(|(at, _)| now.duration_since(*at) >= IDLE_TIMEOUT)
-            .count();
-        idle.drain(..expired);
+        drop_expired(&mut idle);
         while let Some((_, stream)) = idle.pop() {
             if !closed(&stream) {
                 return Some(stream);
@@ -179,14 +138,9 @@ impl Pool {
     /// The most recently used connection of this thread's slot that is ready for a request. Long-idle ones
     /// (at the front: they came back first) and closed ones met on the way are dropped; busy ones stay for
     /// later. The usual case looks at one connection, however many are idle.
-    fn take(&self) -> Option<SendRequest<Outbound>> {
+    fn take(&self) -> Option<SendRequest<ToReplica>> {
         let mut idle = self.slot().lock().ok()?;
-        let now = Instant::now();
-        let expired = idle
-            .iter()
-            .take_while(|(at, _)| now.duration_since(*at) >= IDLE_TIMEOUT)
-            .count();
-        idle.drain(..expired);
+        drop_expired(&mut idle);
         let mut busy = Vec::new();
         let mut found = None;
         while let Some((at, sender)) = idle.pop() {
@@ -204,7 +158,7 @@ impl Pool {
     }
 
     /// A connection whose response was passed on (it may still be finishing its request's upload).
-    pub fn give_back(&self, sender: SendRequest<Outbound>) {
+    pub fn give_back(&self, sender: SendRequest<ToReplica>) {
         if sender.is_closed() {
             return;
         }
@@ -229,6 +183,16 @@ impl std::fmt::Display for Error {
             Error::Http(e) => write!(f, "{e}"),
         }
     }
+}
+
+/// Drops the connections idle for [`IDLE_TIMEOUT`] or more: those at the front, which came back first.
+fn drop_expired<T>(idle: &mut Vec<(Instant, T)>) {
+    let now = Instant::now();
+    let expired = idle
+        .iter()
+        .take_while(|(at, _)| now.duration_since(*at) >= IDLE_TIMEOUT)
+        .count();
+    idle.drain(..expired);
 }
 
 /// Whether the replica closed an idle connection (or wrote on it out of turn), by what the event loop has
@@ -256,7 +220,7 @@ pub async fn connect_stream(addr: SocketAddr) -> std::io::Result<TcpStream> {
     Ok(stream)
 }
 
-async fn connect(addr: SocketAddr) -> Result<SendRequest<Outbound>, Error> {
+async fn connect(addr: SocketAddr) -> Result<SendRequest<ToReplica>, Error> {
     let stream = connect_stream(addr).await.map_err(Error::Connect)?;
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -271,14 +235,14 @@ async fn connect(addr: SocketAddr) -> Result<SendRequest<Outbound>, Error> {
 
 /// A replica's response, and the connection it came on: given back to the pool once the response has been
 /// read in full.
-pub type Exchange = (Response<Incoming>, SendRequest<Outbound>);
+pub type Exchange = (Response<Incoming>, SendRequest<ToReplica>);
 
 /// Sends `req` (origin-form URI) to the replica at `addr`, on an idle connection of `pool` or a new one.
 /// Returns the response and the connection, to be given back once the response has been read in full.
 pub async fn send(
     pool: &Pool,
     addr: SocketAddr,
-    req: Request<Outbound>,
+    req: Request<ToReplica>,
 ) -> Result<Exchange, Error> {
     let mut req = req;
     // A pooled connection may have been closed by the replica since: when nothing was sent, the request
@@ -386,7 +350,7 @@ mod tests {
             .header("host", "replica")
             .body(Body::empty())
             .unwrap();
-        let (resp, sender) = send(pool, addr, req.map(Outbound::from))
+        let (resp, sender) = send(pool, addr, req.map(ToReplica::Right))
             .await
             .expect("answer");
         let body = resp.into_body().collect().await.unwrap().to_bytes();
@@ -435,7 +399,7 @@ mod tests {
             .header("host", "replica")
             .body(Body::from_stream(body))
             .unwrap();
-        let (resp, sender) = send(&pool, addr, req.map(Outbound::from))
+        let (resp, sender) = send(&pool, addr, req.map(ToReplica::Right))
             .await
             .expect("early answer");
         resp.into_body().collect().await.unwrap();
@@ -453,7 +417,7 @@ mod tests {
             l.local_addr().unwrap()
         };
         let req = Request::builder().uri("/").body(Body::empty()).unwrap();
-        let err = send(&Pool::default(), addr, req.map(Outbound::from))
+        let err = send(&Pool::default(), addr, req.map(ToReplica::Right))
             .await
             .expect_err("refused");
         assert!(matches!(err, Error::Connect(_)), "{err}");
