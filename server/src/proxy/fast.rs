@@ -395,6 +395,7 @@ pub(super) async fn serve(proxy: &Proxy, conn: &mut Conn, peer: SocketAddr) -> H
     let started = Instant::now();
     let length = usize::try_from(taken.framing.length.unwrap_or(0)).unwrap_or(usize::MAX);
     conn.pending = conn.head.len.saturating_add(length);
+    conn.unread = false;
     let answer = match exchange(proxy, conn, peer, &taken, started).await {
         Ok(Exchanged::Passed(next)) if next && !taken.framing.close => return Hand::KeepAlive,
         Ok(Exchanged::Passed(_)) => {
