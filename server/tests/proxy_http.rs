@@ -54,6 +54,12 @@ def serve(conn):
             conn.sendall(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo much")
             f.read(length)
             break
+        if path == "/continue-upload":
+            # Tells the caller to go on before it reads the body, then answers with what it got.
+            conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+            got = f.read(length)
+            send("200 OK", str(len(got)).encode())
+            continue
         body = f.read(length) if length else b""
         while chunked:
             size = int(f.readline().split(b";")[0], 16)
@@ -500,6 +506,28 @@ async fn a_caller_that_leaves_or_a_replica_that_answers_early_spoils_nothing() {
         }
     }
 
+    // An informational answer while an upload goes on does not stop it: the replica gets all of it.
+    let mut caller = Caller::connect(&server.url).await;
+    let size = 2 << 20;
+    let mut upload = get(
+        "POST",
+        &format!("{ep}/continue-upload"),
+        &format!("Content-Length: {size}\r\n"),
+    );
+    upload.extend(vec![b'y'; size]);
+    caller.send(&upload).await;
+    let answer = caller.answer("POST").await;
+    assert_eq!(
+        (answer.status, answer.body),
+        (200, size.to_string().into_bytes())
+    );
+    caller.send(&get("GET", &format!("{ep}/"), "")).await;
+    assert_eq!(
+        caller.answer("GET").await.body,
+        b"ok",
+        "the connection goes on"
+    );
+
     // A replica that answers an upload before it has read it: the caller gets that answer, and the
     // connection ends there (the rest of its body is not taken for a request).
     let mut uploading = Caller::connect(&server.url).await;
@@ -521,6 +549,12 @@ async fn a_caller_that_leaves_or_a_replica_that_answers_early_spoils_nothing() {
     assert_eq!(
         (early.status, &early.body[..]),
         (413, &b"too much"[..]),
+        "{}",
+        early.head
+    );
+    assert_eq!(
+        early.field("connection").as_deref(),
+        Some("close"),
         "{}",
         early.head
     );

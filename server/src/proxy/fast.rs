@@ -413,7 +413,7 @@ pub(super) async fn serve(proxy: &Proxy, conn: &mut Conn, peer: SocketAddr) -> H
     let stats = &taken.route.activity.stats;
     stats.record(answer.status().as_u16(), started.elapsed());
     // The request is done with once all of it has been read: else the connection ends with the answer.
-    let done = conn.pending == 0 || conn.buf.len() >= conn.pending;
+    let done = !conn.unread && (conn.pending == 0 || conn.buf.len() >= conn.pending);
     if done {
         conn.buf.advance(conn.pending);
         conn.pending = 0;
@@ -519,8 +519,8 @@ async fn exchange(
     request_head(proxy, conn, taken, &backend, peer);
     let sent = match send_request(conn, &backend, length, taken.repeatable).await {
         Ok(sent) => sent,
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => return Ok(Exchanged::Gone),
-        Err(e) => {
+        Err(Unsent::CallerGone) => return Ok(Exchanged::Gone),
+        Err(Unsent::Replica(e)) => {
             tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
             return Err(
                 ApiError::BadGateway("the endpoint's replica did not answer".into())
@@ -554,7 +554,8 @@ async fn read_body(conn: &mut Conn, length: u64, limit: usize) -> Result<(), Res
     }
     let whole = conn.head.len + length as usize;
     while conn.buf.len() < whole {
-        conn.buf.reserve(whole - conn.buf.len());
+        // Room as the body comes, not all it announced at once.
+        conn.buf.reserve((whole - conn.buf.len()).min(64 * 1024));
         match conn.io.read_buf(&mut conn.buf).await {
             Ok(0) | Err(_) => {
                 return Err(
@@ -652,6 +653,21 @@ struct Sent {
     all: bool,
 }
 
+/// Why a request could not be sent and answered.
+enum Unsent {
+    /// The caller went away first (which the general path notices too): nobody waits for an answer, and
+    /// the replica is freed of the request.
+    CallerGone,
+    /// The replica could not be reached, or closed without answering.
+    Replica(std::io::Error),
+}
+
+impl From<std::io::Error> for Unsent {
+    fn from(e: std::io::Error) -> Unsent {
+        Unsent::Replica(e)
+    }
+}
+
 /// Sends the head in `conn.out` and the body (`length` bytes: what came with the head, then the rest as it
 /// comes) on a connection to `backend`, and waits for the replica's first bytes (into `conn.rbuf`).
 ///
@@ -659,18 +675,21 @@ struct Sent {
 /// it, and the request goes again on a new connection. When the replica closes without a word after the
 /// write, it may have been closing as the request came, or have taken it and failed: only a `repeatable`
 /// request (an idempotent method) goes again, as with nginx. Either way only a request whose body is all
-/// at hand. `ConnectionAborted` when the caller went away first.
+/// at hand.
 async fn send_request(
     conn: &mut Conn,
     backend: &Backend,
     length: u64,
     repeatable: bool,
-) -> std::io::Result<Sent> {
+) -> Result<Sent, Unsent> {
     let body_at = conn.head.len;
     let at_hand = (conn.buf.len() - body_at).min(usize::try_from(length).unwrap_or(usize::MAX));
     conn.out
         .extend_from_slice(&conn.buf[body_at..body_at + at_hand]);
     let whole = at_hand as u64 == length;
+    // A caller's end seen while its request waits is its hang-up, unless more of its requests came
+    // already (pipelined, then half-closed): those are answered first.
+    let watch = conn.buf.len() == body_at + at_hand;
     let mut pooled = backend.pool.take_stream();
     loop {
         let (mut upstream, reused) = match pooled.take() {
@@ -684,42 +703,43 @@ async fn send_request(
         match upstream.write_all(&conn.out).await {
             Ok(()) => {}
             Err(_) if reused && whole => continue,
-            Err(e) => return Err(e),
+            Err(e) => return Err(Unsent::Replica(e)),
         }
         let all = whole || stream_body(conn, &mut upstream, length - at_hand as u64).await?;
         conn.unread = !all;
-        match conn.first_bytes(&mut upstream).await {
+        match conn.first_bytes(&mut upstream, watch).await {
             Ok(()) => {
                 conn.buf.advance(body_at + at_hand);
                 conn.pending = 0;
                 return Ok(Sent { upstream, all });
             }
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => return Err(e),
-            Err(_) if reused && whole && repeatable => continue,
+            Err(Unsent::Replica(_)) if reused && whole && repeatable => continue,
             Err(e) => return Err(e),
         }
     }
 }
 
 impl Conn {
-    /// Reads the replica's first bytes (into `rbuf`): an error when it closed or failed first, and
-    /// `ConnectionAborted` when the caller went away first (which the general path notices too, and which
-    /// frees the replica from a request nobody waits for).
-    async fn first_bytes(&mut self, upstream: &mut TcpStream) -> std::io::Result<()> {
+    /// Reads the replica's first bytes into `rbuf` (unless some came already, while the body went): an
+    /// error when it closed or failed first, or when the caller hung up first (looked for when `watch`).
+    async fn first_bytes(&mut self, upstream: &mut TcpStream, watch: bool) -> Result<(), Unsent> {
+        if !self.rbuf.is_empty() {
+            return Ok(());
+        }
         self.rbuf.reserve(8192);
-        let mut watching = true;
+        let mut watching = watch;
         loop {
             tokio::select! {
                 biased;
                 read = upstream.read_buf(&mut self.rbuf) => {
                     return match read? {
-                        0 => Err(std::io::ErrorKind::UnexpectedEof.into()),
+                        0 => Err(Unsent::Replica(std::io::ErrorKind::UnexpectedEof.into())),
                         _ => Ok(()),
                     };
                 }
                 gone = hung_up(&self.io), if watching => {
                     if gone {
-                        return Err(std::io::ErrorKind::ConnectionAborted.into());
+                        return Err(Unsent::CallerGone);
                     }
                     // The caller's next request came early: it waits in the socket.
                     watching = false;
@@ -736,36 +756,74 @@ async fn hung_up(io: &TcpStream) -> bool {
 }
 
 /// Passes `left` more body bytes from the caller to the replica as they come. Whether all went: not when
-/// the replica answered (or closed) first, whose answer is then read as usual.
+/// the replica gave its final answer (or closed) first, whose answer is then passed on as usual. What the
+/// replica sends meanwhile is read into `conn.rbuf`; an informational answer (`100 Continue`) there does not
+/// stop the upload.
 async fn stream_body(
     conn: &mut Conn,
     upstream: &mut TcpStream,
     mut left: u64,
-) -> std::io::Result<bool> {
+) -> Result<bool, Unsent> {
     let mut chunk = vec![0u8; 16 * 1024];
     let (mut from_replica, mut to_replica) = upstream.split();
-    let mut byte = [0u8; 1];
     while left > 0 {
         let want = chunk.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-        let n = tokio::select! {
+        let read = tokio::select! {
             biased;
-            _ = from_replica.peek(&mut byte) => return Ok(false),
-            n = conn.io.read(&mut chunk[..want]) => n?,
+            answered = replica_spoke(&mut from_replica, &mut conn.rbuf, &mut conn.rhead) => {
+                if answered {
+                    return Ok(false);
+                }
+                continue;
+            }
+            read = conn.io.read(&mut chunk[..want]) => read,
         };
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        let wrote = tokio::select! {
-            biased;
-            _ = from_replica.peek(&mut byte) => return Ok(false),
-            wrote = to_replica.write_all(&chunk[..n]) => wrote,
+        let n = match read {
+            Ok(0) | Err(_) => return Err(Unsent::CallerGone),
+            Ok(n) => n,
         };
-        if wrote.is_err() {
-            return Ok(false);
+        let mut write = std::pin::pin!(to_replica.write_all(&chunk[..n]));
+        loop {
+            tokio::select! {
+                biased;
+                answered = replica_spoke(&mut from_replica, &mut conn.rbuf, &mut conn.rhead) => {
+                    if answered {
+                        return Ok(false);
+                    }
+                }
+                wrote = &mut write => match wrote {
+                    Ok(()) => break,
+                    Err(_) => return Ok(false),
+                },
+            }
         }
         left -= n as u64;
     }
     Ok(true)
+}
+
+/// Reads what the replica sent while the body goes (into `rbuf`): true once that is more than
+/// informational answers (which are dropped, as when they come after the body), or the replica's end.
+async fn replica_spoke(
+    from_replica: &mut tokio::net::tcp::ReadHalf<'_>,
+    rbuf: &mut BytesMut,
+    rhead: &mut Head,
+) -> bool {
+    rbuf.reserve(4096);
+    match from_replica.read_buf(rbuf).await {
+        Ok(0) | Err(_) => return true,
+        Ok(_) => {}
+    }
+    loop {
+        match rhead.response(rbuf) {
+            Parsed::Complete if (100..200).contains(&rhead.status) && rhead.status != 101 => {
+                rbuf.advance(rhead.len);
+            }
+            // A head still coming (or nothing after the informational ones): the body goes on.
+            Parsed::Partial if rbuf.len() < RESPONSE_HEAD_MAX => return false,
+            _ => return true,
+        }
+    }
 }
 
 /// How a response's body ends.
@@ -840,15 +898,9 @@ async fn pass_response(
         _ if no_body && status != StatusCode::NO_CONTENT && !framing.bad_length => framing.length,
         _ => None,
     };
-    response_head(
-        conn,
-        route,
-        status,
-        &ends,
-        length,
-        taken.framing.close,
-        framing.names,
-    );
+    // The connection ends after the answer when the caller asked, or when its body was not all read.
+    let close = taken.framing.close || conn.unread;
+    response_head(conn, route, status, &ends, length, close, framing.names);
     conn.rbuf.advance(conn.rhead.len);
     let complete = match ends {
         Ends::Length(n) => pass_length(conn, upstream, n, &mut fill).await,

@@ -126,9 +126,11 @@ impl Pool {
         None
     }
 
-    /// A connection whose exchange ended cleanly, for the next request of this thread's slot.
+    /// A connection whose exchange ended cleanly, for the next request of this thread's slot. Long-idle
+    /// ones go here too, so that a replica this worker no longer sends to holds no sockets for long.
     pub fn give_back_stream(&self, stream: TcpStream) {
         if let Ok(mut idle) = self.streams[slot().min(self.streams.len() - 1)].lock() {
+            drop_expired(&mut idle);
             if idle.len() < IDLE_PER_REPLICA {
                 idle.push((Instant::now(), stream));
             }
