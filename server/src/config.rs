@@ -365,6 +365,10 @@ pub struct ProxyConfig {
     pub auth_cache_s: u64,
     /// Serve `/metrics` without a token (default: an instance administrator's token is needed).
     pub public_metrics: bool,
+    /// A caller's connection on which no request starts for this long (seconds) is closed.
+    pub idle_timeout_s: u64,
+    /// A request head that has begun must have come whole within this (seconds), or the connection is closed.
+    pub header_timeout_s: u64,
 }
 
 impl Default for ProxyConfig {
@@ -379,11 +383,19 @@ impl Default for ProxyConfig {
             cache_max_entry_bytes: 1024 * 1024,
             auth_cache_s: 5,
             public_metrics: false,
+            idle_timeout_s: 75,
+            header_timeout_s: 60,
         }
     }
 }
 
 impl ProxyConfig {
+    /// `idle_timeout_s` and `header_timeout_s`, each from a second to a year.
+    pub fn client_timeouts(&self) -> (std::time::Duration, std::time::Duration) {
+        let secs = |s: u64| std::time::Duration::from_secs(s.clamp(1, 365 * 86_400));
+        (secs(self.idle_timeout_s), secs(self.header_timeout_s))
+    }
+
     /// `trusted_proxies` parsed; start-up refuses a list that does not parse.
     pub fn trusted_cidrs(&self) -> Result<Vec<Cidr>, String> {
         self.trusted_proxies

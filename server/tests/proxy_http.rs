@@ -239,8 +239,17 @@ async fn server_with_raw_replica() -> (common::TestServer, String) {
 
 /// [`server_with_raw_replica`], with `extra` set in the endpoint's spec.
 async fn server_with_replica(extra: serde_json::Value) -> (common::TestServer, String) {
+    server_configured(extra, |_| {}).await
+}
+
+/// [`server_with_replica`], on a server whose configuration `configure` changes.
+async fn server_configured(
+    extra: serde_json::Value,
+    configure: impl FnOnce(&mut switchyard_server::config::Config),
+) -> (common::TestServer, String) {
     let server = common::spawn_with(|c| {
         c.runtime.tick_ms = 50;
+        configure(c);
     })
     .await;
     let body = json!({
@@ -478,6 +487,49 @@ async fn other_requests_go_to_the_general_path_on_the_same_connection() {
         .send(&get("GET", &format!("{ep}/a/%2e%2e/b"), ""))
         .await;
     assert_eq!(caller.answer("GET").await.status, 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_slow_callers_are_let_go_and_busy_ones_kept() {
+    let (server, ep) = server_configured(json!({}), |c| {
+        c.proxy.idle_timeout_s = 2;
+        c.proxy.header_timeout_s = 1;
+    })
+    .await;
+    let pause = Duration::from_millis(600);
+
+    // A request every 0.6 s on each path, for longer than either timeout: each one sets the time again.
+    let mut fast = Caller::connect(&server.url).await;
+    let mut general = Caller::connect(&server.url).await;
+    for _ in 0..6 {
+        fast.send(&get("GET", &format!("{ep}/"), "")).await;
+        assert_eq!(fast.answer("GET").await.body, b"ok");
+        general.send(&get("GET", "/health", "")).await;
+        assert_eq!(general.answer("GET").await.status, 200);
+        tokio::time::sleep(pause).await;
+    }
+    // Then silence: both are closed, with nothing written.
+    assert!(fast.closed().await, "the endpoint's connection is let go");
+    assert!(general.closed().await, "the API's connection is let go");
+    assert!(fast.buf.is_empty() && general.buf.is_empty());
+
+    // A head begun and never ended is let go too, and so is a connection that never says anything.
+    let mut slow = Caller::connect(&server.url).await;
+    slow.send(format!("GET {ep}/ HTTP/1.1\r\nHost: x\r\n").as_bytes())
+        .await;
+    assert!(slow.closed().await, "a begun head is let go");
+    let mut silent = Caller::connect(&server.url).await;
+    assert!(silent.closed().await, "a silent connection is let go");
+    assert!(slow.buf.is_empty() && silent.buf.is_empty());
+
+    // A head that comes in parts within its time is served.
+    let mut parts = Caller::connect(&server.url).await;
+    let request = get("GET", &format!("{ep}/"), "");
+    let (first, rest) = request.split_at(10);
+    parts.send(first).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    parts.send(rest).await;
+    assert_eq!(parts.answer("GET").await.body, b"ok");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

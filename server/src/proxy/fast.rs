@@ -17,8 +17,9 @@
 
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::http::StatusCode;
@@ -27,6 +28,7 @@ use bytes::{Buf, BytesMut};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::Sleep;
 
 use super::{balance, cache, cached_response, endpoint_route, serving, InFlight, Proxy};
 use crate::auth::bearer;
@@ -299,10 +301,15 @@ impl Conn {
         }
     }
 
-    /// Reads until a request head has come whole (then `KeepAlive`: the connection goes on). `Over` for
-    /// a head this path does not parse (or one longer than [`HEAD_MAX`]), `Close` when the caller closed
-    /// (or failed) first.
-    pub(super) async fn read_head(&mut self) -> Hand {
+    /// Reads until a request head has come whole. Otherwise what becomes of the connection: `Over` for a
+    /// head this path does not parse (or one longer than [`HEAD_MAX`]), `Close` when the caller closed (or
+    /// failed) first, or let the time run out (`timer`, set here to [`Timeouts::idle`] while nothing of the
+    /// head has come, then to [`Timeouts::header`]).
+    pub(super) async fn read_head(
+        &mut self,
+        mut timer: Pin<&mut Sleep>,
+        timeouts: Timeouts,
+    ) -> Result<(), Hand> {
         // What a large request (a cached endpoint's whole body) left behind is not kept for the next.
         if self.buf.is_empty() && self.buf.capacity() > KEPT_MAX {
             self.buf = BytesMut::with_capacity(8192);
@@ -313,24 +320,46 @@ impl Conn {
         if self.rbuf.capacity() > KEPT_MAX {
             self.rbuf = BytesMut::with_capacity(8192);
         }
+        let mut idle = self.buf.is_empty();
+        let wait = if idle { timeouts.idle } else { timeouts.header };
+        timer.as_mut().reset(tokio::time::Instant::now() + wait);
         loop {
             if !self.buf.is_empty() {
                 match self.head.request(&self.buf) {
-                    Parsed::Complete => return Hand::KeepAlive,
+                    Parsed::Complete => return Ok(()),
                     Parsed::Partial if self.buf.len() < HEAD_MAX => {}
-                    _ => return Hand::Over,
+                    _ => return Err(Hand::Over),
+                }
+                if idle {
+                    idle = false;
+                    timer
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + timeouts.header);
                 }
             }
             self.buf.reserve(4096);
-            match self.io.read_buf(&mut self.buf).await {
-                Ok(0) if self.buf.is_empty() => return Hand::Close,
+            let read = tokio::select! {
+                biased;
+                read = self.io.read_buf(&mut self.buf) => read,
+                () = timer.as_mut() => return Err(Hand::Close),
+            };
+            match read {
+                Ok(0) if self.buf.is_empty() => return Err(Hand::Close),
                 // Cut off mid-head: the general path answers what it can.
-                Ok(0) => return Hand::Over,
+                Ok(0) => return Err(Hand::Over),
                 Ok(_) => {}
-                Err(_) => return Hand::Close,
+                Err(_) => return Err(Hand::Close),
             }
         }
     }
+}
+
+/// How long a caller's connection may wait for a request to begin (`idle`), and for a begun head to end
+/// (`header`): `proxy.idle_timeout_s` and `proxy.header_timeout_s`.
+#[derive(Clone, Copy)]
+pub(super) struct Timeouts {
+    pub(super) idle: Duration,
+    pub(super) header: Duration,
 }
 
 /// What this path needs to know of a request it takes.
@@ -444,7 +473,7 @@ async fn linger(conn: &mut Conn) {
             }
         }
     };
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), drain).await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
 }
 
 /// Who may call: the CIDR allow list and access by type. The account for an `authenticated` endpoint (a

@@ -28,7 +28,7 @@ use tokio::net::{TcpListener, TcpSocket};
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 
 use super::fast::{self, Hand};
 use super::{Front, Inner};
@@ -241,16 +241,21 @@ async fn connection<S>(
     let mut conn = fast::Conn::new(io);
     let stopping = until(stop.clone());
     tokio::pin!(stopping);
+    // One timer for the connection's life, set again for each head (see `Conn::read_head`).
+    let (idle, header) = app.proxy.config.client_timeouts();
+    let timeouts = fast::Timeouts { idle, header };
+    let timer = tokio::time::sleep(idle);
+    tokio::pin!(timer);
     loop {
         let read = tokio::select! {
             // The head first: no random draw for the order, and a stop is only looked at while waiting.
             biased;
-            read = conn.read_head() => read,
+            read = conn.read_head(timer.as_mut(), timeouts) => read,
             () = &mut stopping => return,
         };
         let hand = match read {
-            Hand::KeepAlive => fast::serve(&app.proxy, &mut conn, peer).await,
-            other => other,
+            Ok(()) => fast::serve(&app.proxy, &mut conn, peer).await,
+            Err(hand) => hand,
         };
         match hand {
             Hand::KeepAlive if !*stop.borrow() => {}
@@ -335,10 +340,15 @@ async fn general<S>(
 ) where
     S: Inner,
 {
+    // hyper's one timeout runs from when it waits for a head, the next request's on a kept connection too:
+    // an idle connection here closes after `proxy.header_timeout_s`.
+    let (_, header) = app.proxy.config.client_timeouts();
     let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         app.answer(req.map(ToReplica::Left), peer)
     });
     let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header)
         .serve_connection(TokioIo::new(io), service)
         .with_upgrades();
     tokio::pin!(conn);
