@@ -30,7 +30,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
-use super::{balance, cache, cached_response, endpoint_route, serving, InFlight, Proxy};
+use super::cache::{self, keep, Fill};
+use super::{balance, cached_response, endpoint_route, serving, InFlight, Proxy};
 use crate::auth::bearer;
 use crate::error::ApiError;
 use crate::model::EndpointType;
@@ -226,23 +227,13 @@ fn words(value: &[u8]) -> impl Iterator<Item = &[u8]> {
 /// Whether a field is for this hop only, or for this server only, and is not passed on: the hop-by-hop
 /// fields (see `HOP_BY_HOP`), `Host`, and those the message's `Connection` names (looked for when `named`,
 /// see [`Framing::names`]); and, in a request, the caller's token, the private link's account and
-/// `X-Forwarded-For` (written anew). Names are told apart by length first: most fields are none of these.
+/// `X-Forwarded-For` (written anew).
 fn stays(name: &[u8], head: &Head, buf: &[u8], request: bool, named: bool) -> bool {
     let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
-    let listed = match name.len() {
-        2 => is(b"te"),
-        4 => is(b"host"),
-        7 => is(b"trailer") || is(b"upgrade"),
-        10 => is(b"connection") || is(b"keep-alive"),
-        13 => request && is(b"authorization"),
-        15 => request && is(b"x-forwarded-for"),
-        16 => is(b"proxy-connection"),
-        17 => is(b"transfer-encoding"),
-        18 => is(b"proxy-authenticate"),
-        19 => is(b"proxy-authorization"),
-        22 => request && is(b"x-private-link-account"),
-        _ => false,
-    };
+    let listed = super::HOP_BY_HOP.iter().any(|h| is(h.as_str().as_bytes()))
+        || is(b"host")
+        || request
+            && (is(b"authorization") || is(b"x-forwarded-for") || is(b"x-private-link-account"));
     listed
         || named
             && head
@@ -610,14 +601,16 @@ fn key(conn: &Conn, taken: &Taken, access: &str) -> cache::Key {
     let rest = taken.rest_at.map_or("/", |at| &path[at..]);
     let body_at = head.len;
     let body = &buf[body_at..body_at + taken.framing.length.unwrap_or(0) as usize];
-    let route = &taken.route;
     cache::key(
-        &[&route.id, &route.generation, accept],
-        text(head.method.in_(buf)),
-        rest,
-        query,
-        access,
-        body,
+        &taken.route,
+        cache::Asked {
+            method: text(head.method.in_(buf)),
+            path: rest,
+            query,
+            accept,
+            access,
+            body,
+        },
     )
 }
 
@@ -909,15 +902,10 @@ async fn pass_response(
     stats.record(status.as_u16(), started.elapsed());
     let mut fill = match cache_key {
         Some(key) if status.is_success() && !event_stream(&conn.rhead, &conn.rbuf) => {
-            let max = proxy.cache.max_entry;
-            Some(Fill::new(
-                max,
-                key,
-                status,
-                &conn.rhead,
-                &conn.rbuf,
-                framing.names,
-            ))
+            let (head, buf) = (&conn.rhead, &conn.rbuf[..]);
+            let fields = head.fields(buf);
+            let kept = fields.filter(|(name, _)| !stays(name, head, buf, false, framing.names));
+            Some(Fill::new(&proxy.cache, key, status, kept))
         }
         _ => None,
     };
@@ -937,7 +925,7 @@ async fn pass_response(
         Ends::Close => pass_until_close(conn, upstream, &mut fill).await,
     };
     if let (Some(f), true) = (fill, complete) {
-        f.store(proxy);
+        f.store(&proxy.cache, proxy.clock.now());
     }
     let keeps = conn.rhead.minor == 1 && !framing.close && !matches!(ends, Ends::Close);
     Ok(Passed {
@@ -1043,53 +1031,6 @@ fn date(out: &mut Vec<u8>) {
         }
         field(out, b"date", text.as_bytes());
     });
-}
-
-/// A response copied on its way to the cache (see `super::Fill`), packed as it passes.
-struct Fill {
-    /// Most bytes an entry may take (see `ResponseCache::max_entry`).
-    max: usize,
-    key: cache::Key,
-    status: StatusCode,
-    packing: cache::Packing,
-}
-
-impl Fill {
-    fn new(
-        max: usize,
-        key: cache::Key,
-        status: StatusCode,
-        head: &Head,
-        buf: &[u8],
-        named: bool,
-    ) -> Fill {
-        let fields = head.fields(buf);
-        let kept = fields.filter(|(name, _)| !stays(name, head, buf, false, named));
-        Fill {
-            max,
-            key,
-            status,
-            packing: cache::Packing::new(kept),
-        }
-    }
-
-    fn store(self, proxy: &Proxy) {
-        let now = proxy.clock.now();
-        proxy
-            .cache
-            .put_packed(self.key, self.status, self.packing, now);
-    }
-}
-
-/// Copies `data` to the fill, or stops filling once the response is larger than an entry may be.
-fn keep(fill: &mut Option<Fill>, data: &[u8]) {
-    if let Some(f) = fill {
-        if f.packing.body_len() + data.len() > f.max {
-            *fill = None;
-        } else {
-            f.packing.body(data);
-        }
-    }
 }
 
 /// Writes the head in `conn.out` with the first `first` bytes of `conn.rbuf` (taken from it) in one write.

@@ -26,7 +26,7 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::request::Parts;
 use axum::http::uri::PathAndQuery;
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -54,13 +54,16 @@ const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
 const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 const X_SCALE_UP_TIMEOUT: HeaderName = HeaderName::from_static("x-scale-up-timeout");
 
-/// Headers that belong to one connection and are not forwarded (RFC 9110 §7.6.1), beside those that the
-/// `Connection` header names. A `static`: a `const` array of names would be made, and dropped, at each use.
-static HOP_BY_HOP: [HeaderName; 8] = [
+/// Headers that belong to one connection and are not forwarded (RFC 9110 §7.6.1, and the older
+/// `Proxy-Connection`, which RFC 9113 §8.2.2 counts among them), beside those that the `Connection` header
+/// names; `Connection` first. Both paths go by this list. A `static`: a `const` array of names would be
+/// made, and dropped, at each use.
+static HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
+    HeaderName::from_static("proxy-connection"),
     header::TE,
     header::TRAILER,
     header::TRANSFER_ENCODING,
@@ -772,19 +775,21 @@ impl Proxy {
             Ok(b) => b,
             Err(e) => return Err(e.into_response()),
         };
-        // What the caller accepts changes the answer; a new spec generation is a new model.
         let accept = parts
             .headers
             .get(header::ACCEPT)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
         let key = cache::key(
-            &[&route.id, &route.generation, accept],
-            parts.method.as_str(),
-            target.path(),
-            target.query().unwrap_or(""),
-            access,
-            &bytes,
+            route,
+            cache::Asked {
+                method: parts.method.as_str(),
+                path: target.path(),
+                query: target.query().unwrap_or(""),
+                accept,
+                access,
+                body: &bytes,
+            },
         );
         if let Some(hit) = self.cache.get(&key, self.clock.now()) {
             route.activity.stats.cache_hit();
@@ -911,20 +916,19 @@ impl Proxy {
         // A response that may be cached streams to the caller like any other, copied on its way, and is
         // stored once it has passed in full (and fits an entry).
         let fill = match (cache_key, status.is_success(), streaming) {
-            (Some(key), true, false) => Some(Fill {
-                chunks: Vec::new(),
-                len: 0,
-                proxy: self.clone(),
-                key,
-                status,
-                headers: headers.clone(),
-            }),
+            (Some(key), true, false) => {
+                let fields = headers
+                    .iter()
+                    .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
+                Some(cache::Fill::new(&self.cache, key, status, fields))
+            }
             _ => None,
         };
         let rbody = Passing {
             body: rbody,
             _guard: guard,
             fill,
+            proxy: self.clone(),
         };
         let mut resp = Reply::new(ReplyBody::Left(rbody));
         *resp.status_mut() = status;
@@ -1220,22 +1224,12 @@ fn cached_response(c: Cached, marker: &'static str) -> Response {
 
 /// A replica's response body on its way to the caller. It holds the request's in-flight guard, so the count
 /// drops (and the replica connection goes back to its pool) when the response is fully sent or dropped; and,
-/// when the response may be cached, it keeps the body's chunks as they pass and stores them once passed in
-/// full. A body larger than an entry stops being kept; one that breaks off is not stored.
+/// when the response may be cached, its fill (see [`cache::Fill`]), stored once the body has passed in full.
 pub struct Passing<B> {
     body: B,
     _guard: InFlight,
-    fill: Option<Fill>,
-}
-
-struct Fill {
-    /// The chunks passed so far (shared, not copied: the cache copies them when it stores them).
-    chunks: Vec<axum::body::Bytes>,
-    len: usize,
+    fill: Option<cache::Fill>,
     proxy: Proxy,
-    key: cache::Key,
-    status: StatusCode,
-    headers: HeaderMap,
 }
 
 impl<B> Passing<B> {
@@ -1245,10 +1239,7 @@ impl<B> Passing<B> {
     /// switch before the caller's answer is written that costs more than the store itself.
     fn store(&mut self) {
         if let Some(f) = self.fill.take() {
-            let now = f.proxy.clock.now();
-            f.proxy
-                .cache
-                .put(f.key, f.status, &f.headers, &f.chunks, now);
+            f.store(&self.proxy.cache, self.proxy.clock.now());
         }
     }
 }
@@ -1267,13 +1258,8 @@ where
         let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
         match &polled {
             std::task::Poll::Ready(Some(Ok(frame))) => {
-                if let (Some(f), Some(data)) = (self.fill.as_mut(), frame.data_ref()) {
-                    f.len += data.len();
-                    if f.len > f.proxy.cache.max_entry {
-                        self.fill = None;
-                    } else {
-                        f.chunks.push(data.clone());
-                    }
+                if let Some(data) = frame.data_ref() {
+                    cache::keep(&mut self.fill, data);
                 }
                 // The server may not ask again once the body says it has ended.
                 if self.body.is_end_stream() {
@@ -1309,6 +1295,7 @@ mod tests {
             ("x-trace", "1"),
             ("transfer-encoding", "chunked"),
             ("upgrade", "h2c"),
+            ("proxy-connection", "keep-alive"),
             ("host", "models.example.com"),
             ("content-type", "application/json"),
         ] {
