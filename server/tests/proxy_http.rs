@@ -15,8 +15,8 @@ const NS: &str = "admin";
 /// The replica: answers `/chunked` in chunks with a trailer, `/close` until it closes, `/continue` after a
 /// `100 Continue`, `/nocontent` with 204, `/silent` and then closes without saying so, `/echo` with the head
 /// and body it got, `/early` before it reads the upload, `/named` with a `Connection` naming its length,
-/// `/drip` with an event stream of 40 events 50 ms apart, anything else with `ok` and hop-by-hop fields of
-/// its own.
+/// `/drip` with an event stream of 40 events 50 ms apart, `/slow` with `slow` after 2.5 s, anything else
+/// with `ok` and hop-by-hop fields of its own.
 const REPLICA: &str = r#"
 import os, socket, threading, time
 srv = socket.socket()
@@ -93,6 +93,9 @@ def serve(conn):
                 conn.sendall(b"0\r\n\r\n")
             except OSError:
                 break
+        elif path == "/slow":
+            time.sleep(2.5)
+            send("200 OK", b"slow")
         elif path == "/nocontent":
             conn.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
         elif path == "/silent":
@@ -492,46 +495,78 @@ async fn other_requests_go_to_the_general_path_on_the_same_connection() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idle_and_slow_callers_are_let_go_and_busy_ones_kept() {
+async fn idle_connections_are_let_go_and_busy_ones_kept() {
+    // A head has all the time it needs here: what closes a connection is idleness.
     let (server, ep) = server_configured(json!({}), |c| {
         c.proxy.idle_timeout_s = 2;
-        c.proxy.header_timeout_s = 1;
+        c.proxy.header_timeout_s = 600;
     })
     .await;
-    let pause = Duration::from_millis(600);
 
-    // A request every 0.6 s on each path, for longer than either timeout: each one sets the time again.
-    let mut fast = Caller::connect(&server.url).await;
-    let mut general = Caller::connect(&server.url).await;
+    // A request every 0.6 s, for longer than the timeout: each one sets the time again. And one answered
+    // after longer than the timeout: the time does not run while a request is served.
+    let mut caller = Caller::connect(&server.url).await;
     for _ in 0..6 {
-        fast.send(&get("GET", &format!("{ep}/"), "")).await;
-        assert_eq!(fast.answer("GET").await.body, b"ok");
-        general.send(&get("GET", "/health", "")).await;
-        assert_eq!(general.answer("GET").await.status, 200);
-        tokio::time::sleep(pause).await;
+        caller.send(&get("GET", &format!("{ep}/"), "")).await;
+        assert_eq!(caller.answer("GET").await.body, b"ok");
+        tokio::time::sleep(Duration::from_millis(600)).await;
     }
-    // Then silence: both are closed, with nothing written.
-    assert!(fast.closed().await, "the endpoint's connection is let go");
-    assert!(general.closed().await, "the API's connection is let go");
-    assert!(fast.buf.is_empty() && general.buf.is_empty());
-
-    // A head begun and never ended is let go too, and so is a connection that never says anything.
-    let mut slow = Caller::connect(&server.url).await;
-    slow.send(format!("GET {ep}/ HTTP/1.1\r\nHost: x\r\n").as_bytes())
-        .await;
-    assert!(slow.closed().await, "a begun head is let go");
+    caller.send(&get("GET", &format!("{ep}/slow"), "")).await;
+    assert_eq!(caller.answer("GET").await.body, b"slow");
+    // Then silence: it is closed, with nothing written; so is a connection that never says anything.
+    assert!(caller.closed().await, "an idle connection is let go");
     let mut silent = Caller::connect(&server.url).await;
     assert!(silent.closed().await, "a silent connection is let go");
-    assert!(slow.buf.is_empty() && silent.buf.is_empty());
+    assert!(caller.buf.is_empty() && silent.buf.is_empty());
 
-    // A head that comes in parts within its time is served.
+    // A head begun is no longer idle: it is served when it ends, after more than the idle time.
     let mut parts = Caller::connect(&server.url).await;
     let request = get("GET", &format!("{ep}/"), "");
     let (first, rest) = request.split_at(10);
     parts.send(first).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(3000)).await;
     parts.send(rest).await;
     assert_eq!(parts.answer("GET").await.body, b"ok");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heads_that_do_not_end_in_time_are_let_go() {
+    // An idle connection has longer than a test waits for an answer (20 s): what closes one here is the
+    // head's time.
+    let (server, ep) = server_configured(json!({}), |c| {
+        c.proxy.idle_timeout_s = 600;
+        c.proxy.header_timeout_s = 2;
+    })
+    .await;
+
+    // A head begun and never ended.
+    let mut slow = Caller::connect(&server.url).await;
+    slow.send(format!("GET {ep}/ HTTP/1.1\r\nHost: x\r\n").as_bytes())
+        .await;
+    assert!(slow.closed().await, "a begun head is let go");
+    // A head that trickles in a byte at a time, each in good time: its time runs from its first byte.
+    let mut trickle = Caller::connect(&server.url).await;
+    let mut write = trickle.write.take().expect("the sending half");
+    let sending = tokio::spawn(async move {
+        for b in b"GET / HTTP/1.1\r\nX-Long: ".iter().chain(&[b'a'; 200]) {
+            if write.write_all(&[*b]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    assert!(trickle.closed().await, "a trickling head is let go");
+    sending.abort();
+    // The general path: a connection idle after an API request is let go by the head's time.
+    let mut api = Caller::connect(&server.url).await;
+    api.send(&get("GET", "/health", "")).await;
+    assert_eq!(api.answer("GET").await.status, 200);
+    assert!(api.closed().await, "the API's connection is let go");
+    assert!(slow.buf.is_empty() && trickle.buf.is_empty() && api.buf.is_empty());
+    // A request served for longer than the head's time is answered.
+    let mut caller = Caller::connect(&server.url).await;
+    caller.send(&get("GET", &format!("{ep}/slow"), "")).await;
+    assert_eq!(caller.answer("GET").await.body, b"slow");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,7 +26,7 @@ pub struct Cached {
 
 struct Entry {
     status: StatusCode,
-    /// Headers and body, packed by [`pack`].
+    /// Headers and body, packed by [`Packing`].
     data: Bytes,
     expires: DateTime<Utc>,
     size: usize,
@@ -151,6 +151,16 @@ impl Fill {
         }
     }
 
+    /// Copies the next piece of the body: false (and nothing copied) once the response would be larger than
+    /// an entry may be, when the fill is to be dropped.
+    pub fn keep(&mut self, piece: &[u8]) -> bool {
+        let fits = self.packing.packed_len() + piece.len() + PER_ENTRY <= self.max;
+        if fits {
+            self.packing.data.extend_from_slice(piece);
+        }
+        fits
+    }
+
     /// Stores the response, the older entries going first to make room.
     pub fn store(self, cache: &ResponseCache, now: DateTime<Utc>) {
         let size = self.packing.packed_len() + PER_ENTRY;
@@ -163,12 +173,8 @@ impl Fill {
 /// Copies the next piece of a response's body to its fill, or drops the fill once the response is larger
 /// than an entry may be.
 pub fn keep(fill: &mut Option<Fill>, piece: &[u8]) {
-    if let Some(f) = fill {
-        if f.packing.packed_len() + piece.len() + PER_ENTRY > f.max {
-            *fill = None;
-        } else {
-            f.packing.data.extend_from_slice(piece);
-        }
+    if fill.as_mut().is_some_and(|f| !f.keep(piece)) {
+        *fill = None;
     }
 }
 

@@ -920,7 +920,10 @@ impl Proxy {
                 let fields = headers
                     .iter()
                     .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
-                Some(cache::Fill::new(&self.cache, key, status, fields))
+                Some((
+                    cache::Fill::new(&self.cache, key, status, fields),
+                    self.clone(),
+                ))
             }
             _ => None,
         };
@@ -928,7 +931,6 @@ impl Proxy {
             body: rbody,
             _guard: guard,
             fill,
-            proxy: self.clone(),
         };
         let mut resp = Reply::new(ReplyBody::Left(rbody));
         *resp.status_mut() = status;
@@ -1228,8 +1230,8 @@ fn cached_response(c: Cached, marker: &'static str) -> Response {
 pub struct Passing<B> {
     body: B,
     _guard: InFlight,
-    fill: Option<cache::Fill>,
-    proxy: Proxy,
+    /// The fill, and the proxy whose cache it goes to.
+    fill: Option<(cache::Fill, Proxy)>,
 }
 
 impl<B> Passing<B> {
@@ -1238,8 +1240,8 @@ impl<B> Passing<B> {
     /// the new task pushes it out to the shared queue and tokio wakes the other worker for it, a context
     /// switch before the caller's answer is written that costs more than the store itself.
     fn store(&mut self) {
-        if let Some(f) = self.fill.take() {
-            f.store(&self.proxy.cache, self.proxy.clock.now());
+        if let Some((fill, proxy)) = self.fill.take() {
+            fill.store(&proxy.cache, proxy.clock.now());
         }
     }
 }
@@ -1258,8 +1260,10 @@ where
         let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
         match &polled {
             std::task::Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    cache::keep(&mut self.fill, data);
+                if let (Some((fill, _)), Some(data)) = (&mut self.fill, frame.data_ref()) {
+                    if !fill.keep(data) {
+                        self.fill = None;
+                    }
                 }
                 // The server may not ask again once the body says it has ended.
                 if self.body.is_end_stream() {

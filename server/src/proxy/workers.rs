@@ -239,10 +239,29 @@ async fn connection<S>(
     S: Inner,
 {
     let mut conn = fast::Conn::new(io);
+    if !own_path(&mut conn, &app.proxy, peer, &stop).await {
+        return;
+    }
+    let io = Prefixed {
+        read: conn.buf,
+        io: conn.io,
+    };
+    general(io, peer, app, stop, open).await;
+}
+
+/// Serves the connection's requests on the proxy's own path while it takes them. True when the general path
+/// is to take the connection on from its first request that this path did not take; false when the
+/// connection has ended (or is to).
+async fn own_path(
+    conn: &mut fast::Conn,
+    proxy: &super::Proxy,
+    peer: SocketAddr,
+    stop: &watch::Receiver<bool>,
+) -> bool {
     let stopping = until(stop.clone());
     tokio::pin!(stopping);
-    // One timer for the connection's life, set again for each head (see `Conn::read_head`).
-    let (idle, header) = app.proxy.config.client_timeouts();
+    // One timer for the connection's life on this path, set again for each head (see `Conn::read_head`).
+    let (idle, header) = proxy.config.client_timeouts();
     let timeouts = fast::Timeouts { idle, header };
     let timer = tokio::time::sleep(idle);
     tokio::pin!(timer);
@@ -251,23 +270,18 @@ async fn connection<S>(
             // The head first: no random draw for the order, and a stop is only looked at while waiting.
             biased;
             read = conn.read_head(timer.as_mut(), timeouts) => read,
-            () = &mut stopping => return,
+            () = &mut stopping => return false,
         };
         let hand = match read {
-            Ok(()) => fast::serve(&app.proxy, &mut conn, peer).await,
+            Ok(()) => fast::serve(proxy, conn, peer).await,
             Err(hand) => hand,
         };
         match hand {
             Hand::KeepAlive if !*stop.borrow() => {}
-            Hand::KeepAlive | Hand::Close => return,
-            Hand::Over => break,
+            Hand::KeepAlive | Hand::Close => return false,
+            Hand::Over => return true,
         }
     }
-    let io = Prefixed {
-        read: conn.buf,
-        io: conn.io,
-    };
-    general(io, peer, app, stop, open).await;
 }
 
 /// A connection with bytes already read from it, which it reads again first.
