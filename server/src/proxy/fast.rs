@@ -242,6 +242,15 @@ fn stays(name: &[u8], head: &Head, buf: &[u8], request: bool, named: bool) -> bo
                 .any(|(_, v)| words(v).any(is))
 }
 
+/// A field's value as text, as the general path takes it (`HeaderValue::to_str`): visible ASCII and tabs
+/// only, else none.
+fn visible(value: &[u8]) -> Option<&str> {
+    let plain = value
+        .iter()
+        .all(|b| *b == b'\t' || (b' '..=b'~').contains(b));
+    plain.then(|| std::str::from_utf8(value).ok()).flatten()
+}
+
 /// Whether a request target is in origin form and only of characters that any URI parser takes as they are
 /// (RFC 3986's path and query characters): anything else goes to the general path, which checks it.
 fn plain_target(target: &[u8]) -> bool {
@@ -482,7 +491,7 @@ async fn admit(
         .map(|(_, v)| v);
     let client = proxy.client_ip_from(peer, forwarded);
     let token = head.get(buf, "authorization");
-    let token = bearer(token.and_then(|v| std::str::from_utf8(v).ok()));
+    let token = bearer(token.and_then(visible));
     let access = proxy.admit(route, client, token).await?;
     Ok((client, access))
 }
@@ -595,7 +604,7 @@ fn key(conn: &Conn, taken: &Taken, access: &str) -> cache::Key {
     fn text(b: &[u8]) -> &str {
         std::str::from_utf8(b).unwrap_or("")
     }
-    let accept = text(head.get(buf, "accept").unwrap_or(b""));
+    let accept = head.get(buf, "accept").and_then(visible).unwrap_or("");
     let target = text(head.target.in_(buf));
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let rest = taken.rest_at.map_or("/", |at| &path[at..]);
@@ -1266,6 +1275,16 @@ mod tests {
             judged += used;
         }
         Ok((judged, data, matches!(chunks, Chunks::Done)))
+    }
+
+    #[test]
+    fn values_are_text_as_on_the_general_path() {
+        for v in [&b"text/html, */*;q=0.8"[..], b"a\tb", b""] {
+            let general = axum::http::HeaderValue::from_bytes(v).ok();
+            assert_eq!(visible(v), general.as_ref().and_then(|h| h.to_str().ok()));
+        }
+        assert_eq!(visible("caf\u{e9}".as_bytes()), None);
+        assert_eq!(visible(b"a\x7fb"), None);
     }
 
     #[test]
