@@ -11,7 +11,7 @@ use switchyard_ui::form::Field;
 use switchyard_ui::form_input::Form;
 use switchyard_ui::keymap::Keymap;
 use switchyard_ui::perform;
-use switchyard_ui::state::{update, Action, Connection, Effect, Key, Overlay, State};
+use switchyard_ui::state::{update, Action, Connection, Effect, Key, Overlay, Runs, State};
 
 struct Console {
     state: State,
@@ -234,7 +234,7 @@ async fn the_catalog_marks_what_runs_here_and_a_deploy_offers_the_engine_it_need
             .unwrap()
     };
     let minilm = "sentence-transformers/all-MiniLM-L6-v2";
-    let marks = |c: &Console, repo: &str| c.state.engines.model_mark(&row(c, repo));
+    let marks = |c: &Console, repo: &str| c.state.engines.model_mark(&row(c, repo)).mark();
     assert_eq!(marks(&console, minilm), "install");
     assert_eq!(marks(&console, "BAAI/bge-large-en-v1.5"), "no");
     fake_install(dir.path(), "minilm");
@@ -245,7 +245,7 @@ async fn the_catalog_marks_what_runs_here_and_a_deploy_offers_the_engine_it_need
             .state
             .engines
             .recipe_note("all-minilm-l6-v2-cpu-tei"),
-        "runs here (minilm)"
+        (Runs::Here, "runs here (minilm)".to_string())
     );
     std::fs::remove_dir_all(dir.path().join("engines/minilm")).unwrap();
     console.keys(&["r"]).await;

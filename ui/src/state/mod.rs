@@ -51,7 +51,7 @@ pub use model::{Connection, DeliveriesFeed, NotificationsFeed, State, View, LONG
 pub use overlay::{IssuedSecret, Overlay, Secret};
 pub use rows::{
     AppRow, AuditRow, CatalogRow, DeliveryRow, EndpointRow, EngineInstall, EngineMarks,
-    NotificationRow, Recipe, RecipeRuns, WebhookRow,
+    NotificationRow, Recipe, RecipeRuns, Runs, WebhookRow,
 };
 pub use update::update;
 

@@ -126,6 +126,29 @@ pub struct EngineInstall {
     pub error: Option<String>,
 }
 
+/// Whether a model or recipe runs on this server: the console's mark, and its colour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runs {
+    Here,
+    /// Once a built-in engine is installed.
+    AfterInstall,
+    No,
+    /// The server did not say.
+    Unsaid,
+}
+
+impl Runs {
+    /// The catalog's mark.
+    pub fn mark(self) -> &'static str {
+        match self {
+            Runs::Here => "yes",
+            Runs::AfterInstall => "install",
+            Runs::No => "no",
+            Runs::Unsaid => "",
+        }
+    }
+}
+
 /// What the server can run: each catalog recipe's answer, and the installs it knows of. Empty on a server
 /// that does not say (older, or the caller is not signed in): then nothing is marked.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -170,35 +193,35 @@ impl EngineMarks {
         EngineMarks { recipes, installs }
     }
 
-    /// A model's mark: `yes` when one of its recipes runs here, `install` when one would once a built-in
-    /// engine is installed, `no` when none; nothing when the server did not say.
-    pub fn model_mark(&self, row: &CatalogRow) -> &'static str {
+    /// Whether one of a model's recipes runs here, would once a built-in engine is installed, or none;
+    /// `Unsaid` when the server did not say.
+    pub fn model_mark(&self, row: &CatalogRow) -> Runs {
         let answers: Vec<&RecipeRuns> = row
             .recipes
             .iter()
             .filter_map(|r| self.recipes.get(&r.id))
             .collect();
         if answers.is_empty() {
-            ""
+            Runs::Unsaid
         } else if answers.iter().any(|r| r.runs) {
-            "yes"
+            Runs::Here
         } else if answers.iter().any(|r| r.install.is_some()) {
-            "install"
+            Runs::AfterInstall
         } else {
-            "no"
+            Runs::No
         }
     }
 
-    /// A recipe's note in the recipes pane.
-    pub fn recipe_note(&self, id: &str) -> String {
+    /// Whether a recipe runs here, and its note in the recipes pane.
+    pub fn recipe_note(&self, id: &str) -> (Runs, String) {
         match self.recipes.get(id) {
-            None => String::new(),
-            Some(r) if r.runs => format!("runs here ({})", r.engine),
+            None => (Runs::Unsaid, String::new()),
+            Some(r) if r.runs => (Runs::Here, format!("runs here ({})", r.engine)),
             Some(RecipeRuns {
                 install: Some(name),
                 ..
-            }) => format!("install {name} to run it here"),
-            Some(_) => "no engine here".to_string(),
+            }) => (Runs::AfterInstall, format!("install {name} to run it here")),
+            Some(_) => (Runs::No, "no engine here".to_string()),
         }
     }
 

@@ -1331,7 +1331,7 @@ fn a_deploy_whose_engine_is_missing_offers_it_and_the_install_is_followed() {
         &Keymap::builtin(),
     );
     assert!(engines_loaded(&mut s, false, engines_answer(false, None)).is_empty());
-    assert_eq!(s.engines.model_mark(&s.catalog[0]), "install");
+    assert_eq!(s.engines.model_mark(&s.catalog[0]), Runs::AfterInstall);
     key(&mut s, "D");
     let fx = key(&mut s, "enter");
     assert!(matches!(&fx[..], [Effect::Deploy(_)]), "{fx:?}");
@@ -1382,7 +1382,7 @@ fn a_deploy_whose_engine_is_missing_offers_it_and_the_install_is_followed() {
         .message
         .as_ref()
         .is_some_and(|(m, e)| m.starts_with("minilm is installed") && !e));
-    assert_eq!(s.engines.model_mark(&s.catalog[0]), "yes");
+    assert_eq!(s.engines.model_mark(&s.catalog[0]), Runs::Here);
 
     // A model that runs here deploys without an offer.
     key(&mut s, "D");

@@ -9,7 +9,7 @@ use ratatui::Frame;
 
 use super::{list, note};
 use crate::columns::{fit, share, Column};
-use crate::state::{CatalogRow, Recipe, State};
+use crate::state::{CatalogRow, Recipe, Runs, State};
 
 /// An endpoint's state in its colour: green running, yellow on its way, red failed, grey asleep.
 pub(super) fn state_colour(state: &str) -> Color {
@@ -68,10 +68,10 @@ pub(super) fn catalog(frame: &mut Frame, area: Rect, state: &State, visible: &[u
 
 /// A model's cells for the columns shown (`widths`), each cut to its width; the mark in its colour.
 fn catalog_row<'a>(state: &State, c: &CatalogRow, widths: &[Option<u16>]) -> Row<'a> {
-    let mark = state.engines.model_mark(c);
+    let runs = state.engines.model_mark(c);
     let texts = [
         c.model.as_str(),
-        mark,
+        runs.mark(),
         &c.author,
         &c.task,
         &c.license,
@@ -85,18 +85,18 @@ fn catalog_row<'a>(state: &State, c: &CatalogRow, widths: &[Option<u16>]) -> Row
         .enumerate()
         .filter_map(|(k, (text, w))| w.map(|w| (k, fit(text, w))))
         .map(|(k, text)| match k {
-            1 => Cell::from(text).style(Style::new().fg(mark_colour(mark))),
+            1 => Cell::from(text).style(Style::new().fg(mark_colour(runs))),
             _ => Cell::from(text),
         });
     Row::new(cells.collect::<Vec<_>>())
 }
 
 /// Green for what runs here, yellow for what would after an install.
-fn mark_colour(note: &str) -> Color {
-    match note {
-        n if n.starts_with("yes") || n.starts_with("runs here") => Color::Green,
-        n if n.starts_with("install") => Color::Yellow,
-        _ => Color::DarkGray,
+fn mark_colour(runs: Runs) -> Color {
+    match runs {
+        Runs::Here => Color::Green,
+        Runs::AfterInstall => Color::Yellow,
+        Runs::No | Runs::Unsaid => Color::DarkGray,
     }
 }
 
@@ -118,7 +118,7 @@ pub(super) fn recipes(frame: &mut Frame, area: Rect, state: &State, visible: &[u
                 room
             };
             for recipe in item.recipes.iter().take(shown) {
-                lines.push(recipe_line(recipe, &state.engines.recipe_note(&recipe.id)));
+                lines.push(recipe_line(recipe, state.engines.recipe_note(&recipe.id)));
             }
             if item.recipes.len() > shown {
                 lines.push(Line::styled(
@@ -137,10 +137,10 @@ pub(super) fn recipes(frame: &mut Frame, area: Rect, state: &State, visible: &[u
 }
 
 /// A recipe with its note on whether it runs here (green when it does, yellow when an install would).
-fn recipe_line(recipe: &Recipe, note: &str) -> Line<'static> {
+fn recipe_line(recipe: &Recipe, (runs, note): (Runs, String)) -> Line<'static> {
     Line::from(vec![
         Span::raw(format!("{:<78}", recipe.line())),
-        Span::styled(note.to_string(), Style::new().fg(mark_colour(note))),
+        Span::styled(note, Style::new().fg(mark_colour(runs))),
     ])
 }
 
