@@ -13,7 +13,6 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -365,14 +364,6 @@ pub struct Application {
     mailer: crate::mail::Mailer,
 }
 
-/// Responses go out as soon as they are written: with Nagle's algorithm a response whose head and body
-/// are written apart waits for the client's delayed ACK (about 40 ms).
-fn no_delay(tcp: &mut tokio::net::TcpStream) {
-    if let Err(e) = tcp.set_nodelay(true) {
-        tracing::debug!(error = %e, "TCP_NODELAY not set");
-    }
-}
-
 /// How long in-flight requests get to finish after a shutdown signal before replicas are stopped anyway.
 const DRAIN: Duration = Duration::from_secs(10);
 
@@ -517,19 +508,8 @@ impl Application {
         tokio::spawn(mailer.run(stop_rx.clone()));
         if let Some(l) = private_listener {
             let app = proxy::private_front(proxy.clone());
-            let stop = until_stopped(stop_rx.clone());
-            tokio::spawn(async move {
-                let serve = axum::serve(
-                    l.tap_io(no_delay),
-                    axum::ServiceExt::<axum::extract::Request>::into_make_service_with_connect_info::<
-                        SocketAddr,
-                    >(app),
-                )
-                .with_graceful_shutdown(stop);
-                if let Err(e) = serve.await {
-                    tracing::error!(error = %e, "private entry point failed");
-                }
-            });
+            // Served from this runtime, each connection as on a data-plane worker (the same timeouts).
+            tokio::spawn(proxy::workers::accept_until(l, app, stop_rx.clone()));
         }
         // Endpoint traffic is served on the data-plane workers; the rest goes to the API's router on this
         // runtime.

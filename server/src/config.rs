@@ -365,11 +365,11 @@ pub struct ProxyConfig {
     pub auth_cache_s: u64,
     /// Serve `/metrics` without a token (default: an instance administrator's token is needed).
     pub public_metrics: bool,
-    /// On the public listener: a caller's connection on which no request starts for this long (seconds) is
+    /// On both listeners: a caller's connection on which no request starts for this long (seconds) is
     /// closed.
     pub idle_timeout_s: u64,
-    /// On the public listener: a request head that has begun must have come whole within this (seconds), or
-    /// the connection is closed.
+    /// On both listeners: a request head that has begun must have come whole within this (seconds), or the
+    /// connection is closed.
     pub header_timeout_s: u64,
 }
 

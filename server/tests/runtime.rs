@@ -984,6 +984,32 @@ async fn custom_router_sidecar_routes_every_request() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_private_entry_point_lets_idle_and_slow_connections_go() {
+    let rt = spawn(|c| {
+        c.proxy.private_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.proxy.idle_timeout_s = 1;
+        c.proxy.header_timeout_s = 1;
+    })
+    .await;
+    let private_addr = rt.private_addr.expect("private listener");
+    // A connection that says nothing, and one whose head never ends: both closed, nothing written.
+    for sent in [&b""[..], b"GET /endpoints/admin/x/ HTTP/1.1\r\nHost: x\r\n"] {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut tcp = tokio::net::TcpStream::connect(private_addr).await.unwrap();
+        tcp.write_all(sent).await.unwrap();
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(20), tcp.read_to_end(&mut got)).await;
+        assert!(
+            matches!(read, Ok(Ok(0))),
+            "{:?} after {:?}",
+            read,
+            String::from_utf8_lossy(sent)
+        );
+    }
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn private_entry_point_mcp_sessions_and_metrics() {
     let rt = spawn(|c| c.proxy.private_listen = Some("127.0.0.1:0".parse().unwrap())).await;
     let private_addr = rt.private_addr.expect("private listener");

@@ -165,7 +165,8 @@ where
     }
 }
 
-/// Responses go out as soon as they are written (no Nagle's algorithm, see `app`).
+/// Responses go out as soon as they are written: with Nagle's algorithm a response whose head and body
+/// are written apart waits for the client's delayed ACK (about 40 ms).
 fn no_delay(tcp: &mut tokio::net::TcpStream) {
     if let Err(e) = tcp.set_nodelay(true) {
         tracing::debug!(error = %e, "TCP_NODELAY not set");
@@ -204,7 +205,7 @@ where
 
 /// Accepts connections and serves each on a task of its own until `stop`; then lets those connections
 /// finish what they are answering and close (see [`connection`]), and resolves once they have.
-async fn accept_until<S>(listener: TcpListener, app: Front<S>, stop: watch::Receiver<bool>)
+pub async fn accept_until<S>(listener: TcpListener, app: Front<S>, stop: watch::Receiver<bool>)
 where
     S: Inner,
 {
