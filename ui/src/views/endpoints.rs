@@ -3,14 +3,14 @@
 //! stays; left out where even that does not fit), the type and the last update, which shrink or go first.
 //! Under it, a line says why the selected endpoint is in its state.
 
-use ratatui::layout::{Constraint, Rect};
+use ratatui::layout::Rect;
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row};
 use ratatui::Frame;
 
 use super::lists::state_colour;
-use super::{list, note};
+use super::{cells, list, note, shown};
 use crate::columns::{chars, fit, fit_end, share, Column};
 use crate::state::{Connection, EndpointRow, State};
 
@@ -115,18 +115,12 @@ fn columns(rows: &[&EndpointRow]) -> [Column; 8] {
 
 /// A row's cells for the columns shown (`widths`), each cut to its width.
 fn row<'a>(e: &EndpointRow, widths: &[Option<u16>]) -> Row<'a> {
-    let cells = texts(e)
-        .into_iter()
-        .zip(widths)
-        .enumerate()
-        .filter_map(|(k, (text, w))| w.map(|w| (k, text, w)))
-        .map(|(k, text, w)| match k {
-            2 => Cell::from(fit(&text, w)).style(Style::new().fg(state_colour(&e.state))),
-            URL => Cell::from(fit_end(&text, w)),
-            UPDATED => Cell::from(updated(&text, w)),
-            _ => Cell::from(fit(&text, w)),
-        });
-    Row::new(cells.collect::<Vec<_>>())
+    cells(texts(e), widths, |k, text, w| match k {
+        2 => Cell::from(fit(&text, w)).style(Style::new().fg(state_colour(&e.state))),
+        URL => Cell::from(fit_end(&text, w)),
+        UPDATED => Cell::from(updated(&text, w)),
+        _ => Cell::from(fit(&text, w)),
+    })
 }
 
 pub(super) fn endpoints(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
@@ -139,11 +133,7 @@ pub(super) fn endpoints(frame: &mut Frame, area: Rect, state: &State, visible: &
     }
     let rows: Vec<&EndpointRow> = visible.iter().map(|i| &state.endpoints[*i]).collect();
     let widths = share(&columns(&rows), area.width.saturating_sub(2));
-    let shown: Vec<(&str, Constraint)> = HEADS
-        .iter()
-        .zip(&widths)
-        .filter_map(|(head, w)| w.map(|w| (*head, Constraint::Length(w))))
-        .collect();
+    let shown = shown(HEADS, &widths);
     list(
         frame,
         area,

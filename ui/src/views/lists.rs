@@ -7,7 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row};
 use ratatui::Frame;
 
-use super::{list, note};
+use super::{cells, list, note, shown};
 use crate::columns::{fit, share, Column};
 use crate::state::{CatalogRow, Recipe, Runs, State};
 
@@ -38,11 +38,7 @@ const CATALOG: [(&str, Column); 8] = [
 
 pub(super) fn catalog(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
     let widths = share(&CATALOG.map(|c| c.1), area.width.saturating_sub(2));
-    let shown: Vec<(&str, Constraint)> = CATALOG
-        .iter()
-        .zip(&widths)
-        .filter_map(|((head, _), w)| w.map(|w| (*head, Constraint::Length(w))))
-        .collect();
+    let shown = shown(CATALOG.map(|c| c.0), &widths);
     // The server's filters, when the catalog shown was asked with some.
     let name = match state.catalog_filters.is_empty() {
         true => "catalog".to_string(),
@@ -79,16 +75,10 @@ fn catalog_row<'a>(state: &State, c: &CatalogRow, widths: &[Option<u16>]) -> Row
         &c.engines,
         &c.created,
     ];
-    let cells = texts
-        .into_iter()
-        .zip(widths)
-        .enumerate()
-        .filter_map(|(k, (text, w))| w.map(|w| (k, fit(text, w))))
-        .map(|(k, text)| match k {
-            1 => Cell::from(text).style(Style::new().fg(mark_colour(runs))),
-            _ => Cell::from(text),
-        });
-    Row::new(cells.collect::<Vec<_>>())
+    cells(texts, widths, |k, text, w| match k {
+        1 => Cell::from(fit(text, w)).style(Style::new().fg(mark_colour(runs))),
+        _ => Cell::from(fit(text, w)),
+    })
 }
 
 /// Green for what runs here, yellow for what would after an install.

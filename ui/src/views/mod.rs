@@ -8,7 +8,7 @@
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Paragraph, Row, Table, TableState, Wrap};
+use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState, Wrap};
 use ratatui::Frame;
 
 mod dialogs;
@@ -210,6 +210,28 @@ fn list<'a>(
         .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED));
     let mut selection = TableState::default().with_selected(Some(selected - offset));
     frame.render_stateful_widget(table, area, &mut selection);
+}
+
+/// The heads of the columns shown (`widths`: `None` for one left out), each at its width.
+fn shown<'h>(
+    heads: impl IntoIterator<Item = &'h str>,
+    widths: &[Option<u16>],
+) -> Vec<(&'h str, Constraint)> {
+    let shown = heads.into_iter().zip(widths);
+    shown
+        .filter_map(|(head, w)| w.map(|w| (head, Constraint::Length(w))))
+        .collect()
+}
+
+/// A table row: for each column shown (`widths`), the cell `cell(column, text, width)` makes of its text.
+fn cells<'a, T>(
+    texts: impl IntoIterator<Item = T>,
+    widths: &[Option<u16>],
+    cell: impl Fn(usize, T, u16) -> Cell<'a>,
+) -> Row<'a> {
+    let texts = texts.into_iter().zip(widths).enumerate();
+    let cells = texts.filter_map(|(k, (text, w))| w.map(|w| cell(k, text, w)));
+    Row::new(cells.collect::<Vec<_>>())
 }
 
 /// What a view that could not load its list says in place of the table.
