@@ -388,6 +388,24 @@ impl Keymap {
         out
     }
 
+    /// The keys `command` is on in `context` (its own bindings first), as a hint names them: arrows as
+    /// arrows, others by name, joined by `/`. None when no key is.
+    pub fn keys_for(&self, context: Context, command: Command) -> Option<String> {
+        let keys = self
+            .bindings(context, false)
+            .find(|b| b.action == command)?
+            .keys
+            .iter()
+            .map(|k| match k.as_str() {
+                "left" => "←",
+                "right" => "→",
+                "up" => "↑",
+                "down" => "↓",
+                other => other,
+            });
+        Some(keys.collect::<Vec<_>>().join("/"))
+    }
+
     /// The bindings of `context` itself, as the help screen lists them under its name.
     pub fn own(&self, context: Context, read_only: bool) -> impl Iterator<Item = &Binding> {
         self.bindings(context, read_only)
@@ -490,6 +508,37 @@ mod tests {
             let found = HELP_COLUMNS.iter().filter(|c| c.contains(&ctx)).count();
             assert_eq!(found, 1, "{ctx:?}");
         }
+    }
+
+    #[test]
+    fn hints_name_the_keys_as_bound() {
+        let map = Keymap::builtin();
+        let keys = |m: &Keymap, c, a| m.keys_for(c, a);
+        assert_eq!(
+            keys(&map, Context::Schedule, Command::AddEntry).as_deref(),
+            Some("a")
+        );
+        assert_eq!(
+            keys(&map, Context::Form, Command::PrevChoice).as_deref(),
+            Some("←")
+        );
+        assert_eq!(
+            keys(&map, Context::Form, Command::NextChoice).as_deref(),
+            Some("→")
+        );
+        let user = r#"
+[[binding]]
+context = "schedule"
+keys = ["n", "insert"]
+action = "add-entry"
+description = "new entry"
+"#;
+        let (map, _) = Keymap::with_overrides(Some(user));
+        assert_eq!(
+            keys(&map, Context::Schedule, Command::AddEntry).as_deref(),
+            Some("n/insert")
+        );
+        assert_eq!(keys(&map, Context::Schedule, Command::Pause), None);
     }
 
     #[test]

@@ -114,15 +114,21 @@ fn loaded(s: &mut State, rows: Result<Vec<EndpointRow>, String>) {
 }
 
 fn drawn(state: &State, width: u16, height: u16) -> ratatui::buffer::Buffer {
+    drawn_with(state, width, height, &Keymap::builtin())
+}
+
+fn drawn_with(state: &State, width: u16, height: u16, keymap: &Keymap) -> ratatui::buffer::Buffer {
     let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
-    terminal
-        .draw(|f| views::draw(f, state, &Keymap::builtin()))
-        .unwrap();
+    terminal.draw(|f| views::draw(f, state, keymap)).unwrap();
     terminal.backend().buffer().clone()
 }
 
 fn screen(state: &State, width: u16, height: u16) -> String {
-    let buffer = &drawn(state, width, height);
+    screen_with(state, width, height, &Keymap::builtin())
+}
+
+fn screen_with(state: &State, width: u16, height: u16, keymap: &Keymap) -> String {
+    let buffer = &drawn_with(state, width, height, keymap);
     let mut out = String::new();
     for y in 0..buffer.area.height {
         let line: String = (0..buffer.area.width)
@@ -627,6 +633,18 @@ fn schedule_editor() {
     assert!(
         text.contains("no entries: the endpoint's own values (min 0 max 3) apply all day")
             && !text.contains("▶"),
+        "{text}"
+    );
+    // How to add one, named by the key it is on in the keymap in use.
+    assert!(
+        text.contains("(the schedule is empty: `a` adds an entry)"),
+        "{text}"
+    );
+    let rebound = "[[binding]]\ncontext = \"schedule\"\nkeys = [\"n\"]\naction = \"add-entry\"\ndescription = \"add\"\n";
+    let (rebound, _) = Keymap::with_overrides(Some(rebound));
+    let text = screen_with(&s, 120, 30, &rebound);
+    assert!(
+        text.contains("(the schedule is empty: `n` adds an entry)"),
         "{text}"
     );
 }

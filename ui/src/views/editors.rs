@@ -7,6 +7,7 @@ use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use ratatui::Frame;
 
 use super::centered;
+use crate::keymap::{Command, Context, Keymap};
 use crate::schedule::{minute_of_day, Entry, ScheduleEditor, COLUMNS};
 use crate::spec::SpecEditor;
 
@@ -62,9 +63,10 @@ pub(super) fn schedule(
     area: Rect,
     editor: &ScheduleEditor,
     now: chrono::DateTime<chrono::Utc>,
+    keymap: &Keymap,
 ) {
     let now_entry = editor.in_effect(minute_of_day(now));
-    let mut lines = schedule_day(editor, now);
+    let mut lines = schedule_day(editor, now, keymap);
     for (i, e) in editor.entries.iter().enumerate() {
         lines.push(schedule_entry(editor, i, e, Some(i) == now_entry));
     }
@@ -88,7 +90,11 @@ pub(super) fn schedule(
 
 /// The schedule editor's head: the endpoint's own values and what they mean now, the day's timeline with the
 /// time now marked, and the entries' column heads (or, without entries, how to add one).
-fn schedule_day(editor: &ScheduleEditor, now: chrono::DateTime<chrono::Utc>) -> Vec<Line<'static>> {
+fn schedule_day(
+    editor: &ScheduleEditor,
+    now: chrono::DateTime<chrono::Utc>,
+    keymap: &Keymap,
+) -> Vec<Line<'static>> {
     let minute = minute_of_day(now);
     let axis: String = (0..8)
         .map(|i| format!("{:<6}", format!("{:02}", i * 3)))
@@ -123,7 +129,12 @@ fn schedule_day(editor: &ScheduleEditor, now: chrono::DateTime<chrono::Utc>) -> 
         Line::default(),
     ];
     lines.push(match editor.entries.is_empty() {
-        true => Line::from("(the schedule is empty: `a` adds an entry)"),
+        true => Line::from(
+            match keymap.keys_for(Context::Schedule, Command::AddEntry) {
+                Some(keys) => format!("(the schedule is empty: `{keys}` adds an entry)"),
+                None => "(the schedule is empty; no key adds an entry in this keymap)".to_string(),
+            },
+        ),
         false => Line::styled(
             format!(
                 "   #  {:<10} {:<6} {:<6} {}",

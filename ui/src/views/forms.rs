@@ -11,14 +11,25 @@ use crate::app_form::{AppField, AppForm};
 use crate::form::{DeployForm, Field};
 use crate::form_input::FormState;
 use crate::form_issues::FormField;
+use crate::keymap::{Command, Context, Keymap};
 use crate::webhook_form::{HookField, WebhookForm};
 
 /// The deploy form: each field with every issue the server had with it beside it, all at once.
-pub(super) fn deploy(frame: &mut Frame, area: Rect, form: &DeployForm) {
+pub(super) fn deploy(frame: &mut Frame, area: Rect, form: &DeployForm, keymap: &Keymap) {
+    // The keys that choose, as bound (`←→` in the built-in keymap); no hint when none is.
+    let keys: Vec<String> = [Command::PrevChoice, Command::NextChoice]
+        .into_iter()
+        .filter_map(|c| keymap.keys_for(Context::Form, c))
+        .collect();
+    let arrows = keys.iter().all(|k| k == "←" || k == "→");
+    let hint = match keys.is_empty() {
+        true => String::new(),
+        false => format!(" ({} chooses)", keys.join(if arrows { "" } else { "/" })),
+    };
     let fields = Field::ALL.iter().map(|f| {
         let value = match f {
             Field::Recipe | Field::Type | Field::PrivateRegion => {
-                format!("{} (←→ chooses)", form.value(*f))
+                format!("{}{hint}", form.value(*f))
             }
             _ => form.value(*f),
         };

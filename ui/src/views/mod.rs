@@ -73,8 +73,8 @@ fn overlay(frame: &mut Frame, body: Rect, state: &State, keymap: &Keymap) {
         Overlay::None | Overlay::Command(_) => {}
         Overlay::Help(scroll) => help(frame, body, state, keymap, *scroll),
         Overlay::Describe(pager) => pane(frame, body, pager, None),
-        Overlay::Deploy(form) => deploy(frame, body, form),
-        Overlay::Schedule(editor) => schedule(frame, body, editor, state.now),
+        Overlay::Deploy(form) => deploy(frame, body, form, keymap),
+        Overlay::Schedule(editor) => schedule(frame, body, editor, state.now, keymap),
         Overlay::Spec(editor) => spec(frame, body, editor),
         Overlay::Logs { pager, follow, .. } => {
             let mode = if *follow { "following" } else { "paused" };
