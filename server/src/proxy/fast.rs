@@ -15,6 +15,7 @@
 //! every error those answer. The rules are the same on both paths: the same hop-by-hop headers stay
 //! behind, the replica sees the same request, the caller the same response, and the same counters move.
 
+use std::io::Write as _;
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -22,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::{Buf, BytesMut};
 use http_body_util::BodyExt;
@@ -403,10 +404,7 @@ fn take(proxy: &Proxy, conn: &Conn) -> Option<Taken> {
     }
     let rest_at = (!rest.is_empty()).then(|| path.len() - rest.len());
     let method = head.method.in_(buf);
-    let repeatable = matches!(
-        method,
-        b"GET" | b"HEAD" | b"OPTIONS" | b"PUT" | b"DELETE" | b"TRACE"
-    );
+    let repeatable = Method::from_bytes(method).is_ok_and(|m| m.is_idempotent());
     Some(Taken {
         route,
         rest_at,
@@ -657,13 +655,13 @@ fn request_head(
         }
     }
     if let Some(n) = taken.framing.length {
-        field(out, b"content-length", n.to_string().as_bytes());
+        length_field(out, n);
     }
     field(out, b"host", backend.host.as_bytes());
     out.extend_from_slice(b"x-forwarded-for: ");
-    let prior = head.get(buf, "x-forwarded-for");
+    let prior = head.get(buf, "x-forwarded-for").and_then(visible);
     if let (Some(prior), true) = (prior, proxy.trusted(peer.ip())) {
-        out.extend_from_slice(prior);
+        out.extend_from_slice(prior.as_bytes());
         out.extend_from_slice(b", ");
     }
     out.extend_from_slice(super::ip_value(peer.ip()).as_bytes());
@@ -675,6 +673,11 @@ fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
+}
+
+/// `Content-Length: n`, its digits written in place (no string made for them).
+fn length_field(out: &mut Vec<u8>, n: u64) {
+    let _ = write!(out, "content-length: {n}\r\n");
 }
 
 /// A request sent: the replica connection, and whether all of the body went (the replica may answer
@@ -845,14 +848,19 @@ async fn replica_spoke(
         Ok(0) | Err(_) => return true,
         Ok(_) => {}
     }
+    // A head still coming (or nothing after the informational ones): the body goes on.
+    !matches!(past_informational(rhead, rbuf), Parsed::Partial if rbuf.len() < RESPONSE_HEAD_MAX)
+}
+
+/// Parses the response head at the start of `rbuf`, dropping informational ones (100, 103: the replica's
+/// business, never passed on) until one that is not, or until what is left is partial.
+fn past_informational(rhead: &mut Head, rbuf: &mut BytesMut) -> Parsed {
     loop {
         match rhead.response(rbuf) {
             Parsed::Complete if (100..200).contains(&rhead.status) && rhead.status != 101 => {
                 rbuf.advance(rhead.len);
             }
-            // A head still coming (or nothing after the informational ones): the body goes on.
-            Parsed::Partial if rbuf.len() < RESPONSE_HEAD_MAX => return false,
-            _ => return true,
+            parsed => return parsed,
         }
     }
 }
@@ -943,19 +951,13 @@ async fn pass_response(
     })
 }
 
-/// Reads until the replica's final response head has come whole (informational ones, 100 and 103, are its
-/// business: they are passed over). `None` for anything else.
+/// Reads until the replica's final response head has come whole (see [`past_informational`]). `None` for
+/// anything else.
 async fn read_response_head(conn: &mut Conn, upstream: &mut TcpStream) -> Option<()> {
     loop {
-        match conn.rhead.response(&conn.rbuf) {
+        match past_informational(&mut conn.rhead, &mut conn.rbuf) {
             // Nothing below 100, and no upgrade was asked for.
             Parsed::Complete if conn.rhead.status < 100 || conn.rhead.status == 101 => return None,
-            Parsed::Complete if conn.rhead.status < 200 => {
-                conn.rbuf.advance(conn.rhead.len);
-                if !conn.rbuf.is_empty() {
-                    continue;
-                }
-            }
             Parsed::Complete => return Some(()),
             Parsed::Partial if conn.rbuf.len() < RESPONSE_HEAD_MAX => {}
             _ => return None,
@@ -1002,7 +1004,7 @@ fn response_head(
         date(out);
     }
     match (ends, length) {
-        (_, Some(n)) => field(out, b"content-length", n.to_string().as_bytes()),
+        (_, Some(n)) => length_field(out, n),
         (Ends::Length(_), None) => {}
         _ => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
     }
@@ -1089,7 +1091,7 @@ async fn pass_length(
 /// Appends `data` as one chunk.
 fn chunk(out: &mut Vec<u8>, data: &[u8]) {
     if !data.is_empty() {
-        out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+        let _ = write!(out, "{:x}\r\n", data.len());
         out.extend_from_slice(data);
         out.extend_from_slice(b"\r\n");
     }
@@ -1242,7 +1244,7 @@ async fn write_answer(conn: &mut Conn, answer: Response, close: bool, head_reque
             field(out, name.as_str().as_bytes(), value.as_bytes());
         }
     }
-    field(out, b"content-length", body.len().to_string().as_bytes());
+    length_field(out, body.len() as u64);
     if !parts.headers.contains_key(axum::http::header::DATE) {
         date(out);
     }
