@@ -365,12 +365,20 @@ pub struct ProxyConfig {
     pub auth_cache_s: u64,
     /// Serve `/metrics` without a token (default: an instance administrator's token is needed).
     pub public_metrics: bool,
-    /// On both listeners: a caller's connection on which no request starts for this long (seconds) is
-    /// closed.
+    /// A caller's connection on which no request starts for this long (seconds) is closed. A connection
+    /// served by hyper (the API, the private entry point) has `header_timeout_s` alone, for both.
     pub idle_timeout_s: u64,
-    /// On both listeners: a request head that has begun must have come whole within this (seconds), or the
-    /// connection is closed.
+    /// A request head that has begun must have come whole within this (seconds), or the connection is
+    /// closed.
     pub header_timeout_s: u64,
+}
+
+/// How long a caller's connection may wait for a request to begin (`idle`), and for a begun head to end
+/// (`header`): [`ProxyConfig::client_timeouts`].
+#[derive(Clone, Copy, Debug)]
+pub struct ClientTimeouts {
+    pub idle: std::time::Duration,
+    pub header: std::time::Duration,
 }
 
 impl Default for ProxyConfig {
@@ -393,9 +401,12 @@ impl Default for ProxyConfig {
 
 impl ProxyConfig {
     /// `idle_timeout_s` and `header_timeout_s`, each from a second to a year.
-    pub fn client_timeouts(&self) -> (std::time::Duration, std::time::Duration) {
+    pub fn client_timeouts(&self) -> ClientTimeouts {
         let secs = |s: u64| std::time::Duration::from_secs(s.clamp(1, 365 * 86_400));
-        (secs(self.idle_timeout_s), secs(self.header_timeout_s))
+        ClientTimeouts {
+            idle: secs(self.idle_timeout_s),
+            header: secs(self.header_timeout_s),
+        }
     }
 
     /// `trusted_proxies` parsed; start-up refuses a list that does not parse.

@@ -34,6 +34,7 @@ use tokio::time::Sleep;
 use super::cache::{self, keep, Fill};
 use super::{balance, cached_response, endpoint_route, serving, InFlight, Proxy};
 use crate::auth::bearer;
+use crate::config::ClientTimeouts;
 use crate::error::ApiError;
 use crate::model::EndpointType;
 use crate::routing::{upstream, Backend, Route};
@@ -304,12 +305,12 @@ impl Conn {
 
     /// Reads until a request head has come whole. Otherwise what becomes of the connection: `Over` for a
     /// head this path does not parse (or one longer than [`HEAD_MAX`]), `Close` when the caller closed (or
-    /// failed) first, or let the time run out (`timer`, set here to [`Timeouts::idle`] while nothing of the
-    /// head has come, then to [`Timeouts::header`]).
+    /// failed) first, or let the time run out (`timer`, set here to the idle time while nothing of the head
+    /// has come, then to the header time).
     pub(super) async fn read_head(
         &mut self,
         mut timer: Pin<&mut Sleep>,
-        timeouts: Timeouts,
+        timeouts: ClientTimeouts,
     ) -> Result<(), Hand> {
         // What a large request (a cached endpoint's whole body) left behind is not kept for the next.
         if self.buf.is_empty() && self.buf.capacity() > KEPT_MAX {
@@ -355,14 +356,6 @@ impl Conn {
     }
 }
 
-/// How long a caller's connection may wait for a request to begin (`idle`), and for a begun head to end
-/// (`header`): `proxy.idle_timeout_s` and `proxy.header_timeout_s`.
-#[derive(Clone, Copy)]
-pub(super) struct Timeouts {
-    pub(super) idle: Duration,
-    pub(super) header: Duration,
-}
-
 /// What this path needs to know of a request it takes.
 struct Taken {
     route: Arc<Route>,
@@ -378,7 +371,7 @@ struct Taken {
 /// Whether this path takes the request whose head is in `conn`, and what it needs of it.
 fn take(proxy: &Proxy, conn: &Conn) -> Option<Taken> {
     let (head, buf) = (&conn.head, &conn.buf[..]);
-    if proxy.private || head.minor != 1 || head.method.in_(buf) == b"CONNECT" {
+    if head.minor != 1 || head.method.in_(buf) == b"CONNECT" {
         return None;
     }
     let target = head.target.in_(buf);
@@ -922,7 +915,11 @@ async fn pass_response(
             let (head, buf) = (&conn.rhead, &conn.rbuf[..]);
             let fields = head.fields(buf);
             let kept = fields.filter(|(name, _)| !stays(name, head, buf, false, framing.names));
-            Some(Fill::new(&proxy.cache, key, status, kept))
+            let known = match ends {
+                Ends::Length(n) => Some(n),
+                _ => None,
+            };
+            Fill::new(&proxy.cache, key, status, kept, known)
         }
         _ => None,
     };

@@ -221,28 +221,9 @@ impl<S> Front<S> {
     }
 }
 
-impl<S: Inner> tower::Service<Request> for Front<S> {
-    type Response = Response;
-    type Error = std::convert::Infallible;
-    type Future = futures_util::future::BoxFuture<'static, Result<Response, Self::Error>>;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request) -> Self::Future {
-        let peer = peer_of(&req);
-        let answer = self.answer(req.map(ToReplica::Right), peer);
-        Box::pin(async move { answer.await.map(|r| r.map(into_body)) })
-    }
-}
-
 impl<S: Inner> Front<S> {
     /// The answer to `req` from `peer`: the proxy's for an endpoint, else `inner`'s (which finds the peer in
-    /// the request's `ConnectInfo`, as under `axum::serve`).
+    /// the request's `ConnectInfo`, as axum's extractors expect).
     ///
     /// Not boxed: a data-plane connection keeps one place for the future of the request it is answering
     /// (see [`workers`]), where it is made without an allocation of its own on every request.
@@ -263,9 +244,7 @@ impl<S: Inner> Front<S> {
             ))))),
             None => {
                 let mut req = req.map(into_body);
-                if req.extensions().get::<ConnectInfo<SocketAddr>>().is_none() {
-                    req.extensions_mut().insert(ConnectInfo(peer));
-                }
+                req.extensions_mut().insert(ConnectInfo(peer));
                 let call = tower::ServiceExt::oneshot(self.inner.clone(), req);
                 Either::Right(Either::Right(async move { call.await.map(reply) }))
             }
@@ -391,13 +370,6 @@ fn has_dot_segment(path: &str) -> bool {
         at += width;
     }
     false
-}
-
-fn peer_of(req: &Request) -> SocketAddr {
-    req.extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0)
-        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
 }
 
 /// The endpoint of `{namespace}/{name}/{rest…}` (the path after `/endpoints/`), and the rest of the path:
@@ -920,10 +892,8 @@ impl Proxy {
                 let fields = headers
                     .iter()
                     .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
-                Some((
-                    cache::Fill::new(&self.cache, key, status, fields),
-                    self.clone(),
-                ))
+                let known = http_body::Body::size_hint(&rbody).exact();
+                cache::Fill::new(&self.cache, key, status, fields, known).map(|f| (f, self.clone()))
             }
             _ => None,
         };

@@ -239,13 +239,23 @@ async fn connection<S>(
 ) where
     S: Inner,
 {
-    let mut conn = fast::Conn::new(io);
-    if !own_path(&mut conn, &app.proxy, peer, &stop).await {
-        return;
-    }
-    let io = Prefixed {
-        read: conn.buf,
-        io: conn.io,
+    // The private entry point's requests are all the general path's (the own path serves the public
+    // endpoints only).
+    let io = match app.proxy.private {
+        true => Prefixed {
+            read: bytes::BytesMut::new(),
+            io,
+        },
+        false => {
+            let mut conn = fast::Conn::new(io);
+            if !own_path(&mut conn, &app.proxy, peer, &stop).await {
+                return;
+            }
+            Prefixed {
+                read: conn.buf,
+                io: conn.io,
+            }
+        }
     };
     general(io, peer, app, stop, open).await;
 }
@@ -262,9 +272,8 @@ async fn own_path(
     let stopping = until(stop.clone());
     tokio::pin!(stopping);
     // One timer for the connection's life on this path, set again for each head (see `Conn::read_head`).
-    let (idle, header) = proxy.config.client_timeouts();
-    let timeouts = fast::Timeouts { idle, header };
-    let timer = tokio::time::sleep(idle);
+    let timeouts = proxy.config.client_timeouts();
+    let timer = tokio::time::sleep(timeouts.idle);
     tokio::pin!(timer);
     loop {
         let read = tokio::select! {
@@ -357,7 +366,7 @@ async fn general<S>(
 {
     // hyper's one timeout runs from when it waits for a head, the next request's on a kept connection too:
     // an idle connection here closes after `proxy.header_timeout_s`.
-    let (_, header) = app.proxy.config.client_timeouts();
+    let header = app.proxy.config.client_timeouts().header;
     let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         app.answer(req.map(ToReplica::Left), peer)
     });
