@@ -1,7 +1,7 @@
 //! The proxy's response cache.
 //!
-//! It holds successful, non-streaming responses, keyed by endpoint, method, path, query, body and the
-//! caller's access; 60 minutes to live, reset on each hit; bounded in bytes (least recently used entries go
+//! It holds successful, non-streaming responses, keyed by endpoint and spec generation, method, path,
+//! query, accepted type, body and the caller's access (see [`Asked`]); 60 minutes to live, reset on each hit; bounded in bytes (least recently used entries go
 //! first, found in O(log n) through a use-ordered index).
 
 use std::collections::{BTreeMap, HashMap};
@@ -136,19 +136,30 @@ pub struct Fill {
 }
 
 impl Fill {
-    /// A response of `status` with `headers` (name, value: as they go to the caller), for `cache`.
+    /// A response of `status` with `headers` (name, value: as they go to the caller), for `cache`; its
+    /// body's length when the response said it (room for all of it is made at once). None when that
+    /// already makes it larger than an entry may be.
     pub fn new<'a>(
         cache: &ResponseCache,
         key: Key,
         status: StatusCode,
         headers: impl Iterator<Item = (&'a [u8], &'a [u8])>,
-    ) -> Fill {
-        Fill {
+        body_len: Option<u64>,
+    ) -> Option<Fill> {
+        let mut packing = Packing::new(headers);
+        if let Some(n) = body_len {
+            let n = usize::try_from(n).ok()?;
+            if packing.packed_len().saturating_add(n) + PER_ENTRY > cache.max_entry {
+                return None;
+            }
+            packing.data.reserve_exact(n + 8);
+        }
+        Some(Fill {
             key,
             status,
             max: cache.max_entry,
-            packing: Packing::new(headers),
-        }
+            packing,
+        })
     }
 
     /// Copies the next piece of the body: false (and nothing copied) once the response would be larger than
@@ -323,7 +334,7 @@ mod tests {
     /// A fill of a 200 with `headers` and a body in `pieces`, as a response passes.
     fn fill(c: &ResponseCache, k: Key, headers: &[(&str, &str)], pieces: &[&[u8]]) -> Option<Fill> {
         let fields = headers.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes()));
-        let mut fill = Some(Fill::new(c, k, StatusCode::OK, fields));
+        let mut fill = Fill::new(c, k, StatusCode::OK, fields, None);
         for piece in pieces {
             keep(&mut fill, piece);
         }
@@ -460,7 +471,7 @@ mod tests {
         let read = b"application/json{}".to_vec();
         let k = digest("ep", "own", ASKED);
         let fields = [(&b"content-type"[..], &read[..16])].into_iter();
-        let mut f = Some(Fill::new(&c, k, StatusCode::OK, fields));
+        let mut f = Fill::new(&c, k, StatusCode::OK, fields, Some(2));
         keep(&mut f, &read[16..]);
         f.expect("fits").store(&c, t0);
         let stored = c.get(&k, t0).expect("stored");
@@ -481,6 +492,10 @@ mod tests {
         // Its headers count too.
         let long = "v".repeat(600);
         assert!(fill(&c, k, &[("x-long", &long)], &[&piece]).is_none());
+        // A length said beforehand that does not fit: no fill at all.
+        let said = |n| Fill::new(&c, k, StatusCode::OK, std::iter::empty(), Some(n));
+        assert!(said(600).is_some());
+        assert!(said(900).is_none());
     }
 
     #[test]

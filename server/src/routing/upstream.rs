@@ -111,12 +111,15 @@ impl Pool {
         &self.slots[slot().min(self.slots.len() - 1)]
     }
 
+    /// This thread's slot of raw replica streams (see [`Self::slot`]).
+    fn stream_slot(&self) -> &IdleStreams {
+        &self.streams[slot().min(self.streams.len() - 1)]
+    }
+
     /// The most recently used idle connection of this thread's slot that the replica has not closed
     /// (as far as the event loop has seen); long-idle ones are dropped on the way.
     pub fn take_stream(&self) -> Option<TcpStream> {
-        let mut idle = self.streams[slot().min(self.streams.len() - 1)]
-            .lock()
-            .ok()?;
+        let mut idle = self.stream_slot().lock().ok()?;
         drop_expired(&mut idle);
         while let Some((_, stream)) = idle.pop() {
             if !closed(&stream) {
@@ -129,7 +132,7 @@ impl Pool {
     /// A connection whose exchange ended cleanly, for the next request of this thread's slot. Long-idle
     /// ones go here too, so that a replica this worker no longer sends to holds no sockets for long.
     pub fn give_back_stream(&self, stream: TcpStream) {
-        if let Ok(mut idle) = self.streams[slot().min(self.streams.len() - 1)].lock() {
+        if let Ok(mut idle) = self.stream_slot().lock() {
             drop_expired(&mut idle);
             if idle.len() < IDLE_PER_REPLICA {
                 idle.push((Instant::now(), stream));
