@@ -229,7 +229,7 @@ impl Caller {
         answer
     }
 
-    /// Whether the server closed the connection (after what was read).
+    /// Whether the server closed the connection with nothing more written (after what was read).
     async fn closed(&mut self) -> bool {
         !self.fill(self.buf.len() + 1).await
     }
@@ -517,7 +517,6 @@ async fn idle_connections_are_let_go_and_busy_ones_kept() {
     assert!(caller.closed().await, "an idle connection is let go");
     let mut silent = Caller::connect(&server.url).await;
     assert!(silent.closed().await, "a silent connection is let go");
-    assert!(caller.buf.is_empty() && silent.buf.is_empty());
 
     // A head begun is no longer idle: it is served when it ends, after more than the idle time.
     let mut parts = Caller::connect(&server.url).await;
@@ -544,7 +543,7 @@ async fn heads_that_do_not_end_in_time_are_let_go() {
     slow.send(format!("GET {ep}/ HTTP/1.1\r\nHost: x\r\n").as_bytes())
         .await;
     assert!(slow.closed().await, "a begun head is let go");
-    // A head that trickles in a byte at a time, each in good time: its time runs from its first byte.
+    // A head that trickles in a byte at a time, each in good time: the bytes do not put its time off.
     let mut trickle = Caller::connect(&server.url).await;
     let mut write = trickle.write.take().expect("the sending half");
     let sending = tokio::spawn(async move {
@@ -562,7 +561,6 @@ async fn heads_that_do_not_end_in_time_are_let_go() {
     api.send(&get("GET", "/health", "")).await;
     assert_eq!(api.answer("GET").await.status, 200);
     assert!(api.closed().await, "the API's connection is let go");
-    assert!(slow.buf.is_empty() && trickle.buf.is_empty() && api.buf.is_empty());
     // A request served for longer than the head's time is answered.
     let mut caller = Caller::connect(&server.url).await;
     caller.send(&get("GET", &format!("{ep}/slow"), "")).await;
