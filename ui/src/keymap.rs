@@ -388,22 +388,33 @@ impl Keymap {
         out
     }
 
-    /// The keys `command` is on in `context` (its own bindings first), as a hint names them: arrows as
-    /// arrows, others by name, joined by `/`. None when no key is.
+    /// The keys `command` is on in `context` (its own bindings first; a key a nearer binding takes is not
+    /// counted, as in [`Self::hints`]), as a hint names them: arrows as arrows, others by name, joined by
+    /// `/`. None when no key is.
     pub fn keys_for(&self, context: Context, command: Command) -> Option<String> {
-        let keys = self
-            .bindings(context, false)
-            .find(|b| b.action == command)?
-            .keys
-            .iter()
-            .map(|k| match k.as_str() {
-                "left" => "←",
-                "right" => "→",
-                "up" => "↑",
-                "down" => "↓",
-                other => other,
-            });
-        Some(keys.collect::<Vec<_>>().join("/"))
+        let mut taken: Vec<&str> = Vec::new();
+        for b in self.bindings(context, false) {
+            if b.action != command {
+                taken.extend(b.keys.iter().map(String::as_str));
+                continue;
+            }
+            let free = b
+                .keys
+                .iter()
+                .map(String::as_str)
+                .filter(|k| !taken.contains(k));
+            let shown: Vec<&str> = free
+                .map(|k| match k {
+                    "left" => "←",
+                    "right" => "→",
+                    "up" => "↑",
+                    "down" => "↓",
+                    other => other,
+                })
+                .collect();
+            return (!shown.is_empty()).then(|| shown.join("/"));
+        }
+        None
     }
 
     /// The bindings of `context` itself, as the help screen lists them under its name.
@@ -513,7 +524,7 @@ mod tests {
     #[test]
     fn hints_name_the_keys_as_bound() {
         let map = Keymap::builtin();
-        let keys = |m: &Keymap, c, a| m.keys_for(c, a);
+        let keys = Keymap::keys_for;
         assert_eq!(
             keys(&map, Context::Schedule, Command::AddEntry).as_deref(),
             Some("a")
@@ -539,6 +550,12 @@ description = "new entry"
             Some("n/insert")
         );
         assert_eq!(keys(&map, Context::Schedule, Command::Pause), None);
+        // `q` quits everywhere but where a nearer binding takes it.
+        let user = "[[binding]]\ncontext = \"catalog\"\nkeys = [\"q\"]\naction = \"deploy\"\ndescription = \"deploy\"\n";
+        let (map, _) = Keymap::with_overrides(Some(user));
+        let quit = |c| keys(&map, c, Command::Quit);
+        assert_eq!(quit(Context::Endpoints).as_deref(), Some("q/ctrl-c"));
+        assert_eq!(quit(Context::Catalog).as_deref(), Some("ctrl-c"));
     }
 
     #[test]

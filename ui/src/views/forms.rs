@@ -14,17 +14,22 @@ use crate::form_issues::FormField;
 use crate::keymap::{Command, Context, Keymap};
 use crate::webhook_form::{HookField, WebhookForm};
 
-/// The deploy form: each field with every issue the server had with it beside it, all at once.
-pub(super) fn deploy(frame: &mut Frame, area: Rect, form: &DeployForm, keymap: &Keymap) {
-    // The keys that choose, as bound (`←→` in the built-in keymap); no hint when none is.
+/// The keys that choose among a field's values in a form, as bound (`←→` in the built-in keymap); none
+/// when no key does.
+fn choosing(keymap: &Keymap) -> Option<String> {
     let keys: Vec<String> = [Command::PrevChoice, Command::NextChoice]
         .into_iter()
         .filter_map(|c| keymap.keys_for(Context::Form, c))
         .collect();
     let arrows = keys.iter().all(|k| k == "←" || k == "→");
-    let hint = match keys.is_empty() {
-        true => String::new(),
-        false => format!(" ({} chooses)", keys.join(if arrows { "" } else { "/" })),
+    (!keys.is_empty()).then(|| keys.join(if arrows { "" } else { "/" }))
+}
+
+/// The deploy form: each field with every issue the server had with it beside it, all at once.
+pub(super) fn deploy(frame: &mut Frame, area: Rect, form: &DeployForm, keymap: &Keymap) {
+    let hint = match choosing(keymap) {
+        Some(keys) => format!(" ({keys} chooses)"),
+        None => String::new(),
     };
     let fields = Field::ALL.iter().map(|f| {
         let value = match f {
@@ -47,10 +52,14 @@ pub(super) fn deploy(frame: &mut Frame, area: Rect, form: &DeployForm, keymap: &
 }
 
 /// The new-app form: each field with every issue the server had with it under it.
-pub(super) fn new_app(frame: &mut Frame, area: Rect, form: &AppForm) {
+pub(super) fn new_app(frame: &mut Frame, area: Rect, form: &AppForm, keymap: &Keymap) {
+    let hint = match choosing(keymap) {
+        Some(keys) => format!(" ({keys} or y/n)"),
+        None => " (y/n)".to_string(),
+    };
     let fields = AppField::ALL.iter().map(|f| {
         let value = match f {
-            AppField::Public => format!("{} (←→ or y/n)", form.value(*f)),
+            AppField::Public => format!("{}{hint}", form.value(*f)),
             _ => form.value(*f),
         };
         (f.label().to_string(), value)

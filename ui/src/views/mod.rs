@@ -82,7 +82,7 @@ fn overlay(frame: &mut Frame, body: Rect, state: &State, keymap: &Keymap) {
         }
         Overlay::Confirm { asked, yes } => confirm(frame, body, &question(asked, state), *yes),
         Overlay::Secret(issued) => secret(frame, body, issued),
-        Overlay::NewApp(form) => new_app(frame, body, form),
+        Overlay::NewApp(form) => new_app(frame, body, form, keymap),
         Overlay::Webhook(form) => webhook_form(frame, body, form),
     }
 }
