@@ -16,8 +16,8 @@
 //! by the bench when missing and it runs as root; else that comparison is skipped, saying so.
 //!
 //! Run: `cargo build --release -p switchyard-test-engine && cargo bench -p switchyard-server --bench proxy`.
-//! Set `BENCH_SECONDS` to change the measured time per scenario (default 2.0); `BENCH_PART=nginx` (or
-//! `engine`) runs one of the two comparisons only.
+//! Set `BENCH_SECONDS` to change the measured time per scenario of the engine part (default 2.0; the nginx
+//! part takes turns of `WRK_SECONDS`); `BENCH_PART=nginx` (or `engine`) runs one of the two comparisons only.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -284,9 +284,8 @@ async fn x_cache(make: &Make) -> String {
     cache.unwrap_or("-").to_string()
 }
 
-fn median(mut v: Vec<Duration>) -> f64 {
-    v.sort_unstable();
-    ms(v[v.len() / 2])
+fn median(v: Vec<Duration>) -> f64 {
+    mid(v.into_iter().map(ms).collect())
 }
 
 /// The engine started by hand on a free port: spawn → `/health` answers 200 (polled every 2 ms).
@@ -659,7 +658,7 @@ end
 
 /// Turns per scenario, of `WRK_SECONDS` each, taken in rotation so that a slow spell of the machine falls on
 /// every scenario alike (each turn starting one scenario later, so that none always follows the same one);
-/// the median turn is reported. At one connection the scenarios are a few microseconds apart and a turn
+/// each figure's median over the turns is reported. At one connection the scenarios are a few microseconds apart and a turn
 /// varies by more than that, so there are more turns, and the latency goals are judged on the difference
 /// from nginx within each turn (see [`paired`]).
 const WRK_TURNS: usize = 5;
@@ -1014,7 +1013,7 @@ async fn nginx_bench(srv: &Server, server: tokio::runtime::Handle) {
             many[1].rps,
             "",
             false,
-            String::new(),
+            "(nginx)".to_string(),
         ),
         (
             "full ÷ plain added p50, 1 conn",
@@ -1030,16 +1029,12 @@ async fn nginx_bench(srv: &Server, server: tokio::runtime::Handle) {
             many[3].rps,
             "",
             false,
-            String::new(),
+            "(nginx's proxy_cache)".to_string(),
         ),
     ];
     for (name, value, target, unit, at_most, note) in goals {
         let (op, word) = verdict(value, target, at_most);
-        let against = match unit == "×" || name.contains("nginx's") {
-            true => "",
-            false => " (nginx)",
-        };
-        let target = format!("{op} {target:.2} {unit}{against}");
+        let target = format!("{op} {target:.2} {unit}");
         println!("{name:<44} {value:>10.2} {unit:<2}   target {target:<22} {word}  {note}");
     }
 }
