@@ -371,6 +371,15 @@ pub struct ProxyConfig {
     /// A request head that has begun must have come whole within this (seconds), or the connection is
     /// closed.
     pub header_timeout_s: u64,
+    /// How long (seconds) a replica may keep its caller waiting without a word: for the response's head
+    /// (504 when it has not come), and between two reads of its body (the caller's connection is closed,
+    /// the body cut short). See [`ProxyConfig::replica_timeout`].
+    pub replica_timeout_s: u64,
+}
+
+/// A timeout of `s` seconds, from a second to a year.
+fn timeout(s: u64) -> std::time::Duration {
+    std::time::Duration::from_secs(s.clamp(1, 365 * 86_400))
 }
 
 /// How long a caller's connection may wait for a request to begin (`idle`), and for a begun head to end
@@ -395,6 +404,7 @@ impl Default for ProxyConfig {
             public_metrics: false,
             idle_timeout_s: 75,
             header_timeout_s: 60,
+            replica_timeout_s: 600,
         }
     }
 }
@@ -402,11 +412,15 @@ impl Default for ProxyConfig {
 impl ProxyConfig {
     /// `idle_timeout_s` and `header_timeout_s`, each from a second to a year.
     pub fn client_timeouts(&self) -> ClientTimeouts {
-        let secs = |s: u64| std::time::Duration::from_secs(s.clamp(1, 365 * 86_400));
         ClientTimeouts {
-            idle: secs(self.idle_timeout_s),
-            header: secs(self.header_timeout_s),
+            idle: timeout(self.idle_timeout_s),
+            header: timeout(self.header_timeout_s),
         }
+    }
+
+    /// `replica_timeout_s`, from a second to a year.
+    pub fn replica_timeout(&self) -> std::time::Duration {
+        timeout(self.replica_timeout_s)
     }
 
     /// `trusted_proxies` parsed; start-up refuses a list that does not parse.

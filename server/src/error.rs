@@ -37,6 +37,8 @@ pub enum ApiError {
     },
     /// 502 `{error}`: a replica did not answer.
     BadGateway(String),
+    /// 504 `{error}`: a replica said nothing for too long.
+    GatewayTimeout(String),
     /// 500 `{error}`. The cause is logged, never sent.
     Internal(String),
 }
@@ -62,6 +64,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
+            ApiError::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -78,6 +81,7 @@ impl ApiError {
             | ApiError::NotFound(m)
             | ApiError::Conflict(m)
             | ApiError::BadGateway(m)
+            | ApiError::GatewayTimeout(m)
             | ApiError::UnsupportedMediaType(m)
             | ApiError::Unavailable { message: m, .. } => m.clone(),
             ApiError::MethodNotAllowed => "method not allowed on this path".into(),

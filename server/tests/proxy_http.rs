@@ -15,8 +15,8 @@ const NS: &str = "admin";
 /// The replica: answers `/chunked` in chunks with a trailer, `/close` until it closes, `/continue` after a
 /// `100 Continue`, `/nocontent` with 204, `/silent` and then closes without saying so, `/echo` with the head
 /// and body it got, `/early` before it reads the upload, `/named` with a `Connection` naming its length,
-/// `/drip` with an event stream of 40 events 50 ms apart, `/slow` with `slow` after 2.5 s, anything else
-/// with `ok` and hop-by-hop fields of its own.
+/// `/drip` with an event stream of 40 events 50 ms apart, `/slow` with `slow` after 2.5 s, `/stall` with
+/// the first 4 bytes of 10 and the rest 3 s later, anything else with `ok` and hop-by-hop fields of its own.
 const REPLICA: &str = r#"
 import os, socket, threading, time
 srv = socket.socket()
@@ -96,6 +96,13 @@ def serve(conn):
         elif path == "/slow":
             time.sleep(2.5)
             send("200 OK", b"slow")
+        elif path == "/stall":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\npart")
+            time.sleep(3)
+            try:
+                conn.sendall(b"ial!!!")
+            except OSError:
+                break
         elif path == "/nocontent":
             conn.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
         elif path == "/silent":
@@ -565,6 +572,49 @@ async fn heads_that_do_not_end_in_time_are_let_go() {
     let mut caller = Caller::connect(&server.url).await;
     caller.send(&get("GET", &format!("{ep}/slow"), "")).await;
     assert_eq!(caller.answer("GET").await.body, b"slow");
+}
+
+/// Everything `caller` is sent until the server closes the connection.
+async fn until_closed(caller: &mut Caller) -> Vec<u8> {
+    while !caller.closed().await {}
+    std::mem::take(&mut caller.buf)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_that_keep_callers_waiting_are_let_go() {
+    let (server, ep) = server_configured(json!({}), |c| c.proxy.replica_timeout_s = 1).await;
+    // On the own path (HTTP/1.1) and the general one (HTTP/1.0); each connection ends after its answer.
+    let request = |path: &str, version: &str| {
+        let head = format!("GET {ep}{path} HTTP/{version}\r\nHost: switchyard.test\r\n");
+        (head + "Connection: close\r\n\r\n").into_bytes()
+    };
+    for version in ["1.1", "1.0"] {
+        // No head within the time: 504, in the spec's shape.
+        let mut caller = Caller::connect(&server.url).await;
+        caller.send(&request("/slow", version)).await;
+        let answer = caller.answer("GET").await;
+        let error: serde_json::Value = serde_json::from_slice(&answer.body).expect("json");
+        assert_eq!(answer.status, 504, "HTTP/{version}: {}", answer.head);
+        assert_eq!(
+            error["error"], "the endpoint's replica did not answer in time",
+            "HTTP/{version}"
+        );
+
+        // A body that stops for longer: the caller gets what came, and then the connection's end.
+        let mut caller = Caller::connect(&server.url).await;
+        caller.send(&request("/stall", version)).await;
+        while !caller.line().await.is_empty() {}
+        assert_eq!(until_closed(&mut caller).await, b"part", "HTTP/{version}");
+
+        // A body that takes longer than the time in all, in short steps: passed whole.
+        let mut caller = Caller::connect(&server.url).await;
+        caller.send(&request("/drip", version)).await;
+        let events = until_closed(&mut caller).await;
+        let events = String::from_utf8_lossy(&events)
+            .matches("data: drop")
+            .count();
+        assert_eq!(events, 40, "HTTP/{version}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -537,15 +537,13 @@ async fn exchange(
     };
     guard.add_replica(&backend);
     request_head(proxy, conn, taken, &backend, peer);
-    let sent = match send_request(conn, &backend, length, taken.repeatable).await {
+    let limit = proxy.config.replica_timeout();
+    let sent = match send_request(conn, &backend, length, taken.repeatable, limit).await {
         Ok(sent) => sent,
         Err(Unsent::CallerGone) => return Ok(Exchanged::Gone),
         Err(Unsent::Replica(e)) => {
             tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
-            return Err(
-                ApiError::BadGateway("the endpoint's replica did not answer".into())
-                    .into_response(),
-            );
+            return Err(super::replica_failed(timed_out(&e)));
         }
     };
     let mut upstream = sent.upstream;
@@ -560,7 +558,7 @@ async fn exchange(
     )
     .await?;
     if passed.reusable && sent.all {
-        backend.pool.give_back_stream(upstream);
+        backend.pool.give_back_stream(upstream.io);
     }
     drop(guard);
     // A body the replica answered before it had all of it: the rest is still on its way from the caller.
@@ -676,7 +674,7 @@ fn length_field(out: &mut Vec<u8>, n: u64) {
 /// A request sent: the replica connection, and whether all of the body went (the replica may answer
 /// before it has taken all of it).
 struct Sent {
-    upstream: TcpStream,
+    upstream: Upstream,
     all: bool,
 }
 
@@ -685,8 +683,47 @@ enum Unsent {
     /// The caller went away first (which the general path notices too): nobody waits for an answer, and
     /// the replica is freed of the request.
     CallerGone,
-    /// The replica could not be reached, or closed without answering.
+    /// The replica could not be reached, or closed without answering, or said nothing in time
+    /// ([`timed_out`]).
     Replica(std::io::Error),
+}
+
+/// A connection to a replica, every wait on which ends after `limit` (`proxy.replica_timeout_s`) with an
+/// error of kind `TimedOut`: a replica that keeps its caller waiting without a word does so for no longer.
+struct Upstream {
+    io: TcpStream,
+    limit: Duration,
+}
+
+impl Upstream {
+    async fn read_buf(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
+        bounded(self.limit, self.io.read_buf(buf)).await
+    }
+
+    async fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
+        bounded(self.limit, self.io.write_all(data)).await
+    }
+}
+
+/// `io`, given up after `limit` with an error of kind `TimedOut`. Most waits end at once (a write, a body
+/// that came with its head): the timer is made only for one that does not.
+async fn bounded<T>(
+    limit: Duration,
+    io: impl std::future::Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
+    use futures_util::FutureExt;
+    let mut io = std::pin::pin!(io);
+    if let Some(done) = io.as_mut().now_or_never() {
+        return done;
+    }
+    tokio::time::timeout(limit, io)
+        .await
+        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
+}
+
+/// Whether `e` is a replica's time run out (see [`Upstream`]): such a request is not sent again.
+fn timed_out(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::TimedOut
 }
 
 impl From<std::io::Error> for Unsent {
@@ -708,6 +745,7 @@ async fn send_request(
     backend: &Backend,
     length: u64,
     repeatable: bool,
+    limit: Duration,
 ) -> Result<Sent, Unsent> {
     let body_at = conn.head.len;
     let at_hand = (conn.buf.len() - body_at).min(usize::try_from(length).unwrap_or(usize::MAX));
@@ -719,17 +757,18 @@ async fn send_request(
     let watch = conn.buf.len() == body_at + at_hand;
     let mut pooled = backend.pool.take_stream();
     loop {
-        let (mut upstream, reused) = match pooled.take() {
+        let (io, reused) = match pooled.take() {
             Some(s) => (s, true),
             None => (
                 Box::pin(upstream::connect_stream(backend.addr)).await?,
                 false,
             ),
         };
+        let mut upstream = Upstream { io, limit };
         conn.rbuf.clear();
         match upstream.write_all(&conn.out).await {
             Ok(()) => {}
-            Err(_) if reused && whole => continue,
+            Err(e) if reused && whole && !timed_out(&e) => continue,
             Err(e) => return Err(Unsent::Replica(e)),
         }
         let all = whole || stream_body(conn, &mut upstream, length - at_hand as u64).await?;
@@ -740,7 +779,7 @@ async fn send_request(
                 conn.pending = 0;
                 return Ok(Sent { upstream, all });
             }
-            Err(Unsent::Replica(_)) if reused && whole && repeatable => continue,
+            Err(Unsent::Replica(e)) if reused && whole && repeatable && !timed_out(&e) => continue,
             Err(e) => return Err(e),
         }
     }
@@ -749,7 +788,7 @@ async fn send_request(
 impl Conn {
     /// Reads the replica's first bytes into `rbuf` (unless some came already, while the body went): an
     /// error when it closed or failed first, or when the caller hung up first (looked for when `watch`).
-    async fn first_bytes(&mut self, upstream: &mut TcpStream, watch: bool) -> Result<(), Unsent> {
+    async fn first_bytes(&mut self, upstream: &mut Upstream, watch: bool) -> Result<(), Unsent> {
         if !self.rbuf.is_empty() {
             return Ok(());
         }
@@ -788,11 +827,12 @@ async fn hung_up(io: &TcpStream) -> bool {
 /// stop the upload.
 async fn stream_body(
     conn: &mut Conn,
-    upstream: &mut TcpStream,
+    upstream: &mut Upstream,
     mut left: u64,
 ) -> Result<bool, Unsent> {
     let mut chunk = vec![0u8; 16 * 1024];
-    let (mut from_replica, mut to_replica) = upstream.split();
+    let limit = upstream.limit;
+    let (mut from_replica, mut to_replica) = upstream.io.split();
     while left > 0 {
         let want = chunk.len().min(usize::try_from(left).unwrap_or(usize::MAX));
         let read = tokio::select! {
@@ -809,7 +849,7 @@ async fn stream_body(
             Ok(0) | Err(_) => return Err(Unsent::CallerGone),
             Ok(n) => n,
         };
-        let mut write = std::pin::pin!(to_replica.write_all(&chunk[..n]));
+        let mut write = std::pin::pin!(bounded(limit, to_replica.write_all(&chunk[..n])));
         loop {
             tokio::select! {
                 biased;
@@ -820,6 +860,7 @@ async fn stream_body(
                 }
                 wrote = &mut write => match wrote {
                     Ok(()) => break,
+                    Err(e) if timed_out(&e) => return Err(Unsent::Replica(e)),
                     Err(_) => return Ok(false),
                 },
             }
@@ -882,15 +923,16 @@ struct Passed {
 async fn pass_response(
     proxy: &Proxy,
     conn: &mut Conn,
-    upstream: &mut TcpStream,
+    upstream: &mut Upstream,
     taken: &Taken,
     route: &Route,
     cache_key: Option<cache::Key>,
     started: Instant,
 ) -> Result<Passed, Response> {
-    let bad =
-        || ApiError::BadGateway("the endpoint's replica did not answer".into()).into_response();
-    read_response_head(conn, upstream).await.ok_or_else(bad)?;
+    let bad = || super::replica_failed(false);
+    read_response_head(conn, upstream)
+        .await
+        .map_err(|e| super::replica_failed(timed_out(&e)))?;
     let status = StatusCode::from_u16(conn.rhead.status).map_err(|_| bad())?;
     let framing = Framing::of(&conn.rhead, &conn.rbuf);
     let no_body = taken.head_request || matches!(status.as_u16(), 204 | 304);
@@ -948,21 +990,23 @@ async fn pass_response(
     })
 }
 
-/// Reads until the replica's final response head has come whole (see [`past_informational`]). `None` for
-/// anything else.
-async fn read_response_head(conn: &mut Conn, upstream: &mut TcpStream) -> Option<()> {
+/// Reads until the replica's final response head has come whole (see [`past_informational`]). An error for
+/// anything else: the replica's end or failure, its time run out, or a head that is not a final response.
+async fn read_response_head(conn: &mut Conn, upstream: &mut Upstream) -> std::io::Result<()> {
+    use std::io::ErrorKind::{InvalidData, UnexpectedEof};
     loop {
         match past_informational(&mut conn.rhead, &mut conn.rbuf) {
             // Nothing below 100, and no upgrade was asked for.
-            Parsed::Complete if conn.rhead.status < 100 || conn.rhead.status == 101 => return None,
-            Parsed::Complete => return Some(()),
+            Parsed::Complete if conn.rhead.status < 100 || conn.rhead.status == 101 => {
+                return Err(InvalidData.into())
+            }
+            Parsed::Complete => return Ok(()),
             Parsed::Partial if conn.rbuf.len() < RESPONSE_HEAD_MAX => {}
-            _ => return None,
+            _ => return Err(InvalidData.into()),
         }
         conn.rbuf.reserve(8192);
-        match upstream.read_buf(&mut conn.rbuf).await {
-            Ok(0) | Err(_) => return None,
-            Ok(_) => {}
+        if upstream.read_buf(&mut conn.rbuf).await? == 0 {
+            return Err(UnexpectedEof.into());
         }
     }
 }
@@ -1051,7 +1095,7 @@ async fn write_head_with(conn: &mut Conn, first: usize) -> bool {
 /// Passes a body of `n` bytes. Whether all of it went.
 async fn pass_length(
     conn: &mut Conn,
-    upstream: &mut TcpStream,
+    upstream: &mut Upstream,
     n: u64,
     fill: &mut Option<Fill>,
 ) -> bool {
@@ -1096,7 +1140,7 @@ fn chunk(out: &mut Vec<u8>, data: &[u8]) {
 
 /// Passes a chunked body on in chunks of this path's own making (the replica's extensions and trailers
 /// stay behind, as on the general path), until its last chunk. Whether all of it went.
-async fn pass_chunked(conn: &mut Conn, upstream: &mut TcpStream, fill: &mut Option<Fill>) -> bool {
+async fn pass_chunked(conn: &mut Conn, upstream: &mut Upstream, fill: &mut Option<Fill>) -> bool {
     let mut scan = Chunks::Size;
     let mut data = Vec::new();
     loop {
@@ -1135,7 +1179,7 @@ async fn pass_chunked(conn: &mut Conn, upstream: &mut TcpStream, fill: &mut Opti
 /// Passes a body that ends when the replica closes, in chunks. Whether all of it went.
 async fn pass_until_close(
     conn: &mut Conn,
-    upstream: &mut TcpStream,
+    upstream: &mut Upstream,
     fill: &mut Option<Fill>,
 ) -> bool {
     loop {

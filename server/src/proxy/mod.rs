@@ -408,6 +408,16 @@ async fn metrics_page(State(proxy): State<Proxy>, headers: HeaderMap) -> Respons
         .into_response()
 }
 
+/// The answer when a replica failed before its response's head came: 504 when its time ran out
+/// (`proxy.replica_timeout_s`), else 502.
+fn replica_failed(timed_out: bool) -> Response {
+    match timed_out {
+        true => ApiError::GatewayTimeout("the endpoint's replica did not answer in time".into()),
+        false => ApiError::BadGateway("the endpoint's replica did not answer".into()),
+    }
+    .into_response()
+}
+
 fn unavailable(message: impl Into<String>, retry_after: Option<u32>) -> Response {
     ApiError::Unavailable {
         message: message.into(),
@@ -651,17 +661,20 @@ impl Proxy {
         };
         guard.add_replica(&backend);
         let out = self.outgoing(parts, target, body, peer);
-        let resp = match backend.send(out).await {
-            Ok((r, sender)) => {
+        // The head has the replica's time from when the request goes, its body's upload included.
+        let limit = self.config.replica_timeout();
+        let resp = match tokio::time::timeout(limit, backend.send(out)).await {
+            Ok(Ok((r, sender))) => {
                 guard.connection = Some(sender);
                 r
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
-                return Err(
-                    ApiError::BadGateway("the endpoint's replica did not answer".into())
-                        .into_response(),
-                );
+                return Err(replica_failed(false));
+            }
+            Err(_) => {
+                tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, "replica did not answer in time");
+                return Err(replica_failed(true));
             }
         };
         Ok(self.respond(&route, &backend, session.as_deref(), resp, guard, cache_key))
@@ -901,6 +914,7 @@ impl Proxy {
             body: rbody,
             _guard: guard,
             fill,
+            pause: Pause::new(self.config.replica_timeout()),
         };
         let mut resp = Reply::new(ReplyBody::Left(rbody));
         *resp.status_mut() = status;
@@ -1197,11 +1211,52 @@ fn cached_response(c: Cached, marker: &'static str) -> Response {
 /// A replica's response body on its way to the caller. It holds the request's in-flight guard, so the count
 /// drops (and the replica connection goes back to its pool) when the response is fully sent or dropped; and,
 /// when the response may be cached, its fill (see [`cache::Fill`]), stored once the body has passed in full.
+/// A body that pauses for longer than `proxy.replica_timeout_s` ends in an error, which cuts the caller's
+/// response short.
 pub struct Passing<B> {
     body: B,
     _guard: InFlight,
     /// The fill, and the proxy whose cache it goes to.
     fill: Option<(cache::Fill, Proxy)>,
+    pause: Pause,
+}
+
+/// How long a replica's body may pause: since when the body has waited for the replica (time spent waiting
+/// for the caller to take what was passed does not count), and a timer for when that runs out (made the
+/// first time the body has to wait, and set again only after it moved).
+struct Pause {
+    limit: Duration,
+    since: Option<tokio::time::Instant>,
+    timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Pause {
+    fn new(limit: Duration) -> Pause {
+        Pause {
+            limit,
+            since: None,
+            timer: None,
+        }
+    }
+
+    /// The body moved.
+    fn moved(&mut self) {
+        self.since = None;
+    }
+
+    /// Whether the body, waiting for the replica, has done so for too long; else the task is woken when it
+    /// may have.
+    fn over(&mut self, cx: &mut std::task::Context<'_>) -> bool {
+        use std::future::Future;
+        let due = *self.since.get_or_insert_with(tokio::time::Instant::now) + self.limit;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+        if timer.deadline() != due {
+            timer.as_mut().reset(due);
+        }
+        timer.as_mut().poll(cx).is_ready()
+    }
 }
 
 impl<B> Passing<B> {
@@ -1219,17 +1274,28 @@ impl<B> Passing<B> {
 impl<B> http_body::Body for Passing<B>
 where
     B: http_body::Body<Data = axum::body::Bytes> + Unpin,
+    B::Error: Into<axum::BoxError>,
 {
     type Data = axum::body::Bytes;
-    type Error = B::Error;
+    type Error = axum::BoxError;
 
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        use std::task::Poll;
         let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
         match &polled {
-            std::task::Poll::Ready(Some(Ok(frame))) => {
+            Poll::Pending if self.pause.over(cx) => {
+                self.fill = None;
+                let e = std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the endpoint's replica paused its response for too long",
+                );
+                return Poll::Ready(Some(Err(e.into())));
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                self.pause.moved();
                 if let (Some((fill, _)), Some(data)) = (&mut self.fill, frame.data_ref()) {
                     if !fill.keep(data) {
                         self.fill = None;
@@ -1240,11 +1306,11 @@ where
                     self.store();
                 }
             }
-            std::task::Poll::Ready(Some(Err(_))) => self.fill = None,
-            std::task::Poll::Ready(None) => self.store(),
-            std::task::Poll::Pending => {}
+            Poll::Ready(Some(Err(_))) => self.fill = None,
+            Poll::Ready(None) => self.store(),
+            Poll::Pending => {}
         }
-        polled
+        polled.map_err(Into::into)
     }
 
     fn is_end_stream(&self) -> bool {
