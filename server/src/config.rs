@@ -371,6 +371,10 @@ pub struct ProxyConfig {
     /// A request head that has begun must have come whole within this (seconds), or the connection is
     /// closed.
     pub header_timeout_s: u64,
+    /// How long (seconds) a caller may keep the proxy waiting mid-request: for more of a request body (408
+    /// when nothing of it has gone on yet, else the connection is closed), or to take more of the response
+    /// (the connection is closed).
+    pub caller_timeout_s: u64,
     /// How long (seconds) a replica may keep its caller waiting without a word: for the response's head
     /// (504 when it has not come), and between two reads of its body (the caller's connection is closed,
     /// the body cut short). See [`ProxyConfig::replica_timeout`].
@@ -382,12 +386,13 @@ fn timeout(s: u64) -> std::time::Duration {
     std::time::Duration::from_secs(s.clamp(1, 365 * 86_400))
 }
 
-/// How long a caller's connection may wait for a request to begin (`idle`), and for a begun head to end
-/// (`header`): [`ProxyConfig::client_timeouts`].
+/// How long a caller's connection may wait for a request to begin (`idle`), for a begun head to end
+/// (`header`), and on the caller mid-request (`caller`): [`ProxyConfig::client_timeouts`].
 #[derive(Clone, Copy, Debug)]
 pub struct ClientTimeouts {
     pub idle: std::time::Duration,
     pub header: std::time::Duration,
+    pub caller: std::time::Duration,
 }
 
 impl Default for ProxyConfig {
@@ -404,17 +409,19 @@ impl Default for ProxyConfig {
             public_metrics: false,
             idle_timeout_s: 75,
             header_timeout_s: 60,
+            caller_timeout_s: 60,
             replica_timeout_s: 600,
         }
     }
 }
 
 impl ProxyConfig {
-    /// `idle_timeout_s` and `header_timeout_s`, each from a second to a year.
+    /// `idle_timeout_s`, `header_timeout_s` and `caller_timeout_s`, each from a second to a year.
     pub fn client_timeouts(&self) -> ClientTimeouts {
         ClientTimeouts {
             idle: timeout(self.idle_timeout_s),
             header: timeout(self.header_timeout_s),
+            caller: timeout(self.caller_timeout_s),
         }
     }
 

@@ -28,6 +28,8 @@ pub enum ApiError {
     MethodNotAllowed,
     Conflict(String),
     PayloadTooLarge(usize),
+    /// 408 `{error}`: a request body that stopped coming.
+    RequestTimeout(String),
     /// 415 `{error}`: a body that is not sent as JSON where the API takes JSON.
     UnsupportedMediaType(String),
     /// 503 `{error}`: the endpoint cannot serve now (paused, waking up, failed); `retry_after` in seconds.
@@ -61,6 +63,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
@@ -82,6 +85,7 @@ impl ApiError {
             | ApiError::Conflict(m)
             | ApiError::BadGateway(m)
             | ApiError::GatewayTimeout(m)
+            | ApiError::RequestTimeout(m)
             | ApiError::UnsupportedMediaType(m)
             | ApiError::Unavailable { message: m, .. } => m.clone(),
             ApiError::MethodNotAllowed => "method not allowed on this path".into(),

@@ -16,7 +16,8 @@ const NS: &str = "admin";
 /// `100 Continue`, `/nocontent` with 204, `/silent` and then closes without saying so, `/echo` with the head
 /// and body it got, `/early` before it reads the upload, `/named` with a `Connection` naming its length,
 /// `/drip` with an event stream of 40 events 50 ms apart, `/slow` with `slow` after 2.5 s, `/stall` with
-/// the first 4 bytes of 10 and the rest 3 s later, anything else with `ok` and hop-by-hop fields of its own.
+/// the first 4 bytes of 10 and the rest 3 s later, `/huge` with 64 MiB, anything else with `ok` and hop-by-hop
+/// fields of its own.
 const REPLICA: &str = r#"
 import os, socket, threading, time
 srv = socket.socket()
@@ -96,6 +97,11 @@ def serve(conn):
         elif path == "/slow":
             time.sleep(2.5)
             send("200 OK", b"slow")
+        elif path == "/huge":
+            try:
+                send("200 OK", b"x" * (64 << 20))
+            except OSError:
+                break
         elif path == "/stall":
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\npart")
             time.sleep(3)
@@ -615,6 +621,68 @@ async fn replicas_that_keep_callers_waiting_are_let_go() {
             .count();
         assert_eq!(events, 40, "HTTP/{version}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_that_keep_the_proxy_waiting_are_let_go() {
+    let (server, ep) = server_configured(json!({}), |c| c.proxy.caller_timeout_s = 1).await;
+    let stalled = |answer: &Answer| {
+        let error: serde_json::Value = serde_json::from_slice(&answer.body).expect("json");
+        (answer.status, error["error"].as_str().map(str::to_string))
+    };
+    let expected = (
+        408,
+        Some("the request body did not come in time".to_string()),
+    );
+
+    // A body that stops coming: on the own path (a known length) and the general one (chunked), 408 and
+    // the connection's end.
+    let uploads = [
+        ("Content-Length: 10\r\n", &b"abcd"[..]),
+        ("Transfer-Encoding: chunked\r\n", &b"4\r\nabcd\r\n"[..]),
+    ];
+    for (framing, part) in uploads {
+        let mut caller = Caller::connect(&server.url).await;
+        let mut upload = get("POST", &format!("{ep}/echo"), framing);
+        upload.extend_from_slice(part);
+        caller.send(&upload).await;
+        let answer = caller.answer("POST").await;
+        assert_eq!(stalled(&answer), expected, "{framing}: {}", answer.head);
+        assert!(caller.closed().await, "{framing}");
+    }
+
+    // A caller that takes nothing of a large answer for longer than its time: the connection ends before
+    // all of it came (what the sockets' buffers held is still read), on both paths.
+    for version in ["1.1", "1.0"] {
+        let mut caller = Caller::connect(&server.url).await;
+        let head = format!("GET {ep}/huge HTTP/{version}\r\nHost: switchyard.test\r\n\r\n");
+        caller.send(head.as_bytes()).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let got = until_closed(&mut caller).await;
+        assert_eq!(
+            got.get(8..13),
+            Some(&b" 200 "[..]),
+            "HTTP/{version}: {:?}",
+            got.get(..40).map(String::from_utf8_lossy)
+        );
+        assert!(got.len() < 64 << 20, "HTTP/{version}: {} bytes", got.len());
+    }
+
+    // A caller that keeps taking, however slowly, is not cut off; nor is one whose body comes in steps.
+    let mut caller = Caller::connect(&server.url).await;
+    caller.send(&get("GET", &format!("{ep}/huge"), "")).await;
+    let answer = caller.answer("GET").await;
+    assert_eq!(answer.body.len(), 64 << 20);
+    let mut caller = Caller::connect(&server.url).await;
+    caller
+        .send(&get("POST", &format!("{ep}/echo"), "Content-Length: 6\r\n"))
+        .await;
+    for part in [b"ab", b"cd", b"ef"] {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        caller.send(part).await;
+    }
+    let answer = caller.answer("POST").await;
+    assert!(answer.body.ends_with(b"\r\n\r\nabcdef"), "{}", answer.head);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

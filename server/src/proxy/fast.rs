@@ -265,6 +265,7 @@ fn plain_target(target: &[u8]) -> bool {
 /// One caller's connection on this path.
 pub(super) struct Conn {
     pub(super) io: TcpStream,
+    timeouts: ClientTimeouts,
     /// What the caller sent that is not handled yet: a head being read, body bytes, the next request.
     pub(super) buf: BytesMut,
     /// What the replica sent of the current exchange.
@@ -290,9 +291,10 @@ pub(super) enum Hand {
 }
 
 impl Conn {
-    pub(super) fn new(io: TcpStream) -> Conn {
+    pub(super) fn new(io: TcpStream, timeouts: ClientTimeouts) -> Conn {
         Conn {
             io,
+            timeouts,
             buf: BytesMut::with_capacity(8192),
             rbuf: BytesMut::with_capacity(8192),
             out: Vec::with_capacity(1024),
@@ -307,11 +309,8 @@ impl Conn {
     /// head this path does not parse (or one longer than [`HEAD_MAX`]), `Close` when the caller closed (or
     /// failed) first, or let the time run out (`timer`, set here to the idle time while nothing of the head
     /// has come, then to the header time).
-    pub(super) async fn read_head(
-        &mut self,
-        mut timer: Pin<&mut Sleep>,
-        timeouts: ClientTimeouts,
-    ) -> Result<(), Hand> {
+    pub(super) async fn read_head(&mut self, mut timer: Pin<&mut Sleep>) -> Result<(), Hand> {
+        let timeouts = self.timeouts;
         // What a large request (a cached endpoint's whole body) left behind is not kept for the next.
         if self.buf.is_empty() && self.buf.capacity() > KEPT_MAX {
             self.buf = BytesMut::with_capacity(8192);
@@ -541,6 +540,7 @@ async fn exchange(
     let sent = match send_request(conn, &backend, length, taken.repeatable, limit).await {
         Ok(sent) => sent,
         Err(Unsent::CallerGone) => return Ok(Exchanged::Gone),
+        Err(Unsent::CallerStalled) => return Err(super::caller_stalled()),
         Err(Unsent::Replica(e)) => {
             tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
             return Err(super::replica_failed(timed_out(&e)));
@@ -574,7 +574,8 @@ async fn read_body(conn: &mut Conn, length: u64, limit: usize) -> Result<(), Res
     while conn.buf.len() < whole {
         // Room as the body comes, not all it announced at once.
         conn.buf.reserve((whole - conn.buf.len()).min(64 * 1024));
-        match conn.io.read_buf(&mut conn.buf).await {
+        match bounded(conn.timeouts.caller, conn.io.read_buf(&mut conn.buf)).await {
+            Err(e) if timed_out(&e) => return Err(super::caller_stalled()),
             Ok(0) | Err(_) => {
                 return Err(
                     ApiError::BadRequest("the request body could not be read".into())
@@ -683,6 +684,8 @@ enum Unsent {
     /// The caller went away first (which the general path notices too): nobody waits for an answer, and
     /// the replica is freed of the request.
     CallerGone,
+    /// The caller's body stopped coming for the caller's time (`proxy.caller_timeout_s`).
+    CallerStalled,
     /// The replica could not be reached, or closed without answering, or said nothing in time
     /// ([`timed_out`]).
     Replica(std::io::Error),
@@ -701,7 +704,7 @@ impl Upstream {
     }
 
     async fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
-        bounded(self.limit, self.io.write_all(data)).await
+        write_each(&mut self.io, self.limit, data).await
     }
 }
 
@@ -719,6 +722,23 @@ async fn bounded<T>(
     tokio::time::timeout(limit, io)
         .await
         .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
+}
+
+/// Writes `data` to the caller: false when that failed, or when the caller took none of it for the
+/// caller's time (`proxy.caller_timeout_s`).
+async fn to_caller(io: &mut TcpStream, timeouts: ClientTimeouts, data: &[u8]) -> bool {
+    write_each(io, timeouts.caller, data).await.is_ok()
+}
+
+/// Writes all of `data`, each write bounded by `limit` (a slow reader that keeps taking is not cut off).
+async fn write_each(io: &mut TcpStream, limit: Duration, mut data: &[u8]) -> std::io::Result<()> {
+    while !data.is_empty() {
+        match bounded(limit, io.write(data)).await? {
+            0 => return Err(std::io::ErrorKind::WriteZero.into()),
+            n => data = &data[n..],
+        }
+    }
+    Ok(())
 }
 
 /// Whether `e` is a replica's time run out (see [`Upstream`]): such a request is not sent again.
@@ -843,9 +863,10 @@ async fn stream_body(
                 }
                 continue;
             }
-            read = conn.io.read(&mut chunk[..want]) => read,
+            read = bounded(conn.timeouts.caller, conn.io.read(&mut chunk[..want])) => read,
         };
         let n = match read {
+            Err(e) if timed_out(&e) => return Err(Unsent::CallerStalled),
             Ok(0) | Err(_) => return Err(Unsent::CallerGone),
             Ok(n) => n,
         };
@@ -1089,7 +1110,7 @@ fn date(out: &mut Vec<u8>) {
 async fn write_head_with(conn: &mut Conn, first: usize) -> bool {
     conn.out.extend_from_slice(&conn.rbuf[..first]);
     conn.rbuf.advance(first);
-    conn.io.write_all(&conn.out).await.is_ok()
+    to_caller(&mut conn.io, conn.timeouts, &conn.out).await
 }
 
 /// Passes a body of `n` bytes. Whether all of it went.
@@ -1120,7 +1141,7 @@ async fn pass_length(
             .len()
             .min(usize::try_from(left).unwrap_or(usize::MAX));
         keep(fill, &conn.rbuf[..take]);
-        if conn.io.write_all(&conn.rbuf[..take]).await.is_err() {
+        if !to_caller(&mut conn.io, conn.timeouts, &conn.rbuf[..take]).await {
             return false;
         }
         conn.rbuf.advance(take);
@@ -1158,7 +1179,7 @@ async fn pass_chunked(conn: &mut Conn, upstream: &mut Upstream, fill: &mut Optio
         if done {
             conn.out.extend_from_slice(b"0\r\n\r\n");
         }
-        if !conn.out.is_empty() && conn.io.write_all(&conn.out).await.is_err() {
+        if !conn.out.is_empty() && !to_caller(&mut conn.io, conn.timeouts, &conn.out).await {
             return false;
         }
         conn.out.clear();
@@ -1186,13 +1207,13 @@ async fn pass_until_close(
         keep(fill, &conn.rbuf);
         chunk(&mut conn.out, &conn.rbuf);
         conn.rbuf.clear();
-        if conn.io.write_all(&conn.out).await.is_err() {
+        if !to_caller(&mut conn.io, conn.timeouts, &conn.out).await {
             return false;
         }
         conn.out.clear();
         conn.rbuf.reserve(16 * 1024);
         match upstream.read_buf(&mut conn.rbuf).await {
-            Ok(0) => return conn.io.write_all(b"0\r\n\r\n").await.is_ok(),
+            Ok(0) => return to_caller(&mut conn.io, conn.timeouts, b"0\r\n\r\n").await,
             Ok(_) => {}
             Err(_) => return false,
         }
@@ -1281,7 +1302,8 @@ async fn write_answer(conn: &mut Conn, answer: Response, close: bool, head_reque
     out.clear();
     status_line(out, parts.status);
     for (name, value) in &parts.headers {
-        if name != axum::http::header::CONTENT_LENGTH {
+        // This path says itself how the body is framed, and whether the connection closes.
+        if name != axum::http::header::CONTENT_LENGTH && name != axum::http::header::CONNECTION {
             field(out, name.as_str().as_bytes(), value.as_bytes());
         }
     }
@@ -1296,7 +1318,7 @@ async fn write_answer(conn: &mut Conn, answer: Response, close: bool, head_reque
     if !head_request {
         out.extend_from_slice(&body);
     }
-    conn.io.write_all(&conn.out).await.is_ok()
+    to_caller(&mut conn.io, conn.timeouts, &conn.out).await
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ use crate::clock::Clock;
 use crate::config::ProxyConfig;
 use crate::error::ApiError;
 use crate::model::{Cidr, EndpointState, EndpointType};
+use crate::routing::pace::{Paced, Stalled};
 use crate::routing::upstream::{into_body, ToReplica};
 use crate::routing::{
     bare_host, is_server_host, Activity, Backend, Route, RouteTable, RoutingHandle,
@@ -257,7 +258,7 @@ impl<S: Inner> Front<S> {
 pub type Reply = axum::http::Response<ReplyBody>;
 
 /// The body of a [`Reply`]: a replica's response passing unboxed, as hyper gives it, or the server's own.
-pub type ReplyBody = http_body_util::Either<Passing<Incoming>, Body>;
+pub type ReplyBody = http_body_util::Either<Passing<Paced<Incoming>>, Body>;
 
 /// An answer of the server's own as a [`Reply`].
 fn reply(resp: Response) -> Reply {
@@ -406,6 +407,21 @@ async fn metrics_page(State(proxy): State<Proxy>, headers: HeaderMap) -> Respons
         text,
     )
         .into_response()
+}
+
+/// Whose pause a [`Stalled`] error of the proxy's is: the replica's, in its response's body.
+const REPLICA_PAUSED: &str = "the endpoint's replica paused its response for too long";
+/// The caller's, in its request's body (`proxy.caller_timeout_s`).
+pub(crate) const CALLER_PAUSED: &str = "the request body did not come in time";
+
+/// The answer when the caller's body paused for too long (`proxy.caller_timeout_s`): 408, and the
+/// connection closes, its request unread.
+fn caller_stalled() -> Response {
+    let mut answer = ApiError::RequestTimeout(CALLER_PAUSED.into()).into_response();
+    answer
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    answer
 }
 
 /// The answer when a replica failed before its response's head came: 504 when its time ran out
@@ -668,6 +684,7 @@ impl Proxy {
                 guard.connection = Some(sender);
                 r
             }
+            Ok(Err(e)) if Stalled::caused(&e) => return Err(caller_stalled()),
             Ok(Err(e)) => {
                 tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
                 return Err(replica_failed(false));
@@ -910,11 +927,12 @@ impl Proxy {
             }
             _ => None,
         };
+        // A pause of the replica's for longer than its time ends the body in an error, which cuts the
+        // caller's response short.
         let rbody = Passing {
-            body: rbody,
+            body: Paced::new(rbody, self.config.replica_timeout(), REPLICA_PAUSED),
             _guard: guard,
             fill,
-            pause: Pause::new(self.config.replica_timeout()),
         };
         let mut resp = Reply::new(ReplyBody::Left(rbody));
         *resp.status_mut() = status;
@@ -1211,52 +1229,11 @@ fn cached_response(c: Cached, marker: &'static str) -> Response {
 /// A replica's response body on its way to the caller. It holds the request's in-flight guard, so the count
 /// drops (and the replica connection goes back to its pool) when the response is fully sent or dropped; and,
 /// when the response may be cached, its fill (see [`cache::Fill`]), stored once the body has passed in full.
-/// A body that pauses for longer than `proxy.replica_timeout_s` ends in an error, which cuts the caller's
-/// response short.
 pub struct Passing<B> {
     body: B,
     _guard: InFlight,
     /// The fill, and the proxy whose cache it goes to.
     fill: Option<(cache::Fill, Proxy)>,
-    pause: Pause,
-}
-
-/// How long a replica's body may pause: since when the body has waited for the replica (time spent waiting
-/// for the caller to take what was passed does not count), and a timer for when that runs out (made the
-/// first time the body has to wait, and set again only after it moved).
-struct Pause {
-    limit: Duration,
-    since: Option<tokio::time::Instant>,
-    timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
-}
-
-impl Pause {
-    fn new(limit: Duration) -> Pause {
-        Pause {
-            limit,
-            since: None,
-            timer: None,
-        }
-    }
-
-    /// The body moved.
-    fn moved(&mut self) {
-        self.since = None;
-    }
-
-    /// Whether the body, waiting for the replica, has done so for too long; else the task is woken when it
-    /// may have.
-    fn over(&mut self, cx: &mut std::task::Context<'_>) -> bool {
-        use std::future::Future;
-        let due = *self.since.get_or_insert_with(tokio::time::Instant::now) + self.limit;
-        let timer = self
-            .timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
-        if timer.deadline() != due {
-            timer.as_mut().reset(due);
-        }
-        timer.as_mut().poll(cx).is_ready()
-    }
 }
 
 impl<B> Passing<B> {
@@ -1286,16 +1263,7 @@ where
         use std::task::Poll;
         let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
         match &polled {
-            Poll::Pending if self.pause.over(cx) => {
-                self.fill = None;
-                let e = std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "the endpoint's replica paused its response for too long",
-                );
-                return Poll::Ready(Some(Err(e.into())));
-            }
             Poll::Ready(Some(Ok(frame))) => {
-                self.pause.moved();
                 if let (Some((fill, _)), Some(data)) = (&mut self.fill, frame.data_ref()) {
                     if !fill.keep(data) {
                         self.fill = None;

@@ -32,7 +32,9 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 
 use super::fast::{self, Hand};
 use super::{Front, Inner};
+use crate::config::ClientTimeouts;
 use crate::error::ApiError;
+use crate::routing::pace::{Paced, Pause, Stalled};
 use crate::routing::upstream::{self, ToReplica};
 
 /// Whether this thread is a data-plane worker's.
@@ -241,21 +243,21 @@ async fn connection<S>(
 {
     // The private entry point's requests are all the general path's (the own path serves the public
     // endpoints only).
-    let io = match app.proxy.private {
-        true => Prefixed {
-            read: bytes::BytesMut::new(),
-            io,
-        },
+    let timeouts = app.proxy.config.client_timeouts();
+    let (read, io) = match app.proxy.private {
+        true => (bytes::BytesMut::new(), io),
         false => {
-            let mut conn = fast::Conn::new(io);
+            let mut conn = fast::Conn::new(io, timeouts);
             if !own_path(&mut conn, &app.proxy, peer, &stop).await {
                 return;
             }
-            Prefixed {
-                read: conn.buf,
-                io: conn.io,
-            }
+            (conn.buf, conn.io)
         }
+    };
+    let io = Prefixed {
+        read,
+        io,
+        pause: Pause::new(timeouts.caller),
     };
     general(io, peer, app, stop, open).await;
 }
@@ -272,14 +274,13 @@ async fn own_path(
     let stopping = until(stop.clone());
     tokio::pin!(stopping);
     // One timer for the connection's life on this path, set again for each head (see `Conn::read_head`).
-    let timeouts = proxy.config.client_timeouts();
-    let timer = tokio::time::sleep(timeouts.idle);
+    let timer = tokio::time::sleep(proxy.config.client_timeouts().idle);
     tokio::pin!(timer);
     loop {
         let read = tokio::select! {
             // The head first: no random draw for the order, and a stop is only looked at while waiting.
             biased;
-            read = conn.read_head(timer.as_mut(), timeouts) => read,
+            read = conn.read_head(timer.as_mut()) => read,
             () = &mut stopping => return false,
         };
         let hand = match read {
@@ -294,10 +295,33 @@ async fn own_path(
     }
 }
 
-/// A connection with bytes already read from it, which it reads again first.
+/// A connection with bytes already read from it, which it reads again first. A write that waits on the
+/// caller for longer than the caller's time (`proxy.caller_timeout_s`) fails, which ends the connection.
 struct Prefixed {
     read: bytes::BytesMut,
     io: tokio::net::TcpStream,
+    pause: Pause,
+}
+
+impl Prefixed {
+    /// A write's outcome, as the caller's time lets it be.
+    fn paced<T>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        wrote: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        match wrote {
+            Poll::Pending if self.pause.over(cx) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                Stalled("the caller took nothing of its answer in time"),
+            ))),
+            Poll::Pending => Poll::Pending,
+            done => {
+                self.pause.moved();
+                done
+            }
+        }
+    }
 }
 
 impl tokio::io::AsyncRead for Prefixed {
@@ -322,7 +346,9 @@ impl tokio::io::AsyncWrite for Prefixed {
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        let this = self.get_mut();
+        let wrote = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.paced(cx, wrote)
     }
 
     fn poll_write_vectored(
@@ -330,7 +356,9 @@ impl tokio::io::AsyncWrite for Prefixed {
         cx: &mut std::task::Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let wrote = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.paced(cx, wrote)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -366,9 +394,13 @@ async fn general<S>(
 {
     // hyper's one timeout runs from when it waits for a head, the next request's on a kept connection too:
     // an idle connection here closes after `proxy.header_timeout_s`.
-    let header = app.proxy.config.client_timeouts().header;
+    let ClientTimeouts { header, caller, .. } = app.proxy.config.client_timeouts();
+    // A request body waited for longer than the caller's time ends in an error: the proxy answers 408.
     let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        app.answer(req.map(ToReplica::Left), peer)
+        app.answer(
+            req.map(|body| ToReplica::Left(Paced::new(body, caller, super::CALLER_PAUSED))),
+            peer,
+        )
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())

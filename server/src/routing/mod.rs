@@ -11,6 +11,7 @@
 pub mod backend;
 pub mod host;
 pub mod metrics;
+pub mod pace;
 pub mod stats;
 pub mod table;
 pub mod upstream;

@@ -23,6 +23,8 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use super::pace::Paced;
+
 /// Idle connections kept per replica; more are closed when they come back.
 const IDLE_PER_REPLICA: usize = 256;
 /// Below the common keep-alive timeouts of model servers (uvicorn's is 5 s).
@@ -32,8 +34,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 type Idle = Mutex<Vec<(Instant, SendRequest<ToReplica>)>>;
 
 /// A request body on its way to a replica: a caller's, passed on as it comes (the proxy's usual case, with
-/// nothing boxed), or one the server made.
-pub type ToReplica = http_body_util::Either<Incoming, Body>;
+/// nothing boxed; its pauses bounded), or one the server made.
+pub type ToReplica = http_body_util::Either<Paced<Incoming>, Body>;
 
 /// A body that is either passed on unboxed or one of the server's own, as the one body type the server's
 /// handlers use (boxed only when it is not one already).
@@ -179,6 +181,15 @@ impl Pool {
 pub enum Error {
     Connect(std::io::Error),
     Http(hyper::Error),
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Connect(e) => Some(e),
+            Error::Http(e) => Some(e),
+        }
+    }
 }
 
 impl std::fmt::Display for Error {

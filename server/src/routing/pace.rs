@@ -1,0 +1,180 @@
+//! Bounds on pauses: how long a body, or a connection's writes, may wait on the other side with nothing
+//! moving. What counts is each wait, not the whole: a stream may take as long as it likes in all.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use tokio::time::{Instant, Sleep};
+
+/// How long a wait may last: since when it has, and a timer for when that runs out (made the first time
+/// something has to wait, and set again only after it moved).
+pub struct Pause {
+    limit: Duration,
+    since: Option<Instant>,
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl Pause {
+    pub fn new(limit: Duration) -> Pause {
+        Pause {
+            limit,
+            since: None,
+            timer: None,
+        }
+    }
+
+    /// Something moved: the next wait starts anew.
+    pub fn moved(&mut self) {
+        self.since = None;
+    }
+
+    /// Whether the wait going on (begun at the first call since the last move) has lasted too long; else
+    /// the task is woken when it may have.
+    pub fn over(&mut self, cx: &mut Context<'_>) -> bool {
+        use std::future::Future;
+        let due = *self.since.get_or_insert_with(Instant::now) + self.limit;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+        if timer.deadline() != due {
+            timer.as_mut().reset(due);
+        }
+        timer.as_mut().poll(cx).is_ready()
+    }
+}
+
+/// A wait that went on for too long, saying whose.
+#[derive(Debug)]
+pub struct Stalled(pub &'static str);
+
+impl std::fmt::Display for Stalled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for Stalled {}
+
+impl Stalled {
+    /// Whether `e`, or anything that caused it, is a [`Stalled`].
+    pub fn caused(e: &(dyn std::error::Error + 'static)) -> bool {
+        std::iter::successors(Some(e), |e| e.source()).any(|e| e.is::<Stalled>())
+    }
+}
+
+/// A body whose every wait for its next frame is bounded by a [`Pause`]: one that lasts too long ends the
+/// body in a [`Stalled`] error. Time in which nobody asks for a frame (the reader is busy, or waits on its
+/// own peer) does not count.
+pub struct Paced<B> {
+    body: B,
+    pause: Pause,
+    stalled: &'static str,
+}
+
+impl<B> Paced<B> {
+    /// `body`, each wait of which is bounded by `limit`; `stalled` says whose pause it was.
+    pub fn new(body: B, limit: Duration, stalled: &'static str) -> Paced<B> {
+        Paced {
+            body,
+            pause: Pause::new(limit),
+            stalled,
+        }
+    }
+}
+
+impl<B> http_body::Body for Paced<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<axum::BoxError>,
+{
+    type Data = Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        match Pin::new(&mut self.body).poll_frame(cx) {
+            Poll::Pending if self.pause.over(cx) => {
+                Poll::Ready(Some(Err(Box::new(Stalled(self.stalled)))))
+            }
+            Poll::Pending => Poll::Pending,
+            polled => {
+                self.pause.moved();
+                polled.map_err(Into::into)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    #[tokio::test(start_paused = true)]
+    async fn each_wait_is_bounded_and_not_the_whole() {
+        let (mut feed, fed) = channel();
+        let body = Paced::new(fed, Duration::from_secs(10), "stalled");
+        let mut body = std::pin::pin!(body);
+        // Three frames 8 s apart: 24 s in all, no wait over 10 s.
+        let feeding = tokio::spawn(async move {
+            for part in ["a", "b", "c"] {
+                tokio::time::sleep(Duration::from_secs(8)).await;
+                feed.send(part).await;
+            }
+            // Then nothing, for longer than the bound.
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            drop(feed);
+        });
+        for part in ["a", "b", "c"] {
+            let frame = body.frame().await.expect("a frame").expect("not stalled");
+            assert_eq!(frame.into_data().ok().as_deref(), Some(part.as_bytes()));
+        }
+        let started = Instant::now();
+        let err = body.frame().await.expect("an end").expect_err("stalled");
+        assert!(Stalled::caused(&*err), "{err}");
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
+        feeding.abort();
+    }
+
+    /// A body fed from a channel, frame by frame.
+    struct Fed(tokio::sync::mpsc::Receiver<&'static str>);
+
+    struct Feed(tokio::sync::mpsc::Sender<&'static str>);
+
+    impl Feed {
+        async fn send(&mut self, part: &'static str) {
+            let _ = self.0.send(part).await;
+        }
+    }
+
+    fn channel() -> (Feed, Fed) {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        (Feed(tx), Fed(rx))
+    }
+
+    impl http_body::Body for Fed {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+            self.0.poll_recv(cx).map(|part| {
+                part.map(|p| Ok(http_body::Frame::data(Bytes::from_static(p.as_bytes()))))
+            })
+        }
+    }
+}
