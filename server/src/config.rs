@@ -371,9 +371,9 @@ pub struct ProxyConfig {
     /// A request head that has begun must have come whole within this (seconds), or the connection is
     /// closed.
     pub header_timeout_s: u64,
-    /// How long (seconds) a caller may keep the proxy waiting mid-request: for more of a request body (408
-    /// when nothing of it has gone on yet, else the connection is closed), or to take more of the response
-    /// (the connection is closed).
+    /// How long (seconds) a caller may keep the proxy waiting mid-request: for more of a request body (408,
+    /// and the connection closes), or to take more of the response (the connection is closed). Each wait
+    /// counts, not the whole.
     pub caller_timeout_s: u64,
     /// How long (seconds) a replica may keep its caller waiting without a word: for the response's head
     /// (504 when it has not come), and between two reads of its body (the caller's connection is closed,

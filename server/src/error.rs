@@ -28,7 +28,8 @@ pub enum ApiError {
     MethodNotAllowed,
     Conflict(String),
     PayloadTooLarge(usize),
-    /// 408 `{error}`: a request body that stopped coming.
+    /// 408 `{error}`: a request body that stopped coming. The connection closes after it, its request
+    /// unread.
     RequestTimeout(String),
     /// 415 `{error}`: a body that is not sent as JSON where the API takes JSON.
     UnsupportedMediaType(String),
@@ -103,6 +104,11 @@ impl ApiError {
         }
     }
 
+    /// 408: a request body that stopped coming for the caller's time (`proxy.caller_timeout_s`).
+    pub fn body_stalled() -> ApiError {
+        ApiError::RequestTimeout("the request body did not come in time".into())
+    }
+
     pub fn invalid_body(issues: Vec<Issue>) -> ApiError {
         let message = match issues.as_slice() {
             [] => "invalid request body".to_string(),
@@ -151,6 +157,12 @@ impl IntoResponse for ApiError {
         {
             resp.headers_mut()
                 .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(*s));
+        }
+        if let ApiError::RequestTimeout(_) = &self {
+            resp.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                HeaderValue::from_static("close"),
+            );
         }
         resp
     }

@@ -625,7 +625,13 @@ async fn replicas_that_keep_callers_waiting_are_let_go() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_that_keep_the_proxy_waiting_are_let_go() {
-    let (server, ep) = server_configured(json!({}), |c| c.proxy.caller_timeout_s = 1).await;
+    // The replica's time as short as the caller's: what the proxy waits on the caller for is not counted
+    // against the replica.
+    let (server, ep) = server_configured(json!({}), |c| {
+        c.proxy.caller_timeout_s = 1;
+        c.proxy.replica_timeout_s = 1;
+    })
+    .await;
     let stalled = |answer: &Answer| {
         let error: serde_json::Value = serde_json::from_slice(&answer.body).expect("json");
         (answer.status, error["error"].as_str().map(str::to_string))
@@ -651,6 +657,20 @@ async fn callers_that_keep_the_proxy_waiting_are_let_go() {
         assert!(caller.closed().await, "{framing}");
     }
 
+    // The API's JSON bodies too.
+    let token = std::fs::read_to_string(server.data_dir.join("admin-token")).expect("token");
+    let mut caller = Caller::connect(&server.url).await;
+    let extra = format!(
+        "Authorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n",
+        token.trim()
+    );
+    let mut upload = get("POST", &format!("/v2/endpoint/{NS}"), &extra);
+    upload.extend_from_slice(br#"{"name": "#);
+    caller.send(&upload).await;
+    let answer = caller.answer("POST").await;
+    assert_eq!(stalled(&answer), expected, "the API: {}", answer.head);
+    assert!(caller.closed().await, "the API");
+
     // A caller that takes nothing of a large answer for longer than its time: the connection ends before
     // all of it came (what the sockets' buffers held is still read), on both paths.
     for version in ["1.1", "1.0"] {
@@ -668,21 +688,53 @@ async fn callers_that_keep_the_proxy_waiting_are_let_go() {
         assert!(got.len() < 64 << 20, "HTTP/{version}: {} bytes", got.len());
     }
 
-    // A caller that keeps taking, however slowly, is not cut off; nor is one whose body comes in steps.
-    let mut caller = Caller::connect(&server.url).await;
-    caller.send(&get("GET", &format!("{ep}/huge"), "")).await;
-    let answer = caller.answer("GET").await;
-    assert_eq!(answer.body.len(), 64 << 20);
-    let mut caller = Caller::connect(&server.url).await;
-    caller
-        .send(&get("POST", &format!("{ep}/echo"), "Content-Length: 6\r\n"))
-        .await;
-    for part in [b"ab", b"cd", b"ef"] {
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        caller.send(part).await;
+    // A caller that takes its answer in steps, for longer than its time in all, is not cut off: on both
+    // paths.
+    for version in ["1.1", "1.0"] {
+        let mut caller = Caller::connect(&server.url).await;
+        let head = format!("GET {ep}/huge HTTP/{version}\r\nHost: switchyard.test\r\n");
+        caller
+            .send((head + "Connection: close\r\n\r\n").as_bytes())
+            .await;
+        loop {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            if !caller.fill(caller.buf.len() + (8 << 20)).await {
+                break;
+            }
+        }
+        let (got, whole) = (caller.buf.len(), 64 << 20);
+        assert!(
+            got > whole && caller.buf.ends_with(b"x"),
+            "HTTP/{version}: {got} bytes"
+        );
     }
-    let answer = caller.answer("POST").await;
-    assert!(answer.body.ends_with(b"\r\n\r\nabcdef"), "{}", answer.head);
+
+    // Nor is one whose body comes in steps, for longer than its time (and the replica's) in all: on the
+    // own path (a known length) and the general one (chunked).
+    let parts = [b"ab", b"cd", b"ef", b"gh", b"ij", b"kl"];
+    for chunked in [false, true] {
+        let framing = match chunked {
+            true => "Transfer-Encoding: chunked\r\n",
+            false => "Content-Length: 12\r\n",
+        };
+        let mut caller = Caller::connect(&server.url).await;
+        caller
+            .send(&get("POST", &format!("{ep}/echo"), framing))
+            .await;
+        for part in parts {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            match chunked {
+                true => caller.send(&[&b"2\r\n"[..], part, b"\r\n"].concat()).await,
+                false => caller.send(part).await,
+            }
+        }
+        if chunked {
+            caller.send(b"0\r\n\r\n").await;
+        }
+        let answer = caller.answer("POST").await;
+        let body = String::from_utf8_lossy(&answer.body);
+        assert!(body.ends_with("\r\n\r\nabcdefghijkl"), "{framing}: {body}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

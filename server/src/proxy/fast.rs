@@ -37,6 +37,7 @@ use crate::auth::bearer;
 use crate::config::ClientTimeouts;
 use crate::error::ApiError;
 use crate::model::EndpointType;
+use crate::routing::pace::Stalled;
 use crate::routing::{upstream, Backend, Route};
 
 /// Most head bytes read while waiting for a head to end; a longer head goes to the general path (which
@@ -540,7 +541,7 @@ async fn exchange(
     let sent = match send_request(conn, &backend, length, taken.repeatable, limit).await {
         Ok(sent) => sent,
         Err(Unsent::CallerGone) => return Ok(Exchanged::Gone),
-        Err(Unsent::CallerStalled) => return Err(super::caller_stalled()),
+        Err(Unsent::CallerStalled) => return Err(ApiError::body_stalled().into_response()),
         Err(Unsent::Replica(e)) => {
             tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
             return Err(super::replica_failed(timed_out(&e)));
@@ -575,7 +576,7 @@ async fn read_body(conn: &mut Conn, length: u64, limit: usize) -> Result<(), Res
         // Room as the body comes, not all it announced at once.
         conn.buf.reserve((whole - conn.buf.len()).min(64 * 1024));
         match bounded(conn.timeouts.caller, conn.io.read_buf(&mut conn.buf)).await {
-            Err(e) if timed_out(&e) => return Err(super::caller_stalled()),
+            Err(e) if timed_out(&e) => return Err(ApiError::body_stalled().into_response()),
             Ok(0) | Err(_) => {
                 return Err(
                     ApiError::BadRequest("the request body could not be read".into())
@@ -708,8 +709,8 @@ impl Upstream {
     }
 }
 
-/// `io`, given up after `limit` with an error of kind `TimedOut`. Most waits end at once (a write, a body
-/// that came with its head): the timer is made only for one that does not.
+/// `io`, given up after `limit` with a [`Stalled`] error (see [`timed_out`]). Many waits end at once (a
+/// write, a body that came with its head): the timer is made only for one that does not.
 async fn bounded<T>(
     limit: Duration,
     io: impl std::future::Future<Output = std::io::Result<T>>,
@@ -719,9 +720,10 @@ async fn bounded<T>(
     if let Some(done) = io.as_mut().now_or_never() {
         return done;
     }
-    tokio::time::timeout(limit, io)
-        .await
-        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
+    tokio::time::timeout(limit, io).await.unwrap_or_else(|_| {
+        let stalled = Stalled("a wait on the other side went on for too long");
+        Err(std::io::Error::new(std::io::ErrorKind::TimedOut, stalled))
+    })
 }
 
 /// Writes `data` to the caller: false when that failed, or when the caller took none of it for the
@@ -741,9 +743,10 @@ async fn write_each(io: &mut TcpStream, limit: Duration, mut data: &[u8]) -> std
     Ok(())
 }
 
-/// Whether `e` is a replica's time run out (see [`Upstream`]): such a request is not sent again.
+/// Whether `e` is one of this path's times run out ([`bounded`]), and not a failure of the system's (a
+/// connect's own timeout is a 502, as on the general path). A replica's is not sent again.
 fn timed_out(e: &std::io::Error) -> bool {
-    e.kind() == std::io::ErrorKind::TimedOut
+    e.get_ref().is_some_and(|e| e.is::<Stalled>())
 }
 
 impl From<std::io::Error> for Unsent {

@@ -38,7 +38,7 @@ use crate::clock::Clock;
 use crate::config::ProxyConfig;
 use crate::error::ApiError;
 use crate::model::{Cidr, EndpointState, EndpointType};
-use crate::routing::pace::{Paced, Stalled};
+use crate::routing::pace::{Paced, Passed, Stalled};
 use crate::routing::upstream::{into_body, ToReplica};
 use crate::routing::{
     bare_host, is_server_host, Activity, Backend, Route, RouteTable, RoutingHandle,
@@ -411,17 +411,25 @@ async fn metrics_page(State(proxy): State<Proxy>, headers: HeaderMap) -> Respons
 
 /// Whose pause a [`Stalled`] error of the proxy's is: the replica's, in its response's body.
 const REPLICA_PAUSED: &str = "the endpoint's replica paused its response for too long";
-/// The caller's, in its request's body (`proxy.caller_timeout_s`).
-pub(crate) const CALLER_PAUSED: &str = "the request body did not come in time";
 
-/// The answer when the caller's body paused for too long (`proxy.caller_timeout_s`): 408, and the
-/// connection closes, its request unread.
-fn caller_stalled() -> Response {
-    let mut answer = ApiError::RequestTimeout(CALLER_PAUSED.into()).into_response();
-    answer
-        .headers_mut()
-        .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    answer
+/// `sending` (a request going out, and its response's head coming), given up after `limit` in which
+/// neither came nor any of the caller's upload (`uploading`) passed: the time is the replica's to answer,
+/// not the caller's to upload.
+async fn head_in_time<T>(
+    sending: impl std::future::Future<Output = T>,
+    limit: Duration,
+    uploading: Option<Passed>,
+) -> Result<T, tokio::time::error::Elapsed> {
+    let mut sending = std::pin::pin!(sending);
+    let mut seen = uploading.as_ref().map(Passed::count);
+    loop {
+        match tokio::time::timeout(limit, sending.as_mut()).await {
+            Err(_) if uploading.as_ref().map(Passed::count) != seen => {
+                seen = uploading.as_ref().map(Passed::count);
+            }
+            done => return done,
+        }
+    }
 }
 
 /// The answer when a replica failed before its response's head came: 504 when its time ran out
@@ -676,15 +684,22 @@ impl Proxy {
             ));
         };
         guard.add_replica(&backend);
-        let out = self.outgoing(parts, target, body, peer);
-        // The head has the replica's time from when the request goes, its body's upload included.
+        let mut out = self.outgoing(parts, target, body, peer);
+        let uploading = match out.body_mut() {
+            http_body_util::Either::Left(body) if !http_body::Body::is_end_stream(body) => {
+                Some(body.passed())
+            }
+            _ => None,
+        };
         let limit = self.config.replica_timeout();
-        let resp = match tokio::time::timeout(limit, backend.send(out)).await {
+        let resp = match head_in_time(backend.send(out), limit, uploading).await {
             Ok(Ok((r, sender))) => {
                 guard.connection = Some(sender);
                 r
             }
-            Ok(Err(e)) if Stalled::caused(&e) => return Err(caller_stalled()),
+            Ok(Err(e)) if Stalled::caused(&e) => {
+                return Err(ApiError::body_stalled().into_response())
+            }
             Ok(Err(e)) => {
                 tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
                 return Err(replica_failed(false));
@@ -1086,6 +1101,7 @@ fn serving(route: &Route) -> bool {
 async fn read_body<B>(body: B, limit: usize) -> Result<axum::body::Bytes, ApiError>
 where
     B: http_body::Body<Data = axum::body::Bytes> + Send + Unpin + 'static,
+    B::Error: Into<axum::BoxError>,
 {
     struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
     impl<T> Drop for AbortOnDrop<T> {
@@ -1115,6 +1131,7 @@ fn unreadable() -> ApiError {
 async fn collect<B>(mut body: B, limit: usize) -> Result<axum::body::Bytes, ApiError>
 where
     B: http_body::Body<Data = axum::body::Bytes> + Unpin,
+    B::Error: Into<axum::BoxError>,
 {
     let too_large = || ApiError::PayloadTooLarge(limit);
     if http_body::Body::size_hint(&body).lower() > limit as u64 {
@@ -1125,7 +1142,10 @@ where
         let Some(frame) = body.frame().await else {
             break;
         };
-        let frame = frame.map_err(|_| unreadable())?;
+        let frame = frame.map_err(|e| match Stalled::caused(&*e.into()) {
+            true => ApiError::body_stalled(),
+            false => unreadable(),
+        })?;
         if let Ok(data) = frame.into_data() {
             len += data.len();
             if len > limit {

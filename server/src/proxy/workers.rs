@@ -295,6 +295,9 @@ async fn own_path(
     }
 }
 
+/// Whose pause a [`Stalled`] error of a caller's request body is (`proxy.caller_timeout_s`).
+const CALLER_PAUSED: &str = "the caller paused its request body for too long";
+
 /// A connection with bytes already read from it, which it reads again first. A write that waits on the
 /// caller for longer than the caller's time (`proxy.caller_timeout_s`) fails, which ends the connection.
 struct Prefixed {
@@ -398,7 +401,7 @@ async fn general<S>(
     // A request body waited for longer than the caller's time ends in an error: the proxy answers 408.
     let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         app.answer(
-            req.map(|body| ToReplica::Left(Paced::new(body, caller, super::CALLER_PAUSED))),
+            req.map(|body| ToReplica::Left(Paced::new(body, caller, CALLER_PAUSED))),
             peer,
         )
     });

@@ -2,6 +2,8 @@
 //! moving. What counts is each wait, not the whole: a stream may take as long as it likes in all.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -65,12 +67,24 @@ impl Stalled {
 }
 
 /// A body whose every wait for its next frame is bounded by a [`Pause`]: one that lasts too long ends the
-/// body in a [`Stalled`] error. Time in which nobody asks for a frame (the reader is busy, or waits on its
-/// own peer) does not count.
+/// body in a [`Stalled`] error. A wait starts when a frame is asked for and does not come at once; time in
+/// which the reader asks for none (it is busy, or waits on its own peer) before that does not count.
 pub struct Paced<B> {
     body: B,
     pause: Pause,
     stalled: &'static str,
+    passed: Option<Passed>,
+}
+
+/// How many frames of a [`Paced`] body have passed, for whoever waits on the body's far side meanwhile
+/// (the body itself having gone to the one who reads it).
+#[derive(Clone, Default)]
+pub struct Passed(Arc<AtomicUsize>);
+
+impl Passed {
+    pub fn count(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 impl<B> Paced<B> {
@@ -80,7 +94,13 @@ impl<B> Paced<B> {
             body,
             pause: Pause::new(limit),
             stalled,
+            passed: None,
         }
+    }
+
+    /// The count of the frames that pass from now on.
+    pub fn passed(&mut self) -> Passed {
+        self.passed.get_or_insert_with(Passed::default).clone()
     }
 }
 
@@ -103,6 +123,9 @@ where
             Poll::Pending => Poll::Pending,
             polled => {
                 self.pause.moved();
+                if let Some(passed) = &self.passed {
+                    passed.0.fetch_add(1, Ordering::Relaxed);
+                }
                 polled.map_err(Into::into)
             }
         }
@@ -125,8 +148,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn each_wait_is_bounded_and_not_the_whole() {
         let (mut feed, fed) = channel();
-        let body = Paced::new(fed, Duration::from_secs(10), "stalled");
-        let mut body = std::pin::pin!(body);
+        let mut body = Paced::new(fed, Duration::from_secs(10), "stalled");
+        let passed = body.passed();
         // Three frames 8 s apart: 24 s in all, no wait over 10 s.
         let feeding = tokio::spawn(async move {
             for part in ["a", "b", "c"] {
@@ -141,6 +164,11 @@ mod tests {
             let frame = body.frame().await.expect("a frame").expect("not stalled");
             assert_eq!(frame.into_data().ok().as_deref(), Some(part.as_bytes()));
         }
+        assert_eq!(
+            passed.count(),
+            3,
+            "each frame is counted for whoever waits meanwhile"
+        );
         let started = Instant::now();
         let err = body.frame().await.expect("an end").expect_err("stalled");
         assert!(Stalled::caused(&*err), "{err}");
