@@ -260,11 +260,19 @@ fn endpoints_view_and_dialogs() {
         ":audit ORG",
         ":webhooks",
         ":notifications",
-        "j/k scroll",
+        "↓/j ↑/k scroll, esc/? to close",
         "console log: /data/logs/console.log",
     ]) {
         assert!(seen.contains(text), "{text}: {seen}");
     }
+    // The title names the keys of the keymap in use.
+    let rebound = "[[binding]]\ncontext = \"help\"\nkeys = [\"n\"]\naction = \"down\"\ndescription = \"down\"\n";
+    let (rebound, _) = Keymap::with_overrides(Some(rebound));
+    let text = screen_with(&s, 80, 24, &rebound);
+    assert!(
+        text.contains(" help (n ↑/k scroll, esc/? to close) "),
+        "{text}"
+    );
 }
 
 /// The footer's keys as the keymap gives them for what is on screen now.

@@ -7,7 +7,7 @@ use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::centered;
-use crate::keymap::{Context, Keymap, HELP_COLUMNS};
+use crate::keymap::{Command, Context, Keymap, HELP_COLUMNS};
 use crate::pager::Pager;
 use crate::state::layout::{help_height, pager_height};
 use crate::state::State;
@@ -22,6 +22,23 @@ const COMMANDS: [(&str, &str); 7] = [
     (":notifications", ""),
     (":server", " [URL [TOKEN]]"),
 ];
+
+/// The help's title: the keys that scroll it (when there is more than fits) and close it, as the keymap in
+/// use binds them.
+fn help_title(keymap: &Keymap, scrolls: bool) -> String {
+    let keys = |command| keymap.keys_for(Context::Help, command);
+    let mut says = Vec::new();
+    if let (true, Some(down), Some(up)) = (scrolls, keys(Command::Down), keys(Command::Up)) {
+        says.push(format!("{down} {up} scroll"));
+    }
+    if let Some(close) = keys(Command::Back) {
+        says.push(format!("{close} to close"));
+    }
+    match says.is_empty() {
+        true => " help ".to_string(),
+        false => format!(" help ({}) ", says.join(", ")),
+    }
+}
 
 /// Every binding in two columns (`HELP_COLUMNS`), under the `:` commands; scrolled when it does not fit.
 pub(super) fn help(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap, scroll: usize) {
@@ -47,11 +64,7 @@ pub(super) fn help(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap
     let height = help_height((frame.area().width, frame.area().height));
     let last = keymap.help_length(state.read_only).saturating_sub(height);
     let scroll = scroll.min(last) as u16;
-    let title = if last > 0 {
-        " help (j/k scroll, esc to close) "
-    } else {
-        " help (esc to close) "
-    };
+    let title = help_title(keymap, last > 0);
     let commands: Vec<Span> = COMMANDS
         .iter()
         .enumerate()
