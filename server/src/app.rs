@@ -479,7 +479,8 @@ impl Application {
             services.table,
         )
         .with_engines(state.engines.clone())
-        .with_quotas(state.quotas);
+        .with_quotas(state.quotas)
+        .with_replica_timeout(proxy.config.replica_timeout());
         // The reconciler stops last, after requests drained: replicas serve until then.
         let (reconciler_stop, reconciler_stopping) = watch::channel(false);
         let reconciling = tokio::spawn(reconciler.run(reconciler_stopping));

@@ -14,7 +14,7 @@ const NS: &str = "admin";
 
 /// The replica: answers `/chunked` in chunks with a trailer, `/close` until it closes, `/continue` after a
 /// `100 Continue`, `/nocontent` with 204, `/silent` and then closes without saying so, `/echo` with the head
-/// and body it got, `/early` before it reads the upload, `/named` with a `Connection` naming its length,
+/// and body it got, `/early` before it reads the upload (`/deaf` too, and then reads nothing for 30 s), `/named` with a `Connection` naming its length,
 /// `/drip` with an event stream of 40 events 50 ms apart, `/slow` with `slow` after 2.5 s, `/stall` with
 /// the first 4 bytes of 10 and the rest 3 s later, `/huge` with 64 MiB, anything else with `ok` and hop-by-hop
 /// fields of its own.
@@ -58,6 +58,11 @@ def serve(conn):
             # Answers before it reads the upload, then takes the rest and closes.
             conn.sendall(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo much")
             f.read(length)
+            break
+        if path == "/deaf":
+            # Answers before it reads the upload, and then reads nothing for 30 s.
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly")
+            time.sleep(30)
             break
         if path == "/continue-upload":
             # Tells the caller to go on before it reads the body, then answers with what it got.
@@ -620,6 +625,42 @@ async fn replicas_that_keep_callers_waiting_are_let_go() {
             .matches("data: drop")
             .count();
         assert_eq!(events, 40, "HTTP/{version}");
+    }
+
+    // A replica that answers before the upload ends and then takes no more of it: the caller has the
+    // answer, and then the connection's end (not the replica's, 30 s later). On the own path (a known
+    // length) and the general one (chunked).
+    for chunked in [false, true] {
+        let size = 16 << 20;
+        let framing = match chunked {
+            true => "Transfer-Encoding: chunked\r\n".to_string(),
+            false => format!("Content-Length: {size}\r\n"),
+        };
+        let mut caller = Caller::connect(&server.url).await;
+        caller
+            .send(&get("POST", &format!("{ep}/deaf"), &framing))
+            .await;
+        let mut write = caller.write.take().expect("the sending half");
+        let uploading = tokio::spawn(async move {
+            let data = vec![b'u'; 64 << 10];
+            for _ in 0..size / data.len() {
+                let sent = match chunked {
+                    true => [format!("{:x}\r\n", data.len()).as_bytes(), &data, b"\r\n"].concat(),
+                    false => data.clone(),
+                };
+                if write.write_all(&sent).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let answer = caller.answer("POST").await;
+        assert_eq!(
+            (answer.status, &answer.body[..]),
+            (200, &b"early"[..]),
+            "{framing}"
+        );
+        assert!(caller.closed().await, "{framing}");
+        uploading.abort();
     }
 }
 

@@ -11,7 +11,7 @@ use super::error::ApiError;
 use super::AppState;
 use crate::auth::{authenticate, bearer_in, Principal};
 use crate::model::issue::parse_json;
-use crate::routing::pace::Stalled;
+use crate::routing::pace::{Side, Stalled};
 
 /// A request body that is syntactically JSON, sent as JSON (`Content-Type: application/json`, or a
 /// `+json` type such as `application/merge-patch+json`; parameters like `charset` are allowed). Anything
@@ -31,7 +31,7 @@ impl FromRequest<AppState> for JsonBody {
         let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::PayloadTooLarge(state.body_limit)
-            } else if Stalled::caused(&rejection) {
+            } else if Stalled::caused(&rejection) == Some(Side::Caller) {
                 ApiError::body_stalled()
             } else {
                 ApiError::invalid_body(vec![crate::model::Issue::new(

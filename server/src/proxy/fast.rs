@@ -37,7 +37,7 @@ use crate::auth::bearer;
 use crate::config::ClientTimeouts;
 use crate::error::ApiError;
 use crate::model::EndpointType;
-use crate::routing::pace::Stalled;
+use crate::routing::pace::{Side, Stalled};
 use crate::routing::{upstream, Backend, Route};
 
 /// Most head bytes read while waiting for a head to end; a longer head goes to the general path (which
@@ -575,7 +575,8 @@ async fn read_body(conn: &mut Conn, length: u64, limit: usize) -> Result<(), Res
     while conn.buf.len() < whole {
         // Room as the body comes, not all it announced at once.
         conn.buf.reserve((whole - conn.buf.len()).min(64 * 1024));
-        match bounded(conn.timeouts.caller, conn.io.read_buf(&mut conn.buf)).await {
+        let read = conn.io.read_buf(&mut conn.buf);
+        match bounded(conn.timeouts.caller, Side::Caller, read).await {
             Err(e) if timed_out(&e) => return Err(ApiError::body_stalled().into_response()),
             Ok(0) | Err(_) => {
                 return Err(
@@ -701,18 +702,19 @@ struct Upstream {
 
 impl Upstream {
     async fn read_buf(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
-        bounded(self.limit, self.io.read_buf(buf)).await
+        bounded(self.limit, Side::Replica, self.io.read_buf(buf)).await
     }
 
     async fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
-        write_each(&mut self.io, self.limit, data).await
+        write_each(&mut self.io, self.limit, Side::Replica, data).await
     }
 }
 
-/// `io`, given up after `limit` with a [`Stalled`] error (see [`timed_out`]). Many waits end at once (a
-/// write, a body that came with its head): the timer is made only for one that does not.
+/// `io`, a wait on `side`, given up after `limit` with a [`Stalled`] error (see [`timed_out`]). Many waits
+/// end at once (a write, a body that came with its head): the timer is made only for one that does not.
 async fn bounded<T>(
     limit: Duration,
+    side: Side,
     io: impl std::future::Future<Output = std::io::Result<T>>,
 ) -> std::io::Result<T> {
     use futures_util::FutureExt;
@@ -720,22 +722,34 @@ async fn bounded<T>(
     if let Some(done) = io.as_mut().now_or_never() {
         return done;
     }
-    tokio::time::timeout(limit, io).await.unwrap_or_else(|_| {
-        let stalled = Stalled("a wait on the other side went on for too long");
-        Err(std::io::Error::new(std::io::ErrorKind::TimedOut, stalled))
-    })
+    let what = match side {
+        Side::Caller => "the caller kept the proxy waiting for too long",
+        Side::Replica => "the endpoint's replica kept the proxy waiting for too long",
+    };
+    let stalled = Stalled { side, what };
+    tokio::time::timeout(limit, io)
+        .await
+        .unwrap_or_else(|_| Err(stalled.io()))
 }
 
 /// Writes `data` to the caller: false when that failed, or when the caller took none of it for the
 /// caller's time (`proxy.caller_timeout_s`).
 async fn to_caller(io: &mut TcpStream, timeouts: ClientTimeouts, data: &[u8]) -> bool {
-    write_each(io, timeouts.caller, data).await.is_ok()
+    write_each(io, timeouts.caller, Side::Caller, data)
+        .await
+        .is_ok()
 }
 
-/// Writes all of `data`, each write bounded by `limit` (a slow reader that keeps taking is not cut off).
-async fn write_each(io: &mut TcpStream, limit: Duration, mut data: &[u8]) -> std::io::Result<()> {
+/// Writes all of `data` to `side`, each write bounded by `limit` (a slow reader that keeps taking is not
+/// cut off).
+async fn write_each(
+    io: &mut TcpStream,
+    limit: Duration,
+    side: Side,
+    mut data: &[u8],
+) -> std::io::Result<()> {
     while !data.is_empty() {
-        match bounded(limit, io.write(data)).await? {
+        match bounded(limit, side, io.write(data)).await? {
             0 => return Err(std::io::ErrorKind::WriteZero.into()),
             n => data = &data[n..],
         }
@@ -866,14 +880,15 @@ async fn stream_body(
                 }
                 continue;
             }
-            read = bounded(conn.timeouts.caller, conn.io.read(&mut chunk[..want])) => read,
+            read = bounded(conn.timeouts.caller, Side::Caller, conn.io.read(&mut chunk[..want])) => read,
         };
         let n = match read {
             Err(e) if timed_out(&e) => return Err(Unsent::CallerStalled),
             Ok(0) | Err(_) => return Err(Unsent::CallerGone),
             Ok(n) => n,
         };
-        let mut write = std::pin::pin!(bounded(limit, to_replica.write_all(&chunk[..n])));
+        let write = to_replica.write_all(&chunk[..n]);
+        let mut write = std::pin::pin!(bounded(limit, Side::Replica, write));
         loop {
             tokio::select! {
                 biased;

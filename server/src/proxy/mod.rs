@@ -38,7 +38,7 @@ use crate::clock::Clock;
 use crate::config::ProxyConfig;
 use crate::error::ApiError;
 use crate::model::{Cidr, EndpointState, EndpointType};
-use crate::routing::pace::{Paced, Passed, Stalled};
+use crate::routing::pace::{Paced, Passed, Side, Stalled};
 use crate::routing::upstream::{into_body, ToReplica};
 use crate::routing::{
     bare_host, is_server_host, Activity, Backend, Route, RouteTable, RoutingHandle,
@@ -409,8 +409,11 @@ async fn metrics_page(State(proxy): State<Proxy>, headers: HeaderMap) -> Respons
         .into_response()
 }
 
-/// Whose pause a [`Stalled`] error of the proxy's is: the replica's, in its response's body.
-const REPLICA_PAUSED: &str = "the endpoint's replica paused its response for too long";
+/// A replica's response body that stopped coming (`proxy.replica_timeout_s`).
+const REPLICA_PAUSED: Stalled = Stalled {
+    side: Side::Replica,
+    what: "the endpoint's replica paused its response for too long",
+};
 
 /// `sending` (a request going out, and its response's head coming), given up after `limit` in which
 /// neither came nor any of the caller's upload (`uploading`) passed: the time is the replica's to answer,
@@ -697,12 +700,13 @@ impl Proxy {
                 guard.connection = Some(sender);
                 r
             }
-            Ok(Err(e)) if Stalled::caused(&e) => {
-                return Err(ApiError::body_stalled().into_response())
-            }
             Ok(Err(e)) => {
+                let stalled = Stalled::caused(&e);
+                if stalled == Some(Side::Caller) {
+                    return Err(ApiError::body_stalled().into_response());
+                }
                 tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
-                return Err(replica_failed(false));
+                return Err(replica_failed(stalled.is_some()));
             }
             Err(_) => {
                 tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, "replica did not answer in time");
@@ -1143,8 +1147,8 @@ where
             break;
         };
         let frame = frame.map_err(|e| match Stalled::caused(&*e.into()) {
-            true => ApiError::body_stalled(),
-            false => unreadable(),
+            Some(Side::Caller) => ApiError::body_stalled(),
+            _ => unreadable(),
         })?;
         if let Ok(data) = frame.into_data() {
             len += data.len();

@@ -34,7 +34,7 @@ use super::fast::{self, Hand};
 use super::{Front, Inner};
 use crate::config::ClientTimeouts;
 use crate::error::ApiError;
-use crate::routing::pace::{Paced, Pause, Stalled};
+use crate::routing::pace::{Paced, PacedWrites, Side, Stalled};
 use crate::routing::upstream::{self, ToReplica};
 
 /// Whether this thread is a data-plane worker's.
@@ -254,11 +254,8 @@ async fn connection<S>(
             (conn.buf, conn.io)
         }
     };
-    let io = Prefixed {
-        read,
-        io,
-        pause: Pause::new(timeouts.caller),
-    };
+    // A write that waits on the caller for longer than its time fails, which ends the connection.
+    let io = PacedWrites::new(Prefixed { read, io }, timeouts.caller, ANSWER_NOT_TAKEN);
     general(io, peer, app, stop, open).await;
 }
 
@@ -295,36 +292,21 @@ async fn own_path(
     }
 }
 
-/// Whose pause a [`Stalled`] error of a caller's request body is (`proxy.caller_timeout_s`).
-const CALLER_PAUSED: &str = "the caller paused its request body for too long";
+/// A caller's request body that stopped coming (`proxy.caller_timeout_s`).
+const BODY_STALLED: Stalled = Stalled {
+    side: Side::Caller,
+    what: "the caller paused its request body for too long",
+};
+/// A caller that took nothing of its answer (`proxy.caller_timeout_s`).
+const ANSWER_NOT_TAKEN: Stalled = Stalled {
+    side: Side::Caller,
+    what: "the caller took nothing of its answer in time",
+};
 
-/// A connection with bytes already read from it, which it reads again first. A write that waits on the
-/// caller for longer than the caller's time (`proxy.caller_timeout_s`) fails, which ends the connection.
+/// A connection with bytes already read from it, which it reads again first.
 struct Prefixed {
     read: bytes::BytesMut,
     io: tokio::net::TcpStream,
-    pause: Pause,
-}
-
-impl Prefixed {
-    /// A write's outcome, as the caller's time lets it be.
-    fn paced<T>(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-        wrote: Poll<std::io::Result<T>>,
-    ) -> Poll<std::io::Result<T>> {
-        match wrote {
-            Poll::Pending if self.pause.over(cx) => Poll::Ready(Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                Stalled("the caller took nothing of its answer in time"),
-            ))),
-            Poll::Pending => Poll::Pending,
-            done => {
-                self.pause.moved();
-                done
-            }
-        }
-    }
 }
 
 impl tokio::io::AsyncRead for Prefixed {
@@ -349,9 +331,7 @@ impl tokio::io::AsyncWrite for Prefixed {
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        let wrote = Pin::new(&mut this.io).poll_write(cx, buf);
-        this.paced(cx, wrote)
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -359,9 +339,7 @@ impl tokio::io::AsyncWrite for Prefixed {
         cx: &mut std::task::Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        let wrote = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
-        this.paced(cx, wrote)
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -387,7 +365,7 @@ impl tokio::io::AsyncWrite for Prefixed {
 /// the peer's address at hand (no per-request extension to carry it). On `stop` the connection finishes
 /// the request it is answering and closes.
 async fn general<S>(
-    io: Prefixed,
+    io: PacedWrites<Prefixed>,
     peer: SocketAddr,
     app: Front<S>,
     stop: watch::Receiver<bool>,
@@ -401,7 +379,7 @@ async fn general<S>(
     // A request body waited for longer than the caller's time ends in an error: the proxy answers 408.
     let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         app.answer(
-            req.map(|body| ToReplica::Left(Paced::new(body, caller, CALLER_PAUSED))),
+            req.map(|body| ToReplica::Left(Paced::new(body, caller, BODY_STALLED))),
             peer,
         )
     });

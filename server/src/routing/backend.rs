@@ -19,7 +19,9 @@ pub struct Backend {
 }
 
 impl Backend {
-    pub fn new(replica_id: String, addr: SocketAddr) -> Backend {
+    /// The replica `replica_id` at `addr`, whose connections fail a write that waits on it for longer than
+    /// `write_limit` (see [`upstream::Pool::new`]).
+    pub fn new(replica_id: String, addr: SocketAddr, write_limit: std::time::Duration) -> Backend {
         Backend {
             // A socket address is always a valid header value.
             host: axum::http::HeaderValue::from_str(&addr.to_string())
@@ -27,7 +29,7 @@ impl Backend {
             replica_id,
             addr,
             in_flight: AtomicU32::new(0),
-            pool: Default::default(),
+            pool: upstream::Pool::new(write_limit),
         }
     }
 
@@ -74,7 +76,7 @@ mod tests {
     #[tokio::test]
     async fn own_calls_take_the_whole_answer_within_bounds() {
         let (addr, accepted) = replica(Close::Never).await;
-        let backend = Backend::new("r1".into(), addr);
+        let backend = Backend::new("r1".into(), addr, upstream::WRITE_LIMIT);
         let call = |path: &'static str, timeout_ms: u64| {
             let timeout = Duration::from_millis(timeout_ms);
             let req = axum::http::Request::get(path).body(Default::default());

@@ -8,6 +8,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Bytes;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 /// How long a wait may last: since when it has, and a timer for when that runs out (made the first time
@@ -47,22 +48,41 @@ impl Pause {
     }
 }
 
-/// A wait that went on for too long, saying whose.
-#[derive(Debug)]
-pub struct Stalled(pub &'static str);
+/// Who kept the proxy waiting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// The caller (`proxy.caller_timeout_s`).
+    Caller,
+    /// The replica (`proxy.replica_timeout_s`).
+    Replica,
+}
+
+/// A wait that went on for too long: on whom, and what it was.
+#[derive(Clone, Copy, Debug)]
+pub struct Stalled {
+    pub side: Side,
+    pub what: &'static str,
+}
 
 impl std::fmt::Display for Stalled {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.0)
+        f.write_str(self.what)
     }
 }
 
 impl std::error::Error for Stalled {}
 
 impl Stalled {
-    /// Whether `e`, or anything that caused it, is a [`Stalled`].
-    pub fn caused(e: &(dyn std::error::Error + 'static)) -> bool {
-        std::iter::successors(Some(e), |e| e.source()).any(|e| e.is::<Stalled>())
+    /// On whom the wait that caused `e` was, when a [`Stalled`] did (it or anything that caused it).
+    pub fn caused(e: &(dyn std::error::Error + 'static)) -> Option<Side> {
+        std::iter::successors(Some(e), |e| e.source())
+            .find_map(|e| e.downcast_ref::<Stalled>())
+            .map(|s| s.side)
+    }
+
+    /// As an I/O error.
+    pub fn io(self) -> std::io::Error {
+        std::io::Error::new(std::io::ErrorKind::TimedOut, self)
     }
 }
 
@@ -72,7 +92,7 @@ impl Stalled {
 pub struct Paced<B> {
     body: B,
     pause: Pause,
-    stalled: &'static str,
+    stalled: Stalled,
     passed: Option<Passed>,
 }
 
@@ -88,8 +108,8 @@ impl Passed {
 }
 
 impl<B> Paced<B> {
-    /// `body`, each wait of which is bounded by `limit`; `stalled` says whose pause it was.
-    pub fn new(body: B, limit: Duration, stalled: &'static str) -> Paced<B> {
+    /// `body`, each wait of which is bounded by `limit`; `stalled` is the error when one is not.
+    pub fn new(body: B, limit: Duration, stalled: Stalled) -> Paced<B> {
         Paced {
             body,
             pause: Pause::new(limit),
@@ -117,9 +137,7 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
         match Pin::new(&mut self.body).poll_frame(cx) {
-            Poll::Pending if self.pause.over(cx) => {
-                Poll::Ready(Some(Err(Box::new(Stalled(self.stalled)))))
-            }
+            Poll::Pending if self.pause.over(cx) => Poll::Ready(Some(Err(Box::new(self.stalled)))),
             Poll::Pending => Poll::Pending,
             polled => {
                 self.pause.moved();
@@ -140,6 +158,82 @@ where
     }
 }
 
+/// A connection whose every write is bounded by a [`Pause`]: one that waits on the other side for too
+/// long fails with `stalled` (as an I/O error), which ends the connection.
+pub struct PacedWrites<IO> {
+    io: IO,
+    pause: Pause,
+    stalled: Stalled,
+}
+
+impl<IO> PacedWrites<IO> {
+    pub fn new(io: IO, limit: Duration, stalled: Stalled) -> PacedWrites<IO> {
+        PacedWrites {
+            io,
+            pause: Pause::new(limit),
+            stalled,
+        }
+    }
+
+    /// A write's outcome, as the pause lets it be.
+    fn paced<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        wrote: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        match wrote {
+            Poll::Pending if self.pause.over(cx) => Poll::Ready(Err(self.stalled.io())),
+            Poll::Pending => Poll::Pending,
+            done => {
+                self.pause.moved();
+                done
+            }
+        }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for PacedWrites<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for PacedWrites<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let wrote = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.paced(cx, wrote)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let wrote = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.paced(cx, wrote)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,7 +242,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn each_wait_is_bounded_and_not_the_whole() {
         let (mut feed, fed) = channel();
-        let mut body = Paced::new(fed, Duration::from_secs(10), "stalled");
+        let stalled = Stalled {
+            side: Side::Replica,
+            what: "stalled",
+        };
+        let mut body = Paced::new(fed, Duration::from_secs(10), stalled);
         let passed = body.passed();
         // Three frames 8 s apart: 24 s in all, no wait over 10 s.
         let feeding = tokio::spawn(async move {
@@ -171,7 +269,7 @@ mod tests {
         );
         let started = Instant::now();
         let err = body.frame().await.expect("an end").expect_err("stalled");
-        assert!(Stalled::caused(&*err), "{err}");
+        assert_eq!(Stalled::caused(&*err), Some(Side::Replica), "{err}");
         assert_eq!(started.elapsed(), Duration::from_secs(10));
         feeding.abort();
     }

@@ -23,7 +23,13 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use super::pace::Paced;
+use super::pace::{Paced, PacedWrites, Side, Stalled};
+
+/// A replica that took nothing of what was written to it in time.
+const NOT_READING: Stalled = Stalled {
+    side: Side::Replica,
+    what: "the endpoint's replica took nothing of the request in time",
+};
 
 /// Idle connections kept per replica; more are closed when they come back.
 const IDLE_PER_REPLICA: usize = 256;
@@ -58,15 +64,32 @@ type IdleStreams = Mutex<Vec<(Instant, TcpStream)>>;
 pub struct Pool {
     slots: Box<[Idle]>,
     streams: Box<[IdleStreams]>,
+    /// How long a write on one of hyper's connections may wait on the replica (see [`Pool::new`]).
+    write_limit: Duration,
 }
+
+/// The default of [`Pool::new`]'s `write_limit`: `proxy.replica_timeout_s`'s.
+pub const WRITE_LIMIT: Duration = Duration::from_secs(600);
 
 impl Default for Pool {
     fn default() -> Pool {
+        Pool::new(WRITE_LIMIT)
+    }
+}
+
+impl Pool {
+    /// An empty pool, whose connections made for hyper fail a write that waits on the replica (one that
+    /// stopped reading, say, after it answered before the upload ended) for longer than `write_limit`.
+    pub fn new(write_limit: Duration) -> Pool {
         let slots = (0..=worker_slots()).map(|_| Idle::default()).collect();
         let streams = (0..=worker_slots())
             .map(|_| IdleStreams::default())
             .collect();
-        Pool { slots, streams }
+        Pool {
+            slots,
+            streams,
+            write_limit,
+        }
     }
 }
 
@@ -236,8 +259,9 @@ pub async fn connect_stream(addr: SocketAddr) -> std::io::Result<TcpStream> {
     Ok(stream)
 }
 
-async fn connect(addr: SocketAddr) -> Result<SendRequest<ToReplica>, Error> {
+async fn connect(addr: SocketAddr, write_limit: Duration) -> Result<SendRequest<ToReplica>, Error> {
     let stream = connect_stream(addr).await.map_err(Error::Connect)?;
+    let stream = PacedWrites::new(stream, write_limit, NOT_READING);
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(Error::Http)?;
@@ -274,7 +298,7 @@ pub async fn send(
     }
     // Boxed: a new connection is the rare case, and its handshake would otherwise swell every request's
     // future.
-    let mut sender = Box::pin(connect(addr)).await?;
+    let mut sender = Box::pin(connect(addr, pool.write_limit)).await?;
     sender.ready().await.map_err(Error::Http)?;
     let resp = sender.send_request(req).await.map_err(Error::Http)?;
     Ok((resp, sender))

@@ -139,6 +139,8 @@ pub struct Reconciler {
     /// (read again with the records).
     quotas: QuotaConfig,
     quota_overrides: HashMap<String, QuotaOverride>,
+    /// How long a write to a replica may wait on it (`proxy.replica_timeout_s`).
+    replica_timeout: std::time::Duration,
 }
 
 /// What identifies the replicas a spec needs: a change here means new replicas; a change elsewhere
@@ -186,12 +188,19 @@ impl Reconciler {
             records: None,
             quotas: QuotaConfig::default(),
             quota_overrides: HashMap::new(),
+            replica_timeout: crate::routing::upstream::WRITE_LIMIT,
         }
     }
 
     /// The engines replicas start with (the server's; by default the configured launchers and `PATH`).
     pub fn with_engines(mut self, engines: Arc<Engines>) -> Reconciler {
         self.engines = engines;
+        self
+    }
+
+    /// How long a write to a replica may wait on it (`proxy.replica_timeout_s`; see [`Backend::new`]).
+    pub fn with_replica_timeout(mut self, timeout: std::time::Duration) -> Reconciler {
+        self.replica_timeout = timeout;
         self
     }
 
@@ -470,6 +479,7 @@ impl Reconciler {
             settings: &self.settings,
             secrets: &self.secrets,
             handle: &self.handle,
+            replica_timeout: self.replica_timeout,
         };
         let run = self
             .runs
@@ -503,7 +513,7 @@ impl Reconciler {
                 return give_up(run, steps.provider, gen, why, keep_old, out).await
             }
         };
-        if let Err(why) = sync_router(steps.provider, steps.config, rec, run, now).await {
+        if let Err(why) = sync_router(&steps, rec, run, now).await {
             return give_up(run, steps.provider, gen, why, false, out).await;
         }
         next_status(run, &pass, &serve_gen, out)
@@ -519,6 +529,8 @@ struct Steps<'a> {
     settings: &'a ScalerSettings,
     secrets: &'a SecretBox,
     handle: &'a RuntimeHandle,
+    /// How long a write to a replica (or a custom router) may wait on it.
+    replica_timeout: std::time::Duration,
 }
 
 /// The endpoint a pass is for.
@@ -832,7 +844,11 @@ impl Steps<'_> {
         tracing::info!(namespace = %rec.namespace, endpoint = %rec.spec.name, replica = %info.replica_id, addr = %info.addr, "replica started");
         Ok(ReplicaRun {
             generation: serve_gen.to_string(),
-            backend: Arc::new(Backend::new(info.replica_id.clone(), info.addr)),
+            backend: Arc::new(Backend::new(
+                info.replica_id.clone(),
+                info.addr,
+                self.replica_timeout,
+            )),
             info,
             health_route,
             ready: false,
@@ -947,12 +963,12 @@ fn serving_urls(run: &EndpointRun) -> Vec<String> {
 /// Keeps the endpoint's custom-router sidecar running (restarted when its spec changes or it exits)
 /// and tells it the ready replicas whenever they change. `Err` when it cannot run here at all.
 async fn sync_router(
-    provider: &dyn ReplicaProvider,
-    config: &RuntimeConfig,
+    steps: &Steps<'_>,
     rec: &EndpointRecord,
     run: &mut EndpointRun,
     now: DateTime<Utc>,
 ) -> Result<(), String> {
+    let (provider, config) = (steps.provider, steps.config);
     let Some(spec) = &rec.spec.custom_router else {
         stop_router(run, provider).await;
         return Ok(());
@@ -971,7 +987,8 @@ async fn sync_router(
         }
     }
     if run.router.is_none() && run.next_start_at.is_none_or(|t| t <= now) {
-        run.router = Some(start_router(provider, config, rec, spec).await?);
+        let started = start_router(provider, config, rec, spec, steps.replica_timeout);
+        run.router = Some(started.await?);
     }
     announce_backends(run).await;
     Ok(())
@@ -983,6 +1000,7 @@ async fn start_router(
     config: &RuntimeConfig,
     rec: &EndpointRecord,
     spec: &CustomRouter,
+    write_limit: std::time::Duration,
 ) -> Result<RouterRun, String> {
     let launcher = config
         .routers
@@ -1015,7 +1033,7 @@ async fn start_router(
     tracing::info!(endpoint = %rec.spec.name, router = %info.replica_id, addr = %info.addr, "custom router started");
     Ok(RouterRun {
         spec: spec.clone(),
-        backend: Arc::new(Backend::new(info.replica_id, info.addr)),
+        backend: Arc::new(Backend::new(info.replica_id, info.addr, write_limit)),
         announced: None,
     })
 }
