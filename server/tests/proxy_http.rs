@@ -14,7 +14,8 @@ const NS: &str = "admin";
 
 /// The replica: answers `/chunked` in chunks with a trailer, `/close` until it closes, `/continue` after a
 /// `100 Continue`, `/nocontent` with 204, `/silent` and then closes without saying so, `/echo` with the head
-/// and body it got, `/early` before it reads the upload (`/deaf` too, and then reads nothing for 30 s), `/named` with a `Connection` naming its length,
+/// and body it got, `/early` before it reads the upload (`/deaf` too, and then reads nothing for 30 s;
+/// `/mute` reads nothing and answers nothing for 30 s), `/named` with a `Connection` naming its length,
 /// `/drip` with an event stream of 40 events 50 ms apart, `/slow` with `slow` after 2.5 s, `/stall` with
 /// the first 4 bytes of 10 and the rest 3 s later, `/huge` with 64 MiB, anything else with `ok` and hop-by-hop
 /// fields of its own.
@@ -58,6 +59,10 @@ def serve(conn):
             # Answers before it reads the upload, then takes the rest and closes.
             conn.sendall(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo much")
             f.read(length)
+            break
+        if path == "/mute":
+            # Neither reads the upload nor answers, for 30 s.
+            time.sleep(30)
             break
         if path == "/deaf":
             # Answers before it reads the upload, and then reads nothing for 30 s.
@@ -628,9 +633,14 @@ async fn replicas_that_keep_callers_waiting_are_let_go() {
     }
 
     // A replica that answers before the upload ends and then takes no more of it: the caller has the
-    // answer, and then the connection's end (not the replica's, 30 s later). On the own path (a known
-    // length) and the general one (chunked).
-    for chunked in [false, true] {
+    // answer, and then the connection's end (not the replica's, 30 s later); one that takes none of it and
+    // says nothing: 504. On the own path (a known length) and the general one (chunked).
+    for (path, chunked) in [
+        ("/deaf", false),
+        ("/deaf", true),
+        ("/mute", false),
+        ("/mute", true),
+    ] {
         let size = 16 << 20;
         let framing = match chunked {
             true => "Transfer-Encoding: chunked\r\n".to_string(),
@@ -638,7 +648,7 @@ async fn replicas_that_keep_callers_waiting_are_let_go() {
         };
         let mut caller = Caller::connect(&server.url).await;
         caller
-            .send(&get("POST", &format!("{ep}/deaf"), &framing))
+            .send(&get("POST", &format!("{ep}{path}"), &framing))
             .await;
         let mut write = caller.write.take().expect("the sending half");
         let uploading = tokio::spawn(async move {
@@ -654,12 +664,12 @@ async fn replicas_that_keep_callers_waiting_are_let_go() {
             }
         });
         let answer = caller.answer("POST").await;
-        assert_eq!(
-            (answer.status, &answer.body[..]),
-            (200, &b"early"[..]),
-            "{framing}"
-        );
-        assert!(caller.closed().await, "{framing}");
+        let (status, body) = (answer.status, String::from_utf8_lossy(&answer.body));
+        match path {
+            "/deaf" => assert_eq!((status, &body[..]), (200, "early"), "{framing}"),
+            _ => assert_eq!(status, 504, "{path} {framing}: {body}"),
+        }
+        assert!(caller.closed().await, "{path} {framing}");
         uploading.abort();
     }
 }

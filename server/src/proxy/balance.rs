@@ -92,7 +92,7 @@ mod tests {
                 Arc::new(Backend::new(
                     format!("r{i}"),
                     SocketAddr::from(([127, 0, 0, 1], 1000 + i as u16)),
-                    crate::routing::upstream::WRITE_LIMIT,
+                    crate::routing::upstream::default_write_limit(),
                 ))
             })
             .collect()

@@ -76,7 +76,7 @@ mod tests {
     #[tokio::test]
     async fn own_calls_take_the_whole_answer_within_bounds() {
         let (addr, accepted) = replica(Close::Never).await;
-        let backend = Backend::new("r1".into(), addr, upstream::WRITE_LIMIT);
+        let backend = Backend::new("r1".into(), addr, upstream::default_write_limit());
         let call = |path: &'static str, timeout_ms: u64| {
             let timeout = Duration::from_millis(timeout_ms);
             let req = axum::http::Request::get(path).body(Default::default());

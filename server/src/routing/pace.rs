@@ -73,10 +73,17 @@ impl std::fmt::Display for Stalled {
 impl std::error::Error for Stalled {}
 
 impl Stalled {
-    /// On whom the wait that caused `e` was, when a [`Stalled`] did (it or anything that caused it).
+    /// On whom the wait that caused `e` was, when a [`Stalled`] did (it or anything that caused it, an
+    /// I/O error's inner error included: `io::Error::source` skips that one).
     pub fn caused(e: &(dyn std::error::Error + 'static)) -> Option<Side> {
         std::iter::successors(Some(e), |e| e.source())
-            .find_map(|e| e.downcast_ref::<Stalled>())
+            .find_map(|e| {
+                let inner = e
+                    .downcast_ref::<std::io::Error>()
+                    .and_then(|io| io.get_ref());
+                let inner = inner.and_then(|i| i.downcast_ref::<Stalled>());
+                e.downcast_ref::<Stalled>().or(inner)
+            })
             .map(|s| s.side)
     }
 
@@ -272,6 +279,31 @@ mod tests {
         assert_eq!(Stalled::caused(&*err), Some(Side::Replica), "{err}");
         assert_eq!(started.elapsed(), Duration::from_secs(10));
         feeding.abort();
+    }
+
+    #[test]
+    fn a_stall_is_found_whoever_wraps_it() {
+        #[derive(Debug)]
+        struct Around(std::io::Error);
+        impl std::fmt::Display for Around {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("around")
+            }
+        }
+        impl std::error::Error for Around {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let stalled = Stalled {
+            side: Side::Caller,
+            what: "stalled",
+        };
+        // As an I/O error, whose `source` is not the error it carries; and under another error.
+        assert_eq!(Stalled::caused(&stalled.io()), Some(Side::Caller));
+        assert_eq!(Stalled::caused(&Around(stalled.io())), Some(Side::Caller));
+        let other = std::io::Error::from(std::io::ErrorKind::TimedOut);
+        assert_eq!(Stalled::caused(&Around(other)), None);
     }
 
     /// A body fed from a channel, frame by frame.

@@ -69,11 +69,13 @@ pub struct Pool {
 }
 
 /// The default of [`Pool::new`]'s `write_limit`: `proxy.replica_timeout_s`'s.
-pub const WRITE_LIMIT: Duration = Duration::from_secs(600);
+pub fn default_write_limit() -> Duration {
+    crate::config::ProxyConfig::default().replica_timeout()
+}
 
 impl Default for Pool {
     fn default() -> Pool {
-        Pool::new(WRITE_LIMIT)
+        Pool::new(default_write_limit())
     }
 }
 

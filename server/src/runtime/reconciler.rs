@@ -188,7 +188,7 @@ impl Reconciler {
             records: None,
             quotas: QuotaConfig::default(),
             quota_overrides: HashMap::new(),
-            replica_timeout: crate::routing::upstream::WRITE_LIMIT,
+            replica_timeout: crate::routing::upstream::default_write_limit(),
         }
     }
 
