@@ -693,8 +693,8 @@ enum Unsent {
     Replica(std::io::Error),
 }
 
-/// A connection to a replica, every wait on which ends after `limit` (`proxy.replica_timeout_s`) with an
-/// error of kind `TimedOut`: a replica that keeps its caller waiting without a word does so for no longer.
+/// A connection to a replica, every wait on which ends after `limit` (`proxy.replica_timeout_s`) with a
+/// [`Stalled`] error: a replica that keeps its caller waiting without a word does so for no longer.
 struct Upstream {
     io: TcpStream,
     limit: Duration,

@@ -13,14 +13,14 @@ use tokio::time::{Instant, Sleep};
 
 /// How long a wait may last: since when it has, and a timer for when that runs out (made the first time
 /// something has to wait, and set again only after it moved).
-pub struct Pause {
+struct Pause {
     limit: Duration,
     since: Option<Instant>,
     timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl Pause {
-    pub fn new(limit: Duration) -> Pause {
+    fn new(limit: Duration) -> Pause {
         Pause {
             limit,
             since: None,
@@ -29,13 +29,13 @@ impl Pause {
     }
 
     /// Something moved: the next wait starts anew.
-    pub fn moved(&mut self) {
+    fn moved(&mut self) {
         self.since = None;
     }
 
     /// Whether the wait going on (begun at the first call since the last move) has lasted too long; else
     /// the task is woken when it may have.
-    pub fn over(&mut self, cx: &mut Context<'_>) -> bool {
+    fn over(&mut self, cx: &mut Context<'_>) -> bool {
         use std::future::Future;
         let due = *self.since.get_or_insert_with(Instant::now) + self.limit;
         let timer = self
