@@ -256,7 +256,7 @@ async fn connection<S>(
     };
     // A write that waits on the caller for longer than its time fails, which ends the connection.
     let io = PacedWrites::new(Prefixed { read, io }, timeouts.caller, ANSWER_NOT_TAKEN);
-    general(io, peer, app, stop, open).await;
+    general(io, peer, app, timeouts, stop, open).await;
 }
 
 /// Serves the connection's requests on the proxy's own path while it takes them. True when the general path
@@ -368,6 +368,7 @@ async fn general<S>(
     io: PacedWrites<Prefixed>,
     peer: SocketAddr,
     app: Front<S>,
+    timeouts: ClientTimeouts,
     stop: watch::Receiver<bool>,
     _open: watch::Receiver<()>,
 ) where
@@ -375,7 +376,7 @@ async fn general<S>(
 {
     // hyper's one timeout runs from when it waits for a head, the next request's on a kept connection too:
     // an idle connection here closes after `proxy.header_timeout_s`.
-    let ClientTimeouts { header, caller, .. } = app.proxy.config.client_timeouts();
+    let ClientTimeouts { header, caller, .. } = timeouts;
     // A request body waited for longer than the caller's time ends in an error: the proxy answers 408.
     let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         app.answer(

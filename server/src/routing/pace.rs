@@ -46,6 +46,23 @@ impl Pause {
         }
         timer.as_mut().poll(cx).is_ready()
     }
+
+    /// `polled` as the pause lets it be: `stalled()` once the wait going on has lasted too long.
+    fn pace<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<T>,
+        stalled: impl FnOnce() -> T,
+    ) -> Poll<T> {
+        match polled {
+            Poll::Pending if self.over(cx) => Poll::Ready(stalled()),
+            Poll::Pending => Poll::Pending,
+            done => {
+                self.moved();
+                done
+            }
+        }
+    }
 }
 
 /// Who kept the proxy waiting.
@@ -143,17 +160,14 @@ where
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        match Pin::new(&mut self.body).poll_frame(cx) {
-            Poll::Pending if self.pause.over(cx) => Poll::Ready(Some(Err(Box::new(self.stalled)))),
-            Poll::Pending => Poll::Pending,
-            polled => {
-                self.pause.moved();
-                if let Some(passed) = &self.passed {
-                    passed.0.fetch_add(1, Ordering::Relaxed);
-                }
-                polled.map_err(Into::into)
-            }
+        let polled = Pin::new(&mut self.body).poll_frame(cx).map_err(Into::into);
+        if let (Poll::Ready(_), Some(passed)) = (&polled, &self.passed) {
+            passed.0.fetch_add(1, Ordering::Relaxed);
         }
+        let stalled = self.stalled;
+        self.pause.pace(cx, polled, || {
+            Some(Err(Box::new(stalled) as axum::BoxError))
+        })
     }
 
     fn is_end_stream(&self) -> bool {
@@ -188,14 +202,8 @@ impl<IO> PacedWrites<IO> {
         cx: &mut Context<'_>,
         wrote: Poll<std::io::Result<T>>,
     ) -> Poll<std::io::Result<T>> {
-        match wrote {
-            Poll::Pending if self.pause.over(cx) => Poll::Ready(Err(self.stalled.io())),
-            Poll::Pending => Poll::Pending,
-            done => {
-                self.pause.moved();
-                done
-            }
-        }
+        let stalled = self.stalled;
+        self.pause.pace(cx, wrote, || Err(stalled.io()))
     }
 }
 
