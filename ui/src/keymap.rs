@@ -366,55 +366,53 @@ impl Keymap {
             .filter(move |b| !(read_only && b.changes_something()))
     }
 
+    /// The bindings that apply in `context`, nearer first, each with its keys that no nearer binding takes.
+    fn free_keys(&self, context: Context, read_only: bool) -> Vec<(&Binding, Vec<&str>)> {
+        let mut seen: Vec<&str> = Vec::new();
+        self.bindings(context, read_only)
+            .map(|b| {
+                let keys: Vec<&str> = b
+                    .keys
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|k| !seen.contains(k))
+                    .collect();
+                seen.extend(keys.iter().copied());
+                (b, keys)
+            })
+            .collect()
+    }
+
     /// `keys: description` pairs for the footer. A key the context binds itself is left out of a more general
     /// binding (the deliveries' `r` replays: the global refresh shows as `ctrl-r` there), and a binding with
     /// no key left is left out.
     pub fn hints(&self, context: Context, read_only: bool) -> Vec<(String, String)> {
-        let mut seen: Vec<&str> = Vec::new();
-        let mut out = Vec::new();
-        for b in self.bindings(context, read_only) {
-            let keys: Vec<&str> = b
-                .keys
-                .iter()
-                .map(String::as_str)
-                .filter(|k| !seen.contains(k))
-                .collect();
-            if keys.is_empty() {
-                continue;
-            }
-            seen.extend(keys.iter().copied());
-            out.push((keys.join("/"), b.description.clone()));
-        }
-        out
+        self.free_keys(context, read_only)
+            .into_iter()
+            .filter(|(_, keys)| !keys.is_empty())
+            .map(|(b, keys)| (keys.join("/"), b.description.clone()))
+            .collect()
     }
 
     /// The keys `command` is on in `context` (its own bindings first; a key a nearer binding takes is not
     /// counted, as in [`Self::hints`]), as a hint names them: arrows as arrows, others by name, joined by
     /// `/`. None when no key is.
     pub fn keys_for(&self, context: Context, command: Command) -> Option<String> {
-        let mut taken: Vec<&str> = Vec::new();
-        for b in self.bindings(context, false) {
-            if b.action != command {
-                taken.extend(b.keys.iter().map(String::as_str));
-                continue;
-            }
-            let free = b
-                .keys
-                .iter()
-                .map(String::as_str)
-                .filter(|k| !taken.contains(k));
-            let shown: Vec<&str> = free
-                .map(|k| match k {
-                    "left" => "←",
-                    "right" => "→",
-                    "up" => "↑",
-                    "down" => "↓",
-                    other => other,
-                })
-                .collect();
-            return (!shown.is_empty()).then(|| shown.join("/"));
-        }
-        None
+        let (_, keys) = self
+            .free_keys(context, false)
+            .into_iter()
+            .find(|(b, _)| b.action == command)?;
+        let shown: Vec<&str> = keys
+            .into_iter()
+            .map(|k| match k {
+                "left" => "←",
+                "right" => "→",
+                "up" => "↑",
+                "down" => "↓",
+                other => other,
+            })
+            .collect();
+        (!shown.is_empty()).then(|| shown.join("/"))
     }
 
     /// The bindings of `context` itself, as the help screen lists them under its name.
