@@ -116,6 +116,17 @@ pub struct RecipeRuns {
     pub message: String,
 }
 
+impl RecipeRuns {
+    /// Whether the recipe runs here, would once a built-in engine is installed, or not.
+    fn runs_here(&self) -> Runs {
+        match (self.runs, &self.install) {
+            (true, _) => Runs::Here,
+            (false, Some(_)) => Runs::AfterInstall,
+            (false, None) => Runs::No,
+        }
+    }
+}
+
 /// An engine install on the server and how far it came.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct EngineInstall {
@@ -126,8 +137,9 @@ pub struct EngineInstall {
     pub error: Option<String>,
 }
 
-/// Whether a model or recipe runs on this server: the console's mark, and its colour.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Whether a model or recipe runs on this server: the console's mark, and its colour. Ordered from best to
+/// worst: a model is marked by its best recipe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Runs {
     Here,
     /// Once a built-in engine is installed.
@@ -196,33 +208,25 @@ impl EngineMarks {
     /// Whether one of a model's recipes runs here, would once a built-in engine is installed, or none;
     /// `Unsaid` when the server did not say.
     pub fn model_mark(&self, row: &CatalogRow) -> Runs {
-        let answers: Vec<&RecipeRuns> = row
-            .recipes
-            .iter()
-            .filter_map(|r| self.recipes.get(&r.id))
-            .collect();
-        if answers.is_empty() {
-            Runs::Unsaid
-        } else if answers.iter().any(|r| r.runs) {
-            Runs::Here
-        } else if answers.iter().any(|r| r.install.is_some()) {
-            Runs::AfterInstall
-        } else {
-            Runs::No
-        }
+        let answers = row.recipes.iter().filter_map(|r| self.recipes.get(&r.id));
+        answers
+            .map(RecipeRuns::runs_here)
+            .min()
+            .unwrap_or(Runs::Unsaid)
     }
 
     /// Whether a recipe runs here, and its note in the recipes pane.
     pub fn recipe_note(&self, id: &str) -> (Runs, String) {
-        match self.recipes.get(id) {
-            None => (Runs::Unsaid, String::new()),
-            Some(r) if r.runs => (Runs::Here, format!("runs here ({})", r.engine)),
-            Some(RecipeRuns {
-                install: Some(name),
-                ..
-            }) => (Runs::AfterInstall, format!("install {name} to run it here")),
-            Some(_) => (Runs::No, "no engine here".to_string()),
-        }
+        let Some(r) = self.recipes.get(id) else {
+            return (Runs::Unsaid, String::new());
+        };
+        let runs = r.runs_here();
+        let note = match (runs, &r.install) {
+            (Runs::Here, _) => format!("runs here ({})", r.engine),
+            (Runs::AfterInstall, Some(name)) => format!("install {name} to run it here"),
+            _ => "no engine here".to_string(),
+        };
+        (runs, note)
     }
 
     /// The built-in engine a deploy of `recipes` needs first: none when one of them runs here.
