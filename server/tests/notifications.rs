@@ -175,24 +175,23 @@ async fn state_changes_reach_the_owners_stream_and_inbox() {
     );
 
     // The streamed form gives the same notices as server-sent events.
-    let resp = reqwest::Client::new()
-        .get(format!("{}/api/v1/notifications/stream?after=0", s.url))
-        .bearer_auth(alice_token(&s, "alice").await)
-        .send()
-        .await
-        .expect("stream");
-    assert_eq!(resp.headers()["content-type"], "text/event-stream");
-    let mut resp = resp;
-    let chunk = tokio::time::timeout(Duration::from_secs(10), resp.chunk())
-        .await
-        .expect("an event in time")
-        .expect("read")
-        .expect("a chunk");
-    let text = String::from_utf8_lossy(&chunk);
+    let token = alice_token(&s, "alice").await;
+    let stream = format!("{}/api/v1/notifications/stream?after=0", s.url);
+    let text = first_event(reqwest::Client::new().get(&stream).bearer_auth(&token)).await;
     assert!(
         text.contains("event: notice") && text.contains("endpoint.running"),
         "{text}"
     );
+    // A client that reconnects names the last event it had, which wins over the URL's `after`.
+    let again = reqwest::Client::new().get(&stream).bearer_auth(&token);
+    let text = first_event(again.header("last-event-id", seq.to_string())).await;
+    assert!(
+        text.contains("endpoint.deleted") && !text.contains("endpoint.running"),
+        "{text}"
+    );
+    let bad = reqwest::Client::new().get(&stream).bearer_auth(&token);
+    let bad = bad.header("last-event-id", "x").send().await.expect("send");
+    assert_eq!(bad.status(), reqwest::StatusCode::BAD_REQUEST);
 
     // Nothing for the endpoint without notifications, and nothing for anyone else.
     let all: Vec<Value> = alice
@@ -202,6 +201,18 @@ async fn state_changes_reach_the_owners_stream_and_inbox() {
     assert!(all.iter().all(|n| n["subject"] == "e1"), "{all:?}");
     let theirs: Vec<Value> = bob.notifications(None, None, None).await.expect("notices");
     assert_eq!(theirs, Vec::<Value>::new());
+}
+
+/// The first chunk of a notice stream (at most 10 s away), as text.
+async fn first_event(request: reqwest::RequestBuilder) -> String {
+    let mut resp = request.send().await.expect("stream");
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let chunk = tokio::time::timeout(Duration::from_secs(10), resp.chunk())
+        .await
+        .expect("an event in time")
+        .expect("read")
+        .expect("a chunk");
+    String::from_utf8_lossy(&chunk).into_owned()
 }
 
 async fn alice_token(s: &common::TestServer, user: &str) -> String {

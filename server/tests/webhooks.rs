@@ -302,17 +302,20 @@ async fn management_follows_the_hub_and_its_rules() {
             .await
             .expect_err("refused");
         assert_eq!(err.status(), Some(StatusCode::BAD_REQUEST), "{body}");
-        let ClientError::Api { body: answer, .. } = err else {
-            panic!("api error")
-        };
-        let paths: Vec<&str> = answer["issues"]
-            .as_array()
-            .expect("issues")
-            .iter()
-            .filter_map(|i| i["path"].as_str())
-            .collect();
-        assert!(paths.contains(&field), "{answer} should name {field}");
+        let (answer, paths) = issue_paths(err);
+        assert!(
+            paths.iter().any(|p| p == field),
+            "{answer} should name {field}"
+        );
     }
+    // Every issue at once, a missing URL among them.
+    let err = alice
+        .create_webhook::<Value>(&json!({"watched": [], "secret": "a b"}))
+        .await
+        .expect_err("refused");
+    let (answer, mut paths) = issue_paths(err);
+    paths.sort_unstable();
+    assert_eq!(paths, ["secret", "url", "watched"], "{answer}");
     let jobs = alice
         .create_webhook::<Value>(
             &json!({"watched": [{"type": "user", "name": "alice"}], "jobSourceId": "x"}),
@@ -810,6 +813,25 @@ async fn a_rotated_secret_and_the_old_one_both_sign_during_the_grace_period() {
         Some(1)
     );
     assert!(verifies(g, &[&latest]) && !verifies(g, &[&old]) && !verifies(g, &[&new]));
+
+    // A rotation with no body at all: the default grace period, so the last two both sign.
+    let path = format!("/api/settings/webhooks/{id}/rotate-secret");
+    let bare: Value = alice
+        .request(reqwest::Method::POST, &path, None)
+        .await
+        .expect("rotate with no body");
+    let bare = bare["signingSecret"].as_str().expect("secret").to_string();
+    assert_ne!(bare, latest);
+    let _: Value = alice
+        .create_endpoint("alice", &endpoint_body("e3"))
+        .await
+        .expect("create");
+    let got = r.wait_until(|g| g.body["endpoint"]["name"] == "e3").await;
+    let g = got
+        .iter()
+        .find(|g| g.body["endpoint"]["name"] == "e3")
+        .expect("e3's event");
+    assert!(verifies(g, &[&bare]) && verifies(g, &[&latest]) && !verifies(g, &[&old]));
 }
 
 #[tokio::test]
@@ -913,6 +935,44 @@ async fn a_slow_receiver_times_out_and_does_not_hold_up_the_others() {
 }
 
 #[tokio::test]
+async fn a_disabled_accounts_webhooks_send_nothing_until_it_is_enabled() {
+    let s = server(|c| c.webhooks.retry_schedule = vec!["300ms".into(); 7]).await;
+    let bob = s.user("bob", None).await;
+    let (r, url) = Receiver::start().await;
+    *r.always.lock().expect("lock") = Some(500);
+    let body = json!({"watched": [{"type": "model", "name": "acme/tiny"}],
+        "domains": ["repo"], "url": format!("{url}/hook")});
+    let (id, _) = create(&bob, body).await;
+    put_item(&s, "aaaa").await;
+    let _ = r.wait_for(1).await;
+    // Disabled while its first delivery waits for a retry, then a change it watches.
+    let path = |what: &str| format!("/api/v1/admin/users/bob/{what}");
+    let _: Value = s
+        .admin
+        .request(reqwest::Method::POST, &path("disable"), None)
+        .await
+        .expect("disable");
+    let seen = r.got().len();
+    put_item(&s, "bbbb").await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(r.got().len(), seen, "nothing sent for a disabled owner");
+
+    *r.always.lock().expect("lock") = None;
+    let _: Value = s
+        .admin
+        .request(reqwest::Method::POST, &path("enable"), None)
+        .await
+        .expect("enable");
+    put_item(&s, "cccc").await;
+    let new_sha = |g: &Got| g.body["updatedRefs"][0]["newSha"].clone();
+    let got = r.wait_until(|g| new_sha(g) == "cccc").await;
+    let after: Vec<Value> = got[seen..].iter().map(new_sha).collect();
+    assert_eq!(after, [json!("cccc")], "only what came after the enable");
+    let a = attempts(&bob, &id).await;
+    assert!(a.iter().any(|x| x["state"] == "cancelled"), "{a:?}");
+}
+
+#[tokio::test]
 async fn disabling_mid_retry_stops_attempts_and_a_replay_brings_them_back() {
     let s = server(|c| c.webhooks.retry_schedule = vec!["400ms".into(); 7]).await;
     let (r, url) = Receiver::start().await;
@@ -934,6 +994,8 @@ async fn disabling_mid_retry_stops_attempts_and_a_replay_brings_them_back() {
     );
     let a = attempts(&s.admin, &id).await;
     assert!(a.iter().all(|x| x["state"] == "cancelled"), "{a:?}");
+    // No attempt is said to come next once the delivery was cancelled.
+    assert!(a.iter().all(|x| x["nextAttemptAt"].is_null()), "{a:?}");
     *r.always.lock().expect("lock") = None;
     let _: Value = s
         .admin
@@ -1071,4 +1133,18 @@ async fn a_credential_watches_only_endpoints_it_may_read_and_sees_only_its_notic
         .await
         .expect("notices");
     assert!(hidden.is_empty(), "{hidden:?}");
+}
+
+/// The answer of a refused request and the paths of its issues.
+fn issue_paths(err: ClientError) -> (Value, Vec<String>) {
+    let ClientError::Api { body: answer, .. } = err else {
+        panic!("api error")
+    };
+    let paths = answer["issues"]
+        .as_array()
+        .expect("issues")
+        .iter()
+        .filter_map(|i| i["path"].as_str().map(str::to_owned))
+        .collect();
+    (answer, paths)
 }

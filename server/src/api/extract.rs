@@ -46,6 +46,27 @@ impl FromRequest<AppState> for JsonBody {
     }
 }
 
+/// A JSON body that may be left out: a request with no body at all (no `Transfer-Encoding`, and no
+/// `Content-Length` or `0`) is `None`, whatever its `Content-Type`; any other is read as a [`JsonBody`].
+pub struct OptionalJsonBody(pub Option<Value>);
+
+impl FromRequest<AppState> for OptionalJsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let headers = req.headers();
+        let none = !headers.contains_key(header::TRANSFER_ENCODING)
+            && headers
+                .get(header::CONTENT_LENGTH)
+                .is_none_or(|v| v.as_bytes() == b"0");
+        if none {
+            return Ok(OptionalJsonBody(None));
+        }
+        let JsonBody(value) = JsonBody::from_request(req, state).await?;
+        Ok(OptionalJsonBody(Some(value)))
+    }
+}
+
 /// `application/json` or `application/<anything>+json`, in any case, with or without parameters.
 fn is_json_media_type(value: &HeaderValue) -> bool {
     let Ok(text) = value.to_str() else {

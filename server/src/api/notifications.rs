@@ -5,6 +5,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -114,16 +115,19 @@ pub async fn list(
 }
 
 #[utoipa::path(get, path = "/api/v1/notifications/stream", tag = "accounts",
-    params(("after" = Option<i64>, Query, description = "start after this seq (default: only new ones)")),
+    params(("after" = Option<i64>, Query, description = "start after this seq (default: only new ones)"),
+        ("Last-Event-ID" = Option<i64>, Header, description = "the last event's id a reconnecting client saw: start after it (over `after`)")),
     responses((status = 200, content_type = "text/event-stream",
         description = "server-sent events: one `notice` event per notice (data: the notice as JSON, id: its seq)")))]
 pub async fn stream(
     State(s): State<AppState>,
     who: Principal,
+    headers: HeaderMap,
     QueryPairs(pairs): QueryPairs,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     let (after, _, _) = query(pairs)?;
-    let start = match after {
+    // A client that reconnects (an `EventSource`) says where it was; that is newer than the URL's `after`.
+    let start = match last_event_id(&headers)?.or(after) {
         Some(a) => a,
         None => page(&s, &who, None, 1).await?.1.unwrap_or(0),
     };
@@ -145,6 +149,22 @@ pub async fn stream(
         Some((Ok(event), f))
     });
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+}
+
+/// The `Last-Event-ID` a reconnecting client sends: the seq of the last notice it had.
+fn last_event_id(headers: &HeaderMap) -> ApiResult<Option<i64>> {
+    let Some(value) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or("").trim();
+    match text.parse::<i64>() {
+        Ok(seq) => Ok(Some(seq)),
+        // An empty one is a client that has seen no event yet.
+        Err(_) if text.is_empty() => Ok(None),
+        Err(_) => Err(ApiError::BadRequest(
+            "Last-Event-ID must be the id of a notice event (a whole number)".into(),
+        )),
+    }
 }
 
 /// A follower of one user's notices.

@@ -15,7 +15,7 @@ use utoipa::ToSchema;
 
 use super::admin::decode;
 use super::error::{ApiError, ApiResult};
-use super::extract::{JsonBody, PathParams, QueryPairs};
+use super::extract::{JsonBody, OptionalJsonBody, PathParams, QueryPairs};
 use super::AppState;
 use crate::auth::Principal;
 use crate::model::webhook::{AttemptOut, WebhookIn, WebhookOut, WebhookUpdate};
@@ -66,7 +66,7 @@ pub struct SigningSecret {
     pub signing_secret: String,
 }
 
-#[derive(Deserialize, ToSchema)]
+#[derive(Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RotateIn {
     /// How long the previous secrets keep signing (default 86400, at most 604800).
@@ -270,9 +270,10 @@ pub async fn rotate(
     State(s): State<AppState>,
     who: Principal,
     PathParams(id): PathParams<String>,
-    JsonBody(body): JsonBody,
+    OptionalJsonBody(body): OptionalJsonBody,
 ) -> ApiResult<Json<SigningSecret>> {
-    let body: RotateIn = decode(body)?;
+    // The body is optional: its one field has a default.
+    let body: RotateIn = body.map(decode).transpose()?.unwrap_or_default();
     let grace = match body.grace_seconds {
         None => None,
         Some(g) => Some(chrono::Duration::try_seconds(g).ok_or_else(|| {

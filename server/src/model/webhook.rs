@@ -180,6 +180,8 @@ pub struct AttemptOut {
     pub error: Option<String>,
     /// The first KiB of the answer.
     pub response: Option<String>,
+    /// When the next attempt was due after this one, as planned then; null when none was (it
+    /// succeeded, or was the last), and once the delivery was cancelled.
     #[serde(with = "super::wire::rfc3339_z::option")]
     #[schema(value_type = Option<String>)]
     pub next_attempt_at: Option<DateTime<Utc>>,
@@ -247,7 +249,9 @@ pub fn check_secret(secret: &str, issues: &mut Vec<Issue>) {
 }
 
 pub fn check_url_shape(url: &str, issues: &mut Vec<Issue>) {
-    if url.len() > MAX_URL {
+    if url.is_empty() {
+        issues.push(Issue::new("url", "a webhook needs a url"));
+    } else if url.len() > MAX_URL {
         issues.push(Issue::new("url", format!("at most {MAX_URL} characters")));
     }
 }

@@ -29,8 +29,13 @@ pub fn endpoint_notice(
     };
     let name = format!("{}/{}", rec.namespace, rec.spec.name);
     let title = format!("Endpoint {name} {what}");
-    let mut body = format!("{title}.\n\nState: {}\n", after.as_str());
-    if let Some(m) = &rec.message {
+    // A deleted endpoint's last status message says why it was in its last state, not why it is gone.
+    let message = rec.message.clone().filter(|_| !deleted);
+    let mut body = match deleted {
+        true => format!("{title}.\n\nIts last state: {}\n", after.as_str()),
+        false => format!("{title}.\n\nState: {}\n", after.as_str()),
+    };
+    if let Some(m) = &message {
         body.push_str(&format!("Why: {m}\n"));
     }
     if let Some(u) = rec.url.as_ref().filter(|_| !deleted) {
@@ -41,7 +46,7 @@ pub fn endpoint_notice(
         kind: kind.into(),
         namespace: rec.namespace.clone(),
         subject: rec.spec.name.clone(),
-        message: rec.message.clone(),
+        message,
         push: wants.push,
         email: wants
             .email
@@ -66,5 +71,59 @@ pub fn webhook_disabled(owner: &str, webhook_id: &str, url: &str, reason: &str) 
         push: true,
         email: Some((format!("[Switchyard] {title}"), body)),
         title,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::endpoint::tests::client_body;
+    use crate::model::EndpointSpec;
+    use crate::store::Actor;
+
+    fn failed() -> EndpointRecord {
+        let mut spec = EndpointSpec::parse(&client_body()).expect("spec");
+        spec.notifications.push = true;
+        spec.notifications.email = true;
+        let at = chrono::Utc::now();
+        let actor = Actor {
+            id: "u1".into(),
+            name: "alice".into(),
+        };
+        EndpointRecord {
+            id: "e1".into(),
+            namespace: "alice".into(),
+            spec,
+            state: EndpointState::Failed,
+            message: Some("no engine for this image".into()),
+            url: Some("http://127.0.0.1/endpoints/alice/e1".into()),
+            ready_replica: 0,
+            target_replica: 1,
+            created_at: at,
+            updated_at: at,
+            created_by: actor.clone(),
+            updated_by: actor,
+            version: 1,
+        }
+    }
+
+    #[test]
+    fn a_failure_says_why_and_a_deletion_does_not_repeat_it() {
+        let rec = failed();
+        let fail =
+            endpoint_notice(EndpointState::Running, &rec, false, "http://sy").expect("notice");
+        assert_eq!(fail.kind, "endpoint.failed");
+        assert_eq!(fail.message.as_deref(), Some("no engine for this image"));
+        let (_, mail) = fail.email.expect("mail");
+        assert!(mail.contains("Why: no engine for this image"), "{mail}");
+
+        let gone = endpoint_notice(rec.state, &rec, true, "http://sy").expect("notice");
+        assert_eq!(gone.kind, "endpoint.deleted");
+        assert_eq!(gone.title, "Endpoint alice/finbert-classifier was deleted");
+        assert_eq!(gone.message, None);
+        let (subject, mail) = gone.email.expect("mail");
+        assert_eq!(subject, "[Switchyard] alice/finbert-classifier was deleted");
+        assert!(mail.contains("Its last state: failed"), "{mail}");
+        assert!(!mail.contains("Why:") && !mail.contains("URL:"), "{mail}");
     }
 }

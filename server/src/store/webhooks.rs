@@ -239,9 +239,9 @@ impl SqlSession {
         Ok(())
     }
 
-    /// Fans an event out: one pending delivery, due now, for each enabled webhook that watches it.
-    /// Endpoint events go only to webhooks whose owner may see the namespace's endpoints (the
-    /// namespace itself, or a member of that organization).
+    /// Fans an event out: one pending delivery, due now, for each enabled webhook that watches it and
+    /// whose owner is not disabled. Endpoint events go only to webhooks whose owner may see the
+    /// namespace's endpoints (the namespace itself, or a member of that organization).
     pub(super) async fn fan_out(
         &mut self,
         event_id: &str,
@@ -256,7 +256,9 @@ impl SqlSession {
             "INSERT INTO deliveries (id, webhook_id, event_seq, state, attempts, next_attempt_at, \
              manual, created_at, updated_at) \
              SELECT $1 || '-' || w.id, w.id, $2, 'pending', 0, $3, 0, $3, $3 FROM webhooks w \
-             WHERE w.disabled = 0 AND w.id IN (SELECT k.webhook_id FROM webhook_watches k \
+             WHERE w.disabled = 0 AND NOT EXISTS (SELECT 1 FROM accounts o \
+               WHERE o.id = w.owner_id AND o.disabled_at IS NOT NULL) \
+             AND w.id IN (SELECT k.webhook_id FROM webhook_watches k \
                WHERE k.domain = $4 AND k.name IN ($5, $6) \
                  AND ((k.kind IN ('user', 'org') AND k.name = $5) \
                    OR (k.kind = 'model' AND k.name = $6))) \
@@ -420,7 +422,8 @@ impl WebhookStore for SqlSession {
         sqlx::query(
             "SELECT a.seq, a.delivery_id, e.id AS event_id, e.hook_payload, a.number, \
              a.started_at, a.duration_ms, a.status_code, a.error_class, a.error, a.response, \
-             a.next_attempt_at, a.manual, d.state \
+             CASE WHEN d.state = 'cancelled' THEN NULL ELSE a.next_attempt_at END \
+             AS next_attempt_at, a.manual, d.state \
              FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id \
              JOIN events e ON e.seq = d.event_seq \
              WHERE a.webhook_id = $1 AND a.seq > $2 AND a.seq < $3 \
