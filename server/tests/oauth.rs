@@ -258,8 +258,25 @@ async fn code_flow_with_pkce_issues_verifiable_tokens() {
         "no write-endpoints scope"
     );
 
-    let (status, info) = get_json(&format!("{}/oauth/userinfo", s.server.url), Some(access)).await;
+    let userinfo = format!("{}/oauth/userinfo", s.server.url);
+    let (status, info) = get_json(&userinfo, Some(access)).await;
     assert_eq!(status, StatusCode::OK);
+    // Without any credential: the challenge alone, no error code (RFC 6750 §3.1); with a bad one, both.
+    for (bearer, challenge) in [
+        (None, "Bearer realm=\"switchyard\""),
+        (
+            Some("nope"),
+            "Bearer realm=\"switchyard\", error=\"invalid_token\"",
+        ),
+    ] {
+        let mut req = http().get(&userinfo);
+        if let Some(t) = bearer {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.expect("userinfo");
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(resp.headers()["www-authenticate"], challenge);
+    }
     assert_eq!(info["sub"], claims["sub"]);
     assert_eq!(
         info["organizations"][0]["sub"], acme_id,
@@ -529,6 +546,18 @@ async fn a_returning_user_is_not_asked_again_and_wrong_passwords_are_refused() {
 #[tokio::test]
 async fn device_flow_polls_until_the_user_approves() {
     let s = setup().await;
+    // The app has a secret: it must send it on both of the flow's requests (RFC 8628 §3.1, §3.4).
+    let bare = http()
+        .post(format!("{}/oauth/device", s.server.url))
+        .form(&[("client_id", s.client_id.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bare.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        bare.json::<Value>().await.unwrap()["error"],
+        "invalid_client"
+    );
     let start = http()
         .post(format!("{}/oauth/device", s.server.url))
         .basic_auth(&s.client_id, Some(&s.secret))
@@ -558,6 +587,17 @@ async fn device_flow_polls_until_the_user_approves() {
         }
     };
     assert_eq!(poll().await.1["error"], "authorization_pending");
+    let no_secret = [
+        ("grant_type", "urn:ietf:params:oauth:grant-type:device_code"),
+        ("device_code", device_code.as_str()),
+        ("client_id", s.client_id.as_str()),
+    ];
+    let refused = token_request(&s, &no_secret, false).await;
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        refused.json::<Value>().await.unwrap()["error"],
+        "invalid_client"
+    );
     assert_eq!(
         poll().await.1["error"],
         "slow_down",
@@ -815,6 +855,8 @@ async fn apps_secrets_revocation_and_introspection() {
         .unwrap();
     assert_eq!(info["active"], true);
     assert_eq!(info["username"], "alice");
+    assert_eq!(info["token_type"], "bearer", "RFC 6749's type: {info}");
+    assert_eq!(info["token_use"], "access_token");
     let wrong = introspect(access.clone(), "sys_wrong".into()).await;
     assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
 
@@ -1016,7 +1058,7 @@ async fn wrong_user_codes_are_attempt_limited() {
     }
     let start: Value = http()
         .post(format!("{}/oauth/device", s.server.url))
-        .form(&[("client_id", s.client_id.as_str())])
+        .basic_auth(&s.client_id, Some(&s.secret))
         .send()
         .await
         .unwrap()

@@ -465,6 +465,52 @@ async fn a_workflow_signs_in_to_its_namespace_only() {
 }
 
 #[tokio::test]
+async fn a_workflow_may_ask_for_less_and_sent_client_credentials_must_be_right() {
+    let s = setup().await;
+    let token = s.es.mint(&s.issuer.claims(&s.server.url, REPO, MAIN));
+    let post = |scope: &str, basic: bool| {
+        let fields = [
+            ("grant_type", TOKEN_EXCHANGE),
+            ("subject_token_type", ID_TOKEN),
+            ("subject_token", token.as_str()),
+            ("resource", "acme"),
+            ("scope", scope),
+        ];
+        let mut req = reqwest::Client::new()
+            .post(format!("{}/oauth/token", s.server.url))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(serde_urlencoded::to_string(fields).expect("form"));
+        if basic {
+            req = req.basic_auth("app_nobody", Some("sys_wrong"));
+        }
+        async move {
+            let resp = req.send().await.expect("token request");
+            (resp.status(), resp.json::<Value>().await.expect("json"))
+        }
+    };
+    let (status, body) = post("read-endpoints", true).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert_eq!(body["error"], "invalid_client");
+    let (status, body) = post("read-endpoints webhooks", false).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"], "invalid_scope");
+    assert_eq!(issued(&s.server).await, (0, 0));
+    // Neither spent the id token: asked for less, it signs in with that.
+    let (status, tok) = post("read-endpoints", false).await;
+    assert_eq!(status, StatusCode::OK, "{tok}");
+    assert_eq!(tok["scope"], "read-endpoints");
+    let reader = s
+        .server
+        .anonymous()
+        .with_token(tok["access_token"].as_str().map(String::from));
+    let e = reader
+        .create_endpoint::<Value>("acme", &common::endpoint_body("nope"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.status(), Some(StatusCode::FORBIDDEN));
+}
+
+#[tokio::test]
 async fn a_personal_namespace_gets_a_personal_token_by_json_body() {
     let s = setup().await;
     register(

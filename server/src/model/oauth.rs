@@ -221,9 +221,9 @@ fn split_uri(uri: &str) -> Option<UriParts<'_>> {
             None => (hostport, None),
         }
     };
-    if host.is_empty()
-        || port.is_some_and(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
-    {
+    // A port is one a socket can have: digits, at most 65535.
+    let bad_port = |p: &str| !p.bytes().all(|b| b.is_ascii_digit()) || p.parse::<u16>().is_err();
+    if host.is_empty() || port.is_some_and(bad_port) {
         return None;
     }
     Some(UriParts {
@@ -434,6 +434,11 @@ mod tests {
         assert!(redirect_uri_allowed(&r, "http://localhost/callback"));
         assert!(redirect_uri_allowed(&r, "http://127.0.0.1:9/cb?x=1"));
         assert!(redirect_uri_allowed(&r, "http://127.0.0.1/cb?x=1"));
+        assert!(redirect_uri_allowed(&r, "http://127.0.0.1:65535/cb?x=1"));
+        for no_port in ["65536", "99999999999999999999", "+80", "-1", "8080a", ""] {
+            let uri = format!("http://127.0.0.1:{no_port}/cb?x=1");
+            assert!(!redirect_uri_allowed(&r, &uri), "{uri}");
+        }
         for bad in [
             "https://app.example/cb/",
             "https://app.example:443/cb",

@@ -17,8 +17,10 @@ use serde_json::{json, Map, Value};
 use super::tokens::{issue, Issue, TokenResponse};
 use super::{OAuthError, OAuthResult, Provider};
 use crate::crypto::random_id;
-use crate::model::account::{Account, AccountKind};
-use crate::model::oauth::{scope_string, AuditEntry, Grant, GrantKind, TrustedPublisher};
+use crate::model::account::{Account, AccountKind, Scope};
+use crate::model::oauth::{
+    parse_scopes, scope_string, AuditEntry, Grant, GrantKind, TrustedPublisher,
+};
 use crate::services::publishers::administers;
 use jws::Jws;
 
@@ -49,6 +51,7 @@ pub async fn sign_in(
     p: &Provider,
     token: &str,
     namespace: Option<&str>,
+    scope: Option<&str>,
 ) -> OAuthResult<TokenResponse> {
     let namespace = namespace.filter(|n| !n.is_empty()).ok_or_else(|| {
         OAuthError::invalid_request("resource is missing: the namespace to sign in to")
@@ -61,10 +64,26 @@ pub async fn sign_in(
         tracing::info!(namespace, reason = %e.description, "ci sign-in refused");
     })?;
     let found = publisher(p, namespace, &verified).await;
-    let (ns, publisher) = found.inspect_err(|e| {
+    let (ns, mut publisher) = found.inspect_err(|e| {
         tracing::info!(namespace, reason = %e.description, "ci sign-in refused");
     })?;
+    // A narrower scope asked for is what the token gets (checked before the id token is spent).
+    publisher.scopes = narrowed(&publisher.scopes, scope)?;
     grant(p, &ns, &publisher, &verified).await
+}
+
+/// The scopes asked for (`scope`, space-separated), which must be some of the publisher's; all of
+/// them when none are asked for.
+fn narrowed(of: &[Scope], scope: Option<&str>) -> OAuthResult<Vec<Scope>> {
+    let Some(asked) = scope.filter(|s| !s.trim().is_empty()) else {
+        return Ok(of.to_vec());
+    };
+    match parse_scopes(asked) {
+        Ok(v) if v.iter().all(|s| of.contains(s)) => Ok(v),
+        _ => Err(OAuthError::invalid_scope(
+            "the scope is not within the trusted publisher's scopes",
+        )),
+    }
 }
 
 /// The token's signature, issuer, times and `jti`: everything that does not depend on the namespace.

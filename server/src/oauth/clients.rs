@@ -52,10 +52,9 @@ pub struct Client {
 /// What the endpoint asks of the client.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum SecretRule {
-    /// An app with a secret must send it (code and refresh grants, introspection).
+    /// An app with a secret must send it (code, refresh and device grants, device requests,
+    /// introspection); a public app has none to send.
     Required,
-    /// An app with a secret may send it (the device flow); a public app never has one.
-    Optional,
     /// Only Basic will do (token exchange).
     BasicOnly,
 }

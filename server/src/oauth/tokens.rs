@@ -327,17 +327,23 @@ pub async fn introspect(p: &Provider, app_id: Option<&str>, token: &str) -> OAut
     if !mine || spent || ended {
         return Ok(inactive);
     }
-    Ok(json!({
+    let mut info = json!({
         "active": true,
         "scope": scope_string(&grant.scopes),
         "client_id": grant.app_id,
         "username": user.name,
         "sub": user.id,
-        "token_type": issued.kind.as_str(),
+        "token_use": format!("{}_token", issued.kind.as_str()),
         "exp": issued.expires_at.timestamp(),
         "iat": issued.created_at.timestamp(),
         "iss": p.issuer()?,
-    }))
+    });
+    // `token_type` is RFC 6749's, which only an access token has (RFC 7662 §2.2); which kind of token
+    // it is, is `token_use` (as Hydra says it).
+    if issued.kind == TokenKind::Access {
+        info["token_type"] = json!("bearer");
+    }
+    Ok(info)
 }
 
 #[cfg(test)]

@@ -235,7 +235,7 @@ async fn token_grant(
             tokens::refresh(p, &c, form.need("refresh_token")?, form.get("scope")).await
         }
         crate::oauth::GRANT_DEVICE => {
-            let c = client(SecretRule::Optional).await?;
+            let c = client(SecretRule::Required).await?;
             device::poll(p, &c, form.need("device_code")?).await
         }
         crate::oauth::GRANT_EXCHANGE => match form.need("subject_token_type")? {
@@ -262,10 +262,14 @@ async fn token_grant(
                     "keyless sign-in with a CI id token is not enabled on this server",
                 ))
             }
-            // Keyless sign-in from CI: no client authenticates; the id token and the trusted
-            // publishers of `resource` decide.
+            // Keyless sign-in from CI: no client needs to authenticate (the id token and the trusted
+            // publishers of `resource` decide), but credentials that are sent must be right.
             exchange::ID_TOKEN => {
-                ci::sign_in(p, form.need("subject_token")?, form.get("resource")).await
+                if basic.is_some() {
+                    client(SecretRule::BasicOnly).await?;
+                }
+                let (token, resource) = (form.need("subject_token")?, form.get("resource"));
+                ci::sign_in(p, token, resource, form.get("scope")).await
             }
             other => Err(OAuthError::invalid_request(format!(
                 "subject_token_type {other:?} is not supported"
@@ -287,18 +291,23 @@ async fn device_authorization(
     let result = async {
         p.issuer()?;
         let form = Form::parse(&body)?;
-        let c = client_of(p, basic(&headers)?, &form, SecretRule::Optional).await?;
+        let c = client_of(p, basic(&headers)?, &form, SecretRule::Required).await?;
         device::start(p, &c, form.get("scope")).await
     }
     .await;
     answer(result)
 }
 
-/// A bearer error as RFC 6750 wants it: the status and `WWW-Authenticate: Bearer error=…`.
-fn bearer_error(code: &'static str, description: &str) -> Response {
+/// A bearer error as RFC 6750 wants it: the status and `WWW-Authenticate: Bearer error=…`; to a
+/// request that sent no credential at all (`sent: false`), the challenge alone, with no error code
+/// (§3.1).
+fn bearer_error(code: &'static str, description: &str, sent: bool) -> Response {
     let mut resp = OAuthError::new(code, description).into_response();
-    if let Ok(v) = HeaderValue::from_str(&format!("Bearer realm=\"switchyard\", error=\"{code}\""))
-    {
+    let challenge = match sent {
+        true => format!("Bearer realm=\"switchyard\", error=\"{code}\""),
+        false => "Bearer realm=\"switchyard\"".to_string(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&challenge) {
         resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
     }
     resp
@@ -309,17 +318,32 @@ async fn userinfo(State(s): State<AppState>, headers: HeaderMap) -> Response {
     let Ok(issuer) = p.issuer() else {
         return OAuthError::server_error().into_response();
     };
-    let who = match crate::auth::authenticate(s.store.as_ref(), bearer_in(&headers), p.now()).await
-    {
+    let token = bearer_in(&headers);
+    let Some(sent) = token else {
+        let needs = "userinfo needs an OAuth access token (Authorization: Bearer …)";
+        return bearer_error("invalid_token", needs, false);
+    };
+    let who = match crate::auth::authenticate(s.store.as_ref(), Some(sent), p.now()).await {
         Ok(w) => w,
-        Err(_) => return bearer_error("invalid_token", "the access token is invalid or expired"),
+        Err(_) => {
+            let expired = "the access token is invalid or expired";
+            return bearer_error("invalid_token", expired, true);
+        }
     };
     if !matches!(who.credential, Credential::OAuth(_)) {
-        return bearer_error("invalid_token", "userinfo takes an OAuth access token");
+        return bearer_error(
+            "invalid_token",
+            "userinfo takes an OAuth access token",
+            true,
+        );
     }
     let scopes = who.scopes.clone().unwrap_or_default();
     if !scopes.contains(&crate::model::account::Scope::Openid) {
-        return bearer_error("insufficient_scope", "userinfo needs the openid scope");
+        return bearer_error(
+            "insufficient_scope",
+            "userinfo needs the openid scope",
+            true,
+        );
     }
     let result = async {
         let orgs = p
