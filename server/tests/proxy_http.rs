@@ -14,7 +14,7 @@ const NS: &str = "admin";
 
 /// The replica: answers `/chunked` in chunks with a trailer, `/close` until it closes, `/continue` after a
 /// `100 Continue`, `/nocontent` with 204, `/silent` and then closes without saying so, `/echo` with the head
-/// and body it got, `/early` before it reads the upload (`/deaf` too, and then reads nothing for 30 s;
+/// and body it got (and the fields its `X-Reply`s ask for), `/early` before it reads the upload (`/deaf` too, and then reads nothing for 30 s;
 /// `/mute` reads nothing and answers nothing for 30 s), `/named` with a `Connection` naming its length,
 /// `/drip` with an event stream of 40 events 50 ms apart, `/slow` with `slow` after 2.5 s, `/stall` with
 /// the first 4 bytes of 10 and the rest 3 s later, `/huge` with 64 MiB, anything else with `ok` and hop-by-hop
@@ -125,7 +125,10 @@ def serve(conn):
             send("200 OK", b"bye")
             break
         elif path == "/echo":
-            send("200 OK", b"".join(head) + b"\r\n" + body, "Content-Type: text/plain\r\n")
+            # `X-Reply: Name: value` asks for that field in the answer.
+            asked = [l.decode().split(":", 1)[1].strip() for l in head[1:] if l.lower().startswith(b"x-reply:")]
+            fields = "Content-Type: text/plain\r\n" + "".join(a + "\r\n" for a in asked)
+            send("200 OK", b"".join(head) + b"\r\n" + body, fields)
         else:
             send("200 OK", b"ok", "Connection: keep-alive, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\n")
     conn.close()
@@ -902,6 +905,40 @@ async fn responses_are_cached_in_whatever_framing_they_came() {
             "hop fields are not kept: {}",
             hit.head
         );
+    }
+    // What has an effect always reaches the replica, and an answer that sets a cookie or says it is not
+    // to be kept is not kept. Each is asked twice: a miss both times.
+    let cases = [
+        ("DELETE", ""),
+        ("PUT", ""),
+        ("PATCH", ""),
+        ("OPTIONS", ""),
+        ("GET", "X-Reply: Set-Cookie: session=alice\r\n"),
+        ("GET", "X-Reply: Cache-Control: private, max-age=60\r\n"),
+        ("POST", "X-Reply: Cache-Control: max-age=5, no-store\r\n"),
+        ("GET", "X-Reply: cache-control: No-Cache\r\n"),
+    ];
+    for (i, (method, extra)) in cases.into_iter().enumerate() {
+        let target = format!("{ep}/echo?case={i}");
+        // On the own path (a length), then on hyper's (chunks).
+        for (framing, body) in [
+            ("Content-Length: 0\r\n", ""),
+            ("Transfer-Encoding: chunked\r\n", "0\r\n\r\n"),
+        ] {
+            let mut request = get(method, &target, &format!("{framing}{extra}"));
+            request.extend_from_slice(body.as_bytes());
+            for turn in 0..2 {
+                caller.send(&request).await;
+                let a = caller.answer(method).await;
+                assert_eq!(a.status, 200, "{method} {extra}: {}", a.head);
+                let what = a.field("x-cache");
+                assert_eq!(
+                    what.as_deref(),
+                    Some("MISS"),
+                    "{method} {extra} {framing} {turn}"
+                );
+            }
+        }
     }
     // Another body is another entry.
     let mut other = get("POST", &format!("{ep}/echo?x=1"), "Content-Length: 5\r\n");

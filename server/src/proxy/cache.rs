@@ -124,6 +124,28 @@ impl Packing {
     }
 }
 
+/// Whether a response with this field may be stored and given to other callers: not one that sets a
+/// cookie (someone's session), nor one its replica marked `Cache-Control: no-store`, `private` or
+/// `no-cache` (which asks that every use be checked with it).
+fn kept_for_others(name: &[u8], value: &[u8]) -> bool {
+    if name.eq_ignore_ascii_case(b"set-cookie") {
+        return false;
+    }
+    if !name.eq_ignore_ascii_case(b"cache-control") {
+        return true;
+    }
+    let directives = value.split(|b| *b == b',').map(|d| {
+        let d = d.trim_ascii();
+        // A directive's name, without any `=argument`.
+        d.split(|b| *b == b'=').next().unwrap_or(d).trim_ascii()
+    });
+    !directives.into_iter().any(|d| {
+        [&b"no-store"[..], b"private", b"no-cache"]
+            .iter()
+            .any(|n| d.eq_ignore_ascii_case(n))
+    })
+}
+
 /// A response copied on its way to the cache (both of the proxy's paths fill the cache so), packed as it
 /// passes (see [`Packing`]) and stored once it has passed in full. One larger than an entry may be is
 /// dropped as soon as it is (see [`keep`]); one that breaks off is never stored.
@@ -146,7 +168,12 @@ impl Fill {
         headers: impl Iterator<Item = (&'a [u8], &'a [u8])>,
         body_len: Option<u64>,
     ) -> Option<Fill> {
+        let mut storable = true;
+        let headers = headers.inspect(|(name, value)| storable &= kept_for_others(name, value));
         let mut packing = Packing::new(headers);
+        if !storable {
+            return None;
+        }
         if let Some(n) = body_len {
             let n = usize::try_from(n).ok()?;
             if packing.packed_len().saturating_add(n) + PER_ENTRY > cache.max_entry {

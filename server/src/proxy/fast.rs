@@ -509,7 +509,11 @@ async fn exchange(
 ) -> Result<Exchanged, Response> {
     let (client, access) = admit(proxy, conn, peer, &taken.route).await?;
     let length = taken.framing.length.unwrap_or(0);
-    let use_cache = super::wants_cache_by(&taken.route, conn.head.get(&conn.buf, "x-use-cache"));
+    let (method, use_cache) = (
+        conn.head.method.in_(&conn.buf),
+        conn.head.get(&conn.buf, "x-use-cache"),
+    );
+    let use_cache = super::wants_cache_by(&taken.route, method, use_cache);
     // The cache's key covers the body: all of it is read first.
     if use_cache {
         read_body(conn, length, proxy.body_limit).await?;

@@ -26,7 +26,7 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::request::Parts;
 use axum::http::uri::PathAndQuery;
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Uri};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -654,7 +654,7 @@ impl Proxy {
     ) -> Result<Reply, Response> {
         let (client, access) = self.check_access(route, peer, req.headers()).await?;
         // The cache answers before anything wakes the endpoint.
-        let use_cache = wants_cache(route, req.headers());
+        let use_cache = wants_cache(route, req.method(), req.headers());
         let (parts, body) = req.into_parts();
         let (body, cache_key) = if use_cache {
             let (body, key) = self
@@ -1164,15 +1164,24 @@ where
     })
 }
 
-/// Whether the response cache is used: the route has it on, and the caller did not opt out
-/// (`X-Use-Cache: false`).
-fn wants_cache(route: &Route, headers: &HeaderMap) -> bool {
-    wants_cache_by(route, headers.get(&X_USE_CACHE).map(HeaderValue::as_bytes))
+/// Whether the response cache is used: the route has it on, the method is one whose answer may be
+/// kept (see [`cacheable_method`]), and the caller did not opt out (`X-Use-Cache: false`).
+fn wants_cache(route: &Route, method: &Method, headers: &HeaderMap) -> bool {
+    let use_cache = headers.get(&X_USE_CACHE).map(HeaderValue::as_bytes);
+    wants_cache_by(route, method.as_str().as_bytes(), use_cache)
 }
 
-/// [`wants_cache`], by the value of the request's `X-Use-Cache`.
-fn wants_cache_by(route: &Route, use_cache: Option<&[u8]>) -> bool {
-    route.cache && use_cache.is_none_or(|v| !v.trim_ascii().eq_ignore_ascii_case(b"false"))
+/// [`wants_cache`], by the method's name and the value of the request's `X-Use-Cache`.
+fn wants_cache_by(route: &Route, method: &[u8], use_cache: Option<&[u8]>) -> bool {
+    route.cache
+        && cacheable_method(method)
+        && use_cache.is_none_or(|v| !v.trim_ascii().eq_ignore_ascii_case(b"false"))
+}
+
+/// Reads, and the inference calls that are POSTs (the body is part of the key): `GET`, `HEAD`, `POST`.
+/// A `PUT`, `PATCH`, `DELETE` or any other method always reaches a replica, for its effect.
+fn cacheable_method(method: &[u8]) -> bool {
+    matches!(method, b"GET" | b"HEAD" | b"POST")
 }
 
 fn stateful_session(route: &Route) -> bool {
