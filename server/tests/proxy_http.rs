@@ -16,7 +16,7 @@ const NS: &str = "admin";
 /// `100 Continue`, `/nocontent` with 204, `/silent` and then closes without saying so, `/echo` with the head
 /// and body it got (and the fields its `X-Reply`s ask for), `/early` before it reads the upload (`/deaf` too, and then reads nothing for 30 s;
 /// `/mute` reads nothing and answers nothing for 30 s), `/named` with a `Connection` naming its length,
-/// `/drip` with an event stream of 40 events 50 ms apart, `/slow` with `slow` after 2.5 s, `/stall` with
+/// `/drip` with an event stream of 40 events 50 ms apart, `/slow` with `slow` after 2.5 s (`/late`: 1.8 s), `/stall` with
 /// the first 4 bytes of 10 and the rest 3 s later, `/huge` with 64 MiB, anything else with `ok` and hop-by-hop
 /// fields of its own.
 const REPLICA: &str = r#"
@@ -107,6 +107,9 @@ def serve(conn):
         elif path == "/slow":
             time.sleep(2.5)
             send("200 OK", b"slow")
+        elif path == "/late":
+            time.sleep(1.8)
+            send("200 OK", b"late")
         elif path == "/huge":
             try:
                 send("200 OK", b"x" * (64 << 20))
@@ -633,6 +636,20 @@ async fn replicas_that_keep_callers_waiting_are_let_go() {
             .matches("data: drop")
             .count();
         assert_eq!(events, 40, "HTTP/{version}");
+    }
+
+    // After a short upload, the replica's time runs from the upload's end, once: a head 1.8 s later is
+    // too late for 1 s. On the own path (a known length) and the general one (chunked).
+    for (framing, body) in [
+        ("Content-Length: 5\r\n", "hello"),
+        ("Transfer-Encoding: chunked\r\n", "5\r\nhello\r\n0\r\n\r\n"),
+    ] {
+        let mut caller = Caller::connect(&server.url).await;
+        let mut upload = get("POST", &format!("{ep}/late"), framing);
+        upload.extend_from_slice(body.as_bytes());
+        caller.send(&upload).await;
+        let answer = caller.answer("POST").await;
+        assert_eq!(answer.status, 504, "{framing}: {}", answer.head);
     }
 
     // A replica that answers before the upload ends and then takes no more of it: the caller has the

@@ -415,21 +415,22 @@ const REPLICA_PAUSED: Stalled = Stalled {
     what: "the endpoint's replica paused its response for too long",
 };
 
-/// `sending` (a request going out, and its response's head coming), given up after `limit` in which
-/// neither came nor any of the caller's upload (`uploading`) passed: the time is the replica's to answer,
-/// not the caller's to upload.
+/// `sending` (a request going out, and its response's head coming), given up `limit` after the later of
+/// its start and the last piece of the caller's upload (`uploading`) to pass: the time is the replica's
+/// to answer, not the caller's to upload.
 async fn head_in_time<T>(
     sending: impl std::future::Future<Output = T>,
     limit: Duration,
     uploading: Option<Passed>,
 ) -> Result<T, tokio::time::error::Elapsed> {
     let mut sending = std::pin::pin!(sending);
-    let mut seen = uploading.as_ref().map(Passed::count);
+    let started = tokio::time::Instant::now();
+    let last = || uploading.as_ref().and_then(Passed::last);
     loop {
-        match tokio::time::timeout(limit, sending.as_mut()).await {
-            Err(_) if uploading.as_ref().map(Passed::count) != seen => {
-                seen = uploading.as_ref().map(Passed::count);
-            }
+        let from = last().map_or(started, |at| at.max(started));
+        match tokio::time::timeout_at(from + limit, sending.as_mut()).await {
+            // More of the upload passed meanwhile: the time runs from there.
+            Err(_) if last().is_some_and(|at| at > from) => {}
             done => return done,
         }
     }

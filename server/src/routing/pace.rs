@@ -2,7 +2,7 @@
 //! moving. What counts is each wait, not the whole: a stream may take as long as it likes in all.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -120,14 +120,34 @@ pub struct Paced<B> {
     passed: Option<Passed>,
 }
 
-/// How many frames of a [`Paced`] body have passed, for whoever waits on the body's far side meanwhile
+/// When the last frame of a [`Paced`] body passed, for whoever waits on the body's far side meanwhile
 /// (the body itself having gone to the one who reads it).
-#[derive(Clone, Default)]
-pub struct Passed(Arc<AtomicUsize>);
+#[derive(Clone)]
+pub struct Passed {
+    since: Instant,
+    /// Nanoseconds after `since` at which the last frame passed; 0 before the first.
+    last: Arc<AtomicU64>,
+}
 
 impl Passed {
-    pub fn count(&self) -> usize {
-        self.0.load(Ordering::Relaxed)
+    fn new() -> Passed {
+        Passed {
+            since: Instant::now(),
+            last: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn moved(&self) {
+        let at = u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.last.store(at.max(1), Ordering::Relaxed);
+    }
+
+    /// When a frame last passed, if one has.
+    pub fn last(&self) -> Option<Instant> {
+        match self.last.load(Ordering::Relaxed) {
+            0 => None,
+            at => Some(self.since + Duration::from_nanos(at)),
+        }
     }
 }
 
@@ -144,7 +164,7 @@ impl<B> Paced<B> {
 
     /// The count of the frames that pass from now on.
     pub fn passed(&mut self) -> Passed {
-        self.passed.get_or_insert_with(Passed::default).clone()
+        self.passed.get_or_insert_with(Passed::new).clone()
     }
 }
 
@@ -162,7 +182,7 @@ where
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
         let polled = Pin::new(&mut self.body).poll_frame(cx).map_err(Into::into);
         if let (Poll::Ready(_), Some(passed)) = (&polled, &self.passed) {
-            passed.0.fetch_add(1, Ordering::Relaxed);
+            passed.moved();
         }
         let stalled = self.stalled;
         self.pause.pace(cx, polled, || {
@@ -263,6 +283,7 @@ mod tests {
         };
         let mut body = Paced::new(fed, Duration::from_secs(10), stalled);
         let passed = body.passed();
+        let begun = Instant::now();
         // Three frames 8 s apart: 24 s in all, no wait over 10 s.
         let feeding = tokio::spawn(async move {
             for part in ["a", "b", "c"] {
@@ -278,9 +299,9 @@ mod tests {
             assert_eq!(frame.into_data().ok().as_deref(), Some(part.as_bytes()));
         }
         assert_eq!(
-            passed.count(),
-            3,
-            "each frame is counted for whoever waits meanwhile"
+            passed.last(),
+            Some(begun + Duration::from_secs(24)),
+            "the last frame's time is kept for whoever waits meanwhile"
         );
         let started = Instant::now();
         let err = body.frame().await.expect("an end").expect_err("stalled");
