@@ -891,6 +891,24 @@ async fn a_caller_that_leaves_or_a_replica_that_answers_early_spoils_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_badly_framed_upload_is_the_callers_fault() {
+    let (server, ep) = server_with_raw_replica().await;
+    // A chunk size that is not hex: 400 in the spec's shape, not a 502 charged to the replica.
+    let mut caller = Caller::connect(&server.url).await;
+    let mut upload = get(
+        "POST",
+        &format!("{ep}/echo"),
+        "Transfer-Encoding: chunked\r\n",
+    );
+    upload.extend_from_slice(b"zz\r\nabc\r\n0\r\n\r\n");
+    caller.send(&upload).await;
+    let answer = caller.answer("POST").await;
+    assert_eq!(answer.status, 400, "{}", answer.head);
+    let error: serde_json::Value = serde_json::from_slice(&answer.body).expect("json");
+    assert_eq!(error["error"], "the request body could not be read");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn responses_are_cached_in_whatever_framing_they_came() {
     let (server, ep) = server_with_replica(json!({"cacheHttpResponses": true})).await;
     let mut caller = Caller::connect(&server.url).await;

@@ -38,7 +38,7 @@ use crate::clock::Clock;
 use crate::config::ProxyConfig;
 use crate::error::ApiError;
 use crate::model::{Cidr, EndpointState, EndpointType};
-use crate::routing::pace::{Paced, Passed, Side, Stalled};
+use crate::routing::pace::{Broken, Paced, Passed, Side, Stalled};
 use crate::routing::upstream::{into_body, ToReplica};
 use crate::routing::{
     bare_host, is_server_host, Activity, Backend, Route, RouteTable, RoutingHandle,
@@ -705,6 +705,11 @@ impl Proxy {
                 let stalled = Stalled::caused(&e);
                 if stalled == Some(Side::Caller) {
                     return Err(ApiError::body_stalled().into_response());
+                }
+                // The caller's upload was cut off or badly framed: its fault, not the replica's.
+                if Broken::caused(&e) == Some(Side::Caller) {
+                    tracing::debug!(endpoint = %route.name, error = %e, "request body could not be read");
+                    return Err(unreadable().into_response());
                 }
                 tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
                 return Err(replica_failed(stalled.is_some()));

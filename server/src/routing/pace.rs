@@ -89,24 +89,60 @@ impl std::fmt::Display for Stalled {
 
 impl std::error::Error for Stalled {}
 
+/// The first `T` in `e`'s chain of causes (`e` included), an I/O error's inner error included:
+/// `io::Error::source` skips that one.
+fn in_chain<'e, T: std::error::Error + 'static>(
+    e: &'e (dyn std::error::Error + 'static),
+) -> Option<&'e T> {
+    std::iter::successors(Some(e), |e| e.source()).find_map(|e| {
+        let inner = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref());
+        let inner = inner.and_then(|i| i.downcast_ref::<T>());
+        e.downcast_ref::<T>().or(inner)
+    })
+}
+
 impl Stalled {
-    /// On whom the wait that caused `e` was, when a [`Stalled`] did (it or anything that caused it, an
-    /// I/O error's inner error included: `io::Error::source` skips that one).
+    /// On whom the wait that caused `e` was, when a [`Stalled`] did.
     pub fn caused(e: &(dyn std::error::Error + 'static)) -> Option<Side> {
-        std::iter::successors(Some(e), |e| e.source())
-            .find_map(|e| {
-                let inner = e
-                    .downcast_ref::<std::io::Error>()
-                    .and_then(|io| io.get_ref());
-                let inner = inner.and_then(|i| i.downcast_ref::<Stalled>());
-                e.downcast_ref::<Stalled>().or(inner)
-            })
-            .map(|s| s.side)
+        in_chain::<Stalled>(e).map(|s| s.side)
     }
 
     /// As an I/O error.
     pub fn io(self) -> std::io::Error {
         std::io::Error::new(std::io::ErrorKind::TimedOut, self)
+    }
+}
+
+/// A [`Paced`] body that failed of itself (not by pausing): a caller's upload cut off or badly framed,
+/// or a replica's answer so; on whose side it was.
+#[derive(Debug)]
+pub struct Broken {
+    pub side: Side,
+    source: axum::BoxError,
+}
+
+impl std::fmt::Display for Broken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let whose = match self.side {
+            Side::Caller => "the request body",
+            Side::Replica => "the replica's response body",
+        };
+        write!(f, "{whose} could not be read: {}", self.source)
+    }
+}
+
+impl std::error::Error for Broken {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+impl Broken {
+    /// Whose body failed, when a [`Broken`] caused `e`.
+    pub fn caused(e: &(dyn std::error::Error + 'static)) -> Option<Side> {
+        in_chain::<Broken>(e).map(|b| b.side)
     }
 }
 
@@ -180,7 +216,11 @@ where
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        let polled = Pin::new(&mut self.body).poll_frame(cx).map_err(Into::into);
+        let side = self.stalled.side;
+        let polled = Pin::new(&mut self.body).poll_frame(cx).map_err(|e| {
+            let source = e.into();
+            Box::new(Broken { side, source }) as axum::BoxError
+        });
         if let (Poll::Ready(_), Some(passed)) = (&polled, &self.passed) {
             passed.moved();
         }
