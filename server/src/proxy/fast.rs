@@ -1314,7 +1314,13 @@ impl Chunks {
 }
 
 /// Writes an answer of the server's own. Whether it went.
-async fn write_answer(conn: &mut Conn, answer: Response, close: bool, head_request: bool) -> bool {
+async fn write_answer(
+    conn: &mut Conn,
+    mut answer: Response,
+    close: bool,
+    head_request: bool,
+) -> bool {
+    super::stamp(&mut answer);
     let (parts, body) = answer.into_parts();
     let body = match body.collect().await {
         Ok(collected) => collected.to_bytes(),

@@ -240,9 +240,11 @@ impl<S: Inner> Front<S> {
                 let proxy = self.proxy.clone();
                 Either::Left(async move { Ok(proxy.serve(route, target, peer, req).await) })
             }
-            Some(Err(e)) => Either::Right(Either::Left(std::future::ready(Ok(reply(
-                e.into_response(),
-            ))))),
+            Some(Err(e)) => {
+                let mut answer = e.into_response();
+                stamp(&mut answer);
+                Either::Right(Either::Left(std::future::ready(Ok(reply(answer)))))
+            }
             None => {
                 let mut req = req.map(into_body);
                 req.extensions_mut().insert(ConnectInfo(peer));
@@ -416,8 +418,9 @@ const REPLICA_PAUSED: Stalled = Stalled {
 };
 
 /// `sending` (a request going out, and its response's head coming), given up `limit` after the later of
-/// its start and the last piece of the caller's upload (`uploading`) to pass: the time is the replica's
-/// to answer, not the caller's to upload.
+/// its start and the end of the caller's upload (`uploading`). While the upload goes on the time is not
+/// the replica's: a caller that stops uploading is bounded by its own time (its body is [`Paced`]), a
+/// replica that stops taking the upload by its connection's write limit.
 async fn head_in_time<T>(
     sending: impl std::future::Future<Output = T>,
     limit: Duration,
@@ -425,14 +428,27 @@ async fn head_in_time<T>(
 ) -> Result<T, tokio::time::error::Elapsed> {
     let mut sending = std::pin::pin!(sending);
     let started = tokio::time::Instant::now();
-    let last = || uploading.as_ref().and_then(Passed::last);
     loop {
-        let from = last().map_or(started, |at| at.max(started));
-        match tokio::time::timeout_at(from + limit, sending.as_mut()).await {
-            // More of the upload passed meanwhile: the time runs from there.
-            Err(_) if last().is_some_and(|at| at > from) => {}
-            done => return done,
+        let ended = match &uploading {
+            None => Some(started),
+            Some(passed) => passed.ended().map(|at| at.max(started)),
+        };
+        match ended {
+            Some(from) => return tokio::time::timeout_at(from + limit, sending.as_mut()).await,
+            // Looked at again a time later; the upload's end does not wake this.
+            None => match tokio::time::timeout(limit, sending.as_mut()).await {
+                Err(_) => {}
+                done => return done,
+            },
         }
+    }
+}
+
+/// Gives an answer of the proxy's own (an error, a cache hit) an `x-request-id`, as the API's have, for
+/// a caller to quote. What a replica answers carries what the replica gave.
+fn stamp(answer: &mut Response) {
+    if let Ok(id) = HeaderValue::from_str(&crate::crypto::random_id()) {
+        answer.headers_mut().insert("x-request-id", id);
     }
 }
 
@@ -632,7 +648,10 @@ impl Proxy {
         let started = Instant::now();
         let resp = match self.serve_inner(&route, target, peer, req).await {
             Ok(passing) => passing,
-            Err(answered) => reply(answered),
+            Err(mut answered) => {
+                stamp(&mut answered);
+                reply(answered)
+            }
         };
         route
             .activity

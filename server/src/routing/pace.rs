@@ -156,31 +156,31 @@ pub struct Paced<B> {
     passed: Option<Passed>,
 }
 
-/// When the last frame of a [`Paced`] body passed, for whoever waits on the body's far side meanwhile
-/// (the body itself having gone to the one who reads it).
+/// When a [`Paced`] body ended (its last frame passed), for whoever waits on the body's far side
+/// meanwhile (the body itself having gone to the one who reads it).
 #[derive(Clone)]
 pub struct Passed {
     since: Instant,
-    /// Nanoseconds after `since` at which the last frame passed; 0 before the first.
-    last: Arc<AtomicU64>,
+    /// Nanoseconds after `since` at which the body ended; 0 while it goes on.
+    ended: Arc<AtomicU64>,
 }
 
 impl Passed {
     fn new() -> Passed {
         Passed {
             since: Instant::now(),
-            last: Arc::new(AtomicU64::new(0)),
+            ended: Arc::new(AtomicU64::new(0)),
         }
     }
 
-    fn moved(&self) {
+    fn end(&self) {
         let at = u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.last.store(at.max(1), Ordering::Relaxed);
+        self.ended.store(at.max(1), Ordering::Relaxed);
     }
 
-    /// When a frame last passed, if one has.
-    pub fn last(&self) -> Option<Instant> {
-        match self.last.load(Ordering::Relaxed) {
+    /// When the body ended, if it has.
+    pub fn ended(&self) -> Option<Instant> {
+        match self.ended.load(Ordering::Relaxed) {
             0 => None,
             at => Some(self.since + Duration::from_nanos(at)),
         }
@@ -198,7 +198,7 @@ impl<B> Paced<B> {
         }
     }
 
-    /// The count of the frames that pass from now on.
+    /// When the body ends, once it has (see [`Passed`]).
     pub fn passed(&mut self) -> Passed {
         self.passed.get_or_insert_with(Passed::new).clone()
     }
@@ -221,8 +221,16 @@ where
             let source = e.into();
             Box::new(Broken { side, source }) as axum::BoxError
         });
-        if let (Poll::Ready(_), Some(passed)) = (&polled, &self.passed) {
-            passed.moved();
+        if let (Poll::Ready(frame), Some(passed)) = (&polled, &self.passed) {
+            // The end, or the last frame of a body that knows its length.
+            let ended = match frame {
+                None => true,
+                Some(Ok(_)) => self.body.is_end_stream(),
+                Some(Err(_)) => false,
+            };
+            if ended {
+                passed.end();
+            }
         }
         let stalled = self.stalled;
         self.pause.pace(cx, polled, || {
@@ -323,7 +331,6 @@ mod tests {
         };
         let mut body = Paced::new(fed, Duration::from_secs(10), stalled);
         let passed = body.passed();
-        let begun = Instant::now();
         // Three frames 8 s apart: 24 s in all, no wait over 10 s.
         let feeding = tokio::spawn(async move {
             for part in ["a", "b", "c"] {
@@ -338,16 +345,32 @@ mod tests {
             let frame = body.frame().await.expect("a frame").expect("not stalled");
             assert_eq!(frame.into_data().ok().as_deref(), Some(part.as_bytes()));
         }
-        assert_eq!(
-            passed.last(),
-            Some(begun + Duration::from_secs(24)),
-            "the last frame's time is kept for whoever waits meanwhile"
-        );
+        assert_eq!(passed.ended(), None, "the body goes on");
         let started = Instant::now();
         let err = body.frame().await.expect("an end").expect_err("stalled");
         assert_eq!(Stalled::caused(&*err), Some(Side::Replica), "{err}");
         assert_eq!(started.elapsed(), Duration::from_secs(10));
         feeding.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_end_is_kept_for_whoever_waits_meanwhile() {
+        let (mut feed, fed) = channel();
+        let stalled = Stalled {
+            side: Side::Caller,
+            what: "stalled",
+        };
+        let mut body = Paced::new(fed, Duration::from_secs(10), stalled);
+        let passed = body.passed();
+        let begun = Instant::now();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            feed.send("a").await;
+        });
+        assert!(body.frame().await.expect("a frame").is_ok());
+        assert_eq!(passed.ended(), None);
+        assert!(body.frame().await.is_none(), "the end");
+        assert_eq!(passed.ended(), Some(begun + Duration::from_secs(3)));
     }
 
     #[test]
