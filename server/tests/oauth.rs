@@ -1159,6 +1159,43 @@ async fn prompt_none_consent_and_login_and_the_form_post() {
             .await,
     );
     assert!(param(&to, "code").is_some(), "{to}");
+    // A sign-in older than `max_age` needs another; the ID token's auth_time is the sign-in's, not the
+    // code's.
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    let stale = b
+        .get(&authorize_path(
+            &s.client_id,
+            &[("prompt", "none"), ("max_age", "1")],
+        ))
+        .await;
+    let stale = location(&stale);
+    assert_eq!(
+        param(&stale, "error").as_deref(),
+        Some("login_required"),
+        "{stale}"
+    );
+    let bad_age = b
+        .get(&authorize_path(&s.client_id, &[("max_age", "soon")]))
+        .await;
+    assert_eq!(
+        param(&location(&bad_age), "error").as_deref(),
+        Some("invalid_request")
+    );
+    let recent = b
+        .get(&authorize_path(
+            &s.client_id,
+            &[("prompt", "none"), ("max_age", "600")],
+        ))
+        .await;
+    let code = param(&location(&recent), "code").expect("a code within max_age");
+    let tok: Value = redeem(&s, &code).await.json().await.unwrap();
+    let (_, jwks) = get_json(&format!("{}/oauth/jwks", s.server.url), None).await;
+    let claims = verify_id_token(&jwks, tok["id_token"].as_str().unwrap());
+    let (auth_time, iat) = (claims["auth_time"].as_i64(), claims["iat"].as_i64());
+    assert!(
+        auth_time.zip(iat).is_some_and(|(a, i)| a + 2 <= i),
+        "signed in over 2 s before the token: {claims}"
+    );
     let again = b
         .get(&authorize_path(&s.client_id, &[("prompt", "consent")]))
         .await;

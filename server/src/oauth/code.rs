@@ -15,7 +15,7 @@ use crate::model::oauth::{
     parse_scopes, redirect_uri_allowed, valid_code_verifier, validate_code_challenge, Grant,
     GrantKind, OAuthApp,
 };
-use crate::store::{IssueRecord, NewCode, Spent};
+use crate::store::{IssueRecord, NewCode, Spent, WebSession};
 
 /// A checked authorization request, stored as is until the user answers it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -33,6 +33,9 @@ pub struct AuthRequest {
     /// OpenID Connect's `prompt`: `none`, or any of `login`, `consent`, `select_account`.
     #[serde(default)]
     pub prompt: Vec<String>,
+    /// OpenID Connect's `max_age`: the most seconds since the user signed in, else a new sign-in.
+    #[serde(default)]
+    pub max_age: Option<i64>,
 }
 
 impl AuthRequest {
@@ -74,7 +77,7 @@ pub fn error_redirect(
 }
 
 /// Parameters that may appear once at most (RFC 6749 3.1).
-const SINGLE: [&str; 11] = [
+const SINGLE: [&str; 12] = [
     "client_id",
     "redirect_uri",
     "response_type",
@@ -86,6 +89,7 @@ const SINGLE: [&str; 11] = [
     "orgIds",
     "prompt",
     "response_mode",
+    "max_age",
 ];
 
 fn one<'a>(params: &'a [(String, String)], key: &str) -> Option<&'a str> {
@@ -225,6 +229,18 @@ pub async fn validate(
     if prompt.len() > 1 && prompt.iter().any(|p| p == "none") {
         return Err(refuse("invalid_request", "prompt=none stands alone"));
     }
+    let max_age = match one(params, "max_age") {
+        None => None,
+        Some(v) => match v.parse::<i64>() {
+            Ok(secs) if secs >= 0 => Some(secs),
+            _ => {
+                return Err(refuse(
+                    "invalid_request",
+                    "max_age must be a whole number of seconds",
+                ))
+            }
+        },
+    };
     for (key, max) in [("state", 1024), ("nonce", 512)] {
         if one(params, key).is_some_and(|v| v.len() > max) {
             return Err(refuse(
@@ -244,6 +260,7 @@ pub async fn validate(
             org_ids,
             session: session.to_string(),
             prompt,
+            max_age,
         },
         app,
     ))
@@ -336,6 +353,7 @@ pub async fn take(p: &Provider, id: &str, session: &str) -> OAuthResult<Option<A
 pub async fn answer(
     p: &Provider,
     user: &Account,
+    signed_in: &WebSession,
     req: &AuthRequest,
     approve: Option<Vec<String>>,
 ) -> OAuthResult<String> {
@@ -375,7 +393,8 @@ pub async fn answer(
         org_ids: org_ids.clone(),
         personal: true,
         nonce: req.nonce.clone(),
-        auth_time: now,
+        // When the user signed in, not now: a client asking for a recent sign-in can tell.
+        auth_time: signed_in.created_at,
         created_at: now,
         revoked_at: None,
     };

@@ -80,6 +80,9 @@ pub struct WebSession {
     pub csrf: String,
     pub failed_codes: i64,
     pub expires_at: DateTime<Utc>,
+    /// When it began: a session is made anew at each sign-in, so for one with a user, when the user
+    /// signed in (OpenID Connect's `auth_time`).
+    pub created_at: DateTime<Utc>,
 }
 
 /// An ID-token signing key, its private half sealed.
@@ -171,12 +174,7 @@ pub trait OAuthStore {
     async fn take_request(&mut self, id_hash: &str)
         -> StoreResult<Option<(String, DateTime<Utc>)>>;
 
-    async fn create_session(
-        &mut self,
-        hash: &str,
-        session: &WebSession,
-        now: DateTime<Utc>,
-    ) -> StoreResult<()>;
+    async fn create_session(&mut self, hash: &str, session: &WebSession) -> StoreResult<()>;
     async fn session(&mut self, hash: &str) -> StoreResult<Option<WebSession>>;
     async fn delete_session(&mut self, hash: &str) -> StoreResult<()>;
     /// Counts a wrong user code typed in this session; returns the count.
@@ -859,12 +857,7 @@ impl OAuthStore for SqlSession {
             .transpose()
     }
 
-    async fn create_session(
-        &mut self,
-        hash: &str,
-        s: &WebSession,
-        now: DateTime<Utc>,
-    ) -> StoreResult<()> {
+    async fn create_session(&mut self, hash: &str, s: &WebSession) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO web_sessions (session_hash, user_id, csrf, failed_codes, expires_at, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6)",
@@ -874,7 +867,7 @@ impl OAuthStore for SqlSession {
         .bind(&s.csrf)
         .bind(s.failed_codes)
         .bind(ts(s.expires_at))
-        .bind(ts(now))
+        .bind(ts(s.created_at))
         .execute(self.db())
         .await?;
         Ok(())
@@ -882,7 +875,8 @@ impl OAuthStore for SqlSession {
 
     async fn session(&mut self, hash: &str) -> StoreResult<Option<WebSession>> {
         let row = sqlx::query(
-            "SELECT user_id, csrf, failed_codes, expires_at FROM web_sessions WHERE session_hash = $1",
+            "SELECT user_id, csrf, failed_codes, expires_at, created_at FROM web_sessions \
+             WHERE session_hash = $1",
         )
         .bind(hash)
         .fetch_optional(self.db())
@@ -893,6 +887,7 @@ impl OAuthStore for SqlSession {
                 csrf: r.try_get("csrf")?,
                 failed_codes: r.try_get("failed_codes")?,
                 expires_at: req_ts(&r, "expires_at")?,
+                created_at: req_ts(&r, "created_at")?,
             })
         })
         .transpose()

@@ -195,10 +195,11 @@ async fn new_session(p: &Provider, user_id: Option<String>) -> Result<Browser, O
         csrf: new_secret(""),
         failed_codes: 0,
         expires_at: p.now() + Provider::secs(p.config.session_ttl_s),
+        created_at: p.now(),
     };
     let hash = hash_token(&id);
     let mut unit = p.store.begin().await?;
-    unit.create_session(&hash, &session, p.now()).await?;
+    unit.create_session(&hash, &session).await?;
     unit.commit().await?;
     Ok(Browser {
         hash,
@@ -303,8 +304,11 @@ async fn authorize_with(
     };
     req.session = b.hash.clone();
     let result = async {
-        // `prompt=login` asks for a sign-in even when this browser has one.
-        let user = match req.prompts("login") {
+        // `prompt=login` asks for a sign-in even when this browser has one, and `max_age` one when the
+        // browser's is older than that.
+        let signed_in_for = (p.now() - b.session.created_at).num_seconds();
+        let stale = req.max_age.is_some_and(|max| signed_in_for > max);
+        let user = match req.prompts("login") || stale {
             true => None,
             false => user_of(p, &b).await?,
         };
@@ -316,7 +320,7 @@ async fn authorize_with(
             _ => None,
         };
         if let (Some(user), Some(orgs)) = (&user, prior) {
-            let url = code::answer(p, user, &req, Some(orgs)).await?;
+            let url = code::answer(p, user, &b.session, &req, Some(orgs)).await?;
             return Ok(see_other(&url, b.set_cookie.clone()));
         }
         if req.prompts("none") {
@@ -543,7 +547,7 @@ async fn consent_page(
             let Some(req) = code::take(p, id, &b.hash).await? else {
                 return Ok(forbidden());
             };
-            let url = code::answer(p, &user, &req, Some(orgs)).await?;
+            let url = code::answer(p, &user, &b.session, &req, Some(orgs)).await?;
             return Ok(see_other(&url, None));
         }
         consent_for_request(p, &b, &user, &req, &app, id).await
@@ -591,7 +595,7 @@ async fn consent(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> 
             return Ok(forbidden());
         };
         let approve = (form.get("decision") == Some("approve")).then_some(orgs);
-        let url = code::answer(p, &user, &req, approve).await?;
+        let url = code::answer(p, &user, &b.session, &req, approve).await?;
         Ok(see_other(&url, None))
     }
     .await;
