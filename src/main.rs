@@ -202,6 +202,9 @@ async fn serve(common: &Common, listen: Option<SocketAddr>) -> Result<()> {
     let app = Application::build(&config).await?;
     let addr = app.local_addr();
     tracing::info!(data_dir = %app.data_dir().display(), "store ready");
+    if let Some(private) = app.private_addr() {
+        tracing::info!(%private, "private entry point listening (proxy.private_listen)");
+    }
     // Scripts and tests wait for this exact line.
     logs::announce(&sink, &format!("switchyard listening on http://{addr}"));
     app.run(shutdown_signal()).await.context("serving")?;

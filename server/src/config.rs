@@ -874,6 +874,12 @@ impl Config {
         if let Some(smtp) = &self.email.smtp_url {
             shown.email.smtp_url = Some(redact_userinfo(smtp));
         }
+        // The proxy's timeouts as the server uses them: clamped to between a second and a year.
+        let (t, p) = (self.proxy.client_timeouts(), &mut shown.proxy);
+        p.idle_timeout_s = t.idle.as_secs();
+        p.header_timeout_s = t.header.as_secs();
+        p.caller_timeout_s = t.caller.as_secs();
+        p.replica_timeout_s = self.proxy.replica_timeout().as_secs();
         toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
     }
 }
@@ -1218,5 +1224,16 @@ mod tests {
         let shown = c.to_redacted_toml();
         assert!(!shown.contains("c2VjcmV0"));
         assert!(shown.contains("<redacted>"));
+    }
+
+    #[test]
+    fn the_timeouts_shown_are_those_used() {
+        let mut c = Config::default();
+        c.store.data_dir = Some("/d".into());
+        c.proxy.replica_timeout_s = 0;
+        c.proxy.idle_timeout_s = 99_999_999_999_999;
+        let shown = c.to_redacted_toml();
+        assert!(shown.contains("replica_timeout_s = 1\n"), "{shown}");
+        assert!(shown.contains("idle_timeout_s = 31536000\n"), "{shown}");
     }
 }
