@@ -969,11 +969,13 @@ async fn responses_are_cached_in_whatever_framing_they_came() {
     ];
     for (i, (method, extra)) in cases.into_iter().enumerate() {
         let target = format!("{ep}/echo?case={i}");
-        // On the own path (a length), then on hyper's (chunks).
+        // On the own path (a length), then on hyper's (chunks), each on a connection of its own: one
+        // handed to hyper stays there.
         for (framing, body) in [
             ("Content-Length: 0\r\n", ""),
             ("Transfer-Encoding: chunked\r\n", "0\r\n\r\n"),
         ] {
+            let mut caller = Caller::connect(&server.url).await;
             let mut request = get(method, &target, &format!("{framing}{extra}"));
             request.extend_from_slice(body.as_bytes());
             for turn in 0..2 {
@@ -987,6 +989,30 @@ async fn responses_are_cached_in_whatever_framing_they_came() {
                     "{method} {extra} {framing} {turn}"
                 );
             }
+        }
+    }
+    // A body larger than the cache reads (1 MiB) is passed on uncached, not refused: with a length (the
+    // own path, and hyper's when the length is known) and in chunks (hyper's, after reading 1 MiB).
+    let big = vec![b'b'; 3 << 19];
+    let chunked = [
+        format!("{:x}\r\n", big.len()).as_bytes(),
+        &big,
+        b"\r\n0\r\n\r\n",
+    ]
+    .concat();
+    for (framing, body) in [
+        (format!("Content-Length: {}\r\n", big.len()), &big),
+        ("Transfer-Encoding: chunked\r\n".to_string(), &chunked),
+    ] {
+        let mut caller = Caller::connect(&server.url).await;
+        let mut upload = get("POST", &format!("{ep}/echo?big=1"), &framing);
+        upload.extend_from_slice(body);
+        for _ in 0..2 {
+            caller.send(&upload).await;
+            let a = caller.answer("POST").await;
+            assert_eq!(a.status, 200, "{framing}: {}", a.head);
+            assert_eq!(a.field("x-cache").as_deref(), Some("MISS"), "{framing}");
+            assert!(a.body.ends_with(&big), "{framing}: all of it came");
         }
     }
     // Another body is another entry.

@@ -513,7 +513,9 @@ async fn exchange(
         conn.head.method.in_(&conn.buf),
         conn.head.get(&conn.buf, "x-use-cache"),
     );
-    let use_cache = super::wants_cache_by(&taken.route, method, use_cache);
+    // A body larger than the cache reads goes on uncached, as it comes.
+    let fits = length <= proxy.body_limit as u64;
+    let use_cache = fits && super::wants_cache_by(&taken.route, method, use_cache);
     // The cache's key covers the body: all of it is read first.
     if use_cache {
         read_body(conn, length, proxy.body_limit).await?;

@@ -677,10 +677,8 @@ impl Proxy {
         let use_cache = wants_cache(route, req.method(), req.headers());
         let (parts, body) = req.into_parts();
         let (body, cache_key) = if use_cache {
-            let (body, key) = self
-                .cache_lookup(route, &parts, body, &target, &access)
-                .await?;
-            (body, Some(key))
+            self.cache_lookup(route, &parts, body, &target, &access)
+                .await?
         } else {
             (body, None)
         };
@@ -816,9 +814,15 @@ impl Proxy {
         body: ToReplica,
         target: &PathAndQuery,
         access: &str,
-    ) -> Result<(ToReplica, cache::Key), Response> {
+    ) -> Result<(ToReplica, Option<cache::Key>), Response> {
         let bytes = match read_body(body, self.body_limit).await {
-            Ok(b) => b,
+            Ok(Collected::Whole(b)) => b,
+            // Larger than a body the cache reads: it goes on uncached, as it comes (untouched when
+            // its announced length said so before any of it was read).
+            Ok(Collected::Over(read, rest)) if read.is_empty() => return Ok((rest, None)),
+            Ok(Collected::Over(read, rest)) => {
+                return Ok((ToReplica::Right(read_then_rest(read, rest)), None))
+            }
             Err(e) => return Err(e.into_response()),
         };
         let accept = parts
@@ -841,7 +845,7 @@ impl Proxy {
             route.activity.stats.cache_hit();
             return Err(cached_response(hit, "HIT"));
         }
-        Ok((ToReplica::Right(Body::from(bytes)), key))
+        Ok((ToReplica::Right(Body::from(bytes)), Some(key)))
     }
 
     /// The route as the latest table has it (it may have changed while the token was checked or the body
@@ -1113,8 +1117,15 @@ fn serving(route: &Route) -> bool {
         )
 }
 
+/// A request body read for the cache: all of it, or (larger than the limit) what was read of it and the rest.
+enum Collected<B> {
+    Whole(axum::body::Bytes),
+    Over(Vec<axum::body::Bytes>, B),
+}
+
 /// The whole request body, up to `limit` bytes: none to read when the body has ended already (a request
-/// without one), read in place on a data-plane worker, else on a task of its own.
+/// without one), read in place on a data-plane worker, else on a task of its own. A larger one is handed
+/// back with what was read of it, to go on uncached.
 ///
 /// hyper's body channel wakes the connection's task each time a chunk is taken from it. Read on that same
 /// task of a multi-threaded runtime, the wake lands on the running task: tokio then queues it as a yield and
@@ -1127,7 +1138,7 @@ fn serving(route: &Route) -> bool {
 /// than when the connection closes the channel: one hand-off fewer between the two tasks.
 ///
 /// The task is aborted if the request is dropped first (the caller went away).
-async fn read_body<B>(body: B, limit: usize) -> Result<axum::body::Bytes, ApiError>
+async fn read_body<B>(body: B, limit: usize) -> Result<Collected<B>, ApiError>
 where
     B: http_body::Body<Data = axum::body::Bytes> + Send + Unpin + 'static,
     B::Error: Into<axum::BoxError>,
@@ -1139,7 +1150,7 @@ where
         }
     }
     if http_body::Body::is_end_stream(&body) {
-        return Ok(axum::body::Bytes::new());
+        return Ok(Collected::Whole(axum::body::Bytes::new()));
     }
     if workers::on_data_plane() {
         return collect(body, limit).await;
@@ -1157,14 +1168,13 @@ fn unreadable() -> ApiError {
 }
 
 /// The data of `body` up to `limit` bytes, until the body ends or says it has. One chunk is kept as it came.
-async fn collect<B>(mut body: B, limit: usize) -> Result<axum::body::Bytes, ApiError>
+async fn collect<B>(mut body: B, limit: usize) -> Result<Collected<B>, ApiError>
 where
     B: http_body::Body<Data = axum::body::Bytes> + Unpin,
     B::Error: Into<axum::BoxError>,
 {
-    let too_large = || ApiError::PayloadTooLarge(limit);
     if http_body::Body::size_hint(&body).lower() > limit as u64 {
-        return Err(too_large());
+        return Ok(Collected::Over(Vec::new(), body));
     }
     let (mut chunks, mut len) = (Vec::new(), 0);
     while !http_body::Body::is_end_stream(&body) {
@@ -1177,16 +1187,74 @@ where
         })?;
         if let Ok(data) = frame.into_data() {
             len += data.len();
-            if len > limit {
-                return Err(too_large());
-            }
             chunks.push(data);
+            if len > limit {
+                return Ok(Collected::Over(chunks, body));
+            }
         }
     }
-    Ok(match chunks.len() {
+    Ok(Collected::Whole(match chunks.len() {
         0 | 1 => chunks.pop().unwrap_or_default(),
         _ => chunks.concat().into(),
+    }))
+}
+
+/// What was read of a body, then the rest of it as it comes.
+fn read_then_rest<B>(read: Vec<axum::body::Bytes>, rest: B) -> Body
+where
+    B: http_body::Body<Data = axum::body::Bytes> + Send + Unpin + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    Body::new(ReadThenRest {
+        read: read.into(),
+        rest,
     })
+}
+
+struct ReadThenRest<B> {
+    read: std::collections::VecDeque<axum::body::Bytes>,
+    rest: B,
+}
+
+impl<B> http_body::Body for ReadThenRest<B>
+where
+    B: http_body::Body<Data = axum::body::Bytes> + Unpin,
+    B::Error: Into<axum::BoxError>,
+{
+    type Data = axum::body::Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        if let Some(data) = self.read.pop_front() {
+            return std::task::Poll::Ready(Some(Ok(http_body::Frame::data(data))));
+        }
+        // A body that says it has ended may not answer again (hyper's, until its connection notices).
+        if self.rest.is_end_stream() {
+            return std::task::Poll::Ready(None);
+        }
+        std::pin::Pin::new(&mut self.rest)
+            .poll_frame(cx)
+            .map_err(Into::into)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.read.is_empty() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        let read = self.read.iter().map(|b| b.len() as u64).sum::<u64>();
+        let rest = self.rest.size_hint();
+        // The upper bound first: a lower one may not be set above it.
+        let mut hint = http_body::SizeHint::new();
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper.saturating_add(read));
+        }
+        hint.set_lower(rest.lower().saturating_add(read));
+        hint
+    }
 }
 
 /// Whether the response cache is used: the route has it on, the method is one whose answer may be
@@ -1425,18 +1493,24 @@ mod tests {
     async fn a_body_read_ends_when_the_body_says_so() {
         let read = read_body(known(&[b"{\"inputs\":", b"\"x\"}"]), 1024);
         let read = tokio::time::timeout(Duration::from_secs(10), read).await;
-        let bytes = read.expect("no wait past the last byte").expect("read");
+        let Collected::Whole(bytes) = read.expect("no wait past the last byte").expect("read")
+        else {
+            panic!("all of it fits")
+        };
         assert_eq!(&bytes[..], br#"{"inputs":"x"}"#);
-        // Too large: refused by its announced length, and by what came.
-        let err = read_body(known(&[b"12345"]), 4)
-            .await
-            .expect_err("too large");
-        assert!(matches!(err, ApiError::PayloadTooLarge(4)), "{err:?}");
-        let stream = futures_util::stream::iter([Ok::<_, std::io::Error>("123"), Ok("45")]);
-        let err = read_body(Body::from_stream(stream), 4)
-            .await
-            .expect_err("too large");
-        assert!(matches!(err, ApiError::PayloadTooLarge(4)), "{err:?}");
+        // Too large, by its announced length or by what came: handed back whole, what was read first.
+        let over = |c: Collected<Body>| match c {
+            Collected::Over(read, rest) => read_then_rest(read, rest),
+            Collected::Whole(_) => panic!("over the limit"),
+        };
+        let announced = over(read_body(known(&[b"12345"]), 4).await.expect("read"));
+        let bytes = announced.collect().await.expect("passed").to_bytes();
+        assert_eq!(&bytes[..], b"12345");
+        let parts = [Ok::<_, std::io::Error>("123"), Ok("45"), Ok("678")];
+        let stream = futures_util::stream::iter(parts);
+        let came = over(read_body(Body::from_stream(stream), 4).await.expect("read"));
+        let bytes = came.collect().await.expect("passed").to_bytes();
+        assert_eq!(&bytes[..], b"12345678");
     }
 
     #[tokio::test]
