@@ -907,6 +907,40 @@ async fn a_badly_framed_upload_is_the_callers_fault() {
     let error: serde_json::Value = serde_json::from_slice(&answer.body).expect("json");
     assert_eq!(error["error"], "the request body could not be read");
     assert!(answer.field("x-request-id").is_some(), "{}", answer.head);
+    // A head or framing no path can read: 400 in the spec's shape (not a bare one), then the end.
+    for (head, why) in [
+        (
+            format!("POST {ep}/echo HTTP/1.1\r\nHost: s\r\nContent-Length: abc\r\n\r\n"),
+            "Content-Length",
+        ),
+        (
+            format!("POST {ep}/echo HTTP/1.1\r\nHost: s\r\nContent-Length: +3\r\n\r\nabc"),
+            "Content-Length",
+        ),
+        (
+            format!("POST {ep}/echo HTTP/1.1\r\nHost: s\r\nTransfer-Encoding: gzip\r\n\r\n"),
+            "chunked",
+        ),
+        (format!("GET {ep}/ HTTP/9.9\r\nHost: s\r\n\r\n"), "not HTTP"),
+        (
+            format!("GET {ep}/ HTTP/1.1\r\nHost: s\r\nX-Bad: a\0b\r\n\r\n"),
+            "not HTTP",
+        ),
+        (
+            "GET /v2/endpoint/admin HTTP/1.1\r\nHost\r\n\r\n".to_string(),
+            "not HTTP",
+        ),
+    ] {
+        let mut caller = Caller::connect(&server.url).await;
+        caller.send(head.as_bytes()).await;
+        let answer = caller.answer("POST").await;
+        assert_eq!(answer.status, 400, "{head:?}: {}", answer.head);
+        let error: serde_json::Value = serde_json::from_slice(&answer.body).expect("json");
+        let said = error["error"].as_str().unwrap_or_default();
+        assert!(said.contains(why), "{head:?}: {error}");
+        assert!(answer.field("x-error-message").is_some(), "{}", answer.head);
+        assert!(caller.closed().await, "{head:?}");
+    }
     // No such endpoint, on either path: the spec's shape and an id.
     for version in ["1.1", "1.0"] {
         let mut caller = Caller::connect(&server.url).await;

@@ -96,7 +96,10 @@ struct Head {
 enum Parsed {
     Complete,
     Partial,
+    /// Not one this path reads (the general path may: it answers 431 for too many fields).
     Invalid,
+    /// A request head that is not HTTP/1.x at all, which the general path refuses too.
+    Malformed,
 }
 
 impl Head {
@@ -117,7 +120,8 @@ impl Head {
                 Parsed::Complete
             }
             Ok(httparse::Status::Partial) => Parsed::Partial,
-            Err(_) => Parsed::Invalid,
+            Err(httparse::Error::TooManyHeaders) => Parsed::Invalid,
+            Err(_) => Parsed::Malformed,
         }
     }
 
@@ -330,6 +334,7 @@ impl Conn {
                 match self.head.request(&self.buf) {
                     Parsed::Complete => return Ok(()),
                     Parsed::Partial if self.buf.len() < HEAD_MAX => {}
+                    Parsed::Malformed => return Err(refuse(self, "the request is not HTTP").await),
                     _ => return Err(Hand::Over),
                 }
                 if idle {
@@ -368,37 +373,56 @@ struct Taken {
     repeatable: bool,
 }
 
+/// Why this path did not take a request.
+enum NotTaken {
+    /// The general path is to take it (and the connection).
+    Over,
+    /// Its framing cannot be read, on any path (RFC 9112 §6.3): a 400 saying why.
+    Malformed(&'static str),
+}
+
 /// Whether this path takes the request whose head is in `conn`, and what it needs of it.
-fn take(proxy: &Proxy, conn: &Conn) -> Option<Taken> {
+fn take(proxy: &Proxy, conn: &Conn) -> Result<Taken, NotTaken> {
     let (head, buf) = (&conn.head, &conn.buf[..]);
     if head.minor != 1 || head.method.in_(buf) == b"CONNECT" {
-        return None;
+        return Err(NotTaken::Over);
     }
     let target = head.target.in_(buf);
     if !plain_target(target) {
-        return None;
+        return Err(NotTaken::Over);
     }
     let framing = Framing::of(head, buf);
-    if framing.encoded || framing.bad_length || framing.unusual {
-        return None;
+    if framing.bad_length && !framing.encoded {
+        return Err(NotTaken::Malformed(
+            "Content-Length is not one whole number",
+        ));
     }
-    let target = std::str::from_utf8(target).ok()?;
+    if framing.encoded && !framing.chunked {
+        return Err(NotTaken::Malformed(
+            "a request's Transfer-Encoding must end in chunked",
+        ));
+    }
+    if framing.encoded || framing.bad_length || framing.unusual {
+        return Err(NotTaken::Over);
+    }
+    let target = std::str::from_utf8(target).map_err(|_| NotTaken::Over)?;
     let path = target.split_once('?').map_or(target, |(p, _)| p);
     let host = head
         .get(buf, "host")
         .and_then(|h| std::str::from_utf8(h).ok());
-    let (route, rest) = endpoint_route(proxy, host, path)?.ok()?;
+    let found = endpoint_route(proxy, host, path).and_then(Result::ok);
+    let (route, rest) = found.ok_or(NotTaken::Over)?;
     let usual = matches!(
         route.endpoint_type,
         EndpointType::Public | EndpointType::Authenticated
     );
     if !usual || !serving(&route) || route.mcp_lb.is_some() || route.router.is_some() {
-        return None;
+        return Err(NotTaken::Over);
     }
     let rest_at = (!rest.is_empty()).then(|| path.len() - rest.len());
     let method = head.method.in_(buf);
     let repeatable = Method::from_bytes(method).is_ok_and(|m| m.is_idempotent());
-    Some(Taken {
+    Ok(Taken {
         route,
         rest_at,
         framing,
@@ -407,10 +431,22 @@ fn take(proxy: &Proxy, conn: &Conn) -> Option<Taken> {
     })
 }
 
+/// Answers a request whose head or framing cannot be read with 400 in the spec's shape (where the general
+/// path would answer a bare one), and lets the connection go.
+async fn refuse(conn: &mut Conn, why: &str) -> Hand {
+    let answer = ApiError::BadRequest(why.into()).into_response();
+    if write_answer(conn, answer, true, false).await {
+        linger(conn).await;
+    }
+    Hand::Close
+}
+
 /// Serves the request whose head is in `conn`, if this path takes it (see [`Hand`]).
 pub(super) async fn serve(proxy: &Proxy, conn: &mut Conn, peer: SocketAddr) -> Hand {
-    let Some(taken) = take(proxy, conn) else {
-        return Hand::Over;
+    let taken = match take(proxy, conn) {
+        Ok(taken) => taken,
+        Err(NotTaken::Over) => return Hand::Over,
+        Err(NotTaken::Malformed(why)) => return refuse(conn, why).await,
     };
     let started = Instant::now();
     let length = usize::try_from(taken.framing.length.unwrap_or(0)).unwrap_or(usize::MAX);
