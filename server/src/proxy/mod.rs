@@ -675,7 +675,14 @@ impl Proxy {
         let (client, access) = self.check_access(route, peer, req.headers()).await?;
         // The cache answers before anything wakes the endpoint.
         let use_cache = wants_cache(route, req.method(), req.headers());
-        let (parts, body) = req.into_parts();
+        let (parts, mut body) = req.into_parts();
+        // When the caller's upload ends (see `head_in_time`), wherever the body goes on from here.
+        let uploading = match &mut body {
+            http_body_util::Either::Left(body) if !http_body::Body::is_end_stream(body) => {
+                Some(body.passed())
+            }
+            _ => None,
+        };
         let (body, cache_key) = if use_cache {
             self.cache_lookup(route, &parts, body, &target, &access)
                 .await?
@@ -705,13 +712,7 @@ impl Proxy {
             ));
         };
         guard.add_replica(&backend);
-        let mut out = self.outgoing(parts, target, body, peer);
-        let uploading = match out.body_mut() {
-            http_body_util::Either::Left(body) if !http_body::Body::is_end_stream(body) => {
-                Some(body.passed())
-            }
-            _ => None,
-        };
+        let out = self.outgoing(parts, target, body, peer);
         let limit = self.config.replica_timeout();
         let resp = match head_in_time(backend.send(out), limit, uploading).await {
             Ok(Ok((r, sender))) => {
