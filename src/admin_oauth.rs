@@ -127,14 +127,18 @@ pub async fn app(ctx: &Context, command: AppCommand) -> Result<()> {
 pub async fn key(ctx: &Context, keep: chrono::Duration, command: KeyCommand) -> Result<()> {
     match command {
         KeyCommand::Rotate => {
-            let kid = switchyard_server::oauth::keys::rotate(
+            let (kid, from) = switchyard_server::oauth::keys::rotate(
                 ctx.store.as_ref(),
                 &ctx.secrets,
                 ctx.clock.now(),
                 keep,
             )
             .await?;
-            println!("signing with key {kid}; running servers pick it up within a minute");
+            let from = from.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            println!(
+                "key {kid} is published now and signs from {from} (once clients may have seen it); \
+                 running servers publish it within a minute"
+            );
         }
     }
     Ok(())

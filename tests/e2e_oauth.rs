@@ -193,7 +193,7 @@ async fn admin_apps_keys_and_login_by_device_code() {
     assert!(exchange["clientSecret"].is_string());
     assert!(admin(&data, &["app", "list", "--owner", "acme"], None).contains("token-exchange"));
 
-    assert!(admin(&data, &["key", "rotate"], None).contains("signing with key"));
+    assert!(admin(&data, &["key", "rotate"], None).contains("signs from"));
     // An organization's exchanged tokens live up to 30 days.
     assert!(admin(&data, &["org", "exchange-ttl", "acme", "7d"], None).contains("604800s"));
     let too_long = Command::new(BIN)

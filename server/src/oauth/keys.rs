@@ -100,7 +100,7 @@ impl KeySet {
     ) -> Result<KeySet, KeyError> {
         let rows = store.read().await?.signing_keys().await?;
         if rows.iter().any(|r| r.retired_at.is_none()) {
-            return KeySet::from_rows(&rows, secrets);
+            return KeySet::from_rows(&rows, secrets, now);
         }
         let mut unit = store.begin().await?;
         // Another process may have created it meanwhile: look again inside the unit of work.
@@ -115,13 +115,30 @@ impl KeySet {
         }
         unit.commit().await?;
         let rows = store.read().await?.signing_keys().await?;
-        KeySet::from_rows(&rows, secrets)
+        KeySet::from_rows(&rows, secrets, now)
     }
 
-    fn from_rows(rows: &[SigningKeyRow], secrets: &SecretBox) -> Result<KeySet, KeyError> {
-        let current = rows
+    /// Every key published; the one that signs at `now` is the newest whose time has come (a rotated-in
+    /// key's `created_at` is when it starts signing) and that is not retired yet, else (a clock set back)
+    /// the oldest that is not retired.
+    fn from_rows(
+        rows: &[SigningKeyRow],
+        secrets: &SecretBox,
+        now: DateTime<Utc>,
+    ) -> Result<KeySet, KeyError> {
+        let live = |r: &&SigningKeyRow| r.retired_at.is_none_or(|at| at > now);
+        let due = rows
             .iter()
-            .find(|r| r.retired_at.is_none())
+            .filter(live)
+            .filter(|r| r.created_at <= now)
+            .max_by_key(|r| r.created_at);
+        let waiting = || {
+            rows.iter()
+                .filter(|r| r.retired_at.is_none())
+                .min_by_key(|r| r.created_at)
+        };
+        let current = due
+            .or_else(waiting)
             .ok_or_else(|| KeyError::Bad("-".into(), "no current signing key".into()))?;
         let mut keys = Vec::new();
         for row in rows {
@@ -180,21 +197,27 @@ impl KeySet {
     }
 }
 
-/// Starts signing with a new key. The old ones stay in the JWKS until `keep` has passed since they
-/// were retired (the ID-token lifetime), after which the next rotation drops them.
+/// How long a new key is published before it signs: the time a client may keep the JWKS
+/// (`Cache-Control: max-age` on `/oauth/jwks`), so that none meets a token signed by a key it has not seen.
+pub const PUBLISHED_AHEAD: Duration = Duration::seconds(300);
+
+/// Publishes a new key, which starts signing [`PUBLISHED_AHEAD`] from `now`, when the current one
+/// retires; returns its id and that time. Retired keys stay in the JWKS until `keep` has passed since
+/// they were retired (the ID-token lifetime), after which the next rotation drops them.
 pub async fn rotate(
     store: &dyn Store,
     secrets: &SecretBox,
     now: DateTime<Utc>,
     keep: Duration,
-) -> Result<String, KeyError> {
-    let row = row_for(&new_key(), secrets, now);
+) -> Result<(String, DateTime<Utc>), KeyError> {
+    let from = now + PUBLISHED_AHEAD;
+    let row = row_for(&new_key(), secrets, from);
     let mut unit = store.begin().await?;
     unit.drop_retired_keys(now - keep).await?;
-    unit.retire_signing_keys(now).await?;
+    unit.retire_signing_keys(from).await?;
     unit.add_signing_key(&row).await?;
     unit.commit().await?;
-    Ok(row.kid)
+    Ok((row.kid, from))
 }
 
 #[cfg(test)]
@@ -211,7 +234,7 @@ mod tests {
         assert!(!row
             .private_key
             .contains(&URL_SAFE_NO_PAD.encode(key.to_bytes())));
-        let set = KeySet::from_rows(std::slice::from_ref(&row), &secrets).unwrap();
+        let set = KeySet::from_rows(std::slice::from_ref(&row), &secrets, Utc::now()).unwrap();
         let jwt = set.sign(&json!({"sub": "u1"}));
         let parts: Vec<&str> = jwt.split('.').collect();
         assert_eq!(parts.len(), 3);
@@ -247,10 +270,22 @@ mod tests {
         let first = KeySet::load(&store, &secrets, t0).await.unwrap();
         let again = KeySet::load(&store, &secrets, t0).await.unwrap();
         assert_eq!(first.kid(), again.kid(), "loading does not make a new key");
-        let kid = rotate(&store, &secrets, t0, Duration::hours(1))
+        let (kid, from) = rotate(&store, &secrets, t0, Duration::hours(1))
             .await
             .unwrap();
-        let rotated = KeySet::load(&store, &secrets, t0).await.unwrap();
+        assert_eq!(from, t0 + PUBLISHED_AHEAD);
+        // Published at once, signing only once clients may have seen it; the old key signs until then.
+        let published = KeySet::load(&store, &secrets, t0).await.unwrap();
+        assert_eq!(published.kid(), first.kid());
+        let jwks: serde_json::Value = serde_json::from_slice(&published.jwks()).unwrap();
+        let kids: Vec<&str> = jwks["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|k| k["kid"].as_str())
+            .collect();
+        assert!(kids.contains(&kid.as_str()), "the new key is published");
+        let rotated = KeySet::load(&store, &secrets, from).await.unwrap();
         assert_eq!(rotated.kid(), kid);
         let jwks: serde_json::Value = serde_json::from_slice(&rotated.jwks()).unwrap();
         assert_eq!(
@@ -282,6 +317,6 @@ mod tests {
     #[test]
     fn a_key_sealed_with_another_secret_does_not_open() {
         let row = row_for(&new_key(), &SecretBox::new(&[1u8; 32]), Utc::now());
-        assert!(KeySet::from_rows(&[row], &SecretBox::new(&[2u8; 32])).is_err());
+        assert!(KeySet::from_rows(&[row], &SecretBox::new(&[2u8; 32]), Utc::now()).is_err());
     }
 }
