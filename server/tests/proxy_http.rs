@@ -930,6 +930,15 @@ async fn a_badly_framed_upload_is_the_callers_fault() {
             "GET /v2/endpoint/admin HTTP/1.1\r\nHost\r\n\r\n".to_string(),
             "not HTTP",
         ),
+        (format!("GET {ep}/ HTTP/1.1\r\n\r\n"), "one Host"),
+        (
+            format!("GET {ep}/ HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
+            "one Host",
+        ),
+        (
+            "GET /api/v1/catalog HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n".to_string(),
+            "one Host",
+        ),
     ] {
         let mut caller = Caller::connect(&server.url).await;
         caller.send(head.as_bytes()).await;
@@ -941,6 +950,20 @@ async fn a_badly_framed_upload_is_the_callers_fault() {
         assert!(answer.field("x-error-message").is_some(), "{}", answer.head);
         assert!(caller.closed().await, "{head:?}");
     }
+    // On a connection hyper serves (since a chunked upload), a request without a Host too.
+    let mut caller = Caller::connect(&server.url).await;
+    let chunked = format!(
+        "POST {ep}/echo HTTP/1.1\r\nHost: s\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    );
+    caller.send(chunked.as_bytes()).await;
+    assert_eq!(caller.answer("POST").await.status, 200);
+    caller
+        .send(format!("GET {ep}/ HTTP/1.1\r\n\r\n").as_bytes())
+        .await;
+    let answer = caller.answer("GET").await;
+    assert_eq!(answer.status, 400, "{}", answer.head);
+    let error: serde_json::Value = serde_json::from_slice(&answer.body).expect("json");
+    assert_eq!(error["error"], "an HTTP/1.1 request has one Host field");
     // No such endpoint, on either path: the spec's shape and an id.
     for version in ["1.1", "1.0"] {
         let mut caller = Caller::connect(&server.url).await;

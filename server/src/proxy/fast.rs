@@ -187,6 +187,8 @@ struct Framing {
     names: bool,
     /// Something this path leaves to the general one: `Expect`, `Upgrade`.
     unusual: bool,
+    /// How many `Host` fields (an HTTP/1.1 request has exactly one: RFC 9112 §3.2).
+    hosts: u8,
 }
 
 impl Framing {
@@ -214,6 +216,8 @@ impl Framing {
                     f.close |= close;
                     f.names |= !close && !word.eq_ignore_ascii_case(b"keep-alive");
                 }
+            } else if name.eq_ignore_ascii_case(b"host") {
+                f.hosts = f.hosts.saturating_add(1);
             } else if name.eq_ignore_ascii_case(b"expect") || name.eq_ignore_ascii_case(b"upgrade")
             {
                 f.unusual = true;
@@ -395,6 +399,11 @@ fn take(proxy: &Proxy, conn: &Conn) -> Result<Taken, NotTaken> {
     if framing.bad_length && !framing.encoded {
         return Err(NotTaken::Malformed(
             "Content-Length is not one whole number",
+        ));
+    }
+    if framing.hosts != 1 {
+        return Err(NotTaken::Malformed(
+            "an HTTP/1.1 request has one Host field",
         ));
     }
     if framing.encoded && !framing.chunked {

@@ -235,6 +235,11 @@ impl<S: Inner> Front<S> {
     ) -> impl std::future::Future<Output = Result<Reply, std::convert::Infallible>> + Send + 'static
     {
         use futures_util::future::Either;
+        if let Some(refused) = one_host(&req) {
+            let mut answer = refused.into_response();
+            stamp(&mut answer);
+            return Either::Right(Either::Left(std::future::ready(Ok(reply(answer)))));
+        }
         match endpoint_target(&self.proxy, &req) {
             Some(Ok((route, target))) => {
                 let proxy = self.proxy.clone();
@@ -442,6 +447,13 @@ async fn head_in_time<T>(
             },
         }
     }
+}
+
+/// An HTTP/1.1 request without exactly one `Host` field is refused (RFC 9112 §3.2), on every path.
+fn one_host<B>(req: &axum::http::Request<B>) -> Option<ApiError> {
+    let hosts = req.headers().get_all(header::HOST).iter().count();
+    (req.version() == axum::http::Version::HTTP_11 && hosts != 1)
+        .then(|| ApiError::BadRequest("an HTTP/1.1 request has one Host field".into()))
 }
 
 /// Gives an answer of the proxy's own (an error, a cache hit) an `x-request-id`, as the API's have, for
