@@ -16,7 +16,8 @@ const NS: &str = "admin";
 /// `100 Continue`, `/nocontent` with 204, `/silent` and then closes without saying so, `/echo` with the head
 /// and body it got (and the fields its `X-Reply`s ask for), `/early` before it reads the upload (`/deaf` too, and then reads nothing for 30 s;
 /// `/mute` reads nothing and answers nothing for 30 s), `/named` with a `Connection` naming its length,
-/// `/drip` with an event stream of 40 events 50 ms apart, `/slow` with `slow` after 2.5 s (`/late`: 1.8 s), `/stall` with
+/// `/drip` with an event stream of 40 events 50 ms apart, `/slow` with `slow` after 2.5 s (`/late`: 1.8 s),
+/// `/odd` with status 999, `/stall` with
 /// the first 4 bytes of 10 and the rest 3 s later, `/huge` with 64 MiB, anything else with `ok` and hop-by-hop
 /// fields of its own.
 const REPLICA: &str = r#"
@@ -107,6 +108,8 @@ def serve(conn):
         elif path == "/slow":
             time.sleep(2.5)
             send("200 OK", b"slow")
+        elif path == "/odd":
+            conn.sendall(b"HTTP/1.1 999 Odd\r\nContent-Length: 2\r\n\r\nhm")
         elif path == "/late":
             time.sleep(1.8)
             send("200 OK", b"late")
@@ -964,6 +967,14 @@ async fn a_badly_framed_upload_is_the_callers_fault() {
     assert_eq!(answer.status, 400, "{}", answer.head);
     let error: serde_json::Value = serde_json::from_slice(&answer.body).expect("json");
     assert_eq!(error["error"], "an HTTP/1.1 request has one Host field");
+    // A replica's status past 599 is no answer: 502, on both paths.
+    for version in ["1.1", "1.0"] {
+        let mut caller = Caller::connect(&server.url).await;
+        let odd = format!("GET {ep}/odd HTTP/{version}\r\nHost: s\r\n\r\n");
+        caller.send(odd.as_bytes()).await;
+        let answer = caller.answer("GET").await;
+        assert_eq!(answer.status, 502, "HTTP/{version}: {}", answer.head);
+    }
     // No such endpoint, on either path: the spec's shape and an id.
     for version in ["1.1", "1.0"] {
         let mut caller = Caller::connect(&server.url).await;

@@ -242,9 +242,19 @@ async fn deploy_serve_cache_idle_wake_pause() {
     assert!(err["error"].as_str().unwrap().contains("starting"));
     rt.wait_state("emb", "running").await;
 
-    // …or, after another idle period, held until ready with X-Scale-Up-Timeout.
+    // …or, after another idle period, held until ready with X-Scale-Up-Timeout (a bad one is refused
+    // and wakes nothing).
     rt.clock.advance(chrono::Duration::minutes(16));
     rt.wait_state("emb", "scaledToZero").await;
+    let bad = rt
+        .embed(
+            "emb",
+            &[("x-use-cache", "false"), ("x-scale-up-timeout", "soon")],
+        )
+        .await;
+    assert_eq!(bad.status(), 400);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(rt.get("emb").await["status"]["state"], "scaledToZero");
     let held = rt
         .embed(
             "emb",

@@ -1023,7 +1023,11 @@ async fn pass_response(
     read_response_head(conn, upstream)
         .await
         .map_err(|e| super::replica_failed(timed_out(&e)))?;
-    let status = StatusCode::from_u16(conn.rhead.status).map_err(|_| bad())?;
+    // HTTP's status codes end at 599 (RFC 9110 §15); a replica's 600–999 is not an answer.
+    let status = StatusCode::from_u16(conn.rhead.status)
+        .ok()
+        .filter(|s| s.as_u16() <= 599)
+        .ok_or_else(bad)?;
     let framing = Framing::of(&conn.rhead, &conn.rbuf);
     let no_body = taken.head_request || matches!(status.as_u16(), 204 | 304);
     let ends = if no_body {

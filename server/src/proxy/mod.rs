@@ -727,6 +727,11 @@ impl Proxy {
         let out = self.outgoing(parts, target, body, peer);
         let limit = self.config.replica_timeout();
         let resp = match head_in_time(backend.send(out), limit, uploading).await {
+            // HTTP's status codes end at 599 (RFC 9110 §15); a replica's 600–999 is not an answer.
+            Ok(Ok((r, _))) if r.status().as_u16() > 599 => {
+                tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, status = r.status().as_u16(), "replica answered with no HTTP status");
+                return Err(replica_failed(false));
+            }
             Ok(Ok((r, sender))) => {
                 guard.connection = Some(sender);
                 r
@@ -1032,12 +1037,14 @@ impl Proxy {
             _ => {}
         }
         let retry_after = self.config.retry_after_s;
+        // A wait asked for badly is refused before it wakes anything.
+        let wait = self.scale_up_wait(headers)?;
         route.activity.touch(self.clock.now_millis());
         // Also when the table shows it still up: it may be a tick old, and the endpoint just scaled to zero.
         // For an endpoint that is starting anyway the reconciler drops the flag.
         route.activity.request_wake();
         self.routing.kick();
-        let Some(wait) = self.scale_up_wait(headers) else {
+        let Some(wait) = wait else {
             return Err(unavailable(
                 format!("endpoint {} is starting; retry shortly", route.name),
                 Some(retry_after),
@@ -1048,16 +1055,22 @@ impl Proxy {
     }
 
     /// How long the caller asked to be held while the endpoint starts (`X-Scale-Up-Timeout: seconds`), up
-    /// to `max_scale_up_wait_s`; `None` when it did not ask.
-    fn scale_up_wait(&self, headers: &HeaderMap) -> Option<Duration> {
-        headers
-            .get(&X_SCALE_UP_TIMEOUT)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|s| s.is_finite() && *s > 0.0)
-            .map(|s| {
-                Duration::from_secs_f64(s.min(self.config.max_scale_up_wait_s.min(86_400) as f64))
-            })
+    /// to `max_scale_up_wait_s`; `None` when it did not ask (or asked for none), 400 for a value that is
+    /// not a number of seconds.
+    fn scale_up_wait(&self, headers: &HeaderMap) -> Result<Option<Duration>, Response> {
+        let Some(value) = headers.get(&X_SCALE_UP_TIMEOUT) else {
+            return Ok(None);
+        };
+        let secs = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok());
+        let Some(secs) = secs.filter(|s| s.is_finite() && *s >= 0.0) else {
+            let bad = "X-Scale-Up-Timeout must be a number of seconds";
+            return Err(ApiError::BadRequest(bad.into()).into_response());
+        };
+        let most = self.config.max_scale_up_wait_s.min(86_400) as f64;
+        Ok((secs > 0.0).then(|| Duration::from_secs_f64(secs.min(most))))
     }
 
     /// Holds the request, in a bounded queue, until the endpoint serves, or for `wait` at most; follows
