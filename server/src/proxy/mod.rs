@@ -1038,7 +1038,9 @@ impl Proxy {
         }
         let retry_after = self.config.retry_after_s;
         // A wait asked for badly is refused before it wakes anything.
-        let wait = self.scale_up_wait(headers)?;
+        let wait = self
+            .scale_up_wait(headers)
+            .map_err(IntoResponse::into_response)?;
         route.activity.touch(self.clock.now_millis());
         // Also when the table shows it still up: it may be a tick old, and the endpoint just scaled to zero.
         // For an endpoint that is starting anyway the reconciler drops the flag.
@@ -1057,7 +1059,7 @@ impl Proxy {
     /// How long the caller asked to be held while the endpoint starts (`X-Scale-Up-Timeout: seconds`), up
     /// to `max_scale_up_wait_s`; `None` when it did not ask (or asked for none), 400 for a value that is
     /// not a number of seconds.
-    fn scale_up_wait(&self, headers: &HeaderMap) -> Result<Option<Duration>, Response> {
+    fn scale_up_wait(&self, headers: &HeaderMap) -> Result<Option<Duration>, ApiError> {
         let Some(value) = headers.get(&X_SCALE_UP_TIMEOUT) else {
             return Ok(None);
         };
@@ -1067,7 +1069,7 @@ impl Proxy {
             .and_then(|v| v.trim().parse::<f64>().ok());
         let Some(secs) = secs.filter(|s| s.is_finite() && *s >= 0.0) else {
             let bad = "X-Scale-Up-Timeout must be a number of seconds";
-            return Err(ApiError::BadRequest(bad.into()).into_response());
+            return Err(ApiError::BadRequest(bad.into()));
         };
         let most = self.config.max_scale_up_wait_s.min(86_400) as f64;
         Ok((secs > 0.0).then(|| Duration::from_secs_f64(secs.min(most))))
