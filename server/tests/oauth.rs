@@ -1174,6 +1174,17 @@ async fn prompt_none_consent_and_login_and_the_form_post() {
         Some("login_required"),
         "{stale}"
     );
+    // The request kept for that sign-in cannot be answered by the old session.
+    let page = b
+        .get(&authorize_path(&s.client_id, &[("max_age", "1")]))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("name=\"password\""), "a sign-in: {page}");
+    let kept = field(&page, "request");
+    let old_session = b.get(&format!("/oauth/consent?request={kept}")).await;
+    assert_eq!(old_session.status(), StatusCode::FORBIDDEN);
     let bad_age = b
         .get(&authorize_path(&s.client_id, &[("max_age", "soon")]))
         .await;

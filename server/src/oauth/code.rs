@@ -36,6 +36,10 @@ pub struct AuthRequest {
     /// OpenID Connect's `max_age`: the most seconds since the user signed in, else a new sign-in.
     #[serde(default)]
     pub max_age: Option<i64>,
+    /// The user is to sign in before answering (`prompt=login`, or a sign-in older than `max_age`):
+    /// only a sign-in ([`rebind`]) clears it, so the browser's older session cannot answer it.
+    #[serde(default)]
+    pub sign_in_first: bool,
 }
 
 impl AuthRequest {
@@ -261,6 +265,7 @@ pub async fn validate(
             session: session.to_string(),
             prompt,
             max_age,
+            sign_in_first: false,
         },
         app,
     ))
@@ -306,6 +311,7 @@ pub async fn rebind(p: &Provider, id: &str, old: &str, new: &str) -> OAuthResult
         return Ok(None);
     };
     req.session = new.to_string();
+    req.sign_in_first = false;
     let new_id = new_secret("");
     let json = serde_json::to_string(&req).map_err(|_| OAuthError::server_error())?;
     unit.put_request(&hash_token(&new_id), &json, exp).await?;

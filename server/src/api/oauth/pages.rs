@@ -308,7 +308,8 @@ async fn authorize_with(
         // browser's is older than that.
         let signed_in_for = (p.now() - b.session.created_at).num_seconds();
         let stale = req.max_age.is_some_and(|max| signed_in_for > max);
-        let user = match req.prompts("login") || stale {
+        req.sign_in_first = req.prompts("login") || stale;
+        let user = match req.sign_in_first {
             true => None,
             false => user_of(p, &b).await?,
         };
@@ -535,6 +536,10 @@ async fn consent_page(
         else {
             return Ok(forbidden());
         };
+        // Kept until the user signs in again: the session that saw it is too old to answer it.
+        if req.sign_in_first {
+            return Ok(forbidden());
+        }
         let Some((app, _)) = crate::oauth::clients::app(p, &req.client_id).await? else {
             return Ok(error_page("the app no longer exists"));
         };
@@ -594,6 +599,9 @@ async fn consent(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> 
         let Some(req) = code::take(p, id, &b.hash).await? else {
             return Ok(forbidden());
         };
+        if req.sign_in_first {
+            return Ok(forbidden());
+        }
         let approve = (form.get("decision") == Some("approve")).then_some(orgs);
         let url = code::answer(p, &user, &b.session, &req, approve).await?;
         Ok(see_other(&url, None))
