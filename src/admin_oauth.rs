@@ -136,8 +136,8 @@ pub async fn key(ctx: &Context, keep: chrono::Duration, command: KeyCommand) -> 
             .await?;
             let from = from.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
             println!(
-                "key {kid} is published now and signs from {from} (once clients may have seen it); \
-                 running servers publish it within a minute"
+                "key {kid} signs from {from}; running servers publish it within a minute, so \
+                 clients that keep the JWKS have it by then"
             );
         }
     }

@@ -207,6 +207,21 @@ impl From<StoreError> for ApiError {
     }
 }
 
+/// The `x-request-id` an answer carries: the caller's, when it sent a sane one (up to 128 letters, digits
+/// and `-_.:`), else a new one.
+pub fn request_id(given: Option<&HeaderValue>) -> String {
+    given
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            !v.is_empty()
+                && v.len() <= 128
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+        })
+        .map(str::to_string)
+        .unwrap_or_else(crate::crypto::random_id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

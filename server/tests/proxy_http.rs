@@ -978,11 +978,13 @@ async fn a_badly_framed_upload_is_the_callers_fault() {
     // No such endpoint, on either path: the spec's shape and an id.
     for version in ["1.1", "1.0"] {
         let mut caller = Caller::connect(&server.url).await;
-        let nowhere = format!("GET /endpoints/{NS}/nowhere/x HTTP/{version}\r\nHost: s\r\n\r\n");
+        let nowhere = format!("GET /endpoints/{NS}/nowhere/x HTTP/{version}\r\nHost: s\r\nX-Request-Id: trace-{version}\r\n\r\n");
         caller.send(nowhere.as_bytes()).await;
         let answer = caller.answer("GET").await;
         assert_eq!(answer.status, 404, "{}", answer.head);
-        assert!(answer.field("x-request-id").is_some(), "{}", answer.head);
+        // The caller's own id comes back, to find the request by.
+        let id = answer.field("x-request-id");
+        assert_eq!(id, Some(format!("trace-{version}")), "{}", answer.head);
         assert!(answer.field("x-error-message").is_some(), "{}", answer.head);
     }
 }
@@ -1008,7 +1010,7 @@ async fn responses_are_cached_in_whatever_framing_they_came() {
         caller.send(&request).await;
         let hit = caller.answer(method).await;
         assert_eq!(hit.field("x-cache").as_deref(), Some("HIT"), "{}", hit.head);
-        // The proxy's own answer carries an id to quote, as the API's do.
+        // The proxy's own answer carries an id to quote, as the API's do (a new one: the caller sent none).
         let id = hit.field("x-request-id").unwrap_or_default();
         assert!(id.len() >= 16, "{}", hit.head);
         assert_eq!((hit.status, &hit.body), (miss.status, &miss.body));

@@ -21,7 +21,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 
-use crate::crypto::random_id;
 use crate::services::Context;
 use error::{header_safe, ApiError};
 use tracing::Instrument;
@@ -134,18 +133,7 @@ async fn method_not_allowed(State(_): State<AppState>) -> ApiError {
 /// Gives every response an `x-request-id` (the caller's, when it is a sane one) and makes sure every
 /// error is a JSON object with `error` plus an `X-Error-Message` header, whichever layer produced it.
 async fn response_contract(req: Request, next: Next) -> Response {
-    let request_id = req
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| {
-            !v.is_empty()
-                && v.len() <= 128
-                && v.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
-        })
-        .map(str::to_string)
-        .unwrap_or_else(random_id);
+    let request_id = crate::error::request_id(req.headers().get("x-request-id"));
     // Every log line of the request, a 5xx cause included, carries the id the caller sees.
     let span = tracing::info_span!("request", id = %request_id, method = %req.method(), path = %req.uri().path());
     let mut resp = next.run(req).instrument(span).await;

@@ -197,9 +197,13 @@ impl KeySet {
     }
 }
 
-/// How long a new key is published before it signs: the time a client may keep the JWKS
-/// (`Cache-Control: max-age` on `/oauth/jwks`), so that none meets a token signed by a key it has not seen.
-pub const PUBLISHED_AHEAD: Duration = Duration::seconds(300);
+/// How long a client may keep the JWKS (`Cache-Control: max-age` on `/oauth/jwks`).
+pub const JWKS_MAX_AGE_S: i64 = 300;
+
+/// How long a new key is published before it signs: a client's JWKS lifetime, plus the minute in which
+/// every running server picks the key up (see `Provider::maintain`), plus a minute for clocks that
+/// differ, so that no client meets a token signed by a key it has not seen.
+pub const PUBLISHED_AHEAD: Duration = Duration::seconds(JWKS_MAX_AGE_S + 60 + 60);
 
 /// Publishes a new key, which starts signing [`PUBLISHED_AHEAD`] from `now`, when the current one
 /// retires; returns its id and that time. Retired keys stay in the JWKS until `keep` has passed since

@@ -93,16 +93,21 @@ struct Packing {
 }
 
 impl Packing {
-    fn new<'a>(headers: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Packing {
+    /// The fields packed; `None` at the first that keeps the response from others (see
+    /// [`kept_for_others`]).
+    fn new<'a>(headers: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Option<Packing> {
         let mut data = Vec::with_capacity(512);
         for (name, value) in headers {
+            if !kept_for_others(name, value) {
+                return None;
+            }
             data.extend_from_slice(&(name.len() as u32).to_le_bytes());
             data.extend_from_slice(&(value.len() as u32).to_le_bytes());
             data.extend_from_slice(name);
             data.extend_from_slice(value);
         }
         let body_at = data.len();
-        Packing { data, body_at }
+        Some(Packing { data, body_at })
     }
 
     fn body_len(&self) -> usize {
@@ -168,12 +173,7 @@ impl Fill {
         headers: impl Iterator<Item = (&'a [u8], &'a [u8])>,
         body_len: Option<u64>,
     ) -> Option<Fill> {
-        let mut storable = true;
-        let headers = headers.inspect(|(name, value)| storable &= kept_for_others(name, value));
-        let mut packing = Packing::new(headers);
-        if !storable {
-            return None;
-        }
+        let mut packing = Packing::new(headers)?;
         if let Some(n) = body_len {
             let n = usize::try_from(n).ok()?;
             if packing.packed_len().saturating_add(n) + PER_ENTRY > cache.max_entry {

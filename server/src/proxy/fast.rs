@@ -74,8 +74,9 @@ impl Span {
         }
     }
 
+    /// The part in `buf`; empty should `buf` no longer hold it (never a panic).
     fn in_<'b>(&self, buf: &'b [u8]) -> &'b [u8] {
-        &buf[self.0..self.1]
+        buf.get(self.0..self.1).unwrap_or_default()
     }
 }
 
@@ -189,6 +190,8 @@ struct Framing {
     unusual: bool,
     /// How many `Host` fields (an HTTP/1.1 request has exactly one: RFC 9112 §3.2).
     hosts: u8,
+    /// The caller's `X-Request-Id`, kept (the head may be gone) for an answer of the proxy's own.
+    request_id: Option<axum::http::HeaderValue>,
 }
 
 impl Framing {
@@ -196,12 +199,7 @@ impl Framing {
         let mut f = Framing::default();
         for (name, value) in head.fields(buf) {
             if name.eq_ignore_ascii_case(b"content-length") {
-                // Digits only: no sign, no spaces within.
-                let digits = value.trim_ascii();
-                let n = (!digits.is_empty() && digits.iter().all(u8::is_ascii_digit))
-                    .then(|| std::str::from_utf8(digits).ok()?.parse::<u64>().ok())
-                    .flatten();
-                match (n, f.length) {
+                match (content_length(value), f.length) {
                     (Some(n), None) => f.length = Some(n),
                     (Some(n), Some(m)) if n == m => {}
                     _ => f.bad_length = true,
@@ -218,6 +216,8 @@ impl Framing {
                 }
             } else if name.eq_ignore_ascii_case(b"host") {
                 f.hosts = f.hosts.saturating_add(1);
+            } else if name.eq_ignore_ascii_case(b"x-request-id") {
+                f.request_id = axum::http::HeaderValue::from_bytes(value).ok();
             } else if name.eq_ignore_ascii_case(b"expect") || name.eq_ignore_ascii_case(b"upgrade")
             {
                 f.unusual = true;
@@ -225,6 +225,23 @@ impl Framing {
         }
         f
     }
+}
+
+/// A `Content-Length` value: digits only (no sign, no spaces within), or a list of the same number
+/// (RFC 9110 §8.6 lets a recipient take that as the one).
+fn content_length(value: &[u8]) -> Option<u64> {
+    let mut found = None;
+    for digits in value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
+        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let n = std::str::from_utf8(digits).ok()?.parse::<u64>().ok()?;
+        if found.is_some_and(|m| m != n) {
+            return None;
+        }
+        found = Some(n);
+    }
+    found
 }
 
 /// The words of a comma-separated field value.
@@ -402,9 +419,7 @@ fn take(proxy: &Proxy, conn: &Conn) -> Result<Taken, NotTaken> {
         ));
     }
     if framing.hosts != 1 {
-        return Err(NotTaken::Malformed(
-            "an HTTP/1.1 request has one Host field",
-        ));
+        return Err(NotTaken::Malformed(super::ONE_HOST));
     }
     if framing.encoded && !framing.chunked {
         return Err(NotTaken::Malformed(
@@ -443,7 +458,8 @@ fn take(proxy: &Proxy, conn: &Conn) -> Result<Taken, NotTaken> {
 /// Answers a request whose head or framing cannot be read with 400 in the spec's shape (where the general
 /// path would answer a bare one), and lets the connection go.
 async fn refuse(conn: &mut Conn, why: &str) -> Hand {
-    let answer = ApiError::BadRequest(why.into()).into_response();
+    let mut answer = ApiError::BadRequest(why.into()).into_response();
+    super::stamp(&mut answer, None);
     if write_answer(conn, answer, true, false).await {
         linger(conn).await;
     }
@@ -461,7 +477,7 @@ pub(super) async fn serve(proxy: &Proxy, conn: &mut Conn, peer: SocketAddr) -> H
     let length = usize::try_from(taken.framing.length.unwrap_or(0)).unwrap_or(usize::MAX);
     conn.pending = conn.head.len.saturating_add(length);
     conn.unread = false;
-    let answer = match exchange(proxy, conn, peer, &taken, started).await {
+    let mut answer = match exchange(proxy, conn, peer, &taken, started).await {
         Ok(Exchanged::Passed(next)) if next && !taken.framing.close => return Hand::KeepAlive,
         Ok(Exchanged::Passed(_)) => {
             // Answered before all of the body came (the replica's early answer): the rest is let in and
@@ -475,6 +491,7 @@ pub(super) async fn serve(proxy: &Proxy, conn: &mut Conn, peer: SocketAddr) -> H
         Ok(Exchanged::Over) => return Hand::Over,
         Err(answer) => answer,
     };
+    super::stamp(&mut answer, taken.framing.request_id.as_ref());
     let stats = &taken.route.activity.stats;
     stats.record(answer.status().as_u16(), started.elapsed());
     // The request is done with once all of it has been read: else the connection ends with the answer.
@@ -563,7 +580,7 @@ async fn exchange(
     let use_cache = fits && super::wants_cache_by(&taken.route, method, use_cache);
     // The cache's key covers the body: all of it is read first.
     if use_cache {
-        read_body(conn, length, proxy.body_limit).await?;
+        read_body(conn, length).await?;
     }
     let cache_key = use_cache.then(|| key(conn, taken, &access));
     if let Some(key) = &cache_key {
@@ -617,24 +634,20 @@ async fn exchange(
     Ok(Exchanged::Passed(passed.complete && sent.all))
 }
 
-/// Reads the rest of a body of `length` bytes into the buffer, after the head, up to `limit`.
-async fn read_body(conn: &mut Conn, length: u64, limit: usize) -> Result<(), Response> {
-    if length > limit as u64 {
-        return Err(ApiError::PayloadTooLarge(limit).into_response());
-    }
-    let whole = conn.head.len + length as usize;
+/// Reads the rest of a body of `length` bytes (one the cache reads: at most `server.body_limit`) into the
+/// buffer, after the head.
+async fn read_body(conn: &mut Conn, length: u64) -> Result<(), Response> {
+    let whole = conn
+        .head
+        .len
+        .saturating_add(usize::try_from(length).unwrap_or(usize::MAX));
     while conn.buf.len() < whole {
         // Room as the body comes, not all it announced at once.
         conn.buf.reserve((whole - conn.buf.len()).min(64 * 1024));
         let read = conn.io.read_buf(&mut conn.buf);
         match bounded(conn.timeouts.caller, Side::Caller, read).await {
             Err(e) if timed_out(&e) => return Err(ApiError::body_stalled().into_response()),
-            Ok(0) | Err(_) => {
-                return Err(
-                    ApiError::BadRequest("the request body could not be read".into())
-                        .into_response(),
-                )
-            }
+            Ok(0) | Err(_) => return Err(super::unreadable().into_response()),
             Ok(_) => {}
         }
     }
@@ -1023,10 +1036,9 @@ async fn pass_response(
     read_response_head(conn, upstream)
         .await
         .map_err(|e| super::replica_failed(timed_out(&e)))?;
-    // HTTP's status codes end at 599 (RFC 9110 §15); a replica's 600–999 is not an answer.
     let status = StatusCode::from_u16(conn.rhead.status)
         .ok()
-        .filter(|s| s.as_u16() <= 599)
+        .filter(super::http_status)
         .ok_or_else(bad)?;
     let framing = Framing::of(&conn.rhead, &conn.rbuf);
     let no_body = taken.head_request || matches!(status.as_u16(), 204 | 304);
@@ -1365,13 +1377,7 @@ impl Chunks {
 }
 
 /// Writes an answer of the server's own. Whether it went.
-async fn write_answer(
-    conn: &mut Conn,
-    mut answer: Response,
-    close: bool,
-    head_request: bool,
-) -> bool {
-    super::stamp(&mut answer);
+async fn write_answer(conn: &mut Conn, answer: Response, close: bool, head_request: bool) -> bool {
     let (parts, body) = answer.into_parts();
     let body = match body.collect().await {
         Ok(collected) => collected.to_bytes(),
@@ -1475,9 +1481,20 @@ mod tests {
             "Content-Length: 1 2\r\n",
             "Content-Length: 1\r\nContent-Length: 2\r\n",
             "Content-Length:\r\n",
+            "Content-Length: 5, 6\r\n",
+            "Content-Length: 5,\r\n",
         ] {
             assert!(framing(bad).bad_length, "{bad}");
         }
+        // A list of one number is that number (RFC 9110 §8.6).
+        let f = framing("Content-Length: 5, 5\r\n");
+        assert_eq!((f.length, f.bad_length), (Some(5), false));
+        let f = framing("Host: a\r\nX-Request-Id: t-1\r\n");
+        assert_eq!(f.hosts, 1);
+        assert_eq!(
+            f.request_id.as_ref().map(|v| v.as_bytes()),
+            Some(&b"t-1"[..])
+        );
         let f = framing("Transfer-Encoding: gzip, chunked\r\n");
         assert!(f.encoded && f.chunked && f.length.is_none());
         let f = framing("Transfer-Encoding: chunked, gzip\r\n");

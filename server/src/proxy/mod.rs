@@ -54,6 +54,7 @@ const X_USE_CACHE: HeaderName = HeaderName::from_static("x-use-cache");
 const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
 const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 const X_SCALE_UP_TIMEOUT: HeaderName = HeaderName::from_static("x-scale-up-timeout");
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Headers that belong to one connection and are not forwarded (RFC 9110 §7.6.1, and the older
 /// `Proxy-Connection`, which RFC 9113 §8.2.2 counts among them), beside those that the `Connection` header
@@ -237,7 +238,7 @@ impl<S: Inner> Front<S> {
         use futures_util::future::Either;
         if let Some(refused) = one_host(&req) {
             let mut answer = refused.into_response();
-            stamp(&mut answer);
+            stamp(&mut answer, req.headers().get(&X_REQUEST_ID));
             return Either::Right(Either::Left(std::future::ready(Ok(reply(answer)))));
         }
         match endpoint_target(&self.proxy, &req) {
@@ -247,7 +248,7 @@ impl<S: Inner> Front<S> {
             }
             Some(Err(e)) => {
                 let mut answer = e.into_response();
-                stamp(&mut answer);
+                stamp(&mut answer, req.headers().get(&X_REQUEST_ID));
                 Either::Right(Either::Left(std::future::ready(Ok(reply(answer)))))
             }
             None => {
@@ -449,17 +450,25 @@ async fn head_in_time<T>(
     }
 }
 
-/// An HTTP/1.1 request without exactly one `Host` field is refused (RFC 9112 §3.2), on every path.
+/// Why an HTTP/1.1 request without exactly one `Host` field is refused (RFC 9112 §3.2), on every path.
+const ONE_HOST: &str = "an HTTP/1.1 request has one Host field";
+
 fn one_host<B>(req: &axum::http::Request<B>) -> Option<ApiError> {
     let hosts = req.headers().get_all(header::HOST).iter().count();
     (req.version() == axum::http::Version::HTTP_11 && hosts != 1)
-        .then(|| ApiError::BadRequest("an HTTP/1.1 request has one Host field".into()))
+        .then(|| ApiError::BadRequest(ONE_HOST.into()))
+}
+
+/// HTTP's status codes end at 599 (RFC 9110 §15): a replica's 600–999 is not an answer (502).
+fn http_status(status: &axum::http::StatusCode) -> bool {
+    status.as_u16() <= 599
 }
 
 /// Gives an answer of the proxy's own (an error, a cache hit) an `x-request-id`, as the API's have, for
-/// a caller to quote. What a replica answers carries what the replica gave.
-fn stamp(answer: &mut Response) {
-    if let Ok(id) = HeaderValue::from_str(&crate::crypto::random_id()) {
+/// a caller to quote: the one the caller sent (`given`), if sane. What a replica answers carries what the
+/// replica gave.
+fn stamp(answer: &mut Response, given: Option<&HeaderValue>) {
+    if let Ok(id) = HeaderValue::from_str(&crate::error::request_id(given)) {
         answer.headers_mut().insert("x-request-id", id);
     }
 }
@@ -658,10 +667,11 @@ impl Proxy {
         req: axum::http::Request<ToReplica>,
     ) -> Reply {
         let started = Instant::now();
+        let given = req.headers().get(&X_REQUEST_ID).cloned();
         let resp = match self.serve_inner(&route, target, peer, req).await {
             Ok(passing) => passing,
             Err(mut answered) => {
-                stamp(&mut answered);
+                stamp(&mut answered, given.as_ref());
                 reply(answered)
             }
         };
@@ -727,8 +737,7 @@ impl Proxy {
         let out = self.outgoing(parts, target, body, peer);
         let limit = self.config.replica_timeout();
         let resp = match head_in_time(backend.send(out), limit, uploading).await {
-            // HTTP's status codes end at 599 (RFC 9110 §15); a replica's 600–999 is not an answer.
-            Ok(Ok((r, _))) if r.status().as_u16() > 599 => {
+            Ok(Ok((r, _))) if !http_status(&r.status()) => {
                 tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, status = r.status().as_u16(), "replica answered with no HTTP status");
                 return Err(replica_failed(false));
             }

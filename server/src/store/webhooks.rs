@@ -568,7 +568,8 @@ impl DeliveryQueue for SqlStore {
              updated_at = $3 WHERE id IN (SELECT d.id FROM deliveries d \
                WHERE d.state = 'pending' AND d.next_attempt_at <= $3{only_sql} \
                AND NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.id = d.webhook_id \
-                 AND (w.held_until > $3 OR w.disabled <> 0)) \
+                 AND (w.held_until > $3 OR w.disabled <> 0 OR EXISTS (SELECT 1 FROM accounts o \
+                   WHERE o.id = w.owner_id AND o.disabled_at IS NOT NULL))) \
                ORDER BY d.next_attempt_at LIMIT $4{lock})"
         );
         let now_s = ts(now);
@@ -629,7 +630,8 @@ impl DeliveryQueue for SqlStore {
                AND EXISTS (SELECT 1 FROM deliveries d WHERE d.webhook_id = h.w \
                  AND d.state = 'pending' AND d.next_attempt_at <= $1) \
                AND NOT EXISTS (SELECT 1 FROM webhooks x WHERE x.id = h.w \
-                 AND (x.held_until > $1 OR x.disabled <> 0))",
+                 AND (x.held_until > $1 OR x.disabled <> 0 OR EXISTS (SELECT 1 FROM accounts o \
+                   WHERE o.id = x.owner_id AND o.disabled_at IS NOT NULL)))",
         )
         .bind(ts(now))
         .bind(limit)
