@@ -644,7 +644,14 @@ async fn device_flow_polls_until_the_user_approves() {
     let (status, tok) = poll().await;
     assert_eq!(status, StatusCode::OK, "{tok}");
     assert_eq!(tok["scope"], "openid read-endpoints");
-    assert!(tok["id_token"].is_string());
+    // The ID token's auth_time is when the user signed in to approve, over 10 s before it was made.
+    let (_, jwks) = get_json(&format!("{}/oauth/jwks", s.server.url), None).await;
+    let claims = verify_id_token(&jwks, tok["id_token"].as_str().unwrap());
+    let (auth_time, iat) = (claims["auth_time"].as_i64(), claims["iat"].as_i64());
+    assert!(
+        auth_time.zip(iat).is_some_and(|(a, i)| a + 10 <= i),
+        "{claims}"
+    );
     tokio::time::sleep(std::time::Duration::from_secs(11)).await;
     assert_eq!(
         poll().await.1["error"],

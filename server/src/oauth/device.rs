@@ -13,7 +13,7 @@ use crate::model::account::{Account, Scope};
 use crate::model::oauth::{
     display_user_code, normalize_user_code, parse_scopes, Grant, GrantKind, USER_CODE_ALPHABET,
 };
-use crate::store::{DeviceAuth, DeviceStatus, StoreError};
+use crate::store::{DeviceAuth, DeviceStatus, StoreError, WebSession};
 
 /// The device authorization response.
 #[derive(Debug, Clone, Serialize)]
@@ -76,6 +76,7 @@ pub async fn start(
             last_poll_at: None,
             expires_at: now + ttl,
             created_at: now,
+            auth_time: None,
         };
         let mut unit = p.store.begin().await?;
         match unit.add_device(&auth).await {
@@ -136,6 +137,7 @@ pub async fn find(p: &Provider, typed: &str) -> OAuthResult<Option<PendingDevice
 pub async fn answer(
     p: &Provider,
     user: &Account,
+    signed_in: &WebSession,
     device_hash: &str,
     approve: Option<Vec<String>>,
 ) -> OAuthResult<bool> {
@@ -156,7 +158,9 @@ pub async fn answer(
     let decided = unit
         .decide_device(
             device_hash,
-            approve.as_ref().map(|o| (user.id.as_str(), o.as_slice())),
+            approve
+                .as_ref()
+                .map(|o| (user.id.as_str(), signed_in.created_at, o.as_slice())),
         )
         .await?;
     unit.commit().await?;
@@ -242,7 +246,8 @@ async fn finish(
         org_ids: auth.org_ids.clone(),
         personal: true,
         nonce: None,
-        auth_time: now,
+        // When the user who approved signed in (older rows have none: then, now).
+        auth_time: auth.auth_time.unwrap_or(now),
         created_at: now,
         revoked_at: None,
     };

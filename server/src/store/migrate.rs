@@ -49,6 +49,11 @@ const SQLITE: &[Migration] = &[
         name: "notifications",
         sql: include_str!("../../migrations/sqlite/0007_notifications.sql"),
     },
+    Migration {
+        version: 8,
+        name: "device auth time",
+        sql: include_str!("../../migrations/sqlite/0008_device_auth_time.sql"),
+    },
 ];
 
 const POSTGRES: &[Migration] = &[
@@ -76,6 +81,11 @@ const POSTGRES: &[Migration] = &[
         version: 5,
         name: "notifications",
         sql: include_str!("../../migrations/postgres/0005_notifications.sql"),
+    },
+    Migration {
+        version: 6,
+        name: "device auth time",
+        sql: include_str!("../../migrations/postgres/0006_device_auth_time.sql"),
     },
 ];
 

@@ -71,6 +71,8 @@ pub struct DeviceAuth {
     pub last_poll_at: Option<DateTime<Utc>>,
     pub expires_at: DateTime<Utc>,
     pub created_at: DateTime<Utc>,
+    /// When the user who approved it signed in.
+    pub auth_time: Option<DateTime<Utc>>,
 }
 
 /// A browser session of the sign-in pages.
@@ -148,10 +150,12 @@ pub trait OAuthStore {
     ) -> StoreResult<Option<DeviceAuth>>;
     /// Approves (with the user and organizations) or denies a pending authorization; false when it
     /// was no longer pending.
+    /// Approves (by this user, signed in at that time, for these organizations) or denies a pending
+    /// authorization: false when it was not pending.
     async fn decide_device(
         &mut self,
         device_hash: &str,
-        approve: Option<(&str, &[String])>,
+        approve: Option<(&str, DateTime<Utc>, &[String])>,
     ) -> StoreResult<bool>;
     /// Records a poll and the interval the client must keep from now on.
     async fn polled_device(
@@ -308,6 +312,7 @@ fn device_from(row: &AnyRow) -> StoreResult<DeviceAuth> {
         last_poll_at: opt_ts(row, "last_poll_at")?,
         expires_at: req_ts(row, "expires_at")?,
         created_at: req_ts(row, "created_at")?,
+        auth_time: opt_ts(row, "auth_time")?,
     })
 }
 
@@ -771,20 +776,26 @@ impl OAuthStore for SqlSession {
     async fn decide_device(
         &mut self,
         device_hash: &str,
-        approve: Option<(&str, &[String])>,
+        approve: Option<(&str, DateTime<Utc>, &[String])>,
     ) -> StoreResult<bool> {
-        let (status, user, orgs) = match approve {
-            Some((user, orgs)) => (DeviceStatus::Approved, Some(user), Some(json(orgs)?)),
-            None => (DeviceStatus::Denied, None, None),
+        let (status, user, orgs, auth_time) = match approve {
+            Some((user, at, orgs)) => (
+                DeviceStatus::Approved,
+                Some(user),
+                Some(json(orgs)?),
+                Some(ts(at)),
+            ),
+            None => (DeviceStatus::Denied, None, None, None),
         };
         let res = sqlx::query(
-            "UPDATE oauth_devices SET status = $2, user_id = $3, org_ids = $4 \
+            "UPDATE oauth_devices SET status = $2, user_id = $3, org_ids = $4, auth_time = $5 \
              WHERE device_hash = $1 AND status = 'pending'",
         )
         .bind(device_hash)
         .bind(status.as_str())
         .bind(user)
         .bind(orgs)
+        .bind(auth_time)
         .execute(self.db())
         .await?;
         Ok(res.rows_affected() == 1)

@@ -743,7 +743,7 @@ async fn device_decide(State(s): State<AppState>, headers: HeaderMap, body: Byte
         };
         let approve = (form.get("decision") == Some("approve")).then_some(orgs);
         let approved = approve.is_some();
-        if !device::answer(p, &user, &found.auth.device_hash, approve).await? {
+        if !device::answer(p, &user, &b.session, &found.auth.device_hash, approve).await? {
             return Ok(error_page("That code was already answered."));
         }
         Ok(if approved {
