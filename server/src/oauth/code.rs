@@ -295,10 +295,21 @@ fn parse_request(
     (expires > now && constant_time_eq(req.session.as_bytes(), session.as_bytes())).then_some(req)
 }
 
-/// A kept request, if it is still pending and belongs to this browser session.
+/// [`parse_request`], for a request the session may answer now: not one kept for a new sign-in
+/// (`sign_in_first`, which only [`rebind`] clears).
+fn answerable(
+    json: &str,
+    expires: DateTime<Utc>,
+    now: DateTime<Utc>,
+    session: &str,
+) -> Option<AuthRequest> {
+    parse_request(json, expires, now, session).filter(|r| !r.sign_in_first)
+}
+
+/// A kept request, if it is still pending, belongs to this browser session and may be answered by it.
 pub async fn pending(p: &Provider, id: &str, session: &str) -> OAuthResult<Option<AuthRequest>> {
     let row = p.store.read().await?.request(&hash_token(id)).await?;
-    Ok(row.and_then(|(json, exp)| parse_request(&json, exp, p.now(), session)))
+    Ok(row.and_then(|(json, exp)| answerable(&json, exp, p.now(), session)))
 }
 
 /// Moves a kept request to a new browser session (the session changes at sign-in).
@@ -352,7 +363,7 @@ pub async fn take(p: &Provider, id: &str, session: &str) -> OAuthResult<Option<A
     let mut unit = p.store.begin().await?;
     let row = unit.take_request(&hash_token(id)).await?;
     unit.commit().await?;
-    Ok(row.and_then(|(json, exp)| parse_request(&json, exp, p.now(), session)))
+    Ok(row.and_then(|(json, exp)| answerable(&json, exp, p.now(), session)))
 }
 
 /// The user's answer to a request: approve with these organizations (ids), or deny.

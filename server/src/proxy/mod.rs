@@ -236,12 +236,11 @@ impl<S: Inner> Front<S> {
     ) -> impl std::future::Future<Output = Result<Reply, std::convert::Infallible>> + Send + 'static
     {
         use futures_util::future::Either;
-        if let Some(refused) = one_host(&req) {
-            let mut answer = refused.into_response();
-            stamp(&mut answer, req.headers().get(&X_REQUEST_ID));
-            return Either::Right(Either::Left(std::future::ready(Ok(reply(answer)))));
-        }
-        match endpoint_target(&self.proxy, &req) {
+        let target = match one_host(&req) {
+            Some(refused) => Some(Err(refused)),
+            None => endpoint_target(&self.proxy, &req),
+        };
+        match target {
             Some(Ok((route, target))) => {
                 let proxy = self.proxy.clone();
                 Either::Left(async move { Ok(proxy.serve(route, target, peer, req).await) })

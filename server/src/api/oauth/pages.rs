@@ -536,10 +536,6 @@ async fn consent_page(
         else {
             return Ok(forbidden());
         };
-        // Kept until the user signs in again: the session that saw it is too old to answer it.
-        if req.sign_in_first {
-            return Ok(forbidden());
-        }
         let Some((app, _)) = crate::oauth::clients::app(p, &req.client_id).await? else {
             return Ok(error_page("the app no longer exists"));
         };
@@ -599,9 +595,6 @@ async fn consent(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> 
         let Some(req) = code::take(p, id, &b.hash).await? else {
             return Ok(forbidden());
         };
-        if req.sign_in_first {
-            return Ok(forbidden());
-        }
         let approve = (form.get("decision") == Some("approve")).then_some(orgs);
         let url = code::answer(p, &user, &b.session, &req, approve).await?;
         Ok(see_other(&url, None))
