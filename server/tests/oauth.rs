@@ -178,6 +178,15 @@ fn verify_id_token(jwks: &Value, token: &str) -> Value {
     serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap()
 }
 
+/// How long before its ID token was made (`iat − auth_time`) the user signed in, the token verified
+/// against the server's JWKS; `i64::MIN` when either claim is missing.
+async fn sign_in_lead(s: &Setup, tok: &Value) -> i64 {
+    let (_, jwks) = get_json(&format!("{}/oauth/jwks", s.server.url), None).await;
+    let claims = verify_id_token(&jwks, tok["id_token"].as_str().expect("an ID token"));
+    let (auth_time, iat) = (claims["auth_time"].as_i64(), claims["iat"].as_i64());
+    auth_time.zip(iat).map_or(i64::MIN, |(a, i)| i - a)
+}
+
 async fn get_json(url: &str, bearer: Option<&str>) -> (StatusCode, Value) {
     let mut req = http().get(url);
     if let Some(t) = bearer {
@@ -645,13 +654,8 @@ async fn device_flow_polls_until_the_user_approves() {
     assert_eq!(status, StatusCode::OK, "{tok}");
     assert_eq!(tok["scope"], "openid read-endpoints");
     // The ID token's auth_time is when the user signed in to approve, over 10 s before it was made.
-    let (_, jwks) = get_json(&format!("{}/oauth/jwks", s.server.url), None).await;
-    let claims = verify_id_token(&jwks, tok["id_token"].as_str().unwrap());
-    let (auth_time, iat) = (claims["auth_time"].as_i64(), claims["iat"].as_i64());
-    assert!(
-        auth_time.zip(iat).is_some_and(|(a, i)| a + 10 <= i),
-        "{claims}"
-    );
+    let lead = sign_in_lead(&s, &tok).await;
+    assert!(lead >= 10, "signed in {lead} s before the token");
     tokio::time::sleep(std::time::Duration::from_secs(11)).await;
     assert_eq!(
         poll().await.1["error"],
@@ -1207,12 +1211,10 @@ async fn prompt_none_consent_and_login_and_the_form_post() {
         .await;
     let code = param(&location(&recent), "code").expect("a code within max_age");
     let tok: Value = redeem(&s, &code).await.json().await.unwrap();
-    let (_, jwks) = get_json(&format!("{}/oauth/jwks", s.server.url), None).await;
-    let claims = verify_id_token(&jwks, tok["id_token"].as_str().unwrap());
-    let (auth_time, iat) = (claims["auth_time"].as_i64(), claims["iat"].as_i64());
+    let lead = sign_in_lead(&s, &tok).await;
     assert!(
-        auth_time.zip(iat).is_some_and(|(a, i)| a + 2 <= i),
-        "signed in over 2 s before the token: {claims}"
+        lead >= 2,
+        "signed in {lead} s before the token, not over 2 s"
     );
     let again = b
         .get(&authorize_path(&s.client_id, &[("prompt", "consent")]))

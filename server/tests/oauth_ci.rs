@@ -442,14 +442,7 @@ async fn a_workflow_signs_in_to_its_namespace_only() {
         (StatusCode::OK, Some("read-endpoints")),
         "{tok}"
     );
-    let reader = s
-        .server
-        .anonymous()
-        .with_token(tok["access_token"].as_str().map(String::from));
-    let e = reader
-        .create_endpoint::<Value>("acme", &common::endpoint_body("nope"))
-        .await
-        .unwrap_err();
+    let e = deploy_in_acme(&s, &tok).await.unwrap_err();
     assert_eq!(
         e.status(),
         Some(StatusCode::FORBIDDEN),
@@ -499,15 +492,18 @@ async fn a_workflow_may_ask_for_less_and_sent_client_credentials_must_be_right()
     let (status, tok) = post("read-endpoints", false).await;
     assert_eq!(status, StatusCode::OK, "{tok}");
     assert_eq!(tok["scope"], "read-endpoints");
-    let reader = s
+    let e = deploy_in_acme(&s, &tok).await.unwrap_err();
+    assert_eq!(e.status(), Some(StatusCode::FORBIDDEN));
+}
+
+/// An attempt to deploy in `acme` with the access token of a token response.
+async fn deploy_in_acme(s: &Setup, tok: &Value) -> switchyard_server::client::ClientResult<Value> {
+    let ci = s
         .server
         .anonymous()
         .with_token(tok["access_token"].as_str().map(String::from));
-    let e = reader
-        .create_endpoint::<Value>("acme", &common::endpoint_body("nope"))
+    ci.create_endpoint::<Value>("acme", &common::endpoint_body("nope"))
         .await
-        .unwrap_err();
-    assert_eq!(e.status(), Some(StatusCode::FORBIDDEN));
 }
 
 #[tokio::test]
