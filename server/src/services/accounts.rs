@@ -362,6 +362,10 @@ pub async fn set_disabled(
     let at = disabled.then_some(account.disabled_at.unwrap_or(now));
     unit.set_account_disabled(name, at).await?;
     let account = existing(unit.as_mut(), name, AccountKind::User).await?;
+    // What its webhooks still had to send is not sent (a replay brings it back once enabled).
+    if disabled {
+        unit.cancel_deliveries_of_owner(&account.id, now).await?;
+    }
     unit.commit().await?;
     ctx.revocations.revoke();
     tracing::info!(user = %name, disabled, "account access changed");

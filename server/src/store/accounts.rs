@@ -233,19 +233,6 @@ impl AccountStore for SqlSession {
             .bind(name)
             .execute(self.db())
             .await?;
-        // What its webhooks still had to send is not sent (a replay brings it back once enabled).
-        if let Some(at) = at {
-            sqlx::query(
-                "UPDATE deliveries SET state = 'cancelled', next_attempt_at = NULL, \
-                 claim_token = NULL, lease_until = NULL, updated_at = $2 \
-                 WHERE state IN ('pending', 'sending') AND webhook_id IN (SELECT w.id \
-                   FROM webhooks w JOIN accounts a ON a.id = w.owner_id WHERE a.name = $1)",
-            )
-            .bind(name)
-            .bind(ts(at))
-            .execute(self.db())
-            .await?;
-        }
         Ok(res.rows_affected() > 0)
     }
 

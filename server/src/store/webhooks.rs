@@ -13,6 +13,26 @@ use super::sql::{Backend, SqlSession, SqlStore};
 use super::{json, json_err, opt_ts, parse_ts, req_ts, ts, StoreResult};
 use crate::model::webhook::{Domain, LastAttempt, Watched};
 
+/// SQL: cancels the deliveries still to send (pending, or claimed and sending) that the `WHERE` clause
+/// this is followed by picks; `$2` is the time.
+macro_rules! cancel_deliveries {
+    () => {
+        "UPDATE deliveries SET state = 'cancelled', next_attempt_at = NULL, claim_token = NULL, \
+         lease_until = NULL, updated_at = $2 WHERE state IN ('pending', 'sending') AND "
+    };
+}
+
+/// SQL: the owner of the webhook `$w` (a table alias) is disabled: its webhooks send nothing.
+macro_rules! owner_disabled {
+    ($w:literal) => {
+        concat!(
+            "EXISTS (SELECT 1 FROM accounts o WHERE o.id = ",
+            $w,
+            ".owner_id AND o.disabled_at IS NOT NULL)"
+        )
+    };
+}
+
 /// A webhook as stored; `secret` and `signing_keys` are sealed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WebhookRecord {
@@ -111,6 +131,12 @@ pub trait WebhookStore {
         reason: Option<&str>,
         now: DateTime<Utc>,
     ) -> StoreResult<bool>;
+    /// Cancels what the webhooks of the account `owner_id` still had to send (it was disabled).
+    async fn cancel_deliveries_of_owner(
+        &mut self,
+        owner_id: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<()>;
     /// Locks the webhook's row for the rest of the unit of work (PostgreSQL; on SQLite the unit
     /// already holds the only write lock), so a read-change-write of it is not lost to another. Plain
     /// reads take no lock.
@@ -252,20 +278,20 @@ impl SqlSession {
         now: DateTime<Utc>,
     ) -> StoreResult<()> {
         let now = ts(now);
-        let done = sqlx::query(
+        let done = sqlx::query(concat!(
             "INSERT INTO deliveries (id, webhook_id, event_seq, state, attempts, next_attempt_at, \
              manual, created_at, updated_at) \
              SELECT $1 || '-' || w.id, w.id, $2, 'pending', 0, $3, 0, $3, $3 FROM webhooks w \
-             WHERE w.disabled = 0 AND NOT EXISTS (SELECT 1 FROM accounts o \
-               WHERE o.id = w.owner_id AND o.disabled_at IS NOT NULL) \
-             AND w.id IN (SELECT k.webhook_id FROM webhook_watches k \
+             WHERE w.disabled = 0 AND NOT ",
+            owner_disabled!("w"),
+            " AND w.id IN (SELECT k.webhook_id FROM webhook_watches k \
                WHERE k.domain = $4 AND k.name IN ($5, $6) \
                  AND ((k.kind IN ('user', 'org') AND k.name = $5) \
                    OR (k.kind = 'model' AND k.name = $6))) \
              AND ($4 <> 'endpoint' OR EXISTS (SELECT 1 FROM accounts a WHERE a.name = $5 \
                AND (a.id = w.owner_id OR EXISTS (SELECT 1 FROM memberships m \
-                 WHERE m.org_id = a.id AND m.user_id = w.owner_id))))",
-        )
+                 WHERE m.org_id = a.id AND m.user_id = w.owner_id))))"
+        ))
         .bind(event_id)
         .bind(seq)
         .bind(&now)
@@ -389,17 +415,29 @@ impl WebhookStore for SqlSession {
         .rows_affected()
             > 0;
         if disabled {
-            sqlx::query(
-                "UPDATE deliveries SET state = 'cancelled', next_attempt_at = NULL, \
-                 claim_token = NULL, lease_until = NULL, updated_at = $2 \
-                 WHERE webhook_id = $1 AND state IN ('pending', 'sending')",
-            )
-            .bind(id)
-            .bind(&now)
-            .execute(self.db())
-            .await?;
+            sqlx::query(concat!(cancel_deliveries!(), "webhook_id = $1"))
+                .bind(id)
+                .bind(&now)
+                .execute(self.db())
+                .await?;
         }
         Ok(changed)
+    }
+
+    async fn cancel_deliveries_of_owner(
+        &mut self,
+        owner_id: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        sqlx::query(concat!(
+            cancel_deliveries!(),
+            "webhook_id IN (SELECT id FROM webhooks WHERE owner_id = $1)"
+        ))
+        .bind(owner_id)
+        .bind(ts(now))
+        .execute(self.db())
+        .await?;
+        Ok(())
     }
 
     async fn lock_webhook(&mut self, id: &str) -> StoreResult<()> {
@@ -568,9 +606,9 @@ impl DeliveryQueue for SqlStore {
              updated_at = $3 WHERE id IN (SELECT d.id FROM deliveries d \
                WHERE d.state = 'pending' AND d.next_attempt_at <= $3{only_sql} \
                AND NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.id = d.webhook_id \
-                 AND (w.held_until > $3 OR w.disabled <> 0 OR EXISTS (SELECT 1 FROM accounts o \
-                   WHERE o.id = w.owner_id AND o.disabled_at IS NOT NULL))) \
-               ORDER BY d.next_attempt_at LIMIT $4{lock})"
+                 AND (w.held_until > $3 OR w.disabled <> 0 OR {owner_disabled})) \
+               ORDER BY d.next_attempt_at LIMIT $4{lock})",
+            owner_disabled = owner_disabled!("w"),
         );
         let now_s = ts(now);
         let claimed = {
@@ -619,7 +657,7 @@ impl DeliveryQueue for SqlStore {
 
     async fn due_webhooks(&self, now: DateTime<Utc>, limit: i64) -> StoreResult<Vec<String>> {
         // A loose index scan: each step seeks the next webhook id in `deliveries_pending_by_webhook`.
-        let rows: Vec<Option<String>> = sqlx::query_scalar(
+        let rows: Vec<Option<String>> = sqlx::query_scalar(concat!(
             "WITH RECURSIVE hooks(w, n) AS ( \
                SELECT (SELECT MIN(webhook_id) FROM deliveries WHERE state = 'pending'), 0 \
                UNION ALL \
@@ -630,9 +668,10 @@ impl DeliveryQueue for SqlStore {
                AND EXISTS (SELECT 1 FROM deliveries d WHERE d.webhook_id = h.w \
                  AND d.state = 'pending' AND d.next_attempt_at <= $1) \
                AND NOT EXISTS (SELECT 1 FROM webhooks x WHERE x.id = h.w \
-                 AND (x.held_until > $1 OR x.disabled <> 0 OR EXISTS (SELECT 1 FROM accounts o \
-                   WHERE o.id = x.owner_id AND o.disabled_at IS NOT NULL)))",
-        )
+                 AND (x.held_until > $1 OR x.disabled <> 0 OR ",
+            owner_disabled!("x"),
+            "))"
+        ))
         .bind(ts(now))
         .bind(limit)
         .fetch_all(self.pool())
