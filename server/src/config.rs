@@ -379,6 +379,10 @@ pub struct ProxyConfig {
     /// (504 when it has not come), and between two reads of its body (the caller's connection is closed,
     /// the body cut short). See [`ProxyConfig::replica_timeout`].
     pub replica_timeout_s: u64,
+    /// How long (microseconds) a data-plane worker keeps polling for events after a request before it
+    /// sleeps (see `proxy::poll`): a replica's answer or the caller's next request is taken as it comes,
+    /// without a wake-up, for at most this much CPU after each request. 0 turns it off; at most a second.
+    pub busy_poll_us: u64,
 }
 
 /// A timeout of `s` seconds, from a second to a year.
@@ -411,6 +415,7 @@ impl Default for ProxyConfig {
             header_timeout_s: 60,
             caller_timeout_s: 60,
             replica_timeout_s: 600,
+            busy_poll_us: 100,
         }
     }
 }
@@ -428,6 +433,11 @@ impl ProxyConfig {
     /// `replica_timeout_s`, from a second to a year.
     pub fn replica_timeout(&self) -> std::time::Duration {
         timeout(self.replica_timeout_s)
+    }
+
+    /// `busy_poll_us`, at most a second.
+    pub fn busy_poll(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.busy_poll_us.min(1_000_000))
     }
 
     /// `trusted_proxies` parsed; start-up refuses a list that does not parse.
@@ -880,6 +890,7 @@ impl Config {
         p.header_timeout_s = t.header.as_secs();
         p.caller_timeout_s = t.caller.as_secs();
         p.replica_timeout_s = self.proxy.replica_timeout().as_secs();
+        p.busy_poll_us = self.proxy.busy_poll().as_micros() as u64;
         toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
     }
 }
@@ -1232,8 +1243,11 @@ mod tests {
         c.store.data_dir = Some("/d".into());
         c.proxy.replica_timeout_s = 0;
         c.proxy.idle_timeout_s = 99_999_999_999_999;
+        c.proxy.busy_poll_us = u64::MAX;
         let shown = c.to_redacted_toml();
         assert!(shown.contains("replica_timeout_s = 1\n"), "{shown}");
         assert!(shown.contains("idle_timeout_s = 31536000\n"), "{shown}");
+        assert!(shown.contains("busy_poll_us = 1000000\n"), "{shown}");
+        assert_eq!(c.proxy.busy_poll(), std::time::Duration::from_secs(1));
     }
 }

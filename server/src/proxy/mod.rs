@@ -14,6 +14,7 @@
 pub mod balance;
 pub mod cache;
 mod fast;
+mod poll;
 pub mod workers;
 
 use std::collections::HashMap;

@@ -31,6 +31,7 @@ use tokio::sync::watch;
 use hyper_util::rt::{TokioIo, TokioTimer};
 
 use super::fast::{self, Hand};
+use super::poll;
 use super::{Front, Inner};
 use crate::config::ClientTimeouts;
 use crate::error::ApiError;
@@ -198,6 +199,7 @@ where
     runtime.block_on(async move {
         listener.set_nonblocking(true)?;
         let listener = TcpListener::from_std(listener)?;
+        tokio::spawn(poll::run(app.proxy.config.busy_poll()));
         tokio::select! {
             () = accept_until(listener, app, stop) => Ok(()),
             _ = abort.wait_for(|s| *s) => Ok(()),
@@ -281,7 +283,12 @@ async fn own_path(
             () = &mut stopping => return false,
         };
         let hand = match read {
-            Ok(()) => fast::serve(proxy, conn, peer).await,
+            Ok(()) => {
+                poll::busy();
+                let hand = fast::serve(proxy, conn, peer).await;
+                poll::busy();
+                hand
+            }
             Err(hand) => hand,
         };
         match hand {
@@ -379,6 +386,7 @@ async fn general<S>(
     let ClientTimeouts { header, caller, .. } = timeouts;
     // A request body waited for longer than the caller's time ends in an error: the proxy answers 408.
     let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        poll::busy();
         app.answer(
             req.map(|body| ToReplica::Left(Paced::new(body, caller, BODY_STALLED))),
             peer,
