@@ -479,12 +479,18 @@ async fn bench(srv: &Server, engine: &Path, secs: f64, server: tokio::runtime::H
     let added = |f: &Figures| (us(f.p50) - us(one[0].p50), us(f.p99) - us(one[0].p99));
     let ((add50, add99), (full50, _)) = (added(&one[1]), added(&one[2]));
     let (ratio, hits) = (many[1].rps / many[0].rps, many[3].rps / many[0].rps);
-    let (features, share) = (full50 / add50, through - own);
+    let share = through - own;
     let figures = [
         ("added p50, 1 connection", add50, "µs", 40.0, true),
         ("added p99, 1 connection", add99, "µs", 100.0, true),
         ("req/s ÷ direct, 64 connections", ratio, "×", 0.5, false),
-        ("full ÷ plain added p50, 1 conn", features, "×", 1.25, true),
+        (
+            "full path's added p50, 1 conn",
+            full50,
+            "µs",
+            full_allowance(add50),
+            true,
+        ),
         ("cache hits ÷ direct, 64 conns", hits, "×", 0.9, false),
         (
             "cold start: control plane's share",
@@ -525,7 +531,7 @@ async fn bench(srv: &Server, engine: &Path, secs: f64, server: tokio::runtime::H
     // `at_most`: which side of the target passes.
     for (name, value, unit, target, at_most) in figures {
         let (op, word) = verdict(value, target, at_most);
-        let target = format!("{op} {target} {unit}");
+        let target = format!("{op} {target:.1} {unit}");
         println!("{name:<40} {value:>10.2} {unit:<2}   target {target:<10} {word}");
     }
 }
@@ -926,6 +932,15 @@ async fn nginx_bench(srv: &Server, server: tokio::runtime::Handle) {
     let direct = format!("http://127.0.0.1:{port}/");
     let (wrk_bin, script) = (wrk_bin.as_path(), script.as_path());
 
+    // `BENCH_HOLD=SECS`: the servers are held that long, their URLs printed, to be measured by hand.
+    if let Some(secs) = std::env::var("BENCH_HOLD")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        let (plain, full) = (at("ngx"), at("ngx-full"));
+        println!("held for {secs} s: direct={direct} nginx={proxied} nginx-cached={nginx_cached} plain={plain} full={full} relay={relayed} (token in {})", srv.data_dir.join("admin-token").display());
+        tokio::task::block_in_place(|| std::thread::sleep(Duration::from_secs(secs)));
+    }
     let load = load_average();
     println!("\nSide by side with nginx (nginx replica answering 200, wrk GET /, {WRK_TURNS_ONE} turns of {WRK_SECONDS} s at 1 connection and {WRK_PAIRS_ONE} more pairs of nginx and plain, {WRK_TURNS} at 64; medians; load average {load} before)");
     println!(
@@ -1042,12 +1057,12 @@ async fn nginx_bench(srv: &Server, server: tokio::runtime::Handle) {
             "(nginx)".to_string(),
         ),
         (
-            "full ÷ plain added p50, 1 conn",
-            full50 / sy50,
-            1.25,
-            "×",
+            "full path's added p50, 1 conn",
+            full50,
+            full_allowance(sy50),
+            "µs",
             true,
-            String::new(),
+            format!("(the plain path's {sy50:.1} µs, and a quarter of it)"),
         ),
         (
             "cache hits req/s, 64 connections",
@@ -1063,6 +1078,13 @@ async fn nginx_bench(srv: &Server, server: tokio::runtime::Handle) {
         let target = format!("{op} {target:.2} {unit}");
         println!("{name:<44} {value:>10.2} {unit:<2}   target {target:<22} {word}  {note}");
     }
+}
+
+/// The most the full feature path (auth + CIDR + cache miss + least connections) may add at one
+/// connection, given the plain path's added p50: 1.25× that, or, when the proxy answers sooner than a
+/// direct call (the plain path's figure below zero), that less a quarter of its size.
+fn full_allowance(plain: f64) -> f64 {
+    plain + 0.25 * plain.abs()
 }
 
 /// The comparison a target asks for (`at_most`: the value may not exceed it) and whether it passed.
