@@ -10,8 +10,9 @@
 //! and a current-thread runtime with a yielded task polls its event driver with a zero timeout instead of
 //! sleeping; requests and their I/O run between the poller's turns as usual. When the CPU is wanted
 //! elsewhere (a yield that gave it away for longer than [`CONTENDED`]: under load, the callers and the
-//! replicas need it), the poller steps aside for [`BACK_OFF`], parked. Once nothing has happened for the window it
-//! parks, and the worker sleeps as before until a request wakes it: an idle server does no work for it.
+//! replicas need it), the poller steps aside for [`BACK_OFF`], parked. Once nothing has happened for the
+//! window it parks, and the worker sleeps as before until a request wakes it: an idle server does no work
+//! for it.
 //!
 //! The cost is CPU, at most the window's worth after each request: a worker whose requests come one at a
 //! time, back to back, keeps its core busy. That is the price of polling (as of the kernel's own
@@ -131,7 +132,9 @@ mod tests {
                 tokio::task::yield_now().await;
                 turns += 1;
             }
-            assert!(!is_parked(), "within its window the poller polls");
+            // (Unless a busy machine gave its CPU to others for long enough that it stepped aside.)
+            let aside = stepped_aside(Instant::now());
+            assert!(!is_parked() || aside, "within its window the poller polls");
             tokio::time::sleep(window * 4).await;
             assert!(
                 is_parked(),
