@@ -1082,7 +1082,7 @@ async fn nginx_bench(srv: &Server, server: tokio::runtime::Handle) {
 
 /// The most the full feature path (auth + CIDR + cache miss + least connections) may add at one
 /// connection, given the plain path's added p50: 1.25× that, or, when the proxy answers sooner than a
-/// direct call (the plain path's figure below zero), that less a quarter of its size.
+/// direct call (the plain path's figure below zero), that figure plus a quarter of its size (nearer zero).
 fn full_allowance(plain: f64) -> f64 {
     plain + 0.25 * plain.abs()
 }

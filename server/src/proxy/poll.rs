@@ -120,7 +120,7 @@ mod tests {
             .build()
             .expect("runtime");
         rt.block_on(async {
-            let window = Duration::from_millis(30);
+            let window = Duration::from_millis(200);
             tokio::spawn(run(window));
             tokio::task::yield_now().await;
             assert!(is_parked(), "no request yet: the poller sleeps");
@@ -132,9 +132,12 @@ mod tests {
                 tokio::task::yield_now().await;
                 turns += 1;
             }
-            // (Unless a busy machine gave its CPU to others for long enough that it stepped aside.)
-            let aside = stepped_aside(Instant::now());
-            assert!(!is_parked() || aside, "within its window the poller polls");
+            // Unless a busy machine gave its CPU to others for long enough that it stepped aside.
+            let excused = ASIDE_UNTIL.get().is_some();
+            assert!(
+                !is_parked() || excused,
+                "within its window the poller polls"
+            );
             tokio::time::sleep(window * 4).await;
             assert!(
                 is_parked(),
