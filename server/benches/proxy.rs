@@ -17,7 +17,8 @@
 //!
 //! Run: `cargo build --release -p switchyard-test-engine && cargo bench -p switchyard-server --bench proxy`.
 //! Set `BENCH_SECONDS` to change the measured time per scenario of the engine part (default 2.0; the nginx
-//! part takes turns of `WRK_SECONDS`); `BENCH_PART=nginx` (or `engine`) runs one of the two comparisons only.
+//! part takes turns of `WRK_SECONDS`); `BENCH_PART=nginx` (or `engine`) runs one of the two comparisons only;
+//! `BENCH_BUSY_POLL_US` sets the server's `proxy.busy_poll_us` (0 measures it without busy polling).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -74,6 +75,12 @@ async fn start(http: reqwest::Client) -> Server {
     let mut config = Config::default();
     config.store.data_dir = Some(dir.path().to_path_buf());
     config.server.listen = "127.0.0.1:0".parse().expect("addr");
+    if let Some(us) = std::env::var("BENCH_BUSY_POLL_US")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        config.proxy.busy_poll_us = us;
+    }
     let app = Application::build(&config).await.expect("build");
     let url = format!("http://{}", app.local_addr());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -8,11 +8,16 @@
 //! proxy adds. So each worker has a poller task. While the worker had a request within the window, the
 //! poller gives the CPU to any other thread that wants it (`sched_yield`) and then yields to the runtime,
 //! and a current-thread runtime with a yielded task polls its event driver with a zero timeout instead of
-//! sleeping; requests and their I/O run between the poller's turns as usual. When the CPU is wanted
-//! elsewhere (a yield that gave it away for longer than [`CONTENDED`]: under load, the callers and the
-//! replicas need it), the poller steps aside for [`BACK_OFF`], parked. Once nothing has happened for the
-//! window it parks, and the worker sleeps as before until a request wakes it: an idle server does no work
-//! for it.
+//! sleeping; requests and their I/O run between the poller's turns as usual. Once nothing has happened for
+//! the window it parks, and the worker sleeps as before until a request wakes it: an idle server does no
+//! work for it.
+//!
+//! Polling only pays while a CPU would otherwise sit idle. When the CPU is wanted elsewhere (a yield that
+//! gave it away for longer than [`CONTENDED`]: under load, the callers and the replicas need it) the poller
+//! steps aside, asleep on a timer, for [`BACK_OFF`]; for twice as long each time it is wanted again soon
+//! after, up to [`MAX_BACK_OFF`]. A loaded machine so sees the poller about ten times a second, and the
+//! worker serves its connections as it would without one: a spinning thread would also keep its CPU from
+//! taking over work queued on the others.
 //!
 //! The cost is CPU, at most the window's worth after each request: a worker whose requests come one at a
 //! time, back to back, keeps its core busy. That is the price of polling (as of the kernel's own
@@ -25,46 +30,36 @@ use std::time::{Duration, Instant};
 /// A yield that kept the poller off the CPU for longer than this gave it to a thread that had work: the
 /// machine is busy, and polling would take from that work.
 const CONTENDED: Duration = Duration::from_micros(30);
-/// How long the poller steps aside when the CPU is wanted elsewhere: it parks, and the requests in that time
-/// do not wake it (no timer wakes it either).
+/// How long the poller first steps aside when the CPU is wanted elsewhere. Requests in that time do not
+/// wake it; its timer does.
 const BACK_OFF: Duration = Duration::from_millis(2);
+/// The longest the poller steps aside, on a machine whose CPUs are wanted each time it comes back.
+const MAX_BACK_OFF: Duration = Duration::from_millis(100);
 
 thread_local! {
     /// This worker's window; zero on any thread without a poller.
     static WINDOW: Cell<Duration> = const { Cell::new(Duration::ZERO) };
-    /// When this worker last had a request.
-    static LAST: Cell<Option<Instant>> = const { Cell::new(None) };
-    /// Until when the poller stays aside: the CPU was wanted elsewhere.
-    static ASIDE_UNTIL: Cell<Option<Instant>> = const { Cell::new(None) };
-    /// The poller, while it is parked.
+    /// Requests this worker has had (counted by [`busy`]; the poller reads the clock, `busy` does not).
+    static REQUESTS: Cell<u64> = const { Cell::new(0) };
+    /// The poller, while it is parked waiting for a request (not while it steps aside).
     static PARKED: Cell<Option<Waker>> = const { Cell::new(None) };
+    /// Until when the poller steps aside, while it does.
+    static ASIDE_UNTIL: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// Makes the poller's next yield count as contended.
+    #[cfg(test)]
+    static CONTEND: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Says that this worker has a request: it polls for at least its window from now before it sleeps.
-/// Nothing on a thread without a poller.
+/// Says that this worker has a request: it polls for at least its window from now before it sleeps (unless
+/// it steps aside). Nothing on a thread without a poller.
 pub(super) fn busy() {
     if WINDOW.get().is_zero() {
         return;
     }
-    let now = Instant::now();
-    LAST.set(Some(now));
-    if stepped_aside(now) {
-        return;
-    }
+    REQUESTS.set(REQUESTS.get().wrapping_add(1));
     if let Some(poller) = PARKED.take() {
         poller.wake();
     }
-}
-
-/// Whether the poller is to stay aside at `now` (see [`BACK_OFF`]).
-fn stepped_aside(now: Instant) -> bool {
-    ASIDE_UNTIL.get().is_some_and(|until| now < until)
-}
-
-/// Whether this worker had a request within its window.
-fn recent() -> bool {
-    let window = WINDOW.get();
-    LAST.get().is_some_and(|t| t.elapsed() < window)
 }
 
 /// The poller of this thread's worker (on a current-thread runtime) with `window`, until the runtime
@@ -74,25 +69,87 @@ pub(super) async fn run(window: Duration) {
         return;
     }
     WINDOW.set(window);
+    let mut aside = Aside::default();
     loop {
-        while recent() {
-            let yielded = Instant::now();
-            std::thread::yield_now();
-            let back = Instant::now();
-            if back - yielded > CONTENDED {
-                ASIDE_UNTIL.set(Some(back + BACK_OFF));
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-        parked().await;
+        parked(REQUESTS.get()).await;
+        poll_while_busy(window, &mut aside).await;
     }
 }
 
-/// Resolves at the next [`busy`] that does not come while the poller stays aside.
-async fn parked() {
+/// Polls until a whole `window` has passed without a request (stepping aside when the CPU is wanted, see
+/// [`Aside`]).
+async fn poll_while_busy(window: Duration, aside: &mut Aside) {
+    let (mut seen, mut last) = (REQUESTS.get(), Instant::now());
+    loop {
+        let yielded = Instant::now();
+        std::thread::yield_now();
+        let back = Instant::now();
+        if contended(back - yielded) {
+            let until = aside.from(back);
+            ASIDE_UNTIL.set(Some(until));
+            tokio::time::sleep_until(until.into()).await;
+            ASIDE_UNTIL.set(None);
+            // Back to polling only if requests came meanwhile.
+            if REQUESTS.get() == seen {
+                return;
+            }
+            (seen, last) = (REQUESTS.get(), Instant::now());
+            continue;
+        }
+        match REQUESTS.get() {
+            now if now != seen => (seen, last) = (now, back),
+            _ if back - last >= window => return,
+            _ => {}
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Whether a yield that kept the poller off the CPU for `off` says the CPU is wanted elsewhere.
+fn contended(off: Duration) -> bool {
+    #[cfg(test)]
+    if CONTEND.take() {
+        return true;
+    }
+    off > CONTENDED
+}
+
+/// How long the poller steps aside each time: [`BACK_OFF`], doubled (up to [`MAX_BACK_OFF`]) each time the
+/// CPU is wanted again within as long as the last step aside lasted.
+struct Aside {
+    last: Duration,
+    ended: Option<Instant>,
+}
+
+impl Default for Aside {
+    fn default() -> Self {
+        Aside {
+            last: BACK_OFF,
+            ended: None,
+        }
+    }
+}
+
+impl Aside {
+    /// Steps aside from `now`: until when.
+    fn from(&mut self, now: Instant) -> Instant {
+        let again = self
+            .ended
+            .is_some_and(|ended| now.saturating_duration_since(ended) < self.last);
+        self.last = match again {
+            true => (self.last * 2).min(MAX_BACK_OFF),
+            false => BACK_OFF,
+        };
+        let until = now + self.last;
+        self.ended = Some(until);
+        until
+    }
+}
+
+/// Resolves at the first [`busy`] after `seen` requests.
+async fn parked(seen: u64) {
     std::future::poll_fn(|cx| {
-        if recent() && !stepped_aside(Instant::now()) {
+        if REQUESTS.get() != seen {
             return Poll::Ready(());
         }
         PARKED.set(Some(cx.waker().clone()));
@@ -113,13 +170,16 @@ mod tests {
         parked
     }
 
-    #[test]
-    fn polls_for_its_window_after_a_request_then_sleeps() {
-        let rt = tokio::runtime::Builder::new_current_thread()
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .expect("runtime");
-        rt.block_on(async {
+            .expect("runtime")
+    }
+
+    #[test]
+    fn polls_for_its_window_after_a_request_then_sleeps() {
+        runtime().block_on(async {
             let window = Duration::from_millis(200);
             tokio::spawn(run(window));
             tokio::task::yield_now().await;
@@ -127,10 +187,8 @@ mod tests {
             busy();
             assert!(!is_parked(), "a request wakes the poller");
             // Other tasks run while it polls.
-            let mut turns = 0;
-            while recent() && turns < 3 {
+            for _ in 0..3 {
                 tokio::task::yield_now().await;
-                turns += 1;
             }
             // Unless a busy machine gave its CPU to others for long enough that it stepped aside.
             let excused = ASIDE_UNTIL.get().is_some();
@@ -150,28 +208,67 @@ mod tests {
 
     #[test]
     fn a_poller_that_stepped_aside_is_not_woken_until_its_time_is_up() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async {
+        runtime().block_on(async {
             tokio::spawn(run(Duration::from_secs(60)));
             tokio::task::yield_now().await;
-            assert!(is_parked());
-            ASIDE_UNTIL.set(Some(Instant::now() + Duration::from_secs(3600)));
+            busy();
+            CONTEND.set(true);
+            tokio::task::yield_now().await;
+            let until = ASIDE_UNTIL
+                .get()
+                .expect("a contended yield: the poller steps aside");
+            assert!(until > Instant::now());
             busy();
             tokio::task::yield_now().await;
-            assert!(is_parked(), "requests while it stays aside leave it parked");
-            ASIDE_UNTIL.set(Some(Instant::now()));
-            busy();
-            assert!(!is_parked(), "the first request after its time wakes it");
+            assert!(!is_parked(), "requests while it stays aside do not wake it");
+            assert_eq!(ASIDE_UNTIL.get(), Some(until), "it stays aside");
+            tokio::time::sleep_until((until + BACK_OFF).into()).await;
+            assert_eq!(ASIDE_UNTIL.get(), None, "its time is up");
+            assert!(!is_parked(), "requests came meanwhile: it polls again");
         });
+    }
+
+    #[test]
+    fn a_poller_aside_with_no_request_meanwhile_sleeps_after() {
+        runtime().block_on(async {
+            tokio::spawn(run(Duration::from_secs(60)));
+            tokio::task::yield_now().await;
+            busy();
+            CONTEND.set(true);
+            tokio::task::yield_now().await;
+            let until = ASIDE_UNTIL.get().expect("stepped aside");
+            tokio::time::sleep_until((until + BACK_OFF).into()).await;
+            assert!(is_parked(), "no request while aside: it sleeps until one");
+        });
+    }
+
+    #[test]
+    fn stepping_aside_again_soon_after_doubles_up_to_the_most() {
+        let mut aside = Aside::default();
+        let t0 = Instant::now();
+        let first = aside.from(t0);
+        assert_eq!(first - t0, BACK_OFF);
+        // Wanted again just after it came back: twice as long, and so on up to the most.
+        let mut at = first + Duration::from_micros(100);
+        let mut lengths = Vec::new();
+        for _ in 0..10 {
+            let until = aside.from(at);
+            lengths.push(until - at);
+            at = until + Duration::from_micros(100);
+        }
+        assert_eq!(lengths[0], BACK_OFF * 2);
+        assert_eq!(lengths[1], BACK_OFF * 4);
+        assert_eq!(*lengths.last().expect("lengths"), MAX_BACK_OFF);
+        assert!(lengths.iter().all(|l| *l <= MAX_BACK_OFF));
+        // A calm spell longer than the last step aside: back to the first length.
+        let calm = at + MAX_BACK_OFF * 2;
+        assert_eq!(aside.from(calm) - calm, BACK_OFF);
     }
 
     #[test]
     fn without_a_poller_a_request_marks_nothing() {
         busy();
-        assert!(!recent());
+        assert_eq!(REQUESTS.get(), 0);
         assert!(!is_parked());
     }
 }
