@@ -606,7 +606,8 @@ async fn exchange(
     guard.add_replica(&backend);
     request_head(proxy, conn, taken, &backend, peer);
     let limit = proxy.config.replica_timeout();
-    let sent = match send_request(conn, &backend, length, taken.repeatable, limit).await {
+    let sent = send_request(conn, &backend, length, taken.repeatable, limit, started);
+    let sent = match sent.await {
         Ok(sent) => sent,
         Err(Unsent::CallerGone) => return Ok(Exchanged::Gone),
         Err(Unsent::CallerStalled) => return Err(ApiError::body_stalled().into_response()),
@@ -840,13 +841,14 @@ impl From<std::io::Error> for Unsent {
 /// it, and the request goes again on a new connection. When the replica closes without a word after the
 /// write, it may have been closing as the request came, or have taken it and failed: only a `repeatable`
 /// request (an idempotent method) goes again, as with nginx. Either way only a request whose body is all
-/// at hand.
+/// at hand. `limit` is the replica's time, and `started` when the request came.
 async fn send_request(
     conn: &mut Conn,
     backend: &Backend,
     length: u64,
     repeatable: bool,
     limit: Duration,
+    started: Instant,
 ) -> Result<Sent, Unsent> {
     let body_at = conn.head.len;
     let at_hand = (conn.buf.len() - body_at).min(usize::try_from(length).unwrap_or(usize::MAX));
@@ -856,7 +858,7 @@ async fn send_request(
     // A caller's end seen while its request waits is its hang-up, unless more of its requests came
     // already (pipelined, then half-closed): those are answered first.
     let watch = conn.buf.len() == body_at + at_hand;
-    let mut pooled = backend.pool.take_stream();
+    let mut pooled = backend.pool.take_stream(started);
     loop {
         let (io, reused) = match pooled.take() {
             Some(s) => (s, true),

@@ -144,10 +144,11 @@ impl Pool {
     }
 
     /// The most recently used idle connection of this thread's slot that the replica has not closed
-    /// (as far as the event loop has seen); long-idle ones are dropped on the way.
-    pub fn take_stream(&self) -> Option<TcpStream> {
+    /// (as far as the event loop has seen); those long idle at `now` (a time the caller read just before)
+    /// are dropped on the way.
+    pub fn take_stream(&self, now: Instant) -> Option<TcpStream> {
         let mut idle = self.stream_slot().lock().ok()?;
-        drop_expired(&mut idle);
+        drop_expired(&mut idle, now);
         while let Some((_, stream)) = idle.pop() {
             if !closed(&stream) {
                 return Some(stream);
@@ -160,9 +161,10 @@ impl Pool {
     /// ones go here too, so that a replica this worker no longer sends to holds no sockets for long.
     pub fn give_back_stream(&self, stream: TcpStream) {
         if let Ok(mut idle) = self.stream_slot().lock() {
-            drop_expired(&mut idle);
+            let now = Instant::now();
+            drop_expired(&mut idle, now);
             if idle.len() < IDLE_PER_REPLICA {
-                idle.push((Instant::now(), stream));
+                idle.push((now, stream));
             }
         }
     }
@@ -172,7 +174,7 @@ impl Pool {
     /// later. The usual case looks at one connection, however many are idle.
     fn take(&self) -> Option<SendRequest<ToReplica>> {
         let mut idle = self.slot().lock().ok()?;
-        drop_expired(&mut idle);
+        drop_expired(&mut idle, Instant::now());
         let mut busy = Vec::new();
         let mut found = None;
         while let Some((at, sender)) = idle.pop() {
@@ -227,8 +229,7 @@ impl std::fmt::Display for Error {
 }
 
 /// Drops the connections idle for [`IDLE_TIMEOUT`] or more: those at the front, which came back first.
-fn drop_expired<T>(idle: &mut Vec<(Instant, T)>) {
-    let now = Instant::now();
+fn drop_expired<T>(idle: &mut Vec<(Instant, T)>, now: Instant) {
     let expired = idle
         .iter()
         .take_while(|(at, _)| now.duration_since(*at) >= IDLE_TIMEOUT)
