@@ -12,12 +12,13 @@
 //! the window it parks, and the worker sleeps as before until a request wakes it: an idle server does no
 //! work for it.
 //!
-//! Polling only pays while a CPU would otherwise sit idle. When the CPU is wanted elsewhere (a yield that
-//! gave it away for longer than [`CONTENDED`]: under load, the callers and the replicas need it) the poller
-//! steps aside, asleep on a timer, for [`BACK_OFF`]; for twice as long each time it is wanted again soon
-//! after, up to [`MAX_BACK_OFF`]. A loaded machine so sees the poller about ten times a second, and the
-//! worker serves its connections as it would without one: a spinning thread would also keep its CPU from
-//! taking over work queued on the others.
+//! Polling only pays while a CPU would otherwise sit idle. A worker with more than [`FEW`] requests in
+//! flight does not poll: its next event comes soon anyway, and so many requests at once mean a loaded
+//! machine. When the CPU is wanted elsewhere (a yield that gave it away for longer than [`CONTENDED`]:
+//! under load, the callers and the replicas need it) the poller steps aside, asleep on a timer, for
+//! [`BACK_OFF`]; for twice as long each time it is wanted again soon after, up to [`MAX_BACK_OFF`]. A
+//! loaded machine so sees the poller about ten times a second, and the worker serves its connections as it
+//! would without one: a spinning thread would also keep its CPU from taking over work queued on the others.
 //!
 //! The cost is CPU, at most the window's worth after each request: a worker whose requests come one at a
 //! time, back to back, keeps its core busy. That is the price of polling (as of the kernel's own
@@ -33,12 +34,17 @@ const CONTENDED: Duration = Duration::from_micros(30);
 /// How long the poller first steps aside when the CPU is wanted elsewhere. Requests in that time do not
 /// wake it; its timer does.
 const BACK_OFF: Duration = Duration::from_millis(2);
+/// With more requests than this in flight on a worker, its poller sleeps: the next event comes soon anyway
+/// (another request's), and a loaded machine's CPUs are wanted for the callers and the replicas.
+const FEW: u32 = 2;
 /// The longest the poller steps aside, on a machine whose CPUs are wanted each time it comes back.
 const MAX_BACK_OFF: Duration = Duration::from_millis(100);
 
 thread_local! {
     /// This worker's window; zero on any thread without a poller.
     static WINDOW: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+    /// Requests in flight on this worker's own path (see [`in_flight`]).
+    static IN_FLIGHT: Cell<u32> = const { Cell::new(0) };
     /// Requests this worker has had (counted by [`busy`]; the poller reads the clock, `busy` does not).
     static REQUESTS: Cell<u64> = const { Cell::new(0) };
     /// The poller, while it is parked waiting for a request (not while it steps aside).
@@ -51,14 +57,34 @@ thread_local! {
 }
 
 /// Says that this worker has a request: it polls for at least its window from now before it sleeps (unless
-/// it steps aside). Nothing on a thread without a poller.
+/// it steps aside, or has more than [`FEW`] requests in flight). Nothing on a thread without a poller.
 pub(super) fn busy() {
     if WINDOW.get().is_zero() {
         return;
     }
     REQUESTS.set(REQUESTS.get().wrapping_add(1));
-    if let Some(poller) = PARKED.take() {
-        poller.wake();
+    if IN_FLIGHT.get() <= FEW {
+        if let Some(poller) = PARKED.take() {
+            poller.wake();
+        }
+    }
+}
+
+/// A request in flight on this worker from now until the guard is dropped (see [`FEW`]), and [`busy`] as
+/// it begins and ends.
+pub(super) fn in_flight() -> InFlight {
+    IN_FLIGHT.set(IN_FLIGHT.get().saturating_add(1));
+    busy();
+    InFlight(())
+}
+
+/// See [`in_flight`].
+pub(super) struct InFlight(());
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.set(IN_FLIGHT.get().saturating_sub(1));
+        busy();
     }
 }
 
@@ -68,8 +94,12 @@ pub(super) async fn run(window: Duration) {
     if window.is_zero() {
         return;
     }
+    run_with(window, Aside::default()).await
+}
+
+/// [`run`], stepping aside as `aside` says.
+async fn run_with(window: Duration, mut aside: Aside) {
     WINDOW.set(window);
-    let mut aside = Aside::default();
     loop {
         parked(REQUESTS.get()).await;
         poll_while_busy(window, &mut aside).await;
@@ -77,10 +107,13 @@ pub(super) async fn run(window: Duration) {
 }
 
 /// Polls until a whole `window` has passed without a request (stepping aside when the CPU is wanted, see
-/// [`Aside`]).
+/// [`Aside`]), or until more than [`FEW`] requests are in flight.
 async fn poll_while_busy(window: Duration, aside: &mut Aside) {
     let (mut seen, mut last) = (REQUESTS.get(), Instant::now());
     loop {
+        if IN_FLIGHT.get() > FEW {
+            return;
+        }
         let yielded = Instant::now();
         std::thread::yield_now();
         let back = Instant::now();
@@ -206,10 +239,19 @@ mod tests {
         });
     }
 
+    /// A poller that steps aside for [`MAX_BACK_OFF`] at its first contended yield: long enough that no
+    /// pause of a busy test machine ends it early.
+    fn long_aside() -> Aside {
+        Aside {
+            last: MAX_BACK_OFF,
+            ended: Some(Instant::now()),
+        }
+    }
+
     #[test]
     fn a_poller_that_stepped_aside_is_not_woken_until_its_time_is_up() {
         runtime().block_on(async {
-            tokio::spawn(run(Duration::from_secs(60)));
+            tokio::spawn(run_with(Duration::from_secs(60), long_aside()));
             tokio::task::yield_now().await;
             busy();
             CONTEND.set(true);
@@ -223,7 +265,11 @@ mod tests {
             assert!(!is_parked(), "requests while it stays aside do not wake it");
             assert_eq!(ASIDE_UNTIL.get(), Some(until), "it stays aside");
             tokio::time::sleep_until((until + BACK_OFF).into()).await;
-            assert_eq!(ASIDE_UNTIL.get(), None, "its time is up");
+            let again = ASIDE_UNTIL.get();
+            assert!(
+                again.is_none_or(|again| again > until),
+                "its time is up (a busy machine may have put it aside anew)"
+            );
             assert!(!is_parked(), "requests came meanwhile: it polls again");
         });
     }
@@ -231,7 +277,7 @@ mod tests {
     #[test]
     fn a_poller_aside_with_no_request_meanwhile_sleeps_after() {
         runtime().block_on(async {
-            tokio::spawn(run(Duration::from_secs(60)));
+            tokio::spawn(run_with(Duration::from_secs(60), long_aside()));
             tokio::task::yield_now().await;
             busy();
             CONTEND.set(true);
@@ -239,6 +285,24 @@ mod tests {
             let until = ASIDE_UNTIL.get().expect("stepped aside");
             tokio::time::sleep_until((until + BACK_OFF).into()).await;
             assert!(is_parked(), "no request while aside: it sleeps until one");
+        });
+    }
+
+    #[test]
+    fn with_more_than_a_few_requests_in_flight_the_poller_sleeps() {
+        runtime().block_on(async {
+            tokio::spawn(run(Duration::from_secs(60)));
+            tokio::task::yield_now().await;
+            let mut flights: Vec<InFlight> = (0..=FEW).map(|_| in_flight()).collect();
+            tokio::task::yield_now().await;
+            tokio::task::yield_now().await;
+            assert!(is_parked(), "more than a few in flight: the poller sleeps");
+            busy();
+            assert!(is_parked(), "and requests meanwhile do not wake it");
+            drop(flights.pop());
+            assert!(!is_parked(), "back to a few in flight: it polls again");
+            drop(flights);
+            assert_eq!(IN_FLIGHT.get(), 0, "each request ends once");
         });
     }
 

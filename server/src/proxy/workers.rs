@@ -286,10 +286,8 @@ async fn own_path(
         };
         let hand = match read {
             Ok(()) => {
-                poll::busy();
-                let hand = fast::serve(proxy, conn, peer).await;
-                poll::busy();
-                hand
+                let _flight = poll::in_flight();
+                fast::serve(proxy, conn, peer).await
             }
             Err(hand) => hand,
         };
