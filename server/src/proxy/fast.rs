@@ -606,7 +606,9 @@ async fn exchange(
     guard.add_replica(&backend);
     request_head(proxy, conn, taken, &backend, peer);
     let limit = proxy.config.replica_timeout();
-    let sent = send_request(conn, &backend, length, taken.repeatable, limit, started);
+    // The request's start is the time now unless the checks may have waited (then read anew).
+    let now = if waited { Instant::now() } else { started };
+    let sent = send_request(conn, &backend, length, taken.repeatable, limit, now);
     let sent = match sent.await {
         Ok(sent) => sent,
         Err(Unsent::CallerGone) => return Ok(Exchanged::Gone),
@@ -841,14 +843,14 @@ impl From<std::io::Error> for Unsent {
 /// it, and the request goes again on a new connection. When the replica closes without a word after the
 /// write, it may have been closing as the request came, or have taken it and failed: only a `repeatable`
 /// request (an idempotent method) goes again, as with nginx. Either way only a request whose body is all
-/// at hand. `limit` is the replica's time, and `started` when the request came.
+/// at hand. `limit` is the replica's time; `now`, a time read just before (for the pool's idle ones).
 async fn send_request(
     conn: &mut Conn,
     backend: &Backend,
     length: u64,
     repeatable: bool,
     limit: Duration,
-    started: Instant,
+    now: Instant,
 ) -> Result<Sent, Unsent> {
     let body_at = conn.head.len;
     let at_hand = (conn.buf.len() - body_at).min(usize::try_from(length).unwrap_or(usize::MAX));
@@ -858,7 +860,7 @@ async fn send_request(
     // A caller's end seen while its request waits is its hang-up, unless more of its requests came
     // already (pipelined, then half-closed): those are answered first.
     let watch = conn.buf.len() == body_at + at_hand;
-    let mut pooled = backend.pool.take_stream(started);
+    let mut pooled = backend.pool.take_stream(now);
     loop {
         let (io, reused) = match pooled.take() {
             Some(s) => (s, true),
