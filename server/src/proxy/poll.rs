@@ -72,16 +72,16 @@ pub(super) fn busy() {
 
 /// A request in flight on this worker from now until the guard is dropped (see [`FEW`]), and [`busy`] as
 /// it begins and ends.
-pub(super) fn in_flight() -> InFlight {
+pub(super) fn in_flight() -> Flight {
     IN_FLIGHT.set(IN_FLIGHT.get().saturating_add(1));
     busy();
-    InFlight(())
+    Flight(())
 }
 
 /// See [`in_flight`].
-pub(super) struct InFlight(());
+pub(super) struct Flight(());
 
-impl Drop for InFlight {
+impl Drop for Flight {
     fn drop(&mut self) {
         IN_FLIGHT.set(IN_FLIGHT.get().saturating_sub(1));
         busy();
@@ -118,7 +118,7 @@ async fn poll_while_busy(window: Duration, aside: &mut Aside) {
         std::thread::yield_now();
         let back = Instant::now();
         if contended(back - yielded) {
-            let until = aside.from(back);
+            let until = aside.step(back);
             ASIDE_UNTIL.set(Some(until));
             tokio::time::sleep_until(until.into()).await;
             ASIDE_UNTIL.set(None);
@@ -165,7 +165,7 @@ impl Default for Aside {
 
 impl Aside {
     /// Steps aside from `now`: until when.
-    fn from(&mut self, now: Instant) -> Instant {
+    fn step(&mut self, now: Instant) -> Instant {
         let again = self
             .ended
             .is_some_and(|ended| now.saturating_duration_since(ended) < self.last);
@@ -248,17 +248,22 @@ mod tests {
         }
     }
 
+    /// A poller woken by a request whose first yield is contended: until when it steps aside.
+    async fn stepped_aside() -> Instant {
+        tokio::spawn(run_with(Duration::from_secs(60), long_aside()));
+        tokio::task::yield_now().await;
+        busy();
+        CONTEND.set(true);
+        tokio::task::yield_now().await;
+        ASIDE_UNTIL
+            .get()
+            .expect("a contended yield: the poller steps aside")
+    }
+
     #[test]
     fn a_poller_that_stepped_aside_is_not_woken_until_its_time_is_up() {
         runtime().block_on(async {
-            tokio::spawn(run_with(Duration::from_secs(60), long_aside()));
-            tokio::task::yield_now().await;
-            busy();
-            CONTEND.set(true);
-            tokio::task::yield_now().await;
-            let until = ASIDE_UNTIL
-                .get()
-                .expect("a contended yield: the poller steps aside");
+            let until = stepped_aside().await;
             assert!(until > Instant::now());
             busy();
             tokio::task::yield_now().await;
@@ -277,12 +282,7 @@ mod tests {
     #[test]
     fn a_poller_aside_with_no_request_meanwhile_sleeps_after() {
         runtime().block_on(async {
-            tokio::spawn(run_with(Duration::from_secs(60), long_aside()));
-            tokio::task::yield_now().await;
-            busy();
-            CONTEND.set(true);
-            tokio::task::yield_now().await;
-            let until = ASIDE_UNTIL.get().expect("stepped aside");
+            let until = stepped_aside().await;
             tokio::time::sleep_until((until + BACK_OFF).into()).await;
             assert!(is_parked(), "no request while aside: it sleeps until one");
         });
@@ -293,7 +293,7 @@ mod tests {
         runtime().block_on(async {
             tokio::spawn(run(Duration::from_secs(60)));
             tokio::task::yield_now().await;
-            let mut flights: Vec<InFlight> = (0..=FEW).map(|_| in_flight()).collect();
+            let mut flights: Vec<Flight> = (0..=FEW).map(|_| in_flight()).collect();
             tokio::task::yield_now().await;
             tokio::task::yield_now().await;
             assert!(is_parked(), "more than a few in flight: the poller sleeps");
@@ -310,13 +310,13 @@ mod tests {
     fn stepping_aside_again_soon_after_doubles_up_to_the_most() {
         let mut aside = Aside::default();
         let t0 = Instant::now();
-        let first = aside.from(t0);
+        let first = aside.step(t0);
         assert_eq!(first - t0, BACK_OFF);
         // Wanted again just after it came back: twice as long, and so on up to the most.
         let mut at = first + Duration::from_micros(100);
         let mut lengths = Vec::new();
         for _ in 0..10 {
-            let until = aside.from(at);
+            let until = aside.step(at);
             lengths.push(until - at);
             at = until + Duration::from_micros(100);
         }
@@ -326,7 +326,7 @@ mod tests {
         assert!(lengths.iter().all(|l| *l <= MAX_BACK_OFF));
         // A calm spell longer than the last step aside: back to the first length.
         let calm = at + MAX_BACK_OFF * 2;
-        assert_eq!(aside.from(calm) - calm, BACK_OFF);
+        assert_eq!(aside.step(calm) - calm, BACK_OFF);
     }
 
     #[test]
