@@ -41,8 +41,8 @@ const FEW: u32 = 2;
 const MAX_BACK_OFF: Duration = Duration::from_millis(100);
 
 thread_local! {
-    /// This worker's window; zero on any thread without a poller.
-    static WINDOW: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+    /// Whether this thread's worker has a poller (`busy_poll_us` above zero).
+    static POLLER: Cell<bool> = const { Cell::new(false) };
     /// Requests in flight on this worker's own path (see [`in_flight`]).
     static IN_FLIGHT: Cell<u32> = const { Cell::new(0) };
     /// Requests this worker has had (counted by [`busy`]; the poller reads the clock, `busy` does not).
@@ -59,7 +59,7 @@ thread_local! {
 /// Says that this worker has a request: it polls for at least its window from now before it sleeps (unless
 /// it steps aside, or has more than [`FEW`] requests in flight). Nothing on a thread without a poller.
 pub(super) fn busy() {
-    if WINDOW.get().is_zero() {
+    if !POLLER.get() {
         return;
     }
     REQUESTS.set(REQUESTS.get().wrapping_add(1));
@@ -99,7 +99,7 @@ pub(super) async fn run(window: Duration) {
 
 /// [`run`], stepping aside as `aside` says.
 async fn run_with(window: Duration, mut aside: Aside) {
-    WINDOW.set(window);
+    POLLER.set(true);
     loop {
         parked(REQUESTS.get()).await;
         poll_while_busy(window, &mut aside).await;
@@ -149,18 +149,10 @@ fn contended(off: Duration) -> bool {
 
 /// How long the poller steps aside each time: [`BACK_OFF`], doubled (up to [`MAX_BACK_OFF`]) each time the
 /// CPU is wanted again within as long as the last step aside lasted.
+#[derive(Default)]
 struct Aside {
     last: Duration,
     ended: Option<Instant>,
-}
-
-impl Default for Aside {
-    fn default() -> Self {
-        Aside {
-            last: BACK_OFF,
-            ended: None,
-        }
-    }
 }
 
 impl Aside {

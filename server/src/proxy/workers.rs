@@ -4,9 +4,9 @@
 //! thread with a current-thread runtime that accepts on its own socket and serves those connections to the
 //! end, with its own connections to replicas (a slot of each replica's pool, see
 //! [`crate::routing::upstream`]). A request is read, forwarded, answered and passed back on one thread: no
-//! wake-up crosses to another, and no idle thread is woken to help (nginx's shape). After each request a
-//! worker polls for a moment before it sleeps ([`super::poll`]), so that the answer it waits for needs no
-//! wake-up either.
+//! wake-up crosses to another, and no idle thread is woken to help (nginx's shape). A worker with few
+//! requests in flight polls for a moment after each before it sleeps ([`super::poll`]), so that the answer
+//! it waits for needs no wake-up either.
 //!
 //! Each connection is served by the proxy's own HTTP/1.1 path ([`fast`]) for as long as its requests are
 //! the usual ones, then by hyper's HTTP/1 server directly ([`general`]), its requests handed to
