@@ -76,10 +76,7 @@ struct Deploys {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    let seconds: f64 = std::env::var("BENCH_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.5);
+    let seconds: f64 = common::env_number("BENCH_SECONDS").unwrap_or(1.5);
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(64)
         .build()

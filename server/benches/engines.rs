@@ -31,10 +31,7 @@ fn main() {
 }
 
 async fn run() {
-    let seconds: u64 = std::env::var("BENCH_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
+    let seconds: u64 = common::env_number("BENCH_SECONDS").unwrap_or(3);
     let Some(wrk_bin) = tool("wrk", "wrk") else {
         return;
     };

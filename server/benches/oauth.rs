@@ -293,12 +293,7 @@ struct Results {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    let env = |k: &str, d: f64| {
-        std::env::var(k)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(d)
-    };
+    let env = |k: &str, d: f64| common::env_number(k).unwrap_or(d);
     let seconds = env("BENCH_SECONDS", 3.0);
     let conns = env("BENCH_CONNS", 16.0) as usize;
     let http = reqwest::Client::builder()

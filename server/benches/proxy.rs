@@ -75,10 +75,7 @@ async fn start(http: reqwest::Client) -> Server {
     let mut config = Config::default();
     config.store.data_dir = Some(dir.path().to_path_buf());
     config.server.listen = "127.0.0.1:0".parse().expect("addr");
-    if let Some(us) = std::env::var("BENCH_BUSY_POLL_US")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
+    if let Some(us) = common::env_number("BENCH_BUSY_POLL_US") {
         config.proxy.busy_poll_us = us;
     }
     let app = Application::build(&config).await.expect("build");
@@ -544,10 +541,7 @@ async fn bench(srv: &Server, engine: &Path, secs: f64, server: tokio::runtime::H
 }
 
 fn main() {
-    let secs: f64 = std::env::var("BENCH_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2.0);
+    let secs: f64 = common::env_number("BENCH_SECONDS").unwrap_or(2.0);
     let engine = engine_bin();
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(256)
@@ -940,10 +934,7 @@ async fn nginx_bench(srv: &Server, server: tokio::runtime::Handle) {
     let (wrk_bin, script) = (wrk_bin.as_path(), script.as_path());
 
     // `BENCH_HOLD=SECS`: the servers are held that long, their URLs printed, to be measured by hand.
-    if let Some(secs) = std::env::var("BENCH_HOLD")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
+    if let Some(secs) = common::env_number("BENCH_HOLD") {
         let (plain, full) = (at("ngx"), at("ngx-full"));
         println!("held for {secs} s: direct={direct} nginx={proxied} nginx-cached={nginx_cached} plain={plain} full={full} relay={relayed} (token in {})", srv.data_dir.join("admin-token").display());
         tokio::task::block_in_place(|| std::thread::sleep(Duration::from_secs(secs)));

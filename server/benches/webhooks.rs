@@ -288,12 +288,7 @@ async fn backlog(name: &str, s: &Server, arrivals: &Arrivals, n: usize) -> f64 {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    let env = |k: &str, d: u64| {
-        std::env::var(k)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(d)
-    };
+    let env = |k: &str, d: u64| common::env_number(k).unwrap_or(d);
     let n = env("BENCH_BACKLOG", 100_000) as usize;
     let seconds = env("BENCH_SECONDS", 5);
     println!("Webhook delivery, one run: 2 cores shared by the server, the receiver and the load generator; 1 KiB payloads.");

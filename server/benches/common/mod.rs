@@ -77,6 +77,11 @@ where
 }
 
 /// The end of a row: how many requests failed, when any did.
+/// The environment variable `name` read as a number (or any value that parses), when it is set and parses.
+pub fn env_number<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|s| s.parse().ok())
+}
+
 pub fn errors_note(errors: u64) -> String {
     match errors {
         0 => String::new(),
