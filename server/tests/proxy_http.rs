@@ -641,6 +641,17 @@ async fn replicas_that_keep_callers_waiting_are_let_go() {
         assert_eq!(events, 40, "HTTP/{version}");
     }
 
+    // On a kept connection, whose waits on replicas share one timer set again for each: answers that came
+    // in time, then one kept waiting for longer (`/slow`, 2.5 s), 504 at its own time.
+    let mut caller = Caller::connect(&server.url).await;
+    for _ in 0..3 {
+        caller.send(&get("GET", &format!("{ep}/echo"), "")).await;
+        assert_eq!(caller.answer("GET").await.status, 200);
+    }
+    caller.send(&get("GET", &format!("{ep}/slow"), "")).await;
+    let answer = caller.answer("GET").await;
+    assert_eq!(answer.status, 504, "a kept connection: {}", answer.head);
+
     // After a short upload, the replica's time runs from the upload's end, once: a head 1.8 s later is
     // too late for 1 s. On the own path (a known length) and the general one (chunked).
     for (framing, body) in [

@@ -32,7 +32,7 @@ use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 use super::cache::{self, keep, Fill};
-use super::{balance, cached_response, endpoint_route, serving, InFlight, Proxy};
+use super::{balance, cached_response, endpoint_route, serving, sock, Counted, Proxy};
 use crate::auth::bearer;
 use crate::config::ClientTimeouts;
 use crate::error::ApiError;
@@ -304,6 +304,8 @@ pub(super) struct Conn {
     pending: usize,
     /// Part of the current request's body was not read: the replica answered first.
     unread: bool,
+    /// The timer of the waits on replicas (see [`Upstream::timer`]), between exchanges.
+    replica_timer: Option<Pin<Box<Sleep>>>,
 }
 
 /// What became of a caller's connection after a request.
@@ -328,6 +330,7 @@ impl Conn {
             rhead: Head::default(),
             pending: 0,
             unread: false,
+            replica_timer: None,
         }
     }
 
@@ -368,7 +371,7 @@ impl Conn {
             self.buf.reserve(4096);
             let read = tokio::select! {
                 biased;
-                read = self.io.read_buf(&mut self.buf) => read,
+                read = sock::read_buf(&self.io, &mut self.buf) => read,
                 () = timer.as_mut() => return Err(Hand::Close),
             };
             match read {
@@ -591,24 +594,28 @@ async fn exchange(
     }
     // The route as the latest table has it when the checks may have waited (as on the general path).
     let waited = use_cache || taken.route.endpoint_type == EndpointType::Authenticated;
-    let route = match waited.then(|| proxy.latest(&taken.route)) {
-        None => taken.route.clone(),
-        Some(Some(latest)) if serving(&latest) => latest,
+    let latest;
+    let route: &Route = match waited.then(|| proxy.latest(&taken.route)) {
+        None => &taken.route,
+        Some(Some(found)) if serving(&found) => {
+            latest = found;
+            &latest
+        }
         Some(_) => return Ok(Exchanged::Over),
     };
-    let mut guard = InFlight::enter(&route, proxy.clock.now_millis());
-    let Some(backend) = balance::pick(route.load_balancer, &route.backends, client).cloned() else {
+    let mut count = Counted::enter(route, proxy.clock.now_millis());
+    let Some(backend) = balance::pick(route.load_balancer, &route.backends, client) else {
         return Err(super::unavailable(
             "no replica is ready",
             Some(proxy.config.retry_after_s),
         ));
     };
-    guard.add_replica(&backend);
-    request_head(proxy, conn, taken, &backend, peer);
+    count.add_replica(&**backend);
+    request_head(proxy, conn, taken, backend, peer);
     let limit = proxy.config.replica_timeout();
     // The request's start is the time now unless the checks may have waited (then read anew).
     let now = if waited { Instant::now() } else { started };
-    let sent = send_request(conn, &backend, length, taken.repeatable, limit, now);
+    let sent = send_request(conn, backend, length, taken.repeatable, limit, now);
     let sent = match sent.await {
         Ok(sent) => sent,
         Err(Unsent::CallerGone) => return Ok(Exchanged::Gone),
@@ -619,20 +626,13 @@ async fn exchange(
         }
     };
     let mut upstream = sent.upstream;
-    let passed = pass_response(
-        proxy,
-        conn,
-        &mut upstream,
-        taken,
-        &route,
-        cache_key,
-        started,
-    )
-    .await?;
+    let passed =
+        pass_response(proxy, conn, &mut upstream, taken, route, cache_key, started).await?;
+    conn.replica_timer = upstream.timer.take();
     if passed.reusable && sent.all {
-        backend.pool.give_back_stream(upstream.io);
+        backend.pool.give_back_stream(upstream.io, upstream.used);
     }
-    drop(guard);
+    drop(count);
     // A body the replica answered before it had all of it: the rest is still on its way from the caller.
     Ok(Exchanged::Passed(passed.complete && sent.all))
 }
@@ -647,7 +647,7 @@ async fn read_body(conn: &mut Conn, length: u64) -> Result<(), Response> {
     while conn.buf.len() < whole {
         // Room as the body comes, not all it announced at once.
         conn.buf.reserve((whole - conn.buf.len()).min(64 * 1024));
-        let read = conn.io.read_buf(&mut conn.buf);
+        let read = sock::read_buf(&conn.io, &mut conn.buf);
         match bounded(conn.timeouts.caller, Side::Caller, read).await {
             Err(e) if timed_out(&e) => return Err(ApiError::body_stalled().into_response()),
             Ok(0) | Err(_) => return Err(super::unreadable().into_response()),
@@ -765,17 +765,61 @@ enum Unsent {
 struct Upstream {
     io: TcpStream,
     limit: Duration,
+    /// The time of a wait on it, made at the first wait of the caller's connection and set again for each.
+    timer: Option<Pin<Box<Sleep>>>,
+    /// When the latest wait on it began: no later than its last use.
+    used: Instant,
 }
 
 impl Upstream {
     async fn read_buf(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
-        bounded(self.limit, Side::Replica, self.io.read_buf(buf)).await
+        self.read_since(buf, None).await
+    }
+
+    /// [`Self::read_buf`], whose wait began at `now` when that is given (a time read just before).
+    async fn read_since(
+        &mut self,
+        buf: &mut BytesMut,
+        now: Option<Instant>,
+    ) -> std::io::Result<usize> {
+        use futures_util::FutureExt;
+        let mut read = std::pin::pin!(sock::read_buf(&self.io, buf));
+        if let Some(done) = read.as_mut().now_or_never() {
+            return done;
+        }
+        self.used = now.unwrap_or_else(Instant::now);
+        let deadline = tokio::time::Instant::from_std(self.used + self.limit);
+        // One timer for all of a connection's waits: set later each time, it stays where the event loop
+        // keeps it rather than being put there and taken out again for each.
+        let timer = match &mut self.timer {
+            Some(timer) => {
+                timer.as_mut().reset(deadline);
+                timer
+            }
+            None => self
+                .timer
+                .insert(Box::pin(tokio::time::sleep_until(deadline))),
+        };
+        tokio::select! {
+            biased;
+            read = read => read,
+            () = timer.as_mut() => Err(REPLICA_STALLED.io()),
+        }
     }
 
     async fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
         write_each(&mut self.io, self.limit, Side::Replica, data).await
     }
 }
+
+const CALLER_STALLED: Stalled = Stalled {
+    side: Side::Caller,
+    what: "the caller kept the proxy waiting for too long",
+};
+const REPLICA_STALLED: Stalled = Stalled {
+    side: Side::Replica,
+    what: "the endpoint's replica kept the proxy waiting for too long",
+};
 
 /// `io`, a wait on `side`, given up after `limit` with a [`Stalled`] error (see [`timed_out`]). Many waits
 /// end at once (a write, a body that came with its head): the timer is made only for one that does not.
@@ -789,11 +833,10 @@ async fn bounded<T>(
     if let Some(done) = io.as_mut().now_or_never() {
         return done;
     }
-    let what = match side {
-        Side::Caller => "the caller kept the proxy waiting for too long",
-        Side::Replica => "the endpoint's replica kept the proxy waiting for too long",
+    let stalled = match side {
+        Side::Caller => CALLER_STALLED,
+        Side::Replica => REPLICA_STALLED,
     };
-    let stalled = Stalled { side, what };
     tokio::time::timeout(limit, io)
         .await
         .unwrap_or_else(|_| Err(stalled.io()))
@@ -816,7 +859,7 @@ async fn write_each(
     mut data: &[u8],
 ) -> std::io::Result<()> {
     while !data.is_empty() {
-        match bounded(limit, side, io.write(data)).await? {
+        match bounded(limit, side, sock::write(io, data)).await? {
             0 => return Err(std::io::ErrorKind::WriteZero.into()),
             n => data = &data[n..],
         }
@@ -869,7 +912,12 @@ async fn send_request(
                 false,
             ),
         };
-        let mut upstream = Upstream { io, limit };
+        let mut upstream = Upstream {
+            io,
+            limit,
+            timer: conn.replica_timer.take(),
+            used: now,
+        };
         conn.rbuf.clear();
         match upstream.write_all(&conn.out).await {
             Ok(()) => {}
@@ -878,7 +926,10 @@ async fn send_request(
         }
         let all = whole || stream_body(conn, &mut upstream, length - at_hand as u64).await?;
         conn.unread = !all;
-        match conn.first_bytes(&mut upstream, watch).await {
+        // The wait for the answer began at `now`, as far as the replica's time and the pool go, unless a
+        // connect or the body's coming took time since.
+        let began = (whole && reused).then_some(now);
+        match conn.first_bytes(&mut upstream, watch, began).await {
             Ok(()) => {
                 conn.buf.advance(body_at + at_hand);
                 conn.pending = 0;
@@ -893,7 +944,13 @@ async fn send_request(
 impl Conn {
     /// Reads the replica's first bytes into `rbuf` (unless some came already, while the body went): an
     /// error when it closed or failed first, or when the caller hung up first (looked for when `watch`).
-    async fn first_bytes(&mut self, upstream: &mut Upstream, watch: bool) -> Result<(), Unsent> {
+    /// `began`: when the wait began, if a time was read just before.
+    async fn first_bytes(
+        &mut self,
+        upstream: &mut Upstream,
+        watch: bool,
+        began: Option<Instant>,
+    ) -> Result<(), Unsent> {
         if !self.rbuf.is_empty() {
             return Ok(());
         }
@@ -902,7 +959,7 @@ impl Conn {
         loop {
             tokio::select! {
                 biased;
-                read = upstream.read_buf(&mut self.rbuf) => {
+                read = upstream.read_since(&mut self.rbuf, began) => {
                     return match read? {
                         0 => Err(Unsent::Replica(std::io::ErrorKind::UnexpectedEof.into())),
                         _ => Ok(()),
@@ -922,8 +979,11 @@ impl Conn {
 
 /// Waits until `io` has something to read: true when that is its end (or an error).
 async fn hung_up(io: &TcpStream) -> bool {
-    let mut byte = [0u8; 1];
-    matches!(io.peek(&mut byte).await, Ok(0) | Err(_))
+    let mut byte = [MaybeUninit::uninit(); 1];
+    let mut byte = tokio::io::ReadBuf::uninit(&mut byte);
+    // Through the stream's reader slot (nothing else reads it meanwhile), not a waiter on its list.
+    let peeked = std::future::poll_fn(|cx| io.poll_peek(cx, &mut byte)).await;
+    matches!(peeked, Ok(0) | Err(_))
 }
 
 /// Passes `left` more body bytes from the caller to the replica as they come. Whether all went: not when

@@ -15,10 +15,12 @@ pub mod balance;
 pub mod cache;
 mod fast;
 mod poll;
+mod sock;
 pub mod workers;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::ops::Deref;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -507,34 +509,34 @@ impl Drop for Held<'_> {
     }
 }
 
-/// A request in flight: counted on its route and replica (for the scaler and `least_connections`) until its
-/// response has been passed on, when the replica connection it used goes back to the replica's pool.
-struct InFlight {
-    route: Arc<Route>,
-    replica: Option<Arc<Backend>>,
-    connection: Option<hyper::client::conn::http1::SendRequest<ToReplica>>,
+/// A request counted on its route (for the scaler) and, once one is picked, its replica (for
+/// `least_connections`) until dropped. `R` and `B` hold the two: shared where the count outlives the
+/// request's own borrow of them (the general path's, dropped with the response body), borrowed on the own
+/// path (whose request ends before its route could).
+struct Counted<R: Deref<Target = Route>, B: Deref<Target = Backend>> {
+    route: R,
+    replica: Option<B>,
 }
 
-impl InFlight {
+impl<R: Deref<Target = Route>, B: Deref<Target = Backend>> Counted<R, B> {
     /// A request counted on `route` (whose activity it touches) from now on.
-    fn enter(route: &Arc<Route>, now_ms: i64) -> InFlight {
+    fn enter(route: R, now_ms: i64) -> Self {
         route.activity.touch(now_ms);
         route.activity.in_flight.fetch_add(1, Ordering::Relaxed);
-        InFlight {
-            route: route.clone(),
+        Counted {
+            route,
             replica: None,
-            connection: None,
         }
     }
 
     /// The request counted on `replica` too, from now on.
-    fn add_replica(&mut self, replica: &Arc<Backend>) {
+    fn add_replica(&mut self, replica: B) {
         replica.in_flight.fetch_add(1, Ordering::Relaxed);
-        self.replica = Some(replica.clone());
+        self.replica = Some(replica);
     }
 }
 
-impl Drop for InFlight {
+impl<R: Deref<Target = Route>, B: Deref<Target = Backend>> Drop for Counted<R, B> {
     fn drop(&mut self) {
         self.route
             .activity
@@ -542,9 +544,36 @@ impl Drop for InFlight {
             .fetch_sub(1, Ordering::Relaxed);
         if let Some(b) = &self.replica {
             b.in_flight.fetch_sub(1, Ordering::Relaxed);
-            if let Some(sender) = self.connection.take() {
-                b.pool.give_back(sender);
-            }
+        }
+    }
+}
+
+/// A request in flight on the general path: counted (see [`Counted`]) until its response has been passed
+/// on, when the replica connection it used goes back to the replica's pool.
+struct InFlight {
+    count: Counted<Arc<Route>, Arc<Backend>>,
+    connection: Option<hyper::client::conn::http1::SendRequest<ToReplica>>,
+}
+
+impl InFlight {
+    /// A request counted on `route` from now on.
+    fn enter(route: &Arc<Route>, now_ms: i64) -> InFlight {
+        InFlight {
+            count: Counted::enter(route.clone(), now_ms),
+            connection: None,
+        }
+    }
+
+    /// The request counted on `replica` too, from now on.
+    fn add_replica(&mut self, replica: &Arc<Backend>) {
+        self.count.add_replica(replica.clone());
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let (Some(b), Some(sender)) = (&self.count.replica, self.connection.take()) {
+            b.pool.give_back(sender);
         }
     }
 }

@@ -157,14 +157,17 @@ impl Pool {
         None
     }
 
-    /// A connection whose exchange ended cleanly, for the next request of this thread's slot. Long-idle
+    /// A connection whose exchange ended cleanly, for the next request of this thread's slot; `used` is a
+    /// time read no later than its last use (its idle age is then never judged younger than it is). Long-idle
     /// ones go here too, so that a replica this worker no longer sends to holds no sockets for long.
-    pub fn give_back_stream(&self, stream: TcpStream) {
+    pub fn give_back_stream(&self, stream: TcpStream, used: Instant) {
         if let Ok(mut idle) = self.stream_slot().lock() {
-            let now = Instant::now();
-            drop_expired(&mut idle, now);
+            drop_expired(&mut idle, used);
+            // In the order they came back, as `drop_expired` reads them: one used after the last is not
+            // stamped before it.
+            let used = idle.last().map_or(used, |(last, _)| used.max(*last));
             if idle.len() < IDLE_PER_REPLICA {
-                idle.push((now, stream));
+                idle.push((used, stream));
             }
         }
     }
@@ -241,15 +244,16 @@ fn drop_expired<T>(idle: &mut Vec<(Instant, T)>, now: Instant) {
 /// seen of it: nothing to read is an idle connection's state, found without a system call unless the event
 /// loop says there is something; then a read tells.
 fn closed(stream: &TcpStream) -> bool {
-    use futures_util::FutureExt;
-    match stream.ready(tokio::io::Interest::READABLE).now_or_never() {
-        None => false,
-        Some(Ok(r)) if r.is_read_closed() || r.is_error() => true,
-        Some(Ok(_)) => {
+    // Asked through the stream's own reader slot, which its next read takes over, rather than a waiter put
+    // on its list and taken off again.
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match stream.poll_read_ready(&mut cx) {
+        std::task::Poll::Pending => false,
+        std::task::Poll::Ready(Ok(())) => {
             let mut byte = [0u8; 1];
             !matches!(stream.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
         }
-        Some(Err(_)) => true,
+        std::task::Poll::Ready(Err(_)) => true,
     }
 }
 
@@ -399,6 +403,33 @@ mod tests {
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         pool.give_back(sender);
         String::from_utf8_lossy(&body).into_owned()
+    }
+
+    /// A raw stream is judged by the time it was given back with (no later than its last use), not by when
+    /// it came back: one stamped as long idle is not taken again; one stamped within the time is.
+    #[tokio::test]
+    async fn pooled_streams_are_judged_by_their_last_use() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let accepting = tokio::spawn(async move {
+            let mut kept = Vec::new();
+            while let Ok((s, _)) = listener.accept().await {
+                kept.push(s);
+            }
+        });
+        let pool = Pool::default();
+        let now = Instant::now();
+        let stale = connect_stream(addr).await.expect("connect");
+        pool.give_back_stream(stale, now - IDLE_TIMEOUT);
+        assert!(pool.take_stream(now).is_none(), "long idle by its stamp");
+        let fresh = connect_stream(addr).await.expect("connect");
+        let port = fresh.local_addr().expect("addr").port();
+        pool.give_back_stream(fresh, now - IDLE_TIMEOUT / 2);
+        let taken = pool.take_stream(now).expect("within the time");
+        assert_eq!(taken.local_addr().expect("addr").port(), port);
+        accepting.abort();
     }
 
     #[tokio::test]
