@@ -678,8 +678,9 @@ const WRK_SECONDS: u64 = 2;
 const WRK_PAIRS_ONE: usize = 12;
 /// The same at 64 connections, for the throughput goal: the two are within a few percent of each other,
 /// and nginx's figure swings by more from one run to the next (its workers take new connections
-/// unevenly), so a median of 5 turns, each after the others' turns, says little of which is ahead.
-const WRK_PAIRS_MANY: usize = 8;
+/// unevenly), so a median of 5 turns, each after the others' turns, says little of which is ahead. With
+/// the turns, as many pairs as at one connection.
+const WRK_PAIRS_MANY: usize = 16;
 
 /// nginx's master process, stopped when dropped: `SIGTERM` (its fast shutdown, which stops its workers
 /// too; a `SIGKILL` would leave them running), then `SIGKILL` after 5 s.

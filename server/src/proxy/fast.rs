@@ -812,10 +812,12 @@ impl Upstream {
     }
 }
 
+/// A wait on the caller on this path that went on for its time (`proxy.caller_timeout_s`).
 const CALLER_STALLED: Stalled = Stalled {
     side: Side::Caller,
     what: "the caller kept the proxy waiting for too long",
 };
+/// A wait on a replica that went on for its time (`proxy.replica_timeout_s`).
 const REPLICA_STALLED: Stalled = Stalled {
     side: Side::Replica,
     what: "the endpoint's replica kept the proxy waiting for too long",
