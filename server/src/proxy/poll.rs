@@ -14,8 +14,8 @@
 //!
 //! Polling only pays while a CPU would otherwise sit idle. A worker with more than [`FEW`] requests in
 //! flight does not poll: its next event comes soon anyway, and so many requests at once mean a loaded
-//! machine. When the CPU is wanted elsewhere (a yield that gave it away for longer than [`CONTENDED`]:
-//! under load, the callers and the replicas need it) the poller steps aside, asleep on a timer, for
+//! machine. When the CPU is wanted elsewhere (a yield that gave it to another thread for longer than
+//! [`CONTENDED`]: under load, the callers and the replicas need it) the poller steps aside, asleep on a timer, for
 //! [`BACK_OFF`]; for twice as long each time it is wanted again soon after, up to [`MAX_BACK_OFF`]. A
 //! loaded machine so sees the poller about ten times a second, and the worker serves its connections as it
 //! would without one: a spinning thread would also keep its CPU from taking over work queued on the others.
@@ -28,8 +28,8 @@ use std::cell::Cell;
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
-/// A yield that kept the poller off the CPU for longer than this gave it to a thread that had work: the
-/// machine is busy, and polling would take from that work.
+/// A yield that kept the poller off the CPU for longer than this, and in which another thread ran, gave
+/// the CPU to a thread that had work: the machine is busy, and polling would take from that work.
 const CONTENDED: Duration = Duration::from_micros(30);
 /// How long the poller first steps aside when the CPU is wanted elsewhere. Requests in that time do not
 /// wake it; its timer does.
@@ -110,6 +110,7 @@ async fn run_with(window: Duration, mut aside: Aside) {
 /// [`Aside`]), or until more than [`FEW`] requests are in flight.
 async fn poll_while_busy(window: Duration, aside: &mut Aside) {
     let (mut seen, mut last) = (REQUESTS.get(), Instant::now());
+    let mut switches = switched_out();
     loop {
         if IN_FLIGHT.get() > FEW {
             return;
@@ -117,7 +118,14 @@ async fn poll_while_busy(window: Duration, aside: &mut Aside) {
         let yielded = Instant::now();
         std::thread::yield_now();
         let back = Instant::now();
-        if contended(back - yielded) {
+        // A long yield is looked at closer (a system call, a few times a second at most).
+        let off = back - yielded;
+        let moved = off > CONTENDED && {
+            let now = switched_out();
+            let before = std::mem::replace(&mut switches, now);
+            now == u64::MAX || now != before
+        };
+        if contended(off, moved) {
             let until = aside.step(back);
             ASIDE_UNTIL.set(Some(until));
             tokio::time::sleep_until(until.into()).await;
@@ -138,13 +146,29 @@ async fn poll_while_busy(window: Duration, aside: &mut Aside) {
     }
 }
 
-/// Whether a yield that kept the poller off the CPU for `off` says the CPU is wanted elsewhere.
-fn contended(off: Duration) -> bool {
+/// Whether a yield that kept the poller off the CPU for `off` says the CPU is wanted elsewhere: when
+/// another thread ran meanwhile (`moved`: the poller's thread was switched out since the last look). A long
+/// yield in which none did was the hypervisor's (another guest's turn on the host's CPU) or an
+/// interrupt's: on a virtual machine that happens a hundred times a second on an idle CPU, and stepping
+/// aside for it would leave a lone caller without the poller much of the time.
+fn contended(off: Duration, moved: bool) -> bool {
     #[cfg(test)]
     if CONTEND.take() {
         return true;
     }
-    off > CONTENDED
+    off > CONTENDED && moved
+}
+
+/// How many times this thread has been switched out so far (voluntarily or not), or `u64::MAX` if that
+/// cannot be told (every long yield then counts).
+fn switched_out() -> u64 {
+    // SAFETY: `rusage` is plain data, for which all zeroes is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes only the struct it is given.
+    match unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } {
+        0 => (usage.ru_nvcsw as u64).wrapping_add(usage.ru_nivcsw as u64),
+        _ => u64::MAX,
+    }
 }
 
 /// How long the poller steps aside each time: [`BACK_OFF`], doubled (up to [`MAX_BACK_OFF`]) each time the
@@ -200,6 +224,26 @@ mod tests {
             .enable_all()
             .build()
             .expect("runtime")
+    }
+
+    #[test]
+    fn a_long_yield_is_contention_only_when_another_thread_ran() {
+        let long = CONTENDED * 2;
+        assert!(contended(long, true));
+        assert!(
+            !contended(long, false),
+            "the hypervisor's pause, or an interrupt's"
+        );
+        assert!(!contended(CONTENDED / 2, true));
+    }
+
+    #[test]
+    fn a_thread_that_sleeps_is_counted_switched_out() {
+        let before = switched_out();
+        std::thread::sleep(Duration::from_millis(2));
+        let after = switched_out();
+        assert_ne!(after, u64::MAX, "getrusage answers on Linux");
+        assert!(after > before, "{before} → {after}");
     }
 
     #[test]
