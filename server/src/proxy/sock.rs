@@ -180,10 +180,12 @@ mod tests {
     #[tokio::test]
     async fn writes_wait_for_room_and_all_of_it_arrives() {
         let (ours, mut peer) = pair().await;
-        // Far more than the socket buffers hold: writes come up short and then wait for the reader.
-        let data: Vec<u8> = (0..8 << 20).map(|i: u32| i as u8).collect();
-        let expected = data.clone();
+        // Far more than the socket buffers hold, and nobody reading until a write has come up short: the
+        // writes after it wait for the reader to make room.
+        let data: Vec<u8> = (0..32 << 20).map(|i: u32| i as u8).collect();
+        let (start, go) = std::sync::mpsc::channel::<()>();
         let reader = std::thread::spawn(move || {
+            let _ = go.recv();
             let mut got = Vec::new();
             peer.read_to_end(&mut got).expect("read");
             got
@@ -196,12 +198,19 @@ mod tests {
                 .expect("in time")
                 .expect("write");
             assert!(n > 0);
-            short += usize::from(n < left.len());
+            if n < left.len() {
+                short += 1;
+                let _ = start.send(());
+            }
             left = &left[n..];
         }
+        let _ = start.send(());
         drop(ours);
-        assert!(short > 0, "some writes came up short");
-        assert_eq!(reader.join().expect("reader"), expected);
+        assert!(short > 0, "the first write came up short");
+        assert!(
+            reader.join().expect("reader") == data,
+            "all of it, in order"
+        );
     }
 
     #[tokio::test]
