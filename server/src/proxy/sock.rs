@@ -85,12 +85,13 @@ fn poll_io(
 fn recv(fd: RawFd, room: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<usize> {
     // SAFETY: `room` is writable for its length; the kernel writes at most that many bytes into it.
     let n = unsafe {
+        // Each argument a whole register wide, as the system call takes them.
         libc::syscall(
             libc::SYS_recvfrom,
-            fd,
+            libc::c_long::from(fd),
             room.as_mut_ptr(),
             room.len(),
-            0,
+            0 as libc::c_long,
             std::ptr::null_mut::<libc::sockaddr>(),
             std::ptr::null_mut::<libc::socklen_t>(),
         )
@@ -103,12 +104,12 @@ fn send(fd: RawFd, data: &[u8]) -> io::Result<usize> {
     let n = unsafe {
         libc::syscall(
             libc::SYS_sendto,
-            fd,
+            libc::c_long::from(fd),
             data.as_ptr(),
             data.len(),
-            libc::MSG_NOSIGNAL,
+            libc::c_long::from(libc::MSG_NOSIGNAL),
             std::ptr::null::<libc::sockaddr>(),
-            0 as libc::socklen_t,
+            0 as libc::c_long,
         )
     };
     counted(n)
