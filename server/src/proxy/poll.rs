@@ -15,10 +15,11 @@
 //! Polling only pays while a CPU would otherwise sit idle. A worker with more than [`FEW`] requests in
 //! flight does not poll: its next event comes soon anyway, and so many requests at once mean a loaded
 //! machine. When the CPU is wanted elsewhere (a yield that gave it to another thread for longer than
-//! [`CONTENDED`]: under load, the callers and the replicas need it) the poller steps aside, asleep on a timer, for
-//! [`BACK_OFF`]; for twice as long each time it is wanted again soon after, up to [`MAX_BACK_OFF`]. A
-//! loaded machine so sees the poller about ten times a second, and the worker serves its connections as it
-//! would without one: a spinning thread would also keep its CPU from taking over work queued on the others.
+//! [`CONTENDED`]: under load, the callers and the replicas need it) the poller steps aside, asleep on a
+//! timer, for [`BACK_OFF`]; for twice as long each time it is wanted again soon after, up to
+//! [`MAX_BACK_OFF`]. A loaded machine so sees the poller about ten times a second, and the worker serves its
+//! connections as it would without one: a spinning thread would also keep its CPU from taking over work
+//! queued on the others.
 //!
 //! The cost is CPU, at most the window's worth after each request: a worker whose requests come one at a
 //! time, back to back, keeps its core busy. That is the price of polling (as of the kernel's own
