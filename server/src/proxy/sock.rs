@@ -83,39 +83,59 @@ fn poll_io(
 }
 
 fn recv(fd: RawFd, room: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<usize> {
-    // SAFETY: `room` is writable for its length; the kernel writes at most that many bytes into it.
-    let n = unsafe {
-        // Each argument a whole register wide, as the system call takes them.
-        libc::syscall(
+    // SAFETY: `room` is writable for its length.
+    unsafe {
+        transfer(
             libc::SYS_recvfrom,
-            libc::c_long::from(fd),
-            room.as_mut_ptr(),
+            fd,
+            room.as_mut_ptr().cast(),
             room.len(),
-            0 as libc::c_long,
-            std::ptr::null_mut::<libc::sockaddr>(),
-            std::ptr::null_mut::<libc::socklen_t>(),
+            0,
         )
-    };
-    counted(n)
+    }
 }
 
 fn send(fd: RawFd, data: &[u8]) -> io::Result<usize> {
-    // SAFETY: `data` is readable for its length. No signal for a closed peer: an error instead.
+    // No signal for a closed peer: an error instead.
+    let flags = libc::MSG_NOSIGNAL;
+    // SAFETY: `data` is readable for its length (the kernel only reads it).
+    unsafe {
+        transfer(
+            libc::SYS_sendto,
+            fd,
+            data.as_ptr().cast_mut().cast(),
+            data.len(),
+            flags,
+        )
+    }
+}
+
+/// `recvfrom` or `sendto` (`call`) on `fd` for `len` bytes at `at`, with no address: the bytes moved.
+///
+/// # Safety
+/// `at` is valid for `len` bytes: writable for `recvfrom`, readable for `sendto`.
+unsafe fn transfer(
+    call: libc::c_long,
+    fd: RawFd,
+    at: *mut libc::c_void,
+    len: usize,
+    flags: libc::c_int,
+) -> io::Result<usize> {
+    // Each argument a whole register wide, as the system call takes them; no address (and no length of
+    // one) for either call.
+    let (fd, flags) = (libc::c_long::from(fd), libc::c_long::from(flags));
+    // SAFETY: the caller vouches for `at` and `len`; the null address is what both calls take for none.
     let n = unsafe {
         libc::syscall(
-            libc::SYS_sendto,
-            libc::c_long::from(fd),
-            data.as_ptr(),
-            data.len(),
-            libc::c_long::from(libc::MSG_NOSIGNAL),
-            std::ptr::null::<libc::sockaddr>(),
+            call,
+            fd,
+            at,
+            len,
+            flags,
+            std::ptr::null_mut::<libc::sockaddr>(),
             0 as libc::c_long,
         )
     };
-    counted(n)
-}
-
-fn counted(n: libc::c_long) -> io::Result<usize> {
     usize::try_from(n).map_err(|_| io::Error::last_os_error())
 }
 
