@@ -18,7 +18,6 @@
 use std::io::Write as _;
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,9 +28,9 @@ use bytes::{Buf, BytesMut};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::time::Sleep;
 
 use super::cache::{self, keep, Fill};
+use super::deadline::Deadline;
 use super::{balance, cached_response, endpoint_route, serving, sock, Counted, Proxy};
 use crate::auth::bearer;
 use crate::config::ClientTimeouts;
@@ -256,9 +255,22 @@ fn words(value: &[u8]) -> impl Iterator<Item = &[u8]> {
 /// fields (see `HOP_BY_HOP`), `Host`, and those the message's `Connection` names (looked for when `named`,
 /// see [`Framing::names`]); and, in a request, the caller's token, the private link's account and
 /// `X-Forwarded-For` (written anew).
+/// `super::HOP_BY_HOP` as bytes: the names compared here as they come, with no `HeaderName` looked up.
+const HOP_BY_HOP: [&[u8]; 9] = [
+    b"connection",
+    b"keep-alive",
+    b"proxy-authenticate",
+    b"proxy-authorization",
+    b"proxy-connection",
+    b"te",
+    b"trailer",
+    b"transfer-encoding",
+    b"upgrade",
+];
+
 fn stays(name: &[u8], head: &Head, buf: &[u8], request: bool, named: bool) -> bool {
     let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
-    let listed = super::HOP_BY_HOP.iter().any(|h| is(h.as_str().as_bytes()))
+    let listed = HOP_BY_HOP.iter().any(|h| is(h))
         || is(b"host")
         || request
             && (is(b"authorization") || is(b"x-forwarded-for") || is(b"x-private-link-account"));
@@ -305,7 +317,7 @@ pub(super) struct Conn {
     /// Part of the current request's body was not read: the replica answered first.
     unread: bool,
     /// The timer of the waits on replicas (see [`Upstream::timer`]), between exchanges.
-    replica_timer: Option<Pin<Box<Sleep>>>,
+    replica_timer: Option<Deadline>,
 }
 
 /// What became of a caller's connection after a request.
@@ -338,7 +350,7 @@ impl Conn {
     /// head this path does not parse (or one longer than [`HEAD_MAX`]), `Close` when the caller closed (or
     /// failed) first, or let the time run out (`timer`, set here to the idle time while nothing of the head
     /// has come, then to the header time).
-    pub(super) async fn read_head(&mut self, mut timer: Pin<&mut Sleep>) -> Result<(), Hand> {
+    pub(super) async fn read_head(&mut self, timer: &mut Deadline) -> Result<(), Hand> {
         let timeouts = self.timeouts;
         // What a large request (a cached endpoint's whole body) left behind is not kept for the next.
         if self.buf.is_empty() && self.buf.capacity() > KEPT_MAX {
@@ -352,7 +364,7 @@ impl Conn {
         }
         let mut idle = self.buf.is_empty();
         let wait = if idle { timeouts.idle } else { timeouts.header };
-        timer.as_mut().reset(tokio::time::Instant::now() + wait);
+        timer.set(tokio::time::Instant::now() + wait);
         loop {
             if !self.buf.is_empty() {
                 match self.head.request(&self.buf) {
@@ -363,16 +375,14 @@ impl Conn {
                 }
                 if idle {
                     idle = false;
-                    timer
-                        .as_mut()
-                        .reset(tokio::time::Instant::now() + timeouts.header);
+                    timer.set(tokio::time::Instant::now() + timeouts.header);
                 }
             }
             self.buf.reserve(4096);
             let read = tokio::select! {
                 biased;
                 read = sock::read_buf(&self.io, &mut self.buf) => read,
-                () = timer.as_mut() => return Err(Hand::Close),
+                () = timer.passed() => return Err(Hand::Close),
             };
             match read {
                 Ok(0) if self.buf.is_empty() => return Err(Hand::Close),
@@ -725,7 +735,7 @@ fn request_head(
         out.extend_from_slice(prior.as_bytes());
         out.extend_from_slice(b", ");
     }
-    out.extend_from_slice(super::ip_value(peer.ip()).as_bytes());
+    super::ip_text(peer.ip(), |text| out.extend_from_slice(text));
     out.extend_from_slice(b"\r\n\r\n");
 }
 
@@ -736,9 +746,22 @@ fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// `Content-Length: n`, its digits written in place (no string made for them).
+/// `Content-Length: n`, its digits written in place (no string made for them, and no formatter run).
 fn length_field(out: &mut Vec<u8>, n: u64) {
-    let _ = write!(out, "content-length: {n}\r\n");
+    out.extend_from_slice(b"content-length: ");
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut left = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (left % 10) as u8;
+        left /= 10;
+        if left == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// A request sent: the replica connection, and whether all of the body went (the replica may answer
@@ -766,7 +789,7 @@ struct Upstream {
     io: TcpStream,
     limit: Duration,
     /// The time of a wait on it, made at the first wait of the caller's connection and set again for each.
-    timer: Option<Pin<Box<Sleep>>>,
+    timer: Option<Deadline>,
     /// When the latest wait on it began: no later than its last use.
     used: Instant,
 }
@@ -793,17 +816,15 @@ impl Upstream {
         // keeps it rather than being put there and taken out again for each.
         let timer = match &mut self.timer {
             Some(timer) => {
-                timer.as_mut().reset(deadline);
+                timer.set(deadline);
                 timer
             }
-            None => self
-                .timer
-                .insert(Box::pin(tokio::time::sleep_until(deadline))),
+            None => self.timer.insert(Deadline::at(deadline)),
         };
         tokio::select! {
             biased;
             read = read => read,
-            () = timer.as_mut() => Err(REPLICA_STALLED.io()),
+            () = timer.passed() => Err(REPLICA_STALLED.io()),
         }
     }
 

@@ -13,6 +13,7 @@
 
 pub mod balance;
 pub mod cache;
+mod deadline;
 mod fast;
 mod poll;
 mod sock;
@@ -1351,18 +1352,26 @@ fn stateful_session(route: &Route) -> bool {
 /// (a load balancer in front, or a handful of clients), and formatting one is a noticeable share of a
 /// request's own work.
 fn ip_value(ip: IpAddr) -> HeaderValue {
+    with_ip_value(ip, HeaderValue::clone)
+}
+
+/// The text of `ip` (see [`ip_value`]), lent to `with`: nothing is cloned for it.
+fn ip_text<T>(ip: IpAddr, with: impl FnOnce(&[u8]) -> T) -> T {
+    with_ip_value(ip, |value| with(value.as_bytes()))
+}
+
+fn with_ip_value<T>(ip: IpAddr, with: impl FnOnce(&HeaderValue) -> T) -> T {
     thread_local! {
         static LAST: std::cell::RefCell<Option<(IpAddr, HeaderValue)>> =
             const { std::cell::RefCell::new(None) };
     }
     LAST.with_borrow_mut(|last| match last {
-        Some((at, value)) if *at == ip => value.clone(),
+        Some((at, value)) if *at == ip => with(value),
         _ => {
             // An address's text is always a valid header value.
             let value = HeaderValue::from_str(&ip.to_string())
                 .unwrap_or_else(|_| HeaderValue::from_static(""));
-            *last = Some((ip, value.clone()));
-            value
+            with(&last.insert((ip, value)).1)
         }
     })
 }

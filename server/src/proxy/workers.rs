@@ -32,6 +32,7 @@ use tokio::sync::watch;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
 
+use super::deadline::Deadline;
 use super::fast::{self, Hand};
 use super::poll;
 use super::{Front, Inner};
@@ -179,8 +180,25 @@ fn no_delay(tcp: &mut tokio::net::TcpStream) {
 }
 
 /// Resolves once `rx` has turned true (or its sender is gone).
-async fn until(mut rx: watch::Receiver<bool>) {
-    let _ = rx.wait_for(|s| *s).await;
+///
+/// Its first poll puts the task's waker on the channel's list, where it stays good for the task's life;
+/// after that it looks again only once the channel has had a new value. A connection polls it while it
+/// waits for each request, and the waiting future itself would take the list's lock on every poll to
+/// renew the waker.
+fn until(rx: watch::Receiver<bool>) -> impl Future<Output = ()> {
+    let probe = rx.clone();
+    let mut wait = Box::pin(async move {
+        let mut rx = rx;
+        let _ = rx.wait_for(|s| *s).await;
+    });
+    let mut polled = false;
+    std::future::poll_fn(move |cx| {
+        if polled && matches!(probe.has_changed(), Ok(false)) {
+            return Poll::Pending;
+        }
+        polled = true;
+        wait.as_mut().poll(cx)
+    })
 }
 
 /// One worker: a current-thread runtime serving `listener` until `stop` (gracefully) or `abort`.
@@ -275,13 +293,13 @@ async fn own_path(
     let stopping = until(stop.clone());
     tokio::pin!(stopping);
     // One timer for the connection's life on this path, set again for each head (see `Conn::read_head`).
-    let timer = tokio::time::sleep(proxy.config.client_timeouts().idle);
-    tokio::pin!(timer);
+    let idle = proxy.config.client_timeouts().idle;
+    let mut timer = Deadline::at(tokio::time::Instant::now() + idle);
     loop {
         let read = tokio::select! {
             // The head first: no random draw for the order, and a stop is only looked at while waiting.
             biased;
-            read = conn.read_head(timer.as_mut()) => read,
+            read = conn.read_head(&mut timer) => read,
             () = &mut stopping => return false,
         };
         let hand = match read {
