@@ -678,9 +678,13 @@ const WRK_SECONDS: u64 = 2;
 const WRK_PAIRS_ONE: usize = 12;
 /// The same at 64 connections, for the throughput goal: the two are within a few percent of each other,
 /// and nginx's figure swings by more from one run to the next (its workers take new connections
-/// unevenly), so a median of 5 turns, each after the others' turns, says little of which is ahead. With
-/// the turns, as many pairs as at one connection.
-const WRK_PAIRS_MANY: usize = 16;
+/// unevenly), so a median of 5 turns, each after the others' turns, says little of which is ahead. These
+/// pairs take turns of [`WRK_PAIR_SECONDS_MANY`]: a pair's ratio spreads as much in 1 s turns as in 2 s
+/// ones on this machine (a standard deviation of 0.075 against 0.079, 24 and 12 pairs), since the
+/// machine's slow spells last longer than a pair, so twice the pairs fit in the time and their median is
+/// the steadier.
+const WRK_PAIRS_MANY: usize = 40;
+const WRK_PAIR_SECONDS_MANY: u64 = 1;
 
 /// nginx's master process, stopped when dropped: `SIGTERM` (its fast shutdown, which stops its workers
 /// too; a `SIGKILL` would leave them running), then `SIGKILL` after 5 s.
@@ -713,12 +717,12 @@ struct Target {
     pid: u32,
 }
 
-/// `pairs` more runs of nginx and Switchyard's plain path (`targets[1]` and `targets[2]`) at `conns`
-/// connections, back to back, the order alternating; each added to its target's `turns`.
+/// `pairs` more runs of `secs` each of nginx and Switchyard's plain path (`targets[1]` and `targets[2]`)
+/// at `conns` connections, back to back, the order alternating; each added to its target's `turns`.
 fn more_pairs(
     bin: &Path,
     script: &Path,
-    (conns, pairs): (usize, usize),
+    (conns, pairs, secs): (usize, usize, u64),
     targets: &[Target],
     turns: &mut [Vec<Wrk>],
 ) {
@@ -727,14 +731,7 @@ fn more_pairs(
         for i in order {
             let t = &targets[i];
             let script = t.unique.then_some(script);
-            turns[i].push(wrk(
-                bin,
-                &t.url,
-                conns,
-                WRK_SECONDS,
-                t.header.as_deref(),
-                script,
-            ));
+            turns[i].push(wrk(bin, &t.url, conns, secs, t.header.as_deref(), script));
         }
     }
 }
@@ -964,7 +961,7 @@ async fn nginx_bench(srv: &Server, server: tokio::runtime::Handle) {
         tokio::task::block_in_place(|| std::thread::sleep(Duration::from_secs(secs)));
     }
     let load = load_average();
-    println!("\nSide by side with nginx (nginx replica answering 200, wrk GET /, {WRK_TURNS_ONE} turns of {WRK_SECONDS} s at 1 connection and {WRK_PAIRS_ONE} more pairs of nginx and plain, {WRK_TURNS} at 64 and {WRK_PAIRS_MANY} more pairs; medians; load average {load} before)");
+    println!("\nSide by side with nginx (nginx replica answering 200, wrk GET /, {WRK_TURNS_ONE} turns of {WRK_SECONDS} s at 1 connection and {WRK_PAIRS_ONE} more pairs of nginx and plain, {WRK_TURNS} at 64 and {WRK_PAIRS_MANY} more pairs of {WRK_PAIR_SECONDS_MANY} s; medians; load average {load} before)");
     println!(
         "{:<44} con    req/s   p50 µs   p99 µs  CPU µs/req (proxy)",
         "scenario"
@@ -995,7 +992,7 @@ async fn nginx_bench(srv: &Server, server: tokio::runtime::Handle) {
         wrk_compare(wrk_bin, script, 1, WRK_TURNS_ONE, &one_targets)
     });
     tokio::task::block_in_place(|| {
-        let pairs = (1, WRK_PAIRS_ONE);
+        let pairs = (1, WRK_PAIRS_ONE, WRK_SECONDS);
         more_pairs(wrk_bin, script, pairs, &one_targets, &mut one_turns)
     });
     let many = [
@@ -1018,7 +1015,8 @@ async fn nginx_bench(srv: &Server, server: tokio::runtime::Handle) {
     ];
     let (many, many_turns) = tokio::task::block_in_place(|| {
         let (rows, mut turns) = wrk_compare(wrk_bin, script, 64, WRK_TURNS, &many);
-        more_pairs(wrk_bin, script, (64, WRK_PAIRS_MANY), &many, &mut turns);
+        let pairs = (64, WRK_PAIRS_MANY, WRK_PAIR_SECONDS_MANY);
+        more_pairs(wrk_bin, script, pairs, &many, &mut turns);
         (rows, turns)
     });
     println!("(load average {} after)", load_average());
