@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use rand::Rng;
@@ -44,7 +43,7 @@ pub fn least_connections(backends: &[Arc<Backend>]) -> Option<&Arc<Backend>> {
     let start = rand::rng().random_range(0..n);
     (0..n)
         .map(|i| &backends[(start + i) % n])
-        .min_by_key(|b| b.in_flight.load(Ordering::Relaxed))
+        .min_by_key(|b| b.in_flight.get())
 }
 
 pub fn pick(
@@ -130,9 +129,9 @@ mod tests {
     #[test]
     fn least_connections_prefers_the_idle() {
         let bs = backends(3);
-        bs[0].in_flight.store(5, Ordering::Relaxed);
-        bs[1].in_flight.store(1, Ordering::Relaxed);
-        bs[2].in_flight.store(3, Ordering::Relaxed);
+        bs[0].in_flight.set(5);
+        bs[1].in_flight.set(1);
+        bs[2].in_flight.set(3);
         for _ in 0..50 {
             assert_eq!(least_connections(&bs).unwrap().replica_id, "r1");
         }

@@ -523,7 +523,7 @@ impl<R: Deref<Target = Route>, B: Deref<Target = Backend>> Counted<R, B> {
     /// A request counted on `route` (whose activity it touches) from now on.
     fn enter(route: R, now_ms: i64) -> Self {
         route.activity.touch(now_ms);
-        route.activity.in_flight.fetch_add(1, Ordering::Relaxed);
+        route.activity.in_flight.up();
         Counted {
             route,
             replica: None,
@@ -532,19 +532,16 @@ impl<R: Deref<Target = Route>, B: Deref<Target = Backend>> Counted<R, B> {
 
     /// The request counted on `replica` too, from now on.
     fn add_replica(&mut self, replica: B) {
-        replica.in_flight.fetch_add(1, Ordering::Relaxed);
+        replica.in_flight.up();
         self.replica = Some(replica);
     }
 }
 
 impl<R: Deref<Target = Route>, B: Deref<Target = Backend>> Drop for Counted<R, B> {
     fn drop(&mut self) {
-        self.route
-            .activity
-            .in_flight
-            .fetch_sub(1, Ordering::Relaxed);
+        self.route.activity.in_flight.down();
         if let Some(b) = &self.replica {
-            b.in_flight.fetch_sub(1, Ordering::Relaxed);
+            b.in_flight.down();
         }
     }
 }

@@ -1,9 +1,8 @@
 //! A ready replica as routing sees it: its address, its requests in flight and its pool of connections.
 
-use std::net::SocketAddr;
-use std::sync::atomic::AtomicU32;
-
+use super::per_worker::Gauge;
 use super::upstream;
+use std::net::SocketAddr;
 
 /// A ready replica as the proxy sees it.
 #[derive(Debug)]
@@ -13,7 +12,7 @@ pub struct Backend {
     /// `addr` as a `Host` header, made once rather than per request.
     pub host: axum::http::HeaderValue,
     /// Requests in flight to this replica (least-connections balancing).
-    pub in_flight: AtomicU32,
+    pub in_flight: Gauge,
     /// The proxy's idle connections to it.
     pub pool: upstream::Pool,
 }
@@ -28,7 +27,7 @@ impl Backend {
                 .unwrap_or_else(|_| axum::http::HeaderValue::from_static("127.0.0.1")),
             replica_id,
             addr,
-            in_flight: AtomicU32::new(0),
+            in_flight: Gauge::default(),
             pool: upstream::Pool::new(write_limit),
         }
     }

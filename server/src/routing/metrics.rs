@@ -4,7 +4,6 @@
 //! text exposition format.
 
 use std::fmt::Write;
-use std::sync::atomic::Ordering;
 
 use super::stats::BUCKETS;
 use super::table::{Route, RouteTable};
@@ -73,7 +72,7 @@ pub fn render(table: &RouteTable) -> String {
             out,
             "switchyard_proxy_pending_requests{{{}}} {}",
             labels(r),
-            r.activity.in_flight.load(Ordering::Relaxed)
+            r.activity.in_flight.get()
         );
     }
     out.push_str("# HELP switchyard_proxy_cache_hits_total Responses served from the response cache.\n# TYPE switchyard_proxy_cache_hits_total counter\n");

@@ -12,6 +12,7 @@ pub mod backend;
 pub mod host;
 pub mod metrics;
 pub mod pace;
+pub mod per_worker;
 pub mod stats;
 pub mod table;
 pub mod upstream;

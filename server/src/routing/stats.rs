@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::upstream;
+use super::per_worker::{Gauge, PerWorker};
 
 /// Live counters of one endpoint, shared by the proxy (writer) and the reconciler (reader). They outlive
 /// routing-table rebuilds.
@@ -18,7 +18,7 @@ pub struct Activity {
     /// Unix milliseconds of the last request that reached (or asked to wake) the endpoint.
     last_request_ms: AtomicI64,
     /// Requests in flight through the proxy.
-    pub in_flight: AtomicU32,
+    pub in_flight: Gauge,
     /// Set by a request to a scaled-to-zero endpoint; taken by the reconciler.
     wake: AtomicBool,
     /// Requests held while the endpoint wakes up.
@@ -63,14 +63,13 @@ const STATUSES: usize = 600;
 /// An endpoint's traffic counters, in a shard per data-plane worker (and one for every other thread):
 /// each worker adds to its own, so no counter's cache line travels between cores on every request. They
 /// are summed when read.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct EndpointStats {
-    shards: Box<[Shard]>,
+    shards: PerWorker<Shard>,
 }
 
-/// One thread's share of [`EndpointStats`], aligned so that no two shards share a cache line.
+/// One thread's share of [`EndpointStats`].
 #[derive(Debug)]
-#[repr(align(128))]
 struct Shard {
     /// One counter per status code: a request only adds to an atomic, no lock. Made at the shard's first
     /// request: most endpoints see traffic on few workers, and a many-core host keeps a shard per core.
@@ -93,25 +92,16 @@ impl Default for Shard {
     }
 }
 
-impl Default for EndpointStats {
-    fn default() -> Self {
-        let shards = (0..=upstream::worker_slots()).map(|_| Shard::default());
-        EndpointStats {
-            shards: shards.collect(),
-        }
-    }
-}
-
 impl EndpointStats {
     /// This thread's shard.
     fn mine(&self) -> &Shard {
-        &self.shards[upstream::slot().min(self.shards.len() - 1)]
+        self.shards.mine()
     }
 
     fn sum(&self, counter: impl Fn(&Shard) -> &AtomicU64) -> u64 {
         let counts = self
             .shards
-            .iter()
+            .all()
             .map(|s| counter(s).load(Ordering::Relaxed));
         counts.sum()
     }
@@ -157,7 +147,7 @@ impl EndpointStats {
     /// (status, count) for every status seen.
     pub(super) fn statuses(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
         let mut counts = vec![0u64; STATUSES];
-        for by_status in self.shards.iter().filter_map(|s| s.by_status.get()) {
+        for by_status in self.shards.all().filter_map(|s| s.by_status.get()) {
             for (count, n) in counts.iter_mut().zip(by_status.iter()) {
                 *count += n.load(Ordering::Relaxed);
             }
@@ -175,7 +165,7 @@ mod tests {
         let stats = std::sync::Arc::new(EndpointStats::default());
         let on_worker = stats.clone();
         std::thread::spawn(move || {
-            upstream::enter_worker(0);
+            crate::routing::upstream::enter_worker(0);
             on_worker.record(200, Duration::from_micros(500));
             on_worker.cache_hit();
         })

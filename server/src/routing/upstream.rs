@@ -24,6 +24,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use super::pace::{Paced, PacedWrites, Side, Stalled};
+use super::per_worker::PerWorker;
 
 /// A replica that took nothing of what was written to it in time.
 const NOT_READING: Stalled = Stalled {
@@ -62,8 +63,8 @@ type IdleStreams = Mutex<Vec<(Instant, TcpStream)>>;
 /// A replica's idle connections, each with the time it came back, in a slot per data-plane worker (and
 /// slot 0 for every other thread): hyper's, and those of the data plane's own path.
 pub struct Pool {
-    slots: Box<[Idle]>,
-    streams: Box<[IdleStreams]>,
+    slots: PerWorker<Idle>,
+    streams: PerWorker<IdleStreams>,
     /// How long a write on one of hyper's connections may wait on the replica (see [`Pool::new`]).
     write_limit: Duration,
 }
@@ -83,13 +84,9 @@ impl Pool {
     /// An empty pool, whose connections made for hyper fail a write that waits on the replica (one that
     /// stopped reading, say, after it answered before the upload ended) for longer than `write_limit`.
     pub fn new(write_limit: Duration) -> Pool {
-        let slots = (0..=worker_slots()).map(|_| Idle::default()).collect();
-        let streams = (0..=worker_slots())
-            .map(|_| IdleStreams::default())
-            .collect();
         Pool {
-            slots,
-            streams,
+            slots: PerWorker::default(),
+            streams: PerWorker::default(),
             write_limit,
         }
     }
@@ -99,7 +96,7 @@ impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let idle: usize = self
             .slots
-            .iter()
+            .all()
             .map(|s| s.lock().map(|i| i.len()).unwrap_or(0))
             .sum();
         f.debug_struct("Pool").field("idle", &idle).finish()
@@ -135,12 +132,12 @@ pub fn enter_worker(worker: usize) {
 
 impl Pool {
     fn slot(&self) -> &Idle {
-        &self.slots[slot().min(self.slots.len() - 1)]
+        self.slots.mine()
     }
 
     /// This thread's slot of raw replica streams (see [`Self::slot`]).
     fn stream_slot(&self) -> &IdleStreams {
-        &self.streams[slot().min(self.streams.len() - 1)]
+        self.streams.mine()
     }
 
     /// The most recently used idle connection of this thread's slot that the replica has not closed

@@ -14,7 +14,6 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ops::ControlFlow;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -585,13 +584,12 @@ impl Steps<'_> {
         let router_idle = match &run.router {
             None => true,
             Some(r) => {
-                r.announced.as_ref() == Some(&serving_urls(run))
-                    && r.backend.in_flight.load(Relaxed) == 0
+                r.announced.as_ref() == Some(&serving_urls(run)) && r.backend.in_flight.get() == 0
             }
         };
         stop_where(run, self.provider, |r| {
             r.draining.is_some_and(|t| {
-                (t.elapsed() >= settle && router_idle && r.backend.in_flight.load(Relaxed) == 0)
+                (t.elapsed() >= settle && router_idle && r.backend.in_flight.get() == 0)
                     || t.elapsed() >= MAX_DRAIN
             })
         })
@@ -902,7 +900,7 @@ fn schedule_began(run: &mut EndpointRun, rec: &EndpointRecord, now: DateTime<Utc
 /// while a request is still running.
 fn last_busy(run: &EndpointRun, now: DateTime<Utc>) -> DateTime<Utc> {
     // A request still running (a long stream) keeps the endpoint busy.
-    if run.activity.in_flight.load(Relaxed) > 0 {
+    if run.activity.in_flight.get() > 0 {
         now
     } else {
         run.activity
@@ -1238,10 +1236,7 @@ async fn load_sample(run: &EndpointRun, measure: Option<&Measure>) -> LoadSample
     let mut sample = LoadSample {
         replicas: ready.len() as u32,
         cpu_percent: (!cpus.is_empty()).then(|| cpus.iter().sum::<f64>() / cpus.len() as f64),
-        pending_requests: run
-            .activity
-            .in_flight
-            .load(std::sync::atomic::Ordering::Relaxed) as f64,
+        pending_requests: f64::from(run.activity.in_flight.get()),
         kv_cache_usage: None,
         requests_waiting: None,
     };
