@@ -28,6 +28,7 @@ use bytes::{Buf, BytesMut};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::sync::watch;
 
 use super::cache::{self, keep, Fill};
 use super::deadline::Deadline;
@@ -37,7 +38,7 @@ use crate::config::ClientTimeouts;
 use crate::error::ApiError;
 use crate::model::EndpointType;
 use crate::routing::pace::{Side, Stalled};
-use crate::routing::{upstream, Backend, Route};
+use crate::routing::{upstream, Backend, Route, RouteTable};
 
 /// Most head bytes read while waiting for a head to end; a longer head goes to the general path (which
 /// allows more, and answers 431 past its own bound).
@@ -395,9 +396,73 @@ impl Conn {
     }
 }
 
+/// The routing table for a request. A data-plane worker keeps the latest one it has seen, taken anew only
+/// when the runtime has published one since (and let go when the worker goes idle, see [`forget_table`]),
+/// in a holder of its own: its requests look their routes up without the channel's lock, and count a
+/// reference on that holder alone rather than on the table and the route. The channel's lock and those
+/// counts would be written by every worker on every request, each write taking their cache line from the
+/// other cores; the holder's count stays on its worker's. Elsewhere, the table as published.
+pub(super) fn table(proxy: &Proxy) -> Arc<Held> {
+    latest_table(&proxy.routing.table)
+}
+
+fn latest_table(published: &watch::Receiver<Arc<RouteTable>>) -> Arc<Held> {
+    if !upstream::on_worker() {
+        return Arc::new(Held(published.borrow().clone()));
+    }
+    SEEN.with_borrow_mut(|seen| {
+        let seen = match seen {
+            Some(s) if s.published.same_channel(published) => s,
+            _ => seen.insert(Seen {
+                published: published.clone(),
+                table: None,
+            }),
+        };
+        match &seen.table {
+            Some(table) if !seen.published.has_changed().unwrap_or(false) => table.clone(),
+            _ => {
+                let table = Arc::new(Held(seen.published.borrow_and_update().clone()));
+                seen.table.insert(table).clone()
+            }
+        }
+    })
+}
+
+/// Lets go of the table this worker saw last: called as the worker goes to sleep, so that an idle server
+/// holds no table (nor the replicas and connections in it) after a newer one came.
+pub(super) fn forget_table() {
+    SEEN.with_borrow_mut(|seen| {
+        if let Some(seen) = seen {
+            seen.table = None;
+        }
+    });
+}
+
+/// A worker's latest routing table in its holder (see [`table`]), and the channel it came from.
+struct Seen {
+    published: watch::Receiver<Arc<RouteTable>>,
+    table: Option<Arc<Held>>,
+}
+
+/// A routing table as a worker holds it (see [`table`]): a reference counted on this holder is one
+/// counted on the worker's own cache line.
+pub(super) struct Held(Arc<RouteTable>);
+
+impl std::ops::Deref for Held {
+    type Target = RouteTable;
+
+    fn deref(&self) -> &RouteTable {
+        &self.0
+    }
+}
+
+thread_local! {
+    static SEEN: std::cell::RefCell<Option<Seen>> = const { std::cell::RefCell::new(None) };
+}
+
 /// What this path needs to know of a request it takes.
-struct Taken {
-    route: Arc<Route>,
+struct Taken<'t> {
+    route: &'t Route,
     /// Where the rest of the path (after the endpoint's part) starts in the target, or `None` when the
     /// path ends at the endpoint's part.
     rest_at: Option<usize>,
@@ -416,7 +481,7 @@ enum NotTaken {
 }
 
 /// Whether this path takes the request whose head is in `conn`, and what it needs of it.
-fn take(proxy: &Proxy, conn: &Conn) -> Result<Taken, NotTaken> {
+fn take<'t>(proxy: &Proxy, conn: &Conn, table: &'t RouteTable) -> Result<Taken<'t>, NotTaken> {
     let (head, buf) = (&conn.head, &conn.buf[..]);
     if head.minor != 1 || head.method.in_(buf) == b"CONNECT" {
         return Err(NotTaken::Over);
@@ -447,13 +512,13 @@ fn take(proxy: &Proxy, conn: &Conn) -> Result<Taken, NotTaken> {
     let host = head
         .get(buf, "host")
         .and_then(|h| std::str::from_utf8(h).ok());
-    let found = endpoint_route(proxy, host, path).and_then(Result::ok);
+    let found = endpoint_route(table, proxy, host, path).and_then(Result::ok);
     let (route, rest) = found.ok_or(NotTaken::Over)?;
     let usual = matches!(
         route.endpoint_type,
         EndpointType::Public | EndpointType::Authenticated
     );
-    if !usual || !serving(&route) || route.mcp_lb.is_some() || route.router.is_some() {
+    if !usual || !serving(route) || route.mcp_lb.is_some() || route.router.is_some() {
         return Err(NotTaken::Over);
     }
     let rest_at = (!rest.is_empty()).then(|| path.len() - rest.len());
@@ -480,8 +545,13 @@ async fn refuse(conn: &mut Conn, why: &str) -> Hand {
 }
 
 /// Serves the request whose head is in `conn`, if this path takes it (see [`Hand`]).
-pub(super) async fn serve(proxy: &Proxy, conn: &mut Conn, peer: SocketAddr) -> Hand {
-    let taken = match take(proxy, conn) {
+pub(super) async fn serve(
+    proxy: &Proxy,
+    conn: &mut Conn,
+    table: &RouteTable,
+    peer: SocketAddr,
+) -> Hand {
+    let taken = match take(proxy, conn, table) {
         Ok(taken) => taken,
         Err(NotTaken::Over) => return Hand::Over,
         Err(NotTaken::Malformed(why)) => return refuse(conn, why).await,
@@ -579,10 +649,10 @@ async fn exchange(
     proxy: &Proxy,
     conn: &mut Conn,
     peer: SocketAddr,
-    taken: &Taken,
+    taken: &Taken<'_>,
     started: Instant,
 ) -> Result<Exchanged, Response> {
-    let (client, access) = admit(proxy, conn, peer, &taken.route).await?;
+    let (client, access) = admit(proxy, conn, peer, taken.route).await?;
     let length = taken.framing.length.unwrap_or(0);
     let (method, use_cache) = (
         conn.head.method.in_(&conn.buf),
@@ -590,7 +660,7 @@ async fn exchange(
     );
     // A body larger than the cache reads goes on uncached, as it comes.
     let fits = length <= proxy.body_limit as u64;
-    let use_cache = fits && super::wants_cache_by(&taken.route, method, use_cache);
+    let use_cache = fits && super::wants_cache_by(taken.route, method, use_cache);
     // The cache's key covers the body: all of it is read first.
     if use_cache {
         read_body(conn, length).await?;
@@ -605,8 +675,8 @@ async fn exchange(
     // The route as the latest table has it when the checks may have waited (as on the general path).
     let waited = use_cache || taken.route.endpoint_type == EndpointType::Authenticated;
     let latest;
-    let route: &Route = match waited.then(|| proxy.latest(&taken.route)) {
-        None => &taken.route,
+    let route: &Route = match waited.then(|| proxy.latest(taken.route)) {
+        None => taken.route,
         Some(Some(found)) if serving(&found) => {
             latest = found;
             &latest
@@ -668,7 +738,7 @@ async fn read_body(conn: &mut Conn, length: u64) -> Result<(), Response> {
 }
 
 /// The cache key of a request whose body is at hand (see `Proxy::cache_lookup`).
-fn key(conn: &Conn, taken: &Taken, access: &str) -> cache::Key {
+fn key(conn: &Conn, taken: &Taken<'_>, access: &str) -> cache::Key {
     let (head, buf) = (&conn.head, &conn.buf[..]);
     fn text(b: &[u8]) -> &str {
         std::str::from_utf8(b).unwrap_or("")
@@ -680,7 +750,7 @@ fn key(conn: &Conn, taken: &Taken, access: &str) -> cache::Key {
     let body_at = head.len;
     let body = &buf[body_at..body_at + taken.framing.length.unwrap_or(0) as usize];
     cache::key(
-        &taken.route,
+        taken.route,
         cache::Asked {
             method: text(head.method.in_(buf)),
             path: rest,
@@ -698,7 +768,7 @@ fn key(conn: &Conn, taken: &Taken, access: &str) -> cache::Key {
 fn request_head(
     proxy: &Proxy,
     conn: &mut Conn,
-    taken: &Taken,
+    taken: &Taken<'_>,
     backend: &Backend,
     peer: SocketAddr,
 ) {
@@ -1114,7 +1184,7 @@ async fn pass_response(
     proxy: &Proxy,
     conn: &mut Conn,
     upstream: &mut Upstream,
-    taken: &Taken,
+    taken: &Taken<'_>,
     route: &Route,
     cache_key: Option<cache::Key>,
     started: Instant,
@@ -1642,5 +1712,38 @@ mod tests {
                 "Accept"
             ]
         );
+    }
+
+    #[test]
+    fn a_worker_keeps_its_table_until_a_newer_one_comes_or_it_sleeps() {
+        std::thread::spawn(|| {
+            upstream::enter_worker(0);
+            let (tx, rx) = watch::channel(Arc::new(RouteTable::default()));
+            let first = latest_table(&rx);
+            let again = latest_table(&rx);
+            assert!(
+                Arc::ptr_eq(&first, &again),
+                "the same holder while nothing was published"
+            );
+            assert!(Arc::ptr_eq(&first.0, &rx.borrow()));
+            tx.send_replace(Arc::new(RouteTable::default()));
+            let newer = latest_table(&rx);
+            assert!(!Arc::ptr_eq(&first.0, &newer.0), "the table published since");
+            assert!(Arc::ptr_eq(&newer.0, &rx.borrow()));
+            forget_table();
+            assert_eq!(
+                Arc::strong_count(&newer),
+                1,
+                "let go of as the worker sleeps"
+            );
+            let (_other_tx, other_rx) = watch::channel(Arc::new(RouteTable::default()));
+            let other = latest_table(&other_rx);
+            assert!(
+                Arc::ptr_eq(&other.0, &other_rx.borrow()),
+                "another server's channel"
+            );
+        })
+        .join()
+        .expect("worker thread");
     }
 }

@@ -170,12 +170,12 @@ pub fn private_front(proxy: Proxy) -> Front<Router> {
 
 /// The endpoint a request for `host` and `path` is for by its custom domain, and the rest of the path
 /// after the route's prefix (see [`send_target`]).
-fn by_host_route<'p>(
-    table: &RouteTable,
+fn by_host_route<'t, 'p>(
+    table: &'t RouteTable,
     proxy: &Proxy,
     host: Option<&str>,
     path: &'p str,
-) -> Option<(Arc<Route>, &'p str)> {
+) -> Option<(&'t Arc<Route>, &'p str)> {
     if !table.has_domains() {
         return None;
     }
@@ -183,9 +183,7 @@ fn by_host_route<'p>(
     if is_server_host(&host, &proxy.routing.public_host) {
         return None;
     }
-    table
-        .by_host(&host, path)
-        .map(|(route, rest)| (route.clone(), rest))
+    table.by_host(&host, path)
 }
 
 /// What a listener's own router is to [`Front`] (and to the data-plane workers): a service that answers
@@ -288,20 +286,21 @@ fn endpoint_target<B>(
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .or_else(|| req.uri().host());
-    let found = endpoint_route(proxy, host, req.uri().path())?;
-    Some(found.and_then(|(route, rest)| Ok((route, send_target(req.uri(), rest)?))))
+    let table = proxy.routing.table.borrow();
+    let found = endpoint_route(&table, proxy, host, req.uri().path())?;
+    Some(found.and_then(|(route, rest)| Ok((route.clone(), send_target(req.uri(), rest)?))))
 }
 
-/// The endpoint a request for `host` and `path` is for (by custom domain, or under `/endpoints/`), and the
-/// rest of the path (see [`send_target`]); `None` for a request that is not for an endpoint.
-fn endpoint_route<'p>(
+/// The endpoint in `table` a request for `host` and `path` is for (by custom domain, or under
+/// `/endpoints/`), and the rest of the path (see [`send_target`]); `None` for a request that is not for an
+/// endpoint.
+fn endpoint_route<'t, 'p>(
+    table: &'t RouteTable,
     proxy: &Proxy,
     host: Option<&str>,
     path: &'p str,
-) -> Option<Result<(Arc<Route>, &'p str), ApiError>> {
-    // One look at the table for both ways in.
-    let table = proxy.routing.table.borrow();
-    let by_host = by_host_route(&table, proxy, host, path);
+) -> Option<Result<(&'t Arc<Route>, &'p str), ApiError>> {
+    let by_host = by_host_route(table, proxy, host, path);
     let by_path = path.strip_prefix("/endpoints/");
     if by_host.is_none() && by_path.is_none() {
         return None;
@@ -314,7 +313,7 @@ fn endpoint_route<'p>(
     }
     match (by_host, by_path) {
         (Some(found), _) => Some(Ok(found)),
-        (None, Some(path)) => Some(by_path_route(&table, path)),
+        (None, Some(path)) => Some(by_path_route(table, path)),
         (None, None) => None,
     }
 }
@@ -386,13 +385,16 @@ fn has_dot_segment(path: &str) -> bool {
 
 /// The endpoint of `{namespace}/{name}/{rest…}` (the path after `/endpoints/`), and the rest of the path:
 /// `/{rest…}`, or empty when the path ends at the name (see [`send_target`]).
-fn by_path_route<'p>(table: &RouteTable, path: &'p str) -> Result<(Arc<Route>, &'p str), ApiError> {
+fn by_path_route<'t, 'p>(
+    table: &'t RouteTable,
+    path: &'p str,
+) -> Result<(&'t Arc<Route>, &'p str), ApiError> {
     let (ns, after) = path.split_once('/').unwrap_or((path, ""));
     let (name, rest) = match after.find('/') {
         Some(at) => after.split_at(at),
         None => (after, ""),
     };
-    let route = table.get(ns, name).cloned();
+    let route = table.get(ns, name);
     route
         .map(|r| (r, rest))
         .ok_or_else(|| ApiError::NotFound(format!("no endpoint {name:?} in namespace {ns:?}")))

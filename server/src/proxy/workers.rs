@@ -215,6 +215,7 @@ where
     upstream::enter_worker(i);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .on_thread_park(fast::forget_table)
         .build()?;
     runtime.block_on(async move {
         listener.set_nonblocking(true)?;
@@ -305,7 +306,8 @@ async fn own_path(
         let hand = match read {
             Ok(()) => {
                 let _flight = poll::in_flight();
-                fast::serve(proxy, conn, peer).await
+                let table = fast::table(proxy);
+                fast::serve(proxy, conn, &table, peer).await
             }
             Err(hand) => hand,
         };
