@@ -1728,7 +1728,10 @@ mod tests {
             assert!(Arc::ptr_eq(&first.0, &rx.borrow()));
             tx.send_replace(Arc::new(RouteTable::default()));
             let newer = latest_table(&rx);
-            assert!(!Arc::ptr_eq(&first.0, &newer.0), "the table published since");
+            assert!(
+                !Arc::ptr_eq(&first.0, &newer.0),
+                "the table published since"
+            );
             assert!(Arc::ptr_eq(&newer.0, &rx.borrow()));
             forget_table();
             assert_eq!(

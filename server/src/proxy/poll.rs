@@ -30,8 +30,11 @@ use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
 /// A yield that kept the poller off the CPU for longer than this, and in which another thread ran, gave
-/// the CPU to a thread that had work: the machine is busy, and polling would take from that work.
-const CONTENDED: Duration = Duration::from_micros(30);
+/// the CPU to a thread that had work: the machine is busy, and polling would take from that work. A thread
+/// of the request's own round (the replica answering it, the caller sending its next one), woken onto the
+/// poller's CPU, holds it for tens of microseconds and sleeps again: polling is what serves it next. A
+/// thread with work of its own keeps the CPU for its time slice, which the scheduler makes 0.7 ms or more.
+const CONTENDED: Duration = Duration::from_micros(250);
 /// How long the poller first steps aside when the CPU is wanted elsewhere. Requests in that time do not
 /// wake it; its timer does.
 const BACK_OFF: Duration = Duration::from_millis(2);
