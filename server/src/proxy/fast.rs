@@ -252,10 +252,6 @@ fn words(value: &[u8]) -> impl Iterator<Item = &[u8]> {
         .filter(|w| !w.is_empty())
 }
 
-/// Whether a field is for this hop only, or for this server only, and is not passed on: the hop-by-hop
-/// fields (see `HOP_BY_HOP`), `Host`, and those the message's `Connection` names (looked for when `named`,
-/// see [`Framing::names`]); and, in a request, the caller's token, the private link's account and
-/// `X-Forwarded-For` (written anew).
 /// `super::HOP_BY_HOP` as bytes: the names compared here as they come, with no `HeaderName` looked up.
 const HOP_BY_HOP: [&[u8]; 9] = [
     b"connection",
@@ -269,6 +265,10 @@ const HOP_BY_HOP: [&[u8]; 9] = [
     b"upgrade",
 ];
 
+/// Whether a field is for this hop only, or for this server only, and is not passed on: the hop-by-hop
+/// fields (see `HOP_BY_HOP`), `Host`, and those the message's `Connection` names (looked for when `named`,
+/// see [`Framing::names`]); and, in a request, the caller's token, the private link's account and
+/// `X-Forwarded-For` (written anew).
 fn stays(name: &[u8], head: &Head, buf: &[u8], request: bool, named: bool) -> bool {
     let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
     let listed = HOP_BY_HOP.iter().any(|h| is(h))
@@ -1748,5 +1748,14 @@ mod tests {
         })
         .join()
         .expect("worker thread");
+    }
+
+    #[test]
+    fn hop_by_hop_names_are_the_general_paths() {
+        let general: Vec<&[u8]> = super::super::HOP_BY_HOP
+            .iter()
+            .map(|h| h.as_str().as_bytes())
+            .collect();
+        assert_eq!(general, HOP_BY_HOP);
     }
 }

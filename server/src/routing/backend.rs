@@ -1,8 +1,9 @@
 //! A ready replica as routing sees it: its address, its requests in flight and its pool of connections.
 
+use std::net::SocketAddr;
+
 use super::per_worker::Gauge;
 use super::upstream;
-use std::net::SocketAddr;
 
 /// A ready replica as the proxy sees it.
 #[derive(Debug)]

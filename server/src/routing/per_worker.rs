@@ -49,7 +49,8 @@ impl<T: std::fmt::Debug> std::fmt::Debug for PerWorker<T> {
 
 /// A count of things under way (requests in flight), kept per worker: each adds to and takes from its own
 /// copy. One may end on another thread than it began on; a copy then wraps below zero, and the sum (taken
-/// wrapping) is still the count.
+/// wrapping) is still the count. The copies are read one after another, not at one instant: a reader that
+/// sees such an end before its beginning reads the sum below zero, which it takes as none.
 #[derive(Debug, Default)]
 pub struct Gauge(PerWorker<AtomicU32>);
 
@@ -64,9 +65,12 @@ impl Gauge {
 
     /// The count now: what began and has not ended, on every thread.
     pub fn get(&self) -> u32 {
-        self.0
+        let sum = self
+            .0
             .all()
-            .fold(0u32, |sum, c| sum.wrapping_add(c.load(Ordering::Relaxed)))
+            .fold(0u32, |sum, c| sum.wrapping_add(c.load(Ordering::Relaxed)));
+        // Below zero, as an `i32`: an end seen before its beginning.
+        u32::try_from(sum as i32).unwrap_or(0)
     }
 
     /// Sets the count to `n` (this thread's copy takes the difference).
@@ -112,6 +116,13 @@ mod tests {
         assert_eq!(g.get(), 1);
         g.down();
         assert_eq!(g.get(), 0);
+        g.down();
+        assert_eq!(
+            g.get(),
+            0,
+            "an end read before its beginning is none, not 4 billion"
+        );
+        g.up();
         g.set(7);
         assert_eq!(g.get(), 7);
     }
