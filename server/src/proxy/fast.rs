@@ -674,14 +674,13 @@ async fn exchange(
     }
     // The route as the latest table has it when the checks may have waited (as on the general path).
     let waited = use_cache || taken.route.endpoint_type == EndpointType::Authenticated;
-    let latest;
-    let route: &Route = match waited.then(|| proxy.latest(taken.route)) {
+    let newer = waited.then(|| table(proxy));
+    let route: &Route = match &newer {
         None => taken.route,
-        Some(Some(found)) if serving(&found) => {
-            latest = found;
-            &latest
-        }
-        Some(_) => return Ok(Exchanged::Over),
+        Some(newer) => match newer.get(&taken.route.namespace, &taken.route.name) {
+            Some(found) if serving(found) => found,
+            _ => return Ok(Exchanged::Over),
+        },
     };
     let mut count = Counted::enter(route, proxy.clock.now_millis());
     let Some(backend) = balance::pick(route.load_balancer, &route.backends, client) else {
@@ -816,22 +815,13 @@ fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// `Content-Length: n`, its digits written in place (no string made for them, and no formatter run).
+/// `Content-Length: n`, its digits made on the stack (no string, and no formatter run).
 fn length_field(out: &mut Vec<u8>, n: u64) {
-    out.extend_from_slice(b"content-length: ");
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut left = n;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (left % 10) as u8;
-        left /= 10;
-        if left == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
-    out.extend_from_slice(b"\r\n");
+    field(
+        out,
+        b"content-length",
+        itoa::Buffer::new().format(n).as_bytes(),
+    );
 }
 
 /// A request sent: the replica connection, and whether all of the body went (the replica may answer
