@@ -122,14 +122,13 @@ async fn poll_while_busy(window: Duration, aside: &mut Aside) {
         let yielded = Instant::now();
         std::thread::yield_now();
         let back = Instant::now();
-        // A long yield is looked at closer (a system call, a few times a second at most).
-        let off = back - yielded;
-        let moved = off > CONTENDED && {
+        // Asked only of a long yield (a system call, a few times a second at most).
+        let moved = || {
             let now = switched_out();
             let before = std::mem::replace(&mut switches, now);
             now == u64::MAX || now != before
         };
-        if contended(off, moved) {
+        if contended(back - yielded, moved) {
             let until = aside.step(back);
             ASIDE_UNTIL.set(Some(until));
             tokio::time::sleep_until(until.into()).await;
@@ -151,16 +150,17 @@ async fn poll_while_busy(window: Duration, aside: &mut Aside) {
 }
 
 /// Whether a yield that kept the poller off the CPU for `off` says the CPU is wanted elsewhere: when
-/// another thread ran meanwhile (`moved`: the poller's thread was switched out since the last look). A long
+/// another thread ran meanwhile (`moved`, asked only of a long yield: whether the poller's thread was
+/// switched out since the last look). A long
 /// yield in which none did was the hypervisor's (another guest's turn on the host's CPU) or an
 /// interrupt's: on a virtual machine that happens a hundred times a second on an idle CPU, and stepping
 /// aside for it would leave a lone caller without the poller much of the time.
-fn contended(off: Duration, moved: bool) -> bool {
+fn contended(off: Duration, moved: impl FnOnce() -> bool) -> bool {
     #[cfg(test)]
     if CONTEND.take() {
         return true;
     }
-    off > CONTENDED && moved
+    off > CONTENDED && moved()
 }
 
 /// How many times this thread has been switched out so far (voluntarily or not), or `u64::MAX` if that
@@ -233,12 +233,16 @@ mod tests {
     #[test]
     fn a_long_yield_is_contention_only_when_another_thread_ran() {
         let long = CONTENDED * 2;
-        assert!(contended(long, true));
+        assert!(contended(long, || true));
         assert!(
-            !contended(long, false),
+            !contended(long, || false),
             "the hypervisor's pause, or an interrupt's"
         );
-        assert!(!contended(CONTENDED / 2, true));
+        assert!(!contended(CONTENDED / 2, || true));
+        assert!(
+            !contended(CONTENDED / 2, || panic!("asked of a short yield")),
+            "a short yield makes no system call"
+        );
     }
 
     #[test]

@@ -65,19 +65,22 @@ impl Gauge {
 
     /// The count now: what began and has not ended, on every thread.
     pub fn get(&self) -> u32 {
-        let sum = self
-            .0
-            .all()
-            .fold(0u32, |sum, c| sum.wrapping_add(c.load(Ordering::Relaxed)));
         // Below zero, as an `i32`: an end seen before its beginning.
-        u32::try_from(sum as i32).unwrap_or(0)
+        u32::try_from(self.sum() as i32).unwrap_or(0)
+    }
+
+    /// The copies added up, wrapping.
+    fn sum(&self) -> u32 {
+        self.0
+            .all()
+            .fold(0u32, |sum, c| sum.wrapping_add(c.load(Ordering::Relaxed)))
     }
 
     /// Sets the count to `n` (this thread's copy takes the difference).
     #[cfg(test)]
     pub fn set(&self, n: u32) {
         let others = self
-            .get()
+            .sum()
             .wrapping_sub(self.0.mine().load(Ordering::Relaxed));
         self.0
             .mine()
