@@ -93,10 +93,13 @@ pub(crate) async fn allow(
 }
 
 /// A long poll: `fetch`'s answer at once when it has something (or `wait` is zero); otherwise the
-/// request is held until `seen` changes (then `fetch` is asked again) or `wait` runs out.
+/// request is held until `seen` changes (then `fetch` is asked again), `wait` runs out or the server
+/// begins to stop (`stopping`), which answers what there is at once so that no held request holds up the
+/// server's stop.
 pub(crate) async fn held<T, F, Fut>(
     wait: std::time::Duration,
     mut seen: tokio::sync::watch::Receiver<u64>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
     mut fetch: F,
 ) -> Result<Vec<T>, ApiError>
 where
@@ -106,14 +109,16 @@ where
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         let page = fetch().await?;
-        if !page.is_empty() || tokio::time::Instant::now() >= deadline {
+        if !page.is_empty() || tokio::time::Instant::now() >= deadline || *stopping.borrow() {
             return Ok(page);
         }
-        if tokio::time::timeout_at(deadline, seen.changed())
-            .await
-            .is_err()
-        {
-            return Ok(page);
+        tokio::select! {
+            changed = tokio::time::timeout_at(deadline, seen.changed()) => {
+                if !matches!(changed, Ok(Ok(()))) {
+                    return Ok(page);
+                }
+            }
+            _ = stopping.wait_for(|s| *s) => return Ok(page),
         }
     }
 }

@@ -107,7 +107,7 @@ pub async fn list(
 ) -> ApiResult<Json<Vec<NoticeOut>>> {
     let (after, limit, wait) = query(pairs)?;
     let wait = Duration::from_secs(if after.is_some() { wait } else { 0 });
-    let notices = super::held(wait, s.store.notices(), || async {
+    let notices = super::held(wait, s.store.notices(), s.runtime.stopping(), || async {
         Ok(page(&s, &who, after, limit).await?.0)
     })
     .await?;

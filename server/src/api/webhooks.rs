@@ -219,9 +219,12 @@ pub async fn deliveries(
     };
     // Who manages it is asked once; a follower reads again at each recorded attempt.
     webhooks::must_manage(&s, &who, &id).await?;
-    let page = super::held(wait, s.activity.subscribe(), || async {
-        Ok(webhooks::attempts_of_managed(&s, &id, q.after, q.before, q.limit).await?)
-    })
+    let page = super::held(
+        wait,
+        s.activity.subscribe(),
+        s.runtime.stopping(),
+        || async { Ok(webhooks::attempts_of_managed(&s, &id, q.after, q.before, q.limit).await?) },
+    )
     .await?;
     Ok(Json(page))
 }
