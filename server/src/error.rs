@@ -125,19 +125,35 @@ impl ApiError {
     }
 }
 
-/// A header value made from any message: control characters and non-ASCII are replaced, length capped.
+/// `message` as a header value: header values are ASCII, so the punctuation the messages use is said in
+/// ASCII (`…` as `...`, a dash as `-`, an arrow as `->`, typographic quotes as plain ones), a control
+/// character or any other non-ASCII character becomes `?`, and the value is cut at 512 bytes.
 pub fn header_safe(message: &str) -> HeaderValue {
-    let cleaned: String = message
-        .chars()
-        .map(|c| {
-            if c.is_ascii() && !c.is_ascii_control() {
-                c
-            } else {
-                '?'
+    let mut cleaned = String::with_capacity(message.len().min(512));
+    for c in message.chars() {
+        let ascii = match c {
+            '…' => "...",
+            '—' | '–' | '‐' | '−' => "-",
+            '→' => "->",
+            '←' => "<-",
+            '‘' | '’' => "'",
+            '“' | '”' => "\"",
+            '≤' => "<=",
+            '≥' => ">=",
+            '×' => "x",
+            '·' | '•' | '●' => "*",
+            c if c.is_ascii() && !c.is_ascii_control() => {
+                cleaned.push(c);
+                ""
             }
-        })
-        .take(512)
-        .collect();
+            _ => "?",
+        };
+        cleaned.push_str(ascii);
+        if cleaned.len() >= 512 {
+            cleaned.truncate(512);
+            break;
+        }
+    }
     HeaderValue::from_str(&cleaned).unwrap_or_else(|_| HeaderValue::from_static("error"))
 }
 
@@ -257,5 +273,16 @@ mod tests {
             "bad??X-Evil: 1"
         );
         assert_eq!(header_safe("naïve").to_str().unwrap(), "na?ve");
+    }
+
+    #[test]
+    fn header_messages_say_their_punctuation_in_ascii() {
+        let said = header_safe("missing bearer token (Authorization: Bearer …) — a → b “q”");
+        assert_eq!(
+            said.to_str().unwrap(),
+            "missing bearer token (Authorization: Bearer ...) - a -> b \"q\""
+        );
+        let long = header_safe(&"…".repeat(400));
+        assert_eq!(long.to_str().unwrap().len(), 512);
     }
 }

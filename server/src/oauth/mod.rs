@@ -115,9 +115,8 @@ impl IntoResponse for OAuthError {
                 HeaderValue::from_static("Basic realm=\"switchyard\""),
             );
         }
-        if let Ok(v) = HeaderValue::from_str(&format!("{}: {}", self.code, self.description)) {
-            resp.headers_mut().insert("x-error-message", v);
-        }
+        let message = crate::error::header_safe(&format!("{}: {}", self.code, self.description));
+        resp.headers_mut().insert("x-error-message", message);
         resp
     }
 }
