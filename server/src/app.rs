@@ -95,8 +95,10 @@ pub fn check(config: &Config) -> Result<Checked, StartError> {
         true => Some(open_secrets(config, false)?),
         false => None,
     };
+    let accelerators = machine_accelerators(config)?;
     let hardware = HardwareList::load(config.catalog.hardware_file.as_deref())
-        .map_err(fail("hardware list"))?;
+        .map_err(fail("hardware list"))?
+        .on_machine(&accelerators);
     let seed = load_seed(config.catalog.seed_file.as_deref()).map_err(fail("catalog seed"))?;
     Ok(Checked {
         data_dir,
@@ -105,6 +107,22 @@ pub fn check(config: &Config) -> Result<Checked, StartError> {
         hardware,
         seed,
     })
+}
+
+/// The accelerators this server's replicas run on: `runtime.accelerators`, else what the machine has.
+fn machine_accelerators(config: &Config) -> Result<Vec<String>, StartError> {
+    let Some(listed) = &config.runtime.accelerators else {
+        return Ok(crate::hardware::detected_accelerators());
+    };
+    match listed
+        .iter()
+        .find(|a| !["cpu", "gpu", "neuron"].contains(&a.as_str()))
+    {
+        Some(bad) => Err(StartError(format!(
+            "runtime.accelerators: unknown accelerator {bad:?} (cpu, gpu or neuron)"
+        ))),
+        None => Ok(listed.clone()),
+    }
 }
 
 /// The host endpoints are served under, from `runtime.public_url` (or the URL the listener makes).
@@ -364,6 +382,23 @@ pub struct Application {
     mailer: crate::mail::Mailer,
 }
 
+/// Why the listener could not bind; a taken port names the ways to choose another.
+fn bind_error(config: &Config, e: std::io::Error) -> StartError {
+    let addr = config.server.listen;
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse => StartError(format!(
+            "binding {addr}: {e}: another program listens there; pass --listen ADDR (127.0.0.1:0 picks a \
+             free port) or set server.listen (SWITCHYARD_LISTEN)"
+        )),
+        _ => StartError(format!("binding {addr}: {e}")),
+    }
+}
+
+/// Whether another program already listens on `addr` (the console then takes a free port instead).
+pub fn address_taken(addr: SocketAddr) -> bool {
+    std::net::TcpListener::bind(addr).is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse)
+}
+
 /// How long in-flight requests get to finish after a shutdown signal before replicas are stopped anyway.
 const DRAIN: Duration = Duration::from_secs(10);
 
@@ -378,8 +413,8 @@ impl Application {
     ) -> Result<Application, StartError> {
         // Bind first: a taken port fails before anything is written to the data dir.
         // Shared, a socket per data-plane worker (see `proxy::workers`).
-        let listener = proxy::workers::bind_first(config.server.listen)
-            .map_err(|e| StartError(format!("binding {}: {e}", config.server.listen)))?;
+        let listener =
+            proxy::workers::bind_first(config.server.listen).map_err(|e| bind_error(config, e))?;
         let private_listener =
             match config.proxy.private_listen {
                 Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| {

@@ -170,6 +170,11 @@ pub struct RuntimeConfig {
     /// server running as root (its replicas run as another user, who cannot enter the data dir),
     /// `/var/lib/switchyard/engines/<hash of the data dir>`. Replicas must be able to reach it.
     pub engines_dir: Option<PathBuf>,
+    /// The accelerators this server's replicas can use (`cpu`, `gpu`, `neuron`): compute of any other kind
+    /// is listed `unavailable`, deploys of it are refused (409) and creates too (400 at `compute`).
+    /// Default: what this machine has (`cpu`; `gpu` with an NVIDIA device, `/dev/nvidia0`; `neuron` with
+    /// `/dev/neuron0`).
+    pub accelerators: Option<Vec<String>>,
     /// One launcher per engine image key (`tei`, `llamacpp`, `vLLM`, `sGLang`, `tgi`, `hub`, …).
     pub launchers: std::collections::BTreeMap<String, Launcher>,
     /// Custom-router sidecars by image tag (`customRouter.tag`); `{port}` is the port it listens on.
@@ -195,6 +200,7 @@ impl Default for RuntimeConfig {
             replica_dir: None,
             replica_user: None,
             engines_dir: None,
+            accelerators: None,
             launchers: Default::default(),
             routers: Default::default(),
             scaling: ScalingConfig::default(),

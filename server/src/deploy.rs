@@ -60,7 +60,7 @@ pub fn plan_model<'a>(
     candidates
         .iter()
         .find_map(|r| place(entry, r, hardware))
-        .ok_or_else(|| no_compute(entry, &candidates))
+        .ok_or_else(|| no_compute(entry, &candidates, hardware))
 }
 
 /// For `deployCatalogRecipe`: exactly this recipe, on the smallest compute that fits it.
@@ -69,7 +69,7 @@ pub fn plan_recipe<'a>(
     recipe: &'a RecipeEntry,
     hardware: &'a HardwareList,
 ) -> Result<Plan<'a>, PlanError> {
-    place(entry, recipe, hardware).ok_or_else(|| no_compute(entry, &[recipe]))
+    place(entry, recipe, hardware).ok_or_else(|| no_compute(entry, &[recipe], hardware))
 }
 
 fn place<'a>(
@@ -86,20 +86,32 @@ fn place<'a>(
         })
 }
 
-fn no_compute(entry: &CatalogEntry, recipes: &[&RecipeEntry]) -> PlanError {
+/// Why none of `recipes` can be placed: this server cannot run their accelerator, or no available instance
+/// is large enough.
+fn no_compute(
+    entry: &CatalogEntry,
+    recipes: &[&RecipeEntry],
+    hardware: &HardwareList,
+) -> PlanError {
     let needs: Vec<String> = recipes
         .iter()
         .map(|r| {
-            format!(
-                "{} needs {} GB on {}",
-                r.public_id,
-                r.memory_gb,
-                r.accelerator.as_str()
-            )
+            let accelerator = r.accelerator.as_str();
+            match hardware.cannot_run(accelerator) {
+                Some(why) => format!("{} runs on {accelerator}, and {why}", r.public_id),
+                None => format!("{} needs {} GB on {accelerator}", r.public_id, r.memory_gb),
+            }
         })
         .collect();
+    let reason = match recipes
+        .iter()
+        .all(|r| hardware.cannot_run(r.accelerator.as_str()).is_some())
+    {
+        true => "this server cannot run it",
+        false => "no available instance is large enough",
+    };
     PlanError::NoCompute(format!(
-        "no compatible compute found for {}: no available instance is large enough ({})",
+        "no compatible compute found for {}: {reason} ({})",
         entry.repo_id,
         needs.join("; ")
     ))

@@ -12,6 +12,22 @@ const BUILT_IN: &str = include_str!("../../assets/hardware.json");
 #[serde(deny_unknown_fields)]
 pub struct HardwareList {
     pub vendors: Vec<Vendor>,
+    /// The accelerators this server runs replicas on (see [`HardwareList::on_machine`]); none set: any.
+    #[serde(skip)]
+    pub runs_on: Option<Vec<String>>,
+}
+
+/// The accelerators this machine has: always `cpu`; `gpu` when an NVIDIA device is there; `neuron` when a
+/// Neuron device is.
+pub fn detected_accelerators() -> Vec<String> {
+    let mut found = vec!["cpu".to_string()];
+    if Path::new("/dev/nvidia0").exists() {
+        found.push("gpu".into());
+    }
+    if Path::new("/dev/neuron0").exists() {
+        found.push("neuron".into());
+    }
+    found
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -113,6 +129,33 @@ impl HardwareList {
         Ok(list)
     }
 
+    /// The list as this server offers it: compute whose accelerator it cannot run (not in `accelerators`;
+    /// `zero_gpu` counts as `gpu`) is `unavailable`.
+    pub fn on_machine(mut self, accelerators: &[String]) -> HardwareList {
+        for vendor in &mut self.vendors {
+            for region in &mut vendor.regions {
+                for c in &mut region.computes {
+                    if !runs(accelerators, &c.accelerator) {
+                        c.status = "unavailable".into();
+                    }
+                }
+            }
+        }
+        self.runs_on = Some(accelerators.to_vec());
+        self
+    }
+
+    /// Why this server cannot run `accelerator` replicas at all, if it cannot.
+    pub fn cannot_run(&self, accelerator: &str) -> Option<String> {
+        let have = self.runs_on.as_ref()?;
+        (!runs(have, accelerator)).then(|| {
+            format!(
+                "this server runs no {accelerator} replicas (its accelerators: {}; runtime.accelerators)",
+                have.join(", ")
+            )
+        })
+    }
+
     pub fn placements(&self) -> impl Iterator<Item = Placement<'_>> {
         self.vendors.iter().flat_map(|v| {
             v.regions.iter().flat_map(move |r| {
@@ -157,6 +200,16 @@ impl HardwareList {
                 _ => Some(p),
             })
     }
+}
+
+/// Whether `have` includes `accelerator` (`zero_gpu` runs where `gpu` does).
+fn runs(have: &[String], accelerator: &str) -> bool {
+    let wanted = if accelerator == "zero_gpu" {
+        "gpu"
+    } else {
+        accelerator
+    };
+    have.iter().any(|a| a == wanted)
 }
 
 #[cfg(test)]
@@ -214,6 +267,32 @@ mod tests {
             }
         }
         assert!(hw.smallest_fit("neuron", 1.0).is_none());
+    }
+
+    #[test]
+    fn compute_this_machine_cannot_run_is_unavailable() {
+        let hw = HardwareList::built_in()
+            .unwrap()
+            .on_machine(&["cpu".to_string()]);
+        assert!(hw.smallest_fit("gpu", 1.0).is_none());
+        assert!(hw.smallest_fit("neuron", 1.0).is_none());
+        assert!(hw.smallest_fit("cpu", 1.0).is_some());
+        assert!(hw.placements().all(|p| p.compute.is_available()
+            == (p.compute.accelerator == "cpu")
+            || p.compute.accelerator == "cpu"));
+        let why = hw.cannot_run("gpu").unwrap();
+        assert!(
+            why.contains("no gpu replicas") && why.contains("cpu"),
+            "{why}"
+        );
+        assert_eq!(hw.cannot_run("cpu"), None);
+        let gpus = HardwareList::built_in()
+            .unwrap()
+            .on_machine(&["cpu".into(), "gpu".into()]);
+        assert!(gpus.smallest_fit("gpu", 1.0).is_some());
+        assert_eq!(gpus.cannot_run("zero_gpu"), None);
+        // The list as read from a file says nothing of the machine.
+        assert_eq!(HardwareList::built_in().unwrap().cannot_run("neuron"), None);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{endpoint_body, spawn};
+use common::{endpoint_body, spawn, spawn_with};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use switchyard_server::client::ClientError;
@@ -137,9 +137,78 @@ fn first_repo_with(items: &Value, pred: impl Fn(&Value) -> bool) -> (String, Val
     (it["repoId"].as_str().unwrap().to_string(), it)
 }
 
+/// A server that runs only CPU replicas: the hardware list says so, and GPU compute is refused up front
+/// (409 for a deploy, 400 at `compute` for a create), with nothing made.
+#[tokio::test]
+async fn compute_the_server_cannot_run_is_refused_up_front() {
+    let srv = spawn_with(|c| c.runtime.accelerators = Some(vec!["cpu".into()])).await;
+    let hw: Value = srv.admin.hardware("admin").await.unwrap();
+    let computes: Vec<&Value> = hw["vendors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|v| v["regions"].as_array().unwrap())
+        .flat_map(|r| r["computes"].as_array().unwrap())
+        .collect();
+    assert!(computes.iter().any(|c| c["accelerator"] == "gpu"));
+    for c in &computes {
+        let expected = if c["accelerator"] == "cpu" {
+            "available"
+        } else {
+            "unavailable"
+        };
+        assert_eq!(c["status"], expected, "{c}");
+    }
+
+    let catalog: Value = srv.anonymous().catalog_list(&[]).await.unwrap();
+    let (repo, _) = first_repo_with(&catalog, |i| {
+        i["recipes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|x| x["accelerator"] == "gpu")
+    });
+    let refused = srv
+        .admin
+        .deploy_model::<Value>(&repo, &json!({"namespace": "admin"}))
+        .await;
+    let e = body(refused);
+    let message = e["error"].as_str().unwrap();
+    assert!(
+        message.starts_with("no compatible compute found"),
+        "{message}"
+    );
+    assert!(message.contains("runs no gpu replicas"), "{message}");
+
+    let mut gpu = endpoint_body("on-gpu");
+    gpu["compute"] = json!({"accelerator": "gpu", "instanceType": "nvidia-t4", "instanceSize": "x1",
+        "scaling": {"maxReplica": 1, "minReplica": 0}});
+    let created = srv.admin.create_endpoint::<Value>("admin", &gpu).await;
+    let e = body(created);
+    assert_eq!(e["issues"][0]["path"], "compute", "{e}");
+    let why = e["issues"][0]["message"].as_str().unwrap();
+    assert!(why.contains("runs no gpu replicas"), "{why}");
+
+    let engines: Value = srv.admin.engines().await.unwrap();
+    let gpu_recipe = engines["recipes"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(id, _)| id.contains("-gpu-"))
+        .expect("a GPU recipe")
+        .1;
+    assert_eq!(gpu_recipe["runs"], false);
+    assert!(gpu_recipe["message"]
+        .as_str()
+        .unwrap()
+        .contains("runs no gpu replicas"));
+    let listed: Value = srv.admin.list_endpoints("admin").await.unwrap();
+    assert_eq!(listed["items"], json!([]), "nothing was made");
+}
+
 #[tokio::test]
 async fn deploy_from_catalog_by_model_and_by_recipe() {
-    let srv = spawn().await;
+    let srv = spawn_with(|c| c.runtime.accelerators = Some(vec!["cpu".into(), "gpu".into()])).await;
     let catalog: Value = srv.anonymous().catalog_list(&[]).await.unwrap();
 
     // By model, choosing the GPU recipe of an item that has CPU and GPU ones.

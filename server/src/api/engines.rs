@@ -15,6 +15,7 @@ use super::AppState;
 use crate::auth::Principal;
 use crate::engines::install::{self, InstallError};
 use crate::engines::{EngineInfo, Engines, InstallGuard, OnDisk, Source};
+use crate::hardware::HardwareList;
 use crate::model::catalog::{CatalogEntry, RecipeEntry};
 
 pub fn router() -> Router<AppState> {
@@ -52,15 +53,25 @@ pub struct EnginesOut {
     pub recipes: BTreeMap<String, RecipeRuns>,
 }
 
-/// Whether `recipe` of `entry` runs here.
+/// Whether `recipe` of `entry` runs here: on compute this server has, with an engine it has.
 fn recipe_runs(
     engines: &Engines,
     disk: &OnDisk,
+    hardware: &HardwareList,
     entry: &CatalogEntry,
     recipe: &RecipeEntry,
 ) -> RecipeRuns {
     let key = crate::deploy::image_key(recipe.engine_type);
     let accelerator = recipe.accelerator.as_str();
+    if let Some(why) = hardware.cannot_run(accelerator) {
+        return RecipeRuns {
+            runs: false,
+            source: None,
+            engine: None,
+            install: None,
+            message: Some(why),
+        };
+    }
     match engines.resolve_in(disk, key, &entry.repo_id, accelerator) {
         Ok(r) => {
             let (source, engine) = match r.source {
@@ -91,14 +102,17 @@ fn recipe_runs(
     responses((status = 200, body = EnginesOut), (status = 401)))]
 pub async fn list(State(s): State<AppState>, who: Principal) -> ApiResult<Json<EnginesOut>> {
     let catalog = s.catalog.get(s.store.as_ref()).await?;
-    let engines = s.engines.clone();
+    let (engines, hardware) = (s.engines.clone(), s.hardware.clone());
     let mut out = tokio::task::spawn_blocking(move || {
         // The engines dir and PATH are read once for the whole catalog.
         let disk = engines.read();
         let recipes = catalog
             .entries()
             .flat_map(|e| e.recipes.iter().map(move |r| (e, r)))
-            .map(|(e, r)| (r.public_id.clone(), recipe_runs(&engines, &disk, e, r)))
+            .map(|(e, r)| {
+                let runs = recipe_runs(&engines, &disk, &hardware, e, r);
+                (r.public_id.clone(), runs)
+            })
             .collect();
         EnginesOut {
             engines: engines.list_in(&disk),

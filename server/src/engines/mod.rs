@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Launcher, RuntimeConfig};
-use crate::model::EndpointSpec;
+use crate::model::{EndpointSpec, ModelImage, Task};
 
 /// A built-in engine: a small Python server shipped inside the binary, installed with its pinned
 /// packages from the package registry into `<data-dir>/engines/<name>`.
@@ -436,10 +436,71 @@ impl Engines {
         self.resolve_in(self, image_key, repository, accelerator)
     }
 
-    /// The launcher of `spec`'s image, model and accelerator (see [`Self::resolve`]).
+    /// The launcher of `spec`'s image, model and accelerator (see [`Self::resolve`]; a `hub` image, see
+    /// [`Self::resolve_hub`]).
     pub fn resolve_spec(&self, spec: &EndpointSpec) -> Result<Resolved, Missing> {
         let (model, accelerator) = (&spec.model, spec.compute.accelerator.as_str());
-        self.resolve(model.image.key(), &model.repository, accelerator)
+        match model.image {
+            ModelImage::Hub(_) => {
+                self.resolve_hub(self, &model.repository, model.task, accelerator)
+            }
+            _ => self.resolve(model.image.key(), &model.repository, accelerator),
+        }
+    }
+
+    /// The launcher of a `hub` image (the managed image, which names no engine): the engine this server
+    /// has for the model, asked as for an image of that engine's key: first the key of a built-in engine
+    /// that serves this repository, then the keys of the engines for the model's task ([`task_keys`]);
+    /// only then `[runtime.launchers.hub]`.
+    pub fn resolve_hub(
+        &self,
+        disk: &impl Lookup,
+        repository: &str,
+        task: Option<Task>,
+        accelerator: &str,
+    ) -> Result<Resolved, Missing> {
+        let builtin = BUILTINS.iter().find(|b| b.serves(repository, accelerator));
+        let mut keys: Vec<&str> = builtin.map(|b| b.image_key).into_iter().collect();
+        for key in task_keys(task) {
+            if !keys.contains(key) {
+                keys.push(key);
+            }
+        }
+        let mut first_missing = None;
+        for key in keys {
+            match self.resolve_in(disk, key, repository, accelerator) {
+                Ok(resolved) => return Ok(resolved),
+                Err(m) => {
+                    first_missing.get_or_insert(m);
+                }
+            }
+        }
+        if let Some(l) = self.configured_launcher("hub") {
+            return Ok(Resolved {
+                launcher: l.clone(),
+                source: Source::Config,
+            });
+        }
+        Err(match first_missing {
+            Some(m) => Missing {
+                install: m.install,
+                message: match m.install {
+                    Some(_) => m.message,
+                    None => format!(
+                        "{} (a hub image runs on the engine for its model: its task's; or set runtime.launchers.hub)",
+                        m.message
+                    ),
+                },
+            },
+            None => Missing {
+                install: None,
+                message: format!(
+                    "no engine for \"hub\" images of {repository} on this server: give the endpoint a task \
+                     with an engine (feature-extraction or sentence-similarity: tei; text-generation: vLLM, tgi \
+                     or sGLang), an engine image, or set runtime.launchers.hub"
+                ),
+            },
+        })
     }
 
     /// [`Self::resolve`] with what `disk` holds.
@@ -594,6 +655,22 @@ impl Engines {
         })
     }
 
+    /// How far an install of `name` running in this process has come; none when none runs.
+    pub fn install_running(&self, name: &str) -> Option<InstallState> {
+        let installs = self.installs.lock().ok()?;
+        installs.get(name).filter(|s| s.running).cloned()
+    }
+
+    /// Why `spec` waits to start: the engine it needs is being installed in this process now.
+    pub fn waiting_for(&self, spec: &EndpointSpec) -> Option<String> {
+        let name = self.resolve_spec(spec).err()?.install?;
+        let state = self.install_running(name)?;
+        Some(format!(
+            "waiting for the {name} engine (installing, {}%)",
+            state.percent
+        ))
+    }
+
     /// Whether an install of `name` runs in this process now.
     pub fn installing(&self, name: &str) -> bool {
         self.installs
@@ -607,6 +684,15 @@ pub fn is_missing(message: &str) -> bool {
     message.starts_with("no engine for ")
         || (message.starts_with("the ")
             && message.contains(" engine is not installed on this server"))
+}
+
+/// The image keys whose engines serve a `hub` image of a model with `task`, in the order they are tried.
+fn task_keys(task: Option<Task>) -> &'static [&'static str] {
+    match task {
+        Some(Task::FeatureExtraction | Task::SentenceSimilarity) => &["tei"],
+        Some(Task::TextGeneration) => &["vLLM", "tgi", "sGLang"],
+        _ => &[],
+    }
 }
 
 /// The engine programs that serve images keyed `image_key`.

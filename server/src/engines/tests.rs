@@ -238,3 +238,85 @@ fn every_missing_engine_message_is_known_as_one() {
     }
     assert!(!is_missing("replica r1 exited (exit status: 1)"));
 }
+
+#[test]
+fn a_hub_image_runs_on_the_engine_this_server_has_for_its_model() {
+    let hub_launcher = Launcher {
+        command: vec!["/opt/hub-runner".into()],
+        ..Default::default()
+    };
+    let configured = BTreeMap::from([("hub".to_string(), hub_launcher)]);
+    let (dir, bin) = setup(&[]);
+    // The built-in engine for the repository, not yet installed: it is named. A hub launcher would be
+    // taken meanwhile (what runs comes before what could).
+    let with_launcher = engines(dir.path(), bin.path(), configured.clone());
+    let r = with_launcher
+        .resolve_hub(&with_launcher, MINILM, None, "cpu")
+        .unwrap();
+    assert_eq!(r.source, Source::Config);
+    let e = engines(dir.path(), bin.path(), BTreeMap::new());
+    let missing = e.resolve_hub(&e, MINILM, None, "cpu").unwrap_err();
+    assert_eq!(missing.install, Some("minilm"));
+    assert!(
+        missing
+            .message
+            .contains("switchyard engines install minilm"),
+        "{}",
+        missing.message
+    );
+    installed(dir.path(), "minilm");
+    for e in [&e, &with_launcher] {
+        let r = e.resolve_hub(e, MINILM, None, "cpu").unwrap();
+        assert_eq!(
+            r.source,
+            Source::Installed {
+                engine: "minilm".into()
+            }
+        );
+    }
+    // Another embedding model: its task's engine (tei's program on PATH), before the hub launcher.
+    let (dir, bin) = setup(&["text-embeddings-router"]);
+    let e = engines(dir.path(), bin.path(), configured);
+    let task = Some(Task::SentenceSimilarity);
+    let r = e
+        .resolve_hub(&e, "BAAI/bge-small-en-v1.5", task, "cpu")
+        .unwrap();
+    assert_eq!(
+        r.source,
+        Source::Path {
+            program: "text-embeddings-router".into()
+        }
+    );
+    // A task without an engine here: the hub launcher.
+    let r = e
+        .resolve_hub(&e, "a/b", Some(Task::TextGeneration), "gpu")
+        .unwrap();
+    assert_eq!(r.source, Source::Config);
+}
+
+#[test]
+fn a_hub_image_without_an_engine_says_what_would_give_one() {
+    let (dir, bin) = setup(&[]);
+    let e = engines(dir.path(), bin.path(), BTreeMap::new());
+    let none = e.resolve_hub(&e, "a/b", None, "cpu").unwrap_err();
+    assert_eq!(none.install, None);
+    assert!(
+        none.message.contains("set runtime.launchers.hub"),
+        "{}",
+        none.message
+    );
+    assert!(is_missing(&none.message), "{}", none.message);
+    let gen = e
+        .resolve_hub(&e, "a/b", Some(Task::TextGeneration), "gpu")
+        .unwrap_err();
+    assert!(
+        gen.message.contains("put vllm on the server's PATH"),
+        "{}",
+        gen.message
+    );
+    assert!(
+        gen.message.contains("runtime.launchers.hub"),
+        "{}",
+        gen.message
+    );
+}

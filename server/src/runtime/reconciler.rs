@@ -610,6 +610,15 @@ impl Steps<'_> {
         bounds.max = bounds.max.min(pass.cap);
         bounds.min = bounds.min.min(pass.cap);
         let entry_began = schedule_began(run, pass.rec, pass.now);
+        if let Some(waiting) = self.waiting_for_engine(run, pass.rec) {
+            // Nothing can start before the engine is in; it starts on the first pass after that.
+            let mut out = out;
+            out.state = EndpointState::Pending;
+            out.message = Some(waiting);
+            run.crashes.clear();
+            run.target = 0;
+            return ControlFlow::Break(out);
+        }
         match pass.rec.state {
             EndpointState::Failed if self.engine_came(pass.rec) => {
                 let mut out = out;
@@ -634,6 +643,17 @@ impl Steps<'_> {
             }
             state => self.scale(run, pass, state, &bounds, out).await,
         }
+    }
+
+    /// Why an endpoint that has no replica yet waits: its engine is being installed (see
+    /// [`Engines::waiting_for`]). A failed endpoint waits only when it failed for want of that engine.
+    fn waiting_for_engine(&self, run: &EndpointRun, rec: &EndpointRecord) -> Option<String> {
+        let waits = match rec.state {
+            EndpointState::Pending | EndpointState::Initializing => run.replicas.is_empty(),
+            EndpointState::Failed => rec.message.as_deref().is_some_and(engines::is_missing),
+            _ => false,
+        };
+        waits.then(|| self.engines.waiting_for(&rec.spec)).flatten()
     }
 
     /// Whether a failed endpoint failed for want of an engine that is here now.

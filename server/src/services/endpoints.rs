@@ -429,6 +429,12 @@ fn resolve_compute(
         &c.instance_type,
         &c.instance_size,
     );
+    if let Some(why) = hardware.cannot_run(c.accelerator.as_str()) {
+        return Err(Error::Invalid(vec![Issue::new(
+            "compute",
+            format!("{why}; GET /v2/provider/{namespace} lists what it runs"),
+        )]));
+    }
     match found {
         None => Err(Error::Invalid(vec![Issue::new(
             "compute",
