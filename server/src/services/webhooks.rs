@@ -209,10 +209,7 @@ async fn check(
     // A missing URL is said by `check_url_shape`.
     let given = !rec.url.is_empty();
     if let Some(Err(e)) = given.then(|| ctx.outbound.check_url_static(&rec.url)) {
-        issues.push(Issue::new(
-            "url",
-            format!("{e}; webhooks are never sent there"),
-        ));
+        issues.push(Issue::new("url", refused_url(&e)));
     }
     for (i, w) in rec.watched.iter().enumerate() {
         let kind = match w.kind {
@@ -521,6 +518,25 @@ pub async fn rotate_secret(
     unit.commit().await?;
     tracing::info!(webhook = %id, by = %who.account.name, grace_s = grace.num_seconds(), "webhook signing secret rotated");
     Ok(fresh)
+}
+
+/// Why a webhook's URL is refused. A special-use address (a receiver on this machine or the local network)
+/// is the operator's to open: the message names the setting that does.
+fn refused_url(e: &crate::outbound::OutboundError) -> String {
+    match e {
+        crate::outbound::OutboundError::Refused { host, range, .. } => {
+            let block = match host.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
+                Ok(std::net::IpAddr::V4(ip)) => format!("{ip}/32"),
+                Ok(std::net::IpAddr::V6(ip)) => format!("{ip}/128"),
+                Err(_) => "<the receiver's CIDR block>".to_string(),
+            };
+            format!(
+                "{e}; webhooks are not sent to {range} addresses unless the server's operator allows it: \
+                 [outbound] allow = [\"{block}\"] in the config file, or SWITCHYARD_OUTBOUND_ALLOW={block}"
+            )
+        }
+        other => format!("{other}; webhooks are never sent there"),
+    }
 }
 
 #[cfg(test)]
