@@ -162,6 +162,11 @@ pub async fn login(path: &Path, server: &str, scopes: &str) -> Result<()> {
     if let Some(complete) = details.verification_uri_complete() {
         println!("(or open {})", complete.secret());
     }
+    println!(
+        "Sign in there with a user name and password. A user has a password only once one is set: the \
+         first `admin` gets one with `switchyard admin user set-password admin --password-stdin` on the \
+         server's machine."
+    );
     println!("Waiting for you to approve…");
     let token = client
         .exchange_device_access_token(&details)

@@ -263,8 +263,21 @@ async fn console(common: &Common, args: &ConsoleArgs) -> Result<()> {
         };
         return switchyard_ui::run(options).await.context("console");
     }
+    // A developer's machine often has the configured port taken: the console takes a free one instead
+    // (unless --listen asked for that address), and says so in the status line.
+    let taken =
+        args.listen.is_none() && switchyard_server::app::address_taken(config.server.listen);
+    let wanted = config.server.listen;
+    if taken {
+        config.server.listen.set_port(0);
+        tracing::warn!(%wanted, "the configured address is taken; the in-process server takes a free port");
+    }
     let app = Application::build(&config).await?;
     let url = format!("http://{}", app.local_addr());
+    let server_label = match taken {
+        true => format!("in-process {url} ({wanted} was taken)"),
+        false => format!("in-process {url}"),
+    };
     let token = match std::fs::read_to_string(app.data_dir().join("admin-token")) {
         Ok(t) => t.trim().to_string(),
         // The first start's token file was removed: a console session gets a token of its own.
@@ -301,7 +314,7 @@ async fn console(common: &Common, args: &ConsoleArgs) -> Result<()> {
     tracing::info!(%url, "in-process server listening");
     let options = switchyard_ui::Options {
         client: switchyard_server::client::Client::new(&url, Some(token)),
-        server_label: format!("in-process {url}"),
+        server_label,
         read_only: args.read_only,
         log_file,
         keymap_text,
@@ -316,10 +329,49 @@ async fn console(common: &Common, args: &ConsoleArgs) -> Result<()> {
     result
 }
 
+/// A refused credential (401) says how to get one that the server takes.
+fn sign_in_hint(e: anyhow::Error, server: &str) -> anyhow::Error {
+    let refused = e
+        .chain()
+        .filter_map(|c| c.downcast_ref::<switchyard_server::client::ClientError>())
+        .any(|c| c.status() == Some(reqwest::StatusCode::UNAUTHORIZED));
+    match refused {
+        true => e.context(format!(
+            "the server wants a token: sign in with `switchyard login --server {server}`, or give \
+             --token or SWITCHYARD_TOKEN"
+        )),
+        false => e,
+    }
+}
+
+/// Whether `e` is a write to a reader that went away (`switchyard … | head`).
+fn closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<std::io::Error>())
+        .any(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+/// A command that only prints ends quietly, as other programs do, once its reader is gone: the default
+/// SIGPIPE action. The server and the console keep Rust's (ignored): `serve | head` goes on serving.
+fn die_on_closed_pipe(command: &Option<Command>) {
+    let long_running = matches!(
+        command,
+        None | Some(Command::Serve { .. }) | Some(Command::Receive(_))
+    );
+    if !long_running {
+        // SAFETY: setting a signal's disposition to the default has no preconditions.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    die_on_closed_pipe(&cli.command);
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if closed_pipe(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // The cause chain, one line, for a person; no backtrace (and no panic on a closed stderr).
             let _ = writeln!(std::io::stderr(), "error: {e:#}");
@@ -376,7 +428,8 @@ fn run(mut cli: Cli) -> Result<()> {
                 let flag = args.token.or(cli.console.token);
                 let token = remote_token(&cli.common, &server, flag).await?;
                 let client = switchyard_server::client::Client::new(&server, token);
-                webhooks::run(&client, args.json, args.command).await
+                let done = webhooks::run(&client, args.json, args.command).await;
+                done.map_err(|e| sign_in_hint(e, &server))
             })
         }
         Some(Command::Engines { command }) => {

@@ -115,6 +115,11 @@ pub enum WebhooksCommand {
 /// The server's refusal as a person reads it: its message and, for a bad body, each issue.
 fn api_error(e: ClientError) -> anyhow::Error {
     match e {
+        // Kept whole: the caller says how to sign in (see `sign_in_hint` in main).
+        e @ ClientError::Api {
+            status: reqwest::StatusCode::UNAUTHORIZED,
+            ..
+        } => anyhow::Error::new(e),
         ClientError::Api { message, body, .. } => {
             let mut text = message;
             for issue in body
