@@ -193,7 +193,18 @@ async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
+/// What the server makes is its user's alone, as the data dir's checks want (the store's files, the
+/// console's daily logs and the pid files are made as the umask says). Replica and engine dirs set their
+/// own modes.
+fn private_files() {
+    // SAFETY: umask has no preconditions.
+    unsafe {
+        libc::umask(0o077);
+    }
+}
+
 async fn serve(common: &Common, listen: Option<SocketAddr>) -> Result<()> {
+    private_files();
     let mut config = load_config(common, None)?;
     if let Some(l) = listen {
         config.server.listen = l;
@@ -237,6 +248,7 @@ async fn console(common: &Common, args: &ConsoleArgs) -> Result<()> {
     if let Some(l) = args.listen {
         config.server.listen = l;
     }
+    private_files();
     // The console owns the terminal: logs go to a daily file.
     let log_dir = config.data_dir()?.join("logs");
     std::fs::create_dir_all(&log_dir).with_context(|| format!("creating {}", log_dir.display()))?;

@@ -126,7 +126,12 @@ pub fn remove(dir: &Path, name: &str) -> Result<(), InstallError> {
     // The manifest goes first: from then on the engine is not installed, whatever remains.
     std::fs::remove_file(target.join(MANIFEST)).map_err(io("removing", &target))?;
     std::fs::rename(&target, &gone).map_err(io("moving", &target))?;
-    std::fs::remove_dir_all(&gone).map_err(io("removing", &gone))
+    std::fs::remove_dir_all(&gone).map_err(io("removing", &gone))?;
+    // Nothing of it stays behind: its lock (an install that waited on it gets a fresh one), and the
+    // engines dir itself once it holds nothing else.
+    let _ = std::fs::remove_file(dir.join(format!(".{name}.lock")));
+    let _ = std::fs::remove_dir(dir);
+    Ok(())
 }
 
 /// Moves a checked engine into place, with its manifest, and opens it to the replicas' user.
@@ -180,8 +185,8 @@ fn pip_install(
     progress(
         5,
         &format!(
-            "installing {total} packages from the package registry (about {} MB)",
-            engine.download_mb
+            "installing {total} packages from the package registry (about {} MB; {} MB on disk)",
+            engine.download_mb, engine.disk_mb
         ),
     );
     let mut child = plain_command(&staging.join(".venv/bin/python"))
@@ -579,6 +584,31 @@ mod tests {
             remove(dir.path(), "minilm"),
             Err(InstallError::NotInstalled(_))
         ));
+    }
+
+    #[test]
+    fn a_removal_leaves_nothing_of_the_engine_behind() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("engines");
+        std::fs::create_dir_all(dir.join("minilm/venv/bin")).unwrap();
+        std::fs::write(dir.join("minilm").join(MANIFEST), "{}").unwrap();
+        drop(lock(&dir, "minilm").unwrap());
+        remove(&dir, "minilm").unwrap();
+        assert!(
+            !dir.exists(),
+            "{:?}",
+            std::fs::read_dir(&dir).map(|d| d.count())
+        );
+        // Another engine's files stay, and so does the dir that holds them.
+        std::fs::create_dir_all(dir.join("minilm")).unwrap();
+        std::fs::write(dir.join("minilm").join(MANIFEST), "{}").unwrap();
+        drop(lock(&dir, "smollm").unwrap());
+        remove(&dir, "minilm").unwrap();
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, vec![std::ffi::OsString::from(".smollm.lock")]);
     }
 
     #[test]

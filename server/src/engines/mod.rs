@@ -34,6 +34,8 @@ pub struct Builtin {
     pub summary: &'static str,
     /// About how much it downloads, for the prompt before an install.
     pub download_mb: u32,
+    /// About how much room it takes once installed (its venv and model), measured on Linux x86_64.
+    pub disk_mb: u32,
     /// `serve.py` and `requirements.txt`.
     pub files: &'static [(&'static str, &'static str)],
     /// Arguments after the Python interpreter and `serve.py`.
@@ -48,6 +50,7 @@ pub const BUILTINS: &[Builtin] = &[
         models: &["sentence-transformers/all-MiniLM-L6-v2"],
         summary: "CPU sentence embeddings (all-MiniLM-L6-v2, int8 ONNX) behind TEI's API",
         download_mb: 100,
+        disk_mb: 250,
         files: &[
             ("serve.py", include_str!("../../../engines/minilm/serve.py")),
             (
@@ -63,6 +66,7 @@ pub const BUILTINS: &[Builtin] = &[
         models: &["HuggingFaceTB/SmolLM2-135M-Instruct"],
         summary: "CPU text generation (SmolLM2-135M-Instruct, Q4_1 GGUF) on llama.cpp's server, OpenAI API",
         download_mb: 130,
+        disk_mb: 220,
         files: &[
             ("serve.py", include_str!("../../../engines/smollm/serve.py")),
             (

@@ -211,6 +211,19 @@ fn free_port() -> std::io::Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
+/// Writes `text` to `path`, readable by the server's user only (mode 0600, whatever the umask).
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(text.as_bytes())
+}
+
 fn substitute_port(text: &str, port: u16) -> String {
     text.replace("{port}", &port.to_string())
 }
@@ -299,7 +312,7 @@ impl ReplicaProvider for LocalProvider {
                 "the replica exited before it could be tracked".into(),
             ));
         };
-        let _ = std::fs::write(self.pid_file(&plan.replica_id), pid.to_string());
+        let _ = write_private(&self.pid_file(&plan.replica_id), &pid.to_string());
         let who = (
             plan.namespace.clone(),
             plan.endpoint.clone(),
