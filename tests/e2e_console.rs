@@ -164,6 +164,8 @@ fn sigterm_quits_cleanly() {
     let screen = tmux.wait_for("EXITED");
     assert!(screen.contains("EXITED 0"), "{screen}");
     assert!(!screen.contains("catalog ("), "{screen}");
+    // Printed just after EXITED, only when the terminal's settings are what they were before.
+    tmux.wait_for("TTY-SAME");
 }
 
 /// A panic (debug builds have `:panic` for this) still gives the terminal back: the shell's screen, and its
@@ -273,4 +275,95 @@ fn wait_long(tmux: &Tmux, text: &str) -> String {
         std::thread::sleep(Duration::from_millis(100));
     }
     panic!("the screen never showed {text:?}:\n{}", tmux.screen());
+}
+
+/// The console's log lines, all days' files together.
+fn console_log(data_dir: &Path) -> String {
+    let logs = data_dir.join("logs");
+    let mut text = String::new();
+    for entry in std::fs::read_dir(&logs).expect("the logs dir").flatten() {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with("console.log")
+        {
+            text.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
+        }
+    }
+    text
+}
+
+/// Quitting does not wait for the console's own held requests (its notifications long poll is open from
+/// sign-in): the in-process server's stop finds every request done, instead of giving up on them after
+/// its drain time, at 120×35 and at 80×24. What the console made is its user's alone, so a second start
+/// has nothing to close.
+#[test]
+fn quitting_finds_every_request_done_and_leaves_private_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    for (width, height) in [("120", "35"), ("80", "24")] {
+        let tmux = start(&data);
+        common::tmux::run(&["resize-window", "-t", &tmux.0, "-x", width, "-y", height]);
+        tmux.wait_for("connected");
+        tmux.keys(&[":"]);
+        tmux.type_text("notifications");
+        tmux.keys(&["Enter"]);
+        tmux.keys(&[":", "q", "Enter"]);
+        let screen = tmux.wait_for("EXITED");
+        assert!(screen.contains("EXITED 0"), "{width}x{height}: {screen}");
+    }
+    let log = console_log(&data);
+    assert_eq!(
+        log.matches("every request is done; stopping").count(),
+        2,
+        "{log}"
+    );
+    assert!(!log.contains("requests still open"), "{log}");
+    assert!(!log.contains("closed to other users"), "{log}");
+    for entry in std::fs::read_dir(data.join("logs"))
+        .expect("logs")
+        .flatten()
+    {
+        let mode =
+            std::os::unix::fs::PermissionsExt::mode(&entry.metadata().expect("meta").permissions());
+        assert_eq!(
+            mode & 0o077,
+            0,
+            "{:?} is open to others: {mode:o}",
+            entry.path()
+        );
+    }
+}
+
+/// The configured port is taken: the console's in-process server takes a free one and says which in the
+/// status line; `serve` on that port fails, naming `--listen`.
+#[test]
+fn a_taken_port_moves_the_console_and_stops_serve() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port to hold");
+    let addr = taken.local_addr().expect("addr");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let name = format!("sy-console-port-{}", std::process::id());
+    let cmd = format!(
+        "SWITCHYARD_LISTEN={addr} {BIN} --data-dir {}; echo EXITED $?; sleep 60",
+        dir.path().join("console").display()
+    );
+    let tmux = Tmux::new(name, &cmd);
+    let screen = tmux.wait_for("connected");
+    assert!(screen.contains(&format!("({addr} was taken)")), "{screen}");
+    tmux.keys(&[":", "q", "Enter"]);
+    let screen = tmux.wait_for("EXITED");
+    assert!(screen.contains("EXITED 0"), "{screen}");
+
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", &addr.to_string(), "--data-dir"])
+        .arg(dir.path().join("serve"))
+        .output()
+        .expect("run serve");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("binding {addr}")) && err.contains("--listen"),
+        "{err}"
+    );
+    drop(taken);
 }

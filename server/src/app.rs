@@ -561,7 +561,10 @@ impl Application {
             tokio::time::sleep(DRAIN).await;
         };
         let served = tokio::select! {
-            r = serve => r,
+            r = serve => {
+                tracing::info!("every request is done; stopping");
+                r
+            }
             _ = drained => {
                 tracing::warn!("requests still open after {} s; stopping anyway", DRAIN.as_secs());
                 Ok(())

@@ -120,17 +120,32 @@ pub fn render(ctx: &Context, rec: &WebhookRecord) -> WebhookOut {
         owner: rec.owner.clone(),
         disabled_reason: rec.disabled_reason.clone(),
         last_attempt: rec.last_attempt.clone(),
+        // A hold that ended stays in the row until the next one: only one still on is said.
+        held_until: rec.held_until.filter(|t| *t > ctx.clock.now()),
+        failing_since: rec.failing_since,
         created_at: rec.created_at,
         updated_at: rec.updated_at,
     }
 }
 
-pub fn render_attempt(a: AttemptRecord) -> AttemptOut {
+/// An attempt as the activity view lists it; its payload as the webhook `webhook_id` was sent it (the
+/// `webhook` member added, as the deliverer adds it).
+pub fn render_attempt(a: AttemptRecord, webhook_id: &str) -> AttemptOut {
+    let mut payload = a.payload;
+    if let Some(p) = payload.as_object_mut() {
+        p.insert(
+            "webhook".into(),
+            serde_json::json!({"id": webhook_id, "version": crate::model::webhook::PAYLOAD_VERSION}),
+        );
+    }
     AttemptOut {
         seq: a.seq,
         delivery_id: a.delivery_id,
         event_id: a.event_id,
         event: a.event,
+        namespace: a.namespace,
+        subject: a.subject,
+        payload,
         attempt: a.number,
         at: a.started_at,
         status_code: a.status_code,
@@ -431,7 +446,7 @@ pub async fn attempts_of_managed(
         .await?
         .attempts_of(id, after, before, limit)
         .await?;
-    Ok(rows.into_iter().map(render_attempt).collect())
+    Ok(rows.into_iter().map(|a| render_attempt(a, id)).collect())
 }
 
 /// Sends one delivery's event again, now, once (a manual attempt schedules no retries). Its new id.
@@ -562,5 +577,36 @@ mod tests {
         ];
         assert_eq!(signing_keys(&keys, now).len(), 2);
         assert_eq!(signing_keys(&keys, now + Duration::hours(2)).len(), 1);
+    }
+
+    #[test]
+    fn a_refused_local_receiver_names_the_setting_that_allows_it() {
+        let refused = crate::outbound::OutboundError::Refused {
+            host: "127.0.0.1".into(),
+            address: std::net::IpAddr::from([127, 0, 0, 1]),
+            range: "loopback",
+        };
+        let said = refused_url(&refused);
+        assert!(
+            said.contains("[outbound] allow = [\"127.0.0.1/32\"]"),
+            "{said}"
+        );
+        assert!(
+            said.contains("SWITCHYARD_OUTBOUND_ALLOW=127.0.0.1/32"),
+            "{said}"
+        );
+        let named = crate::outbound::OutboundError::Refused {
+            host: "hooks.internal".into(),
+            address: std::net::IpAddr::from([10, 0, 0, 7]),
+            range: "private",
+        };
+        let said = refused_url(&named);
+        assert!(
+            !said.contains("10.0.0.7"),
+            "a resolved address is never shown: {said}"
+        );
+        assert!(said.contains("SWITCHYARD_OUTBOUND_ALLOW"), "{said}");
+        let scheme = crate::outbound::OutboundError::Scheme("ftp".into());
+        assert!(refused_url(&scheme).ends_with("webhooks are never sent there"));
     }
 }
