@@ -364,3 +364,55 @@ async fn the_cli_manages_webhooks_and_shows_their_deliveries() {
     assert!(cli.fails(&["get", &id]).contains("not found"));
     assert_eq!(cli.ok(&["list"]).trim(), "no webhooks");
 }
+
+/// A command without a token is told how to get one; a command whose reader goes away ends quietly, with
+/// success, as other programs do (`switchyard webhooks list | head -1`).
+#[test]
+fn a_missing_token_says_how_to_sign_in_and_a_closed_pipe_ends_quietly() {
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let server = serve_with(&data, &[]);
+    let cli_config = dir.path().join("cli").join("config.toml");
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&cli_config)
+        .args(["webhooks", "--server", &server.url, "list"])
+        .env_remove("SWITCHYARD_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run switchyard webhooks");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("switchyard login --server {}", server.url)) && err.contains("401"),
+        "{err}"
+    );
+
+    let token = std::fs::read_to_string(data.join("admin-token")).expect("admin token");
+    let cli = Cli {
+        server: &server.url,
+        token: token.trim(),
+        config: &cli_config,
+    };
+    // A pipe whose reader is gone before the command writes anything.
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let done = cli
+        .command(&["list"])
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run the listing");
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert!(
+        !err.contains("Broken pipe") && !err.contains("panicked"),
+        "{err}"
+    );
+    use std::os::unix::process::ExitStatusExt;
+    // SIGPIPE is 13 on Linux.
+    assert!(
+        done.status.success() || done.status.signal() == Some(13),
+        "{:?}: {err}",
+        done.status
+    );
+}

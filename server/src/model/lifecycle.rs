@@ -155,6 +155,8 @@ pub fn can_transition(from: EndpointState, to: EndpointState) -> bool {
             | (S::UpdateFailed, S::Updating)
             | (S::ScaledToZero, S::Initializing)
             | (S::Failed, S::Initializing)
+            // Back to waiting, with no replica yet: the engine it needs is being installed.
+            | (S::Failed | S::Initializing, S::Pending)
     )
 }
 
@@ -307,6 +309,8 @@ mod tests {
             (S::Updating, S::ScaledToZero),
             (S::ScaledToZero, S::Initializing),
             (S::Failed, S::Initializing),
+            (S::Failed, S::Pending),
+            (S::Initializing, S::Pending),
             (S::ScaledToZero, S::Failed),
             (S::Pending, S::Failed),
             (S::Initializing, S::Failed),
