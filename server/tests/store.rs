@@ -147,16 +147,34 @@ async fn a_unit_of_work_commits_everything_or_nothing() {
         assert_eq!(events[0].kind, EventKind::EndpointCreated, "{b}");
         assert_eq!(events[0].payload, json!({"name": "one"}), "{b}");
 
-        // A change that fails part-way leaves its event out too.
+        // A change that fails part-way, committed all the same: its first step does not land either.
+        let other = record("alice", "two", None);
         let mut unit = store.begin().await.unwrap();
-        unit.append_event(created(&rec), Utc::now()).await.unwrap();
+        unit.insert_endpoint(&other).await.unwrap();
+        unit.append_event(created(&other), Utc::now())
+            .await
+            .unwrap();
         let again = unit.insert_endpoint(&record("alice", "one", None)).await;
         assert!(
             matches!(again, Err(StoreError::Conflict(_))),
             "{b}: {again:?}"
         );
-        drop(unit);
-        assert_eq!(event_count(&store).await, 1, "{b}");
+        let committed = unit.commit().await;
+        let mut read = store.read().await.unwrap();
+        assert!(
+            read.endpoint("alice", "two").await.unwrap().is_none(),
+            "{b}: the step before the failure landed (commit said {committed:?})"
+        );
+        drop(read);
+        assert_eq!(
+            event_count(&store).await,
+            1,
+            "{b}: commit said {committed:?}"
+        );
+        assert!(
+            committed.is_err(),
+            "{b}: the commit says it committed nothing"
+        );
     }
 }
 
@@ -453,22 +471,72 @@ async fn a_user_s_password_hash_is_found_by_its_name_in_any_case() {
     }
 }
 
+/// Each backend's store by URL, not opened yet: SQLite in a temp dir (kept while the dir lives), and a new
+/// PostgreSQL database when there is a server for it.
+async fn store_urls() -> Vec<(StoreUrl, Option<tempfile::TempDir>)> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut out = vec![(StoreUrl::Sqlite(dir.path().join("s.db")), Some(dir))];
+    match common::postgres_admin_url() {
+        Some(admin) => {
+            let url = StoreUrl::parse(&common::fresh_postgres(&admin).await).expect("pg url");
+            out.push((url, None));
+        }
+        None => eprintln!("PostgreSQL half skipped: SWITCHYARD_TEST_POSTGRES is not set"),
+    }
+    out
+}
+
+/// The store's record of its migrations, in order: version, name, checksum, when applied.
+async fn migrations_on_record(url: &StoreUrl) -> Vec<(i64, String, String, String)> {
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&url.url()).await.unwrap();
+    let rows = sqlx::query_as(
+        "SELECT version, name, checksum, applied_at FROM schema_migrations ORDER BY version",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    rows
+}
+
 #[tokio::test]
 async fn reopening_applies_nothing_twice() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = StoreUrl::Sqlite(dir.path().join("s.db"));
-    let store = SqlStore::open(&url, Synchronous::Normal).await.unwrap();
-    insert(&store, &record("a", "kept", None)).await;
-    store.close().await;
-    let store = SqlStore::open(&url, Synchronous::Full).await.unwrap();
-    let kept = store
-        .read()
-        .await
-        .unwrap()
-        .endpoint("a", "kept")
-        .await
-        .unwrap();
-    assert!(kept.is_some());
+    for (url, _dir) in store_urls().await {
+        let b = url.backend().as_str();
+        let store = SqlStore::open(&url, Synchronous::Normal).await.unwrap();
+        insert(&store, &record("a", "kept", None)).await;
+        store.close().await;
+        let before = migrations_on_record(&url).await;
+        let shipped = std::fs::read_dir(format!("{}/migrations/{b}", env!("CARGO_MANIFEST_DIR")))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "sql"))
+            })
+            .count();
+        assert_eq!(
+            before.len(),
+            shipped,
+            "{b}: each migration applied once: {before:?}"
+        );
+
+        let store = SqlStore::open(&url, Synchronous::Full).await.unwrap();
+        let kept = store
+            .read()
+            .await
+            .unwrap()
+            .endpoint("a", "kept")
+            .await
+            .unwrap();
+        assert!(kept.is_some(), "{b}");
+        store.close().await;
+        assert_eq!(
+            migrations_on_record(&url).await,
+            before,
+            "{b}: reopening applied (or recorded) a migration again"
+        );
+    }
 }
 
 /// A store written before the migrations table (schema 1, counted in `PRAGMA user_version`) is

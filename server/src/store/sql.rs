@@ -2,12 +2,16 @@
 
 use std::path::{Path, PathBuf};
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sqlx::any::AnyPoolOptions;
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use futures_util::{FutureExt, StreamExt, TryFutureExt, TryStreamExt};
+use sqlx::any::{AnyPoolOptions, AnyQueryResult, AnyRow, AnyStatement, AnyTypeInfo};
 use sqlx::pool::PoolConnection;
-use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor};
+use sqlx::{Any, AnyConnection, AnyPool, Connection, Describe, Either, Execute, Executor};
 
 use super::{Session, Store, StoreError, StoreResult};
 
@@ -268,6 +272,9 @@ pub struct SqlSession {
     pub(crate) queued: bool,
     pub(crate) mailed: bool,
     pub(crate) noticed: bool,
+    /// A statement failed: the unit of work commits nothing. PostgreSQL aborts such a transaction by itself;
+    /// SQLite keeps the statements before the failed one, and would commit half a change.
+    failed: AtomicBool,
 }
 
 #[derive(Clone)]
@@ -283,11 +290,74 @@ impl SqlSession {
         matches!(self.conn, Conn::Unit(_))
     }
 
-    pub(crate) fn db(&mut self) -> &mut AnyConnection {
-        match &mut self.conn {
+    pub(crate) fn db(&mut self) -> Db<'_> {
+        let conn: &mut AnyConnection = match &mut self.conn {
             Conn::Plain(c) => c,
             Conn::Unit(t) => t,
+        };
+        Db {
+            conn,
+            failed: &self.failed,
         }
+    }
+}
+
+/// A session's connection, for one statement: a statement that fails is noted in the session.
+#[derive(Debug)]
+pub(crate) struct Db<'c> {
+    conn: &'c mut AnyConnection,
+    failed: &'c AtomicBool,
+}
+
+impl<'c> Executor<'c> for Db<'c> {
+    type Database = Any;
+
+    fn fetch_many<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxStream<'e, Result<Either<AnyQueryResult, AnyRow>, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Any>,
+    {
+        let failed = self.failed;
+        self.conn
+            .fetch_many(query)
+            .inspect_err(move |_| failed.store(true, Ordering::Relaxed))
+            .boxed()
+    }
+
+    fn fetch_optional<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxFuture<'e, Result<Option<AnyRow>, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Any>,
+    {
+        let failed = self.failed;
+        self.conn
+            .fetch_optional(query)
+            .inspect_err(move |_| failed.store(true, Ordering::Relaxed))
+            .boxed()
+    }
+
+    fn prepare_with<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+        parameters: &'e [AnyTypeInfo],
+    ) -> BoxFuture<'e, Result<AnyStatement<'q>, sqlx::Error>>
+    where
+        'c: 'e,
+    {
+        self.conn.prepare_with(sql, parameters)
+    }
+
+    fn describe<'e, 'q: 'e>(self, sql: &'q str) -> BoxFuture<'e, Result<Describe<Any>, sqlx::Error>>
+    where
+        'c: 'e,
+    {
+        self.conn.describe(sql)
     }
 }
 
@@ -301,9 +371,17 @@ impl Session for SqlSession {
             mailed,
             noticed,
             _turn,
+            failed,
             ..
         } = *self;
         if let Conn::Unit(t) = conn {
+            if failed.into_inner() {
+                t.rollback().await?;
+                return Err(StoreError::Backend(
+                    "a statement of this unit of work failed: it was rolled back, nothing committed"
+                        .into(),
+                ));
+            }
             t.commit().await?;
         }
         drop(_turn);
@@ -333,6 +411,7 @@ impl Store for SqlStore {
             queued: false,
             mailed: false,
             noticed: false,
+            failed: AtomicBool::new(false),
         }))
     }
 
@@ -345,6 +424,7 @@ impl Store for SqlStore {
             queued: false,
             mailed: false,
             noticed: false,
+            failed: AtomicBool::new(false),
         }))
     }
 
