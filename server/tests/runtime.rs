@@ -397,13 +397,16 @@ async fn oauth_tokens_at_the_proxy() {
         let _: Value = rt.admin.create_endpoint(ns, &body).await.unwrap();
     }
     for ns in ["acme", "olga"] {
+        let mut status = Value::Null;
         for _ in 0..400 {
             let ep: Value = rt.admin.get_endpoint(ns, "ep").await.unwrap();
-            if ep["status"]["state"] == "running" {
+            status = ep["status"].clone();
+            if status["state"] == "running" {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        assert_eq!(status["state"], "running", "{ns}/ep never ran: {status}");
     }
     let exchange = |scopes: &'static [&'static str]| {
         let rt = &rt;
@@ -593,38 +596,46 @@ async fn rolling_update_and_cold_wake_lose_nothing_under_a_burst() {
         .unwrap()
         .to_string();
 
-    // A spec change while 1,000 requests run: new replica ready before the old one stops.
-    let load = {
-        let http = rt.http.clone();
-        let url = format!("{}/embed", rt.endpoint_url("roll"));
-        tokio::spawn(async move {
-            let mut counts: HashMap<u16, usize> = HashMap::new();
-            let mut chunks = Vec::new();
-            for c in 0..10 {
-                let batch: Vec<_> = (0..100)
-                    .map(|i| {
-                        let (http, url) = (http.clone(), url.clone());
-                        tokio::spawn(async move {
-                            http.post(url)
-                                .json(&json!({"inputs": format!("{c}-{i}")}))
-                                .send()
-                                .await
-                                .map(|r| r.status().as_u16())
-                                .unwrap_or(0)
-                        })
-                    })
-                    .collect();
-                chunks.push(batch);
-                tokio::time::sleep(Duration::from_millis(40)).await;
-            }
-            for batch in chunks {
-                for t in batch {
-                    *counts.entry(t.await.unwrap()).or_default() += 1;
+    // A spec change under load: 64 callers send one request after another from before the change until the
+    // endpoint runs again, each answer noted with the replica that gave it. New replica ready before the old
+    // one stops: every request is answered 200, by the old replica and then by the new one.
+    let rolled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let callers: Vec<_> = (0..64)
+        .map(|c| {
+            let (http, url) = (
+                rt.http.clone(),
+                format!("{}/embed", rt.endpoint_url("roll")),
+            );
+            let rolled = rolled.clone();
+            tokio::spawn(async move {
+                let mut answers: Vec<(u16, String)> = Vec::new();
+                for i in 0.. {
+                    // Each caller sends once more after it has seen the roll end, so some answers come after.
+                    let last = rolled.load(std::sync::atomic::Ordering::SeqCst);
+                    let answer = match http
+                        .post(&url)
+                        .json(&json!({"inputs": format!("{c}-{i}")}))
+                        .send()
+                        .await
+                    {
+                        Ok(r) => {
+                            let replica = r
+                                .headers()
+                                .get("x-replica-id")
+                                .and_then(|v| v.to_str().ok());
+                            (r.status().as_u16(), replica.unwrap_or("").to_string())
+                        }
+                        Err(e) => (0, e.to_string()),
+                    };
+                    answers.push(answer);
+                    if last {
+                        break;
+                    }
                 }
-            }
-            counts
+                answers
+            })
         })
-    };
+        .collect();
     tokio::time::sleep(Duration::from_millis(50)).await;
     let updated: Value = rt
         .admin
@@ -632,11 +643,24 @@ async fn rolling_update_and_cold_wake_lose_nothing_under_a_burst() {
         .await
         .unwrap();
     assert_eq!(updated["status"]["state"], "updating");
-    let counts = load.await.unwrap();
-    assert_eq!(counts.get(&200), Some(&1000), "{counts:?}");
     let ep = rt
         .wait_for("roll", "rolled", |e| e["status"]["state"] == "running")
         .await;
+    rolled.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut by_replica: HashMap<String, usize> = HashMap::new();
+    let mut failed = Vec::new();
+    for caller in callers {
+        for (status, replica) in caller.await.unwrap() {
+            match status {
+                200 => *by_replica.entry(replica).or_default() += 1,
+                _ => failed.push((status, replica)),
+            }
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "lost under the roll: {failed:?} (and {by_replica:?})"
+    );
     assert_eq!(ep["status"]["readyReplica"], 1);
     let env = rt
         .http
@@ -650,6 +674,11 @@ async fn rolling_update_and_cold_wake_lose_nothing_under_a_burst() {
         .unwrap()
         .to_string();
     assert_ne!(before, after);
+    assert!(
+        by_replica.get(&before).is_some_and(|n| *n > 0) && by_replica.get(&after).is_some_and(|n| *n > 0),
+        "the load spanned the roll: answers by the old replica {before} and the new {after}: {by_replica:?}"
+    );
+    assert_eq!(by_replica.len(), 2, "{by_replica:?}");
 
     // 0 → 1 under a burst of 1,000 held requests: all answered 200.
     let _: Value = rt
@@ -833,66 +862,6 @@ async fn custom_commands_and_the_cache_need_permission() {
         .update_endpoint("bob", "plain", &json!({"tags": ["x"]}))
         .await
         .unwrap();
-    rt.shutdown().await;
-}
-
-/// The real engine (`engines/minilm/install`): deployed as a `tei` image, it embeds through the proxy.
-/// Runs only where the engine is installed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn real_minilm_engine_when_installed() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("engines")
-        .join("minilm");
-    let python = root.join(".venv").join("bin").join("python");
-    if !python.exists() {
-        eprintln!("skipped: engines/minilm is not installed (engines/minilm/install)");
-        return;
-    }
-    let rt = spawn(|c| {
-        c.runtime.launchers.insert(
-            "tei".into(),
-            switchyard_server::config::Launcher {
-                command: vec![
-                    python.display().to_string(),
-                    root.join("serve.py").display().to_string(),
-                    "--port".into(),
-                    "{port}".into(),
-                    "--model-id".into(),
-                    "{repository}".into(),
-                ],
-                health_route: Some("/health".into()),
-                ..Default::default()
-            },
-        );
-    })
-    .await;
-    let mut body = engine_endpoint(
-        "minilm",
-        "public",
-        &[],
-        json!({"minReplica": 1, "maxReplica": 1}),
-    );
-    body["model"] = json!({"repository": "sentence-transformers/all-MiniLM-L6-v2", "framework": "pytorch",
-                           "image": {"tei": {"url": "local/minilm"}}});
-    rt.create(body).await;
-    rt.wait_state("minilm", "running").await;
-    let resp = rt
-        .http
-        .post(format!("{}/embed", rt.endpoint_url("minilm")))
-        .json(&json!({"inputs": ["A cat sits on the mat", "A kitten is sitting on a rug", "Quarterly revenue rose 5%"]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let v: Vec<Vec<f32>> = resp.json().await.unwrap();
-    assert_eq!(v.len(), 3);
-    assert_eq!(v[0].len(), 384);
-    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
-    assert!(
-        dot(&v[0], &v[1]) > dot(&v[0], &v[2]) + 0.3,
-        "similar sentences are closer"
-    );
     rt.shutdown().await;
 }
 
@@ -1607,15 +1576,22 @@ fn proc_status(pid: i32, field: &str) -> String {
         .unwrap_or_default()
 }
 
-/// A custom replica tries to read the server's secrets (the admin token, the secrets key, the
-/// database) by the data dir's absolute path, and reports on its stdout; then it serves. The data dir
-/// and its files are closed to other users (also those left open by an earlier start). Run as root,
-/// the replica runs as the replica user, without groups, in a directory outside the data dir, and
-/// every read fails.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replicas_cannot_read_the_servers_secrets() {
+/// A server whose data dir an older server left open (the dir and a log file), running one custom replica
+/// that tries to read the server's secrets (the admin token, the secrets key, the database) by the data
+/// dir's absolute path and reports on its stdout before it serves.
+struct Nosy {
+    rt: Rt,
+    /// The data dir, canonical.
+    data: PathBuf,
+    pid: i32,
+    /// The replica's working directory.
+    cwd: PathBuf,
+    /// Its logs once it runs.
+    logs: String,
+}
+
+async fn nosy() -> Nosy {
     let rt = spawn(|c| {
-        // What an older server left: an open data dir and an open log file.
         use std::os::unix::fs::PermissionsExt;
         let dir = c.store.data_dir.clone().expect("data dir");
         let open = std::fs::Permissions::from_mode(0o755);
@@ -1645,30 +1621,9 @@ exec {engine} --port "$PORT""#,
     body["model"]["command"] = json!(["/bin/sh", "-c", script]);
     rt.create(body).await;
     rt.wait_state("nosy", "running").await;
-
-    assert_eq!(mode(&data) & 0o077, 0, "the data dir is closed to others");
-    let mut files = vec![
-        "admin-token",
-        "secret.key",
-        "logs",
-        "logs/console.log.2020-01-01",
-    ];
-    files.extend(["switchyard.db", "switchyard.db-wal", "switchyard.db-shm"]);
-    for f in files {
-        let path = data.join(f);
-        if path.exists() {
-            assert_eq!(mode(&path) & 0o077, 0, "{f} is closed to others");
-        }
-    }
     let pids = rt.replica_pids();
     assert_eq!(pids.len(), 1);
     let cwd = std::fs::read_link(format!("/proc/{}/cwd", pids[0])).expect("replica cwd");
-    assert!(
-        !cwd.starts_with(&data),
-        "{} is in the data dir",
-        cwd.display()
-    );
-
     let logs = rt
         .http
         .get(format!("{}/v2/endpoint/{NS}/nosy/logs?tail=50", rt.url))
@@ -1679,26 +1634,60 @@ exec {engine} --port "$PORT""#,
         .text()
         .await
         .expect("logs text");
-    assert!(logs.contains(&format!("home={}", cwd.display())), "{logs}");
-    let server_uid = std::fs::metadata("/proc/self").map(|m| {
-        use std::os::unix::fs::MetadataExt;
-        m.uid()
-    });
-    if server_uid.ok() != Some(0) {
-        eprintln!(
-            "not root: replicas run as the server's own user and could read its files; \
-             only the data dir's modes (closed to other users) were checked"
-        );
-        rt.shutdown().await;
+    Nosy {
+        rt,
+        data,
+        pid: pids[0],
+        cwd,
+        logs,
+    }
+}
+
+/// The data dir and its files are closed to other users (also those left open by an earlier start), and
+/// a replica works in a directory of its own outside it, which is its home. As any user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_data_dir_is_closed_to_other_users_and_replicas_work_outside_it() {
+    let n = nosy().await;
+    assert_eq!(mode(&n.data) & 0o077, 0, "the data dir is closed to others");
+    let mut files = vec![
+        "admin-token",
+        "secret.key",
+        "logs",
+        "logs/console.log.2020-01-01",
+    ];
+    files.extend(["switchyard.db", "switchyard.db-wal", "switchyard.db-shm"]);
+    for f in files {
+        let path = n.data.join(f);
+        if path.exists() {
+            assert_eq!(mode(&path) & 0o077, 0, "{f} is closed to others");
+        }
+    }
+    assert!(
+        !n.cwd.starts_with(&n.data),
+        "{} is in the data dir",
+        n.cwd.display()
+    );
+    assert!(
+        n.logs.contains(&format!("home={}", n.cwd.display())),
+        "{}",
+        n.logs
+    );
+    n.rt.shutdown().await;
+}
+
+/// Run as root, the server runs the replica as the replica user, without groups, and every read of its
+/// secrets fails. (Not as root, replicas run as the server's own user and could read its files: the test
+/// above is what holds then.) CI runs as root, and fails this test if it is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_cannot_read_the_servers_secrets() {
+    if !common::runs_as_root("replicas_cannot_read_the_servers_secrets") {
         return;
     }
-    let uids = proc_status(pids[0], "Uid");
+    let n = nosy().await;
+    let logs = &n.logs;
+    let uids = proc_status(n.pid, "Uid");
     assert!(uids.split_whitespace().all(|u| u != "0"), "Uid: {uids}");
-    assert_eq!(
-        proc_status(pids[0], "Groups"),
-        "",
-        "no supplementary groups"
-    );
+    assert_eq!(proc_status(n.pid, "Groups"), "", "no supplementary groups");
     assert!(!logs.contains("probe uid=0 "), "{logs}");
     for f in ["admin-token", "secret.key", "switchyard.db"] {
         let line = logs
@@ -1712,9 +1701,9 @@ exec {engine} --port "$PORT""#,
             .any(|l| l.contains("probe list:") && l.contains("Permission denied")),
         "{logs}"
     );
-    let key = std::fs::read_to_string(data.join("secret.key")).expect("key");
-    assert!(!logs.contains(&rt.token) && !logs.contains(key.trim()));
-    rt.shutdown().await;
+    let key = std::fs::read_to_string(n.data.join("secret.key")).expect("key");
+    assert!(!logs.contains(&n.rt.token) && !logs.contains(key.trim()));
+    n.rt.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -46,6 +46,21 @@ pub fn postgres_admin_url() -> Option<String> {
     url
 }
 
+/// Whether this process runs as root, which `what` needs. In CI (`CI` set) it must: `.ci/run` runs the suite
+/// as root, and a test that needs root never passes there by being skipped. Elsewhere it says it skipped.
+pub fn runs_as_root(what: &str) -> bool {
+    // SAFETY: geteuid only reads the calling process's effective user id; it cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    assert!(
+        root || std::env::var_os("CI").is_none(),
+        "{what} needs root, and CI runs the suite as root"
+    );
+    if !root {
+        eprintln!("skipped: {what} needs root");
+    }
+    root
+}
+
 /// A new, empty PostgreSQL database on the test server, by URL.
 pub async fn fresh_postgres(admin_url: &str) -> String {
     use sqlx::Executor;
@@ -81,6 +96,18 @@ pub async fn spawn() -> TestServer {
 
 /// A server whose config the test changes first (after the data dir, store and listener are set).
 pub async fn spawn_with(configure: impl FnOnce(&mut Config)) -> TestServer {
+    spawn_with_clock(
+        configure,
+        std::sync::Arc::new(switchyard_server::clock::SystemClock),
+    )
+    .await
+}
+
+/// [`spawn_with`] on a clock of the test's (a `ManualClock` it moves).
+pub async fn spawn_with_clock(
+    configure: impl FnOnce(&mut Config),
+    clock: std::sync::Arc<dyn switchyard_server::clock::Clock>,
+) -> TestServer {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = Config::default();
     config.store.data_dir = Some(dir.path().to_path_buf());
@@ -101,7 +128,9 @@ pub async fn spawn_with(configure: impl FnOnce(&mut Config)) -> TestServer {
         },
     );
     configure(&mut config);
-    let app = Application::build(&config).await.expect("build");
+    let app = Application::build_with_clock(&config, clock)
+        .await
+        .expect("build");
     let url = format!("http://{}", app.local_addr());
     tokio::spawn(app.run(std::future::pending()));
     let token = std::fs::read_to_string(dir.path().join("admin-token")).expect("admin token");
