@@ -248,6 +248,11 @@ struct Setup {
 }
 
 async fn setup() -> Setup {
+    setup_on(Arc::new(switchyard_server::clock::SystemClock)).await
+}
+
+/// [`setup`] with the server on `clock`.
+async fn setup_on(clock: Arc<dyn switchyard_server::clock::Clock>) -> Setup {
     let (es, rs) = (Key::es256("es-1"), Key::rs256("rs-1"));
     let issuer = Issuer::start(&[&es, &rs]).await;
     // A second allowed issuer that no test token names: nothing is ever fetched from it.
@@ -255,10 +260,13 @@ async fn setup() -> Setup {
         issuer.url.clone(),
         "https://token.actions.githubusercontent.com".to_string(),
     ];
-    let server = common::spawn_with(|c| {
-        c.outbound.allow = vec!["127.0.0.0/8".into()];
-        c.oauth.ci_issuers = issuers;
-    })
+    let server = common::spawn_with_clock(
+        |c| {
+            c.outbound.allow = vec!["127.0.0.0/8".into()];
+            c.oauth.ci_issuers = issuers;
+        },
+        clock,
+    )
     .await;
     let alice = server.user("alice", None).await;
     let _: Value = server.admin.admin_create_org("acme").await.expect("org");
@@ -705,7 +713,8 @@ async fn tokens_that_fail_a_check_get_nothing() {
 
 #[tokio::test]
 async fn an_unknown_kid_refetches_the_keys_at_most_once_a_minute() {
-    let s = setup().await;
+    let clock = switchyard_server::clock::ManualClock::new(chrono::Utc::now());
+    let s = setup_on(Arc::new(clock.clone())).await;
     let claims = || s.issuer.claims(&s.server.url, REPO, MAIN);
     let (status, tok) = exchange(&s.server.url, &s.es.mint(&claims()), Some("acme"), false).await;
     assert_eq!(status, StatusCode::OK, "{tok}");
@@ -728,6 +737,37 @@ async fn an_unknown_kid_refetches_the_keys_at_most_once_a_minute() {
         refused(&s, &Key::es256(kid).mint(&claims()), "acme", "key id (kid)").await;
     }
     assert_eq!(s.issuer.jwks_hits(), 2);
+    // Past the minute (on the server's clock), the next unknown kid refetches, once; the key set itself
+    // is still fresh, so discovery is not asked again.
+    clock.advance(chrono::Duration::seconds(61));
+    let later = || {
+        let t = switchyard_server::clock::Clock::now(&clock).timestamp();
+        let mut c = claims();
+        c["iat"] = json!(t);
+        c["nbf"] = json!(t);
+        c["exp"] = json!(t + 300);
+        c
+    };
+    refused(
+        &s,
+        &Key::es256("nope-4").mint(&later()),
+        "acme",
+        "key id (kid)",
+    )
+    .await;
+    assert_eq!(
+        s.issuer.jwks_hits(),
+        3,
+        "one refetch once the minute is over"
+    );
+    refused(
+        &s,
+        &Key::es256("nope-5").mint(&later()),
+        "acme",
+        "key id (kid)",
+    )
+    .await;
+    assert_eq!(s.issuer.jwks_hits(), 3, "and then none for another minute");
     assert_eq!(s.issuer.discovery_hits.load(Ordering::SeqCst), 1);
 }
 
