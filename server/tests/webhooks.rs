@@ -28,7 +28,6 @@ struct Got {
     headers: HeaderMap,
     body: Value,
     raw: Vec<u8>,
-    at: Instant,
 }
 
 /// A scripted answer: status and extra headers.
@@ -66,16 +65,21 @@ impl Receiver {
         self.got.lock().expect("lock").clone()
     }
 
-    /// Waits until a request satisfying `ok` came (at most 20 s); all requests so far.
-    async fn wait_until(&self, ok: impl Fn(&Got) -> bool) -> Vec<Got> {
+    /// Waits until the requests so far satisfy `ok` (at most 20 s); all requests so far.
+    async fn wait_all(&self, ok: impl Fn(&[Got]) -> bool) -> Vec<Got> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let got = self.got();
-            if got.iter().any(&ok) || Instant::now() > deadline {
+            if ok(&got) || Instant::now() > deadline {
                 return got;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Waits until a request satisfying `ok` came (at most 20 s); all requests so far.
+    async fn wait_until(&self, ok: impl Fn(&Got) -> bool) -> Vec<Got> {
+        self.wait_all(|got| got.iter().any(&ok)).await
     }
 
     /// The requests that carried the same `webhook-id` as the first one.
@@ -107,14 +111,7 @@ impl Receiver {
 
     /// Waits until `n` requests came (at most 20 s).
     async fn wait_for(&self, n: usize) -> Vec<Got> {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let got = self.got();
-            if got.len() >= n || Instant::now() > deadline {
-                return got;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.wait_all(|got| got.len() >= n).await
     }
 }
 
@@ -129,7 +126,6 @@ async fn receive(
         headers,
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
         raw: body.to_vec(),
-        at: Instant::now(),
     });
     let scripted = r.script.lock().expect("lock").pop_front();
     let (status, extra) = scripted
@@ -194,6 +190,18 @@ fn verifies(g: &Got, secrets: &[&str]) -> bool {
         chrono::Utc::now().timestamp(),
     )
     .is_ok()
+}
+
+/// A time the server recorded (`at`, `nextAttemptAt`).
+fn time(v: &Value) -> chrono::DateTime<chrono::Utc> {
+    let text = v.as_str().unwrap_or_else(|| panic!("a time: {v}"));
+    chrono::DateTime::parse_from_rfc3339(text)
+        .unwrap_or_else(|e| panic!("{text}: {e}"))
+        .to_utc()
+}
+
+fn ms(n: i64) -> chrono::Duration {
+    chrono::Duration::milliseconds(n)
 }
 
 async fn attempts(client: &Client, id: &str) -> Vec<Value> {
@@ -524,11 +532,6 @@ async fn failures_are_retried_on_schedule_with_one_id_until_they_succeed() {
     let got = r.first_event_times(3).await;
     assert_eq!(got.len(), 3, "the first event, sent until it succeeded");
     assert_eq!(got[0].raw, got[2].raw, "the same body on every retry");
-    let gap = got[1].at - got[0].at;
-    assert!(
-        gap >= Duration::from_millis(35),
-        "retried after the schedule's delay, not at once: {gap:?}"
-    );
     let event = got[0].body["id"].clone();
     let a = activity_until(&s.admin, &id, |a| {
         a.iter()
@@ -543,6 +546,20 @@ async fn failures_are_retried_on_schedule_with_one_id_until_they_succeed() {
         mine[2]["nextAttemptAt"].is_string(),
         "a failed attempt says when the next one goes"
     );
+    // By the server's own record: each retry planned the schedule's delay (50 ms, less its 20 % jitter) after
+    // the failed attempt began, and sent no earlier than planned.
+    for pair in mine.windows(2) {
+        let (later, failed) = (pair[0], pair[1]);
+        let planned = time(&failed["nextAttemptAt"]);
+        assert!(
+            planned - time(&failed["at"]) >= ms(40 - 1),
+            "retried after the schedule's delay, not at once: {failed}"
+        );
+        assert!(
+            time(&later["at"]) >= planned,
+            "sent before its time: {later} after {failed}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -611,14 +628,42 @@ async fn retry_after_is_honoured() {
     let s = server(|_| {}).await;
     let (r, url) = Receiver::start().await;
     r.script([(429, vec![("retry-after", "1".to_string())])]);
-    watch_tiny(&s, &url).await;
+    let id = watch_tiny(&s, &url).await;
     put_item(&s, "aaaa").await;
     let got = r.first_event_times(2).await;
-    let gap = got[1].at - got[0].at;
+    assert_eq!(got.len(), 2, "sent again after the 429");
+    let a = activity_until(&s.admin, &id, |a| {
+        a.iter().any(|x| x["state"] == "succeeded")
+    })
+    .await;
+    let [later, limited] = &a[..] else {
+        panic!("two attempts: {a:?}")
+    };
+    assert_eq!(limited["statusCode"], 429);
+    assert_eq!(later["statusCode"], 200);
+    // By the server's own record: the retry was planned a Retry-After (1 s) on, over the schedule's 50 ms, and
+    // went no earlier.
+    let planned = time(&limited["nextAttemptAt"]);
     assert!(
-        gap >= Duration::from_millis(950),
-        "waited for Retry-After: {gap:?}"
+        planned - time(&limited["at"]) >= ms(1000 - 1),
+        "planned without waiting for Retry-After: {limited}"
     );
+    assert!(
+        time(&later["at"]) >= planned,
+        "sent before Retry-After was over: {later}"
+    );
+}
+
+/// When the server holds the webhook's deliveries (its breaker open, or a `Retry-After`), as it recorded it.
+async fn held_until(s: &TestServer, id: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    let db = s.db().await;
+    let held: Option<String> = sqlx::query_scalar("SELECT held_until FROM webhooks WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db)
+        .await
+        .expect("the webhook's row");
+    db.close().await;
+    held.map(|t| time(&json!(t)))
 }
 
 #[tokio::test]
@@ -641,31 +686,84 @@ async fn an_open_breaker_holds_deliveries_without_spending_attempts() {
             .await
             .expect("create");
     }
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let during = r.got().len();
+
+    // Two failures in a row, and the server records the hold; nothing more was tried by then.
+    let mut hold = None;
+    for _ in 0..500 {
+        hold = held_until(&s, &id).await;
+        if hold.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let hold = hold.expect("the breaker opened and the hold was recorded");
+    let before = attempts(&alice, &id).await;
+    assert_eq!(r.got().len(), 2, "the breaker opened after two failures");
+    let codes: Vec<&Value> = before.iter().map(|x| &x["statusCode"]).collect();
+    assert_eq!(codes, [&json!(503), &json!(503)], "{before:?}");
+    let second = &before[0];
     assert!(
-        during <= 3,
-        "the breaker opened after two failures: {during} attempts"
+        hold >= time(&second["at"]) + ms(1000),
+        "held for breaker_hold from the second failure: until {hold}, {second}"
     );
+
+    // The receiver recovers; once the hold is over, a probe goes and then the rest.
     *r.always.lock().expect("lock") = None;
-    let a = activity_until(&alice, &id, |a| {
-        let done: std::collections::HashSet<_> = a
+    let creates: Vec<Value> = (0..3).map(|n| json!(format!("e{n}"))).collect();
+    let delivered = |got: &[Got]| {
+        creates
             .iter()
-            .filter(|x| x["state"] == "succeeded")
-            .map(|x| x["deliveryId"].clone())
-            .collect();
-        done.len() >= 3
+            .all(|name| got.iter().any(|g| g.body["endpoint"]["name"] == *name))
+    };
+    let got = r.wait_all(delivered).await;
+    assert!(
+        delivered(&got),
+        "all delivered after recovery: {} requests",
+        got.len()
+    );
+    let ids: std::collections::HashSet<&str> = got
+        .iter()
+        .filter(|g| creates.contains(&g.body["endpoint"]["name"]))
+        .filter_map(|g| header(g, "webhook-id"))
+        .collect();
+    let a = activity_until(&alice, &id, |a| {
+        ids.iter().all(|e| {
+            a.iter()
+                .any(|x| x["eventId"] == *e && x["state"] == "succeeded")
+        })
     })
     .await;
-    let delivered: std::collections::HashSet<_> = a
+    for event in &ids {
+        let mine: Vec<&Value> = a.iter().filter(|x| x["eventId"] == *event).collect();
+        // Each attempt on record was a request the receiver got, numbered on from the last: none spent
+        // while held.
+        let mut numbers: Vec<i64> = mine.iter().filter_map(|x| x["attempt"].as_i64()).collect();
+        numbers.sort_unstable();
+        assert_eq!(
+            numbers,
+            (1..=mine.len() as i64).collect::<Vec<_>>(),
+            "{event}: {mine:?}"
+        );
+        let sent = r
+            .got()
+            .iter()
+            .filter(|g| header(g, "webhook-id") == Some(event))
+            .count();
+        assert_eq!(sent, mine.len(), "{event}: every attempt was sent, once");
+        assert!(
+            mine.iter().all(|x| x["attempt"].as_i64() <= Some(3)),
+            "{mine:?}"
+        );
+    }
+    // Nothing started while held.
+    let started_after = time(&second["at"]);
+    let during: Vec<&Value> = a
         .iter()
-        .filter(|x| x["state"] == "succeeded")
-        .map(|x| x["deliveryId"].clone())
+        .filter(|x| time(&x["at"]) > started_after && time(&x["at"]) < hold)
         .collect();
-    assert!(delivered.len() >= 3, "all delivered after recovery: {a:?}");
     assert!(
-        a.iter().all(|x| x["attempt"].as_i64() <= Some(3)),
-        "no attempts burned while held"
+        during.is_empty(),
+        "attempts while held until {hold}: {during:?}"
     );
 }
 
@@ -786,10 +884,16 @@ async fn a_rotated_secret_and_the_old_one_both_sign_during_the_grace_period() {
         header(g, "webhook-signature").map(|s| s.split(' ').count()),
         Some(2)
     );
+    assert!(verifies(g, &[&old]) && verifies(g, &[&new]));
+    // Every delivery of the grace period is signed by both, the deletion's too.
     alice.delete_endpoint("alice", "e1").await.expect("delete");
     let gone = json!({"action": "delete", "scope": "endpoint"});
-    let _ = r.wait_until(|g| g.body["event"] == gone).await;
-    assert!(verifies(g, &[&old]) && verifies(g, &[&new]));
+    let got = r.wait_until(|g| g.body["event"] == gone).await;
+    let deleted = got
+        .iter()
+        .find(|g| g.body["event"] == gone)
+        .expect("the deletion's event");
+    assert!(verifies(deleted, &[&old]) && verifies(deleted, &[&new]));
     let _: Value = alice
         .rotate_webhook_secret(&id, Some(0))
         .await
@@ -870,18 +974,20 @@ async fn watch_tiny_at(s: &TestServer, base: &str) -> String {
     watch_tiny(s, base).await
 }
 
-/// A receiver that answers after `delay`.
-async fn slow_receiver(delay: Duration) -> (Receiver, String) {
+/// A receiver that records each request as it comes and answers it only once the gate is opened.
+async fn gated_receiver() -> (Receiver, String, tokio::sync::watch::Sender<bool>) {
     let r = Receiver::default();
+    let (gate, opened) = tokio::sync::watch::channel(false);
     let kept = r.clone();
     let app = Router::new().route(
         "/hook",
         post(
             move |uri: axum::http::Uri, headers: HeaderMap, body: axum::body::Bytes| {
-                let r = kept.clone();
+                let (r, mut opened) = (kept.clone(), opened.clone());
                 async move {
-                    tokio::time::sleep(delay).await;
-                    receive(State(r), uri, headers, body).await
+                    let answer = receive(State(r), uri, headers, body).await;
+                    let _ = opened.wait_for(|open| *open).await;
+                    answer
                 }
             },
         ),
@@ -891,47 +997,60 @@ async fn slow_receiver(delay: Duration) -> (Receiver, String) {
         .expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
     tokio::spawn(async move { axum::serve(listener, app).await });
-    (r, url)
+    (r, url, gate)
 }
 
 #[tokio::test]
 async fn a_slow_receiver_times_out_and_does_not_hold_up_the_others() {
     let s = server(|c| {
-        c.webhooks.timeout = "300ms".into();
-        c.webhooks.lease = "3s".into();
+        // Far longer than ten deliveries to a receiver that answers at once take.
+        c.webhooks.timeout = "5s".into();
+        c.webhooks.lease = "10s".into();
         c.webhooks.concurrency = 2;
         c.webhooks.retry_schedule = vec!["50ms".into(); 3];
     })
     .await;
-    let (slow, slow_url) = slow_receiver(Duration::from_secs(2)).await;
+    let (slow, slow_url, gate) = gated_receiver().await;
     let (fast, fast_url) = Receiver::start().await;
     let slow_id = watch_tiny(&s, &slow_url).await;
-    watch_tiny(&s, &fast_url).await;
+    let fast_id = watch_tiny(&s, &fast_url).await;
     for n in 0..10 {
         put_item(&s, &format!("rev{n}")).await;
     }
-    let started = Instant::now();
+    // The slow receiver holds requests (its webhook's two slots) and answers none while the gate is shut.
+    let held = slow.wait_for(2).await;
+    assert!(
+        held.len() >= 2,
+        "the slow receiver's slots are taken: {held:?}"
+    );
+    // Meanwhile the other webhook delivers everything: before any attempt to the slow one has ended.
     let got = fast.wait_for(10).await;
     assert_eq!(got.len(), 10, "the fast receiver got every event");
+    let slow_ended = attempts(&s.admin, &slow_id).await;
     assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "not held up by the slow one: {:?}",
-        started.elapsed()
+        slow_ended.is_empty(),
+        "held up: an attempt to the slow receiver ended before the others were delivered: {slow_ended:?}"
     );
-    let a = activity_until(&s.admin, &slow_id, |a| {
-        a.iter().any(|x| x["errorClass"] == "timeout")
-    })
-    .await;
-    let timed_out = a
-        .iter()
-        .find(|x| x["errorClass"] == "timeout")
-        .expect("a timeout");
-    let took = timed_out["durationMs"].as_i64().expect("duration");
+    let fast_done = activity_until(&s.admin, &fast_id, |a| a.len() >= 10).await;
     assert!(
-        (250..1500).contains(&took),
-        "gave up at about the timeout: {took} ms"
+        fast_done
+            .iter()
+            .all(|x| x["state"] == "succeeded" && x["attempt"] == 1),
+        "{fast_done:?}"
     );
-    assert!(slow.got().len() <= 10 * 3, "bounded attempts");
+
+    // With the gate still shut, the slow receiver's attempts end at the timeout, and say so.
+    let a = activity_until(&s.admin, &slow_id, |a| !a.is_empty()).await;
+    assert!(!a.is_empty(), "the slow receiver's attempts ended");
+    for x in &a {
+        assert_eq!(x["errorClass"], "timeout", "{x}");
+        assert!(
+            x["durationMs"].as_i64() >= Some(5000),
+            "gave up before its timeout: {x}"
+        );
+    }
+    gate.send_replace(true);
+    assert!(slow.got().len() <= 10 * 4, "bounded attempts");
 }
 
 #[tokio::test]
@@ -1060,7 +1179,8 @@ async fn a_webhook_failing_for_too_long_is_disabled_and_its_owner_told() {
 async fn the_rate_limit_spaces_attempts_and_old_activity_is_pruned() {
     let s = server(|c| {
         c.webhooks.rate_limit = 10;
-        c.webhooks.retention = "2s".into();
+        // Long enough that the first attempts are still on record when the tenth ends.
+        c.webhooks.retention = "3s".into();
     })
     .await;
     let (r, url) = Receiver::start().await;
@@ -1070,10 +1190,16 @@ async fn the_rate_limit_spaces_attempts_and_old_activity_is_pruned() {
     }
     let got = r.wait_for(10).await;
     assert_eq!(got.len(), 10);
-    let spread = got[9].at - got[0].at;
+    let a = activity_until(&s.admin, &id, |a| a.len() >= 10).await;
+    let mut starts: Vec<_> = a.iter().map(|x| time(&x["at"])).collect();
+    starts.sort();
+    // By the server's own record: each start after the first booked a tenth of a second after the one before,
+    // so the ten span at least 900 ms, less how late the first went after its booking (a busy machine's pause).
+    let spread = starts[starts.len() - 1] - starts[0];
     assert!(
-        spread >= Duration::from_millis(800),
-        "10 per second: {spread:?}"
+        a.len() == 10 && spread >= ms(800),
+        "10 per second: {} attempts over {spread:?}",
+        a.len()
     );
     // Finished deliveries older than the retention go, their attempts with them.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -1091,48 +1217,133 @@ async fn the_rate_limit_spaces_attempts_and_old_activity_is_pruned() {
     }
 }
 
+/// The endpoints (namespace/name) whose events the server queued for the webhook, as its store has them.
+async fn queued_for(s: &TestServer, id: &str) -> std::collections::BTreeSet<String> {
+    let db = s.db().await;
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT e.namespace, e.subject FROM deliveries d JOIN events e ON e.seq = d.event_seq \
+         WHERE d.webhook_id = $1",
+    )
+    .bind(id)
+    .fetch_all(&db)
+    .await
+    .expect("deliveries");
+    db.close().await;
+    rows.into_iter()
+        .map(|(ns, name)| format!("{ns}/{name}"))
+        .collect()
+}
+
 #[tokio::test]
 async fn a_credential_watches_only_endpoints_it_may_read_and_sees_only_its_notices() {
     let s = server(|_| {}).await;
     let _alice = s.user("alice", None).await;
-    let _: Value = s.admin.admin_create_org("acme").await.expect("org");
+    for org in ["acme", "other"] {
+        let _: Value = s.admin.admin_create_org(org).await.expect("org");
+    }
     let _: Value = s
         .admin
         .admin_set_member("acme", "alice", "write")
         .await
         .expect("member");
-    let (_r, url) = Receiver::start().await;
-    let body = json!({"watched": [{"type": "org", "name": "acme"}], "domains": ["endpoint"],
-        "url": format!("{url}/hook")});
+    let (r, url) = Receiver::start().await;
+    let watch = |org: &str| {
+        json!({"watched": [{"type": "org", "name": org}], "domains": ["endpoint"],
+            "url": format!("{url}/hook")})
+    };
     let webhooks_only = s.token_for("alice", Some(&["webhooks"])).await;
     let err = webhooks_only
-        .create_webhook::<Value>(&body)
+        .create_webhook::<Value>(&watch("acme"))
         .await
         .expect_err("no read-endpoints scope");
     assert_eq!(err.status(), Some(StatusCode::BAD_REQUEST));
     let reader = s
         .token_for("alice", Some(&["webhooks", "read-endpoints"]))
         .await;
-    let (id, _) = create(&reader, body).await;
+    // An organization alice is not in: its endpoints are not hers to read, nor to watch.
+    let err = reader
+        .create_webhook::<Value>(&watch("other"))
+        .await
+        .expect_err("not a member of other");
+    assert_eq!(err.status(), Some(StatusCode::BAD_REQUEST));
+    let (id, _) = create(&reader, watch("acme")).await;
     let err = reader
         .rotate_webhook_secret::<Value>(&id, Some(i64::MAX))
         .await
         .expect_err("grace out of range");
     assert_eq!(err.status(), Some(StatusCode::BAD_REQUEST));
 
-    // alice's endpoint notices: a token without read-endpoints does not see them.
+    // Events alice may read (acme's) are queued and arrive; others' (other's, and acme's once she has left
+    // it) are not. Events are fanned out as their change commits, so the store's queue is complete by now.
+    let make = |ns: &'static str, name: &'static str| {
+        let admin = s.admin.clone();
+        async move {
+            let _: Value = admin
+                .create_endpoint(ns, &endpoint_body(name))
+                .await
+                .expect("create");
+        }
+    };
+    make("acme", "a1").await;
+    make("other", "o1").await;
+    let path = "/api/v1/admin/orgs/acme/members/alice";
+    let _: Value = s
+        .admin
+        .request(reqwest::Method::DELETE, path, None)
+        .await
+        .expect("alice leaves acme");
+    make("acme", "a2").await;
+    let queued = queued_for(&s, &id).await;
+    assert_eq!(
+        queued,
+        ["acme/a1".to_string()].into(),
+        "what the webhook was sent"
+    );
+    let names = |got: &[Got]| {
+        got.iter()
+            .map(|g| {
+                g.body["endpoint"]["name"]
+                    .as_str()
+                    .unwrap_or("?")
+                    .to_string()
+            })
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let sent = ["a1".to_string()].into();
+    let got = r.wait_all(|got| names(got) == sent).await;
+    assert_eq!(names(&got), sent, "what arrived");
+
+    // alice's notices: an endpoint's (seen with read-endpoints) and a webhook's (seen with `webhooks`).
     let mut ep = endpoint_body("e1");
     ep["notifications"] = json!({"email": false, "push": true});
     let full = s.token_for("alice", None).await;
     let _: Value = full.create_endpoint("alice", &ep).await.expect("create");
     full.delete_endpoint("alice", "e1").await.expect("delete");
-    let seen: Vec<Value> = full.notifications(None, None, None).await.expect("notices");
-    assert!(seen.iter().any(|n| n["kind"] == "endpoint.deleted"));
-    let hidden: Vec<Value> = webhooks_only
-        .notifications(None, None, None)
+    let _: Value = s
+        .admin
+        .admin_set_member("acme", "alice", "write")
         .await
-        .expect("notices");
-    assert!(hidden.is_empty(), "{hidden:?}");
+        .expect("member again");
+    *r.always.lock().expect("lock") = Some(410);
+    make("acme", "a3").await;
+    let w = disabled_soon(&full, &id).await;
+    assert_eq!(w["webhook"]["disabled"], true, "410 Gone disables it");
+    let kinds = |notices: Vec<Value>| {
+        let mut k: Vec<String> = notices
+            .iter()
+            .filter_map(|n| n["kind"].as_str().map(String::from))
+            .collect();
+        k.sort();
+        k
+    };
+    let seen = |c: &Client| {
+        let c = c.clone();
+        async move { kinds(c.notifications(None, None, None).await.expect("notices")) }
+    };
+    assert_eq!(seen(&full).await, ["endpoint.deleted", "webhook.disabled"]);
+    assert_eq!(seen(&webhooks_only).await, ["webhook.disabled"]);
+    let endpoints_only = s.token_for("alice", Some(&["read-endpoints"])).await;
+    assert_eq!(seen(&endpoints_only).await, ["endpoint.deleted"]);
 }
 
 /// The answer of a refused request and the paths of its issues.
