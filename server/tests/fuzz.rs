@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use proptest::prelude::*;
-use serde_json::Value;
+use serde_json::{json, Value};
 use switchyard_server::api::{router, AppState};
 use switchyard_server::model::catalog::CatalogQuery;
 use switchyard_server::model::{DeployModelIn, EndpointSpec};
@@ -111,6 +111,138 @@ fn arb_json() -> impl Strategy<Value = Value> {
     })
 }
 
+/// A valid endpoint body, in the shape the Python client sends.
+fn endpoint_body() -> Value {
+    json!({
+        "compute": {
+            "accelerator": "cpu", "instanceSize": "x2", "instanceType": "intel-icl",
+            "scaling": {"maxReplica": 2, "minReplica": 0, "scaleToZeroTimeout": null}
+        },
+        "model": {
+            "framework": "pytorch", "repository": "sentence-transformers/all-MiniLM-L6-v2", "revision": null,
+            "task": "sentence-embeddings", "image": {"huggingface": {}}
+        },
+        "name": "e1",
+        "provider": {"region": "us-east-1", "vendor": "aws"},
+        "type": "authenticated"
+    })
+}
+
+/// Where a field of an endpoint body may be changed.
+const FIELDS: [&str; 24] = [
+    "/name",
+    "/type",
+    "/compute/accelerator",
+    "/compute/instanceSize",
+    "/compute/scaling/minReplica",
+    "/compute/scaling/maxReplica",
+    "/compute/scaling/scaleToZeroTimeout",
+    "/compute/scaling/measure",
+    "/compute/scaling/schedule",
+    "/model/revision",
+    "/model/task",
+    "/model/image",
+    "/model/env",
+    "/model/secrets",
+    "/model/args",
+    "/tags",
+    "/network",
+    "/privateService",
+    "/route",
+    "/notifications",
+    "/experimentalFeatures",
+    "/cacheHttpResponses",
+    "/customRouter",
+    "/provider",
+];
+
+/// Values a field may get: mostly ones of the right kind, some anything at all.
+fn arb_field_value() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        (0u32..6).prop_map(Value::from),
+        "[a-z][a-z0-9-]{0,20}".prop_map(Value::from),
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        prop_oneof![
+            Just(json!("public")),
+            Just(json!("private")),
+            Just(json!("authenticated")),
+            Just(json!("gpu")),
+            Just(json!("sentence-similarity")),
+        ],
+        prop_oneof![
+            Just(json!({"pendingRequests": 4.5})),
+            Just(json!({"hardwareUsage": null})),
+            Just(json!({"inferenceLoad": {"kvCacheUsage": 50}})),
+            Just(json!({"email": true, "push": false})),
+            Just(json!({"domain": "api.example.com", "path": "/x"})),
+            Just(json!({"tei": {"url": "ghcr.io/x/y:1"}})),
+            Just(json!({"custom": {"url": "local/x", "healthRoute": "/health"}})),
+            Just(json!({"cacheHttpResponses": true, "loadBalancer": "leastConnections"})),
+            Just(json!({"privateLink": null, "allowedCidrs": ["10.0.0.0/8"]})),
+        ],
+        ("[01][0-9]", "[0-5][0-9]", 0u32..3, 1u32..4).prop_map(|(h, m, lo, hi)| {
+            json!([{"at": format!("{h}:{m}"), "minReplica": lo, "maxReplica": hi}])
+        }),
+        prop::collection::btree_map("[A-Z_]{1,8}", "[a-z0-9]{0,8}", 0..3).prop_map(|m| json!(m)),
+        prop::collection::vec("[a-z0-9-]{1,10}", 0..3).prop_map(|v| json!(v)),
+        arb_json(),
+    ]
+}
+
+/// A valid endpoint body with up to three fields changed: many still parse.
+fn arb_endpoint_body() -> impl Strategy<Value = Value> {
+    prop::collection::vec((prop::sample::select(&FIELDS[..]), arb_field_value()), 0..4).prop_map(
+        |changes| {
+            let mut body = endpoint_body();
+            for (path, value) in changes {
+                let (parent, key) = path.rsplit_once('/').expect("a path");
+                if let Some(Value::Object(fields)) = body.pointer_mut(parent) {
+                    fields.insert(key.to_string(), value);
+                }
+            }
+            body
+        },
+    )
+}
+
+/// A spec that parses serialises (to the shape the API answers and the store keeps) and parses back equal,
+/// through the API's parser and through the store's plain deserialization.
+fn round_trips(spec: &EndpointSpec) -> Result<(), TestCaseError> {
+    let shown = serde_json::to_value(spec).expect("serialise");
+    let again = EndpointSpec::parse(&shown);
+    prop_assert_eq!(again.as_ref(), Ok(spec), "parsed back from {}", shown);
+    let stored: EndpointSpec = serde_json::from_value(shown.clone()).expect("the store reads it");
+    prop_assert_eq!(&stored, spec, "read back from {}", shown);
+    Ok(())
+}
+
+/// The round trip, over bodies of which many parse (arbitrary JSON hardly ever does); fails if too few did for
+/// it to say much.
+#[test]
+fn a_spec_that_parses_round_trips() {
+    let parsed = std::cell::Cell::new(0usize);
+    let cases = 300;
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(&arb_endpoint_body(), |v| match EndpointSpec::parse(&v) {
+            Ok(spec) => {
+                parsed.set(parsed.get() + 1);
+                round_trips(&spec)
+            }
+            Err(_) => Ok(()),
+        })
+        .unwrap();
+    assert!(
+        parsed.get() >= cases as usize / 4,
+        "only {} of {cases} bodies parsed: the round trip was hardly tried",
+        parsed.get()
+    );
+}
+
 fn assert_client_error(status: StatusCode, body: &Value) {
     assert!(!status.is_server_error(), "5xx: {status} {body}");
     if !status.is_success() {
@@ -123,7 +255,9 @@ proptest! {
 
     #[test]
     fn parsers_never_panic(v in arb_json()) {
-        let _ = EndpointSpec::parse(&v);
+        if let Ok(spec) = EndpointSpec::parse(&v) {
+            round_trips(&spec)?;
+        }
         let _ = DeployModelIn::parse(&v);
     }
 
