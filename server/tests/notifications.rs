@@ -116,7 +116,9 @@ async fn state_changes_reach_the_owners_stream_and_inbox() {
     body["notifications"] = json!({"email": true, "push": true});
     body["compute"]["scaling"]["minReplica"] = json!(1);
     let _: Value = alice.create_endpoint("alice", &body).await.expect("create");
-    let quiet = endpoint_body("e2");
+    // Notifications off (the default); it runs too, so it has a state change that could be told.
+    let mut quiet = endpoint_body("e2");
+    quiet["compute"]["scaling"]["minReplica"] = json!(1);
     let _: Value = alice
         .create_endpoint("alice", &quiet)
         .await
@@ -193,7 +195,12 @@ async fn state_changes_reach_the_owners_stream_and_inbox() {
     let bad = bad.header("last-event-id", "x").send().await.expect("send");
     assert_eq!(bad.status(), reqwest::StatusCode::BAD_REQUEST);
 
-    // Nothing for the endpoint without notifications, and nothing for anyone else.
+    // Nothing for the endpoint without notifications (once it runs, as e1 did), and nothing for anyone else.
+    eventually("e2 running", async || {
+        let e2: Value = alice.get_endpoint("alice", "e2").await.ok()?;
+        (e2["status"]["state"] == "running").then_some(())
+    })
+    .await;
     let all: Vec<Value> = alice
         .notifications(None, Some(100), None)
         .await
