@@ -58,6 +58,10 @@ thread_local! {
     /// Makes the poller's next yield count as contended.
     #[cfg(test)]
     static CONTEND: Cell<bool> = const { Cell::new(false) };
+    /// While set, no yield counts as contended (unless [`CONTEND`] says so): a test's poller is not put
+    /// aside by whatever else the machine runs.
+    #[cfg(test)]
+    static CALM: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Says that this worker has a request: it polls for at least its window from now before it sleeps (unless
@@ -160,6 +164,10 @@ fn contended(off: Duration, moved: impl FnOnce() -> bool) -> bool {
     if CONTEND.take() {
         return true;
     }
+    #[cfg(test)]
+    if CALM.get() {
+        return false;
+    }
     off > CONTENDED && moved()
 }
 
@@ -255,10 +263,11 @@ mod tests {
     }
 
     #[test]
-    fn polls_for_its_window_after_a_request_then_sleeps() {
+    fn polls_for_its_window_after_a_request_and_steps_aside_when_the_cpu_is_wanted() {
         runtime().block_on(async {
-            let window = Duration::from_millis(200);
-            tokio::spawn(run(window));
+            // No yield is contended but the one the test makes so, and the window outlasts any pause.
+            CALM.set(true);
+            tokio::spawn(run(Duration::from_secs(60)));
             tokio::task::yield_now().await;
             assert!(is_parked(), "no request yet: the poller sleeps");
             busy();
@@ -267,19 +276,45 @@ mod tests {
             for _ in 0..3 {
                 tokio::task::yield_now().await;
             }
-            // Unless a busy machine gave its CPU to others for long enough that it stepped aside.
-            let excused = ASIDE_UNTIL.get().is_some();
+            assert!(!is_parked(), "within its window the poller polls");
+            assert_eq!(ASIDE_UNTIL.get(), None, "and does not step aside");
+            // A yield that finds the CPU wanted elsewhere: it steps aside (asleep on its timer, not parked).
+            CONTEND.set(true);
+            tokio::task::yield_now().await;
             assert!(
-                !is_parked() || excused,
-                "within its window the poller polls"
+                ASIDE_UNTIL.get().is_some(),
+                "a contended yield: it steps aside"
             );
-            tokio::time::sleep(window * 4).await;
+            assert!(
+                !is_parked(),
+                "aside is not parked: a request does not wake it"
+            );
+        });
+    }
+
+    #[test]
+    fn after_a_window_with_no_request_the_poller_sleeps_again() {
+        runtime().block_on(async {
+            CALM.set(true);
+            let window = Duration::from_millis(20);
+            tokio::spawn(run(window));
+            tokio::task::yield_now().await;
+            busy();
+            assert!(!is_parked(), "a request wakes the poller");
+            // It polls, and parks once a whole window went by without a request (bounded: a hang fails).
+            for _ in 0..500 {
+                if is_parked() {
+                    break;
+                }
+                tokio::time::sleep(window).await;
+            }
             assert!(
                 is_parked(),
                 "a window with no request: the poller sleeps again"
             );
+            assert_eq!(ASIDE_UNTIL.get(), None, "it never stepped aside");
             busy();
-            assert!(!is_parked());
+            assert!(!is_parked(), "and the next request wakes it");
         });
     }
 
