@@ -9,6 +9,9 @@ use serde_json::{json, Value};
 mod common;
 use common::{Server, BIN};
 
+/// Distinctive, so that finding it (or not) in a page means the page showed it (or did not).
+const SECRET: &str = "receive-secret-7d1c4e9a";
+
 /// `switchyard receive` with ARGS; its stderr kept for reading.
 fn receive(args: &[&str]) -> (Server, std::process::ChildStderr) {
     let mut server = common::receive(args, Stdio::piped());
@@ -36,7 +39,7 @@ async fn receive_checks_the_secret_appends_and_runs() {
     let append = format!("hello=append:{}", file.display());
     let (server, _stderr) = receive(&[
         "--secret",
-        "s",
+        SECRET,
         "--handler",
         &append,
         "--handler",
@@ -57,11 +60,11 @@ async fn receive_checks_the_secret_appends_and_runs() {
     assert!(!file.exists(), "refused requests write nothing");
 
     assert_eq!(
-        post(&hello, Some("s"), payload).await,
+        post(&hello, Some(SECRET), payload).await,
         (200, json!({"ok": true}))
     );
     assert_eq!(
-        post(&hello, Some("s"), r#"{"second": true}"#).await,
+        post(&hello, Some(SECRET), r#"{"second": true}"#).await,
         (200, json!({"ok": true}))
     );
     let text = std::fs::read_to_string(&file).expect("the file");
@@ -70,7 +73,7 @@ async fn receive_checks_the_secret_appends_and_runs() {
         "{\"event\":{\"action\":\"update\"},\"repo\":{\"type\":\"model\",\"name\":\"a/b\"}}\n{\"second\":true}\n"
     );
 
-    let (status, answer) = post(&say_hello, Some("s"), payload).await;
+    let (status, answer) = post(&say_hello, Some(SECRET), payload).await;
     assert_eq!(status, 200);
     assert_eq!(
         answer,
@@ -81,7 +84,7 @@ async fn receive_checks_the_secret_appends_and_runs() {
         (401, json!({"error": "x-webhook-secret header not set."}))
     );
 
-    let (status, _) = post(&format!("{}/webhooks/nope", server.url), Some("s"), "{}").await;
+    let (status, _) = post(&format!("{}/webhooks/nope", server.url), Some(SECRET), "{}").await;
     assert_eq!(status, 404);
     let page = reqwest::get(format!("{}/", server.url))
         .await
@@ -90,7 +93,10 @@ async fn receive_checks_the_secret_appends_and_runs() {
         .await
         .expect("html");
     assert!(page.contains("/webhooks/hello") && page.contains("/webhooks/say_hello"));
-    assert!(!page.contains("\"s\""));
+    assert!(
+        !page.contains(SECRET),
+        "the landing page shows the secret: {page}"
+    );
 }
 
 #[test]
