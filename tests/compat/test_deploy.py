@@ -129,8 +129,7 @@ def test_deploy_with_name_and_duplicate_is_409(api, catalog, cleanup):
 
 def test_deploy_with_accelerator_chooses_recipe(api, catalog, cleanup):
     candidates = [m for m in small_models(catalog) if len({r.accelerator for r in m.recipes}) >= 2]
-    if not candidates:
-        pytest.skip("no small catalog model has recipes on two accelerators")
+    assert candidates, "no small model of the built-in catalog has recipes on two accelerators: nothing to check"
     model = candidates[0]
     for accelerator in sorted({r.accelerator for r in model.recipes}):
         endpoint = cleanup(api.create_inference_endpoint_from_catalog(repo_id=model.repo_id, accelerator=accelerator))
@@ -146,8 +145,7 @@ def test_deploy_with_gguf_file_chooses_recipe(api, catalog, cleanup):
         for m in sorted(catalog, key=lambda m: m.repo_id)
         if not too_large(m) and len({r.gguf_file for r in m.recipes if r.engine == "llamacpp" and r.gguf_file}) >= 2
     ]
-    if not candidates:
-        pytest.skip("no catalog model has several GGUF recipes")
+    assert candidates, "no model of the built-in catalog has several GGUF recipes: nothing to check"
     model = candidates[0]
     ggufs = [r for r in model.recipes if r.engine == "llamacpp" and r.gguf_file]
     # Not the first recipe, so a server that ignores `ggufFile` and deploys its default is caught.
@@ -170,8 +168,7 @@ def test_deploy_with_gguf_file_chooses_recipe(api, catalog, cleanup):
 
 def test_deploy_unknown_gguf_file_is_rejected(api, catalog):
     model = next((m for m in catalog if any(r.engine == "llamacpp" for r in m.recipes)), None)
-    if model is None:
-        pytest.skip("no llamacpp model in the catalog")
+    assert model is not None, "no llamacpp model in the built-in catalog: nothing to check"
     name = unique_name("nogguf")
     with pytest.raises(HfHubHTTPError) as excinfo:
         api.create_inference_endpoint_from_catalog(repo_id=model.repo_id, gguf_file="no-such-file.gguf", name=name)
@@ -194,8 +191,7 @@ def test_deploy_unknown_recipe_is_404(api):
 
 def test_deploy_too_large_model_is_409(api, catalog):
     huge = sorted((m for m in catalog if too_large(m)), key=lambda m: m.repo_id)
-    if not huge:
-        pytest.skip("no catalog item whose repoId contains 'DeepSeek-V3' or '405B'")
+    assert huge, "no item of the built-in catalog whose repoId contains 'DeepSeek-V3' or '405B': nothing to check"
     model = huge[0]
     before = {e.name for e in api.list_inference_endpoints(namespace="admin")}
     with pytest.raises(HfHubHTTPError) as excinfo:
@@ -261,8 +257,7 @@ def test_update_parallelism_round_trips_the_catalog_image(api, catalog, cleanup)
         for r in m.recipes
         if r.engine == "vllm"
     ]
-    if not recipes:
-        pytest.skip("no vllm recipe in the catalog")
+    assert recipes, "no vllm recipe in the built-in catalog: nothing to check"
     model, recipe = recipes[0]
     endpoint = cleanup(api.create_inference_endpoint_from_catalog(recipe_id=recipe.id))
     before = endpoint.raw["model"]["image"]["vLLM"]

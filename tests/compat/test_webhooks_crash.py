@@ -1,6 +1,7 @@
 """At-least-once delivery across `kill -9`: a server (its own data dir, SQLite) acknowledges ~200 catalog changes while
 its receiver is failing, then slow, is killed without warning mid-run and restarted on the same data dir; every
-acknowledged change's event must reach the receiver, and deliveries must resume within seconds of the restart."""
+acknowledged change's event must reach the receiver, and deliveries must resume on their own after the restart, before
+any new change is made."""
 
 import json
 import os
@@ -111,16 +112,17 @@ def test_every_acknowledged_change_is_delivered_across_kill_9():
                 time.sleep(0.5)  # what was in flight at the receiver finishes before the new server starts
                 before_kill = {g.headers["webhook-id"] for g in receiver.received()}
                 backlog = set(acked) - head_shas(receiver.received())
-                process, url = start(data_dir, config)
+                # Before the new server starts: whatever the receiver takes from now on, the new server sent.
                 restarted_at = time.monotonic()
-                # Deliveries resume on their own, before any new change: what was acknowledged before the kill.
+                process, url = start(data_dir, config)
+                # Deliveries resume on their own, before any new change: what was acknowledged before the kill, the
+                # backlog the dead server owed among it, reaches the receiver from the new server.
                 pending = set(acked)
-                got = receiver.wait_for(lambda got: pending <= head_shas(got), timeout=15)
+                got = receiver.wait_for(lambda got: pending <= head_shas(got), timeout=30)
                 missing = pending - head_shas(got)
                 assert not missing, f"acknowledged before the kill, never delivered: {sorted(missing)[:10]}"
                 after = [g for g in got if g.at > restarted_at and g.headers["webhook-id"] not in before_kill]
-                if after:
-                    assert min(g.at for g in after) - restarted_at < 5, "deliveries resumed within seconds"
+                assert backlog <= head_shas(after), "the backlog came from the restarted server"
             time.sleep(0.02)  # paced, so the failing and slow spells last a while in real time
             revision = f"rev-{i:04d}"
             try:
