@@ -125,36 +125,10 @@ impl ApiError {
     }
 }
 
-/// `message` as a header value: header values are ASCII, so the punctuation the messages use is said in
-/// ASCII (`…` as `...`, a dash as `-`, an arrow as `->`, typographic quotes as plain ones), a control
-/// character or any other non-ASCII character becomes `?`, and the value is cut at 512 bytes.
+/// `message` as a header value (see [`crate::model::wire::header_text`]).
 pub fn header_safe(message: &str) -> HeaderValue {
-    let mut cleaned = String::with_capacity(message.len().min(512));
-    for c in message.chars() {
-        let ascii = match c {
-            '…' => "...",
-            '—' | '–' | '‐' | '−' => "-",
-            '→' => "->",
-            '←' => "<-",
-            '‘' | '’' => "'",
-            '“' | '”' => "\"",
-            '≤' => "<=",
-            '≥' => ">=",
-            '×' => "x",
-            '·' | '•' | '●' => "*",
-            c if c.is_ascii() && !c.is_ascii_control() => {
-                cleaned.push(c);
-                ""
-            }
-            _ => "?",
-        };
-        cleaned.push_str(ascii);
-        if cleaned.len() >= 512 {
-            cleaned.truncate(512);
-            break;
-        }
-    }
-    HeaderValue::from_str(&cleaned).unwrap_or_else(|_| HeaderValue::from_static("error"))
+    HeaderValue::from_str(&crate::model::wire::header_text(message))
+        .unwrap_or_else(|_| HeaderValue::from_static("error"))
 }
 
 impl IntoResponse for ApiError {

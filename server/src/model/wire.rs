@@ -137,6 +137,38 @@ pub mod rfc3339_z {
     }
 }
 
+/// `message` as the text of a header value: header values are ASCII, so the punctuation the messages use
+/// is said in ASCII (`…` as `...`, a dash as `-`, an arrow as `->`, typographic quotes as plain ones), a
+/// control character or any other non-ASCII character becomes `?`, and the text is cut at 512 bytes.
+pub fn header_text(message: &str) -> String {
+    let mut cleaned = String::with_capacity(message.len().min(512));
+    for c in message.chars() {
+        let ascii = match c {
+            '…' => "...",
+            '—' | '–' | '‐' | '−' => "-",
+            '→' => "->",
+            '←' => "<-",
+            '‘' | '’' => "'",
+            '“' | '”' => "\"",
+            '≤' => "<=",
+            '≥' => ">=",
+            '×' => "x",
+            '·' | '•' | '●' => "*",
+            c if c.is_ascii() && !c.is_ascii_control() => {
+                cleaned.push(c);
+                ""
+            }
+            _ => "?",
+        };
+        cleaned.push_str(ascii);
+        if cleaned.len() >= 512 {
+            cleaned.truncate(512);
+            break;
+        }
+    }
+    cleaned
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -115,8 +115,11 @@ impl IntoResponse for OAuthError {
                 HeaderValue::from_static("Basic realm=\"switchyard\""),
             );
         }
-        let message = crate::error::header_safe(&format!("{}: {}", self.code, self.description));
-        resp.headers_mut().insert("x-error-message", message);
+        let message =
+            crate::model::wire::header_text(&format!("{}: {}", self.code, self.description));
+        if let Ok(v) = HeaderValue::from_str(&message) {
+            resp.headers_mut().insert("x-error-message", v);
+        }
         resp
     }
 }
