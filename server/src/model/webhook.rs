@@ -147,6 +147,15 @@ pub struct WebhookOut {
     /// Why it was disabled, when the server disabled it (410 Gone, failing for days).
     pub disabled_reason: Option<String>,
     pub last_attempt: Option<LastAttempt>,
+    /// Until when its deliveries wait, spending no attempt, while it is held (its receiver failed enough
+    /// times in a row to open the circuit breaker, or asked to wait with `Retry-After`); null when not held.
+    #[serde(default, with = "super::wire::rfc3339_z::option")]
+    #[schema(value_type = Option<String>)]
+    pub held_until: Option<DateTime<Utc>>,
+    /// Since when every attempt failed (the start of the failing streak); null while the last one succeeded.
+    #[serde(default, with = "super::wire::rfc3339_z::option")]
+    #[schema(value_type = Option<String>)]
+    pub failing_since: Option<DateTime<Utc>>,
     #[serde(with = "super::wire::rfc3339_z")]
     #[schema(value_type = String)]
     pub created_at: DateTime<Utc>,
@@ -166,6 +175,15 @@ pub struct AttemptOut {
     pub event_id: String,
     /// The payload's `event` (`action`, `scope`).
     pub event: Value,
+    /// The namespace that owns what changed (an endpoint's namespace, a catalog item's author).
+    #[serde(default)]
+    pub namespace: String,
+    /// What changed: an endpoint's name, a catalog item's repo id.
+    #[serde(default)]
+    pub subject: String,
+    /// The request body sent (the same for every attempt of a delivery), with its `webhook` member.
+    #[serde(default)]
+    pub payload: Value,
     /// 1 for the first attempt of a delivery.
     pub attempt: i64,
     #[serde(with = "super::wire::rfc3339_z")]

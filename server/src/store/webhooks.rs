@@ -64,6 +64,11 @@ pub struct AttemptRecord {
     pub event_id: String,
     /// The payload's `event` member (`action`, `scope`).
     pub event: serde_json::Value,
+    /// The event's namespace and subject (what changed).
+    pub namespace: String,
+    pub subject: String,
+    /// The payload as stored: what is sent, but the `webhook` member.
+    pub payload: serde_json::Value,
     pub number: i64,
     pub started_at: DateTime<Utc>,
     pub duration_ms: i64,
@@ -215,15 +220,17 @@ fn webhook_from(row: &AnyRow) -> StoreResult<WebhookRecord> {
 
 fn attempt_from(row: &AnyRow) -> StoreResult<AttemptRecord> {
     let payload: Option<String> = row.try_get("hook_payload")?;
-    let event = payload
+    let payload = payload
         .and_then(|p| serde_json::from_str::<serde_json::Value>(&p).ok())
-        .and_then(|p| p.get("event").cloned())
         .unwrap_or(serde_json::Value::Null);
     Ok(AttemptRecord {
         seq: row.try_get("seq")?,
         delivery_id: row.try_get("delivery_id")?,
         event_id: row.try_get("event_id")?,
-        event,
+        event: payload.get("event").cloned().unwrap_or_default(),
+        namespace: row.try_get("namespace")?,
+        subject: row.try_get("subject")?,
+        payload,
         number: row.try_get("number")?,
         started_at: req_ts(row, "started_at")?,
         duration_ms: row.try_get("duration_ms")?,
@@ -458,8 +465,8 @@ impl WebhookStore for SqlSession {
         limit: i64,
     ) -> StoreResult<Vec<AttemptRecord>> {
         sqlx::query(
-            "SELECT a.seq, a.delivery_id, e.id AS event_id, e.hook_payload, a.number, \
-             a.started_at, a.duration_ms, a.status_code, a.error_class, a.error, a.response, \
+            "SELECT a.seq, a.delivery_id, e.id AS event_id, e.namespace, e.subject, e.hook_payload, \
+             a.number, a.started_at, a.duration_ms, a.status_code, a.error_class, a.error, a.response, \
              CASE WHEN d.state = 'cancelled' THEN NULL ELSE a.next_attempt_at END \
              AS next_attempt_at, a.manual, d.state \
              FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id \
