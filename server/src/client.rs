@@ -32,6 +32,23 @@ impl ClientError {
 
 pub type ClientResult<T> = Result<T, ClientError>;
 
+/// A request that got no answer, as a person says it: where, what happened, and the innermost cause
+/// (`nothing answers at http://127.0.0.1:1 (Connection refused (os error 111))`), not the request's URL.
+fn transport(base: &str, e: &reqwest::Error) -> ClientError {
+    let mut cause: &dyn std::error::Error = e;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    let what = if e.is_timeout() {
+        format!("{base} did not answer in time")
+    } else if e.is_connect() {
+        format!("nothing answers at {base}")
+    } else {
+        format!("the connection to {base} failed")
+    };
+    ClientError::Transport(format!("{what} ({cause})"))
+}
+
 #[derive(Clone)]
 pub struct Client {
     base: String,
@@ -110,7 +127,7 @@ impl Client {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let transport = |e: reqwest::Error| ClientError::Transport(e.to_string());
+        let transport = |e: reqwest::Error| transport(&self.base, &e);
         let resp = req.send().await.map_err(transport)?;
         let status = resp.status();
         let bytes = resp.bytes().await.map_err(transport)?;
