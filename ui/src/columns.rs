@@ -1,4 +1,5 @@
-//! A table's columns sharing its width by importance, and cells cut to the width they get.
+//! A table's columns sharing its width by importance, cells cut to the width they get (with `…`), and text
+//! broken into lines of a width.
 //!
 //! Imports nothing of the crate.
 
@@ -94,6 +95,27 @@ pub fn fit_end(text: &str, width: u16) -> String {
     format!("…{tail}")
 }
 
+/// Byte ends of the pieces `line` breaks into at `width` characters: after the last blank that fits, else
+/// mid-word (a word longer than the width).
+pub fn breaks(line: &str, width: usize) -> Vec<usize> {
+    let width = width.max(1);
+    let mut ends = Vec::new();
+    let mut start = 0;
+    while line[start..].chars().count() > width {
+        let rest = &line[start..];
+        let cut = rest
+            .char_indices()
+            .nth(width)
+            .map_or(rest.len(), |(i, _)| i);
+        let blank = rest[..cut].rfind(' ').filter(|b| *b > 0);
+        let end = start + blank.map_or(cut, |b| b + 1);
+        ends.push(end);
+        start = end;
+    }
+    ends.push(line.len());
+    ends
+}
+
 /// Characters of `text` as the screen counts them (one a character).
 pub fn chars(text: &str) -> u16 {
     u16::try_from(text.chars().count()).unwrap_or(u16::MAX)
@@ -143,5 +165,27 @@ mod tests {
             fit_end("http://x/endpoints/admin/a-very-long-name", 8),
             "…ng-name"
         );
+    }
+
+    #[test]
+    fn text_breaks_between_words() {
+        let text = "no engine for tei images: or set runtime.launchers.tei";
+        let pieces: Vec<&str> = {
+            let mut start = 0;
+            breaks(text, 30)
+                .into_iter()
+                .map(|end| {
+                    let piece = &text[start..end];
+                    start = end;
+                    piece
+                })
+                .collect()
+        };
+        assert_eq!(
+            pieces,
+            ["no engine for tei images: or ", "set runtime.launchers.tei"]
+        );
+        assert_eq!(breaks(&"x".repeat(90), 40), [40, 80, 90]);
+        assert_eq!(breaks("", 10), [0]);
     }
 }

@@ -86,6 +86,12 @@ pub enum Effect {
         wait: u64,
         delay: u64,
     },
+    /// Reads the webhook of the deliveries view again (`feed` as for its attempts): whether it is held, and
+    /// why.
+    LoadWebhook {
+        feed: u64,
+        id: String,
+    },
     /// Sends one delivery of a webhook again (answered by `Action::Replayed`).
     ReplayDelivery {
         id: String,
@@ -153,6 +159,9 @@ pub struct DeployRequest {
     /// `Ok(repo_id)` for a model, `Err(public_id)` for one recipe.
     pub target: Result<String, String>,
     pub body: Value,
+    /// The update that sets the endpoint's `notifications` once it is made (a deploy body has no place for
+    /// them); `None` when both are off, as a new endpoint's are.
+    pub notifications: Option<Value>,
 }
 
 /// A spec handed to `$EDITOR`: whose it is, the spec it started from and the text's format (what the spec

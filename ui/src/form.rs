@@ -1,6 +1,7 @@
 //! The deploy form: a catalog model (its first recipe that fits) or one of its recipes, into a namespace,
-//! with the deploy `config` the API takes. Every issue of the server's answer is shown at once, each beside
-//! its field.
+//! with the deploy `config` the API takes, and the endpoint's two notification switches (`notifications.push`
+//! and `.email` of its spec, which a deploy body does not take: they are set by an update once the endpoint
+//! is made). Every issue of the server's answer is shown at once, each beside its field.
 
 use serde_json::{json, Map, Value};
 
@@ -18,10 +19,12 @@ pub enum Field {
     ScaleToZeroTimeout,
     PrivateAccount,
     PrivateRegion,
+    NotifyPush,
+    NotifyEmail,
 }
 
 impl Field {
-    pub const ALL: [Field; 9] = [
+    pub const ALL: [Field; 11] = [
         Field::Namespace,
         Field::Recipe,
         Field::Name,
@@ -31,6 +34,8 @@ impl Field {
         Field::ScaleToZeroTimeout,
         Field::PrivateAccount,
         Field::PrivateRegion,
+        Field::NotifyPush,
+        Field::NotifyEmail,
     ];
 
     pub fn label(self) -> &'static str {
@@ -44,7 +49,14 @@ impl Field {
             Field::ScaleToZeroTimeout => "scale to zero after (min)",
             Field::PrivateAccount => "private: account id",
             Field::PrivateRegion => "private: region",
+            Field::NotifyPush => "notify me here (push)",
+            Field::NotifyEmail => "notify me by mail",
         }
+    }
+
+    /// A yes/no switch: `space` flips it, `y` and `n` set it.
+    pub fn switch(self) -> bool {
+        matches!(self, Field::NotifyPush | Field::NotifyEmail)
     }
 
     /// The body path the server names in its issues for this field (`recipe` is the one its messages name).
@@ -59,6 +71,8 @@ impl Field {
             Field::ScaleToZeroTimeout => "config.scaling.scaleToZeroTimeout",
             Field::PrivateAccount => "config.privateService.accountId",
             Field::PrivateRegion => "config.privateService.region",
+            Field::NotifyPush => "notifications.push",
+            Field::NotifyEmail => "notifications.email",
         }
     }
 
@@ -68,6 +82,10 @@ impl Field {
             Field::MinReplica | Field::MaxReplica | Field::ScaleToZeroTimeout
         )
     }
+}
+
+fn yes_no(on: bool) -> String {
+    if on { "yes" } else { "no" }.to_string()
 }
 
 const TYPES: [&str; 3] = ["authenticated", "public", "private"];
@@ -87,6 +105,10 @@ pub struct DeployForm {
     pub timeout: String,
     pub account: String,
     pub region: usize,
+    /// The endpoint's `notifications`: pushed to the owner (the console's status line and `:notifications`),
+    /// and mailed. Push is on by default: it is how the console tells of the endpoint's progress.
+    pub push: bool,
+    pub email: bool,
     /// The focused field, the send under way, the server's issues.
     pub state: FormState<Field>,
 }
@@ -105,6 +127,8 @@ impl DeployForm {
             timeout: String::new(),
             account: String::new(),
             region: 0,
+            push: true,
+            email: false,
             state: FormState::default(),
         }
     }
@@ -124,6 +148,17 @@ impl DeployForm {
             Field::ScaleToZeroTimeout => self.timeout.clone(),
             Field::PrivateAccount => self.account.clone(),
             Field::PrivateRegion => REGIONS[self.region].to_string(),
+            Field::NotifyPush => yes_no(self.push),
+            Field::NotifyEmail => yes_no(self.email),
+        }
+    }
+
+    /// The switch of a yes/no field.
+    fn switch(&mut self, f: Field) -> Option<&mut bool> {
+        match f {
+            Field::NotifyPush => Some(&mut self.push),
+            Field::NotifyEmail => Some(&mut self.email),
+            _ => None,
         }
     }
 
@@ -169,7 +204,13 @@ impl DeployForm {
             0 => Ok(self.repo_id.clone()),
             i => Err(self.recipes.get(i - 1).cloned().unwrap_or_default()),
         };
-        DeployRequest { target, body }
+        let notifications = (self.push || self.email)
+            .then(|| json!({"notifications": {"push": self.push, "email": self.email}}));
+        DeployRequest {
+            target,
+            body,
+            notifications,
+        }
     }
 }
 
@@ -190,12 +231,25 @@ impl Form for DeployForm {
             Field::Recipe => self.recipe = step(self.recipe, self.recipes.len() + 1, forward),
             Field::Type => self.kind = step(self.kind, TYPES.len(), forward),
             Field::PrivateRegion => self.region = step(self.region, REGIONS.len(), forward),
-            _ => {}
+            f => {
+                if let Some(on) = self.switch(f) {
+                    *on = !*on;
+                }
+            }
         }
     }
 
-    /// Counts take digits only: what cannot be valid is not typed.
+    /// Counts take digits only: what cannot be valid is not typed. A switch takes `space`, `y` and `n`.
     fn type_key(&mut self, key: &str) {
+        let field = self.field();
+        if let Some(on) = self.switch(field) {
+            match key {
+                "space" => *on = !*on,
+                "y" | "n" => *on = key == "y",
+                _ => {}
+            }
+            return;
+        }
         let numeric = self.field().numeric();
         if let Some(t) = self.text(self.field()) {
             type_into(t, key, 128, |c| !numeric || c.is_ascii_digit());
@@ -240,6 +294,11 @@ mod tests {
             r.body,
             json!({"namespace": "alice", "config": {"type": "authenticated"}})
         );
+        // Pushed notifications by default; set by an update once the endpoint is made.
+        assert_eq!(
+            r.notifications,
+            Some(json!({"notifications": {"push": true, "email": false}}))
+        );
         f.edit(FormEdit::NextField);
         f.edit(FormEdit::NextChoice);
         f.edit(FormEdit::NextChoice);
@@ -254,6 +313,16 @@ mod tests {
         f.edit(FormEdit::NextField);
         f.edit(FormEdit::NextField);
         type_in(&mut f, "123456789012");
+        // Both switches: `n` turns push off, `space` turns mail on.
+        f.edit(FormEdit::NextField);
+        f.edit(FormEdit::NextField);
+        type_in(&mut f, "n");
+        f.edit(FormEdit::NextField);
+        f.edit(FormEdit::Type("space"));
+        assert_eq!(
+            (f.value(Field::NotifyPush), f.value(Field::NotifyEmail)),
+            ("no".into(), "yes".into())
+        );
         let r = f.edit(FormEdit::Submit).unwrap();
         assert_eq!(r.target, Err("qwen-cpu-llamacpp".to_string()));
         assert_eq!(
@@ -261,6 +330,10 @@ mod tests {
             json!({"namespace": "alice", "config": {"name": "qwen-1", "type": "private",
                    "scaling": {"minReplica": 1, "maxReplica": 3},
                    "privateService": {"accountId": "123456789012", "region": "us-east-1"}}})
+        );
+        assert_eq!(
+            r.notifications,
+            Some(json!({"notifications": {"push": false, "email": true}}))
         );
         assert!(f.state.busy);
         assert!(

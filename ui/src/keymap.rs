@@ -77,17 +77,26 @@ pub enum Command {
     Top,
     Bottom,
     Refresh,
+    /// The selected row opened: its description, or a webhook's live deliveries.
+    Open,
     Describe,
     Pause,
     Resume,
     ScaleToZero,
+    /// The selected endpoint, app or webhook deleted (asked first). The old names of a user's keymap file
+    /// still mean it.
+    #[serde(alias = "delete-app", alias = "delete-webhook")]
     Delete,
     Toggle,
     Confirm,
+    /// The selected endpoint's replica output, or a webhook's live deliveries (its log).
+    #[serde(alias = "deliveries")]
     Logs,
     Follow,
     Deploy,
     Schedule,
+    /// The selected endpoint's spec, or the selected webhook, in its editor.
+    #[serde(alias = "edit-webhook")]
     Edit,
     EditExternal,
     Copy,
@@ -96,17 +105,17 @@ pub enum Command {
     Search,
     NextMatch,
     PrevMatch,
-    NewApp,
+    /// A pager's long lines wrapped, or cut and scrolled sideways.
+    Wrap,
+    ScrollLeft,
+    ScrollRight,
+    /// The form for a new app or webhook.
+    #[serde(alias = "new-app", alias = "new-webhook")]
+    New,
     RotateSecret,
     DeleteSecret,
-    DeleteApp,
-    /// A webhook's attempts, followed live.
-    Deliveries,
-    NewWebhook,
-    EditWebhook,
     /// Enables a disabled webhook, disables an enabled one.
     ToggleWebhook,
-    DeleteWebhook,
     /// Sends the selected delivery again.
     Replay,
     /// Saves an editor or sends a form (when it is valid).
@@ -153,7 +162,7 @@ impl Command {
         match self {
             Command::RotateSecret => Some(AppAction::RotateSecret),
             Command::DeleteSecret => Some(AppAction::DeleteSecret),
-            Command::DeleteApp => Some(AppAction::Delete),
+            Command::Delete => Some(AppAction::Delete),
             _ => None,
         }
     }
@@ -162,7 +171,7 @@ impl Command {
     pub fn asks_first(self) -> bool {
         self.endpoint_action().is_some()
             || self.app_action().is_some()
-            || matches!(self, Command::ToggleWebhook | Command::DeleteWebhook)
+            || matches!(self, Command::ToggleWebhook)
     }
 
     /// Whether the action changes something on the server. Read-only mode removes these whatever a keymap
@@ -178,14 +187,10 @@ impl Command {
                 | Command::Schedule
                 | Command::Edit
                 | Command::EditExternal
-                | Command::NewApp
+                | Command::New
                 | Command::RotateSecret
                 | Command::DeleteSecret
-                | Command::DeleteApp
-                | Command::NewWebhook
-                | Command::EditWebhook
                 | Command::ToggleWebhook
-                | Command::DeleteWebhook
                 | Command::Replay
                 | Command::Save
         )
@@ -241,7 +246,8 @@ pub struct Keymap {
     bindings: Vec<Binding>,
 }
 
-/// The help screen's two columns, the contexts each lists. Together they hold every context.
+/// The help screen's two columns, the contexts each lists. Together they hold every context; on a narrow
+/// terminal the help is one column, the first's contexts then the second's.
 pub const HELP_COLUMNS: [&[Context]; 2] = [
     &[
         Context::Global,
@@ -263,6 +269,17 @@ pub const HELP_COLUMNS: [&[Context]; 2] = [
         Context::Schedule,
         Context::Help,
     ],
+];
+
+/// The contexts that are views (a list, with the global keys under its own): in each, a key has one meaning.
+pub const VIEWS: [Context; 7] = [
+    Context::Catalog,
+    Context::Endpoints,
+    Context::Apps,
+    Context::Audit,
+    Context::Webhooks,
+    Context::Deliveries,
+    Context::Notifications,
 ];
 
 const DEFAULT: &str = include_str!("../../assets/keymap.toml");
@@ -296,6 +313,7 @@ impl Keymap {
             }
         }
         problems.extend(map.conflicts());
+        problems.extend(map.meanings());
         for b in &map.bindings {
             for k in b.keys.iter().filter(|k| !known_key(k)) {
                 problems.push(format!(
@@ -322,6 +340,30 @@ impl Keymap {
                         a.action,
                         b.action
                     ));
+                }
+            }
+        }
+        out
+    }
+
+    /// Keys that mean one thing in one view and another in another (a user file can do that): the views
+    /// keep the k9s habit that a key means the same everywhere.
+    pub fn meanings(&self) -> Vec<String> {
+        let mut seen: Vec<(&str, Command, Context)> = Vec::new();
+        let mut out = Vec::new();
+        for view in VIEWS {
+            for (b, keys) in self.free_keys(view, false) {
+                for k in keys {
+                    match seen.iter().find(|(key, _, _)| *key == k) {
+                        Some((_, command, other)) if *command != b.action => out.push(format!(
+                            "key {k:?} is {command:?} in {} but {:?} in {}",
+                            other.as_str(),
+                            b.action,
+                            view.as_str()
+                        )),
+                        Some(_) => {}
+                        None => seen.push((k, b.action, view)),
+                    }
                 }
             }
         }
@@ -384,14 +426,33 @@ impl Keymap {
     }
 
     /// `keys: description` pairs for the footer. A key the context binds itself is left out of a more general
-    /// binding (the deliveries' `r` replays: the global refresh shows as `ctrl-r` there), and a binding with
-    /// no key left is left out.
+    /// binding (a view's own `enter` hides no global key, but one that did would show only in the view's), and
+    /// a binding with no key left is left out.
     pub fn hints(&self, context: Context, read_only: bool) -> Vec<(String, String)> {
-        self.free_keys(context, read_only)
-            .into_iter()
-            .filter(|(_, keys)| !keys.is_empty())
-            .map(|(b, keys)| (keys.join("/"), b.description.clone()))
-            .collect()
+        self.offered_hints(context, read_only, |_| true)
+    }
+
+    /// The same, for the commands `offered` keeps: what the state says can be done now (an action the token
+    /// cannot take is not offered).
+    pub fn offered_hints(
+        &self,
+        context: Context,
+        read_only: bool,
+        offered: impl Fn(Command) -> bool,
+    ) -> Vec<(String, String)> {
+        let mut hints: Vec<(String, String)> = Vec::new();
+        let kept = self.free_keys(context, read_only).into_iter();
+        for (b, keys) in kept.filter(|(b, keys)| !keys.is_empty() && offered(b.action)) {
+            match hints.iter_mut().find(|(_, d)| *d == b.description) {
+                // Two commands that do the same here (a webhook's `enter` and `l`) are one hint.
+                Some((shown, _)) => {
+                    shown.push('/');
+                    shown.push_str(&keys.join("/"));
+                }
+                None => hints.push((keys.join("/"), b.description.clone())),
+            }
+        }
+        hints
     }
 
     /// The keys `command` is on in `context` (its own bindings first; a key a nearer binding takes is not
@@ -421,18 +482,18 @@ impl Keymap {
             .filter(move |b| b.context == context)
     }
 
-    /// Lines of the help screen's longer column: its contexts' names and bindings.
-    pub fn help_length(&self, read_only: bool) -> usize {
-        HELP_COLUMNS
-            .iter()
-            .map(|column| {
-                column
-                    .iter()
-                    .map(|ctx| 1 + self.own(*ctx, read_only).count())
-                    .sum::<usize>()
-            })
-            .max()
-            .unwrap_or(0)
+    /// Lines of the help screen in `columns` columns (1 or 2): the longer column's contexts' names and
+    /// bindings.
+    pub fn help_length(&self, read_only: bool, columns: usize) -> usize {
+        let lines = |ctxs: &[Context]| -> usize {
+            ctxs.iter()
+                .map(|ctx| 1 + self.own(*ctx, read_only).count())
+                .sum()
+        };
+        match columns {
+            1 => HELP_COLUMNS.iter().map(|c| lines(c)).sum(),
+            _ => HELP_COLUMNS.iter().map(|c| lines(c)).max().unwrap_or(0),
+        }
     }
 
     /// The printed cheat-sheet (`switchyard keys`): one Markdown table.
@@ -482,19 +543,24 @@ mod tests {
             Some(Command::Back)
         );
         assert_eq!(map.lookup(Context::Catalog, "ctrl-d", false), None);
-        // The apps' own keys, where they mean something else elsewhere.
+        // Deleting is `ctrl-d` wherever something can be deleted; `d` describes, `y` copies, everywhere.
+        for view in [Context::Endpoints, Context::Apps, Context::Webhooks] {
+            assert_eq!(map.lookup(view, "ctrl-d", false), Some(Command::Delete));
+        }
         assert_eq!(
             map.lookup(Context::Apps, "d", false),
-            Some(Command::DeleteApp)
-        );
-        assert_eq!(
-            map.lookup(Context::Apps, "y", false),
             Some(Command::Describe)
         );
+        assert_eq!(map.lookup(Context::Apps, "y", false), Some(Command::Copy));
         assert_eq!(map.lookup(Context::Apps, "X", true), None);
         assert_eq!(
             map.lookup(Context::Apps, "r", false),
             Some(Command::Refresh)
+        );
+        // A webhook's log is its deliveries.
+        assert_eq!(
+            map.lookup(Context::Webhooks, "l", false),
+            Some(Command::Logs)
         );
         // A secret shown once takes nothing but its dismissal.
         assert_eq!(map.lookup(Context::Secret, "q", false), None);
@@ -502,6 +568,47 @@ mod tests {
             map.lookup(Context::Secret, "enter", false),
             Some(Command::Back)
         );
+    }
+
+    #[test]
+    fn a_key_means_one_thing_in_every_view() {
+        let map = Keymap::builtin();
+        assert_eq!(map.meanings(), Vec::<String>::new());
+        // The k9s habits, wherever the key is bound.
+        let habits = [
+            ("enter", Command::Open),
+            ("d", Command::Describe),
+            ("ctrl-d", Command::Delete),
+            ("y", Command::Copy),
+            ("e", Command::Edit),
+            ("l", Command::Logs),
+            ("n", Command::New),
+            ("r", Command::Refresh),
+        ];
+        for view in VIEWS {
+            for (key, command) in habits {
+                let found = map.lookup(view, key, false);
+                assert!(
+                    found.is_none() || found == Some(command),
+                    "{key} is {found:?} in {}",
+                    view.as_str()
+                );
+            }
+        }
+        // A user file that gives a key another meaning in one view is told of it.
+        let user = "[[binding]]\ncontext = \"apps\"\nkeys = [\"d\"]\naction = \"delete\"\ndescription = \"x\"\n";
+        let (_, problems) = Keymap::with_overrides(Some(user));
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("key \"d\" is Describe in")),
+            "{problems:?}"
+        );
+        // The old names of the merged actions still read.
+        let old = "[[binding]]\ncontext = \"apps\"\nkeys = [\"D\"]\naction = \"delete-app\"\ndescription = \"x\"\n";
+        let (map, _) = Keymap::with_overrides(Some(old));
+        assert_eq!(map.lookup(Context::Apps, "D", false), Some(Command::Delete));
+        assert_eq!(map.lookup(Context::Apps, "ctrl-d", false), None);
     }
 
     #[test]

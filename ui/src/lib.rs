@@ -13,12 +13,13 @@
 //! 1. Plain data, for everything above:
 //!    - `format`: the spec's text formats, JSON and TOML. Imports nothing of the crate.
 //!    - `natural`: names in natural order (`a-2` before `a-10`). Imports nothing of the crate.
-//!    - `columns`: a table's columns sharing its width by importance; cells cut to fit. Imports nothing of
-//!      the crate.
+//!    - `columns`: a table's columns sharing its width by importance; cells cut to fit with `…`; text
+//!      broken into lines. Imports nothing of the crate.
 //!    - `effects`: what the state asks the runtime to do ([`effects::Effect`]) and the requests it carries
 //!      (`EndpointAction`, `DeployRequest`, `ExternalEdit`). Imports `format`.
 //! 2. The widgets' own state and the keymap, each knowing nothing of the console around it:
-//!    - `pager`: a scrollable, searchable text (describe, logs). Imports nothing of the crate.
+//!    - `pager`: a scrollable, searchable text (describe, logs), wrapped or scrolled sideways. Imports
+//!      `columns`.
 //!    - `form_issues`: a form's issues, placed beside its fields. Imports nothing of the crate.
 //!    - `form_input`: what the forms share: the edits a key asks for, typing into a field, sending and the
 //!      server's answer. Imports `form_issues`.
@@ -68,7 +69,7 @@ use effects::{AppAction, DeployRequest, Effect, EndpointAction, WebhookAction};
 use keymap::Keymap;
 use state::{
     Action, AppRow, AuditRow, CreatedApp, DeliveryRow, EndpointRow, IssuedSecret, Key, LoadFailure,
-    NotificationRow, NotificationsFailure, Secret, SignInFailure, State, WebhookRow,
+    NotificationRow, NotificationsFailure, SavedWebhook, Secret, SignInFailure, State, WebhookRow,
 };
 
 pub struct Options {
@@ -429,6 +430,8 @@ fn message(e: &ClientError) -> String {
             status, message, ..
         } if refused_token(e) => format!("{} {message}", status.as_u16()),
         ClientError::Api { message, .. } => message.clone(),
+        // Already says where and why (`nothing answers at URL (Connection refused…)`).
+        ClientError::Transport(why) => why.clone(),
         other => other.to_string(),
     }
 }
@@ -589,12 +592,16 @@ pub async fn perform(client: &Client, effect: Effect) -> Option<Action> {
                 Some(id) => client.update_webhook::<Value>(id, &body).await,
                 None => client.create_webhook::<Value>(&body).await,
             };
-            Action::WebhookSaved(
-                answer
-                    .map(|v| v["webhook"]["url"].as_str().unwrap_or("").to_string())
-                    .map_err(|e| refusal(&e)),
-            )
+            Action::WebhookSaved(answer.map(|v| saved_webhook(&v)).map_err(|e| refusal(&e)))
         }
+        Effect::LoadWebhook { feed, id } => Action::WebhookLoaded {
+            feed,
+            result: client
+                .webhook::<Value>(&id)
+                .await
+                .map(|v| WebhookRow::from_json(&v["webhook"]))
+                .map_err(|e| message(&e)),
+        },
         Effect::WebhookAct { action, id, url } => webhook_act(client, action, &id, &url).await,
         Effect::FollowDeliveries {
             feed,
@@ -682,6 +689,19 @@ fn load_failure(e: &ClientError) -> LoadFailure {
     }
 }
 
+/// The webhook in the form's answer, with the signing secret a new one comes with (in that answer only).
+fn saved_webhook(answer: &Value) -> SavedWebhook {
+    let text = |v: &Value| v.as_str().unwrap_or("").to_string();
+    SavedWebhook {
+        id: text(&answer["webhook"]["id"]),
+        url: text(&answer["webhook"]["url"]),
+        signing_secret: answer["signingSecret"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .map(|s| Secret::new(s.to_string())),
+    }
+}
+
 /// The secret in an answer about an app, if the server made one (it is in that answer only).
 fn secret_of(answer: &Value) -> Option<Secret> {
     answer["clientSecret"]
@@ -696,11 +716,7 @@ async fn app_act(client: &Client, action: AppAction, id: String, name: String) -
         AppAction::RotateSecret => match client.oauth_app_secret::<Value>(&id, true).await {
             Ok(v) => match secret_of(&v) {
                 Some(secret) => {
-                    return Action::SecretIssued(IssuedSecret {
-                        app: name,
-                        client_id: id,
-                        secret,
-                    })
+                    return Action::SecretIssued(IssuedSecret::client(name, id, secret))
                 }
                 None => Err("the server sent no new secret".to_string()),
             },

@@ -1,6 +1,6 @@
 //! The console against the real server on loopback (the apps and audit log views, the deploy form, a refused
-//! token): its effects run through the typed client, their answers go through `update`, as the event loop
-//! does it.
+//! token, a webhook's secret and deliveries): its effects run through the typed client, their answers go
+//! through `update`, as the event loop does it.
 
 use chrono::Utc;
 use serde_json::{json, Value};
@@ -26,10 +26,11 @@ impl Console {
         let mut pending = vec![action];
         while let Some(action) = pending.pop() {
             for effect in update(&mut self.state, action, &self.keymap) {
-                // The live feeds poll for ever; these views do not need them.
+                // The live feeds poll for ever; these views need no more than a webhook's first page.
                 let follows = matches!(
                     effect,
-                    Effect::FollowNotifications { .. } | Effect::FollowDeliveries { .. }
+                    Effect::FollowNotifications { .. }
+                        | Effect::FollowDeliveries { after: Some(_), .. }
                 );
                 if follows {
                     continue;
@@ -75,7 +76,16 @@ impl Console {
 
 /// A server on loopback (its data in `dir`): its URL and the admin's client.
 async fn server(dir: &std::path::Path) -> (String, Client) {
+    server_with(dir, |_| {}).await
+}
+
+/// The same, with `configure` changing the config first.
+async fn server_with(
+    dir: &std::path::Path,
+    configure: impl FnOnce(&mut Config),
+) -> (String, Client) {
     let mut config = Config::default();
+    configure(&mut config);
     config.store.data_dir = Some(dir.to_path_buf());
     config.runtime.engines_dir = Some(dir.join("engines"));
     config.server.listen = "127.0.0.1:0".parse().unwrap();
@@ -145,13 +155,13 @@ async fn apps_and_the_audit_log_on_a_real_server() {
     console.keys(&["esc"]).await;
 
     // Rotate (a new secret, shown once), delete the secret (public now), then delete the app.
-    console.keys(&["R", "tab", "enter"]).await;
+    console.keys(&["S", "tab", "enter"]).await;
     let rotated = console.shown_secret().expect("the rotated secret");
     assert_ne!(rotated, secret);
     console.keys(&["enter"]).await;
     console.keys(&["X", "tab", "enter"]).await;
     assert!(console.state.apps[0].public, "{:?}", console.state.apps);
-    console.keys(&["d", "tab", "enter"]).await;
+    console.keys(&["ctrl-d", "tab", "enter"]).await;
     assert!(console.state.apps.is_empty(), "{:?}", console.state.message);
 
     // The audit log: empty for its administrator (the instance admin), refused in words for a member.
@@ -269,4 +279,105 @@ async fn the_catalog_marks_what_runs_here_and_a_deploy_offers_the_engine_it_need
         .await
         .unwrap();
     assert_eq!(ep["model"]["repository"], minilm);
+}
+
+/// Waits until the webhook `id` is held (at most a minute: its deliveries need the outbox and a worker to
+/// come round).
+async fn until_held(client: &Client, id: &str) {
+    for _ in 0..600 {
+        if let Ok(v) = client.webhook::<Value>(id).await {
+            if v["webhook"]["heldUntil"].is_string() {
+                return;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("webhook {id} was never held")
+}
+
+/// A webhook made in the console: its signing secret is shown once. Its receiver is down: each attempt names
+/// what changed and carries the request sent; failing twice in a row holds the webhook (its circuit breaker),
+/// which the deliveries view says, with until when.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_webhook_made_here_shows_its_secret_once_and_its_deliveries_say_what_was_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, admin) = server_with(dir.path(), |c| {
+        c.outbound.allow = vec!["127.0.0.0/8".into()];
+        c.webhooks.retry_schedule = vec!["1h".into()];
+        c.webhooks.breaker_failures = 2;
+        c.webhooks.breaker_hold = "10m".into();
+    })
+    .await;
+    // A port nothing listens on: every attempt fails to connect.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hook = format!("http://{}/hook", closed.local_addr().unwrap());
+    drop(closed);
+    let mut console = console(&url, &admin).await;
+    console.command("webhooks").await;
+    console.keys(&["n"]).await;
+    console.typed(&hook).await;
+    console.keys(&["enter"]).await;
+    let secret = console
+        .shown_secret()
+        .expect("the new webhook's signing secret");
+    assert!(secret.starts_with("whsec_"), "{secret}");
+    console.keys(&["esc"]).await;
+    assert!(console.shown_secret().is_none());
+    let id = console.state.webhooks[0].id.clone();
+
+    // Two changes in the watched namespace: two failed attempts in a row hold the webhook.
+    let _: Value = admin
+        .create_endpoint("admin", &json!({
+            "name": "hooked", "type": "public",
+            "provider": {"vendor": "aws", "region": "us-east-1"},
+            "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x1",
+                        "scaling": {"minReplica": 0, "maxReplica": 1}},
+            "model": {"repository": "BAAI/bge-small-en-v1.5", "framework": "pytorch", "image": {"hub": {}}}
+        }))
+        .await
+        .unwrap();
+    until_held(&admin, &id).await;
+
+    // The list again, and the webhook's deliveries.
+    console.keys(&["r", "enter"]).await;
+    let feed = &console.state.deliveries;
+    assert!(!feed.rows.is_empty(), "{:?}", console.state.message);
+    let created = feed
+        .rows
+        .iter()
+        .find(|r| r.change == "created")
+        .expect("the create's attempt");
+    assert_eq!(created.subject, "endpoint admin/hooked");
+    assert_eq!(created.error_class, "connect");
+    assert_eq!(created.payload["webhook"]["id"], json!(id));
+    assert_eq!(created.payload["endpoint"]["name"], "hooked");
+    let now = Utc::now();
+    let standing = feed
+        .hook
+        .as_ref()
+        .map(|h| h.standing(now))
+        .unwrap_or_default();
+    assert!(standing.starts_with("held until "), "{standing}");
+    // Its details: the request sent and the (missing) answer.
+    let at = feed
+        .rows
+        .iter()
+        .position(|r| r.change == "created")
+        .unwrap_or(0);
+    for _ in 0..at {
+        console.keys(&["j"]).await;
+    }
+    console.keys(&["d"]).await;
+    let Overlay::Describe(pager) = &console.state.overlay else {
+        panic!("{:?}", console.state.overlay)
+    };
+    let text = pager.lines.join("\n");
+    for want in [
+        "about      endpoint admin/hooked: created",
+        &format!("POST {hook}"),
+        "\"name\": \"hooked\"",
+        "status     - (no answer)",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
 }

@@ -7,8 +7,8 @@ use serde_json::json;
 use switchyard_ui::keymap::{self, Keymap};
 use switchyard_ui::state::{
     update, Action, AppAction, AppRow, AuditRow, CatalogRow, CreatedApp, DeliveryRow, Effect,
-    EndpointRow, EngineMarks, IssuedSecret, Key, LoadFailure, NotificationRow, Secret, State,
-    WebhookRow,
+    EndpointRow, EngineMarks, IssuedSecret, Key, LoadFailure, NotificationRow, SavedWebhook,
+    Secret, State, WebhookRow,
 };
 use switchyard_ui::views;
 
@@ -61,6 +61,9 @@ fn state() -> State {
         })
         .collect();
     loaded(&mut s, Ok(endpoints));
+    // There are endpoints, so the console opened on them; these screens start from the catalog.
+    assert_eq!(s.view, switchyard_ui::state::View::Endpoints);
+    keys(&mut s, &["tab"]);
     s
 }
 
@@ -275,10 +278,10 @@ fn endpoints_view_and_dialogs() {
     );
 }
 
-/// The footer's keys as the keymap gives them for what is on screen now.
+/// The footer's keys as the keymap gives them for what is on screen now, and the view offers.
 fn footer_keys(s: &State) -> String {
     Keymap::builtin()
-        .hints(s.context(), s.read_only)
+        .offered_hints(s.context(), s.read_only, s.offered())
         .iter()
         .map(|(k, d)| format!(" {k} {d} "))
         .collect()
@@ -289,9 +292,15 @@ fn footer_keys(s: &State) -> String {
 fn status_and_footer_in_sight(s: &State, width: u16, height: u16) {
     let text = screen(s, width, height);
     let lines: Vec<&str> = text.lines().collect();
-    let keys: String = footer_keys(s).chars().take(width as usize).collect();
     assert!(lines[0].starts_with(" switchyard "), "{text}");
-    assert_eq!(lines[lines.len() - 1], keys.trim_end(), "{text}");
+    // The footer: the keys that fit, whole, then `? more` (or `…`) when some do not.
+    let keys = footer_keys(s);
+    let footer = lines[lines.len() - 1];
+    match footer.strip_suffix("? more").or(footer.strip_suffix('…')) {
+        Some(shown) => assert!(keys.starts_with(shown), "{footer:?} of {keys:?}"),
+        None => assert_eq!(footer, keys.trim_end(), "{text}"),
+    }
+    assert!(footer.chars().count() <= width as usize, "{footer:?}");
     for line in [lines[0], lines[lines.len() - 2], lines[lines.len() - 1]] {
         assert!(
             !line.contains(['│', '┌', '└']),
@@ -319,7 +328,8 @@ fn every_context_shows_its_own_keys_and_popups_stay_between_status_and_footer() 
         (&["esc", "d"], "/ search"),
         (&["esc", "l"], "space pause/follow"),
         (&["esc", "?"], "esc/? close"),
-        (&["esc", ":", "w", "h", "enter"], "deliveries (live)"),
+        // No webhooks yet: only a new one is offered.
+        (&["esc", ":", "w", "h", "enter"], "n new webhook"),
         (&["n"], "enter send"),
         (&["esc", ":", "a", "p", "p", "s", "enter"], "new app"),
         (&["tab"], "D deploy"),
@@ -495,7 +505,9 @@ fn a_refused_token_is_said_and_the_public_catalog_still_shown() {
     insta::assert_snapshot!("sign_in_refused_catalog", screen(&s, 120, 24));
     let text = screen(&s, 80, 24);
     assert!(
-        text.contains("sign-in failed (401 invalid or expir")
+        text.lines()
+            .next()
+            .is_some_and(|l| l.contains("sign-in failed (401") && l.ends_with("12:00 UTC"))
             && text.contains("sign-in failed: 401 invalid or expired token; the public catalog is")
             && text.contains("catalog (3/3)"),
         "{text}"
@@ -594,6 +606,218 @@ fn deploy_form_with_the_servers_issues() {
         text.contains("deployed admin/qwen") && text.contains("endpoints ("),
         "{text}"
     );
+}
+
+/// The deploy form's two notification switches (push on by default): a deploy body has no place for them, so
+/// the endpoint's `notifications` are set by an update once it is made, and the answer is told with the
+/// deploy.
+#[test]
+fn the_deploy_form_sets_the_endpoints_notifications() {
+    let mut s = state();
+    keys(&mut s, &["D"]);
+    for width in [120, 80] {
+        let text = screen(&s, width, 24);
+        assert!(
+            text.contains("notify me here (push)     yes")
+                && text.contains("notify me by mail         no"),
+            "{text}"
+        );
+    }
+    // Down to the mail switch: `y` turns it on.
+    for _ in 0..10 {
+        keys(&mut s, &["down"]);
+    }
+    keys(&mut s, &["y", "enter"]);
+    let fx = update(
+        &mut s,
+        Action::Deployed(Ok("admin/qwen".into())),
+        &Keymap::builtin(),
+    );
+    let patch = json!({"notifications": {"push": true, "email": true}});
+    let set = Effect::Update {
+        namespace: "admin".into(),
+        name: "qwen".into(),
+        patch,
+    };
+    assert!(fx.contains(&set), "{fx:?}");
+    let saved = Action::Saved {
+        namespace: "admin".into(),
+        name: "qwen".into(),
+        result: Ok(String::new()),
+    };
+    update(&mut s, saved, &Keymap::builtin());
+    let text = screen(&s, 120, 24);
+    assert!(
+        text.contains("deployed admin/qwen; its notifications are on"),
+        "{text}"
+    );
+}
+
+/// With a token that may not manage apps (an app's token, a restricted one), `:apps` says what would do, and
+/// offers nothing it cannot do.
+#[test]
+fn apps_refused_for_this_token_say_what_to_use() {
+    let mut s = state();
+    command(&mut s, "apps");
+    let seq = s.apps_seq;
+    let refused =
+        LoadFailure::Forbidden("managing OAuth apps needs an unrestricted personal token".into());
+    update(
+        &mut s,
+        Action::AppsLoaded(seq, Err(refused)),
+        &Keymap::builtin(),
+    );
+    insta::assert_snapshot!("apps_refused_80", screen(&s, 80, 24));
+    let text = screen(&s, 120, 24);
+    for want in [
+        "managing OAuth apps needs an unrestricted personal token",
+        "switchyard admin --data-dir DIR token create NAME",
+        ":server URL TOKEN",
+    ] {
+        assert!(joined(&text).contains(want), "{want}: {text}");
+    }
+    let footer = text.lines().last().unwrap_or_default();
+    for hidden in ["new app", "new secret", "delete secret", "delete app"] {
+        assert!(!footer.contains(hidden), "{hidden}: {footer}");
+    }
+    // The key does nothing but say why.
+    keys(&mut s, &["n"]);
+    assert_eq!(s.overlay, switchyard_ui::state::Overlay::None);
+    let message = s.message.clone().unwrap_or_default();
+    assert!(
+        message.1 && message.0.contains("unrestricted personal token"),
+        "{message:?}"
+    );
+}
+
+/// A new webhook's signing secret shows once, in a popup that says so, as an app's secret does.
+#[test]
+fn a_new_webhooks_signing_secret_is_shown_once() {
+    let mut s = state();
+    webhooks_shown(&mut s);
+    keys(&mut s, &["n"]);
+    typed(&mut s, "http://127.0.0.1:9/new");
+    keys(&mut s, &["enter"]);
+    let saved = SavedWebhook {
+        id: "wh_9".into(),
+        url: "http://127.0.0.1:9/new".into(),
+        signing_secret: Some(Secret::new(SIGNING.into())),
+    };
+    update(&mut s, Action::WebhookSaved(Ok(saved)), &Keymap::builtin());
+    insta::assert_snapshot!("webhook_signing_secret_80", screen(&s, 80, 24));
+    let text = screen(&s, 120, 24);
+    for want in [
+        SIGNING,
+        "signing secret of webhook http://127.0.0.1:9/new (shown once)",
+        "It will not be shown here again",
+        "switchyard webhooks signing-secret wh_9",
+    ] {
+        assert!(joined(&text).contains(want), "{want}: {text}");
+    }
+    assert!(!format!("{s:?}").contains(SIGNING), "never in a log line");
+    keys(&mut s, &["esc"]);
+    assert!(!screen(&s, 120, 24).contains(SIGNING));
+    assert!(!format!("{s:?}").contains("whsec_"));
+}
+
+const SIGNING: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// A server that is not there is said whole (not the client's raw error), in the view that would show its
+/// list: `:audit` after a failed `:server` switch shows why, not an empty table.
+#[test]
+fn an_unreachable_server_is_said_whole_in_place_of_the_list() {
+    let mut s = state();
+    command(&mut s, "server http://127.0.0.1:1");
+    let why = "nothing answers at http://127.0.0.1:1 (Connection refused (os error 111))";
+    let lost = switchyard_ui::state::SignInFailure::Unreachable(why.into());
+    update(&mut s, Action::SignedIn(Err(lost)), &Keymap::builtin());
+    command(&mut s, "audit acme");
+    let seq = s.audit_seq;
+    let failed = LoadFailure::Failed(why.into());
+    update(
+        &mut s,
+        Action::AuditLoaded(seq, Err(failed)),
+        &Keymap::builtin(),
+    );
+    insta::assert_snapshot!("unreachable_audit_80", screen(&s, 80, 24));
+    // Whole, wrapped in the view at 80 columns; the status line keeps the user and the clock.
+    let text = screen(&s, 80, 24);
+    assert!(joined(&text).contains(why), "{text}");
+    assert!(!text.contains("0/0"), "{text}");
+    assert!(
+        text.lines().next().is_some_and(|l| l.ends_with("UTC")),
+        "{text}"
+    );
+    // The endpoints and the catalog say the same while they have nothing to show.
+    keys(&mut s, &["tab"]);
+    let text = joined(&screen(&s, 120, 24));
+    assert!(
+        text.contains(&format!("Cannot reach http://127.0.0.1:1: {why}")),
+        "{text}"
+    );
+}
+
+/// The notifications view says why it is empty, and whether anything will come.
+#[test]
+fn empty_notifications_say_why() {
+    let mut s = state();
+    update(
+        &mut s,
+        Action::NotificationsLoaded(Ok(Vec::new())),
+        &Keymap::builtin(),
+    );
+    command(&mut s, "notifications");
+    insta::assert_snapshot!("notifications_empty_80", screen(&s, 80, 24));
+    let text = joined(&screen(&s, 120, 24));
+    assert!(
+        text.contains("none will come as things are: an endpoint notifies only when its spec has notifications.push, and none of yours has it"),
+        "{text}"
+    );
+}
+
+/// Long lines of a pane wrap; `w` cuts them instead (with `…` where they go on) and `←`/`→` scroll sideways.
+#[test]
+fn long_pane_lines_wrap_or_scroll_sideways() {
+    let mut s = state();
+    update(&mut s, Action::Resize(80, 24), &Keymap::builtin());
+    keys(&mut s, &["tab", "l"]);
+    let long = format!("2026-11-22T11:59:00Z r1 stdout {} END", "token ".repeat(30));
+    logs_loaded(&mut s, &long);
+    let text = screen(&s, 80, 24);
+    assert!(
+        text.contains("END") && text.contains("2026-11-22T11:59:00Z r1"),
+        "{text}"
+    );
+    keys(&mut s, &["w"]);
+    let cut = screen(&s, 80, 24);
+    assert!(
+        cut.contains("long lines cut") && !cut.contains("END"),
+        "{cut}"
+    );
+    assert!(cut.lines().any(|l| l.contains("token …│")), "{cut}");
+    keys(
+        &mut s,
+        &[
+            "right", "right", "right", "right", "right", "right", "right", "right",
+        ],
+    );
+    let right = screen(&s, 80, 24);
+    assert!(right.contains("END") && right.contains("│…"), "{right}");
+}
+
+/// At 80 columns the help is one column: every binding whole or cut with `…`, none running into another.
+#[test]
+fn the_help_is_one_column_when_narrow() {
+    let mut s = state();
+    update(&mut s, Action::Resize(80, 24), &Keymap::builtin());
+    keys(&mut s, &["?"]);
+    insta::assert_snapshot!("help_80", screen(&s, 80, 24));
+    let text = screen(&s, 80, 24);
+    assert!(
+        text.contains("  y                  copy (URL, id)"),
+        "{text}"
+    );
+    assert!(!text.contains("catalog   "), "no second column: {text}");
 }
 
 #[test]
@@ -892,6 +1116,12 @@ fn typed(s: &mut State, text: &str) {
     }
 }
 
+/// The screen's text inside the boxes, its lines joined: what a wrapped paragraph says, whole.
+fn joined(text: &str) -> String {
+    let lines = text.lines().map(|l| l.trim_matches(['│', ' ']));
+    lines.collect::<Vec<_>>().join(" ")
+}
+
 /// Runs a `:` command; its effects.
 fn command(s: &mut State, text: &str) -> Vec<Effect> {
     keys(s, &[":"]);
@@ -948,7 +1178,7 @@ fn apps_view_and_its_dialogs() {
     // Deleting the secret asks first, and says what it means.
     keys(&mut s, &["X"]);
     insta::assert_snapshot!("apps_confirm_delete_secret", screen(&s, 80, 24));
-    keys(&mut s, &["esc", "G", "R", "tab"]);
+    keys(&mut s, &["esc", "G", "S", "tab"]);
     let fx = update(&mut s, Action::Key(Key("enter".into())), &Keymap::builtin());
     assert_eq!(
         fx,
@@ -960,11 +1190,11 @@ fn apps_view_and_its_dialogs() {
     );
     update(
         &mut s,
-        Action::SecretIssued(IssuedSecret {
-            app: "Web dashboard".into(),
-            client_id: "app_3f2a9c0d1e4b5a6978c0d1e2".into(),
-            secret: Secret::new(SECRET.into()),
-        }),
+        Action::SecretIssued(IssuedSecret::client(
+            "Web dashboard".into(),
+            "app_3f2a9c0d1e4b5a6978c0d1e2".into(),
+            Secret::new(SECRET.into()),
+        )),
         &Keymap::builtin(),
     );
     insta::assert_snapshot!("apps_secret_shown_once", screen(&s, 80, 24));
@@ -1152,12 +1382,16 @@ fn webhooks_shown(s: &mut State) {
     update(s, Action::WebhooksLoaded(seq, Ok(rows)), &Keymap::builtin());
 }
 
+/// Attempt 1 of delivery `dl_{seq}`: endpoint `admin/e{seq}` went from initializing to running.
 fn attempt(seq: i64, status: Option<i64>, error: Option<&str>) -> DeliveryRow {
+    let event = json!({"scope": "endpoint.status", "action": "update"});
     DeliveryRow::from_json(&json!({
-        "seq": seq, "deliveryId": format!("dl_{seq}"), "eventId": "ev", "attempt": 1,
-        "event": {"scope": "endpoint", "action": "create"}, "at": format!("2026-11-22T11:{seq:02}:00.000Z"),
+        "seq": seq, "deliveryId": format!("dl_{seq}"), "eventId": format!("ev_{seq}"), "attempt": 1,
+        "event": event, "namespace": "admin", "subject": format!("e{seq}"),
+        "payload": {"event": event, "status": {"previousState": "initializing", "state": "running"}},
+        "at": format!("2026-11-22T11:{seq:02}:00.000Z"),
         "statusCode": status, "durationMs": 12, "errorClass": error, "error": null, "response": null,
-        "nextAttemptAt": null, "manual": false, "state": "succeeded"
+        "nextAttemptAt": null, "manual": false, "state": if error.is_some() { "failed" } else { "succeeded" }
     }))
 }
 
@@ -1246,12 +1480,34 @@ fn webhooks_list_form_and_live_deliveries() {
         &Keymap::builtin(),
     );
     insta::assert_snapshot!("deliveries_live", screen(&s, 120, 24));
-    let after = screen(&s, 120, 24);
-    assert!(
-        after.contains("2026-11-22 11:31:00 endpoint/create"),
-        "{after}"
+    // Each row names what changed: the endpoint, and its old and new state.
+    for width in [120, 80] {
+        let after = screen(&s, width, 24);
+        assert!(
+            after.contains("11:31:00 endpoint admin/e31")
+                && after.contains("initializing → running"),
+            "{after}"
+        );
+        assert!(after.contains("t replay"), "{after}");
+    }
+    // Held by its circuit breaker: said under the list, why and until when.
+    let held = WebhookRow::from_json(&json!({
+        "id": "wh_1", "url": "http://127.0.0.1:9/hook", "owner": "admin", "disabled": false,
+        "heldUntil": "2026-11-22T12:00:30.000Z", "failingSince": "2026-11-22T11:31:00.000Z"}));
+    update(
+        &mut s,
+        Action::WebhookLoaded {
+            feed,
+            result: Ok(held),
+        },
+        &Keymap::builtin(),
     );
-    assert!(after.contains("r replay"), "{after}");
+    insta::assert_snapshot!("deliveries_held_80", screen(&s, 80, 24));
+    let text = screen(&s, 120, 24);
+    assert!(
+        text.contains("held until 12:00:30 UTC: every attempt since 11:31:00 UTC has failed"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -5,10 +5,10 @@
 
 use chrono::{DateTime, Utc};
 
+use super::deliveries::DeliveryRow;
 use super::overlay::{IssuedSecret, Secret};
 use super::rows::{
-    AppRow, AuditRow, CatalogRow, DeliveryRow, EndpointRow, EngineMarks, NotificationRow,
-    WebhookRow,
+    AppRow, AuditRow, CatalogRow, EndpointRow, EngineMarks, NotificationRow, WebhookRow,
 };
 use crate::effects::ExternalEdit;
 
@@ -28,6 +28,14 @@ pub struct CreatedApp {
     pub name: String,
     pub client_id: String,
     pub secret: Option<Secret>,
+}
+
+/// A webhook the form saved: its id and URL and, for a new one, its signing secret (shown this once).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SavedWebhook {
+    pub id: String,
+    pub url: String,
+    pub signing_secret: Option<Secret>,
 }
 
 /// A key pressed, named as the keymap names keys (`ctrl-c`, `enter`, `G`).
@@ -88,8 +96,14 @@ pub enum Action {
     /// An app's secret was rotated: the new one, shown once. (Other app actions answer with `Done`.)
     SecretIssued(IssuedSecret),
     WebhooksLoaded(u64, Result<Vec<WebhookRow>, LoadFailure>),
-    /// The webhook form's answer: the webhook's URL, or the server's refusal.
-    WebhookSaved(Result<String, Refusal>),
+    /// The webhook form's answer: the webhook (with its signing secret when it was just made), or the
+    /// server's refusal.
+    WebhookSaved(Result<SavedWebhook, Refusal>),
+    /// The webhook of the deliveries view, read again (`feed` tells an answer for a view left since).
+    WebhookLoaded {
+        feed: u64,
+        result: Result<WebhookRow, String>,
+    },
     /// A poll of the deliveries view's feed: the attempts that came, newest first (none when the wait ran
     /// out), or why the poll failed.
     DeliveriesLoaded {

@@ -78,11 +78,8 @@ pub(super) fn on_created(state: &mut State, result: Result<CreatedApp, Refusal>)
             match app.secret {
                 Some(secret) => {
                     state.message = Some((format!("created {}", app.name), false));
-                    state.overlay = Overlay::Secret(IssuedSecret {
-                        app: app.name,
-                        client_id: app.client_id,
-                        secret,
-                    });
+                    state.overlay =
+                        Overlay::Secret(IssuedSecret::client(app.name, app.client_id, secret));
                 }
                 None => {
                     state.message = Some((
@@ -114,7 +111,7 @@ pub(super) fn on_secret_issued(state: &mut State, issued: IssuedSecret) -> Vec<E
     state.message = Some((
         format!(
             "rotated the secret of {}: the old one no longer works",
-            issued.app
+            issued.of
         ),
         false,
     ));

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 
 use super::action::SignInFailure;
-use super::lists::{load_catalog, refresh};
+use super::lists::{load_catalog, load_endpoints, refresh};
 use super::model::{Connection, NotificationsFeed, State, View};
 use super::overlay::Overlay;
 use crate::effects::Effect;
@@ -25,7 +25,12 @@ pub(super) fn on_signed_in(
             state.retry_delay = chrono::Duration::seconds(1);
             state.namespaces = std::iter::once(user.clone()).chain(orgs).collect();
             state.user = Some(user);
-            refresh(state)
+            let mut effects = refresh(state);
+            // Just started on the catalog: the endpoints too, to open on them if there are any.
+            if state.landing && state.view == View::Catalog {
+                effects.extend(load_endpoints(state));
+            }
+            effects
         }
         // A token the server refuses is not a lost server: no retrying. What is public (the catalog) is
         // still shown.

@@ -78,9 +78,11 @@ pub(super) fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
             .map(|edit| form(overlay, edit))
             .unwrap_or_default(),
     };
-    // A deploy sent: the engine it needs, if the server has none for it, is offered once it is made.
+    // A deploy sent: the engine it needs, if the server has none for it, is offered once it is made, and
+    // its notifications are set then.
     if let Some(Effect::Deploy(request)) = effects.first() {
         state.install_after_deploy = engines::needed_for(state, request);
+        state.notify_after_deploy = request.notifications.clone();
     }
     effects
 }
@@ -179,6 +181,20 @@ pub(super) fn on_saved(
         _ => None,
     };
     let what = open.unwrap_or("update");
+    // The notifications of an endpoint just deployed: told with the deploy.
+    let key = (namespace.clone(), name.clone());
+    if open.is_none() && state.notifying.as_ref() == Some(&key) {
+        state.notifying = None;
+        let deployed = format!("deployed {namespace}/{name}");
+        state.message = Some(match result {
+            Ok(_) => (format!("{deployed}; its notifications are on"), false),
+            Err((m, _)) => (
+                format!("{deployed}, but its notifications were not set: {m}"),
+                true,
+            ),
+        });
+        return Vec::new();
+    }
     match result {
         Ok(_) => {
             state.message = Some((format!("saved the {what} of {namespace}/{name}"), false));
@@ -215,12 +231,22 @@ pub(super) fn on_externally_edited(
     }
 }
 
+/// The update that sets the notifications the deploy form asked for, on the endpoint `namespace/name` it
+/// made.
+fn notify(state: &mut State, endpoint: &str) -> Option<Effect> {
+    let patch = state.notify_after_deploy.take()?;
+    let (namespace, name) = endpoint.split_once('/')?;
+    state.notifying = Some((namespace.to_string(), name.to_string()));
+    Some(update(namespace, name, patch))
+}
+
 /// The server's answer to a deploy: the endpoints view with the new endpoint, or the form with the refusal.
 pub(super) fn on_deployed(state: &mut State, result: Result<String, Refusal>) -> Vec<Effect> {
     match result {
         Ok(endpoint) => {
             state.message = Some((format!("deployed {endpoint}"), false));
-            let effects = switch(state, View::Endpoints);
+            let mut effects = switch(state, View::Endpoints);
+            effects.extend(notify(state, &endpoint));
             engines::offer_install(state, &endpoint);
             effects
         }

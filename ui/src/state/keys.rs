@@ -4,7 +4,7 @@
 //! context's commands and has every other key typed into it. What is open is a pane, help, the confirm
 //! dialog or a secret shown once.
 
-use super::layout::help_height;
+use super::layout::{help_columns, help_height};
 use super::model::State;
 use super::model::View;
 use super::overlay::Overlay;
@@ -13,6 +13,8 @@ use crate::effects::Effect;
 use crate::keymap::{Command, Keymap};
 
 pub(super) fn on_key(state: &mut State, key: &str, keymap: &Keymap) -> Vec<Effect> {
+    // Once a key is pressed, the console stays where it is taken.
+    state.landing = false;
     // ctrl-c always quits, whatever is open and whatever a keymap file says.
     if key == "ctrl-c" {
         state.quit = true;
@@ -60,6 +62,10 @@ pub(super) fn on_command(state: &mut State, command: Command, keymap: &Keymap) -
         apps::on_secret_command(state, command);
         return Vec::new();
     }
+    if !state.offers(command) {
+        state.message = state.why_not_offered().map(|why| (why, true));
+        return Vec::new();
+    }
     match command {
         Command::Quit => state.quit = true,
         Command::Help => state.overlay = Overlay::Help(0),
@@ -84,24 +90,27 @@ pub(super) fn on_command(state: &mut State, command: Command, keymap: &Keymap) -
         | Command::Bottom
         | Command::Refresh
         | Command::Copy => return lists::on_command(state, command),
-        Command::Describe => panes::describe(state),
-        Command::Logs => return panes::open_logs(state),
-        Command::Pause | Command::Resume | Command::ScaleToZero | Command::Delete => {
-            confirm::ask(state, command)
-        }
-        Command::RotateSecret | Command::DeleteSecret | Command::DeleteApp => {
-            apps::ask(state, command)
-        }
-        Command::NewApp => apps::open_form(state),
-        Command::Deliveries => return webhooks::open_deliveries(state),
-        Command::NewWebhook | Command::EditWebhook => webhooks::open_form(state, command),
-        Command::ToggleWebhook | Command::DeleteWebhook => webhooks::ask(state, command),
+        Command::Open | Command::Describe | Command::Logs => return open(state, command),
+        Command::Pause | Command::Resume | Command::ScaleToZero => confirm::ask(state, command),
+        Command::Delete => match state.view {
+            View::Apps => apps::ask(state, command),
+            View::Webhooks => webhooks::ask(state, command),
+            _ => confirm::ask(state, command),
+        },
+        Command::RotateSecret | Command::DeleteSecret => apps::ask(state, command),
+        Command::New if state.view == View::Apps => apps::open_form(state),
+        Command::New => webhooks::open_form(state, command),
+        Command::Edit if state.view == View::Webhooks => webhooks::open_form(state, command),
+        Command::ToggleWebhook => webhooks::ask(state, command),
         Command::Replay => return webhooks::replay(state),
         Command::Edit => editors::edit_spec(state),
         Command::EditExternal => return editors::edit_externally(state),
         Command::Schedule => editors::edit_schedule(state),
         Command::Deploy => editors::open_deploy_form(state),
         Command::Follow
+        | Command::Wrap
+        | Command::ScrollLeft
+        | Command::ScrollRight
         | Command::Search
         | Command::NextMatch
         | Command::PrevMatch
@@ -119,10 +128,30 @@ pub(super) fn on_command(state: &mut State, command: Command, keymap: &Keymap) -
     Vec::new()
 }
 
+/// `enter`, `d` and `l` on the selected row: a webhook's deliveries are its log and what opening it shows;
+/// everything else opens to its description; an endpoint's log is its replicas' output.
+fn open(state: &mut State, command: Command) -> Vec<Effect> {
+    match (state.view, command) {
+        (View::Webhooks, Command::Open | Command::Logs) => webhooks::open_deliveries(state),
+        (View::Webhooks, _) => {
+            webhooks::describe(state);
+            Vec::new()
+        }
+        (_, Command::Logs) => panes::open_logs(state),
+        _ => {
+            panes::describe(state);
+            Vec::new()
+        }
+    }
+}
+
 /// The moving keys on the help screen: scrolled by a line, a page or to an end, within its length.
 fn scroll_help(state: &mut State, command: Command, keymap: &Keymap) {
     let page = help_height(state.size);
-    let last = keymap.help_length(state.read_only).saturating_sub(page);
+    let columns = help_columns(state.size);
+    let last = keymap
+        .help_length(state.read_only, columns)
+        .saturating_sub(page);
     if let Overlay::Help(scroll) = &mut state.overlay {
         *scroll = match command {
             Command::Down => *scroll + 1,

@@ -7,6 +7,7 @@
 use ratatui::layout::{Constraint, Layout, Rect};
 
 use super::model::{State, View};
+use crate::pager::Window;
 
 /// Rows of the body (between the status line and the footer) on a terminal of `size`.
 fn body_rows(size: (u16, u16)) -> usize {
@@ -19,17 +20,38 @@ pub fn pager_height(size: (u16, u16)) -> usize {
     body_rows(size).saturating_sub(3).max(1)
 }
 
+/// The inside of a pager's box on a terminal of `size`: two columns in from the body on each side, and a
+/// border.
+pub fn pager_window(size: (u16, u16)) -> Window {
+    Window {
+        width: usize::from(size.0).saturating_sub(6).max(1),
+        height: pager_height(size),
+    }
+}
+
 /// Lines of the help screen's columns on a terminal of `size`: its box is the body's height, with a border
 /// and the two lines of `:` commands (they wrap on a narrow terminal).
 pub fn help_height(size: (u16, u16)) -> usize {
     body_rows(size).saturating_sub(4).max(1)
 }
 
+/// Widest the help's box is.
+pub const HELP_WIDTH: u16 = 100;
+
+/// The help's columns on a terminal of `size`: two side by side when its box is whole, else one (at 80
+/// columns two would run into each other).
+pub fn help_columns(size: (u16, u16)) -> usize {
+    match size.0 >= HELP_WIDTH {
+        true => 2,
+        false => 1,
+    }
+}
+
 /// Rows of the catalog's detail pane (the selected model's recipes), under the list.
 const DETAIL_HEIGHT: u16 = 7;
 
 /// Where the parts of the main screen go: the status line, the view's table, the detail under it (the
-/// catalog's recipes, why the selected endpoint is in its state) and the footer. Drawing, paging and mouse clicks all take the table's place from here. `body` is all between
+/// catalog's recipes, why the selected endpoint is in its state, how a webhook fares) and the footer. Drawing, paging and mouse clicks all take the table's place from here. `body` is all between
 /// the status line and the footer: popups stay inside it.
 pub struct Screen {
     pub top: Rect,
@@ -69,9 +91,14 @@ pub fn screen(view: View, area: Rect) -> Screen {
                 Layout::vertical([Constraint::Min(3), Constraint::Length(1)]).areas(main);
             (table, Some(why))
         }
-        View::Apps | View::Audit | View::Webhooks | View::Deliveries | View::Notifications => {
-            (main, None)
+        // Lines under the attempts say how the webhook fares (held, why and until when), wrapped.
+        View::Deliveries => {
+            let lines = if main.width >= 120 { 2 } else { 3 };
+            let [table, standing] =
+                Layout::vertical([Constraint::Min(3), Constraint::Length(lines)]).areas(main);
+            (table, Some(standing))
         }
+        View::Apps | View::Audit | View::Webhooks | View::Notifications => (main, None),
     };
     Screen {
         top,

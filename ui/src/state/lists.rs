@@ -9,6 +9,7 @@ use super::action::{type_into, LoadFailure};
 use super::engines;
 use super::layout::{list_height, row_at};
 use super::model::{Connection, State, View};
+use super::notes::PERSONAL_TOKEN_HINT;
 use super::overlay::Overlay;
 use super::rows::{AppRow, AuditRow, CatalogRow, EndpointRow, WebhookRow};
 use crate::effects::Effect;
@@ -40,6 +41,16 @@ pub(super) fn load_catalog(state: &mut State) -> Vec<Effect> {
     )]
 }
 
+/// Loads the endpoints of every namespace signed in to.
+pub(super) fn load_endpoints(state: &mut State) -> Vec<Effect> {
+    state.loading = true;
+    state.endpoints_seq += 1;
+    vec![Effect::LoadEndpoints(
+        state.endpoints_seq,
+        state.namespaces.clone(),
+    )]
+}
+
 /// Loads the current view's list again (the endpoints need a signed-in user: signs in first).
 pub(super) fn refresh(state: &mut State) -> Vec<Effect> {
     match state.view {
@@ -48,14 +59,7 @@ pub(super) fn refresh(state: &mut State) -> Vec<Effect> {
             effects.extend(engines::load(state));
             effects
         }
-        View::Endpoints if state.user.is_some() => {
-            state.loading = true;
-            state.endpoints_seq += 1;
-            vec![Effect::LoadEndpoints(
-                state.endpoints_seq,
-                state.namespaces.clone(),
-            )]
-        }
+        View::Endpoints if state.user.is_some() => load_endpoints(state),
         View::Endpoints => vec![Effect::SignIn],
         View::Apps => {
             state.apps_seq += 1;
@@ -72,12 +76,11 @@ pub(super) fn refresh(state: &mut State) -> Vec<Effect> {
         // The live lists: the deliveries start over from the newest page; the notifications poll unless a
         // poll is under way.
         View::Deliveries => {
-            let (id, url) = (
-                state.deliveries.webhook.clone(),
-                state.deliveries.url.clone(),
-            );
+            let d = &state.deliveries;
+            let (id, url, hook) = (d.webhook.clone(), d.url.clone(), d.hook.clone());
             state.selected = 0;
-            vec![state.deliveries.open(id, url)]
+            let poll = state.deliveries.open(hook, id, url);
+            vec![poll, state.deliveries.reload_hook()]
         }
         View::Notifications => state.notifications.poll().into_iter().collect(),
     }
@@ -109,9 +112,12 @@ pub(super) fn on_apps_loaded(state: &mut State, rows: Result<Vec<AppRow>, LoadFa
             state.apps = rows;
             state.apps_note = None;
         }
-        Err(LoadFailure::Forbidden(e) | LoadFailure::Failed(e)) => {
+        Err(failure) => {
             state.apps.clear();
-            state.apps_note = Some(e);
+            state.apps_note = Some(match failure {
+                LoadFailure::Forbidden(e) => format!("{e}. {PERSONAL_TOKEN_HINT}"),
+                LoadFailure::Failed(e) => e,
+            });
         }
     }
     clamp(state);
@@ -127,6 +133,10 @@ pub(super) fn on_audit_loaded(state: &mut State, rows: Result<Vec<AuditRow>, Loa
         Err(failure) => {
             state.audit.clear();
             state.audit_note = Some(match failure {
+                // The token's kind, not the user: what would do is said.
+                LoadFailure::Forbidden(e) if e.contains("personal token") => {
+                    format!("{e}. {PERSONAL_TOKEN_HINT}")
+                }
                 LoadFailure::Forbidden(_) => AUDIT_FORBIDDEN.to_string(),
                 LoadFailure::Failed(e) => e,
             });
@@ -189,6 +199,7 @@ pub(super) fn on_endpoints_loaded(state: &mut State, rows: Result<Vec<EndpointRo
             .then_with(|| natural_cmp(&a.namespace, &b.namespace))
             .then_with(|| natural_cmp(&a.name, &b.name))
     });
+    land(state, !rows.is_empty());
     if rows == state.endpoints {
         return;
     }
@@ -208,6 +219,17 @@ pub(super) fn on_endpoints_loaded(state: &mut State, rows: Result<Vec<EndpointRo
         }
     }
     clamp(state);
+}
+
+/// The first endpoints answer after the console started: it opens on the endpoints when there are any and
+/// nothing was done yet.
+fn land(state: &mut State, any: bool) {
+    let untouched = state.overlay == Overlay::None && !state.filtering && state.filter.is_empty();
+    if std::mem::take(&mut state.landing) && any && untouched && state.view == View::Catalog {
+        state.view = View::Endpoints;
+        state.selected = 0;
+        state.dirty = true;
+    }
 }
 
 pub(super) fn clamp(state: &mut State) {

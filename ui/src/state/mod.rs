@@ -5,12 +5,16 @@
 //!
 //! The modules, lowest first; each imports only modules listed before it (and the crate's lower layers),
 //! and this file only declares them and re-exports what the rest of the crate uses:
-//! - `rows`: the rows of the lists (catalog, endpoints, OAuth apps, audit entries, webhooks, attempts,
+//! - `rows`: the rows of the lists (catalog, endpoints, OAuth apps, audit entries, webhooks,
 //!   notifications), as parsed from the API.
+//! - `deliveries`: a webhook's attempts: what each is about and what changed, the request sent and the
+//!   answer, what it stands for now (superseded, due, held).
 //! - `overlay`: what covers the view (help, the dialog, a secret shown once, the command line, a pane, an
 //!   editor or form); the type a secret is held in.
 //! - `model`: the [`State`] struct, the view, the connection and the live feeds; what is read off them.
 //! - `action`: what comes into `update` ([`Action`], [`Key`]); a key typed into a line of text.
+//! - `notes`: what a view says in place of its list (refused, unreachable, empty and why), and what it
+//!   offers to do (nothing with a list it could not have).
 //! - `layout`: where things are on a terminal of a given size (paging and clicks; the views draw with it).
 //! - `engines`: what the server can run (the catalog's marks), the install a deploy needs, its progress.
 //! - `lists`: loading the lists, switching between them, the selection, the filter, copying.
@@ -30,12 +34,14 @@ mod apps;
 mod command_line;
 mod confirm;
 mod connection;
+mod deliveries;
 mod editors;
 mod engines;
 mod keys;
 pub mod layout;
 mod lists;
 mod model;
+mod notes;
 mod notifications;
 mod overlay;
 mod panes;
@@ -44,14 +50,16 @@ mod update;
 mod webhooks;
 
 pub use action::{
-    Action, CreatedApp, Key, LoadFailure, NotificationsFailure, Refusal, SignInFailure,
+    Action, CreatedApp, Key, LoadFailure, NotificationsFailure, Refusal, SavedWebhook,
+    SignInFailure,
 };
 pub use command_line::shown_command;
+pub use deliveries::{DeliveryRow, Standing};
 pub use model::{Connection, DeliveriesFeed, NotificationsFeed, State, View, LONG_POLL_WAIT};
-pub use overlay::{IssuedSecret, Overlay, Secret};
+pub use overlay::{IssuedSecret, Overlay, Secret, SecretKind};
 pub use rows::{
-    AppRow, AuditRow, CatalogRow, DeliveryRow, EndpointRow, EngineInstall, EngineMarks,
-    NotificationRow, Recipe, RecipeRuns, Runs, WebhookRow,
+    clock, AppRow, AuditRow, CatalogRow, EndpointRow, EngineInstall, EngineMarks, NotificationRow,
+    Recipe, RecipeRuns, Runs, WebhookRow,
 };
 pub use update::update;
 

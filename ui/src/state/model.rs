@@ -4,10 +4,10 @@
 
 use chrono::{DateTime, Utc};
 
+use super::deliveries::{DeliveryRow, Standing};
 use super::overlay::Overlay;
 use super::rows::{
-    AppRow, AuditRow, CatalogRow, DeliveryRow, EndpointRow, EngineMarks, NotificationRow,
-    WebhookRow,
+    AppRow, AuditRow, CatalogRow, EndpointRow, EngineMarks, NotificationRow, WebhookRow,
 };
 use crate::effects::Effect;
 use crate::keymap::Context;
@@ -58,18 +58,44 @@ pub struct DeliveriesFeed {
     pub failures: u32,
     /// Why the last poll failed, shown over the list until one succeeds.
     pub note: Option<String>,
+    /// The webhook as last read: whether it is held, failing or disabled, and why.
+    pub hook: Option<WebhookRow>,
 }
 
 impl DeliveriesFeed {
-    /// Starts over on `webhook`: the newest page at once, then following.
-    pub fn open(&mut self, webhook: String, url: String) -> Effect {
+    /// Starts over on `hook`: the newest page at once, then following.
+    pub fn open(&mut self, hook: Option<WebhookRow>, webhook: String, url: String) -> Effect {
         *self = DeliveriesFeed {
             webhook,
             url,
             feed: self.feed + 1,
+            hook,
             ..DeliveriesFeed::default()
         };
         self.poll()
+    }
+
+    /// The webhook read again (whether it is held now): after the attempts that may have changed that.
+    pub fn reload_hook(&self) -> Effect {
+        Effect::LoadWebhook {
+            feed: self.feed,
+            id: self.webhook.clone(),
+        }
+    }
+
+    /// The latest attempt after `row`'s of the same delivery, if one is in the list.
+    pub fn later(&self, row: &DeliveryRow) -> Option<i64> {
+        let same = self
+            .rows
+            .iter()
+            .filter(|r| r.delivery_id == row.delivery_id);
+        same.map(|r| r.attempt).filter(|n| *n > row.attempt).max()
+    }
+
+    /// What `row` says of its attempt at `now`.
+    pub fn standing(&self, row: &DeliveryRow, now: DateTime<Utc>) -> Standing {
+        let held = self.hook.as_ref().and_then(|h| h.held(now));
+        row.standing(self.later(row), held, now)
     }
 
     /// Stops following: a poll under way is dropped when it answers.
@@ -145,6 +171,10 @@ pub struct State {
     pub(super) engines_followed: bool,
     /// The built-in engine the deploy under way needs first: offered once the endpoint exists.
     pub(super) install_after_deploy: Option<String>,
+    /// The update that sets the notifications of the endpoint the deploy under way makes, and then the
+    /// endpoint it went to (its answer is told with the deploy's).
+    pub(super) notify_after_deploy: Option<serde_json::Value>,
+    pub(super) notifying: Option<(String, String)>,
     pub endpoints: Vec<EndpointRow>,
     pub apps: Vec<AppRow>,
     /// Whose apps are shown: `None` for the signed-in user's own.
@@ -168,6 +198,9 @@ pub struct State {
     pub quit: bool,
     /// An endpoints load is under way: ticks do not start another.
     pub loading: bool,
+    /// The console has just started: the first endpoints answer opens the endpoints view when there are
+    /// any (until a key is pressed).
+    pub(super) landing: bool,
     /// The latest catalog and endpoints loads asked for.
     pub catalog_seq: u64,
     pub endpoints_seq: u64,
@@ -210,6 +243,8 @@ impl State {
             engines: EngineMarks::default(),
             engines_followed: false,
             install_after_deploy: None,
+            notify_after_deploy: None,
+            notifying: None,
             endpoints: Vec::new(),
             apps: Vec::new(),
             apps_owner: None,
@@ -228,6 +263,7 @@ impl State {
             read_only,
             quit: false,
             loading: false,
+            landing: true,
             catalog_seq: 0,
             endpoints_seq: 0,
             apps_seq: 0,

@@ -92,10 +92,41 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-/// A secret the server just made for an app (created, or rotated), with the app it is for.
+/// Whose secret a popup shows: an OAuth app's client secret, or a webhook's signing secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretKind {
+    Client,
+    Signing,
+}
+
+/// A secret the server just made (an app created or its secret rotated, a webhook created), with what it is
+/// the secret of: its name (an app's name, a webhook's URL) and its id (client id, webhook id).
 #[derive(Debug, Clone, PartialEq)]
 pub struct IssuedSecret {
-    pub app: String,
-    pub client_id: String,
+    pub kind: SecretKind,
+    pub of: String,
+    pub id: String,
     pub secret: Secret,
+}
+
+impl IssuedSecret {
+    /// An app's client secret.
+    pub fn client(app: String, client_id: String, secret: Secret) -> IssuedSecret {
+        IssuedSecret {
+            kind: SecretKind::Client,
+            of: app,
+            id: client_id,
+            secret,
+        }
+    }
+
+    /// A webhook's signing secret (`whsec_…`).
+    pub fn signing(url: String, id: String, secret: Secret) -> IssuedSecret {
+        IssuedSecret {
+            kind: SecretKind::Signing,
+            of: url,
+            id,
+            secret,
+        }
+    }
 }

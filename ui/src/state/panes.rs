@@ -4,13 +4,13 @@
 //! `less +F`. Empty logs say why they are empty.
 
 use super::action::type_into;
-use super::layout::pager_height;
+use super::layout::pager_window;
 use super::model::{State, View};
 use super::overlay::Overlay;
 use super::rows::{EndpointRow, Recipe};
 use crate::effects::Effect;
 use crate::keymap::Command;
-use crate::pager::Pager;
+use crate::pager::{Pager, Window};
 use crate::schedule::minute_of_day;
 
 /// The selected model's recipes, the selected endpoint's summary and whole resource, or the selected app's
@@ -56,18 +56,22 @@ pub(super) fn describe(state: &mut State) {
             (format!("app {}", app.name), app.details())
         }
         View::Deliveries => {
-            let d = &state.deliveries.rows[i];
-            (
-                format!("attempt {} of {}", d.attempt, d.delivery_id),
-                d.details(),
-            )
+            let feed = &state.deliveries;
+            let d = &feed.rows[i];
+            let standing = feed.standing(d, state.now);
+            let text = d.details(&feed.url, feed.hook.as_ref(), &standing);
+            (format!("attempt {} of {}", d.attempt, d.delivery_id), text)
+        }
+        View::Audit => {
+            let e = &state.audit[i];
+            (format!("audit entry {}", e.id), e.details())
         }
         View::Notifications => {
             let n = &state.notifications.rows[i];
             (format!("notification {}", n.seq), n.details())
         }
-        // An entry's every field is in its row; a webhook's `enter` opens its deliveries.
-        View::Audit | View::Webhooks => return,
+        // A webhook's own describe says whether it is held (`webhooks::describe`).
+        View::Webhooks => return,
     };
     state.overlay = Overlay::Describe(Pager::new(title, &text, false));
 }
@@ -91,7 +95,7 @@ pub(super) fn open_logs(state: &mut State) -> Vec<Effect> {
 /// Why an endpoint's logs are empty: no replica runs (and why), none has started yet, or the running ones
 /// have printed nothing yet.
 fn no_output(ep: Option<&EndpointRow>) -> String {
-    // On a line of its own: the pane does not wrap.
+    // On a line of its own, under what it explains.
     let why = |e: &EndpointRow| match e.message.as_str() {
         "" => String::new(),
         m => format!("\n(why: {m})"),
@@ -196,7 +200,7 @@ fn printable(text: &str) -> String {
 
 /// A key while a search is typed into the open pane; `false` when no search is being typed.
 pub(super) fn on_search_key(state: &mut State, key: &str) -> bool {
-    let height = pager_height(state.size);
+    let window = pager_window(state.size);
     let Some((pager, follow)) = state.overlay.pager().filter(|(p, _)| p.typing) else {
         return false;
     };
@@ -212,7 +216,7 @@ pub(super) fn on_search_key(state: &mut State, key: &str) -> bool {
             if let Some(follow) = follow {
                 *follow = false;
             }
-            if !pager.find(true, height) {
+            if !pager.find(true, window) {
                 state.message = Some((format!("no match for {:?}", pager.query), true));
             }
         }
@@ -224,7 +228,7 @@ pub(super) fn on_search_key(state: &mut State, key: &str) -> bool {
 /// Scrolling and searching in describe and logs. Moving away from the end of followed logs pauses them,
 /// like `less +F`.
 pub(super) fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
-    let height = pager_height(state.size);
+    let window = pager_window(state.size);
     let Some((pager, follow)) = state.overlay.pager() else {
         return Vec::new();
     };
@@ -242,14 +246,17 @@ pub(super) fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
         | Command::Up
         | Command::PageUp
         | Command::Top
-        | Command::Bottom => pause = scroll(pager, command, following, height),
+        | Command::Bottom => pause = scroll(pager, command, following, window),
+        Command::Wrap => pager.toggle_wrap(window),
+        Command::ScrollLeft => pager.sideways(-SIDEWAYS, window),
+        Command::ScrollRight => pager.sideways(SIDEWAYS, window),
         Command::Search => {
             pager.typing = true;
             pager.query.clear();
             pager.current = None;
         }
         Command::NextMatch | Command::PrevMatch => {
-            note = next_match(pager, command == Command::NextMatch, height);
+            note = next_match(pager, command == Command::NextMatch, window);
             pause = true;
         }
         Command::Follow => {
@@ -284,26 +291,29 @@ pub(super) fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
     }
 }
 
-/// Moves the pager's window by a line, a page or to an end. Returns whether that pauses followed logs: any move
-/// but down to the end does.
-fn scroll(pager: &mut Pager, command: Command, following: bool, height: usize) -> bool {
-    let page = height as isize;
+/// Columns a sideways scroll moves by.
+const SIDEWAYS: isize = 20;
+
+/// Moves the pager's window by a row, a page or to an end. Returns whether that pauses followed logs: any
+/// move but down to the end does.
+fn scroll(pager: &mut Pager, command: Command, following: bool, window: Window) -> bool {
+    let page = window.height as isize;
     match command {
         Command::Down | Command::PageDown => {
-            pager.scroll(if command == Command::Down { 1 } else { page }, height);
+            pager.scroll(if command == Command::Down { 1 } else { page }, window);
             // Down to the end keeps following; anywhere above it pauses.
-            let at_end = pager.first_line(height) + height >= pager.lines.len();
+            let at_end = pager.at_end(window);
             if following && at_end {
                 pager.tail = true;
             }
             following && !at_end
         }
         Command::Up => {
-            pager.scroll(-1, height);
+            pager.scroll(-1, window);
             true
         }
         Command::PageUp => {
-            pager.scroll(-page, height);
+            pager.scroll(-page, window);
             true
         }
         Command::Top => {
@@ -311,7 +321,7 @@ fn scroll(pager: &mut Pager, command: Command, following: bool, height: usize) -
             true
         }
         Command::Bottom => {
-            pager.to_end(height);
+            pager.to_end(window);
             pager.tail = following;
             false
         }
@@ -320,8 +330,8 @@ fn scroll(pager: &mut Pager, command: Command, following: bool, height: usize) -
 }
 
 /// `n` and `N`: the next or previous match; what to tell the user when there is none.
-fn next_match(pager: &mut Pager, forward: bool, height: usize) -> Option<String> {
-    if pager.find(forward, height) {
+fn next_match(pager: &mut Pager, forward: bool, window: Window) -> Option<String> {
+    if pager.find(forward, window) {
         return None;
     }
     Some(if pager.query.is_empty() {

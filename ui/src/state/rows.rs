@@ -4,10 +4,11 @@
 //! Each keeps, lowercased once, what the `/` filter matches in it. Text that others choose (an app's name, the
 //! email an exchange asked for) comes in with its control characters dropped: it never steers the terminal.
 
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 /// The fields `/` looks in, lowercased and kept apart so a match never spans two of them.
-fn search_text(fields: &[&str]) -> String {
+pub(super) fn search_text(fields: &[&str]) -> String {
     fields.join("\u{1}").to_lowercase()
 }
 
@@ -366,7 +367,7 @@ fn schedule_summary(schedule: &Value, minute: u16) -> String {
 }
 
 /// Text as the screen shows it: control characters (escape sequences, newlines) dropped.
-fn plain(v: &Value) -> String {
+pub(super) fn plain(v: &Value) -> String {
     v.as_str()
         .unwrap_or("")
         .chars()
@@ -375,7 +376,7 @@ fn plain(v: &Value) -> String {
 }
 
 /// `2026-11-22T10:00:00.123Z` as `2026-11-22 10:00:00`.
-fn time(v: &Value) -> String {
+pub(super) fn time(v: &Value) -> String {
     plain(v).replace('T', " ").chars().take(19).collect()
 }
 
@@ -460,7 +461,7 @@ impl AppRow {
             self.owner,
             match self.public {
                 true => "public (no secret: PKCE and device sign-in only)",
-                false => "confidential (has a secret; R rotates it, X deletes it)",
+                false => "confidential (has a secret, which can be rotated or deleted)",
             },
             match self.token_exchange {
                 true => "yes (exchanges members' emails for tokens of the organization)",
@@ -537,6 +538,25 @@ impl AuditRow {
         row
     }
 
+    /// The entry's every field, as `d` shows it (the list cuts them to fit).
+    pub fn details(&self) -> String {
+        let or_none = |s: &str| if s.is_empty() { "-" } else { s }.to_string();
+        format!(
+            "{} · {}\n\nat             {} UTC\naction         {}\noutcome        {}\napp            {} ({})\n\
+             subject email  {}\nuser           {}\nscope          {}\n",
+            self.action,
+            self.outcome,
+            self.at,
+            self.action,
+            self.outcome,
+            self.app,
+            or_none(&self.app_id),
+            or_none(&self.subject_email),
+            or_none(&self.user),
+            or_none(&self.scope),
+        )
+    }
+
     /// Whether the entry records a success (else a refusal).
     pub fn succeeded(&self) -> bool {
         self.outcome == "success"
@@ -564,11 +584,82 @@ pub struct WebhookRow {
     /// before the first.
     pub last: String,
     pub last_ok: bool,
+    /// Until when its deliveries are held (the circuit breaker, or a `Retry-After`), as the server said.
+    pub held_until: Option<DateTime<Utc>>,
+    /// Since when every attempt failed; `None` while the last one succeeded.
+    pub failing_since: Option<DateTime<Utc>>,
+    /// It has a shared secret (sent as `X-Webhook-Secret`); the secret itself is not kept.
+    pub has_secret: bool,
     /// What `/` searches, lowercased once.
     search: String,
 }
 
+/// A timestamp of the API (`2026-11-22T10:00:00.123Z`), if it is one.
+pub(super) fn instant(v: &Value) -> Option<DateTime<Utc>> {
+    let text = v.as_str()?;
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// `10:00:30` or, on another day than `now`, `2026-11-22 10:00:30` (UTC).
+pub fn clock(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    match t.date_naive() == now.date_naive() {
+        true => t.format("%H:%M:%S").to_string(),
+        false => t.format("%Y-%m-%d %H:%M:%S").to_string(),
+    }
+}
+
 impl WebhookRow {
+    /// Whether its deliveries are held at `now`, and until when.
+    pub fn held(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.held_until.filter(|t| *t > now)
+    }
+
+    /// Why its deliveries are held or stopped, or how it fares, in a sentence: what the deliveries view and
+    /// describe say of it.
+    pub fn standing(&self, now: DateTime<Utc>) -> String {
+        let failing = self
+            .failing_since
+            .map(|t| format!("every attempt since {} UTC has failed", clock(t, now)));
+        match (self.enabled, self.held(now), failing) {
+            (false, _, _) if !self.disabled_reason.is_empty() => {
+                format!("disabled by the server: {}", self.disabled_reason)
+            }
+            (false, _, _) => "disabled: nothing is sent until it is enabled".to_string(),
+            (true, Some(until), failing) => format!(
+                "held until {} UTC: {}, so the circuit breaker (or a Retry-After the receiver sent) holds \
+                 its deliveries; they wait without spending an attempt, then one goes first",
+                clock(until, now),
+                failing.unwrap_or_else(|| "its receiver asked to wait".to_string())
+            ),
+            (true, None, Some(failing)) => format!("failing: {failing}; retries follow the schedule"),
+            (true, None, None) if self.last.is_empty() => "nothing sent yet".to_string(),
+            (true, None, None) => format!("receiving: last attempt {}", self.last),
+        }
+    }
+
+    /// Everything the webhook holds but its secrets, as `d` shows it.
+    pub fn details(&self, now: DateTime<Utc>) -> String {
+        let or_none = |s: &str| if s.is_empty() { "-" } else { s }.to_string();
+        format!(
+            "{}\n\nid         {}\nowner      {}\nwatched    {}\ndomains    {}\nenabled    {}\nsecret     {}\n\
+             last       {}\nnow        {}\n",
+            self.url,
+            self.id,
+            self.owner,
+            self.watched.join(" "),
+            self.domains.join(" "),
+            if self.enabled { "yes" } else { "no" },
+            match self.has_secret {
+                true => "set (sent as X-Webhook-Secret; not shown)",
+                false => "none (deliveries are signed with its signing secret all the same)",
+            },
+            or_none(&self.last),
+            self.standing(now),
+        )
+    }
+
     pub fn from_json(hook: &Value) -> WebhookRow {
         let watched = hook["watched"]
             .as_array()
@@ -601,6 +692,9 @@ impl WebhookRow {
             disabled_reason: plain(&hook["disabledReason"]),
             last: last_text,
             last_ok: last["ok"] == true,
+            held_until: instant(&hook["heldUntil"]),
+            failing_since: instant(&hook["failingSince"]),
+            has_secret: hook["secret"].as_str().is_some_and(|s| !s.is_empty()),
         };
         row.search = search_text(&[
             &row.url,
@@ -609,91 +703,6 @@ impl WebhookRow {
             &row.owner,
         ]);
         row
-    }
-
-    pub(super) fn matches(&self, filter: &str) -> bool {
-        self.search.contains(filter)
-    }
-}
-
-/// One attempt of a webhook's delivery, as the live deliveries view shows it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DeliveryRow {
-    /// Orders attempts: the newest seen is where following resumes.
-    pub seq: i64,
-    pub delivery_id: String,
-    pub at: String,
-    /// `scope/action`, as the payload's `event` says.
-    pub event: String,
-    pub attempt: i64,
-    pub status_code: Option<i64>,
-    pub duration_ms: i64,
-    /// Empty when the attempt succeeded.
-    pub error_class: String,
-    pub error: String,
-    pub response: String,
-    pub next_attempt: String,
-    /// A replay, not a scheduled attempt.
-    pub manual: bool,
-    /// The delivery's state now (pending, sending, succeeded, failed, cancelled).
-    pub state: String,
-    /// What `/` searches, lowercased once.
-    search: String,
-}
-
-impl DeliveryRow {
-    pub fn from_json(attempt: &Value) -> DeliveryRow {
-        let event = format!(
-            "{}/{}",
-            plain(&attempt["event"]["scope"]),
-            plain(&attempt["event"]["action"])
-        );
-        let mut row = DeliveryRow {
-            search: String::new(),
-            seq: attempt["seq"].as_i64().unwrap_or(0),
-            delivery_id: plain(&attempt["deliveryId"]),
-            at: time(&attempt["at"]),
-            event,
-            attempt: attempt["attempt"].as_i64().unwrap_or(0),
-            status_code: attempt["statusCode"].as_i64(),
-            duration_ms: attempt["durationMs"].as_i64().unwrap_or(0),
-            error_class: plain(&attempt["errorClass"]),
-            error: plain(&attempt["error"]),
-            response: plain(&attempt["response"]),
-            next_attempt: time(&attempt["nextAttemptAt"]),
-            manual: attempt["manual"] == true,
-            state: plain(&attempt["state"]),
-        };
-        row.search = search_text(&[&row.event, &row.error_class, &row.state, &row.delivery_id]);
-        row
-    }
-
-    /// Whether the attempt succeeded.
-    pub fn ok(&self) -> bool {
-        self.error_class.is_empty() && self.status_code.is_some_and(|c| (200..300).contains(&c))
-    }
-
-    /// The attempt's details, as `d` shows them.
-    pub fn details(&self) -> String {
-        let or_none = |s: &str| if s.is_empty() { "-" } else { s }.to_string();
-        format!(
-            "delivery        {}\nevent           {}\nattempt         {}{}\nat              {}\n\
-             status          {}\nduration        {} ms\nerror class     {}\nerror           {}\n\
-             next attempt    {}\ndelivery state  {}\n\nresponse (first KiB)\n{}\n",
-            self.delivery_id,
-            self.event,
-            self.attempt,
-            if self.manual { " (replay)" } else { "" },
-            self.at,
-            self.status_code
-                .map_or_else(|| "-".to_string(), |c| c.to_string()),
-            self.duration_ms,
-            or_none(&self.error_class),
-            or_none(&self.error),
-            or_none(&self.next_attempt),
-            self.state,
-            or_none(&self.response),
-        )
     }
 
     pub(super) fn matches(&self, filter: &str) -> bool {

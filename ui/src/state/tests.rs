@@ -64,7 +64,9 @@ fn sign_in_then_views_load_their_lists() {
         Action::SignedIn(Ok(("alice".into(), vec!["acme".into()]))),
         &Keymap::builtin(),
     );
-    // The catalog loads with what runs here, and the notifications are followed from now on.
+    // The catalog loads with what runs here, the endpoints (to open on them if there are any), and the
+    // notifications are followed from now on.
+    let namespaces = vec!["alice".to_string(), "acme".to_string()];
     assert_eq!(
         fx,
         [
@@ -73,6 +75,7 @@ fn sign_in_then_views_load_their_lists() {
                 delay: 0,
                 polled: false
             },
+            Effect::LoadEndpoints(1, namespaces.clone()),
             Effect::FollowNotifications {
                 after: None,
                 wait: 0,
@@ -81,13 +84,10 @@ fn sign_in_then_views_load_their_lists() {
         ]
     );
     assert_eq!(s.connection, Connection::Connected);
-    assert_eq!(
-        key(&mut s, "tab"),
-        [Effect::LoadEndpoints(
-            1,
-            vec!["alice".into(), "acme".into()]
-        )]
-    );
+    // None: the console stays on the catalog.
+    loaded(&mut s, Ok(Vec::new()));
+    assert_eq!(s.view, View::Catalog);
+    assert_eq!(key(&mut s, "tab"), [Effect::LoadEndpoints(2, namespaces)]);
     assert_eq!(s.view, View::Endpoints);
     // Live: each tick reloads the endpoints, but never while a load is under way.
     assert!(update(&mut s, Action::Tick(now()), &Keymap::builtin()).is_empty());
@@ -482,12 +482,13 @@ fn logs_scroll_back_pauses_them_and_search_finds_lines() {
         Overlay::Logs { pager, follow, .. } => (pager.clone(), *follow),
         other => panic!("{other:?}"),
     };
-    let height = layout::pager_height(s.size);
-    assert_eq!(pager(&s).0.first_line(height), 100 - height);
+    let window = layout::pager_window(s.size);
+    let height = window.height;
+    assert_eq!(pager(&s).0.first_row(window), 100 - height);
     key(&mut s, "pageup");
     let (p, follow) = pager(&s);
     assert!(!follow, "scrolling back pauses");
-    assert_eq!(p.first_line(height), 100 - 2 * height);
+    assert_eq!(p.first_row(window), 100 - 2 * height);
     // Paused: new output does not move the view.
     logs(&mut s, format!("{}\nrequest 100", text.join("\n")));
     assert_eq!(pager(&s).0.lines.len(), 100);
@@ -639,7 +640,7 @@ fn app_actions_ask_first_with_cancel_as_default() {
     let mut s = state();
     apps_view(&mut s);
     // Rotate: nothing happens without the dialog's yes.
-    assert!(key(&mut s, "R").is_empty());
+    assert!(key(&mut s, "S").is_empty());
     assert!(matches!(
         &s.overlay,
         Overlay::Confirm { asked: Effect::AppAct { action: AppAction::RotateSecret, id, .. }, yes: false } if id == "app_web"
@@ -674,8 +675,8 @@ fn app_actions_ask_first_with_cancel_as_default() {
         .message
         .as_ref()
         .is_some_and(|(m, e)| *e && m.contains("public already")));
-    // Deleting the app asks too; esc cancels.
-    key(&mut s, "d");
+    // Deleting the app asks too (ctrl-d, as everywhere); esc cancels.
+    key(&mut s, "ctrl-d");
     assert!(matches!(
         &s.overlay,
         Overlay::Confirm {
@@ -688,11 +689,13 @@ fn app_actions_ask_first_with_cancel_as_default() {
     ));
     assert!(key(&mut s, "esc").is_empty());
     assert_eq!(s.overlay, Overlay::None);
-    // enter and y show the details; nothing is asked.
-    key(&mut s, "y");
+    // enter and d show the details; nothing is asked. y copies the client id.
+    key(&mut s, "d");
     assert!(
         matches!(&s.overlay, Overlay::Describe(p) if p.lines.iter().any(|l| l.contains("app_cli")))
     );
+    key(&mut s, "esc");
+    assert_eq!(key(&mut s, "y"), [Effect::Copy("app_cli".into())]);
 }
 
 #[test]
@@ -735,14 +738,10 @@ fn a_new_secret_is_shown_once_and_gone_after_dismissal() {
     assert!(!format!("{:?}", s.clone().overlay).contains("Secret"));
 
     // A rotation: the same, dismissed with enter.
-    key(&mut s, "R");
+    key(&mut s, "S");
     key(&mut s, "tab");
     assert_eq!(key(&mut s, "enter").len(), 1);
-    let issued = IssuedSecret {
-        app: "web".into(),
-        client_id: "app_web".into(),
-        secret: Secret::new(SECRET.into()),
-    };
+    let issued = IssuedSecret::client("web".into(), "app_web".into(), Secret::new(SECRET.into()));
     update(&mut s, Action::SecretIssued(issued), &Keymap::builtin());
     assert!(holds_secret(&s) && !leaks(&s));
     key(&mut s, "enter");
@@ -803,12 +802,12 @@ fn read_only_refuses_every_app_change() {
     let mut s = state();
     s.read_only = true;
     apps_view(&mut s);
-    for k in ["n", "R", "X", "d"] {
+    for k in ["n", "S", "X", "ctrl-d"] {
         assert!(key(&mut s, k).is_empty(), "{k}");
         assert_eq!(s.overlay, Overlay::None, "{k}");
     }
     // A keymap file cannot bring them back.
-    let user = "[[binding]]\ncontext = \"apps\"\nkeys = [\"x\"]\naction = \"delete-app\"\ndescription = \"delete\"\n";
+    let user = "[[binding]]\ncontext = \"apps\"\nkeys = [\"x\"]\naction = \"delete\"\ndescription = \"delete\"\n";
     let (map, _) = Keymap::with_overrides(Some(user));
     assert!(update(&mut s, Action::Key(Key("x".into())), &map).is_empty());
     assert_eq!(s.overlay, Overlay::None);
@@ -825,7 +824,7 @@ fn help_scrolls_within_its_length() {
     key(&mut s, "j");
     assert_eq!(s.overlay, Overlay::Help(1));
     key(&mut s, "G");
-    let last = Keymap::builtin().help_length(false) - layout::help_height(s.size);
+    let last = Keymap::builtin().help_length(false, 1) - layout::help_height(s.size);
     assert_eq!(s.overlay, Overlay::Help(last));
     key(&mut s, "j");
     assert_eq!(s.overlay, Overlay::Help(last), "not past the end");
@@ -982,7 +981,11 @@ fn the_webhook_form_shows_every_issue_at_once() {
     key(&mut s, "enter");
     let fx = update(
         &mut s,
-        Action::WebhookSaved(Ok("http://x".into())),
+        Action::WebhookSaved(Ok(SavedWebhook {
+            id: "wh_1".into(),
+            url: "http://x".into(),
+            signing_secret: None,
+        })),
         &Keymap::builtin(),
     );
     assert_eq!(s.overlay, Overlay::None);
@@ -1051,9 +1054,10 @@ fn deliveries_follow_live_and_a_new_attempt_moves_into_view() {
     assert_eq!(deliveries(&mut s, feed, Vec::new()), fx);
     // A new attempt comes: on top, in view (the selection is on the top), and the next poll after it.
     let fx = deliveries(&mut s, feed, vec![attempt(3, 1, Some(500), Some("status"))]);
+    // The webhook is read again too: a failure may have held it.
     assert!(matches!(
         &fx[..],
-        [Effect::FollowDeliveries { after: Some(3), .. }]
+        [Effect::FollowDeliveries { after: Some(3), .. }, Effect::LoadWebhook { feed: f, .. }] if *f == feed
     ));
     assert_eq!(s.deliveries.rows[0].seq, 3);
     assert_eq!(s.selected, 0);
@@ -1090,7 +1094,7 @@ fn deliveries_follow_live_and_a_new_attempt_moves_into_view() {
 }
 
 #[test]
-fn r_replays_the_selected_delivery() {
+fn t_replays_the_selected_delivery() {
     let mut s = state();
     signed_in(&mut s);
     webhooks_view(&mut s);
@@ -1106,7 +1110,7 @@ fn r_replays_the_selected_delivery() {
     );
     key(&mut s, "j");
     assert_eq!(
-        key(&mut s, "r"),
+        key(&mut s, "t"),
         [Effect::ReplayDelivery {
             id: "wh_1".into(),
             delivery: "dl_1".into()
@@ -1130,7 +1134,7 @@ fn r_replays_the_selected_delivery() {
     // Read-only: no replay, whatever the keymap says.
     s.read_only = true;
     assert!(!matches!(
-        key(&mut s, "r")[..],
+        key(&mut s, "t")[..],
         [Effect::ReplayDelivery { .. }]
     ));
     s.read_only = false;
@@ -1139,6 +1143,86 @@ fn r_replays_the_selected_delivery() {
     for k in ["n", "e", "x", "ctrl-d"] {
         assert!(key(&mut s, k).is_empty(), "{k}");
         assert_eq!(s.overlay, Overlay::None, "{k}");
+    }
+}
+
+/// Attempt `n` of delivery `dl_1`, failed at 11:00:0n, its delivery read as `state`, its next attempt at
+/// `next` (UTC, today).
+fn retried(seq: i64, n: i64, state: &str, next: Option<&str>) -> DeliveryRow {
+    DeliveryRow::from_json(&json!({
+        "seq": seq, "deliveryId": "dl_1", "eventId": "ev_1", "attempt": n,
+        "event": {"scope": "endpoint.status", "action": "update"}, "namespace": "alice", "subject": "e1",
+        "payload": {"event": {"scope": "endpoint.status", "action": "update"},
+                    "status": {"previousState": "initializing", "state": "running"}},
+        "at": format!("2026-11-22T11:00:0{n}.000Z"), "statusCode": 503, "durationMs": 12,
+        "errorClass": "status", "nextAttemptAt": next.map(|t| format!("2026-11-22T{t}.000Z")),
+        "manual": false, "state": state
+    }))
+}
+
+#[test]
+fn superseded_attempts_say_so_and_a_held_webhook_says_until_when() {
+    let mut s = state();
+    signed_in(&mut s);
+    webhooks_view(&mut s);
+    key(&mut s, "enter");
+    let feed = s.deliveries.feed;
+    // The first attempt, read while its delivery waited for the second (due at 11:00:05, before now).
+    deliveries(
+        &mut s,
+        feed,
+        vec![retried(1, 1, "pending", Some("11:00:05"))],
+    );
+    let first = s.deliveries.rows[0].clone();
+    assert_eq!(first.subject, "endpoint alice/e1");
+    assert_eq!(first.change, "initializing → running");
+    let shown = |s: &State, row: &DeliveryRow| s.deliveries.standing(row, now()).state;
+    assert_eq!(shown(&s, &first), "due now");
+    // The webhook is held by its circuit breaker: the overdue attempt waits for that, and says until when.
+    let held = WebhookRow::from_json(&json!({"id": "wh_1", "url": "http://127.0.0.1:9/hook",
+        "heldUntil": "2026-11-22T12:00:30.000Z", "failingSince": "2026-11-22T11:00:01.000Z"}));
+    let answer = Action::WebhookLoaded {
+        feed,
+        result: Ok(held),
+    };
+    update(&mut s, answer, &Keymap::builtin());
+    assert_eq!(shown(&s, &first), "held until 12:00:30");
+    let hook = s
+        .deliveries
+        .hook
+        .clone()
+        .unwrap_or_else(|| panic!("no webhook"));
+    assert!(
+        hook.standing(now()).starts_with(
+            "held until 12:00:30 UTC: every attempt since 11:00:01 UTC has failed, so the circuit breaker"
+        ),
+        "{}",
+        hook.standing(now())
+    );
+    // Once the hold is over, it is not said any more.
+    let later = now() + chrono::Duration::minutes(1);
+    assert_eq!(s.deliveries.standing(&first, later).state, "due now");
+    // The second attempt comes: the first is superseded by it, not pending with a past next attempt.
+    deliveries(&mut s, feed, vec![retried(2, 2, "failed", None)]);
+    assert_eq!(shown(&s, &first), "superseded by #2");
+    assert_eq!(s.deliveries.standing(&first, now()).next, "");
+    assert_eq!(shown(&s, &s.deliveries.rows[0].clone()), "failed");
+    // Its details: what was sent (the payload) and what came back.
+    key(&mut s, "j");
+    key(&mut s, "d");
+    let Overlay::Describe(p) = &s.overlay else {
+        panic!("{:?}", s.overlay)
+    };
+    let text = p.lines.join("\n");
+    for want in [
+        "about      endpoint alice/e1: initializing → running",
+        "now        superseded by #2",
+        "the request sent\nPOST http://127.0.0.1:9/hook",
+        "webhook-id: ev_1",
+        "\"previousState\": \"initializing\"",
+        "the answer\nstatus     503",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
     }
 }
 

@@ -19,6 +19,7 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
             | Action::EndpointsLoaded(..)
             | Action::LogsLoaded { .. }
             | Action::DeliveriesLoaded { .. }
+            | Action::WebhookLoaded { .. }
             | Action::NotificationsLoaded(_)
     ) {
         state.dirty = true;
@@ -56,6 +57,10 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
             Vec::new()
         }
         Action::WebhookSaved(result) => webhooks::on_saved(state, result),
+        Action::WebhookLoaded { feed, result } => {
+            webhooks::on_webhook_loaded(state, feed, result);
+            Vec::new()
+        }
         Action::DeliveriesLoaded { feed, result } => {
             webhooks::on_deliveries_loaded(state, feed, result)
         }

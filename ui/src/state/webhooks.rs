@@ -4,14 +4,16 @@
 //! Following never blocks: each poll is an effect, and its answer starts the next one while the deliveries
 //! view is open on the same webhook (its `feed` number says so); an answer for a view left since is dropped.
 
-use super::action::Refusal;
+use super::action::{Refusal, SavedWebhook};
+use super::deliveries::DeliveryRow;
 use super::lists::{clamp, refresh, switch};
 use super::model::{State, View, FEED_ROWS};
-use super::overlay::Overlay;
-use super::rows::DeliveryRow;
+use super::overlay::{IssuedSecret, Overlay};
+use super::rows::WebhookRow;
 use crate::effects::{Effect, WebhookAction};
 use crate::form_input::Form;
 use crate::keymap::Command;
+use crate::pager::Pager;
 use crate::webhook_form::WebhookForm;
 
 /// `n`: the form for a new webhook; `e`: the form on the selected one.
@@ -20,7 +22,7 @@ pub(super) fn open_form(state: &mut State, command: Command) {
         return;
     }
     let form = match command {
-        Command::NewWebhook => WebhookForm::new(state.user.as_deref()),
+        Command::New => WebhookForm::new(state.user.as_deref()),
         _ => match state.selected_webhook() {
             Some(h) => WebhookForm::edit(&h.id, &h.url, &h.watched, &h.domains),
             None => return,
@@ -29,17 +31,21 @@ pub(super) fn open_form(state: &mut State, command: Command) {
     state.overlay = Overlay::Webhook(Box::new(form));
 }
 
-/// The server's answer to the form: the list again, or the form with every issue beside its field.
-pub(super) fn on_saved(state: &mut State, result: Result<String, Refusal>) -> Vec<Effect> {
+/// The server's answer to the form: the list again (and a new webhook's signing secret, shown once), or the
+/// form with every issue beside its field.
+pub(super) fn on_saved(state: &mut State, result: Result<SavedWebhook, Refusal>) -> Vec<Effect> {
     match result {
-        Ok(url) => {
+        Ok(saved) => {
             let verb = match &state.overlay {
                 Overlay::Webhook(form) if form.id.is_some() => "saved",
                 _ => "created",
             };
-            state.message = Some((format!("{verb} webhook {url}"), false));
+            state.message = Some((format!("{verb} webhook {}", saved.url), false));
             if matches!(state.overlay, Overlay::Webhook(_)) {
                 state.overlay = Overlay::None;
+            }
+            if let Some(secret) = saved.signing_secret {
+                state.overlay = Overlay::Secret(IssuedSecret::signing(saved.url, saved.id, secret));
             }
             if state.view == View::Webhooks {
                 refresh(state)
@@ -63,7 +69,7 @@ pub(super) fn ask(state: &mut State, command: Command) {
         return;
     };
     let action = match command {
-        Command::DeleteWebhook => WebhookAction::Delete,
+        Command::Delete => WebhookAction::Delete,
         _ if hook.enabled => WebhookAction::Disable,
         _ => WebhookAction::Enable,
     };
@@ -77,18 +83,28 @@ pub(super) fn ask(state: &mut State, command: Command) {
     };
 }
 
+/// `d` on a webhook: all it holds, and whether its deliveries are held, why and until when.
+pub(super) fn describe(state: &mut State) {
+    let Some(hook) = state.selected_webhook() else {
+        return;
+    };
+    let title = format!("webhook {}", hook.url);
+    let text = hook.details(state.now);
+    state.overlay = Overlay::Describe(Pager::new(title, &text, false));
+}
+
 /// `enter` on a webhook: its deliveries, newest at the top, followed live.
 pub(super) fn open_deliveries(state: &mut State) -> Vec<Effect> {
     let Some(hook) = state.selected_webhook() else {
         return Vec::new();
     };
-    let (id, url) = (hook.id.clone(), hook.url.clone());
+    let (id, url, hook) = (hook.id.clone(), hook.url.clone(), hook.clone());
     state.view = View::Deliveries;
     state.selected = 0;
     state.filter.clear();
     state.filtering = false;
     state.overlay = Overlay::None;
-    vec![state.deliveries.open(id, url)]
+    vec![state.deliveries.open(Some(hook), id, url)]
 }
 
 /// `esc` in the deliveries: following stops, and the webhooks list (with their last results) again.
@@ -116,7 +132,7 @@ pub(super) fn on_deliveries_loaded(
             }
             let d = &mut state.deliveries;
             d.failures = 0;
-            d.primed = true;
+            let following = std::mem::replace(&mut d.primed, true);
             let newest = d.newest;
             let mut new: Vec<DeliveryRow> = rows
                 .into_iter()
@@ -124,6 +140,8 @@ pub(super) fn on_deliveries_loaded(
                 .collect();
             // Newest first, whatever order they came in.
             new.sort_by_key(|r| std::cmp::Reverse(r.seq));
+            // A new attempt may have held the webhook (or let it go): it is read again.
+            let reread = (following && !new.is_empty()).then(|| d.reload_hook());
             if let Some(top) = new.first() {
                 d.newest = Some(top.seq);
                 let n = new.len();
@@ -137,6 +155,10 @@ pub(super) fn on_deliveries_loaded(
                 clamp(state);
                 state.dirty = true;
             }
+            return [Some(state.deliveries.poll()), reread]
+                .into_iter()
+                .flatten()
+                .collect();
         }
         Err(e) => {
             d.failures += 1;
@@ -145,6 +167,18 @@ pub(super) fn on_deliveries_loaded(
         }
     }
     vec![state.deliveries.poll()]
+}
+
+/// The webhook of the deliveries view read again; an answer for a view left since is dropped, and a failed
+/// read keeps what was known.
+pub(super) fn on_webhook_loaded(state: &mut State, feed: u64, result: Result<WebhookRow, String>) {
+    let d = &mut state.deliveries;
+    if let (true, Ok(hook)) = (feed == d.feed && state.view == View::Deliveries, result) {
+        if d.hook.as_ref() != Some(&hook) {
+            d.hook = Some(hook);
+            state.dirty = true;
+        }
+    }
 }
 
 /// `r`: the selected delivery again; the answer goes to the message line.

@@ -3,11 +3,14 @@
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use ratatui::Frame;
 
 use super::centered;
-use crate::state::{AppAction, Effect, IssuedSecret, State, WebhookAction};
+use super::text::wrap_lines;
+use crate::columns::fit;
+use crate::keymap::{Command, Context, Keymap};
+use crate::state::{AppAction, Effect, IssuedSecret, SecretKind, State, WebhookAction};
 
 /// The question the confirm dialog asks before `asked` runs.
 pub(super) fn question(asked: &Effect, state: &State) -> String {
@@ -97,16 +100,46 @@ pub(super) fn confirm(frame: &mut Frame, area: Rect, question: &str, yes: bool) 
     );
 }
 
-/// A secret just made, shown this once.
-pub(super) fn secret(frame: &mut Frame, area: Rect, issued: &IssuedSecret) {
-    let box_ = centered(area, 72, 7);
+/// What the secret popup says under the secret: that it will not be shown again, what to do with it, and
+/// how to get another.
+fn secret_note(issued: &IssuedSecret, keymap: &Keymap) -> String {
+    match issued.kind {
+        SecretKind::Client => {
+            let again = match keymap.keys_for(Context::Apps, Command::RotateSecret) {
+                Some(keys) => format!(" If it is lost, {keys} in the apps view gives the app a new one."),
+                None => String::new(),
+            };
+            format!("This secret will not be shown again: store it now.{again}")
+        }
+        SecretKind::Signing => format!(
+            "Receivers verify each delivery's webhook-signature with it (Standard Webhooks). It will not be \
+             shown here again: store it now (`switchyard webhooks signing-secret {}` reads it again).",
+            issued.id
+        ),
+    }
+}
+
+/// A secret just made (an app's client secret, a webhook's signing secret), shown this once; wrapped, in a
+/// box as tall as it needs.
+pub(super) fn secret(frame: &mut Frame, area: Rect, issued: &IssuedSecret, keymap: &Keymap) {
+    let (id_label, secret_label, title) = match issued.kind {
+        SecretKind::Client => (
+            "client id      ",
+            "client secret  ",
+            format!(" secret of {} (shown once) ", issued.of),
+        ),
+        SecretKind::Signing => (
+            "webhook         ",
+            "signing secret  ",
+            format!(" signing secret of webhook {} (shown once) ", issued.of),
+        ),
+    };
+    let width = 76.min(area.width);
+    let inner = usize::from(width.saturating_sub(2));
     let lines = vec![
+        Line::from(vec![Span::raw(id_label), Span::raw(issued.id.clone())]),
         Line::from(vec![
-            Span::raw("client id      "),
-            Span::raw(issued.client_id.clone()),
-        ]),
-        Line::from(vec![
-            Span::raw("client secret  "),
+            Span::raw(secret_label),
             Span::styled(
                 issued.secret.reveal().to_string(),
                 Style::new().add_modifier(Modifier::BOLD).fg(Color::Yellow),
@@ -114,16 +147,18 @@ pub(super) fn secret(frame: &mut Frame, area: Rect, issued: &IssuedSecret) {
         ]),
         Line::default(),
         Line::styled(
-            "This secret will not be shown again: store it now. If it is lost, R rotates the app's secret.",
+            secret_note(issued, keymap),
             Style::new().add_modifier(Modifier::BOLD),
         ),
     ];
+    let lines = wrap_lines(lines, inner);
+    let box_ = centered(area, width, lines.len() as u16 + 2);
     frame.render_widget(Clear, box_);
     frame.render_widget(
-        Paragraph::new(lines).wrap(Wrap { trim: false }).block(
+        Paragraph::new(lines).block(
             Block::default()
                 .borders(Borders::ALL)
-                .title(format!(" secret of {} (shown once) ", issued.app)),
+                .title(fit(&title, width.saturating_sub(2))),
         ),
         box_,
     );

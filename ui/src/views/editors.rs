@@ -7,6 +7,8 @@ use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use ratatui::Frame;
 
 use super::centered;
+use super::text::wrap_lines;
+use crate::columns::fit;
 use crate::keymap::{Command, Context, Keymap};
 use crate::schedule::{minute_of_day, Entry, ScheduleEditor, COLUMNS};
 use crate::spec::SpecEditor;
@@ -21,16 +23,28 @@ pub(super) fn spec(frame: &mut Frame, area: Rect, editor: &SpecEditor) {
         editor.edit.format.name(),
     ));
     let inner = block.inner(box_);
-    let shown_issues =
-        editor.issues.len().min(5) as u16 + u16::from(editor.busy || editor.note.is_some());
+    let lines = wrap_lines(spec_notes(editor), usize::from(inner.width));
+    // The text keeps most of the box: at most six lines of issues, the last cut with `…` when more.
+    let shown = lines.len().min(6);
     let [text, issues] =
-        Layout::vertical([Constraint::Min(3), Constraint::Length(shown_issues.max(1))])
-            .areas(inner);
+        Layout::vertical([Constraint::Min(3), Constraint::Length(shown as u16)]).areas(inner);
     let mut textarea = editor.text.clone();
     textarea.set_line_number_style(Style::new().fg(Color::DarkGray));
     frame.render_widget(Clear, box_);
     frame.render_widget(block, box_);
     frame.render_widget(&textarea, text);
+    let mut lines = lines;
+    if lines.len() > shown {
+        lines.truncate(shown);
+        if let Some(last) = lines.last_mut() {
+            last.spans.push(Span::raw(" …"));
+        }
+    }
+    frame.render_widget(Paragraph::new(lines), issues);
+}
+
+/// Under the spec: the issues (at most five) at their lines, what is under way, or that it is valid.
+fn spec_notes(editor: &SpecEditor) -> Vec<Line<'static>> {
     let mut lines: Vec<Line> = editor
         .issues
         .iter()
@@ -53,7 +67,7 @@ pub(super) fn spec(frame: &mut Frame, area: Rect, editor: &SpecEditor) {
     if lines.is_empty() {
         lines.push(Line::styled("valid", Style::new().fg(Color::Green)));
     }
-    frame.render_widget(Paragraph::new(lines), issues);
+    lines
 }
 
 /// The schedule editor: the day, then the entries, `▶` on the one edited and `● in effect now` beside the
@@ -76,13 +90,16 @@ pub(super) fn schedule(
     if editor.busy {
         lines.push(Line::styled("saving…", Style::new().fg(Color::Yellow)));
     }
-    let box_ = centered(area, 100, lines.len() as u16 + 2);
+    let width = 100.min(area.width);
+    let lines = wrap_lines(lines, usize::from(width.saturating_sub(2)));
+    let box_ = centered(area, width, lines.len() as u16 + 2);
+    let title = format!(" schedule {}/{} ", editor.namespace, editor.name);
     frame.render_widget(Clear, box_);
     frame.render_widget(
         Paragraph::new(lines).block(
             Block::default()
                 .borders(Borders::ALL)
-                .title(format!(" schedule {}/{} ", editor.namespace, editor.name)),
+                .title(fit(&title, width.saturating_sub(2))),
         ),
         box_,
     );

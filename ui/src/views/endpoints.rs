@@ -131,6 +131,9 @@ pub(super) fn endpoints(frame: &mut Frame, area: Rect, state: &State, visible: &
         );
         return note(frame, area, "endpoints", &text);
     }
+    if let Some(why) = state.list_note() {
+        return note(frame, area, "endpoints", &why);
+    }
     let rows: Vec<&EndpointRow> = visible.iter().map(|i| &state.endpoints[*i]).collect();
     let widths = share(&columns(&rows), area.width.saturating_sub(2));
     let shown = shown(HEADS, &widths);

@@ -3,11 +3,13 @@
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use ratatui::Frame;
 
 use super::centered;
+use super::text::wrap_lines;
 use crate::app_form::{AppField, AppForm};
+use crate::columns::fit;
 use crate::form::{DeployForm, Field};
 use crate::form_input::FormState;
 use crate::form_issues::FormField;
@@ -31,11 +33,16 @@ pub(super) fn deploy(frame: &mut Frame, area: Rect, form: &DeployForm, keymap: &
         Some(keys) => format!(" ({keys} chooses)"),
         None => String::new(),
     };
+    let switch = match choosing(keymap) {
+        Some(keys) => format!(" ({keys}, space or y/n)"),
+        None => " (space or y/n)".to_string(),
+    };
     let fields = Field::ALL.iter().map(|f| {
         let value = match f {
             Field::Recipe | Field::Type | Field::PrivateRegion => {
                 format!("{}{hint}", form.value(*f))
             }
+            f if f.switch() => format!("{}{switch}", form.value(*f)),
             _ => form.value(*f),
         };
         (f.label().to_string(), value)
@@ -158,15 +165,18 @@ fn form_lines<'a, F: FormField>(view: FormView<'_, F>) -> Vec<Line<'a>> {
     lines
 }
 
-/// A bordered popup of `lines`, `width` wide, over the middle of `area`.
+/// A bordered popup of `lines`, at most `width` wide, over the middle of `area`: its lines wrapped, and as
+/// tall as they need.
 fn form_popup(frame: &mut Frame, area: Rect, width: u16, title: &str, lines: Vec<Line>) {
+    let width = width.min(area.width);
+    let lines = wrap_lines(lines, usize::from(width.saturating_sub(2)));
     let box_ = centered(area, width, lines.len() as u16 + 2);
     frame.render_widget(Clear, box_);
     frame.render_widget(
-        Paragraph::new(lines).wrap(Wrap { trim: false }).block(
+        Paragraph::new(lines).block(
             Block::default()
                 .borders(Borders::ALL)
-                .title(title.to_string()),
+                .title(fit(title, width.saturating_sub(2))),
         ),
         box_,
     );

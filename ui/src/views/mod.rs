@@ -2,8 +2,11 @@
 //!
 //! No popup covers the status line or the footer: popups are drawn inside the body between them.
 //!
+//! Every text cut to fit ends with `…`; popups wrap theirs.
+//!
 //! Here: the frame, the status line, the footer, what a list and a popup look like. The parts: `lists` (the
-//! views' tables), `endpoints` (the endpoints' table), `panes` (help, describe, logs), `editors` (spec, schedule), `forms`, `dialogs`.
+//! views' tables), `endpoints` (the endpoints' table), `deliveries` (a webhook's attempts), `panes` (help,
+//! describe, logs), `editors` (spec, schedule), `forms`, `dialogs`, `text` (fitting and wrapping).
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -11,21 +14,26 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState, Wrap};
 use ratatui::Frame;
 
+mod deliveries;
 mod dialogs;
 mod editors;
 mod endpoints;
 mod forms;
 mod lists;
 mod panes;
+mod text;
 
+use deliveries::{deliveries, standing};
 use dialogs::{confirm, question, secret};
 use editors::{schedule, spec};
 use endpoints::{endpoints, why};
 use forms::{deploy, new_app, webhook_form};
-use lists::{apps, audit, catalog, deliveries, notifications, recipes, webhooks};
+use lists::{apps, audit, catalog, notifications, recipes, webhooks};
 use panes::{help, pane};
+use text::{fit_spans, footer_spans};
 
-use crate::keymap::Keymap;
+use crate::columns::fit;
+use crate::keymap::{Command, Keymap};
 /// The heights the keys page by, which are also the rows drawn.
 pub use crate::state::layout::{list_height, pager_height};
 use crate::state::layout::{list_offset, screen, table_rows};
@@ -52,6 +60,7 @@ pub fn draw(frame: &mut Frame, state: &State, keymap: &Keymap) {
     match (state.view, screen.detail) {
         (View::Catalog, Some(detail)) => recipes(frame, detail, state, &visible),
         (View::Endpoints, Some(detail)) => why(frame, detail, state, &visible),
+        (View::Deliveries, Some(detail)) => standing(frame, detail, state),
         _ => {}
     }
     match state.view {
@@ -81,12 +90,15 @@ fn overlay(frame: &mut Frame, body: Rect, state: &State, keymap: &Keymap) {
             pane(frame, body, pager, Some(mode))
         }
         Overlay::Confirm { asked, yes } => confirm(frame, body, &question(asked, state), *yes),
-        Overlay::Secret(issued) => secret(frame, body, issued),
+        Overlay::Secret(issued) => secret(frame, body, issued, keymap),
         Overlay::NewApp(form) => new_app(frame, body, form, keymap),
         Overlay::Webhook(form) => webhook_form(frame, body, form),
     }
 }
 
+/// The status line: the server, the connection, the user, the clock, and the newest notification. When it
+/// does not fit, the notification goes first, then the connection's reason is cut (with `…`; the view says
+/// it whole), so the user and the clock stay.
 fn status_line(frame: &mut Frame, area: Rect, state: &State) {
     let (conn, colour) = match &state.connection {
         Connection::Connecting => ("connecting".to_string(), Color::Yellow),
@@ -97,25 +109,38 @@ fn status_line(frame: &mut Frame, area: Rect, state: &State) {
             Color::Red,
         ),
     };
-    let mut spans = vec![
-        Span::styled(
-            " switchyard ",
-            Style::new()
-                .add_modifier(Modifier::BOLD)
-                .fg(Color::Black)
-                .bg(Color::Cyan),
-        ),
-        Span::raw(format!(" {} ", state.server)),
-        Span::styled(conn, Style::new().fg(colour)),
-        Span::raw(format!("  user {}", state.user.as_deref().unwrap_or("-"))),
-    ];
+    let brand = Style::new()
+        .add_modifier(Modifier::BOLD)
+        .fg(Color::Black)
+        .bg(Color::Cyan);
+    let width = usize::from(area.width);
+    // The date only where there is room for it.
+    let clock = match width >= 100 {
+        true => "%Y-%m-%d %H:%M",
+        false => "%H:%M",
+    };
+    let mut tail = vec![Span::raw(format!(
+        "  user {}",
+        state.user.as_deref().unwrap_or("-")
+    ))];
     if state.read_only {
-        spans.push(Span::styled("  read-only", Style::new().fg(Color::Yellow)));
+        tail.push(Span::styled("  read-only", Style::new().fg(Color::Yellow)));
     }
-    spans.push(Span::raw(format!(
-        "  {} UTC",
-        state.now.format("%Y-%m-%d %H:%M")
-    )));
+    tail.push(Span::raw(format!("  {} UTC", state.now.format(clock))));
+    let count = |spans: &[Span]| -> usize { spans.iter().map(|s| s.content.chars().count()).sum() };
+    // A long server URL gives way so that the connection keeps some room.
+    let conn_room = conn.chars().count().min(28);
+    let server_room = width.saturating_sub(12 + 2 + count(&tail) + conn_room);
+    let server = fit(&state.server, u16::try_from(server_room).unwrap_or(0));
+    let head = vec![
+        Span::styled(" switchyard ", brand),
+        Span::raw(format!(" {server} ")),
+    ];
+    let used = count(&head) + count(&tail);
+    let room = u16::try_from(width.saturating_sub(used)).unwrap_or(0);
+    let mut spans = head;
+    spans.push(Span::styled(fit(&conn, room), Style::new().fg(colour)));
+    spans.extend(tail);
     // The newest notification, until the next one.
     if let Some((notice, bad)) = &state.notice {
         let colour = if *bad { Color::Red } else { Color::Cyan };
@@ -124,18 +149,20 @@ fn status_line(frame: &mut Frame, area: Rect, state: &State) {
             Style::new().fg(colour),
         ));
     }
+    let spans = fit_spans(spans, width);
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
 }
 
 fn footer(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap) {
     let [message, hints] =
         Layout::vertical([Constraint::Length(1), Constraint::Length(1)]).areas(area);
+    let width = usize::from(area.width);
     let line = match (&state.overlay, &state.message) {
         (Overlay::Command(text), _) => Line::from(format!(":{}▏", shown_command(text))),
-        (_, Some((m, true))) => Line::styled(m.clone(), Style::new().fg(Color::Red)),
-        (_, Some((m, false))) => Line::styled(m.clone(), Style::new().fg(Color::Green)),
+        (_, Some((m, true))) => Line::styled(fit(m, area.width), Style::new().fg(Color::Red)),
+        (_, Some((m, false))) => Line::styled(fit(m, area.width), Style::new().fg(Color::Green)),
         _ => match state.keymap_problems.first() {
-            Some(p) => Line::styled(p.clone(), Style::new().fg(Color::Yellow)),
+            Some(p) => Line::styled(fit(p, area.width), Style::new().fg(Color::Yellow)),
             None => Line::default(),
         },
     };
@@ -145,17 +172,10 @@ fn footer(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap) {
             .iter()
             .map(|(k, d)| (k.to_string(), d.to_string()))
             .collect(),
-        None => keymap.hints(state.context(), state.read_only),
+        None => keymap.offered_hints(state.context(), state.read_only, state.offered()),
     };
-    let spans: Vec<Span> = keys
-        .into_iter()
-        .flat_map(|(k, d)| {
-            [
-                Span::styled(format!(" {k}"), Style::new().fg(Color::Cyan)),
-                Span::raw(format!(" {d} ")),
-            ]
-        })
-        .collect();
+    let help = keymap.keys_for(state.context(), Command::Help);
+    let spans = footer_spans(keys, width, help);
     frame.render_widget(Paragraph::new(Line::from(spans)), hints);
 }
 
@@ -180,10 +200,10 @@ fn list<'a>(
     state: &State,
     visible: &[usize],
     (name, total): (&str, usize),
-    columns: &[(&'a str, Constraint)],
+    columns: &[(String, Constraint)],
     row: impl Fn(usize) -> Row<'a>,
 ) {
-    let header: Vec<&str> = columns.iter().map(|c| c.0).collect();
+    let header: Vec<&str> = columns.iter().map(|c| c.0.as_str()).collect();
     let widths: Vec<Constraint> = columns.iter().map(|c| c.1).collect();
     let height = table_rows(area);
     let selected = state.selected.min(visible.len().saturating_sub(1));
@@ -204,6 +224,7 @@ fn list<'a>(
         String::new()
     };
     let title = format!(" {name} ({}/{total}){filter} ", visible.len());
+    let title = fit(&title, area.width.saturating_sub(2));
     let table = Table::new(rows, widths)
         .header(Row::new(header).style(Style::new().add_modifier(Modifier::BOLD)))
         .block(Block::default().borders(Borders::ALL).title(title))
@@ -212,14 +233,14 @@ fn list<'a>(
     frame.render_stateful_widget(table, area, &mut selection);
 }
 
-/// The heads of the columns shown (`widths`: `None` for one left out), each at its width.
+/// The heads of the columns shown (`widths`: `None` for one left out), each at its width, cut to it.
 fn shown<'h>(
     heads: impl IntoIterator<Item = &'h str>,
     widths: &[Option<u16>],
-) -> Vec<(&'h str, Constraint)> {
+) -> Vec<(String, Constraint)> {
     let shown = heads.into_iter().zip(widths);
     shown
-        .filter_map(|(head, w)| w.map(|w| (head, Constraint::Length(w))))
+        .filter_map(|(head, w)| w.map(|w| (fit(head, w), Constraint::Length(w))))
         .collect()
 }
 

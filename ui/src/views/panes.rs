@@ -7,9 +7,10 @@ use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::centered;
+use crate::columns::fit;
 use crate::keymap::{Command, Context, Keymap, HELP_COLUMNS};
-use crate::pager::Pager;
-use crate::state::layout::{help_height, pager_height};
+use crate::pager::{Pager, Piece};
+use crate::state::layout::{help_columns, help_height, pager_window, HELP_WIDTH};
 use crate::state::State;
 
 /// The `:` commands, over the help's columns.
@@ -40,31 +41,39 @@ fn help_title(keymap: &Keymap, scrolls: bool) -> String {
     }
 }
 
-/// Every binding in two columns (`HELP_COLUMNS`), under the `:` commands; scrolled when it does not fit.
-pub(super) fn help(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap, scroll: usize) {
-    let box_ = centered(area, 100, area.height);
-    let column = |ctxs: &[Context]| -> Vec<Line> {
-        let mut lines = Vec::new();
-        for ctx in ctxs {
-            lines.push(Line::styled(
-                ctx.as_str().to_string(),
-                Style::new().add_modifier(Modifier::BOLD),
-            ));
-            for b in keymap.own(*ctx, state.read_only) {
-                lines.push(Line::from(format!(
-                    "  {:<18} {}",
-                    b.keys.join(" "),
-                    b.description
-                )));
-            }
+/// A context's name and bindings, each line cut to `width` with `…`.
+fn help_column(
+    keymap: &Keymap,
+    ctxs: &[Context],
+    read_only: bool,
+    width: u16,
+) -> Vec<Line<'static>> {
+    let mut lines = Vec::new();
+    for ctx in ctxs {
+        lines.push(Line::styled(
+            ctx.as_str().to_string(),
+            Style::new().add_modifier(Modifier::BOLD),
+        ));
+        for b in keymap.own(*ctx, read_only) {
+            let text = format!("  {:<18} {}", b.keys.join(" "), b.description);
+            lines.push(Line::from(fit(&text, width)));
         }
-        lines
-    };
+    }
+    lines
+}
+
+/// Every binding in two columns (`HELP_COLUMNS`), or one on a narrow terminal, under the `:` commands;
+/// scrolled when it does not fit.
+pub(super) fn help(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap, scroll: usize) {
+    let box_ = centered(area, HELP_WIDTH, area.height);
+    let size = (frame.area().width, frame.area().height);
     // The same numbers the keys scroll by: the box's inside, less the commands.
-    let height = help_height((frame.area().width, frame.area().height));
-    let last = keymap.help_length(state.read_only).saturating_sub(height);
+    let (height, columns) = (help_height(size), help_columns(size));
+    let last = keymap
+        .help_length(state.read_only, columns)
+        .saturating_sub(height);
     let scroll = scroll.min(last) as u16;
-    let title = help_title(keymap, last > 0);
+    let title = fit(&help_title(keymap, last > 0), box_.width.saturating_sub(2));
     let commands: Vec<Span> = COMMANDS
         .iter()
         .enumerate()
@@ -77,31 +86,86 @@ pub(super) fn help(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap
         })
         .collect();
     frame.render_widget(Clear, box_);
+    let log = format!(" console log: {} ", state.log_file);
     let block = Block::default()
         .borders(Borders::ALL)
         .title(title)
-        .title_bottom(format!(" console log: {} ", state.log_file));
+        .title_bottom(fit(&log, box_.width.saturating_sub(2)));
     let inner = block.inner(box_);
     frame.render_widget(block, box_);
-    let [top, columns] = Layout::vertical([Constraint::Length(2), Constraint::Min(1)]).areas(inner);
+    let [top, body] = Layout::vertical([Constraint::Length(2), Constraint::Min(1)]).areas(inner);
     frame.render_widget(
         Paragraph::new(Line::from(commands)).wrap(Wrap { trim: true }),
         top,
     );
-    let [l, r] =
-        Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(columns);
-    frame.render_widget(
-        Paragraph::new(column(HELP_COLUMNS[0])).scroll((scroll, 0)),
-        l,
-    );
-    frame.render_widget(
-        Paragraph::new(column(HELP_COLUMNS[1])).scroll((scroll, 0)),
-        r,
-    );
+    let read_only = state.read_only;
+    if columns == 1 {
+        let all: Vec<Context> = HELP_COLUMNS
+            .iter()
+            .flat_map(|c| c.iter().copied())
+            .collect();
+        let lines = help_column(keymap, &all, read_only, body.width);
+        frame.render_widget(Paragraph::new(lines).scroll((scroll, 0)), body);
+        return;
+    }
+    // A gap between the columns, so a long line of the left one never runs into the right one.
+    let [l, _, r] = Layout::horizontal([
+        Constraint::Percentage(45),
+        Constraint::Length(2),
+        Constraint::Fill(1),
+    ])
+    .areas(body);
+    for (column, at) in [(HELP_COLUMNS[0], l), (HELP_COLUMNS[1], r)] {
+        let lines = help_column(keymap, column, read_only, at.width);
+        frame.render_widget(Paragraph::new(lines).scroll((scroll, 0)), at);
+    }
 }
 
-/// Describe and logs (`mode`: following or paused): the lines in the window, search matches highlighted, the
-/// current match's line marked.
+/// One row of a pane: its piece of a line (a wrapped line's, or what is in sight of a cut one, with `…`
+/// where it goes on), search matches highlighted.
+fn pane_row<'a>(pager: &'a Pager, piece: Piece, width: usize) -> Line<'a> {
+    let line = &pager.lines[piece.line];
+    let (mut start, mut end) = (piece.start, piece.end);
+    let (mut before, mut after) = ("", "");
+    if !pager.wrap {
+        let byte = |n: usize| line.char_indices().nth(n).map_or(line.len(), |(i, _)| i);
+        let total = line.chars().count();
+        let left = pager.left.min(total);
+        let cut_left = left > 0;
+        let cut_right = total > left + width;
+        start = byte(left + usize::from(cut_left));
+        end = byte(
+            (left + width)
+                .saturating_sub(usize::from(cut_right))
+                .max(left),
+        );
+        end = end.max(start);
+        if cut_left {
+            before = "…";
+        }
+        if cut_right {
+            after = "…";
+        }
+    }
+    let hit = Style::new().fg(Color::Black).bg(Color::Yellow);
+    let mut spans = vec![Span::raw(before)];
+    let mut at = start;
+    for (s, e) in pager.matches_in(line) {
+        let (s, e) = (s.max(start), e.min(end));
+        if s >= e || s < at {
+            continue;
+        }
+        spans.push(Span::raw(&line[at..s]));
+        spans.push(Span::styled(&line[s..e], hit));
+        at = e;
+    }
+    spans.push(Span::raw(&line[at..end]));
+    spans.push(Span::raw(after));
+    Line::from(spans)
+}
+
+/// Describe and logs (`mode`: following or paused): the rows in the window, long lines wrapped or cut, search
+/// matches highlighted, the current match's line marked.
 pub(super) fn pane(frame: &mut Frame, area: Rect, pager: &Pager, mode: Option<&str>) {
     // Below the list's title, so what it covers stays named.
     let below_title = Rect {
@@ -114,34 +178,24 @@ pub(super) fn pane(frame: &mut Frame, area: Rect, pager: &Pager, mode: Option<&s
         area.width.saturating_sub(4),
         below_title.height,
     );
-    // The same count the keys scroll by: the box's inside.
-    let height = pager_height((frame.area().width, frame.area().height));
-    let first = pager.first_line(height);
-    let hit = Style::new().fg(Color::Black).bg(Color::Yellow);
-    let lines: Vec<Line> = pager
-        .lines
+    // The same window the keys scroll by: the box's inside.
+    let window = pager_window((frame.area().width, frame.area().height));
+    let first = pager.first_row(window);
+    let rows = pager.rows(window.width);
+    let lines: Vec<Line> = rows
         .iter()
-        .enumerate()
         .skip(first)
-        .take(height)
-        .map(|(i, line)| {
-            let mut spans = Vec::new();
-            let mut at = 0;
-            for (start, end) in pager.matches_in(line) {
-                spans.push(Span::raw(&line[at..start]));
-                spans.push(Span::styled(&line[start..end], hit));
-                at = end;
-            }
-            spans.push(Span::raw(&line[at..]));
-            let l = Line::from(spans);
-            if pager.current == Some(i) {
-                l.style(Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED))
-            } else {
-                l
+        .take(window.height)
+        .map(|piece| {
+            let l = pane_row(pager, *piece, window.width);
+            match pager.current == Some(piece.line) {
+                true => l.style(Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED)),
+                false => l,
             }
         })
         .collect();
-    let title = pane_title(pager, mode, first, height);
+    let title = pane_title(pager, mode, first, (window.height, rows.len()));
+    let title = fit(&title, box_.width.saturating_sub(2));
     frame.render_widget(Clear, box_);
     frame.render_widget(
         Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(title)),
@@ -149,10 +203,22 @@ pub(super) fn pane(frame: &mut Frame, area: Rect, pager: &Pager, mode: Option<&s
     );
 }
 
-/// A pane's title: what it shows, following or paused (logs), the lines in the window when they are not
-/// all, and the search.
-fn pane_title(pager: &Pager, mode: Option<&str>, first: usize, height: usize) -> String {
-    let mode = mode.map(|m| format!(" ({m})")).unwrap_or_default();
+/// A pane's title: what it shows, following or paused (logs), whether long lines are cut, the rows in the
+/// window when they are not all, and the search.
+fn pane_title(
+    pager: &Pager,
+    mode: Option<&str>,
+    first: usize,
+    (height, total): (usize, usize),
+) -> String {
+    let mut modes: Vec<&str> = mode.into_iter().collect();
+    if !pager.wrap {
+        modes.push("long lines cut");
+    }
+    let mode = match modes.is_empty() {
+        true => String::new(),
+        false => format!(" ({})", modes.join(", ")),
+    };
     let search = if pager.typing {
         format!(" /{}▏", pager.query)
     } else if !pager.query.is_empty() {
@@ -160,7 +226,6 @@ fn pane_title(pager: &Pager, mode: Option<&str>, first: usize, height: usize) ->
     } else {
         String::new()
     };
-    let total = pager.lines.len();
     let position = match total > height {
         true => format!(" {}-{}/{total}", first + 1, (first + height).min(total)),
         false => String::new(),
