@@ -19,6 +19,11 @@ fn start(data_dir: &Path) -> Tmux {
 
 /// The same with `env` (`NAME=value …`) in front of the console.
 fn start_with(data_dir: &Path, env: &str) -> Tmux {
+    start_at(data_dir, env, (120, 30))
+}
+
+/// The same in a terminal of `size` (columns, rows).
+fn start_at(data_dir: &Path, env: &str, size: (u16, u16)) -> Tmux {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let name = format!("sy-console-{}-{n}", std::process::id());
@@ -27,8 +32,11 @@ fn start_with(data_dir: &Path, env: &str) -> Tmux {
          [ \"$(stty -g)\" = \"$before\" ] && echo TTY-SAME; sleep 60",
         data_dir.display()
     );
-    Tmux::new(name, &cmd)
+    Tmux::sized(name, &cmd, size)
 }
+
+/// The two terminals the console is tried in: a roomy one and the smallest it takes.
+const SIZES: [(u16, u16); 2] = [(120, 35), (80, 24)];
 
 #[tokio::test]
 async fn browse_filter_act_and_quit() {
@@ -185,14 +193,14 @@ fn a_panic_restores_the_terminal() {
     assert!(!screen.contains("catalog ("), "{screen}");
 }
 
-/// Webhooks in the console, live: a webhook made through the API points at a receiver in this test; its
-/// deliveries view is open when an endpoint is created in the watched namespace, and the attempt appears on
-/// screen without a key pressed. `r` then replays it.
+/// Webhooks in the console, live, at 120×35 and at 80×24: a webhook made in the console's form (its
+/// `whsec_` signing secret shown once) points at a receiver in this test; its deliveries view is open when an
+/// endpoint is created in the watched namespace, and the attempt appears on screen without a key pressed,
+/// naming the endpoint and what changed. `t` then replays it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_deliveries_appear_live() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    use switchyard_server::client::Client;
 
     // The receiver: counts what comes and answers 200.
     let received = Arc::new(AtomicUsize::new(0));
@@ -212,11 +220,20 @@ async fn webhook_deliveries_appear_live() {
         .expect("bind the receiver");
     let receiver = listener.local_addr().expect("receiver address");
     tokio::spawn(async move { axum::serve(listener, app).await });
+    for size in SIZES {
+        deliveries_at(size, &format!("http://{receiver}/hook")).await;
+    }
+    assert!(received.load(Ordering::SeqCst) >= 2);
+}
+
+/// One run of [`webhook_deliveries_appear_live`] in a terminal of `size`, on a console of its own.
+async fn deliveries_at(size: (u16, u16), hook: &str) {
+    use switchyard_server::client::Client;
 
     // The console, on an in-process server that may send to loopback.
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
-    let tmux = start_with(&data, "SWITCHYARD_OUTBOUND_ALLOW=127.0.0.0/8");
+    let tmux = start_at(&data, "SWITCHYARD_OUTBOUND_ALLOW=127.0.0.0/8", size);
     let screen = tmux.wait_for("connected");
     let url = screen
         .split("in-process ")
@@ -226,34 +243,49 @@ async fn webhook_deliveries_appear_live() {
         .to_string();
     let token = std::fs::read_to_string(data.join("admin-token")).expect("admin token");
     let client = Client::new(&url, Some(token.trim().to_string()));
-    let hook = format!("http://{receiver}/hook");
-    let _: serde_json::Value = client
-        .create_webhook(&serde_json::json!({
-            "url": hook, "watched": [{"type": "user", "name": "admin"}], "domains": ["endpoint"]
-        }))
-        .await
-        .expect("create the webhook");
 
+    // The form: the URL; watching the user's endpoints is what it starts with. The signing secret shows
+    // once, and is gone when dismissed.
     tmux.keys(&[":"]);
     tmux.type_text("webhooks");
     tmux.keys(&["Enter"]);
-    tmux.wait_for("webhooks (1/1)");
+    tmux.wait_for("webhooks (0/0)");
+    tmux.keys(&["n"]);
+    tmux.wait_for("new webhook");
+    tmux.type_text(hook);
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("(shown once)");
+    assert!(
+        screen.contains("signing secret  whsec_"),
+        "{size:?}: {screen}"
+    );
+    assert!(screen.contains("will not be"), "{size:?}: {screen}");
+    tmux.keys(&["Escape"]);
+    let screen = tmux.wait_for("webhooks (1/1)");
+    assert!(!screen.contains("whsec_"), "{size:?}: {screen}");
     tmux.wait_for("user:admin");
     tmux.keys(&["Enter"]);
     tmux.wait_for(&format!("deliveries of {hook} · live (0/0)"));
 
-    // A change in the watched namespace, through the API; no key is pressed from here until it shows.
+    // A change in the watched namespace, through the API; no key is pressed from here until it shows. The
+    // row names the endpoint and what changed.
     let _: serde_json::Value = client
         .create_endpoint("admin", &common::endpoint("hooked"))
         .await
         .expect("create an endpoint");
-    let screen = wait_long(&tmux, "endpoint/create");
-    assert!(screen.contains("200"), "{screen}");
-    assert!(received.load(Ordering::SeqCst) >= 1);
+    let screen = wait_long(&tmux, "endpoint admin/hooked");
+    let row = screen
+        .lines()
+        .find(|l| l.contains("endpoint admin/hooked") && l.contains("created"))
+        .unwrap_or_else(|| panic!("{size:?}: no created row:\n{screen}"));
+    assert!(row.contains("200"), "{size:?}: {row}");
+    // Its state changes say old → new.
+    let screen = wait_long(&tmux, " → ");
+    assert!(screen.contains("pending → "), "{size:?}: {screen}");
 
-    // `r` replays the selected (newest) delivery; the result goes to the message line, and the replay's own
+    // `t` replays the selected (newest) delivery; the result goes to the message line, and the replay's own
     // attempt comes in live, marked `(r)`.
-    tmux.keys(&["r"]);
+    tmux.keys(&["g", "t"]);
     tmux.wait_for("replayed delivery");
     wait_long(&tmux, "(r)");
 
@@ -262,7 +294,70 @@ async fn webhook_deliveries_appear_live() {
     tmux.wait_for("200 ok");
     tmux.keys(&[":", "q", "Enter"]);
     let screen = tmux.wait_for("EXITED");
-    assert!(screen.contains("EXITED 0"), "{screen}");
+    assert!(screen.contains("EXITED 0"), "{size:?}: {screen}");
+}
+
+/// At 120×35 and 80×24: what does not fit is cut with `…` (the footer ends `? more`), the help is two
+/// columns where they fit and one at 80 columns, never running into each other, and the deploy form has the
+/// endpoint's two notification switches.
+#[test]
+fn cut_text_the_help_and_the_deploy_form_at_both_sizes() {
+    for size in SIZES {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let tmux = start_at(&dir.path().join("data"), "", size);
+        tmux.wait_for("connected");
+        tmux.wait_for("catalog (63/63)");
+        let width = usize::from(size.0);
+        let lines = tmux.lines();
+        let footer = lines
+            .iter()
+            .rev()
+            .find(|l| !l.is_empty())
+            .cloned()
+            .unwrap_or_default();
+        assert!(footer.ends_with("? more"), "{size:?}: {footer:?}");
+        assert!(lines.iter().all(|l| l.chars().count() <= width), "{size:?}");
+
+        // The help: a binding's line holds one binding at 80 columns, two side by side at 120.
+        tmux.keys(&["?"]);
+        let screen = tmux.wait_for("console log:");
+        let copy = screen
+            .lines()
+            .find(|l| l.contains("copy (URL, id)"))
+            .unwrap_or_else(|| panic!("{size:?}: {screen}"));
+        let after = copy.split("copy (URL, id)").nth(1).unwrap_or_default();
+        match size.0 {
+            80 => assert_eq!(after.trim_matches([' ', '│']), "", "{size:?}: {copy:?}"),
+            _ => assert!(
+                screen
+                    .lines()
+                    .any(|l| l.contains("quit") && l.contains("recipes")),
+                "{size:?}: {screen}"
+            ),
+        }
+        assert!(
+            !screen.contains("idapps") && !screen.contains("id)apps"),
+            "{screen}"
+        );
+        tmux.keys(&["Escape"]);
+
+        // The deploy form, with its notification switches: pushed here on, mail off.
+        tmux.keys(&["D"]);
+        let screen = tmux.wait_for("notify me by mail");
+        let push = screen
+            .lines()
+            .find(|l| l.contains("notify me here (push)"))
+            .unwrap_or_else(|| panic!("{size:?}: {screen}"));
+        assert!(push.contains(" yes "), "{size:?}: {push}");
+        let mail = screen.lines().find(|l| l.contains("notify me by mail"));
+        assert!(
+            mail.is_some_and(|l| l.contains(" no ")),
+            "{size:?}: {screen}"
+        );
+        tmux.keys(&["Escape", ":", "q", "Enter"]);
+        let screen = tmux.wait_for("EXITED");
+        assert!(screen.contains("EXITED 0"), "{size:?}: {screen}");
+    }
 }
 
 /// Waits up to a minute for `text` (a delivery needs the outbox and a worker to come round).

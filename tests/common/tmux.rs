@@ -16,23 +16,35 @@ pub fn run(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// A detached 120×30 session running `cmd`; killed when dropped.
+/// A detached session running `cmd` (120×30 unless sized); killed when dropped.
 pub struct Tmux(pub String);
 
 impl Tmux {
     pub fn new(name: String, cmd: &str) -> Tmux {
+        Tmux::sized(name, cmd, (120, 30))
+    }
+
+    /// A session `size` (columns, rows) from the start: what runs in it sees that size first.
+    pub fn sized(name: String, cmd: &str, (width, height): (u16, u16)) -> Tmux {
+        let (width, height) = (width.to_string(), height.to_string());
         run(&[
             "new-session",
             "-d",
             "-s",
             &name,
             "-x",
-            "120",
+            &width,
             "-y",
-            "30",
+            &height,
             cmd,
         ]);
         Tmux(name)
+    }
+
+    /// The screen's lines, trailing blanks cut.
+    pub fn lines(&self) -> Vec<String> {
+        let screen = self.screen();
+        screen.lines().map(|l| l.trim_end().to_string()).collect()
     }
 
     pub fn screen(&self) -> String {

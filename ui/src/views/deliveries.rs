@@ -24,14 +24,16 @@ fn columns(d: &DeliveriesFeed, visible: &[usize]) -> [(&'static str, Column); 8]
     };
     let (subject, change) = (widest(|r| &r.subject), widest(|r| &r.change));
     [
-        ("AT (UTC)", Column::new(3, 8, 8, true).up_to(19)),
+        ("AT (UTC)", Column::new(3, 8, 8, true)),
         ("SUBJECT", Column::new(0, 12, subject, true)),
         ("CHANGE", Column::new(1, 12, change, true)),
-        ("#", Column::new(5, 3, 5, true)),
-        ("STATUS", Column::new(4, 6, 6, true)),
+        // `1 (r)`: a replay's attempt keeps its mark.
+        ("#", Column::new(5, 5, 5, true)),
+        // The answer's status code.
+        ("HTTP", Column::new(4, 4, 4, true)),
         ("DURATION", Column::new(7, 8, 9, false)),
         ("ERROR", Column::new(6, 7, 9, false)),
-        ("STATE", Column::new(2, 16, 26, true).up_to(34)),
+        ("STATE", Column::new(2, 14, 26, true).up_to(34)),
     ]
 }
 

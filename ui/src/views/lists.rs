@@ -265,11 +265,11 @@ pub(super) fn audit(frame: &mut Frame, area: Rect, state: &State, visible: &[usi
 
 /// The webhooks' columns: the URL first, then whether it is enabled and how its last attempt went.
 const WEBHOOKS: [(&str, Column); 5] = [
-    ("URL", Column::new(0, 16, 32, true).up_to(60)),
+    ("URL", Column::new(0, 16, 32, true).up_to(40)),
     ("WATCHED", Column::new(3, 10, 16, false).up_to(40)),
     ("DOMAINS", Column::new(4, 7, 15, false)),
-    ("ENABLED", Column::new(1, 7, 7, true)),
-    ("LAST RESULT", Column::new(2, 12, 30, true)),
+    ("ENABLED", Column::new(2, 7, 7, true)),
+    ("LAST RESULT", Column::new(1, 12, 22, true).up_to(30)),
 ];
 
 pub(super) fn webhooks(frame: &mut Frame, area: Rect, state: &State, visible: &[usize]) {
