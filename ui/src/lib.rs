@@ -596,11 +596,7 @@ pub async fn perform(client: &Client, effect: Effect) -> Option<Action> {
         }
         Effect::LoadWebhook { feed, id } => Action::WebhookLoaded {
             feed,
-            result: client
-                .webhook::<Value>(&id)
-                .await
-                .map(|v| WebhookRow::from_json(&v["webhook"]))
-                .map_err(|e| message(&e)),
+            result: load_webhook(client, &id).await,
         },
         Effect::WebhookAct { action, id, url } => webhook_act(client, action, &id, &url).await,
         Effect::FollowDeliveries {
@@ -687,6 +683,15 @@ fn load_failure(e: &ClientError) -> LoadFailure {
         } if status.as_u16() == 403 => LoadFailure::Forbidden(message.clone()),
         other => LoadFailure::Failed(message(other)),
     }
+}
+
+/// One webhook, read again (whether it is held, and why).
+async fn load_webhook(client: &Client, id: &str) -> Result<WebhookRow, String> {
+    client
+        .webhook::<Value>(id)
+        .await
+        .map(|v| WebhookRow::from_json(&v["webhook"]))
+        .map_err(|e| message(&e))
 }
 
 /// The webhook in the form's answer, with the signing secret a new one comes with (in that answer only).

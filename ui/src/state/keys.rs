@@ -91,22 +91,16 @@ pub(super) fn on_command(state: &mut State, command: Command, keymap: &Keymap) -
         | Command::Refresh
         | Command::Copy => return lists::on_command(state, command),
         Command::Open | Command::Describe | Command::Logs => return open(state, command),
-        Command::Pause | Command::Resume | Command::ScaleToZero => confirm::ask(state, command),
-        Command::Delete => match state.view {
-            View::Apps => apps::ask(state, command),
-            View::Webhooks => webhooks::ask(state, command),
-            _ => confirm::ask(state, command),
-        },
-        Command::RotateSecret | Command::DeleteSecret => apps::ask(state, command),
-        Command::New if state.view == View::Apps => apps::open_form(state),
-        Command::New => webhooks::open_form(state, command),
-        Command::Edit if state.view == View::Webhooks => webhooks::open_form(state, command),
-        Command::ToggleWebhook => webhooks::ask(state, command),
+        Command::Pause
+        | Command::Resume
+        | Command::ScaleToZero
+        | Command::Delete
+        | Command::RotateSecret
+        | Command::DeleteSecret
+        | Command::ToggleWebhook => ask(state, command),
+        Command::New | Command::Edit | Command::Schedule | Command::Deploy => edit(state, command),
         Command::Replay => return webhooks::replay(state),
-        Command::Edit => editors::edit_spec(state),
         Command::EditExternal => return editors::edit_externally(state),
-        Command::Schedule => editors::edit_schedule(state),
-        Command::Deploy => editors::open_deploy_form(state),
         Command::Follow
         | Command::Wrap
         | Command::ScrollLeft
@@ -126,6 +120,30 @@ pub(super) fn on_command(state: &mut State, command: Command, keymap: &Keymap) -
         | Command::PrevChoice => {}
     }
     Vec::new()
+}
+
+/// The actions that ask first, on what the view shows: an endpoint's, an app's or a webhook's.
+fn ask(state: &mut State, command: Command) {
+    match (state.view, command) {
+        (View::Apps, _) | (_, Command::RotateSecret | Command::DeleteSecret) => {
+            apps::ask(state, command)
+        }
+        (View::Webhooks, _) | (_, Command::ToggleWebhook) => webhooks::ask(state, command),
+        _ => confirm::ask(state, command),
+    }
+}
+
+/// The editors and forms on what the view shows: a new app or webhook, a webhook or an endpoint's spec
+/// edited, an endpoint's schedule, a model's deploy.
+fn edit(state: &mut State, command: Command) {
+    match (state.view, command) {
+        (View::Apps, Command::New) => apps::open_form(state),
+        (View::Webhooks, Command::New | Command::Edit) => webhooks::open_form(state, command),
+        (_, Command::Edit) => editors::edit_spec(state),
+        (_, Command::Schedule) => editors::edit_schedule(state),
+        (_, Command::Deploy) => editors::open_deploy_form(state),
+        _ => {}
+    }
 }
 
 /// `enter`, `d` and `l` on the selected row: a webhook's deliveries are its log and what opening it shows;

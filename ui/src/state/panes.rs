@@ -7,14 +7,14 @@ use super::action::type_into;
 use super::layout::pager_window;
 use super::model::{State, View};
 use super::overlay::Overlay;
-use super::rows::{EndpointRow, Recipe};
+use super::rows::{CatalogRow, EndpointRow, Recipe};
 use crate::effects::Effect;
 use crate::keymap::Command;
 use crate::pager::{Pager, Window};
 use crate::schedule::minute_of_day;
 
-/// The selected model's recipes, the selected endpoint's summary and whole resource, or the selected app's
-/// details.
+/// The selected row described: a model's recipes, an endpoint's summary and whole resource, an app's, an
+/// audit entry's, an attempt's (the request sent and the answer) or a notification's details.
 pub(super) fn describe(state: &mut State) {
     let rows = state.visible();
     let Some(&i) = rows.get(state.selected) else {
@@ -23,24 +23,7 @@ pub(super) fn describe(state: &mut State) {
     let (title, text) = match state.view {
         View::Catalog => {
             let item = &state.catalog[i];
-            let mut text = format!(
-                "{}\ntask {} · license {}\n\n{}\n",
-                item.repo_id,
-                item.task,
-                item.license,
-                Recipe::header()
-            );
-            for recipe in &item.recipes {
-                text.push_str(&recipe.line());
-                // Whether it runs here; if not, why, and what would change that.
-                match state.engines.recipes.get(&recipe.id) {
-                    Some(r) if r.runs => text.push_str(&format!("\n    runs here ({})", r.engine)),
-                    Some(r) => text.push_str(&format!("\n    {}", r.message)),
-                    None => {}
-                }
-                text.push('\n');
-            }
-            (item.repo_id.clone(), text)
+            (item.repo_id.clone(), recipes(state, item))
         }
         View::Endpoints => {
             let ep = &state.endpoints[i];
@@ -74,6 +57,28 @@ pub(super) fn describe(state: &mut State) {
         View::Webhooks => return,
     };
     state.overlay = Overlay::Describe(Pager::new(title, &text, false));
+}
+
+/// A model's recipes, as describe shows them: each with whether it runs here, and if not, why and what would
+/// change that.
+fn recipes(state: &State, item: &CatalogRow) -> String {
+    let mut text = format!(
+        "{}\ntask {} · license {}\n\n{}\n",
+        item.repo_id,
+        item.task,
+        item.license,
+        Recipe::header()
+    );
+    for recipe in &item.recipes {
+        text.push_str(&recipe.line());
+        match state.engines.recipes.get(&recipe.id) {
+            Some(r) if r.runs => text.push_str(&format!("\n    runs here ({})", r.engine)),
+            Some(r) => text.push_str(&format!("\n    {}", r.message)),
+            None => {}
+        }
+        text.push('\n');
+    }
+    text
 }
 
 /// The selected endpoint's replica output, followed. Until some comes, the pane says why there is none.

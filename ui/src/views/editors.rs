@@ -16,12 +16,14 @@ use crate::spec::SpecEditor;
 /// The spec editor: the text with line numbers, and under it the issues (at most five) or a note.
 pub(super) fn spec(frame: &mut Frame, area: Rect, editor: &SpecEditor) {
     let box_ = centered(area, area.width.saturating_sub(6), area.height);
-    let block = Block::default().borders(Borders::ALL).title(format!(
+    let title = format!(
         " spec {}/{} ({}) ",
         editor.edit.namespace,
         editor.edit.name,
         editor.edit.format.name(),
-    ));
+    );
+    let title = fit(&title, box_.width.saturating_sub(2));
+    let block = Block::default().borders(Borders::ALL).title(title);
     let inner = block.inner(box_);
     let lines = wrap_lines(spec_notes(editor), usize::from(inner.width));
     // The text keeps most of the box: at most six lines of issues, the last cut with `…` when more.

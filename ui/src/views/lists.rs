@@ -96,8 +96,8 @@ fn mark_colour(runs: Runs) -> Color {
 
 /// The recipes pane's columns: the recipe and whether it runs here first; the model file goes first.
 const RECIPES: [(&str, Column); 5] = [
-    ("RECIPE", Column::new(0, 20, 44, true)),
-    ("ACCELERATOR", Column::new(2, 5, 11, true)),
+    ("RECIPE", Column::new(0, 20, 36, true).up_to(44)),
+    ("ACCELERATOR", Column::new(2, 11, 11, true)),
     ("ENGINE", Column::new(3, 8, 12, false)),
     ("MODEL FILE", Column::new(4, 10, 24, false).up_to(40)),
     ("HERE", Column::new(1, 16, 30, true).up_to(100)),

@@ -158,7 +158,18 @@ fn footer(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap) {
         Layout::vertical([Constraint::Length(1), Constraint::Length(1)]).areas(area);
     let width = usize::from(area.width);
     let line = match (&state.overlay, &state.message) {
-        (Overlay::Command(text), _) => Line::from(format!(":{}▏", shown_command(text))),
+        // The end of a long command, where it is typed.
+        (Overlay::Command(text), _) => {
+            let typed = format!(":{}▏", shown_command(text));
+            let n = typed.chars().count();
+            match n > width {
+                true => Line::from(format!(
+                    "…{}",
+                    typed.chars().skip(n + 1 - width).collect::<String>()
+                )),
+                false => Line::from(typed),
+            }
+        }
         (_, Some((m, true))) => Line::styled(fit(m, area.width), Style::new().fg(Color::Red)),
         (_, Some((m, false))) => Line::styled(fit(m, area.width), Style::new().fg(Color::Green)),
         _ => match state.keymap_problems.first() {
@@ -265,7 +276,7 @@ fn note(frame: &mut Frame, area: Rect, title: &str, note: &str) {
         Paragraph::new(lines).wrap(Wrap { trim: false }).block(
             Block::default()
                 .borders(Borders::ALL)
-                .title(format!(" {title} ")),
+                .title(fit(&format!(" {title} "), area.width.saturating_sub(2))),
         ),
         area,
     );
