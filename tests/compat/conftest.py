@@ -171,7 +171,12 @@ def running_server(extra_config: str = "", own_store: bool = False, test_engine:
     config_path = data_dir.parent / (data_dir.name + ".toml")
     launcher = f'command = ["{engine}", "--port", "{{port}}"]\nhealth_route = "/health"\n'
     launchers = f"[runtime.launchers.hub]\n{launcher}\n[runtime.launchers.tei]\n{launcher}\n" if test_engine else ""
-    config_path.write_text(f"[runtime]\ntick_ms = 200\nstop_grace_ms = 2000\n\n{launchers}{extra_config}")
+    # The suite's server offers every kind of compute (its replicas are the test engine), so that deploys of
+    # every recipe are checked here; a first run (`test_engine=False`) has what the machine has.
+    accelerators = 'accelerators = ["cpu", "gpu", "neuron"]\n' if test_engine else ""
+    config_path.write_text(
+        f"[runtime]\ntick_ms = 200\nstop_grace_ms = 2000\n{accelerators}\n{launchers}{extra_config}"
+    )
     process = subprocess.Popen(
         [str(binary), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir), "--config", str(config_path)],
         stdin=subprocess.DEVNULL,
