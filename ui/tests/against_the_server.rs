@@ -88,6 +88,8 @@ async fn server_with(
     configure(&mut config);
     config.store.data_dir = Some(dir.to_path_buf());
     config.runtime.engines_dir = Some(dir.join("engines"));
+    // Whatever this machine has: the console is shown a server without GPUs.
+    config.runtime.accelerators = Some(vec!["cpu".into()]);
     config.server.listen = "127.0.0.1:0".parse().unwrap();
     let app = Application::build(&config).await.unwrap();
     let url = format!("http://{}", app.local_addr());
@@ -254,8 +256,16 @@ async fn the_catalog_marks_what_runs_here_and_a_deploy_offers_the_engine_it_need
         console
             .state
             .engines
-            .recipe_note("all-minilm-l6-v2-cpu-tei"),
+            .recipe_note("all-minilm-l6-v2-cpu-tei", "cpu"),
         (Runs::Here, "runs here (minilm)".to_string())
+    );
+    // A GPU recipe on a server without GPUs lacks the compute, not an engine.
+    assert_eq!(
+        console
+            .state
+            .engines
+            .recipe_note("bge-large-en-v1-5-gpu-tei", "gpu"),
+        (Runs::No, "no gpu here".to_string())
     );
     std::fs::remove_dir_all(dir.path().join("engines/minilm")).unwrap();
     console.keys(&["r"]).await;

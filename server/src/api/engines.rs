@@ -42,6 +42,9 @@ pub struct RecipeRuns {
     /// Why it cannot run here, and what would change that.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// What it lacks here: `compute` (this server runs no replicas of its accelerator) or `engine`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lacks: Option<&'static str>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -70,6 +73,7 @@ fn recipe_runs(
             engine: None,
             install: None,
             message: Some(why),
+            lacks: Some("compute"),
         };
     }
     match engines.resolve_in(disk, key, &entry.repo_id, accelerator) {
@@ -85,6 +89,7 @@ fn recipe_runs(
                 engine: Some(engine),
                 install: None,
                 message: None,
+                lacks: None,
             }
         }
         Err(m) => RecipeRuns {
@@ -93,6 +98,7 @@ fn recipe_runs(
             engine: None,
             install: m.install.map(str::to_string),
             message: Some(m.message),
+            lacks: Some("engine"),
         },
     }
 }

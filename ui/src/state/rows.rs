@@ -115,6 +115,8 @@ pub struct RecipeRuns {
     pub install: Option<String>,
     /// Why it does not run here.
     pub message: String,
+    /// What it lacks here, as the server says: `compute` or `engine`.
+    pub lacks: String,
 }
 
 impl RecipeRuns {
@@ -182,6 +184,7 @@ impl EngineMarks {
                             engine: plain(&r["engine"]),
                             install: r["install"].as_str().map(|_| plain(&r["install"])),
                             message: plain(&r["message"]),
+                            lacks: plain(&r["lacks"]),
                         };
                         (id.clone(), runs)
                     })
@@ -216,8 +219,8 @@ impl EngineMarks {
             .unwrap_or(Runs::Unsaid)
     }
 
-    /// Whether a recipe runs here, and its note in the recipes pane.
-    pub fn recipe_note(&self, id: &str) -> (Runs, String) {
+    /// Whether a recipe (of `accelerator`) runs here, and its note in the recipes pane.
+    pub fn recipe_note(&self, id: &str, accelerator: &str) -> (Runs, String) {
         let Some(r) = self.recipes.get(id) else {
             return (Runs::Unsaid, String::new());
         };
@@ -225,6 +228,7 @@ impl EngineMarks {
         let note = match (runs, &r.install) {
             (Runs::Here, _) => format!("runs here ({})", r.engine),
             (Runs::AfterInstall, Some(name)) => format!("install {name} to run it here"),
+            _ if r.lacks == "compute" => format!("no {accelerator} here"),
             _ => "no engine here".to_string(),
         };
         (runs, note)

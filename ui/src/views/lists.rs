@@ -137,7 +137,7 @@ pub(super) fn recipes(frame: &mut Frame, area: Rect, state: &State, visible: &[u
                 room
             };
             for r in item.recipes.iter().take(shown) {
-                let (runs, note) = state.engines.recipe_note(&r.id);
+                let (runs, note) = state.engines.recipe_note(&r.id, &r.accelerator);
                 let texts = [r.id.as_str(), &r.accelerator, &r.engine, &r.file, &note];
                 let here = Style::new().fg(mark_colour(runs));
                 lines.push(recipe_cells(texts, &widths, here));
