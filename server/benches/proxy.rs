@@ -66,7 +66,7 @@ struct Server {
     data_dir: PathBuf,
     http: reqwest::Client,
     stop: tokio::sync::oneshot::Sender<()>,
-    done: tokio::task::JoinHandle<std::io::Result<()>>,
+    done: tokio::task::JoinHandle<std::io::Result<switchyard_server::app::Stopped>>,
     _dir: tempfile::TempDir,
 }
 

@@ -399,6 +399,15 @@ pub fn address_taken(addr: SocketAddr) -> bool {
     std::net::TcpListener::bind(addr).is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse)
 }
 
+/// How a server's stop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// Every request was done.
+    Drained,
+    /// Requests were still open after [`DRAIN`]; they were cut.
+    GaveUp,
+}
+
 /// How long in-flight requests get to finish after a shutdown signal before replicas are stopped anyway.
 const DRAIN: Duration = Duration::from_secs(10);
 
@@ -487,11 +496,12 @@ impl Application {
     }
 
     /// Serves until `shutdown` resolves; then stops accepting, gives in-flight requests [`DRAIN`] to
-    /// finish, stops every replica and closes the store.
+    /// finish, stops every replica and closes the store. Says whether every request was done or the drain
+    /// gave up on some.
     pub async fn run(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
+    ) -> std::io::Result<Stopped> {
         let Application {
             listener,
             private_listener,
@@ -563,11 +573,11 @@ impl Application {
         let served = tokio::select! {
             r = serve => {
                 tracing::info!("every request is done; stopping");
-                r
+                r.map(|()| Stopped::Drained)
             }
             _ = drained => {
                 tracing::warn!("requests still open after {} s; stopping anyway", DRAIN.as_secs());
-                Ok(())
+                Ok(Stopped::GaveUp)
             }
         };
         runtime.signal_stop();
