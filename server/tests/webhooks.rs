@@ -697,8 +697,17 @@ async fn an_open_breaker_holds_deliveries_without_spending_attempts() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let hold = hold.expect("the breaker opened and the hold was recorded");
-    let before = attempts(&alice, &id).await;
-    assert_eq!(r.got().len(), 2, "the breaker opened after two failures");
+    // What started before the hold ends (a busy machine may see the hold late, after it ended).
+    let before: Vec<Value> = attempts(&alice, &id)
+        .await
+        .into_iter()
+        .filter(|x| time(&x["at"]) < hold)
+        .collect();
+    assert_eq!(
+        before.len(),
+        2,
+        "the breaker opened after two failures: {before:?}"
+    );
     let codes: Vec<&Value> = before.iter().map(|x| &x["statusCode"]).collect();
     assert_eq!(codes, [&json!(503), &json!(503)], "{before:?}");
     let second = &before[0];
@@ -1336,14 +1345,33 @@ async fn a_credential_watches_only_endpoints_it_may_read_and_sees_only_its_notic
         k.sort();
         k
     };
-    let seen = |c: &Client| {
+    // The notices are written as their changes commit, the webhook's just after it is disabled: asked
+    // until the credential's list is what it should be (bounded), then that list is the assertion.
+    let seen = |c: &Client, expected: &'static [&'static str]| {
         let c = c.clone();
-        async move { kinds(c.notifications(None, None, None).await.expect("notices")) }
+        async move {
+            let mut got = Vec::new();
+            for _ in 0..250 {
+                got = kinds(c.notifications(None, None, None).await.expect("notices"));
+                if got == expected {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            got
+        }
     };
-    assert_eq!(seen(&full).await, ["endpoint.deleted", "webhook.disabled"]);
-    assert_eq!(seen(&webhooks_only).await, ["webhook.disabled"]);
+    let both: &[&str] = &["endpoint.deleted", "webhook.disabled"];
+    assert_eq!(seen(&full, both).await, both);
+    assert_eq!(
+        seen(&webhooks_only, &["webhook.disabled"]).await,
+        ["webhook.disabled"]
+    );
     let endpoints_only = s.token_for("alice", Some(&["read-endpoints"])).await;
-    assert_eq!(seen(&endpoints_only).await, ["endpoint.deleted"]);
+    assert_eq!(
+        seen(&endpoints_only, &["endpoint.deleted"]).await,
+        ["endpoint.deleted"]
+    );
 }
 
 /// The answer of a refused request and the paths of its issues.
