@@ -677,9 +677,7 @@ impl Engines {
 
     /// Whether an install of `name` runs in this process now.
     pub fn installing(&self, name: &str) -> bool {
-        self.installs
-            .lock()
-            .is_ok_and(|i| i.get(name).is_some_and(|s| s.running))
+        self.install_running(name).is_some()
     }
 }
 
