@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.timeout(TOUR_TIMEOUT_S + 120)]
 def tour() -> tuple[list[str], str]:
     """The tour's `sh` blocks and its one `python` block, from the README."""
     text = (REPO_ROOT / "README.md").read_text()
-    section = text[text.index("## A tour\n") : text.index("### Endpoints that serve")]
+    section = text[text.index("## A tour\n") : text.index("## Read on")]
     shell = re.findall(r"```sh\n(.*?)```", section, re.S)
     python = re.findall(r"```python\n(.*?)```", section, re.S)
     assert len(shell) >= 5 and len(python) == 1, "the tour's blocks moved"

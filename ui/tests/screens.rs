@@ -532,12 +532,12 @@ fn read_only_and_small_terminals() {
 }
 
 #[test]
-fn readme_keymap_table_is_generated_from_the_keymap() {
-    let readme = include_str!("../../README.md");
+fn the_console_docs_keymap_table_is_generated_from_the_keymap() {
+    let readme = include_str!("../../docs/console.md");
     let sheet = Keymap::builtin().cheat_sheet();
     assert!(
         readme.contains(&sheet),
-        "README.md's keymap table is out of date: paste `switchyard keys`:\n{sheet}"
+        "docs/console.md's keymap table is out of date: paste `switchyard keys`:\n{sheet}"
     );
 }
 
