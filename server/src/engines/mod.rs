@@ -665,8 +665,13 @@ impl Engines {
         installs.get(name).filter(|s| s.running).cloned()
     }
 
-    /// Why `spec` waits to start: the engine it needs is being installed in this process now.
+    /// Why `spec` waits to start: the engine it needs is being installed in this process now. The disk is
+    /// asked only while some install runs (the reconciler asks this of every endpoint that has no replica).
     pub fn waiting_for(&self, spec: &EndpointSpec) -> Option<String> {
+        let any = self.installs.lock().ok()?.values().any(|s| s.running);
+        if !any {
+            return None;
+        }
         let name = self.resolve_spec(spec).err()?.install?;
         let state = self.install_running(name)?;
         Some(format!(

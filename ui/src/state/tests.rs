@@ -1093,13 +1093,19 @@ fn deliveries_follow_live_and_a_new_attempt_moves_into_view() {
     assert_eq!(s.deliveries.rows[0].seq, 4);
 }
 
-#[test]
-fn t_replays_the_selected_delivery() {
+/// Signed in, the webhooks view, and the selected webhook's deliveries opened; the feed they follow.
+fn deliveries_open() -> (State, u64) {
     let mut s = state();
     signed_in(&mut s);
     webhooks_view(&mut s);
     key(&mut s, "enter");
     let feed = s.deliveries.feed;
+    (s, feed)
+}
+
+#[test]
+fn t_replays_the_selected_delivery() {
+    let (mut s, feed) = deliveries_open();
     deliveries(
         &mut s,
         feed,
@@ -1162,11 +1168,7 @@ fn retried(seq: i64, n: i64, state: &str, next: Option<&str>) -> DeliveryRow {
 
 #[test]
 fn superseded_attempts_say_so_and_a_held_webhook_says_until_when() {
-    let mut s = state();
-    signed_in(&mut s);
-    webhooks_view(&mut s);
-    key(&mut s, "enter");
-    let feed = s.deliveries.feed;
+    let (mut s, feed) = deliveries_open();
     // The first attempt, read while its delivery waited for the second (due at 11:00:05, before now).
     deliveries(
         &mut s,
