@@ -21,6 +21,11 @@ pub const MAX_PER_OWNER: usize = 100;
 /// The payload version this server sends.
 pub const PAYLOAD_VERSION: u32 = 3;
 
+/// The `webhook` member every payload is sent with: which webhook it is for, and the payload's version.
+pub fn webhook_member(webhook_id: &str) -> serde_json::Value {
+    serde_json::json!({"id": webhook_id, "version": PAYLOAD_VERSION})
+}
+
 /// What a webhook follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]

@@ -135,7 +135,7 @@ pub fn render_attempt(a: AttemptRecord, webhook_id: &str) -> AttemptOut {
     if let Some(p) = payload.as_object_mut() {
         p.insert(
             "webhook".into(),
-            serde_json::json!({"id": webhook_id, "version": crate::model::webhook::PAYLOAD_VERSION}),
+            crate::model::webhook::webhook_member(webhook_id),
         );
     }
     AttemptOut {

@@ -27,7 +27,7 @@ use super::signature::signature_header;
 use crate::clock::Clock;
 use crate::config::WebhookSettings;
 use crate::crypto::{random_id, SecretBox};
-use crate::model::webhook::PAYLOAD_VERSION;
+use crate::model::webhook::webhook_member;
 use crate::outbound::{FetchOptions, Outbound, OutboundError};
 use crate::store::{Backend, Claimed, Outcome, Store};
 
@@ -705,8 +705,8 @@ fn body_of(c: &Claimed) -> Bytes {
         ","
     };
     Bytes::from(format!(
-        "{inner}{sep}\"webhook\":{{\"id\":{},\"version\":{PAYLOAD_VERSION}}}}}",
-        serde_json::Value::String(c.webhook_id.clone())
+        "{inner}{sep}\"webhook\":{}}}",
+        webhook_member(&c.webhook_id)
     ))
 }
 
