@@ -814,3 +814,103 @@ async fn deliveries_are_claimed_once_and_a_server_takes_back_its_own_claims() {
         assert_eq!(again.len(), 3, "{b}");
     }
 }
+
+/// PostgreSQL: a disable (which holds the webhook's row, then cancels its deliveries) and a worker
+/// recording an attempt's outcome (the delivery and the webhook's failing streak) take the two rows in
+/// one order, so neither is aborted as a deadlock. The outcome is made to wait on the disable's lock
+/// before the disable goes on; a cancelled delivery then records nothing.
+#[tokio::test]
+async fn a_disable_and_an_outcome_recorded_at_once_do_not_deadlock() {
+    use sqlx::{Connection, Row};
+    use switchyard_server::store::{DeliveryQueue, Outcome};
+    let Some(admin) = common::postgres_admin_url() else {
+        eprintln!("skipped: SWITCHYARD_TEST_POSTGRES is not set");
+        return;
+    };
+    let url = common::fresh_postgres(&admin).await;
+    let store = SqlStore::open(&StoreUrl::parse(&url).unwrap(), Synchronous::Normal)
+        .await
+        .unwrap();
+    let webhook = watching_webhook(&store).await;
+    let mut unit = store.begin().await.unwrap();
+    let event = NewEvent {
+        kind: EventKind::RepoUpdated,
+        namespace: "acme".into(),
+        subject: "acme/m".into(),
+        payload: json!({}),
+        hook: Some(json!({"event": {"action": "update", "scope": "repo.config"}})),
+    };
+    unit.append_event(event, Utc::now()).await.unwrap();
+    unit.commit().await.unwrap();
+    let now = Utc::now();
+    let claimed = store
+        .claim_deliveries("node:1", now, now + chrono::Duration::seconds(60), 1, None)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+
+    let mut disable = store.begin().await.unwrap();
+    disable.lock_webhook(&webhook).await.unwrap();
+    let outcome = Outcome {
+        delivery_id: claimed[0].id.clone(),
+        webhook_id: webhook.clone(),
+        claim_token: "node:1".into(),
+        number: 1,
+        started_at: now,
+        duration_ms: 1,
+        status_code: Some(500),
+        error_class: None,
+        error: None,
+        response: None,
+        next_attempt_at: Some(now + chrono::Duration::seconds(1)),
+        state: "failed",
+        manual: false,
+        now: Utc::now(),
+    };
+    let worker = store.clone();
+    let recording = tokio::spawn(async move { worker.record_outcome(&outcome).await });
+    // The outcome's transaction is waiting on a row lock (the webhook's, held above).
+    let mut look = sqlx::PgConnection::connect(&url).await.unwrap();
+    loop {
+        let waiting: i64 = sqlx::query(
+            "SELECT COUNT(*) AS n FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut look)
+        .await
+        .unwrap()
+        .get("n");
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            !recording.is_finished(),
+            "the outcome did not wait for the disable"
+        );
+        tokio::task::yield_now().await;
+    }
+    disable
+        .set_webhook_disabled(&webhook, true, Some("test"), Utc::now())
+        .await
+        .expect("the disable goes on");
+    disable.commit().await.expect("and commits");
+    recording
+        .await
+        .unwrap()
+        .expect("the outcome is not aborted either");
+
+    let row = sqlx::query(
+        "SELECT d.state, (SELECT COUNT(*) FROM delivery_attempts a WHERE a.delivery_id = d.id) AS n \
+         FROM deliveries d WHERE d.id = $1",
+    )
+    .bind(&claimed[0].id)
+    .fetch_one(&mut look)
+    .await
+    .unwrap();
+    assert_eq!(row.get::<String, _>("state"), "cancelled");
+    assert_eq!(
+        row.get::<i64, _>("n"),
+        0,
+        "a cancelled delivery records no attempt"
+    );
+}

@@ -708,7 +708,19 @@ impl DeliveryQueue for SqlStore {
     }
 
     async fn record_outcome(&self, o: &Outcome) -> StoreResult<()> {
-        self.write_batch(outcome_statements(o)).await
+        let mut stmts = outcome_statements(o);
+        if super::Store::backend(self) == Backend::Postgres {
+            // Rows are locked webhook first, then its deliveries, as a disable or a replay takes them
+            // (`lock_webhook`): the outcome touches both, and the other order deadlocks against those.
+            stmts.insert(
+                0,
+                (
+                    "SELECT id FROM webhooks WHERE id = $1 FOR UPDATE",
+                    vec![Val::from(o.webhook_id.as_str())],
+                ),
+            );
+        }
+        self.write_batch(stmts).await
     }
 
     async fn release_expired_leases(&self, now: DateTime<Utc>) -> StoreResult<u64> {
