@@ -1105,3 +1105,94 @@ async fn responses_are_cached_in_whatever_framing_they_came() {
         Some("MISS")
     );
 }
+
+/// One request on a connection of its own, on the own path (`Content-Length`) or hyper's (chunks): its
+/// answer.
+async fn ask(server: &common::TestServer, target: &str, fields: &str, own_path: bool) -> Answer {
+    let mut caller = Caller::connect(&server.url).await;
+    let (framing, body) = match own_path {
+        true => ("Content-Length: 0\r\n", ""),
+        false => ("Transfer-Encoding: chunked\r\n", "0\r\n\r\n"),
+    };
+    let mut request = get("GET", target, &format!("{framing}{fields}"));
+    request.extend_from_slice(body.as_bytes());
+    caller.send(&request).await;
+    caller.answer("GET").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cache_keeps_variants_and_callers_apart() {
+    let (server, ep) = server_with_replica(json!({"cacheHttpResponses": true})).await;
+    let secret = "alice-secret-session";
+    for own_path in [true, false] {
+        let on = if own_path { "own path" } else { "general path" };
+        let target = format!("{ep}/echo?own={own_path}");
+        let vary = "X-Reply: Vary: Cookie, Accept-Language\r\n";
+        let ask_as = |cookie: Option<&str>, lang: &str| {
+            let cookie = cookie.map(|c| format!("Cookie: session={c}\r\n"));
+            format!(
+                "{vary}{}Accept-Language: {lang}\r\n",
+                cookie.unwrap_or_default()
+            )
+        };
+        let steps = [
+            // (cookie, language, expected X-Cache)
+            (Some(secret), "fr", "MISS"),
+            (None, "fr", "MISS"),
+            (Some("bob"), "fr", "MISS"),
+            (None, "fr", "HIT"),
+            (None, "de", "MISS"),
+            (Some("bob"), "fr", "MISS"),
+            (None, "de", "HIT"),
+        ];
+        for (i, (cookie, lang, cache)) in steps.into_iter().enumerate() {
+            let a = ask(&server, &target, &ask_as(cookie, lang), own_path).await;
+            let body = String::from_utf8_lossy(&a.body).to_ascii_lowercase();
+            assert_eq!(
+                a.field("x-cache").as_deref(),
+                Some(cache),
+                "{on} step {i}: {}",
+                a.head
+            );
+            // Only alice's own request ever sees her cookie.
+            assert_eq!(body.contains(secret), i == 0, "{on} step {i}: {body}");
+            assert!(
+                body.contains(&format!("accept-language: {lang}")),
+                "{on} step {i}: {body}"
+            );
+        }
+
+        // Varying on everything: never kept.
+        let star = format!("{ep}/echo?star={own_path}");
+        for _ in 0..2 {
+            let a = ask(&server, &star, "X-Reply: Vary: *\r\n", own_path).await;
+            assert_eq!(
+                a.field("x-cache").as_deref(),
+                Some("MISS"),
+                "{on}: {}",
+                a.head
+            );
+        }
+
+        // An answer to a cookie that says it is public is shared among callers with cookies (and with
+        // the same values of what it varies on), never with those without.
+        let public = format!("{ep}/echo?public={own_path}");
+        let fields = |cookie: &str| {
+            format!(
+                "X-Reply: Cache-Control: public, max-age=60\r\nX-Reply: Vary: Accept-Language\r\n\
+                 Accept-Language: fr\r\n{cookie}"
+            )
+        };
+        let with_cookie = |c: &str| fields(&format!("Cookie: session={c}\r\n"));
+        let first = ask(&server, &public, &with_cookie("carol"), own_path).await;
+        assert_eq!(first.field("x-cache").as_deref(), Some("MISS"), "{on}");
+        let again = ask(&server, &public, &with_cookie("dave"), own_path).await;
+        assert_eq!(again.field("x-cache").as_deref(), Some("HIT"), "{on}");
+        let none = ask(&server, &public, &fields(""), own_path).await;
+        assert_eq!(none.field("x-cache").as_deref(), Some("MISS"), "{on}");
+        assert!(
+            !String::from_utf8_lossy(&none.body).contains("carol"),
+            "{on}"
+        );
+    }
+}

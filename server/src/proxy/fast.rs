@@ -667,7 +667,8 @@ async fn exchange(
     }
     let cache_key = use_cache.then(|| key(conn, taken, &access));
     if let Some(key) = &cache_key {
-        if let Some(hit) = proxy.cache.get(key, proxy.clock.now()) {
+        let fields = RequestFields(&conn.head, &conn.buf);
+        if let Some(hit) = proxy.cache.get(key, &fields, proxy.clock.now()) {
             taken.route.activity.stats.cache_hit();
             return Err(cached_response(hit, "HIT"));
         }
@@ -691,6 +692,8 @@ async fn exchange(
     };
     count.add_replica(&**backend);
     request_head(proxy, conn, taken, backend, peer);
+    // The request's head leaves the buffer once it is sent: a copy is kept for the answer's `Vary`.
+    let cache_ask = cache_key.map(|key| (key, conn.buf[..conn.head.len].to_vec()));
     let limit = proxy.config.replica_timeout();
     // The request's start is the time now unless the checks may have waited (then read anew).
     let now = if waited { Instant::now() } else { started };
@@ -706,7 +709,7 @@ async fn exchange(
     };
     let mut upstream = sent.upstream;
     let passed =
-        pass_response(proxy, conn, &mut upstream, taken, route, cache_key, started).await?;
+        pass_response(proxy, conn, &mut upstream, taken, route, cache_ask, started).await?;
     conn.replica_timer = upstream.timer.take();
     if passed.reusable && sent.all {
         backend.pool.give_back_stream(upstream.io, upstream.used);
@@ -756,9 +759,22 @@ fn key(conn: &Conn, taken: &Taken<'_>, access: &str) -> cache::Key {
             query,
             accept,
             access,
+            credentialed: cache::Fields::credentialed(&RequestFields(head, buf)),
             body,
         },
     )
+}
+
+/// A request's fields in its head, as the cache reads them.
+struct RequestFields<'a>(&'a Head, &'a [u8]);
+
+impl cache::Fields for RequestFields<'_> {
+    fn each(&self, name: &[u8], with: &mut dyn FnMut(&[u8])) {
+        let RequestFields(head, buf) = self;
+        head.fields(buf)
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .for_each(|(_, v)| with(v));
+    }
 }
 
 /// Writes the head the replica gets into `conn.out`: the caller's method, the rest of the path and the
@@ -1169,14 +1185,15 @@ struct Passed {
 }
 
 /// Reads the replica's response head (its first bytes are in `conn.rbuf`), writes the caller's, and passes
-/// the body on, copied to the cache on its way when it may be cached under `cache_key`.
+/// the body on, copied to the cache on its way when it may be cached (`cache_ask`: the key the request was
+/// looked up by, and a copy of its head).
 async fn pass_response(
     proxy: &Proxy,
     conn: &mut Conn,
     upstream: &mut Upstream,
     taken: &Taken<'_>,
     route: &Route,
-    cache_key: Option<cache::Key>,
+    cache_ask: Option<(cache::Key, Vec<u8>)>,
     started: Instant,
 ) -> Result<Passed, Response> {
     let bad = || super::replica_failed(false);
@@ -1205,8 +1222,8 @@ async fn pass_response(
     // Counted once the replica has answered, as on the general path.
     let stats = &taken.route.activity.stats;
     stats.record(status.as_u16(), started.elapsed());
-    let mut fill = match cache_key {
-        Some(key) if status.is_success() && !event_stream(&conn.rhead, &conn.rbuf) => {
+    let mut fill = match cache_ask {
+        Some((key, asked)) if status.is_success() && !event_stream(&conn.rhead, &conn.rbuf) => {
             let (head, buf) = (&conn.rhead, &conn.rbuf[..]);
             let fields = head.fields(buf);
             let kept = fields.filter(|(name, _)| !stays(name, head, buf, false, framing.names));
@@ -1214,7 +1231,8 @@ async fn pass_response(
                 Ends::Length(n) => Some(n),
                 _ => None,
             };
-            Fill::new(&proxy.cache, key, status, kept, known)
+            let asked = RequestFields(&conn.head, &asked);
+            Fill::new(&proxy.cache, key, &asked, status, kept, known)
         }
         _ => None,
     };

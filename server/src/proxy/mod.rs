@@ -734,7 +734,7 @@ impl Proxy {
             }
             _ => None,
         };
-        let (body, cache_key) = if use_cache {
+        let (body, cache_ask) = if use_cache {
             self.cache_lookup(route, &parts, body, &target, &access)
                 .await?
         } else {
@@ -792,7 +792,7 @@ impl Proxy {
                 return Err(replica_failed(true));
             }
         };
-        Ok(self.respond(&route, &backend, session.as_deref(), resp, guard, cache_key))
+        Ok(self.respond(&route, &backend, session.as_deref(), resp, guard, cache_ask))
     }
 
     /// Who may call: the entry point (see [`Self::check_entry`]), the CIDR allow list, and access by type.
@@ -870,7 +870,7 @@ impl Proxy {
         body: ToReplica,
         target: &PathAndQuery,
         access: &str,
-    ) -> Result<(ToReplica, Option<cache::Key>), Response> {
+    ) -> Result<(ToReplica, Option<CacheAsk>), Response> {
         let bytes = match read_body(body, self.body_limit).await {
             Ok(Collected::Whole(b)) => b,
             // Larger than a body the cache reads: it goes on uncached, as it comes (untouched when
@@ -894,14 +894,20 @@ impl Proxy {
                 query: target.query().unwrap_or(""),
                 accept,
                 access,
+                credentialed: cache::Fields::credentialed(&parts.headers),
                 body: &bytes,
             },
         );
-        if let Some(hit) = self.cache.get(&key, self.clock.now()) {
+        if let Some(hit) = self.cache.get(&key, &parts.headers, self.clock.now()) {
             route.activity.stats.cache_hit();
             return Err(cached_response(hit, "HIT"));
         }
-        Ok((ToReplica::Right(Body::from(bytes)), Some(key)))
+        // The request's fields go on to the replica: a copy is kept for the answer's `Vary`.
+        let asked = CacheAsk {
+            key,
+            fields: parts.headers.clone(),
+        };
+        Ok((ToReplica::Right(Body::from(bytes)), Some(asked)))
     }
 
     /// The route as the latest table has it (it may have changed while the token was checked or the body
@@ -987,7 +993,7 @@ impl Proxy {
 
     /// The replica's response on its way to the caller, holding `guard` until it has passed: an MCP session
     /// it opened is remembered, its hop-by-hop headers stay behind, and when it may be cached (under
-    /// `cache_key`) it is copied as it passes.
+    /// `cache_ask`) it is copied as it passes.
     fn respond(
         &self,
         route: &Route,
@@ -995,7 +1001,7 @@ impl Proxy {
         session: Option<&str>,
         resp: axum::http::Response<Incoming>,
         guard: InFlight,
-        cache_key: Option<cache::Key>,
+        cache_ask: Option<CacheAsk>,
     ) -> Reply {
         let (rparts, rbody) = resp.into_parts();
         if stateful_session(route) && session.is_none() {
@@ -1021,13 +1027,15 @@ impl Proxy {
         strip_hop_by_hop(&mut headers);
         // A response that may be cached streams to the caller like any other, copied on its way, and is
         // stored once it has passed in full (and fits an entry).
-        let fill = match (cache_key, status.is_success(), streaming) {
-            (Some(key), true, false) => {
+        let fill = match (cache_ask, status.is_success(), streaming) {
+            (Some(ask), true, false) => {
                 let fields = headers
                     .iter()
                     .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
                 let known = http_body::Body::size_hint(&rbody).exact();
-                cache::Fill::new(&self.cache, key, status, fields, known).map(|f| (f, self.clone()))
+                let fill =
+                    cache::Fill::new(&self.cache, ask.key, &ask.fields, status, fields, known);
+                fill.map(|f| (f, self.clone()))
             }
             _ => None,
         };
@@ -1424,6 +1432,12 @@ fn cached_response(c: Cached, marker: &'static str) -> Response {
     resp.headers_mut()
         .insert(X_CACHE, HeaderValue::from_static(marker));
     resp
+}
+
+/// A request the cache missed: the key it was looked up by, and its fields (for the answer's `Vary`).
+struct CacheAsk {
+    key: cache::Key,
+    fields: HeaderMap,
 }
 
 /// A replica's response body on its way to the caller. It holds the request's in-flight guard, so the count
