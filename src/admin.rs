@@ -9,7 +9,7 @@ use clap::Subcommand;
 use switchyard_server::clock::SystemClock;
 use switchyard_server::model::account::{AccountKind, Role, Scope};
 use switchyard_server::model::catalog::CatalogEntry;
-use switchyard_server::services::{accounts, catalog, quotas, Error as ServiceError};
+use switchyard_server::services::{accounts, catalog, domains, quotas, Error as ServiceError};
 use switchyard_server::store::copy::copy_store;
 use switchyard_server::store::{SqlStore, Store, StoreUrl, Synchronous};
 use switchyard_server::{Config, Services};
@@ -40,6 +40,11 @@ pub enum AdminCommand {
     Quota {
         #[command(subcommand)]
         command: QuotaCommand,
+    },
+    /// Custom domains: which namespace's endpoints may route under each.
+    Domain {
+        #[command(subcommand)]
+        command: DomainCommand,
     },
     /// OAuth apps (the provider's clients).
     App {
@@ -145,6 +150,18 @@ pub enum QuotaCommand {
         #[arg(long)]
         replicas: Option<u32>,
     },
+}
+
+#[derive(Subcommand)]
+pub enum DomainCommand {
+    /// Every claimed domain and the namespace it belongs to.
+    List,
+    /// Give a domain to a namespace (once its owner proved it theirs); refused while another namespace's
+    /// endpoints route under it.
+    Assign { domain: String, namespace: String },
+    /// Let a domain go (the next endpoint to route under it claims it); refused while endpoints route under
+    /// it.
+    Release { domain: String },
 }
 
 #[derive(Subcommand)]
@@ -445,13 +462,7 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
                 };
                 let entry: CatalogEntry =
                     serde_json::from_str(&text).context("parsing the catalog item")?;
-                let added = match catalog::put_item(ctx, &entry).await {
-                    Err(ServiceError::Invalid(issues)) => match issues.first() {
-                        Some(i) => bail!("{}: {}", i.path, i.message),
-                        None => bail!("invalid catalog item"),
-                    },
-                    other => other?,
-                };
+                let added = said(catalog::put_item(ctx, &entry).await)?;
                 println!(
                     "{} {}",
                     if added { "added" } else { "replaced" },
@@ -480,6 +491,7 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
             };
             println!("{}", serde_json::to_string_pretty(&shown)?);
         }
+        AdminCommand::Domain { command } => domain(ctx, command).await?,
         AdminCommand::App { command } => crate::admin_oauth::app(ctx, command).await?,
         AdminCommand::Key { command } => {
             let keep = chrono::Duration::seconds(config.oauth.id_token_ttl_s as i64);
@@ -488,6 +500,39 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
         // Answered by run_store before the service opens.
         AdminCommand::Store { .. } | AdminCommand::Backup { .. } => {
             bail!("whole-store commands do not open the service")
+        }
+    }
+    Ok(())
+}
+
+/// A service's answer, an invalid input's first issue said as `path: message`.
+fn said<T>(r: Result<T, ServiceError>) -> Result<T> {
+    match r {
+        Err(ServiceError::Invalid(issues)) => match issues.first() {
+            Some(i) => Err(anyhow!("{}: {}", i.path, i.message)),
+            None => Err(anyhow!("invalid input")),
+        },
+        other => other.map_err(anyhow::Error::from),
+    }
+}
+
+/// `switchyard admin domain …`, as the administrator `admin`.
+async fn domain(ctx: &switchyard_server::services::Context, command: DomainCommand) -> Result<()> {
+    match command {
+        DomainCommand::List => {
+            println!("{:<48} {:<24} ASSIGNED BY", "DOMAIN", "NAMESPACE");
+            for d in domains::list(ctx).await? {
+                let by = d.assigned_by.as_deref().unwrap_or("(its first endpoint)");
+                println!("{:<48} {:<24} {by}", d.domain, d.namespace);
+            }
+        }
+        DomainCommand::Assign { domain, namespace } => {
+            let d = said(domains::assign(ctx, "admin", &domain, &namespace).await)?;
+            println!("{} belongs to {}", d.domain, d.namespace);
+        }
+        DomainCommand::Release { domain } => {
+            said(domains::release(ctx, "admin", &domain).await)?;
+            println!("released {domain}");
         }
     }
     Ok(())

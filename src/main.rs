@@ -404,6 +404,7 @@ fn run(mut cli: Cli) -> Result<()> {
     match cli.command {
         Some(Command::Serve { listen }) => rt.block_on(serve(&cli.common, listen)),
         Some(Command::Admin { command }) => {
+            private_files();
             let config = load_config(&cli.common, None)?;
             init_logs("warn", Stream::Stderr);
             rt.block_on(admin::run(&config, command))

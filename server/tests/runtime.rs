@@ -1562,6 +1562,167 @@ async fn quotas_hold_the_scaler_and_revocations_reach_the_proxy() {
     rt.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_domain_belongs_to_one_namespace() {
+    let rt = spawn(|_| {}).await;
+    let _alice = tenant(&rt, "alice").await;
+    let bob = tenant(&rt, "bob").await;
+    // alice's site, made by an administrator in her namespace: the first to route the domain claims it.
+    let mut site = engine_endpoint(
+        "site",
+        "public",
+        &[],
+        json!({"minReplica": 1, "maxReplica": 1}),
+    );
+    site["route"] = json!({"domain": "alice.example.com", "path": "/"});
+    let _: Value = rt
+        .admin
+        .create_endpoint("alice", &site)
+        .await
+        .expect("alice's site");
+    let routed = |domain: &str, path: &str, name: &str| {
+        let mut body = common::endpoint_body(name);
+        body["route"] = json!({"domain": domain, "path": path});
+        body
+    };
+
+    // bob may not add a path under it, on create or on update.
+    let err = bob
+        .create_endpoint::<Value>("bob", &routed("alice.example.com", "/admin", "grab"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(reqwest::StatusCode::CONFLICT));
+    assert!(
+        err.to_string().contains("belongs to another namespace"),
+        "{err}"
+    );
+    let _: Value = bob
+        .create_endpoint("bob", &common::endpoint_body("plain"))
+        .await
+        .expect("bob's own endpoint");
+    let err = bob
+        .update_endpoint::<Value>(
+            "bob",
+            "plain",
+            &json!({"route": {"domain": "alice.example.com", "path": "/admin"}}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(reqwest::StatusCode::CONFLICT));
+    // Nor any of the server's own names.
+    for own in [
+        "localhost.localdomain",
+        "api.localhost",
+        "localhost6.localdomain6",
+    ] {
+        let err = bob
+            .create_endpoint::<Value>("bob", &routed(own, "/", "own"))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.status(),
+            Some(reqwest::StatusCode::BAD_REQUEST),
+            "{own}"
+        );
+    }
+    // alice's namespace may add paths under her domain.
+    let _: Value = rt
+        .admin
+        .create_endpoint("alice", &routed("alice.example.com", "/api", "api"))
+        .await
+        .expect("another path of alice's");
+
+    // Requests for her domain, any path, reach her site.
+    for _ in 0..600 {
+        let ep: Value = rt.admin.get_endpoint("alice", "site").await.expect("get");
+        if ep["status"]["state"] == "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let via = |path: &str, host: &str| {
+        rt.http
+            .get(format!("{}{path}", rt.url))
+            .header("host", host)
+            .send()
+    };
+    let answer = via("/admin/users", "alice.example.com").await.expect("GET");
+    let replica = answer
+        .headers()
+        .get("x-replica-id")
+        .and_then(|v| v.to_str().ok());
+    assert!(
+        replica.is_some_and(|r| r.starts_with("site-")),
+        "{replica:?}"
+    );
+    // The API's names stay the API's.
+    let api = via("/health", "localhost.localdomain").await.expect("GET");
+    assert_eq!(api.status(), 200);
+    assert!(!api.headers().contains_key("x-replica-id"));
+
+    // An administrator sees whose each domain is, assigns one ahead of its first endpoint, and cannot
+    // give away or release one that endpoints route under.
+    let list: Value = rt
+        .admin
+        .request(reqwest::Method::GET, "/api/v1/admin/domains", None)
+        .await
+        .expect("list");
+    assert_eq!(list[0]["domain"], "alice.example.com");
+    assert_eq!(list[0]["namespace"], "alice");
+    assert_eq!(list[0]["assignedBy"], Value::Null);
+    let assign = |domain: &str, ns: &str| {
+        let path = format!("/api/v1/admin/domains/{domain}");
+        let admin = rt.admin.clone();
+        let body = json!({"namespace": ns});
+        async move {
+            admin
+                .request::<Value>(reqwest::Method::PUT, &path, Some(&body))
+                .await
+        }
+    };
+    let given = assign("bob.example.com", "bob").await.expect("assign");
+    assert_eq!(
+        (&given["namespace"], &given["assignedBy"]),
+        (&json!("bob"), &json!("admin"))
+    );
+    let err = rt
+        .admin
+        .create_endpoint::<Value>("alice", &routed("bob.example.com", "/", "taken"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(reqwest::StatusCode::CONFLICT));
+    let _: Value = bob
+        .create_endpoint("bob", &routed("bob.example.com", "/", "mine"))
+        .await
+        .expect("bob routes his own domain");
+    let err = assign("alice.example.com", "bob").await.unwrap_err();
+    assert_eq!(err.status(), Some(reqwest::StatusCode::CONFLICT));
+    let err = assign("localhost.localdomain", "bob").await.unwrap_err();
+    assert_eq!(err.status(), Some(reqwest::StatusCode::BAD_REQUEST));
+    let release = |domain: &str| {
+        let path = format!("/api/v1/admin/domains/{domain}");
+        let admin = rt.admin.clone();
+        async move {
+            admin
+                .request::<Value>(reqwest::Method::DELETE, &path, None)
+                .await
+        }
+    };
+    let err = release("bob.example.com").await.unwrap_err();
+    assert_eq!(err.status(), Some(reqwest::StatusCode::CONFLICT));
+    // A tenant cannot assign.
+    let err = bob
+        .request::<Value>(
+            reqwest::Method::PUT,
+            "/api/v1/admin/domains/x.example.com",
+            Some(&json!({"namespace": "bob"})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(reqwest::StatusCode::FORBIDDEN));
+    rt.shutdown().await;
+}
+
 /// A user of the server that is not an administrator, with a token.
 async fn tenant(rt: &Rt, name: &str) -> Client {
     let _: Value = rt

@@ -1,5 +1,5 @@
 //! Instance administration over HTTP, the same operations as `switchyard admin`: users, organizations,
-//! memberships, tokens, and the catalog. Every route needs an administrator's unrestricted token.
+//! memberships, tokens, quotas, custom domains and the catalog. Every route needs an administrator's unrestricted token.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -17,6 +17,7 @@ use crate::model::catalog::CatalogEntry;
 use crate::model::Issue;
 use crate::passwords::PasswordError;
 use crate::services::accounts::{self, AccountError};
+use crate::services::domains::{self, DomainOut};
 use crate::services::quotas::{self, QuotaOut, QuotaOverrideOut};
 
 pub fn router() -> Router<AppState> {
@@ -51,6 +52,11 @@ pub fn router() -> Router<AppState> {
             delete(delete_catalog_item),
         )
         .route("/api/v1/admin/catalog/reload", post(reload_catalog))
+        .route("/api/v1/admin/domains", get(list_domains))
+        .route(
+            "/api/v1/admin/domains/{domain}",
+            put(assign_domain).delete(release_domain),
+        )
 }
 
 /// Admin bodies decode with the model's strict decoder, so their issues read like every other body's.
@@ -458,5 +464,56 @@ pub async fn delete_catalog_item(
 pub async fn reload_catalog(State(s): State<AppState>, who: Principal) -> ApiResult<StatusCode> {
     who.require_instance_admin()?;
     s.catalog.reload(s.store.as_ref()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(get, path = "/api/v1/admin/domains", tag = "admin",
+    responses((status = 200, body = [DomainOut], description = "every claimed custom domain and its namespace")))]
+pub async fn list_domains(
+    State(s): State<AppState>,
+    who: Principal,
+) -> ApiResult<Json<Vec<DomainOut>>> {
+    who.require_instance_admin()?;
+    Ok(Json(domains::list(&s).await?))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DomainIn {
+    /// The user or organization whose endpoints may route under the domain.
+    pub namespace: String,
+}
+
+/// Gives a custom domain to a namespace (after its owner proved it theirs): only that namespace's
+/// endpoints may route under it from then on.
+#[utoipa::path(put, path = "/api/v1/admin/domains/{domain}", tag = "admin", request_body = DomainIn,
+    params(("domain" = String, Path)),
+    responses((status = 200, body = DomainOut), (status = 400, description = "not a domain anyone may hold"),
+        (status = 404, description = "no such namespace"),
+        (status = 409, description = "another namespace's endpoints route under it")))]
+pub async fn assign_domain(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams(domain): PathParams<String>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Json<DomainOut>> {
+    who.require_instance_admin()?;
+    let set: DomainIn = decode(body)?;
+    let out = domains::assign(&s, &who.account.name, &domain, &set.namespace).await?;
+    Ok(Json(out))
+}
+
+/// Lets a custom domain go: the next endpoint to route under it claims it for its namespace.
+#[utoipa::path(delete, path = "/api/v1/admin/domains/{domain}", tag = "admin",
+    params(("domain" = String, Path)),
+    responses((status = 204), (status = 404, description = "no one holds it"),
+        (status = 409, description = "endpoints still route under it")))]
+pub async fn release_domain(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams(domain): PathParams<String>,
+) -> ApiResult<StatusCode> {
+    who.require_instance_admin()?;
+    domains::release(&s, &who.account.name, &domain).await?;
     Ok(StatusCode::NO_CONTENT)
 }

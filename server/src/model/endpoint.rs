@@ -826,7 +826,7 @@ fn check_route(route: &Route, issues: &mut Issues) {
 
 /// RFC 1123 host name with at least two labels (a custom domain, not a bare host), whose last label is not
 /// numeric (so an IPv4 address is not taken for one).
-fn is_dns_hostname(name: &str) -> bool {
+pub(crate) fn is_dns_hostname(name: &str) -> bool {
     let labels: Vec<&str> = name.split('.').collect();
     let label_ok = |l: &&str| {
         (1..=63).contains(&l.len())

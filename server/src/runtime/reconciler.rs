@@ -138,6 +138,8 @@ pub struct Reconciler {
     /// (read again with the records).
     quotas: QuotaConfig,
     quota_overrides: HashMap<String, QuotaOverride>,
+    /// Custom domain → the namespace it belongs to: only that namespace's routes under it are served.
+    domains: HashMap<String, String>,
     /// How long a write to a replica may wait on it (`proxy.replica_timeout_s`).
     replica_timeout: std::time::Duration,
 }
@@ -187,6 +189,7 @@ impl Reconciler {
             records: None,
             quotas: QuotaConfig::default(),
             quota_overrides: HashMap::new(),
+            domains: HashMap::new(),
             replica_timeout: crate::routing::upstream::default_write_limit(),
         }
     }
@@ -223,7 +226,11 @@ impl Reconciler {
     async fn read_all(&mut self) -> Result<Vec<EndpointRecord>, StoreError> {
         let mut session = self.store.read().await?;
         self.quota_overrides = session.namespace_quotas().await?.into_iter().collect();
-        session.all_endpoints().await
+        let all = session.all_endpoints().await?;
+        // After the endpoints: a route's claim commits with its endpoint, so none read is missing one.
+        let claims = session.domain_claims().await?.into_iter();
+        self.domains = claims.map(|c| (c.domain, c.namespace)).collect();
+        Ok(all)
     }
 
     /// Ticks until `shutdown` flips to true, then stops every replica.
@@ -393,9 +400,15 @@ impl Reconciler {
             private_account: (spec.endpoint_type == EndpointType::Private)
                 .then(|| spec.private_service.as_ref().map(|p| p.account_id.clone()))
                 .flatten(),
+            // Only under a domain of its namespace's (older stores may hold routes made before domains
+            // were claimed).
             domain: spec
                 .route
                 .as_ref()
+                .filter(|r| {
+                    let holder = self.domains.get(&r.key().0);
+                    holder.is_some_and(|ns| ns.eq_ignore_ascii_case(&rec.namespace))
+                })
                 .map(|r| (r.domain.clone(), r.path.clone())),
             backends: run
                 .replicas

@@ -323,8 +323,8 @@ async fn keep_an_admin(unit: &mut dyn Session, account: &Account) -> Result<(), 
 }
 
 /// Deletes a user or an organization with everything it owns: its endpoints (each with its
-/// `endpoint.deleted` event; the runtime stops their replicas), its memberships and, for a user, its
-/// tokens, refused at once. Returns how many endpoints went with it.
+/// `endpoint.deleted` event; the runtime stops their replicas), its memberships, its custom domains and,
+/// for a user, its tokens, refused at once. Returns how many endpoints went with it.
 pub async fn delete_account(
     ctx: &Context,
     name: &str,
@@ -339,6 +339,8 @@ pub async fn delete_account(
     // A later account of the same name starts from the defaults, not from this one's quota.
     unit.set_namespace_quota(name, Default::default(), now)
         .await?;
+    // Nor from its custom domains: they are free again.
+    unit.release_domains_of(&account.name).await?;
     unit.delete_account(name).await?;
     unit.commit().await?;
     ctx.revocations.revoke();

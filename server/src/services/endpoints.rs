@@ -131,7 +131,7 @@ pub async fn insert_new(
     check_server_set(&spec, None)?;
     check_host_code(ctx, who, &spec, None)?;
     check_cache(who, &spec, None)?;
-    check_route(ctx, &spec)?;
+    super::domains::check_route(ctx, &spec)?;
     resolve_compute(&ctx.hardware, &mut spec, namespace)?;
     let now = ctx.clock.now();
     let rec = EndpointRecord {
@@ -151,6 +151,7 @@ pub async fn insert_new(
     };
     let mut unit = ctx.store.begin().await?;
     super::quotas::check(unit.as_mut(), ctx, namespace, None, &rec.spec).await?;
+    super::domains::claim_route(unit.as_mut(), namespace, &rec.spec, now).await?;
     unit.insert_endpoint(&rec).await?;
     unit.append_event(
         event(EventKind::EndpointCreated, &rec, json!({}), &ctx.public_url),
@@ -181,7 +182,7 @@ pub async fn update(
         check_host_code(ctx, who, &spec, Some(&rec.spec))?;
         check_cache(who, &spec, Some(&rec.spec))?;
         if spec.route != rec.spec.route {
-            check_route(ctx, &spec)?;
+            super::domains::check_route(ctx, &spec)?;
         }
         // Compute is checked against the hardware list only when it changes: an update of anything else
         // must not fail because the endpoint's instance type has since become unavailable.
@@ -325,6 +326,10 @@ where
         if rec.spec != before.spec {
             super::quotas::check(unit.as_mut(), ctx, namespace, Some(&before), &rec.spec).await?;
         }
+        if rec.spec.route != before.spec.route {
+            super::domains::claim_route(unit.as_mut(), namespace, &rec.spec, ctx.clock.now())
+                .await?;
+        }
         rec.updated_at = ctx.clock.now();
         rec.updated_by = actor(who);
         let saved = match unit.update_endpoint(&rec).await {
@@ -366,22 +371,6 @@ pub async fn write_status(
     moved(unit.as_mut(), before, &saved, base).await?;
     unit.commit().await?;
     Ok(saved)
-}
-
-/// A custom domain must be a name of its own (not an address, localhost or this server). That no
-/// other endpoint has the same domain and path is the store's unique index.
-fn check_route(ctx: &Context, spec: &EndpointSpec) -> Result<()> {
-    let Some(route) = &spec.route else {
-        return Ok(());
-    };
-    let (domain, _) = route.key();
-    if crate::model::is_server_host(&domain, &ctx.public_host) {
-        return Err(Error::Invalid(vec![Issue::new(
-            "route.domain",
-            "must be a domain of its own, not this server's address, an IP address or localhost",
-        )]));
-    }
-    Ok(())
 }
 
 /// Replaces every secret value given in a spec or patch by its ciphertext, before anything else sees it.

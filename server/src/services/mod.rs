@@ -6,6 +6,7 @@
 pub mod accounts;
 pub mod apps;
 pub mod catalog;
+pub mod domains;
 pub mod endpoints;
 pub mod notices;
 mod policy;

@@ -100,6 +100,16 @@ const TABLES: &[Table] = &[
     ),
     ("meta", "key", &[("key", Col::Text), ("value", Col::Text)]),
     (
+        "domains",
+        "domain",
+        &[
+            ("domain", Col::Text),
+            ("namespace", Col::Text),
+            ("assigned_by", Col::Text),
+            ("created_at", Col::Text),
+        ],
+    ),
+    (
         "namespace_quotas",
         "namespace",
         &[

@@ -54,6 +54,11 @@ const SQLITE: &[Migration] = &[
         name: "device auth time",
         sql: include_str!("../../migrations/sqlite/0008_device_auth_time.sql"),
     },
+    Migration {
+        version: 9,
+        name: "custom domains",
+        sql: include_str!("../../migrations/sqlite/0009_domains.sql"),
+    },
 ];
 
 const POSTGRES: &[Migration] = &[
@@ -86,6 +91,11 @@ const POSTGRES: &[Migration] = &[
         version: 6,
         name: "device auth time",
         sql: include_str!("../../migrations/postgres/0006_device_auth_time.sql"),
+    },
+    Migration {
+        version: 7,
+        name: "custom domains",
+        sql: include_str!("../../migrations/postgres/0007_domains.sql"),
     },
 ];
 

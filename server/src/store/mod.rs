@@ -1,5 +1,5 @@
-//! Persistence: one module per area (accounts, catalog, endpoints, events, OAuth, trusted publishers,
-//! quotas) behind traits that speak in model types, and units of work in which several writes commit
+//! Persistence: one module per area (accounts, catalog, custom domains, endpoints, events, OAuth, trusted
+//! publishers, quotas) behind traits that speak in model types, and units of work in which several writes commit
 //! together or not at all.
 //!
 //! One SQL implementation ([`SqlStore`], on sqlx's `Any` driver) runs on two backends: the embedded
@@ -12,6 +12,7 @@ mod accounts;
 mod batch;
 mod catalog;
 pub mod copy;
+mod domains;
 mod endpoints;
 mod events;
 mod migrate;
@@ -27,6 +28,7 @@ use chrono::{DateTime, Utc};
 
 pub use accounts::{AccountStore, NewAccount, NewToken};
 pub use catalog::CatalogStore;
+pub use domains::{DomainClaim, DomainStore};
 pub use endpoints::{Actor, EndpointRecord, EndpointStore};
 pub use events::{Event, EventStore, NewEvent};
 pub use notifications::{Mail, MailQueue, NewNotice, Notice, NotificationStore};
@@ -71,6 +73,7 @@ pub const DB_FILE: &str = "switchyard.db";
 pub trait Session:
     AccountStore
     + CatalogStore
+    + DomainStore
     + EndpointStore
     + EventStore
     + OAuthStore
