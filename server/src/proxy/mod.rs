@@ -15,6 +15,7 @@ pub mod balance;
 pub mod cache;
 mod deadline;
 mod fast;
+mod http1;
 mod poll;
 mod sock;
 pub mod workers;
