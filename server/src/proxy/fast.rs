@@ -32,7 +32,11 @@ use tokio::sync::watch;
 
 use super::cache::{self, keep, Fill};
 use super::deadline::Deadline;
-use super::http1::{words, Chunks, Framing, Head, Parsed, HEAD_MAX, LINE_MAX, RESPONSE_HEAD_MAX};
+use super::edge::{self, Refusal};
+use super::http1::{
+    self, date, field, length_field, status_line, words, Chunks, Framing, Head, Parsed, HEAD_MAX,
+    LINE_MAX, RESPONSE_HEAD_MAX,
+};
 use super::{balance, cached_response, endpoint_route, serving, sock, Counted, Proxy};
 use crate::auth::bearer;
 use crate::config::ClientTimeouts;
@@ -58,14 +62,17 @@ const HOP_BY_HOP: [&[u8]; 9] = [
 
 /// Whether a field is for this hop only, or for this server only, and is not passed on: the hop-by-hop
 /// fields (see `HOP_BY_HOP`), `Host`, and those the message's `Connection` names (looked for when `named`,
-/// see [`Framing::names`]); and, in a request, the caller's token, the private link's account and
-/// `X-Forwarded-For` (written anew).
+/// see [`Framing::names`]); and, in a request, the caller's token, the private link's account,
+/// `X-Forwarded-For` (written anew) and the fields nginx drops (see [`edge::dropped_name`]).
 fn stays(name: &[u8], head: &Head, buf: &[u8], request: bool, named: bool) -> bool {
     let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
     let listed = HOP_BY_HOP.iter().any(|h| is(h))
         || is(b"host")
         || request
-            && (is(b"authorization") || is(b"x-forwarded-for") || is(b"x-private-link-account"));
+            && (is(b"authorization")
+                || is(b"x-forwarded-for")
+                || is(b"x-private-link-account")
+                || edge::dropped_name(name));
     listed
         || named
             && head
@@ -162,7 +169,7 @@ impl Conn {
                 match self.head.request(&self.buf) {
                     Parsed::Complete => return Ok(()),
                     Parsed::Partial if self.buf.len() < HEAD_MAX => {}
-                    Parsed::Malformed => return Err(refuse(self, "the request is not HTTP").await),
+                    Parsed::Malformed => return Err(refuse(self, edge::MALFORMED).await),
                     _ => return Err(Hand::Over),
                 }
                 if idle {
@@ -267,35 +274,20 @@ struct Taken<'t> {
 enum NotTaken {
     /// The general path is to take it (and the connection).
     Over,
-    /// Its framing cannot be read, on any path (RFC 9112 §6.3): a 400 saying why.
-    Malformed(&'static str),
+    /// It is refused on any path (see [`edge::judge`]).
+    Refused(Refusal),
 }
 
 /// Whether this path takes the request whose head is in `conn`, and what it needs of it.
 fn take<'t>(proxy: &Proxy, conn: &Conn, table: &'t RouteTable) -> Result<Taken<'t>, NotTaken> {
     let (head, buf) = (&conn.head, &conn.buf[..]);
+    let framing = Framing::of(head, buf);
+    edge::judge(head, buf, &framing).map_err(NotTaken::Refused)?;
     if head.minor != 1 || head.method.in_(buf) == b"CONNECT" {
         return Err(NotTaken::Over);
     }
     let target = head.target.in_(buf);
-    if !plain_target(target) {
-        return Err(NotTaken::Over);
-    }
-    let framing = Framing::of(head, buf);
-    if framing.bad_length && !framing.encoded {
-        return Err(NotTaken::Malformed(
-            "Content-Length is not one whole number",
-        ));
-    }
-    if framing.hosts != 1 {
-        return Err(NotTaken::Malformed(super::ONE_HOST));
-    }
-    if framing.encoded && !framing.chunked {
-        return Err(NotTaken::Malformed(
-            "a request's Transfer-Encoding must end in chunked",
-        ));
-    }
-    if framing.encoded || framing.bad_length || framing.unusual {
+    if !plain_target(target) || framing.encoded || framing.unusual {
         return Err(NotTaken::Over);
     }
     let target = std::str::from_utf8(target).map_err(|_| NotTaken::Over)?;
@@ -324,10 +316,10 @@ fn take<'t>(proxy: &Proxy, conn: &Conn, table: &'t RouteTable) -> Result<Taken<'
     })
 }
 
-/// Answers a request whose head or framing cannot be read with 400 in the spec's shape (where the general
-/// path would answer a bare one), and lets the connection go.
-async fn refuse(conn: &mut Conn, why: &str) -> Hand {
-    let mut answer = ApiError::BadRequest(why.into()).into_response();
+/// Answers a request refused before it is read further (see [`edge::judge`]) in the spec's shape, and lets
+/// the connection go.
+async fn refuse(conn: &mut Conn, refusal: Refusal) -> Hand {
+    let mut answer = refusal.answer();
     super::stamp(&mut answer, None);
     if write_answer(conn, answer, true, false).await {
         linger(conn).await;
@@ -345,7 +337,7 @@ pub(super) async fn serve(
     let taken = match take(proxy, conn, table) {
         Ok(taken) => taken,
         Err(NotTaken::Over) => return Hand::Over,
-        Err(NotTaken::Malformed(why)) => return refuse(conn, why).await,
+        Err(NotTaken::Refused(refusal)) => return refuse(conn, refusal).await,
     };
     let started = Instant::now();
     let length = usize::try_from(taken.framing.length.unwrap_or(0)).unwrap_or(usize::MAX);
@@ -613,22 +605,6 @@ fn request_head(
     }
     super::ip_text(peer.ip(), |text| out.extend_from_slice(text));
     out.extend_from_slice(b"\r\n\r\n");
-}
-
-fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// `Content-Length: n`, its digits made on the stack (no string, and no formatter run).
-fn length_field(out: &mut Vec<u8>, n: u64) {
-    field(
-        out,
-        b"content-length",
-        itoa::Buffer::new().format(n).as_bytes(),
-    );
 }
 
 /// A request sent: the replica connection, and whether all of the body went (the replica may answer
@@ -1120,33 +1096,6 @@ fn response_head(
     out.extend_from_slice(b"\r\n");
 }
 
-/// `HTTP/1.1 {code} {reason}`: the reason is the code's own, as the general path writes it.
-fn status_line(out: &mut Vec<u8>, status: StatusCode) {
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(status.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
-    out.extend_from_slice(b"\r\n");
-}
-
-/// `Date: …` for now, made once a second on each thread.
-fn date(out: &mut Vec<u8>) {
-    thread_local! {
-        static NOW: std::cell::RefCell<(u64, String)> = const { std::cell::RefCell::new((0, String::new())) };
-    }
-    let now = std::time::SystemTime::now();
-    let secs = now
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    NOW.with_borrow_mut(|(at, text)| {
-        if *at != secs || text.is_empty() {
-            *at = secs;
-            *text = httpdate::fmt_http_date(now);
-        }
-        field(out, b"date", text.as_bytes());
-    });
-}
-
 /// Writes the head in `conn.out` with the first `first` bytes of `conn.rbuf` (taken from it) in one write.
 async fn write_head_with(conn: &mut Conn, first: usize) -> bool {
     conn.out.extend_from_slice(&conn.rbuf[..first]);
@@ -1268,26 +1217,8 @@ async fn write_answer(conn: &mut Conn, answer: Response, close: bool, head_reque
         Ok(collected) => collected.to_bytes(),
         Err(_) => Bytes::new(),
     };
-    let out = &mut conn.out;
-    out.clear();
-    status_line(out, parts.status);
-    for (name, value) in &parts.headers {
-        // This path says itself how the body is framed, and whether the connection closes.
-        if name != axum::http::header::CONTENT_LENGTH && name != axum::http::header::CONNECTION {
-            field(out, name.as_str().as_bytes(), value.as_bytes());
-        }
-    }
-    length_field(out, body.len() as u64);
-    if !parts.headers.contains_key(axum::http::header::DATE) {
-        date(out);
-    }
-    if close {
-        out.extend_from_slice(b"connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    if !head_request {
-        out.extend_from_slice(&body);
-    }
+    conn.out.clear();
+    http1::answer(&mut conn.out, &parts, &body, close, head_request);
     to_caller(&mut conn.io, conn.timeouts, &conn.out).await
 }
 

@@ -5,6 +5,8 @@
 
 use std::mem::MaybeUninit;
 
+use axum::http::StatusCode;
+
 /// Most head bytes read while waiting for a head to end; a longer head goes to the general path (which
 /// allows more, and answers 431 past its own bound).
 pub(super) const HEAD_MAX: usize = 16 * 1024;
@@ -145,9 +147,13 @@ pub(super) struct Framing {
     pub(super) length: Option<u64>,
     /// `Content-Length` that does not parse, or values that disagree.
     pub(super) bad_length: bool,
-    /// `Transfer-Encoding`, and whether `chunked` is its last coding.
+    /// `Transfer-Encoding`, whether `chunked` is its last coding, and whether it is its only one (all its
+    /// fields together).
     pub(super) encoded: bool,
     pub(super) chunked: bool,
+    pub(super) only_chunked: bool,
+    /// `Upgrade` (the fields are read for it by [`super::guard`]).
+    pub(super) upgrade: bool,
     /// `Connection: close`.
     pub(super) close: bool,
     /// `Connection` names fields of the message (words other than `close` and `keep-alive`).
@@ -171,9 +177,11 @@ impl Framing {
                     _ => f.bad_length = true,
                 }
             } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-                f.encoded = true;
                 let last = value.rsplit(|b| *b == b',').next().unwrap_or(b"");
                 f.chunked = last.trim_ascii().eq_ignore_ascii_case(b"chunked");
+                let one = value.trim_ascii().eq_ignore_ascii_case(b"chunked");
+                f.only_chunked = one && !f.encoded;
+                f.encoded = true;
             } else if name.eq_ignore_ascii_case(b"connection") {
                 for word in words(value) {
                     let close = word.eq_ignore_ascii_case(b"close");
@@ -184,17 +192,23 @@ impl Framing {
                 f.hosts = f.hosts.saturating_add(1);
             } else if name.eq_ignore_ascii_case(b"x-request-id") {
                 f.request_id = axum::http::HeaderValue::from_bytes(value).ok();
-            } else if name.eq_ignore_ascii_case(b"expect") || name.eq_ignore_ascii_case(b"upgrade")
-            {
+            } else if name.eq_ignore_ascii_case(b"expect") {
                 f.unusual = true;
+            } else if name.eq_ignore_ascii_case(b"upgrade") {
+                f.unusual = true;
+                f.upgrade = true;
             }
         }
         f
     }
 }
 
-/// A `Content-Length` value: digits only (no sign, no spaces within), or a list of the same number
-/// (RFC 9110 §8.6 lets a recipient take that as the one).
+/// The largest length a body (and a chunk) may say it has: what a signed 64-bit count holds, as nginx's
+/// `off_t`. Past it a length is taken for garbage.
+pub(super) const MAX_LENGTH: u64 = i64::MAX as u64;
+
+/// A `Content-Length` value: digits only (no sign, no spaces within), at most [`MAX_LENGTH`], or a list of
+/// the same number (RFC 9110 §8.6 lets a recipient take that as the one).
 fn content_length(value: &[u8]) -> Option<u64> {
     let mut found = None;
     for digits in value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
@@ -202,6 +216,9 @@ fn content_length(value: &[u8]) -> Option<u64> {
             return None;
         }
         let n = std::str::from_utf8(digits).ok()?.parse::<u64>().ok()?;
+        if n > MAX_LENGTH {
+            return None;
+        }
         if found.is_some_and(|m| m != n) {
             return None;
         }
@@ -253,6 +270,9 @@ impl Chunks {
                         at += used;
                         *self = Chunks::Trailers;
                     }
+                    Ok(httparse::Status::Complete((_, size))) if size > MAX_LENGTH => {
+                        return Err(())
+                    }
                     Ok(httparse::Status::Complete((used, size))) => {
                         at += used;
                         *self = Chunks::Data(size);
@@ -290,6 +310,79 @@ impl Chunks {
                 },
             }
         }
+    }
+}
+
+/// Writes the field `name: value` and its line end.
+pub(super) fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `Content-Length: n`, its digits made on the stack (no string, and no formatter run).
+pub(super) fn length_field(out: &mut Vec<u8>, n: u64) {
+    field(
+        out,
+        b"content-length",
+        itoa::Buffer::new().format(n).as_bytes(),
+    );
+}
+
+/// `HTTP/1.1 {code} {reason}`: the reason is the code's own, as the general path writes it.
+pub(super) fn status_line(out: &mut Vec<u8>, status: StatusCode) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `Date: …` for now, made once a second on each thread.
+pub(super) fn date(out: &mut Vec<u8>) {
+    thread_local! {
+        static NOW: std::cell::RefCell<(u64, String)> = const { std::cell::RefCell::new((0, String::new())) };
+    }
+    let now = std::time::SystemTime::now();
+    let secs = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    NOW.with_borrow_mut(|(at, text)| {
+        if *at != secs || text.is_empty() {
+            *at = secs;
+            *text = httpdate::fmt_http_date(now);
+        }
+        field(out, b"date", text.as_bytes());
+    });
+}
+
+/// Writes an answer of the server's own, whose body is at hand: its status, its fields less those that
+/// frame it (this says itself how the body is framed, and whether the connection closes), `Date` when it has
+/// none, and the body unless the request was `HEAD`.
+pub(super) fn answer(
+    out: &mut Vec<u8>,
+    parts: &axum::http::response::Parts,
+    body: &[u8],
+    close: bool,
+    head_request: bool,
+) {
+    status_line(out, parts.status);
+    for (name, value) in &parts.headers {
+        if name != axum::http::header::CONTENT_LENGTH && name != axum::http::header::CONNECTION {
+            field(out, name.as_str().as_bytes(), value.as_bytes());
+        }
+    }
+    length_field(out, body.len() as u64);
+    if !parts.headers.contains_key(axum::http::header::DATE) {
+        date(out);
+    }
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    if !head_request {
+        out.extend_from_slice(body);
     }
 }
 
@@ -331,6 +424,8 @@ mod tests {
             &b"x\r\n"[..],
             b"5\r\nhelloXX0\r\n\r\n",
             b"ffffffffffffffffff\r\n",
+            b"ffffffffffffffff\r\nabc",
+            b"8000000000000000\r\n",
         ] {
             assert!(scan(bad, 0).is_err(), "{:?}", String::from_utf8_lossy(bad));
         }
@@ -360,6 +455,8 @@ mod tests {
             "Content-Length:\r\n",
             "Content-Length: 5, 6\r\n",
             "Content-Length: 5,\r\n",
+            "Content-Length: 18446744073709551615\r\n",
+            "Content-Length: 9223372036854775808\r\n",
         ] {
             assert!(framing(bad).bad_length, "{bad}");
         }
@@ -373,11 +470,16 @@ mod tests {
             Some(&b"t-1"[..])
         );
         let f = framing("Transfer-Encoding: gzip, chunked\r\n");
-        assert!(f.encoded && f.chunked && f.length.is_none());
+        assert!(f.encoded && f.chunked && !f.only_chunked && f.length.is_none());
+        let f = framing("Transfer-Encoding: Chunked\r\n");
+        assert!(f.encoded && f.chunked && f.only_chunked);
+        let f = framing("Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n");
+        assert!(f.chunked && !f.only_chunked, "two codings, not one");
         let f = framing("Transfer-Encoding: chunked, gzip\r\n");
         assert!(f.encoded && !f.chunked);
         assert!(framing("Expect: 100-continue\r\n").unusual);
-        assert!(framing("Upgrade: websocket\r\n").unusual);
+        let f = framing("Upgrade: websocket\r\n");
+        assert!(f.unusual && f.upgrade);
         let f = framing("Host: x\r\n");
         assert!(!f.encoded && !f.bad_length && !f.close && !f.unusual && f.length.is_none());
     }

@@ -14,7 +14,9 @@
 pub mod balance;
 pub mod cache;
 mod deadline;
+mod edge;
 mod fast;
+mod guard;
 mod http1;
 mod poll;
 mod sock;
@@ -239,10 +241,8 @@ impl<S: Inner> Front<S> {
     ) -> impl std::future::Future<Output = Result<Reply, std::convert::Infallible>> + Send + 'static
     {
         use futures_util::future::Either;
-        let target = match one_host(&req) {
-            Some(refused) => Some(Err(refused)),
-            None => endpoint_target(&self.proxy, &req),
-        };
+        // The head met the edge's rules already (see `edge`): the own path's reader or the guard judged it.
+        let target = endpoint_target(&self.proxy, &req);
         match target {
             Some(Ok((route, target))) => {
                 let proxy = self.proxy.clone();
@@ -454,15 +454,6 @@ async fn head_in_time<T>(
             },
         }
     }
-}
-
-/// Why an HTTP/1.1 request without exactly one `Host` field is refused (RFC 9112 §3.2), on every path.
-const ONE_HOST: &str = "an HTTP/1.1 request has one Host field";
-
-fn one_host<B>(req: &axum::http::Request<B>) -> Option<ApiError> {
-    let hosts = req.headers().get_all(header::HOST).iter().count();
-    (req.version() == axum::http::Version::HTTP_11 && hosts != 1)
-        .then(|| ApiError::BadRequest(ONE_HOST.into()))
 }
 
 /// HTTP's status codes end at 599 (RFC 9110 §15): a replica's 600–999 is not an answer (502).
@@ -970,11 +961,29 @@ impl Proxy {
         peer: SocketAddr,
     ) -> axum::http::Request<ToReplica> {
         // The caller's headers go on as they are, less the hop-by-hop ones, our token (it is for us, not
-        // for the model's container) and the private-link account.
+        // for the model's container), the private-link account and the names nginx drops.
         let mut headers = parts.headers;
         strip_hop_by_hop(&mut headers);
         headers.remove(header::AUTHORIZATION);
         headers.remove(&PRIVATE_ACCOUNT_HEADER);
+        let dropped: Vec<HeaderName> = headers
+            .keys()
+            .filter(|n| edge::dropped_name(n.as_str().as_bytes()))
+            .cloned()
+            .collect();
+        for name in dropped {
+            headers.remove(name);
+        }
+        // A body of a length unknown ahead goes in chunks, whatever the method (hyper's client sends a
+        // `GET` without a body unless told so).
+        if !http_body::Body::is_end_stream(&body)
+            && http_body::Body::size_hint(&body).exact().is_none()
+        {
+            headers.insert(
+                header::TRANSFER_ENCODING,
+                HeaderValue::from_static("chunked"),
+            );
+        }
         let forwarded = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
             Some(prior) if self.trusted(peer.ip()) => {
                 HeaderValue::from_str(&format!("{prior}, {}", peer.ip()))

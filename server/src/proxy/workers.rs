@@ -20,7 +20,6 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::task::Poll;
 
 use axum::extract::Request;
@@ -34,6 +33,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 
 use super::deadline::Deadline;
 use super::fast::{self, Hand};
+use super::guard::Guard;
 use super::poll;
 use super::{Front, Inner};
 use crate::config::ClientTimeouts;
@@ -278,7 +278,7 @@ async fn connection<S>(
         }
     };
     // A write that waits on the caller for longer than its time fails, which ends the connection.
-    let io = PacedWrites::new(Prefixed { read, io }, timeouts.caller, ANSWER_NOT_TAKEN);
+    let io = PacedWrites::new(Guard::new(io, read), timeouts.caller, ANSWER_NOT_TAKEN);
     general(io, peer, app, timeouts, stop, open).await;
 }
 
@@ -330,69 +330,11 @@ const ANSWER_NOT_TAKEN: Stalled = Stalled {
     what: "the caller took nothing of its answer in time",
 };
 
-/// A connection with bytes already read from it, which it reads again first.
-struct Prefixed {
-    read: bytes::BytesMut,
-    io: tokio::net::TcpStream,
-}
-
-impl tokio::io::AsyncRead for Prefixed {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        if this.read.is_empty() {
-            return Pin::new(&mut this.io).poll_read(cx, buf);
-        }
-        let n = this.read.len().min(buf.remaining());
-        buf.put_slice(&this.read.split_to(n));
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl tokio::io::AsyncWrite for Prefixed {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(
-        self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-}
-
 /// A client connection served by hyper's HTTP/1 server, each request answered by [`Front::answer`] with
 /// the peer's address at hand (no per-request extension to carry it). On `stop` the connection finishes
 /// the request it is answering and closes.
 async fn general<S>(
-    io: PacedWrites<Prefixed>,
+    io: PacedWrites<Guard<tokio::net::TcpStream>>,
     peer: SocketAddr,
     app: Front<S>,
     timeouts: ClientTimeouts,
