@@ -385,6 +385,15 @@ pub struct ProxyConfig {
     /// (504 when it has not come), and between two reads of its body (the caller's connection is closed,
     /// the body cut short). See [`ProxyConfig::replica_timeout`].
     pub replica_timeout_s: u64,
+    /// A request body must have come whole within this (seconds) from its head, however steadily it comes
+    /// (408 and the connection closes): a trickle holds nothing for long.
+    pub body_timeout_s: u64,
+    /// Most bytes of request bodies held at once to be read whole (a cached endpoint's body is part of the
+    /// cache's key): past it, bodies go on to the replica as they come, uncached.
+    pub body_buffer_bytes: usize,
+    /// Most callers' connections open at once (on each listener). At the bound, connections with no request
+    /// going are closed, idlest first, to make room; when none is, new connections wait to be accepted.
+    pub max_connections: usize,
     /// How long (microseconds) a data-plane worker keeps polling for events after a request before it
     /// sleeps (see `proxy::poll`): a replica's answer or the caller's next request is taken as it comes,
     /// without a wake-up, for at most this much CPU after each request. 0 turns it off; at most a second.
@@ -403,6 +412,8 @@ pub struct ClientTimeouts {
     pub idle: std::time::Duration,
     pub header: std::time::Duration,
     pub caller: std::time::Duration,
+    /// A request body's whole time (see [`ProxyConfig::body_timeout_s`]).
+    pub body: std::time::Duration,
 }
 
 impl Default for ProxyConfig {
@@ -421,18 +432,23 @@ impl Default for ProxyConfig {
             header_timeout_s: 60,
             caller_timeout_s: 60,
             replica_timeout_s: 600,
+            body_timeout_s: 300,
+            body_buffer_bytes: 64 * 1024 * 1024,
+            max_connections: 10_000,
             busy_poll_us: 100,
         }
     }
 }
 
 impl ProxyConfig {
-    /// `idle_timeout_s`, `header_timeout_s` and `caller_timeout_s`, each from a second to a year.
+    /// `idle_timeout_s`, `header_timeout_s`, `caller_timeout_s` and `body_timeout_s`, each from a second to a
+    /// year.
     pub fn client_timeouts(&self) -> ClientTimeouts {
         ClientTimeouts {
             idle: timeout(self.idle_timeout_s),
             header: timeout(self.header_timeout_s),
             caller: timeout(self.caller_timeout_s),
+            body: timeout(self.body_timeout_s),
         }
     }
 

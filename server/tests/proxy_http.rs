@@ -1273,3 +1273,130 @@ async fn the_http_edge_refuses_what_nginx_refuses_on_both_paths() {
         }
     }
 }
+
+/// The value of the metric `name` (a line without labels) on the server's `/metrics`.
+async fn metric(server: &common::TestServer, name: &str) -> u64 {
+    let token = std::fs::read_to_string(server.data_dir.join("admin-token")).expect("token");
+    let text = reqwest::Client::new()
+        .get(format!("{}/metrics", server.url))
+        .bearer_auth(token.trim())
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_read_whole_are_bounded_in_all_and_in_time() {
+    const MIB: usize = 1 << 20;
+    let (server, ep) = server_configured(json!({"cacheHttpResponses": true}), |c| {
+        c.proxy.body_buffer_bytes = 2 * MIB;
+        c.proxy.body_timeout_s = 3;
+    })
+    .await;
+    for own in [true, false] {
+        let on = if own { "own path" } else { "general path" };
+        let before = metric(&server, "switchyard_proxy_bodies_uncached_total").await;
+        // Four uploads of a MiB each (of a length said ahead on the own path, in one chunk on hyper's), all
+        // but their last byte sent: room for two of them to be read whole, the others go on uncached.
+        let mut callers = Vec::new();
+        for i in 0..4 {
+            let mut caller = Caller::connect(&server.url).await;
+            let mut upload = match own {
+                true => get(
+                    "POST",
+                    &format!("{ep}/echo?u={i}"),
+                    &format!("Content-Length: {MIB}\r\n"),
+                ),
+                false => {
+                    let mut head = get(
+                        "POST",
+                        &format!("{ep}/echo?u={i}"),
+                        "Transfer-Encoding: chunked\r\n",
+                    );
+                    head.extend_from_slice(format!("{MIB:x}\r\n").as_bytes());
+                    head
+                }
+            };
+            upload.extend(std::iter::repeat_n(b'x', MIB - 1));
+            caller.send(&upload).await;
+            callers.push(caller);
+        }
+        let mut uncached = 0;
+        for _ in 0..200 {
+            let held = metric(&server, "switchyard_proxy_body_buffer_bytes").await;
+            assert!(held as usize <= 2 * MIB, "{on}: {held} bytes held");
+            uncached = metric(&server, "switchyard_proxy_bodies_uncached_total").await - before;
+            if uncached == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(uncached, 2, "{on}: two bodies found no room");
+        // None comes whole within the body's time: each is answered 408, and let go.
+        for mut caller in callers {
+            let a = caller.answer("POST").await;
+            assert_eq!(a.status, 408, "{on}: {}", a.head);
+            assert!(caller.closed().await, "{on}");
+        }
+        // And the room is given back.
+        let mut held = u64::MAX;
+        for _ in 0..200 {
+            held = metric(&server, "switchyard_proxy_body_buffer_bytes").await;
+            if held == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(held, 0, "{on}: room given back");
+
+        // A trickle that never pauses for the caller's time (a byte every 100 ms) still has the body's time
+        // in all: answered 408 while its body is not all sent.
+        let mut caller = Caller::connect(&server.url).await;
+        let head = match own {
+            true => get(
+                "POST",
+                &format!("{ep}/echo?t=1"),
+                "Content-Length: 1000\r\n",
+            ),
+            false => {
+                let mut head = get(
+                    "POST",
+                    &format!("{ep}/echo?t=1"),
+                    "Transfer-Encoding: chunked\r\n",
+                );
+                head.extend_from_slice(b"3e8\r\n");
+                head
+            }
+        };
+        caller.send(&head).await;
+        let (mut sent, mut answered) = (0, None);
+        while sent < 1000 && answered.is_none() {
+            if caller
+                .write
+                .as_mut()
+                .expect("writer")
+                .write_all(b"x")
+                .await
+                .is_err()
+            {
+                break;
+            }
+            sent += 1;
+            answered = tokio::time::timeout(Duration::from_millis(100), caller.answer("POST"))
+                .await
+                .ok();
+        }
+        let a = match answered {
+            Some(a) => a,
+            None => caller.answer("POST").await,
+        };
+        assert_eq!(a.status, 408, "{on}: {}", a.head);
+        assert!(sent < 1000, "{on}: the whole body went first");
+    }
+}

@@ -117,6 +117,8 @@ pub(super) struct Conn {
     unread: bool,
     /// The timer of the waits on replicas (see [`Upstream::timer`]), between exchanges.
     replica_timer: Option<Deadline>,
+    /// When the current request's body must have come whole (`proxy.body_timeout_s` from its head).
+    body_due: Instant,
 }
 
 /// What became of a caller's connection after a request.
@@ -142,7 +144,15 @@ impl Conn {
             pending: 0,
             unread: false,
             replica_timer: None,
+            body_due: Instant::now(),
         }
+    }
+
+    /// How long the next wait for the request's body may last: the caller's time, within what is left of
+    /// the body's whole time; `None` once that has run out.
+    fn body_wait(&self) -> Option<Duration> {
+        let left = self.body_due.saturating_duration_since(Instant::now());
+        (!left.is_zero()).then(|| self.timeouts.caller.min(left))
     }
 
     /// Reads until a request head has come whole. Otherwise what becomes of the connection: `Over` for a
@@ -340,6 +350,7 @@ pub(super) async fn serve(
         Err(NotTaken::Refused(refusal)) => return refuse(conn, refusal).await,
     };
     let started = Instant::now();
+    conn.body_due = started + conn.timeouts.body;
     let length = usize::try_from(taken.framing.length.unwrap_or(0)).unwrap_or(usize::MAX);
     conn.pending = conn.head.len.saturating_add(length);
     conn.unread = false;
@@ -441,9 +452,21 @@ async fn exchange(
         conn.head.method.in_(&conn.buf),
         conn.head.get(&conn.buf, "x-use-cache"),
     );
-    // A body larger than the cache reads goes on uncached, as it comes.
+    // A body larger than the cache reads goes on uncached, as it comes; so does one that finds no room
+    // among the bodies read whole at once (see `bodies`).
     let fits = length <= proxy.body_limit as u64;
     let use_cache = fits && super::wants_cache_by(taken.route, method, use_cache);
+    let room = use_cache
+        .then(|| {
+            proxy
+                .bodies
+                .take(usize::try_from(length).unwrap_or(usize::MAX))
+        })
+        .flatten();
+    if use_cache && room.is_none() {
+        proxy.bodies.passed_uncached();
+    }
+    let use_cache = room.is_some();
     // The cache's key covers the body: all of it is read first.
     if use_cache {
         read_body(conn, length).await?;
@@ -510,10 +533,13 @@ async fn read_body(conn: &mut Conn, length: u64) -> Result<(), Response> {
         .len
         .saturating_add(usize::try_from(length).unwrap_or(usize::MAX));
     while conn.buf.len() < whole {
+        let Some(wait) = conn.body_wait() else {
+            return Err(ApiError::body_stalled().into_response());
+        };
         // Room as the body comes, not all it announced at once.
         conn.buf.reserve((whole - conn.buf.len()).min(64 * 1024));
         let read = sock::read_buf(&conn.io, &mut conn.buf);
-        match bounded(conn.timeouts.caller, Side::Caller, read).await {
+        match bounded(wait, Side::Caller, read).await {
             Err(e) if timed_out(&e) => return Err(ApiError::body_stalled().into_response()),
             Ok(0) | Err(_) => return Err(super::unreadable().into_response()),
             Ok(_) => {}
@@ -866,6 +892,9 @@ async fn stream_body(
     let (mut from_replica, mut to_replica) = upstream.io.split();
     while left > 0 {
         let want = chunk.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let Some(wait) = conn.body_wait() else {
+            return Err(Unsent::CallerStalled);
+        };
         let read = tokio::select! {
             biased;
             answered = replica_spoke(&mut from_replica, &mut conn.rbuf, &mut conn.rhead) => {
@@ -874,7 +903,7 @@ async fn stream_body(
                 }
                 continue;
             }
-            read = bounded(conn.timeouts.caller, Side::Caller, conn.io.read(&mut chunk[..want])) => read,
+            read = bounded(wait, Side::Caller, conn.io.read(&mut chunk[..want])) => read,
         };
         let n = match read {
             Err(e) if timed_out(&e) => return Err(Unsent::CallerStalled),

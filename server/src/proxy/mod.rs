@@ -12,6 +12,7 @@
 //! ([`fast`]), which reads and writes the heads itself; the rest goes this general way, through hyper.
 
 pub mod balance;
+mod bodies;
 pub mod cache;
 mod deadline;
 mod edge;
@@ -101,6 +102,8 @@ pub struct ProxyInner {
     revocations: Arc<Revocations>,
     sessions: balance::McpSessions,
     body_limit: usize,
+    /// Room for bodies read whole (see [`bodies`]).
+    bodies: Arc<bodies::Bodies>,
     /// The control plane's runtime (the one the proxy was made on): the store is used there.
     control: Option<tokio::runtime::Handle>,
 }
@@ -137,6 +140,7 @@ impl Proxy {
                 store,
                 clock,
                 cache: ResponseCache::new(config.cache_max_bytes, config.cache_max_entry_bytes),
+                bodies: Arc::new(bodies::Bodies::new(config.body_buffer_bytes)),
                 config,
                 trusted,
                 auth: Mutex::new(HashMap::new()),
@@ -412,7 +416,16 @@ async fn metrics_page(State(proxy): State<Proxy>, headers: HeaderMap) -> Respons
             return ApiError::from(e).into_response();
         }
     }
-    let text = crate::routing::metrics::render(&proxy.routing.table.borrow());
+    let mut text = crate::routing::metrics::render(&proxy.routing.table.borrow());
+    let (held, uncached) = proxy.bodies.usage();
+    text.push_str(&format!(
+        "# HELP switchyard_proxy_body_buffer_bytes Bytes of request bodies held to be read whole.\n\
+         # TYPE switchyard_proxy_body_buffer_bytes gauge\n\
+         switchyard_proxy_body_buffer_bytes {held}\n\
+         # HELP switchyard_proxy_bodies_uncached_total Bodies that found no room to be read whole and went on uncached.\n\
+         # TYPE switchyard_proxy_bodies_uncached_total counter\n\
+         switchyard_proxy_bodies_uncached_total {uncached}\n"
+    ));
     (
         [(
             header::CONTENT_TYPE,
@@ -863,12 +876,15 @@ impl Proxy {
         target: &PathAndQuery,
         access: &str,
     ) -> Result<(ToReplica, Option<CacheAsk>), Response> {
-        let bytes = match read_body(body, self.body_limit).await {
-            Ok(Collected::Whole(b)) => b,
-            // Larger than a body the cache reads: it goes on uncached, as it comes (untouched when
-            // its announced length said so before any of it was read).
-            Ok(Collected::Over(read, rest)) if read.is_empty() => return Ok((rest, None)),
-            Ok(Collected::Over(read, rest)) => {
+        let Some(room) = self.bodies.take(0) else {
+            return Ok((body, None));
+        };
+        let (bytes, room) = match read_body(body, self.body_limit, room).await {
+            Ok((Collected::Whole(b), room)) => (b, room),
+            // Larger than a body the cache reads, or than the room left for bodies: it goes on uncached,
+            // as it comes (untouched when its announced length said so before any of it was read).
+            Ok((Collected::Over(read, rest), _)) if read.is_empty() => return Ok((rest, None)),
+            Ok((Collected::Over(read, rest), _)) => {
                 return Ok((ToReplica::Right(read_then_rest(read, rest)), None))
             }
             Err(e) => return Err(e.into_response()),
@@ -898,6 +914,7 @@ impl Proxy {
         let asked = CacheAsk {
             key,
             fields: parts.headers.clone(),
+            _room: room,
         };
         Ok((ToReplica::Right(Body::from(bytes)), Some(asked)))
     }
@@ -1222,7 +1239,11 @@ enum Collected<B> {
 /// than when the connection closes the channel: one hand-off fewer between the two tasks.
 ///
 /// The task is aborted if the request is dropped first (the caller went away).
-async fn read_body<B>(body: B, limit: usize) -> Result<Collected<B>, ApiError>
+async fn read_body<B>(
+    body: B,
+    limit: usize,
+    room: bodies::Hold,
+) -> Result<(Collected<B>, bodies::Hold), ApiError>
 where
     B: http_body::Body<Data = axum::body::Bytes> + Send + Unpin + 'static,
     B::Error: Into<axum::BoxError>,
@@ -1234,12 +1255,12 @@ where
         }
     }
     if http_body::Body::is_end_stream(&body) {
-        return Ok(Collected::Whole(axum::body::Bytes::new()));
+        return Ok((Collected::Whole(axum::body::Bytes::new()), room));
     }
     if workers::on_data_plane() {
-        return collect(body, limit).await;
+        return collect(body, limit, room).await;
     }
-    let mut read = AbortOnDrop(tokio::spawn(collect(body, limit)));
+    let mut read = AbortOnDrop(tokio::spawn(collect(body, limit, room)));
     match (&mut read.0).await {
         Ok(Ok(b)) => Ok(b),
         Ok(Err(e)) => Err(e),
@@ -1251,15 +1272,28 @@ fn unreadable() -> ApiError {
     ApiError::BadRequest("the request body could not be read".into())
 }
 
-/// The data of `body` up to `limit` bytes, until the body ends or says it has. One chunk is kept as it came.
-async fn collect<B>(mut body: B, limit: usize) -> Result<Collected<B>, ApiError>
+/// The data of `body` up to `limit` bytes, until the body ends or says it has, each piece in `room` (see
+/// [`bodies`]): past the room left, what was read goes on with the rest, uncached. One chunk is kept as it
+/// came.
+async fn collect<B>(
+    mut body: B,
+    limit: usize,
+    mut room: bodies::Hold,
+) -> Result<(Collected<B>, bodies::Hold), ApiError>
 where
     B: http_body::Body<Data = axum::body::Bytes> + Unpin,
     B::Error: Into<axum::BoxError>,
 {
-    if http_body::Body::size_hint(&body).lower() > limit as u64 {
-        return Ok(Collected::Over(Vec::new(), body));
+    let announced = http_body::Body::size_hint(&body).lower();
+    if announced > limit as u64 {
+        return Ok((Collected::Over(Vec::new(), body), room));
     }
+    // A length said ahead is room taken at once, before any of it is read.
+    if !room.grow(announced as usize) {
+        room.bodies().passed_uncached();
+        return Ok((Collected::Over(Vec::new(), body), room));
+    }
+    let mut counted = announced as usize;
     let (mut chunks, mut len) = (Vec::new(), 0);
     while !http_body::Body::is_end_stream(&body) {
         let Some(frame) = body.frame().await else {
@@ -1273,14 +1307,22 @@ where
             len += data.len();
             chunks.push(data);
             if len > limit {
-                return Ok(Collected::Over(chunks, body));
+                return Ok((Collected::Over(chunks, body), room));
+            }
+            if len > counted {
+                if !room.grow(len - counted) {
+                    room.bodies().passed_uncached();
+                    return Ok((Collected::Over(chunks, body), room));
+                }
+                counted = len;
             }
         }
     }
-    Ok(Collected::Whole(match chunks.len() {
+    let whole = match chunks.len() {
         0 | 1 => chunks.pop().unwrap_or_default(),
         _ => chunks.concat().into(),
-    }))
+    };
+    Ok((Collected::Whole(whole), room))
 }
 
 /// What was read of a body, then the rest of it as it comes.
@@ -1448,6 +1490,8 @@ fn cached_response(c: Cached, marker: &'static str) -> Response {
 struct CacheAsk {
     key: cache::Key,
     fields: HeaderMap,
+    /// The room its body holds (see [`bodies`]), until its answer comes.
+    _room: bodies::Hold,
 }
 
 /// A replica's response body on its way to the caller. It holds the request's in-flight guard, so the count
@@ -1589,26 +1633,53 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_read_ends_when_the_body_says_so() {
-        let read = read_body(known(&[b"{\"inputs\":", b"\"x\"}"]), 1024);
+        let read = read_body(known(&[b"{\"inputs\":", b"\"x\"}"]), 1024, room(1 << 20));
         let read = tokio::time::timeout(Duration::from_secs(10), read).await;
-        let Collected::Whole(bytes) = read.expect("no wait past the last byte").expect("read")
+        let (Collected::Whole(bytes), _) = read.expect("no wait past the last byte").expect("read")
         else {
             panic!("all of it fits")
         };
         assert_eq!(&bytes[..], br#"{"inputs":"x"}"#);
         // Too large, by its announced length or by what came: handed back whole, what was read first.
-        let over = |c: Collected<Body>| match c {
+        let over = |c: (Collected<Body>, bodies::Hold)| match c.0 {
             Collected::Over(read, rest) => read_then_rest(read, rest),
             Collected::Whole(_) => panic!("over the limit"),
         };
-        let announced = over(read_body(known(&[b"12345"]), 4).await.expect("read"));
+        let announced = over(
+            read_body(known(&[b"12345"]), 4, room(1 << 20))
+                .await
+                .expect("read"),
+        );
         let bytes = announced.collect().await.expect("passed").to_bytes();
         assert_eq!(&bytes[..], b"12345");
         let parts = [Ok::<_, std::io::Error>("123"), Ok("45"), Ok("678")];
         let stream = futures_util::stream::iter(parts);
-        let came = over(read_body(Body::from_stream(stream), 4).await.expect("read"));
+        let came = over(
+            read_body(Body::from_stream(stream), 4, room(1 << 20))
+                .await
+                .expect("read"),
+        );
         let bytes = came.collect().await.expect("passed").to_bytes();
         assert_eq!(&bytes[..], b"12345678");
+        // Past the room left for bodies, the same: what was read goes on with the rest, uncached.
+        let parts = [Ok::<_, std::io::Error>("12"), Ok("34"), Ok("56")];
+        let stream = futures_util::stream::iter(parts);
+        let room = room(3);
+        let bodies = Arc::clone(&room.bodies);
+        let came = over(
+            read_body(Body::from_stream(stream), 1024, room)
+                .await
+                .expect("read"),
+        );
+        assert_eq!(bodies.usage(), (0, 1), "given back, and counted");
+        let bytes = came.collect().await.expect("passed").to_bytes();
+        assert_eq!(&bytes[..], b"123456");
+    }
+
+    /// Room for bodies, `max` bytes in all.
+    fn room(max: usize) -> bodies::Hold {
+        let bodies = Arc::new(bodies::Bodies::new(max));
+        bodies.take(0).expect("room for nothing")
     }
 
     #[tokio::test]
@@ -1617,7 +1688,7 @@ mod tests {
         let stream = futures_util::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|item| (item, rx))
         });
-        let read = read_body(Body::from_stream(stream), 1024);
+        let read = read_body(Body::from_stream(stream), 1024, room(1 << 20));
         // The body never ends: the read is still waiting when the request is given up.
         let waited = tokio::time::timeout(Duration::from_millis(50), read).await;
         assert!(waited.is_err(), "the body cannot have been read");

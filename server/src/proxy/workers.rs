@@ -319,7 +319,8 @@ async fn own_path(
     }
 }
 
-/// A caller's request body that stopped coming (`proxy.caller_timeout_s`).
+/// A caller's request body that stopped coming (`proxy.caller_timeout_s`), or did not come whole in time
+/// (`proxy.body_timeout_s`).
 const BODY_STALLED: Stalled = Stalled {
     side: Side::Caller,
     what: "the caller paused its request body for too long",
@@ -345,12 +346,17 @@ async fn general<S>(
 {
     // hyper's one timeout runs from when it waits for a head, the next request's on a kept connection too:
     // an idle connection here closes after `proxy.header_timeout_s`.
-    let ClientTimeouts { header, caller, .. } = timeouts;
+    let ClientTimeouts {
+        header,
+        caller,
+        body: whole,
+        ..
+    } = timeouts;
     // A request body waited for longer than the caller's time ends in an error: the proxy answers 408.
     let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         poll::busy();
         app.answer(
-            req.map(|body| ToReplica::Left(Paced::new(body, caller, BODY_STALLED))),
+            req.map(|body| ToReplica::Left(Paced::new(body, caller, BODY_STALLED).within(whole))),
             peer,
         )
     });

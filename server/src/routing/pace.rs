@@ -154,6 +154,8 @@ pub struct Paced<B> {
     pause: Pause,
     stalled: Stalled,
     passed: Option<Passed>,
+    /// When the whole body must have come, and the timer for it (see [`Paced::within`]).
+    due: Option<(Instant, Option<Pin<Box<Sleep>>>)>,
 }
 
 /// When a [`Paced`] body ended (its last frame passed), for whoever waits on the body's far side
@@ -195,7 +197,31 @@ impl<B> Paced<B> {
             pause: Pause::new(limit),
             stalled,
             passed: None,
+            due: None,
         }
+    }
+
+    /// The body must also have come whole within `whole` from now, however steadily its frames come: past
+    /// it, it ends in the same [`Stalled`] error.
+    pub fn within(mut self, whole: Duration) -> Paced<B> {
+        self.due = Some((Instant::now() + whole, None));
+        self
+    }
+
+    /// Whether the whole body's time ran out; else, while it waits, the task is woken when it does.
+    fn overdue(&mut self, cx: &mut Context<'_>, waiting: bool) -> bool {
+        use std::future::Future;
+        let Some((due, timer)) = &mut self.due else {
+            return false;
+        };
+        if Instant::now() >= *due {
+            return true;
+        }
+        if waiting {
+            let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(*due)));
+            return timer.as_mut().poll(cx).is_ready();
+        }
+        false
     }
 
     /// When the body ends, once it has (see [`Passed`]).
@@ -233,6 +259,10 @@ where
             }
         }
         let stalled = self.stalled;
+        let more = !matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_))));
+        if more && !self.body.is_end_stream() && self.overdue(cx, polled.is_pending()) {
+            return Poll::Ready(Some(Err(Box::new(stalled) as axum::BoxError)));
+        }
         self.pause.pace(cx, polled, || {
             Some(Err(Box::new(stalled) as axum::BoxError))
         })
