@@ -552,6 +552,7 @@ impl Application {
         };
         let delivering = tokio::spawn(deliverer.run(stop_rx.clone()));
         tokio::spawn(mailer.run(stop_rx.clone()));
+        tokio::spawn(proxy::limit::give_back_memory(stop_rx.clone()));
         if let Some(l) = private_listener {
             let app = proxy::private_front(proxy.clone());
             // Served from this runtime, each connection as on a data-plane worker (the same timeouts).

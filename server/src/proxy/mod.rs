@@ -19,6 +19,7 @@ mod edge;
 mod fast;
 mod guard;
 mod http1;
+pub mod limit;
 mod poll;
 mod sock;
 pub mod workers;
@@ -113,6 +114,8 @@ pub struct ProxyInner {
 pub struct Proxy {
     inner: Arc<ProxyInner>,
     private: bool,
+    /// The listener's open connections (see [`limit`]).
+    connections: Arc<limit::Limit>,
 }
 
 impl std::ops::Deref for Proxy {
@@ -134,6 +137,7 @@ impl Proxy {
     ) -> Result<Proxy, String> {
         let trusted = config.trusted_cidrs()?;
         let routing = routing.into();
+        let config_max_connections = config.max_connections;
         Ok(Proxy {
             inner: Arc::new(ProxyInner {
                 routing,
@@ -150,6 +154,7 @@ impl Proxy {
                 control: tokio::runtime::Handle::try_current().ok(),
             }),
             private: false,
+            connections: limit::Limit::new(config_max_connections),
         })
     }
 
@@ -158,6 +163,7 @@ impl Proxy {
         Proxy {
             inner: self.inner.clone(),
             private: true,
+            connections: limit::Limit::new(self.config.max_connections),
         }
     }
 }
@@ -425,6 +431,21 @@ async fn metrics_page(State(proxy): State<Proxy>, headers: HeaderMap) -> Respons
          # HELP switchyard_proxy_bodies_uncached_total Bodies that found no room to be read whole and went on uncached.\n\
          # TYPE switchyard_proxy_bodies_uncached_total counter\n\
          switchyard_proxy_bodies_uncached_total {uncached}\n"
+    ));
+    let (open, max, shed, full) = proxy.connections.usage();
+    text.push_str(&format!(
+        "# HELP switchyard_proxy_connections_open Callers' connections open on the listener.\n\
+         # TYPE switchyard_proxy_connections_open gauge\n\
+         switchyard_proxy_connections_open {open}\n\
+         # HELP switchyard_proxy_connections_max The listener's bound (proxy.max_connections).\n\
+         # TYPE switchyard_proxy_connections_max gauge\n\
+         switchyard_proxy_connections_max {max}\n\
+         # HELP switchyard_proxy_connections_shed_total Idle connections closed to make room at the bound.\n\
+         # TYPE switchyard_proxy_connections_shed_total counter\n\
+         switchyard_proxy_connections_shed_total {shed}\n\
+         # HELP switchyard_proxy_connections_full_total Times the listener was at its bound and stopped accepting.\n\
+         # TYPE switchyard_proxy_connections_full_total counter\n\
+         switchyard_proxy_connections_full_total {full}\n"
     ));
     (
         [(

@@ -34,6 +34,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use super::deadline::Deadline;
 use super::fast::{self, Hand};
 use super::guard::Guard;
+use super::limit;
 use super::poll;
 use super::{Front, Inner};
 use crate::config::ClientTimeouts;
@@ -239,13 +240,28 @@ where
     let (open_tx, open_rx) = watch::channel(());
     let stopping = until(stop.clone());
     tokio::pin!(stopping);
+    let connections = app.proxy.connections.clone();
     loop {
+        // A place first (see `limit`): at the bound, an idle connection makes room, or the listener waits.
+        let room = loop {
+            if let Some(room) = connections.reserve() {
+                break Some(room);
+            }
+            tokio::select! {
+                () = connections.make_room() => {}
+                () = &mut stopping => break None,
+            }
+        };
+        let Some(room) = room else { break };
         let (io, peer) = tokio::select! {
             accepted = axum::serve::Listener::accept(&mut listener) => accepted,
             () = &mut stopping => break,
         };
-        let open = open_rx.clone();
-        tokio::spawn(connection(io, peer, app.clone(), stop.clone(), open));
+        let served = connection(io, peer, app.clone(), stop.clone(), open_rx.clone());
+        tokio::spawn(async move {
+            served.await;
+            drop(room);
+        });
     }
     drop((listener, open_rx));
     open_tx.closed().await;
@@ -296,12 +312,22 @@ async fn own_path(
     // One timer for the connection's life on this path, set again for each head (see `Conn::read_head`).
     let idle = proxy.config.client_timeouts().idle;
     let mut timer = Deadline::at(tokio::time::Instant::now() + idle);
+    let mut squeezes = proxy.connections.squeezes();
+    let mut waiting = std::time::Instant::now();
     loop {
         let read = tokio::select! {
             // The head first: no random draw for the order, and a stop is only looked at while waiting.
             biased;
             read = conn.read_head(&mut timer) => read,
             () = &mut stopping => return false,
+            // At the listener's bound: a connection that has waited long for its next request makes room.
+            () = squeezes.asked(), if conn.buf.is_empty() => {
+                if conn.buf.is_empty() && waiting.elapsed() >= limit::SHED_AFTER {
+                    proxy.connections.shed();
+                    return false;
+                }
+                continue;
+            }
         };
         let hand = match read {
             Ok(()) => {
@@ -311,6 +337,7 @@ async fn own_path(
             }
             Err(hand) => hand,
         };
+        waiting = std::time::Instant::now();
         match hand {
             Hand::KeepAlive if !*stop.borrow() => {}
             Hand::KeepAlive | Hand::Close => return false,
