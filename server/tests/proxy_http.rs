@@ -56,6 +56,19 @@ def serve(conn):
                 length = int(value)
             if name.strip().lower() == "transfer-encoding":
                 chunked = value.strip().lower() == "chunked"
+        upgrade = next((l.decode().split(":", 1)[1].strip() for l in head[1:] if l.lower().startswith(b"upgrade:")), None)
+        if path == "/ws" and upgrade:
+            # Agrees to a WebSocket, then sends back every byte it gets until the caller ends.
+            import base64, hashlib
+            key = next(l.decode().split(":", 1)[1].strip() for l in head[1:] if l.lower().startswith(b"sec-websocket-key:"))
+            accept = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+            conn.sendall(f"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n".encode())
+            while True:
+                data = f.read1(4096)
+                if not data:
+                    break
+                conn.sendall(data)
+            break
         if path == "/early":
             # Answers before it reads the upload, then takes the rest and closes.
             conn.sendall(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo much")
@@ -238,7 +251,7 @@ impl Caller {
             head,
             body: Vec::new(),
         };
-        if method == "HEAD" || status == 204 || status == 304 {
+        if method == "HEAD" || status == 101 || status == 204 || status == 304 {
             return answer;
         }
         if answer.field("transfer-encoding").as_deref() == Some("chunked") {
@@ -1455,4 +1468,64 @@ async fn connections_past_the_bound_wait_and_idle_ones_make_room() {
     let full = metric(&server, "switchyard_proxy_connections_full_total").await;
     assert!(shed >= 2 && full >= 2, "shed {shed}, full {full}");
     assert_eq!(metric(&server, "switchyard_proxy_connections_max").await, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrades_are_joined_end_to_end_on_both_paths() {
+    let (server, ep) = server_with_raw_replica().await;
+    let ask = |path: &str| {
+        get(
+            "GET",
+            &format!("{ep}{path}"),
+            "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
+        )
+    };
+    for own in [true, false] {
+        let on = if own {
+            "a fresh connection"
+        } else {
+            "a connection hyper serves"
+        };
+        let mut caller = caller_on(&server, &ep, own).await;
+        caller.send(&ask("/ws")).await;
+        let a = caller.answer("GET").await;
+        assert_eq!(a.status, 101, "{on}: {}", a.head);
+        assert_eq!(a.field("upgrade").as_deref(), Some("websocket"), "{on}");
+        assert_eq!(
+            a.field("sec-websocket-accept").as_deref(),
+            Some("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="),
+            "{on}"
+        );
+        // Both ways, as many times as it likes: bytes that are no HTTP pass as they are.
+        for round in 0..3 {
+            let frame = format!("\u{81}\u{5}hello {round} TRACE / HTTP/1.1\r\n\r\n");
+            caller.send(frame.as_bytes()).await;
+            let back = caller.take(frame.len()).await;
+            assert_eq!(back, frame.as_bytes(), "{on}, round {round}");
+        }
+        // The replica says no: its answer, and the connection goes on.
+        let mut caller = caller_on(&server, &ep, own).await;
+        caller.send(&ask("/")).await;
+        let a = caller.answer("GET").await;
+        assert_eq!((a.status, &a.body[..]), (200, &b"ok"[..]), "{on}");
+        caller.send(&get("GET", &format!("{ep}/"), "")).await;
+        assert_eq!(caller.answer("GET").await.status, 200, "{on}");
+    }
+    // The endpoint's access rules hold for upgrades too.
+    let _: serde_json::Value = server
+        .admin
+        .update_endpoint(NS, "raw", &json!({"type": "authenticated"}))
+        .await
+        .expect("authenticated");
+    for _ in 0..200 {
+        let mut caller = Caller::connect(&server.url).await;
+        caller.send(&ask("/ws")).await;
+        let a = caller.answer("GET").await;
+        if a.status == 401 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("an upgrade reached an authenticated endpoint without a token");
 }

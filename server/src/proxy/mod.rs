@@ -22,6 +22,7 @@ mod http1;
 pub mod limit;
 mod poll;
 mod sock;
+mod tunnel;
 pub mod workers;
 
 use std::collections::HashMap;
@@ -747,11 +748,14 @@ impl Proxy {
         route: &Arc<Route>,
         target: PathAndQuery,
         peer: SocketAddr,
-        req: axum::http::Request<ToReplica>,
+        mut req: axum::http::Request<ToReplica>,
     ) -> Result<Reply, Response> {
         let (client, access) = self.check_access(route, peer, req.headers()).await?;
+        // A request to upgrade the connection (see `tunnel`) is never cached.
+        let upgrade =
+            tunnel::asked(req.headers()).map(|protocol| (protocol, hyper::upgrade::on(&mut req)));
         // The cache answers before anything wakes the endpoint.
-        let use_cache = wants_cache(route, req.method(), req.headers());
+        let use_cache = upgrade.is_none() && wants_cache(route, req.method(), req.headers());
         let (parts, mut body) = req.into_parts();
         // When the caller's upload ends (see `head_in_time`), wherever the body goes on from here.
         let uploading = match &mut body {
@@ -789,8 +793,23 @@ impl Proxy {
             ));
         };
         guard.add_replica(&backend);
-        let out = self.outgoing(parts, target, body, peer);
+        let mut out = self.outgoing(parts, target, body, peer);
         let limit = self.config.replica_timeout();
+        if let Some((protocol, caller)) = upgrade {
+            tunnel::ask(out.headers_mut(), protocol);
+            let resp = match tokio::time::timeout(limit, backend.send_upgrade(out)).await {
+                Ok(Ok(r)) if r.status() == axum::http::StatusCode::SWITCHING_PROTOCOLS => {
+                    return Ok(tunnel::join(caller, r, guard))
+                }
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => {
+                    tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
+                    return Err(replica_failed(false));
+                }
+                Err(_) => return Err(replica_failed(true)),
+            };
+            return Ok(self.respond(&route, &backend, session.as_deref(), resp, guard, None));
+        }
         let resp = match head_in_time(backend.send(out), limit, uploading).await {
             Ok(Ok((r, _))) if !http_status(&r.status()) => {
                 tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, status = r.status().as_u16(), "replica answered with no HTTP status");

@@ -44,6 +44,17 @@ impl Backend {
         upstream::send(&self.pool, self.addr, req).await
     }
 
+    /// Sends a request to upgrade the connection to this replica, with its own address as `Host`: see
+    /// [`upstream::send_upgrade`].
+    pub async fn send_upgrade(
+        &self,
+        mut req: axum::http::Request<upstream::ToReplica>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, upstream::Error> {
+        req.headers_mut()
+            .insert(axum::http::header::HOST, self.host.clone());
+        upstream::send_upgrade(self.addr, req).await
+    }
+
     /// A request of the server's own (a health check, a metrics scrape, the backend list for a custom
     /// router; its URI a path), on the same connections as traffic: the status and at most `limit` bytes
     /// of body, or `None` when no whole answer came within `timeout`.

@@ -277,6 +277,24 @@ async fn connect(addr: SocketAddr, write_limit: Duration) -> Result<SendRequest<
     Ok(sender)
 }
 
+/// Sends a request to upgrade the connection (see `proxy::tunnel`) to the replica at `addr`, on a
+/// connection of its own, which becomes the tunnel if the replica agrees (`hyper::upgrade::on` its answer).
+pub async fn send_upgrade(
+    addr: SocketAddr,
+    req: Request<ToReplica>,
+) -> Result<Response<Incoming>, Error> {
+    let stream = connect_stream(addr).await.map_err(Error::Connect)?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(Error::Http)?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            tracing::debug!(error = %e, "replica connection ended");
+        }
+    });
+    sender.send_request(req).await.map_err(Error::Http)
+}
+
 /// A replica's response, and the connection it came on: given back to the pool once the response has been
 /// read in full.
 pub type Exchange = (Response<Incoming>, SendRequest<ToReplica>);
