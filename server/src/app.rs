@@ -256,6 +256,7 @@ impl Services {
             config.oauth.clone(),
             &public_url,
             &services,
+            config.proxy.trusted_cidrs().map_err(StartError)?,
         ));
         match &oauth.issuer {
             Ok(issuer) => tracing::info!(%issuer, "oauth provider on"),

@@ -27,7 +27,12 @@ struct Setup {
 
 /// A server with user `alice` (password set, member of org `acme`) and her confidential app.
 async fn setup() -> Setup {
-    let server = common::spawn().await;
+    setup_with(|_| {}).await
+}
+
+/// [`setup`] on a server whose configuration `configure` changes.
+async fn setup_with(configure: impl FnOnce(&mut switchyard_server::Config)) -> Setup {
+    let server = common::spawn_with(configure).await;
     let _: Value = server
         .admin
         .admin_create_user(
@@ -1317,4 +1322,95 @@ async fn prompt_none_consent_and_login_and_the_form_post() {
         .collect();
     let posted = b.post("/oauth/authorize", &fields).await;
     assert!(param(&location(&posted), "code").is_some());
+}
+
+#[tokio::test]
+async fn wrong_passwords_slow_the_guesser_and_never_the_owner() {
+    // Browsers come through a proxy on loopback, which names their addresses.
+    let s = setup_with(|c| c.proxy.trusted_proxies = vec!["127.0.0.1/32".into()]).await;
+    let sign_in_page = |from: &str| {
+        let mut b = Browser::new(&s.server.url);
+        b.forwarded_for = Some(from.to_string());
+        let path = authorize_path(&s.client_id, &[]);
+        async move {
+            let page = b.get(&path).await.text().await.unwrap();
+            (b, page)
+        }
+    };
+    let (mut guesser, mut page) = sign_in_page("203.0.113.9").await;
+    for _ in 0..5 {
+        let refused = sign_in(&mut guesser, page, "wrong password!").await;
+        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+        page = refused.text().await.unwrap();
+    }
+    // Past the free ones, the guesser waits, even with the right password.
+    let held = sign_in(&mut guesser, page, PASSWORD).await;
+    assert_eq!(held.status(), StatusCode::TOO_MANY_REQUESTS);
+    let text = held.text().await.unwrap();
+    assert!(text.contains("Try again in 1 seconds"), "{text}");
+    // The owner, from an address of her own, is not slowed by it.
+    let (mut owner, page) = sign_in_page("198.51.100.7").await;
+    let consent = sign_in(&mut owner, page, PASSWORD).await;
+    assert_eq!(consent.status(), StatusCode::OK);
+    assert!(consent.text().await.unwrap().contains("Notebook"));
+}
+
+#[tokio::test]
+async fn a_fresh_sign_in_does_not_reset_the_wrong_code_limit() {
+    let s = setup().await;
+    let wrong = |b: &mut Browser, csrf: String| {
+        let b = std::mem::replace(b, Browser::new(&s.server.url));
+        async move {
+            let mut b = b;
+            let r = b
+                .post(
+                    "/oauth/device/verify",
+                    &[("csrf", &csrf), ("user_code", "BBBB-BBBB")],
+                )
+                .await;
+            (b, r.status())
+        }
+    };
+    // Four browser sessions of five wrong codes each: each session's own limit, and the account's.
+    for session in 0..4 {
+        let mut b = Browser::new(&s.server.url);
+        let page = b.get("/oauth/device").await.text().await.unwrap();
+        let entry = sign_in(&mut b, page, PASSWORD).await.text().await.unwrap();
+        let csrf = field(&entry, "csrf");
+        for _ in 0..5 {
+            let (back, status) = wrong(&mut b, csrf.clone()).await;
+            b = back;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "session {session}");
+        }
+    }
+    let start: Value = http()
+        .post(format!("{}/oauth/device", s.server.url))
+        .basic_auth(&s.client_id, Some(&s.secret))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let right = start["user_code"].as_str().unwrap();
+    let mut b = Browser::new(&s.server.url);
+    let page = b.get("/oauth/device").await.text().await.unwrap();
+    let entry = sign_in(&mut b, page, PASSWORD).await.text().await.unwrap();
+    let csrf = field(&entry, "csrf");
+    let r = b
+        .post(
+            "/oauth/device/verify",
+            &[("csrf", &csrf), ("user_code", right)],
+        )
+        .await;
+    assert_eq!(
+        r.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "a new session starts where the account stands"
+    );
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains("Too many wrong codes were typed"));
 }

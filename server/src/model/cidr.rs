@@ -111,6 +111,38 @@ fn mask(address: IpAddr, prefix: u8) -> IpAddr {
     }
 }
 
+/// The caller's address: `peer`, or, when `peer` is one of the `trusted` proxies, the last hop of
+/// `X-Forwarded-For` (the values of its fields, in order) that is not one of them. From the right, each
+/// trusted hop vouches for the one before it; a hop that does not parse ends the walk, so nothing an
+/// attacker wrote further left is believed.
+pub fn client_ip<'v>(
+    peer: std::net::IpAddr,
+    forwarded: impl Iterator<Item = &'v [u8]>,
+    trusted: &[Cidr],
+) -> std::net::IpAddr {
+    let is_trusted = |ip: std::net::IpAddr| trusted.iter().any(|c| c.contains(ip));
+    let mut client = peer;
+    if !is_trusted(client) {
+        return client;
+    }
+    let hops: Vec<&str> = forwarded
+        .filter_map(|v| std::str::from_utf8(v).ok())
+        .flat_map(|v| v.split(','))
+        .collect();
+    for hop in hops.iter().rev() {
+        match hop.trim().parse::<std::net::IpAddr>() {
+            Ok(ip) => {
+                client = ip;
+                if !is_trusted(ip) {
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    client
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

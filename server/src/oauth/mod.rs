@@ -21,6 +21,7 @@ pub mod code;
 pub mod device;
 pub mod exchange;
 pub mod keys;
+pub mod throttle;
 pub mod tokens;
 
 use std::sync::{Arc, RwLock};
@@ -169,52 +170,6 @@ pub fn issuer_for(config: &OAuthConfig, public_url: &str) -> Result<String, Stri
     }
 }
 
-/// Wrong passwords per typed name: after [`SignIns::LIMIT`] within [`SignIns::WINDOW`], that name is
-/// refused until the window has passed (password guessing stops; a real user waits, at worst). Kept in
-/// memory, per server process; Argon2's own cost and its one-per-core queue bound the rest.
-#[derive(Debug, Default)]
-pub struct SignIns(std::sync::Mutex<std::collections::HashMap<String, (u32, std::time::Instant)>>);
-
-impl SignIns {
-    pub const LIMIT: u32 = 10;
-    pub const WINDOW: std::time::Duration = std::time::Duration::from_secs(15 * 60);
-    const MAX_NAMES: usize = 10_000;
-
-    fn key(name: &str) -> String {
-        name.chars().take(64).collect::<String>().to_lowercase()
-    }
-
-    /// How long the name must wait, when it is refused now.
-    pub fn refused(&self, name: &str, now: std::time::Instant) -> Option<std::time::Duration> {
-        let map = self.0.lock().ok()?;
-        let (count, since) = map.get(&Self::key(name))?;
-        let left = Self::WINDOW
-            .checked_sub(now.duration_since(*since))
-            .filter(|l| !l.is_zero())?;
-        (*count >= Self::LIMIT).then_some(left)
-    }
-
-    pub fn failed(&self, name: &str, now: std::time::Instant) {
-        let Ok(mut map) = self.0.lock() else {
-            return;
-        };
-        if map.len() >= Self::MAX_NAMES {
-            map.retain(|_, (_, since)| now.duration_since(*since) < Self::WINDOW);
-        }
-        let entry = map.entry(Self::key(name)).or_insert((0, now));
-        if now.duration_since(entry.1) >= Self::WINDOW {
-            *entry = (0, now);
-        }
-        entry.0 += 1;
-    }
-
-    pub fn succeeded(&self, name: &str) {
-        if let Ok(mut map) = self.0.lock() {
-            map.remove(&Self::key(name));
-        }
-    }
-}
-
 /// The provider: its issuer, settings, keys and the prebuilt discovery documents.
 pub struct Provider {
     /// The issuer, or why the provider is off.
@@ -230,8 +185,11 @@ pub struct Provider {
     pub documents: cimd::Documents,
     /// Registered apps as recently read.
     pub registered: clients::Registered,
-    /// Recent wrong passwords by name, for the sign-in page's throttle.
-    pub sign_ins: SignIns,
+    /// Recent wrong passwords and user codes, for the sign-in pages' throttles (see [`throttle`]).
+    pub passwords: throttle::Passwords,
+    pub codes: throttle::Codes,
+    /// Peers whose `X-Forwarded-For` is believed (`proxy.trusted_proxies`), for the throttles' addresses.
+    pub trusted_proxies: Vec<crate::model::Cidr>,
     /// The CI issuers' keys, as last fetched.
     pub ci_keys: ci::issuers::IssuerKeys,
     keys: RwLock<Option<Arc<KeySet>>>,
@@ -289,7 +247,12 @@ fn discovery_documents(issuer: &str) -> (Vec<u8>, Vec<u8>) {
 }
 
 impl Provider {
-    pub fn new(config: OAuthConfig, public_url: &str, ctx: &crate::services::Context) -> Provider {
+    pub fn new(
+        config: OAuthConfig,
+        public_url: &str,
+        ctx: &crate::services::Context,
+        trusted_proxies: Vec<crate::model::Cidr>,
+    ) -> Provider {
         let issuer = issuer_for(&config, public_url);
         let (discovery, as_metadata) = match &issuer {
             Ok(i) => discovery_documents(i),
@@ -305,7 +268,9 @@ impl Provider {
             outbound: ctx.outbound.clone(),
             documents: cimd::Documents::default(),
             registered: clients::Registered::default(),
-            sign_ins: SignIns::default(),
+            passwords: throttle::Passwords::default(),
+            codes: throttle::Codes::default(),
+            trusted_proxies,
             ci_keys: ci::issuers::IssuerKeys::default(),
             keys: RwLock::new(None),
             discovery: discovery.into(),
@@ -417,25 +382,6 @@ mod tests {
             issuer_for(&set, "http://10.0.0.1").unwrap(),
             "https://id.example"
         );
-    }
-
-    #[test]
-    fn wrong_passwords_throttle_a_name_for_a_while() {
-        let s = SignIns::default();
-        let t0 = std::time::Instant::now();
-        for _ in 0..SignIns::LIMIT - 1 {
-            s.failed("Alice", t0);
-        }
-        assert!(s.refused("alice", t0).is_none());
-        s.failed("alice", t0);
-        assert!(s.refused("ALICE", t0).is_some(), "names count without case");
-        assert!(s.refused("bob", t0).is_none());
-        assert!(
-            s.refused("alice", t0 + SignIns::WINDOW).is_none(),
-            "the window passes"
-        );
-        s.succeeded("alice");
-        assert!(s.refused("alice", t0).is_none());
     }
 
     #[test]

@@ -619,28 +619,7 @@ impl Proxy {
         peer: SocketAddr,
         forwarded: impl Iterator<Item = &'v [u8]>,
     ) -> IpAddr {
-        let mut client = peer.ip();
-        if !self.trusted(client) {
-            return client;
-        }
-        // From the right: each trusted hop vouches for the one before it. A hop that does not parse ends
-        // the walk, so nothing an attacker wrote further left is believed.
-        let hops: Vec<&str> = forwarded
-            .filter_map(|v| std::str::from_utf8(v).ok())
-            .flat_map(|v| v.split(','))
-            .collect();
-        for hop in hops.iter().rev() {
-            match hop.trim().parse::<IpAddr>() {
-                Ok(ip) => {
-                    client = ip;
-                    if !self.trusted(ip) {
-                        break;
-                    }
-                }
-                Err(_) => break,
-            }
-        }
-        client
+        crate::model::cidr::client_ip(peer.ip(), forwarded, &self.trusted)
     }
 
     fn trusted(&self, ip: IpAddr) -> bool {

@@ -13,6 +13,8 @@ pub struct Browser {
     pub http: reqwest::Client,
     pub base: String,
     pub cookie: Option<String>,
+    /// Sent as `X-Forwarded-For`: the address a trusted proxy says the browser has.
+    pub forwarded_for: Option<String>,
 }
 
 impl Browser {
@@ -21,6 +23,7 @@ impl Browser {
             http: http(),
             base: base.to_string(),
             cookie: None,
+            forwarded_for: None,
         }
     }
 
@@ -37,6 +40,9 @@ impl Browser {
         if let Some(c) = &self.cookie {
             req = req.header("cookie", c);
         }
+        if let Some(a) = &self.forwarded_for {
+            req = req.header("x-forwarded-for", a);
+        }
         let resp = req.send().await.expect("get");
         self.keep_cookie(&resp);
         resp
@@ -51,6 +57,9 @@ impl Browser {
             .body(body);
         if let Some(c) = &self.cookie {
             req = req.header("cookie", c);
+        }
+        if let Some(a) = &self.forwarded_for {
+            req = req.header("x-forwarded-for", a);
         }
         let resp = req.send().await.expect("post");
         self.keep_cookie(&resp);

@@ -5,7 +5,7 @@
 
 use askama::Template;
 use axum::body::Bytes;
-use axum::extract::{RawQuery, State};
+use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
@@ -440,8 +440,31 @@ async fn consent_for_request(
     Ok(page(StatusCode::OK, html, b.set_cookie.clone()))
 }
 
-async fn login(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+/// The caller's address, for the throttles: the socket's, or a trusted proxy's `X-Forwarded-For`.
+fn caller(p: &Provider, peer: std::net::SocketAddr, headers: &HeaderMap) -> std::net::IpAddr {
+    let forwarded = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .map(HeaderValue::as_bytes);
+    crate::model::cidr::client_ip(peer.ip(), forwarded, &p.trusted_proxies)
+}
+
+/// Refused for now: how long to wait, said on the page.
+fn wait_said(wait: std::time::Duration) -> String {
+    match wait.as_secs() {
+        s if s < 60 => format!("{} seconds", s.max(1)),
+        s => format!("{} minutes", s.div_ceil(60)),
+    }
+}
+
+async fn login(
+    State(s): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let p = &s.oauth;
+    let from = caller(p, peer, &headers);
     let Ok(form) = Form::parse(&body) else {
         return error_page("the form cannot be read");
     };
@@ -457,10 +480,10 @@ async fn login(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Re
         let name = form.get("username").unwrap_or_default().trim();
         let password = form.get("password").unwrap_or_default();
         let next = form.get("next").unwrap_or_default();
-        if let Some(wait) = p.sign_ins.refused(name, std::time::Instant::now()) {
+        if let Some(wait) = p.passwords.refused(name, from, std::time::Instant::now()) {
             let error = format!(
-                "Too many wrong passwords for this name. Try again in {} minutes.",
-                wait.as_secs().div_ceil(60)
+                "Too many wrong passwords for this name. Try again in {}.",
+                wait_said(wait)
             );
             let status = StatusCode::TOO_MANY_REQUESTS;
             let page = sign_in_page(&b, next, None, Some(&error), request, user_code, status);
@@ -474,14 +497,14 @@ async fn login(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Re
             })?;
         let Some(user) = user else {
             tracing::info!("oauth: sign-in refused (wrong name or password)");
-            p.sign_ins.failed(name, std::time::Instant::now());
+            p.passwords.failed(name, from, std::time::Instant::now());
             let error = Some("Wrong username or password.");
             let status = StatusCode::UNAUTHORIZED;
             return Ok(sign_in_page(
                 &b, next, None, error, request, user_code, status,
             ));
         };
-        p.sign_ins.succeeded(name);
+        p.passwords.succeeded(name, from, std::time::Instant::now());
         // A new session id at sign-in: an id planted before cannot ride along.
         let fresh = new_session(p, Some(user.id.clone())).await?;
         let mut unit = p.store.begin().await?;
@@ -650,7 +673,15 @@ fn device_entry(
     page(status, html, b.set_cookie.clone())
 }
 
-async fn count_wrong_code(p: &Provider, b: &Browser) -> Result<(), OAuthError> {
+/// A wrong user code: counted for the browser session, the account and the address (see
+/// [`crate::oauth::throttle::Codes`]).
+async fn count_wrong_code(
+    p: &Provider,
+    b: &Browser,
+    user: &Account,
+    from: std::net::IpAddr,
+) -> Result<(), OAuthError> {
+    p.codes.failed(&user.id, from, std::time::Instant::now());
     let mut unit = p.store.begin().await?;
     unit.failed_user_code(&b.hash).await?;
     unit.commit().await?;
@@ -662,6 +693,7 @@ async fn device_form(
     p: &Provider,
     headers: &HeaderMap,
     form: &Form,
+    from: std::net::IpAddr,
 ) -> Result<Result<(Browser, Account), Response>, OAuthError> {
     let Some(b) = current(p, headers).await? else {
         return Ok(Err(forbidden()));
@@ -680,22 +712,40 @@ async fn device_form(
             false,
         )));
     }
+    if let Some(wait) = p.codes.refused(&user.id, from, std::time::Instant::now()) {
+        let said = format!(
+            "Too many wrong codes were typed. Try again in {}.",
+            wait_said(wait)
+        );
+        return Ok(Err(message(
+            StatusCode::TOO_MANY_REQUESTS,
+            "Too many attempts",
+            &said,
+            false,
+        )));
+    }
     Ok(Ok((b, user)))
 }
 
-async fn device_verify(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+async fn device_verify(
+    State(s): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let p = &s.oauth;
+    let from = caller(p, peer, &headers);
     let Ok(form) = Form::parse(&body) else {
         return error_page("the form cannot be read");
     };
     let result = async {
-        let (b, user) = match device_form(p, &headers, &form).await? {
+        let (b, user) = match device_form(p, &headers, &form, from).await? {
             Ok(v) => v,
             Err(resp) => return Ok(resp),
         };
         let typed = form.get("user_code").unwrap_or_default();
         let Some(found) = device::find(p, typed).await? else {
-            count_wrong_code(p, &b).await?;
+            count_wrong_code(p, &b, &user, from).await?;
             let error = Some("That code is not valid or has expired. Check your device.");
             return Ok(device_entry(&b, &user, error, "", StatusCode::BAD_REQUEST));
         };
@@ -718,20 +768,26 @@ async fn device_verify(State(s): State<AppState>, headers: HeaderMap, body: Byte
     result.unwrap_or_else(oauth_error_page)
 }
 
-async fn device_decide(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+async fn device_decide(
+    State(s): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let p = &s.oauth;
+    let from = caller(p, peer, &headers);
     let Some((form, orgs)) = form_with_orgs(&body) else {
         return error_page("the form cannot be read");
     };
     let result = async {
-        let (b, user) = match device_form(p, &headers, &form).await? {
+        let (b, user) = match device_form(p, &headers, &form, from).await? {
             Ok(v) => v,
             Err(resp) => return Ok(resp),
         };
         let typed = form.get("user_code").unwrap_or_default();
         let Some(found) = device::find(p, typed).await? else {
             // A guess here counts as one on the code form: the attempt limit holds on both.
-            count_wrong_code(p, &b).await?;
+            count_wrong_code(p, &b, &user, from).await?;
             return Ok(error_page("That code is not valid or has expired."));
         };
         let approve = (form.get("decision") == Some("approve")).then_some(orgs);
