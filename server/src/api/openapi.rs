@@ -81,7 +81,7 @@ use super::AppState;
         super::webhooks::signing_secret,
         super::webhooks::rotate,
     ),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &Errors),
     tags(
         (name = "catalog", description = "Catalog of models and their deployment recipes"),
         (name = "endpoints", description = "Inference endpoint management (huggingface_hub compatible)"),
@@ -103,6 +103,76 @@ impl Modify for BearerAuth {
                 "bearer",
                 SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
             );
+        }
+    }
+}
+
+/// The error answers every operation may give, declared where each can happen (its status and
+/// `{"error": …}`, with `issues` for an invalid body or `details` for invalid query parameters): 401 and 403
+/// (a token missing, or not allowed), 404 where the path or the body names something, 400 where there is a query or a
+/// body, 413 and 415 where there is a body (too large, not JSON), 409 where something is written, 500.
+struct Errors;
+
+impl Errors {
+    /// The statuses an operation of `method` with `op`'s parameters and body may answer with an error.
+    fn of(method: &str, op: &utoipa::openapi::path::Operation) -> Vec<(&'static str, &'static str)> {
+        use utoipa::openapi::path::ParameterIn;
+        let params = op.parameters.as_deref().unwrap_or_default();
+        let has = |place: ParameterIn| params.iter().any(|p| p.parameter_in == place);
+        let body = op.request_body.is_some();
+        let mut codes = vec![
+            ("401", "no token, or one that is not valid"),
+            ("403", "the token may not do this"),
+            ("500", "the server failed; the cause is logged, never sent"),
+        ];
+        if has(ParameterIn::Path) || body {
+            codes.push(("404", "nothing of that name, or nothing the caller may see"));
+        }
+        if body || has(ParameterIn::Query) {
+            codes.push(("400", "the request's parameters or body break the rules (each issue names its field)"));
+        }
+        if body {
+            codes.push(("413", "the body is larger than server.body_limit"));
+            codes.push(("415", "the body is not sent as JSON"));
+        }
+        if matches!(method, "post" | "put" | "patch" | "delete") {
+            codes.push(("409", "it clashes with what is there (a name or route taken, a state that does not allow it)"));
+        }
+        codes
+    }
+}
+
+impl Modify for Errors {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, ObjectBuilder, Ref, ResponseBuilder, Type};
+        let schema = ObjectBuilder::new()
+            .property("error", ObjectBuilder::new().schema_type(Type::String))
+            .required("error")
+            .description(Some("An error: what went wrong, in words; `issues` or `details` say where."));
+        if let Some(components) = openapi.components.as_mut() {
+            components.schemas.insert("Error".into(), schema.into());
+        }
+        for (_, item) in openapi.paths.paths.iter_mut() {
+            let ops = [
+                ("get", &mut item.get),
+                ("put", &mut item.put),
+                ("post", &mut item.post),
+                ("delete", &mut item.delete),
+                ("patch", &mut item.patch),
+            ];
+            for (method, op) in ops {
+                let Some(op) = op.as_mut() else { continue };
+                for (code, description) in Errors::of(method, op) {
+                    op.responses.responses.entry(code.into()).or_insert_with(|| {
+                        let content = ContentBuilder::new().schema(Some(Ref::from_schema_name("Error")));
+                        ResponseBuilder::new()
+                            .description(description)
+                            .content("application/json", content.build())
+                            .build()
+                            .into()
+                    });
+                }
+            }
         }
     }
 }

@@ -61,7 +61,7 @@ pub async fn create(
     ))
 }
 
-#[utoipa::path(get, path = "/api/v1/oauth/apps/{id}", tag = "oauth",
+#[utoipa::path(get, path = "/api/v1/oauth/apps/{id}", tag = "oauth", params(("id" = String, Path)),
     responses((status = 200, body = OAuthApp), (status = 404, description = "no such app of yours")))]
 pub async fn show(
     State(s): State<AppState>,
@@ -72,6 +72,7 @@ pub async fn show(
 }
 
 #[utoipa::path(patch, path = "/api/v1/oauth/apps/{id}", tag = "oauth", request_body = AppIn,
+    params(("id" = String, Path)),
     responses((status = 200, body = OAuthApp)))]
 pub async fn update(
     State(s): State<AppState>,
@@ -82,7 +83,7 @@ pub async fn update(
     Ok(Json(apps::update(&s, &who, &id, decode(body)?).await?))
 }
 
-#[utoipa::path(delete, path = "/api/v1/oauth/apps/{id}", tag = "oauth",
+#[utoipa::path(delete, path = "/api/v1/oauth/apps/{id}", tag = "oauth", params(("id" = String, Path)),
     responses((status = 204, description = "deleted, with every token it held")))]
 pub async fn remove(
     State(s): State<AppState>,
@@ -93,7 +94,7 @@ pub async fn remove(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(post, path = "/api/v1/oauth/apps/{id}/secret", tag = "oauth",
+#[utoipa::path(post, path = "/api/v1/oauth/apps/{id}/secret", tag = "oauth", params(("id" = String, Path)),
     responses((status = 200, body = AppOut, description = "a new secret, shown this once; the old one stops working")))]
 pub async fn rotate_secret(
     State(s): State<AppState>,
@@ -103,7 +104,7 @@ pub async fn rotate_secret(
     Ok(Json(apps::set_secret(&s, &who, &id, true).await?))
 }
 
-#[utoipa::path(delete, path = "/api/v1/oauth/apps/{id}/secret", tag = "oauth",
+#[utoipa::path(delete, path = "/api/v1/oauth/apps/{id}/secret", tag = "oauth", params(("id" = String, Path)),
     responses((status = 200, body = AppOut, description = "the app, now public")))]
 pub async fn delete_secret(
     State(s): State<AppState>,
@@ -120,7 +121,8 @@ pub struct AuditQuery {
     pub limit: Option<u32>,
 }
 
-#[utoipa::path(get, path = "/api/v1/organizations/{org}/audit-log", tag = "oauth", params(AuditQuery),
+#[utoipa::path(get, path = "/api/v1/organizations/{org}/audit-log", tag = "oauth",
+    params(("org" = String, Path), AuditQuery),
     responses((status = 200, body = [AuditEntry]), (status = 403, description = "not an admin of the organization")))]
 pub async fn audit_log(
     State(s): State<AppState>,
