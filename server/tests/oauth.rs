@@ -103,6 +103,27 @@ async fn sign_in(b: &mut Browser, page: String, password: &str) -> reqwest::Resp
     b.get(&next).await
 }
 
+/// A device authorization of the app started: its user code.
+async fn device_user_code(s: &Setup) -> String {
+    let start: Value = http()
+        .post(format!("{}/oauth/device", s.server.url))
+        .basic_auth(&s.client_id, Some(&s.secret))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    start["user_code"].as_str().unwrap().to_string()
+}
+
+/// `alice` signed in on the device page in `b`: the code form's CSRF token.
+async fn device_entry(b: &mut Browser) -> String {
+    let page = b.get("/oauth/device").await.text().await.unwrap();
+    let entry = sign_in(b, page, PASSWORD).await.text().await.unwrap();
+    field(&entry, "csrf")
+}
+
 /// The whole browser leg: authorize, sign in, approve; the redirect back to the app.
 async fn browser_code(s: &Setup, extra: &[(&str, &str)], orgs: &[&str]) -> String {
     browser_leg(s, &authorize_path(&s.client_id, extra), orgs).await
@@ -619,9 +640,7 @@ async fn device_flow_polls_until_the_user_approves() {
     );
 
     let mut b = Browser::new(&s.server.url);
-    let page = b.get("/oauth/device").await.text().await.unwrap();
-    let entry = sign_in(&mut b, page, PASSWORD).await.text().await.unwrap();
-    let csrf = field(&entry, "csrf");
+    let csrf = device_entry(&mut b).await;
     let wrong = b
         .post(
             "/oauth/device/verify",
@@ -1135,9 +1154,7 @@ async fn a_request_belongs_to_the_browser_that_made_it_and_unknown_orgs_are_refu
 async fn wrong_user_codes_are_attempt_limited() {
     let s = setup().await;
     let mut b = Browser::new(&s.server.url);
-    let page = b.get("/oauth/device").await.text().await.unwrap();
-    let entry = sign_in(&mut b, page, PASSWORD).await.text().await.unwrap();
-    let csrf = field(&entry, "csrf");
+    let csrf = device_entry(&mut b).await;
     for _ in 0..5 {
         let r = b
             .post(
@@ -1147,16 +1164,7 @@ async fn wrong_user_codes_are_attempt_limited() {
             .await;
         assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     }
-    let start: Value = http()
-        .post(format!("{}/oauth/device", s.server.url))
-        .basic_auth(&s.client_id, Some(&s.secret))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let right = start["user_code"].as_str().unwrap();
+    let right = &device_user_code(&s).await;
     let r = b
         .post(
             "/oauth/device/verify",
@@ -1374,29 +1382,16 @@ async fn a_fresh_sign_in_does_not_reset_the_wrong_code_limit() {
     // Four browser sessions of five wrong codes each: each session's own limit, and the account's.
     for session in 0..4 {
         let mut b = Browser::new(&s.server.url);
-        let page = b.get("/oauth/device").await.text().await.unwrap();
-        let entry = sign_in(&mut b, page, PASSWORD).await.text().await.unwrap();
-        let csrf = field(&entry, "csrf");
+        let csrf = device_entry(&mut b).await;
         for _ in 0..5 {
             let (back, status) = wrong(&mut b, csrf.clone()).await;
             b = back;
             assert_eq!(status, StatusCode::BAD_REQUEST, "session {session}");
         }
     }
-    let start: Value = http()
-        .post(format!("{}/oauth/device", s.server.url))
-        .basic_auth(&s.client_id, Some(&s.secret))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let right = start["user_code"].as_str().unwrap();
+    let right = &device_user_code(&s).await;
     let mut b = Browser::new(&s.server.url);
-    let page = b.get("/oauth/device").await.text().await.unwrap();
-    let entry = sign_in(&mut b, page, PASSWORD).await.text().await.unwrap();
-    let csrf = field(&entry, "csrf");
+    let csrf = device_entry(&mut b).await;
     let r = b
         .post(
             "/oauth/device/verify",

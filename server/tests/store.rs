@@ -710,6 +710,17 @@ async fn an_online_backup_is_a_whole_store() {
     assert_eq!(store.backend(), Backend::Sqlite);
 }
 
+/// A change of `acme/m`, which [`watching_webhook`]'s webhook watches.
+fn watched_event() -> NewEvent {
+    NewEvent {
+        kind: EventKind::RepoUpdated,
+        namespace: "acme".into(),
+        subject: "acme/m".into(),
+        payload: json!({}),
+        hook: Some(json!({"event": {"action": "update", "scope": "repo.config"}})),
+    }
+}
+
 /// A webhook of a new user `owner` watching `acme/m` (repo events), stored directly.
 async fn watching_webhook(store: &SqlStore) -> String {
     use switchyard_server::model::webhook::{Domain, Watched, WatchedKind};
@@ -762,14 +773,9 @@ async fn deliveries_are_claimed_once_and_a_server_takes_back_its_own_claims() {
         let webhook = watching_webhook(&store).await;
         let mut unit = store.begin().await.unwrap();
         for _ in 0..4 {
-            let event = NewEvent {
-                kind: EventKind::RepoUpdated,
-                namespace: "acme".into(),
-                subject: "acme/m".into(),
-                payload: json!({}),
-                hook: Some(json!({"event": {"action": "update", "scope": "repo.config"}})),
-            };
-            unit.append_event(event, Utc::now()).await.unwrap();
+            unit.append_event(watched_event(), Utc::now())
+                .await
+                .unwrap();
         }
         unit.commit().await.unwrap();
         let now = Utc::now();
@@ -833,14 +839,9 @@ async fn a_disable_and_an_outcome_recorded_at_once_do_not_deadlock() {
         .unwrap();
     let webhook = watching_webhook(&store).await;
     let mut unit = store.begin().await.unwrap();
-    let event = NewEvent {
-        kind: EventKind::RepoUpdated,
-        namespace: "acme".into(),
-        subject: "acme/m".into(),
-        payload: json!({}),
-        hook: Some(json!({"event": {"action": "update", "scope": "repo.config"}})),
-    };
-    unit.append_event(event, Utc::now()).await.unwrap();
+    unit.append_event(watched_event(), Utc::now())
+        .await
+        .unwrap();
     unit.commit().await.unwrap();
     let now = Utc::now();
     let claimed = store

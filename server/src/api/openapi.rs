@@ -115,7 +115,10 @@ struct Errors;
 
 impl Errors {
     /// The statuses an operation of `method` with `op`'s parameters and body may answer with an error.
-    fn of(method: &str, op: &utoipa::openapi::path::Operation) -> Vec<(&'static str, &'static str)> {
+    fn of(
+        method: &str,
+        op: &utoipa::openapi::path::Operation,
+    ) -> Vec<(&'static str, &'static str)> {
         use utoipa::openapi::path::ParameterIn;
         let params = op.parameters.as_deref().unwrap_or_default();
         let has = |place: ParameterIn| params.iter().any(|p| p.parameter_in == place);
@@ -129,7 +132,10 @@ impl Errors {
             codes.push(("404", "nothing of that name, or nothing the caller may see"));
         }
         if body || has(ParameterIn::Query) {
-            codes.push(("400", "the request's parameters or body break the rules (each issue names its field)"));
+            codes.push((
+                "400",
+                "the request's parameters or body break the rules (each issue names its field)",
+            ));
         }
         if body {
             codes.push(("413", "the body is larger than server.body_limit"));
@@ -148,7 +154,9 @@ impl Modify for Errors {
         let schema = ObjectBuilder::new()
             .property("error", ObjectBuilder::new().schema_type(Type::String))
             .required("error")
-            .description(Some("An error: what went wrong, in words; `issues` or `details` say where."));
+            .description(Some(
+                "An error: what went wrong, in words; `issues` or `details` say where.",
+            ));
         if let Some(components) = openapi.components.as_mut() {
             components.schemas.insert("Error".into(), schema.into());
         }
@@ -163,14 +171,18 @@ impl Modify for Errors {
             for (method, op) in ops {
                 let Some(op) = op.as_mut() else { continue };
                 for (code, description) in Errors::of(method, op) {
-                    op.responses.responses.entry(code.into()).or_insert_with(|| {
-                        let content = ContentBuilder::new().schema(Some(Ref::from_schema_name("Error")));
-                        ResponseBuilder::new()
-                            .description(description)
-                            .content("application/json", content.build())
-                            .build()
-                            .into()
-                    });
+                    op.responses
+                        .responses
+                        .entry(code.into())
+                        .or_insert_with(|| {
+                            let content =
+                                ContentBuilder::new().schema(Some(Ref::from_schema_name("Error")));
+                            ResponseBuilder::new()
+                                .description(description)
+                                .content("application/json", content.build())
+                                .build()
+                                .into()
+                        });
                 }
             }
         }

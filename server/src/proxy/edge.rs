@@ -143,14 +143,12 @@ fn valid_host(value: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::http1::Parsed;
+    use super::super::http1::tests::request;
     use super::*;
 
     fn judged(text: &str) -> Result<(), Refusal> {
-        let buf = text.as_bytes();
-        let mut head = Head::default();
-        assert!(matches!(head.request(buf), Parsed::Complete), "{text}");
-        judge(&head, buf, &Framing::of(&head, buf))
+        let (head, buf) = request(text);
+        judge(&head, &buf, &Framing::of(&head, &buf))
     }
 
     #[test]

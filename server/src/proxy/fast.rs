@@ -1253,6 +1253,7 @@ async fn write_answer(conn: &mut Conn, answer: Response, close: bool, head_reque
 
 #[cfg(test)]
 mod tests {
+    use super::super::http1::tests::request;
     use super::*;
 
     #[test]
@@ -1263,13 +1264,6 @@ mod tests {
         }
         assert_eq!(visible("caf\u{e9}".as_bytes()), None);
         assert_eq!(visible(b"a\x7fb"), None);
-    }
-
-    fn request(text: &str) -> (Head, Vec<u8>) {
-        let buf = text.as_bytes().to_vec();
-        let mut head = Head::default();
-        assert!(matches!(head.request(&buf), Parsed::Complete), "{text}");
-        (head, buf)
     }
 
     #[test]

@@ -12,7 +12,10 @@
 //! they come; anything else and the guard reads heads again.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -42,10 +45,34 @@ enum State {
     Refused,
 }
 
+/// When the caller last sent something on a connection, for the listener's bound (see `super::limit`):
+/// shared between the [`Guard`] that reads it and the task that serves the connection.
+#[derive(Clone, Default)]
+pub(super) struct LastRead(Arc<AtomicU64>);
+
+impl LastRead {
+    /// Milliseconds since this process's first look at the clock.
+    fn now() -> u64 {
+        static BASE: OnceLock<Instant> = OnceLock::new();
+        let base = *BASE.get_or_init(Instant::now);
+        u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn mark(&self) {
+        self.0.store(Self::now(), Ordering::Relaxed);
+    }
+
+    /// How long ago the caller last sent something (or the connection began).
+    pub(super) fn since(&self) -> Duration {
+        Duration::from_millis(Self::now().saturating_sub(self.0.load(Ordering::Relaxed)))
+    }
+}
+
 /// A caller's connection as hyper's server reads it (see the module's doc): `io`, with bytes already read
 /// from it first.
 pub(super) struct Guard<IO> {
     io: IO,
+    last_read: LastRead,
     /// What was read from the caller; its first `passable` bytes were judged and may go to hyper.
     buf: BytesMut,
     passable: usize,
@@ -62,10 +89,13 @@ pub(super) struct Guard<IO> {
 }
 
 impl<IO> Guard<IO> {
-    /// `io`, whose bytes `read` were read already (at a request head).
-    pub(super) fn new(io: IO, read: BytesMut) -> Guard<IO> {
+    /// `io`, whose bytes `read` were read already (at a request head); `last_read` is told when the caller
+    /// sends more.
+    pub(super) fn new(io: IO, read: BytesMut, last_read: LastRead) -> Guard<IO> {
+        last_read.mark();
         Guard {
             io,
+            last_read,
             buf: read,
             passable: 0,
             state: State::Head,
@@ -246,6 +276,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guard<IO> {
                     // SAFETY: `poll_read` initialised the first `n` bytes of the spare capacity.
                     unsafe { this.buf.set_len(before + n) };
                     this.ended = n == 0;
+                    this.last_read.mark();
                 }
             }
         }
@@ -321,7 +352,7 @@ mod tests {
     /// then closed, and what the guard writes when hyper shuts the connection down.
     async fn through(sent: &[u8], piece: usize) -> (Vec<u8>, Vec<u8>) {
         let (mut caller, server) = tokio::io::duplex(1 << 20);
-        let mut guard = Guard::new(server, BytesMut::new());
+        let mut guard = Guard::new(server, BytesMut::new(), LastRead::default());
         for part in sent.chunks(piece.max(1)) {
             caller.write_all(part).await.expect("send");
         }
@@ -388,7 +419,7 @@ mod tests {
     #[tokio::test]
     async fn an_upgrade_waits_for_its_answer() {
         let (mut caller, server) = tokio::io::duplex(1 << 16);
-        let mut guard = Guard::new(server, BytesMut::new());
+        let mut guard = Guard::new(server, BytesMut::new(), LastRead::default());
         let ask =
             b"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n";
         caller.write_all(ask).await.expect("send");
@@ -412,7 +443,7 @@ mod tests {
 
         // Refused, the next head is judged as one.
         let (mut caller, server) = tokio::io::duplex(1 << 16);
-        let mut guard = Guard::new(server, BytesMut::new());
+        let mut guard = Guard::new(server, BytesMut::new(), LastRead::default());
         caller.write_all(ask).await.expect("send");
         caller
             .write_all(b"TRACE / HTTP/1.1\r\nHost: a\r\n\r\n")

@@ -387,7 +387,7 @@ pub(super) fn answer(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// Scans `body` handed over in pieces split at `at`: the bytes judged, and the data found in them.
@@ -431,7 +431,8 @@ mod tests {
         }
     }
 
-    fn request(text: &str) -> (Head, Vec<u8>) {
+    /// `text`'s head, parsed, and its bytes.
+    pub(in crate::proxy) fn request(text: &str) -> (Head, Vec<u8>) {
         let buf = text.as_bytes().to_vec();
         let mut head = Head::default();
         assert!(matches!(head.request(&buf), Parsed::Complete), "{text}");

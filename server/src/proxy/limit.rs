@@ -1,9 +1,10 @@
 //! The bound on a listener's open connections (`proxy.max_connections`). A connection is counted from its
 //! accept to its end. At the bound, the listener asks the connections that have waited at least
-//! [`SHED_AFTER`] for their next request (on the own path) to close, as nginx drains its idle keep-alive
-//! connections when it runs out, and accepts nothing more until one has closed: new connections wait in
-//! the kernel's backlog rather than each holding buffers here. A connection with a request going is never
-//! closed for room.
+//! [`SHED_AFTER`] for their next request to close (on hyper's path: that have had nothing from the caller
+//! for that long, closed once their requests are answered), as nginx drains its idle keep-alive
+//! connections when it runs out, and accepts nothing more until one has closed: each of the listener's
+//! workers holds the one connection it accepted last until there is room for it, and the rest wait in the
+//! kernel's backlog rather than each holding buffers here. No request going is cut for room.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -47,8 +48,7 @@ impl Limit {
         })
     }
 
-    /// A place for one more connection, if there is: counted open at once (the accept that follows
-    /// fills it).
+    /// A place for one more connection, if there is: counted open until the place is dropped.
     pub fn reserve(self: &Arc<Self>) -> Option<Open> {
         let max = self.max;
         self.open

@@ -33,7 +33,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 
 use super::deadline::Deadline;
 use super::fast::{self, Hand};
-use super::guard::Guard;
+use super::guard::{Guard, LastRead};
 use super::limit;
 use super::poll;
 use super::{Front, Inner};
@@ -242,7 +242,14 @@ where
     tokio::pin!(stopping);
     let connections = app.proxy.connections.clone();
     loop {
-        // A place first (see `limit`): at the bound, an idle connection makes room, or the listener waits.
+        let (io, peer) = tokio::select! {
+            accepted = axum::serve::Listener::accept(&mut listener) => accepted,
+            () = &mut stopping => break,
+        };
+        // Its place (see `limit`): at the bound, idle connections make room while this one waits, and
+        // nothing more is accepted here meanwhile (the rest wait in the kernel's backlog). The place is taken
+        // only once a connection is at hand: the listener's sockets are one per worker, and a place held
+        // while waiting on one socket could be the one a connection queued at another needs.
         let room = loop {
             if let Some(room) = connections.reserve() {
                 break Some(room);
@@ -253,10 +260,6 @@ where
             }
         };
         let Some(room) = room else { break };
-        let (io, peer) = tokio::select! {
-            accepted = axum::serve::Listener::accept(&mut listener) => accepted,
-            () = &mut stopping => break,
-        };
         let served = connection(io, peer, app.clone(), stop.clone(), open_rx.clone());
         tokio::spawn(async move {
             served.await;
@@ -294,8 +297,10 @@ async fn connection<S>(
         }
     };
     // A write that waits on the caller for longer than its time fails, which ends the connection.
-    let io = PacedWrites::new(Guard::new(io, read), timeouts.caller, ANSWER_NOT_TAKEN);
-    general(io, peer, app, timeouts, stop, open).await;
+    let last_read = LastRead::default();
+    let guard = Guard::new(io, read, last_read.clone());
+    let io = PacedWrites::new(guard, timeouts.caller, ANSWER_NOT_TAKEN);
+    general(io, peer, app, timeouts, stop, open, last_read).await;
 }
 
 /// Serves the connection's requests on the proxy's own path while it takes them. True when the general path
@@ -359,8 +364,9 @@ const ANSWER_NOT_TAKEN: Stalled = Stalled {
 };
 
 /// A client connection served by hyper's HTTP/1 server, each request answered by [`Front::answer`] with
-/// the peer's address at hand (no per-request extension to carry it). On `stop` the connection finishes
-/// the request it is answering and closes.
+/// the peer's address at hand (no per-request extension to carry it). On `stop`, or when the listener is at
+/// its bound and the caller has sent nothing for a while (`last_read`), the connection finishes the request
+/// it is answering and closes.
 async fn general<S>(
     io: PacedWrites<Guard<tokio::net::TcpStream>>,
     peer: SocketAddr,
@@ -368,9 +374,12 @@ async fn general<S>(
     timeouts: ClientTimeouts,
     stop: watch::Receiver<bool>,
     _open: watch::Receiver<()>,
+    last_read: LastRead,
 ) where
     S: Inner,
 {
+    let proxy = app.proxy.clone();
+    let mut squeezes = proxy.connections.squeezes();
     // hyper's one timeout runs from when it waits for a head, the next request's on a kept connection too:
     // an idle connection here closes after `proxy.header_timeout_s`.
     let ClientTimeouts {
@@ -407,6 +416,15 @@ async fn general<S>(
             () = &mut stopping, if !stopped => {
                 stopped = true;
                 conn.as_mut().graceful_shutdown();
+            }
+            // At the listener's bound, a connection the caller has sent nothing on for a while closes: at
+            // once when no request is going, else once its requests are answered.
+            () = squeezes.asked(), if !stopped => {
+                if last_read.since() >= limit::SHED_AFTER {
+                    stopped = true;
+                    proxy.connections.shed();
+                    conn.as_mut().graceful_shutdown();
+                }
             }
         }
     }
