@@ -73,6 +73,8 @@ pub struct Checked {
     pub secrets: Option<SecretBox>,
     pub hardware: HardwareList,
     pub seed: Vec<CatalogEntry>,
+    /// The GPUs replicas are placed on (see [`crate::runtime::devices`]).
+    pub gpus: Vec<String>,
 }
 
 /// Every check start-up makes of its config before it writes, binds or connects anything: public URL,
@@ -95,10 +97,15 @@ pub fn check(config: &Config) -> Result<Checked, StartError> {
         true => Some(open_secrets(config, false)?),
         false => None,
     };
-    let accelerators = machine_accelerators(config)?;
+    let gpus = config
+        .runtime
+        .gpus
+        .clone()
+        .unwrap_or_else(crate::runtime::devices::detected);
+    let accelerators = machine_accelerators(config, &gpus)?;
     let hardware = HardwareList::load(config.catalog.hardware_file.as_deref())
         .map_err(fail("hardware list"))?
-        .on_machine(&accelerators);
+        .on_machine(&accelerators, gpus.len());
     let seed = load_seed(config.catalog.seed_file.as_deref()).map_err(fail("catalog seed"))?;
     Ok(Checked {
         data_dir,
@@ -106,13 +113,19 @@ pub fn check(config: &Config) -> Result<Checked, StartError> {
         secrets,
         hardware,
         seed,
+        gpus,
     })
 }
 
-/// The accelerators this server's replicas run on: `runtime.accelerators`, else what the machine has.
-fn machine_accelerators(config: &Config) -> Result<Vec<String>, StartError> {
+/// The accelerators this server's replicas run on: `runtime.accelerators`, else what the machine has (`gpu`
+/// too when it places replicas on GPUs).
+fn machine_accelerators(config: &Config, gpus: &[String]) -> Result<Vec<String>, StartError> {
     let Some(listed) = &config.runtime.accelerators else {
-        return Ok(crate::hardware::detected_accelerators());
+        let mut found = crate::hardware::detected_accelerators();
+        if !gpus.is_empty() && !found.iter().any(|a| a == "gpu") {
+            found.push("gpu".into());
+        }
+        return Ok(found);
     };
     match listed
         .iter()
@@ -177,6 +190,8 @@ pub struct Services {
     pub data_dir: PathBuf,
     /// Set when this start created the first administrator.
     pub admin_token_file: Option<PathBuf>,
+    /// The GPUs replicas are placed on.
+    pub devices: Arc<crate::runtime::devices::Devices>,
 }
 
 impl Services {
@@ -205,6 +220,7 @@ impl Services {
         let (store, secrets) = store_and_key(config, &url, checked.secrets).await?;
         tracing::info!(store = %url.redacted(), "store open");
         let (hardware, seed) = (checked.hardware, checked.seed);
+        let devices = crate::runtime::devices::Devices::new(checked.gpus);
         let now = clock.now();
         if crate::services::catalog::seed_once(store.as_ref(), &seed, now)
             .await
@@ -284,6 +300,7 @@ impl Services {
             store,
             data_dir,
             admin_token_file,
+            devices,
         })
     }
 }
@@ -525,6 +542,7 @@ impl Application {
             services.table,
         )
         .with_engines(state.engines.clone())
+        .with_devices(services.devices.clone(), state.hardware.clone())
         .with_quotas(state.quotas)
         .with_replica_timeout(proxy.config.replica_timeout());
         // The reconciler stops last, after requests drained: replicas serve until then.

@@ -175,6 +175,11 @@ pub struct RuntimeConfig {
     /// Default: what this machine has (`cpu`; `gpu` with an NVIDIA device, `/dev/nvidia0`; `neuron` with
     /// `/dev/neuron0`).
     pub accelerators: Option<Vec<String>>,
+    /// The GPUs replicas are placed on, as CUDA numbers them (`["0", "1"]`): each replica of a `gpu`
+    /// instance gets devices of its own (`CUDA_VISIBLE_DEVICES`), and waits when too few are free. Default:
+    /// what `nvidia-smi` lists, else the `/dev/nvidiaN` devices there are. Listing any makes `gpu` one of
+    /// this server's accelerators (unless `accelerators` says otherwise).
+    pub gpus: Option<Vec<String>>,
     /// One launcher per engine image key (`tei`, `llamacpp`, `vLLM`, `sGLang`, `tgi`, `hub`, …).
     pub launchers: std::collections::BTreeMap<String, Launcher>,
     /// Custom-router sidecars by image tag (`customRouter.tag`); `{port}` is the port it listens on.
@@ -201,6 +206,7 @@ impl Default for RuntimeConfig {
             replica_user: None,
             engines_dir: None,
             accelerators: None,
+            gpus: None,
             launchers: Default::default(),
             routers: Default::default(),
             scaling: ScalingConfig::default(),

@@ -130,12 +130,16 @@ impl HardwareList {
     }
 
     /// The list as this server offers it: compute whose accelerator it cannot run (not in `accelerators`;
-    /// `zero_gpu` counts as `gpu`) is `unavailable`.
-    pub fn on_machine(mut self, accelerators: &[String]) -> HardwareList {
+    /// `zero_gpu` counts as `gpu`) is `unavailable`, and so is GPU compute with more GPUs than the server
+    /// places replicas on (`gpus`, when it knows of any).
+    pub fn on_machine(mut self, accelerators: &[String], gpus: usize) -> HardwareList {
         for vendor in &mut self.vendors {
             for region in &mut vendor.regions {
                 for c in &mut region.computes {
-                    if !runs(accelerators, &c.accelerator) {
+                    let too_many = gpus > 0
+                        && runs(&["gpu".into()], &c.accelerator)
+                        && c.num_accelerators as usize > gpus;
+                    if !runs(accelerators, &c.accelerator) || too_many {
                         c.status = "unavailable".into();
                     }
                 }
@@ -273,7 +277,7 @@ mod tests {
     fn compute_this_machine_cannot_run_is_unavailable() {
         let hw = HardwareList::built_in()
             .unwrap()
-            .on_machine(&["cpu".to_string()]);
+            .on_machine(&["cpu".to_string()], 0);
         assert!(hw.smallest_fit("gpu", 1.0).is_none());
         assert!(hw.smallest_fit("neuron", 1.0).is_none());
         assert!(hw.smallest_fit("cpu", 1.0).is_some());
@@ -288,7 +292,7 @@ mod tests {
         assert_eq!(hw.cannot_run("cpu"), None);
         let gpus = HardwareList::built_in()
             .unwrap()
-            .on_machine(&["cpu".into(), "gpu".into()]);
+            .on_machine(&["cpu".into(), "gpu".into()], 0);
         assert!(gpus.smallest_fit("gpu", 1.0).is_some());
         assert_eq!(gpus.cannot_run("zero_gpu"), None);
         // The list as read from a file says nothing of the machine.

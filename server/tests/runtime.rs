@@ -1723,6 +1723,101 @@ async fn a_custom_domain_belongs_to_one_namespace() {
     rt.shutdown().await;
 }
 
+/// `CUDA_VISIBLE_DEVICES` of each replica process running now.
+fn visible_devices(rt: &Rt) -> Vec<String> {
+    let mut seen: Vec<String> = rt
+        .replica_pids()
+        .into_iter()
+        .filter_map(|pid| std::fs::read(format!("/proc/{pid}/environ")).ok())
+        .filter_map(|env| {
+            env.split(|b| *b == 0)
+                .find_map(|kv| kv.strip_prefix(b"CUDA_VISIBLE_DEVICES="))
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        })
+        .collect();
+    seen.sort();
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpus_are_placed_one_replica_each_and_a_replica_waits_for_a_free_one() {
+    let rt = spawn(|c| c.runtime.gpus = Some(vec!["0".into(), "1".into()])).await;
+    let gpu = |name: &str, n: u32| {
+        let mut body = engine_endpoint(
+            name,
+            "public",
+            &[],
+            json!({"minReplica": n, "maxReplica": n}),
+        );
+        body["compute"]["accelerator"] = json!("gpu");
+        body["compute"]["instanceType"] = json!("nvidia-t4");
+        body["compute"]["instanceSize"] = json!("x1");
+        body
+    };
+    // The hardware list offers what two GPUs can hold, and no more.
+    let hardware: Value = rt
+        .admin
+        .request(reqwest::Method::GET, "/v2/provider/admin", None)
+        .await
+        .expect("hardware");
+    let status_of = |size: &str| {
+        hardware["vendors"][0]["regions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|r| r["computes"].as_array().into_iter().flatten())
+            .find(|c| c["instanceType"] == "nvidia-t4" && c["instanceSize"] == size)
+            .map(|c| c["status"].clone())
+    };
+    assert_eq!(status_of("x1"), Some(json!("available")));
+    assert_eq!(status_of("x4"), Some(json!("unavailable")));
+
+    // Two replicas of `a`: a GPU each, not the same one.
+    rt.create(gpu("a", 2)).await;
+    rt.wait_for("a", "two ready", |e| e["status"]["readyReplica"] == 2)
+        .await;
+    assert_eq!(visible_devices(&rt), ["0", "1"]);
+    // `b` finds none free: pending, saying for whom.
+    rt.create(gpu("b", 1)).await;
+    let b = rt
+        .wait_for("b", "waiting", |e| {
+            e["status"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("waiting for a free GPU"))
+        })
+        .await;
+    assert_eq!(b["status"]["state"], "pending");
+    assert_eq!(
+        b["status"]["message"],
+        "waiting for a free GPU (2 of 2 held by admin/a, admin/a)"
+    );
+    // `a` lets one go: `b` starts on it.
+    let _: Value = rt
+        .admin
+        .update_endpoint(
+            NS,
+            "a",
+            &json!({"compute": {"scaling": {"minReplica": 1, "maxReplica": 1}}}),
+        )
+        .await
+        .expect("scale a down");
+    rt.wait_state("b", "running").await;
+    let seen = rt
+        .http
+        .get(format!("{}/env/CUDA_VISIBLE_DEVICES", rt.endpoint_url("b")))
+        .send()
+        .await
+        .expect("env")
+        .text()
+        .await
+        .expect("text");
+    assert!(seen == "0" || seen == "1", "{seen}");
+    rt.wait_for("a", "one replica", |e| e["status"]["readyReplica"] == 1)
+        .await;
+    assert_eq!(visible_devices(&rt), ["0", "1"], "still one each");
+    rt.shutdown().await;
+}
+
 /// A user of the server that is not an administrator, with a token.
 async fn tenant(rt: &Rt, name: &str) -> Client {
     let _: Value = rt

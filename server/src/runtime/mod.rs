@@ -9,6 +9,7 @@
 //! (through [`crate::routing`], which both sides import), and records activity (last request, requests in
 //! flight, wake-ups) in shared [`Activity`] counters.
 
+pub mod devices;
 pub mod isolation;
 pub mod launch;
 pub mod local;

@@ -22,6 +22,7 @@ use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
+use super::devices::{Devices, Lease};
 use super::launch::{self, Launch};
 use super::provider::{ProviderError, ReplicaInfo, ReplicaPlan, ReplicaProvider, ReplicaStatus};
 use super::scaler::{
@@ -56,6 +57,8 @@ struct ReplicaRun {
     cpu_percent: Option<f64>,
     /// Taken out of the routing table at this (wall-clock) instant; stopped once its requests finished.
     draining: Option<std::time::Instant>,
+    /// The GPUs it holds (see [`Devices`]), given back when the replica is forgotten.
+    _devices: Option<Lease>,
 }
 
 impl ReplicaRun {
@@ -105,6 +108,8 @@ struct EndpointRun {
     good: Option<(String, EndpointSpec)>,
     /// Idle time counts from here when no request came since.
     since: DateTime<Utc>,
+    /// Why a replica it wants has not started: too few GPUs free (see [`Devices`]).
+    waiting: Option<String>,
 }
 
 /// The status fields the reconciler owns.
@@ -125,6 +130,9 @@ pub struct Reconciler {
     config: RuntimeConfig,
     /// Which launcher starts an engine image.
     engines: Arc<Engines>,
+    /// The GPUs replicas are placed on, and the compute list that says how many each instance has.
+    devices: Arc<Devices>,
+    hardware: Option<Arc<crate::hardware::HardwareList>>,
     settings: ScalerSettings,
     handle: RuntimeHandle,
     table: watch::Sender<Arc<RouteTable>>,
@@ -180,6 +188,8 @@ impl Reconciler {
             secrets,
             provider,
             engines,
+            devices: Devices::new(Vec::new()),
+            hardware: None,
             config,
             settings,
             handle,
@@ -197,6 +207,17 @@ impl Reconciler {
     /// The engines replicas start with (the server's; by default the configured launchers and `PATH`).
     pub fn with_engines(mut self, engines: Arc<Engines>) -> Reconciler {
         self.engines = engines;
+        self
+    }
+
+    /// The GPUs replicas are placed on, and the compute list that says how many each instance has.
+    pub fn with_devices(
+        mut self,
+        devices: Arc<Devices>,
+        hardware: Arc<crate::hardware::HardwareList>,
+    ) -> Reconciler {
+        self.devices = devices;
+        self.hardware = Some(hardware);
         self
     }
 
@@ -488,6 +509,8 @@ impl Reconciler {
             provider: self.provider.as_ref(),
             config: &self.config,
             engines: &self.engines,
+            devices: &self.devices,
+            hardware: self.hardware.as_deref(),
             settings: &self.settings,
             secrets: &self.secrets,
             handle: &self.handle,
@@ -538,6 +561,8 @@ struct Steps<'a> {
     provider: &'a dyn ReplicaProvider,
     config: &'a RuntimeConfig,
     engines: &'a Engines,
+    devices: &'a Arc<Devices>,
+    hardware: Option<&'a crate::hardware::HardwareList>,
     settings: &'a ScalerSettings,
     secrets: &'a SecretBox,
     handle: &'a RuntimeHandle,
@@ -577,6 +602,7 @@ impl Steps<'_> {
             failed_generation: None,
             good: None,
             since: now,
+            waiting: None,
         }
     }
 
@@ -826,8 +852,8 @@ impl Steps<'_> {
         }
     }
 
-    /// Starts replicas of `serve_gen` (running `spec`) up to `target`, once the crash backoff is over.
-    /// `Err` says why one cannot start at all.
+    /// Starts replicas of `serve_gen` (running `spec`) up to `target`, once the crash backoff is over; one
+    /// that waits for GPUs leaves why in `run.waiting`. `Err` says why one cannot start at all.
     async fn start_missing(
         &self,
         run: &mut EndpointRun,
@@ -841,25 +867,63 @@ impl Steps<'_> {
             .iter()
             .filter(|r| r.generation == serve_gen && r.draining.is_none())
             .count();
+        run.waiting = None;
         if have < target && run.next_start_at.is_none_or(|t| t <= pass.now) {
             for _ in have..target {
-                let replica = self.start_replica(pass, serve_gen, spec).await?;
+                let devices = match self.devices_for(pass, spec) {
+                    Ok(devices) => devices,
+                    Err(waiting) => {
+                        run.waiting = Some(waiting);
+                        break;
+                    }
+                };
+                let replica = self.start_replica(pass, serve_gen, spec, devices).await?;
                 run.replicas.push(replica);
             }
         }
         Ok(())
     }
 
-    /// Starts one replica of `serve_gen`, running `spec`.
+    /// The GPUs a replica of `spec` is given: as many as its instance has, when it is GPU compute and this
+    /// server places replicas on GPUs; `Err` says what it waits for when too few are free.
+    fn devices_for(&self, pass: &Pass<'_>, spec: &EndpointSpec) -> Result<Option<Lease>, String> {
+        let compute = &spec.compute;
+        let gpu = matches!(compute.accelerator.as_str(), "gpu" | "zero_gpu");
+        if !gpu || self.devices.count() == 0 {
+            return Ok(None);
+        }
+        let wanted = self
+            .hardware
+            .and_then(|h| {
+                let (vendor, region) = (&spec.provider.vendor, &spec.provider.region);
+                let accelerator = compute.accelerator.as_str();
+                h.find(
+                    vendor,
+                    region,
+                    accelerator,
+                    &compute.instance_type,
+                    &compute.instance_size,
+                )
+            })
+            .map_or(1, |p| p.compute.num_accelerators.max(1));
+        let holder = format!("{}/{}", pass.rec.namespace, pass.rec.spec.name);
+        self.devices.take(wanted, &holder).map(Some)
+    }
+
+    /// Starts one replica of `serve_gen`, running `spec`, on `devices` (its own GPUs, when it has any).
     async fn start_replica(
         &self,
         pass: &Pass<'_>,
         serve_gen: &str,
         spec: &EndpointSpec,
+        devices: Option<Lease>,
     ) -> Result<ReplicaRun, String> {
         let rec = pass.rec;
         let replica_id = format!("{}-{}", rec.spec.name, &random_id()[..8]);
-        let Launch { plan, health_route } = launch::plan(
+        let Launch {
+            mut plan,
+            health_route,
+        } = launch::plan(
             self.engines,
             self.secrets,
             &rec.namespace,
@@ -867,6 +931,11 @@ impl Steps<'_> {
             &replica_id,
         )
         .map_err(|e| e.0)?;
+        if let Some(lease) = &devices {
+            // Placed: the replica sees its own devices, whatever its spec's environment said.
+            plan.env
+                .insert("CUDA_VISIBLE_DEVICES".into(), lease.ids().join(","));
+        }
         let info = self
             .provider
             .start(&plan)
@@ -887,6 +956,7 @@ impl Steps<'_> {
             cpu_mark: None,
             cpu_percent: None,
             draining: None,
+            _devices: devices,
         })
     }
 
@@ -965,6 +1035,14 @@ fn next_status(run: &EndpointRun, pass: &Pass<'_>, serve_gen: &str, mut out: Obs
         EndpointState::UpdateFailed if !pass.failed_update => EndpointState::Updating,
         s => s,
     };
+    // A replica waiting for GPUs: with none running yet, the endpoint is pending until one is free.
+    if let Some(waiting) = &run.waiting {
+        if run.replicas.is_empty() {
+            out.state = EndpointState::Pending;
+        }
+        out.message = Some(waiting.clone());
+        return finish(out, run);
+    }
     out.message = match out.state {
         EndpointState::Running | EndpointState::Updating | EndpointState::Initializing
             if !run.crashes.is_empty() =>

@@ -1,0 +1,167 @@
+//! The machine's GPUs, placed per replica: each replica of a `gpu` instance is given devices of its own
+//! (as many as its instance has) and holds them until it ends, so two replicas never share one by accident.
+//! A replica that finds too few free waits (its endpoint says for whom) and starts once enough are given
+//! back.
+//!
+//! The inventory is `runtime.gpus` (device ids as CUDA numbers them), else what `nvidia-smi` lists, else
+//! the `/dev/nvidiaN` devices there are. An empty inventory places nothing: replicas start without devices
+//! of their own, as they did before placement (a server told by `runtime.accelerators` that it runs `gpu`
+//! compute, with no devices it knows of).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// The GPUs replicas are placed on, and who holds each.
+pub struct Devices {
+    ids: Vec<String>,
+    /// Device id → who holds it (`namespace/endpoint`).
+    held: Mutex<BTreeMap<String, String>>,
+}
+
+/// Devices held by one replica; given back when dropped.
+pub struct Lease {
+    devices: Arc<Devices>,
+    ids: Vec<String>,
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Lease").field(&self.ids).finish()
+    }
+}
+
+impl Lease {
+    /// The devices, as `CUDA_VISIBLE_DEVICES` lists them.
+    pub fn ids(&self) -> &[String] {
+        &self.ids
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let mut held = self.devices.held.lock().unwrap_or_else(|e| e.into_inner());
+        for id in &self.ids {
+            held.remove(id);
+        }
+    }
+}
+
+impl Devices {
+    pub fn new(ids: Vec<String>) -> Arc<Devices> {
+        let mut ids = ids;
+        ids.dedup();
+        Arc::new(Devices {
+            ids,
+            held: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// How many devices there are.
+    pub fn count(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// `n` free devices for `holder`, the lowest ids first; else why there are not (see [`waiting`]).
+    pub fn take(self: &Arc<Self>, n: u32, holder: &str) -> Result<Lease, String> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let free: Vec<&String> = self
+            .ids
+            .iter()
+            .filter(|id| !held.contains_key(*id))
+            .collect();
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        if free.len() < n {
+            return Err(waiting(n, self.ids.len(), &held));
+        }
+        let ids: Vec<String> = free.into_iter().take(n).cloned().collect();
+        for id in &ids {
+            held.insert(id.clone(), holder.to_string());
+        }
+        Ok(Lease {
+            devices: self.clone(),
+            ids,
+        })
+    }
+}
+
+/// `waiting for a free GPU (2 of 2 held by acme/chat, acme/chat)`: what a replica that wants `n` waits for.
+fn waiting(n: usize, total: usize, held: &BTreeMap<String, String>) -> String {
+    let what = if n == 1 {
+        "a free GPU".to_string()
+    } else {
+        format!("{n} free GPUs")
+    };
+    if n > total {
+        return format!("waiting for {what}: this server has {total}");
+    }
+    let holders: Vec<&str> = held.values().map(String::as_str).collect();
+    format!(
+        "waiting for {what} ({} of {total} held by {})",
+        held.len(),
+        holders.join(", ")
+    )
+}
+
+/// The GPUs of this machine, when `runtime.gpus` does not list them: `nvidia-smi`'s indexes, else the
+/// `/dev/nvidiaN` devices there are.
+pub fn detected() -> Vec<String> {
+    let listed = std::process::Command::new("nvidia-smi")
+        .args(["--query-gpu=index", "--format=csv,noheader"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        });
+    if let Some(ids) = listed.filter(|ids| !ids.is_empty()) {
+        return ids;
+    }
+    let mut ids: Vec<u32> = std::fs::read_dir("/dev")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            name.strip_prefix("nvidia")?.parse::<u32>().ok()
+        })
+        .collect();
+    ids.sort_unstable();
+    ids.into_iter().map(|i| i.to_string()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_are_held_by_one_replica_at_a_time_and_given_back() {
+        let d = Devices::new(vec!["0".into(), "1".into()]);
+        let a = d.take(1, "acme/chat").expect("a free one");
+        let b = d.take(1, "acme/chat").expect("the other");
+        assert_eq!(
+            (a.ids(), b.ids()),
+            (&["0".to_string()][..], &["1".to_string()][..])
+        );
+        let waits = d.take(1, "acme/embed").expect_err("none free");
+        assert_eq!(
+            waits,
+            "waiting for a free GPU (2 of 2 held by acme/chat, acme/chat)"
+        );
+        drop(a);
+        let c = d.take(1, "acme/embed").expect("the freed one");
+        assert_eq!(c.ids(), &["0".to_string()][..]);
+        assert_eq!(
+            d.take(3, "big/one").expect_err("more than there are"),
+            "waiting for 3 free GPUs: this server has 2"
+        );
+        drop((b, c));
+        let both = d.take(2, "big/two").expect("both");
+        assert_eq!(both.ids(), &["0".to_string(), "1".to_string()][..]);
+    }
+}
