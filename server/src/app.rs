@@ -220,7 +220,8 @@ impl Services {
         let (store, secrets) = store_and_key(config, &url, checked.secrets).await?;
         tracing::info!(store = %url.redacted(), "store open");
         let (hardware, seed) = (checked.hardware, checked.seed);
-        let devices = crate::runtime::devices::Devices::new(checked.gpus);
+        let grace = std::time::Duration::from_millis(config.runtime.stop_grace_ms);
+        let devices = crate::runtime::devices::Devices::new(checked.gpus, grace);
         let now = clock.now();
         if crate::services::catalog::seed_once(store.as_ref(), &seed, now)
             .await

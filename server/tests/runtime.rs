@@ -1815,6 +1815,27 @@ async fn gpus_are_placed_one_replica_each_and_a_replica_waits_for_a_free_one() {
     rt.wait_for("a", "one replica", |e| e["status"]["readyReplica"] == 1)
         .await;
     assert_eq!(visible_devices(&rt), ["0", "1"], "still one each");
+    // An update with no GPU to spare: the old replica makes room for the new one (a gap, never a stall).
+    let _: Value = rt
+        .admin
+        .update_endpoint(NS, "b", &json!({"model": {"env": {"GENERATION": "2"}}}))
+        .await
+        .expect("update b");
+    rt.wait_for("b", "rolled", |e| {
+        e["status"]["state"] == "running" && e["status"]["readyReplica"] == 1
+    })
+    .await;
+    let generation = rt
+        .http
+        .get(format!("{}/env/GENERATION", rt.endpoint_url("b")))
+        .send()
+        .await
+        .expect("env")
+        .text()
+        .await
+        .expect("text");
+    assert_eq!(generation, "2");
+    assert_eq!(visible_devices(&rt), ["0", "1"], "still one each");
     rt.shutdown().await;
 }
 

@@ -4,8 +4,9 @@
 //! counted down, chunks scanned with their sizes bounded), so that it knows where the next head begins.
 //!
 //! A head that breaks the rules never reaches hyper: the connection ends there for hyper (it reads the
-//! caller's end), and once hyper has written its answers to what came before, the guard writes the
-//! refusal, in the spec's shape, and closes. A body whose chunks break off or lie ends the same way, except
+//! caller's end), and once hyper is done, the guard writes the refusal, in the spec's shape, and closes. (A
+//! request hyper was still answering when a refused head came right behind it is cut off with the
+//! connection: hyper ends a connection whose caller ends mid-exchange.) A body whose chunks break off or lie ends the same way, except
 //! that the request it belongs to is answered by the proxy itself (its body could not be read), so the
 //! guard adds nothing. After a request to upgrade (`Upgrade`, or `CONNECT`), nothing more goes to hyper
 //! until it has answered: `101` (or a 2xx to `CONNECT`) makes the connection a tunnel, whose bytes pass as
@@ -86,6 +87,8 @@ pub(super) struct Guard<IO> {
     parked: Option<Waker>,
     /// What hyper wrote since an upgrade was asked for, until its answer's head is whole.
     answered: Vec<u8>,
+    /// The connection's place among the listener's (see `super::limit`), given back with the socket.
+    _room: Option<super::limit::Open>,
 }
 
 impl<IO> Guard<IO> {
@@ -104,7 +107,14 @@ impl<IO> Guard<IO> {
             answer: None,
             parked: None,
             answered: Vec::new(),
+            _room: None,
         }
+    }
+
+    /// The guard holds `room` for as long as it holds the socket.
+    pub(super) fn holding(mut self, room: super::limit::Open) -> Guard<IO> {
+        self._room = Some(room);
+        self
     }
 
     /// Judges what was read past the passable bytes, as far as it can be judged.
@@ -187,7 +197,7 @@ impl<IO> Guard<IO> {
         };
         self.answered.extend_from_slice(written);
         loop {
-            let mut fields = [httparse::EMPTY_HEADER; 64];
+            let mut fields = [httparse::EMPTY_HEADER; http1::MAX_HEADERS];
             let mut resp = httparse::Response::new(&mut fields);
             let (len, status) = match resp.parse(&self.answered) {
                 Ok(httparse::Status::Complete(len)) => (len, resp.code.unwrap_or(0)),

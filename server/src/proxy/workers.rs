@@ -260,11 +260,14 @@ where
             }
         };
         let Some(room) = room else { break };
-        let served = connection(io, peer, app.clone(), stop.clone(), open_rx.clone());
-        tokio::spawn(async move {
-            served.await;
-            drop(room);
-        });
+        tokio::spawn(connection(
+            io,
+            peer,
+            app.clone(),
+            stop.clone(),
+            open_rx.clone(),
+            room,
+        ));
     }
     drop((listener, open_rx));
     open_tx.closed().await;
@@ -273,13 +276,14 @@ where
 /// One client connection: its requests served by the data plane's own HTTP/1.1 path (see [`fast`]) while
 /// it takes them; from the first one it does not take on, by hyper's server ([`general`]), which is handed
 /// the connection with what was read of it. On `stop` the connection finishes the request it is answering
-/// and closes.
+/// and closes. `room` is its place among the listener's connections, held as long as its socket is.
 async fn connection<S>(
     io: tokio::net::TcpStream,
     peer: SocketAddr,
     app: Front<S>,
     stop: watch::Receiver<bool>,
     open: watch::Receiver<()>,
+    room: limit::Open,
 ) where
     S: Inner,
 {
@@ -298,7 +302,8 @@ async fn connection<S>(
     };
     // A write that waits on the caller for longer than its time fails, which ends the connection.
     let last_read = LastRead::default();
-    let guard = Guard::new(io, read, last_read.clone());
+    // The place goes with the socket: an upgraded connection outlives hyper's serving of it.
+    let guard = Guard::new(io, read, last_read.clone()).holding(room);
     let io = PacedWrites::new(guard, timeouts.caller, ANSWER_NOT_TAKEN);
     general(io, peer, app, timeouts, stop, open, last_read).await;
 }

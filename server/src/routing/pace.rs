@@ -342,8 +342,11 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for PacedWrites<IO> {
         Pin::new(&mut self.io).poll_flush(cx)
     }
 
+    /// Paced like a write: a shutdown may write what is left to say (see `proxy::guard`), to a caller
+    /// that takes nothing.
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
+        let done = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.paced(cx, done)
     }
 }
 

@@ -8,14 +8,18 @@
 //! of their own, as they did before placement (a server told by `runtime.accelerators` that it runs `gpu`
 //! compute, with no devices it knows of).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// The GPUs replicas are placed on, and who holds each.
 pub struct Devices {
     ids: Vec<String>,
     /// Device id → who holds it (`namespace/endpoint`).
     held: Mutex<BTreeMap<String, String>>,
+    /// How long a stopped replica's devices stay held: its process may take the stop's grace time to end
+    /// and free the device's memory.
+    hold_after_stop: Duration,
 }
 
 /// Devices held by one replica; given back when dropped.
@@ -38,21 +42,35 @@ impl Lease {
 }
 
 impl Drop for Lease {
+    /// Given back once the replica's process has had its stop's grace time to end (at once where there is no
+    /// runtime to wait on).
     fn drop(&mut self) {
-        let mut held = self.devices.held.lock().unwrap_or_else(|e| e.into_inner());
-        for id in &self.ids {
-            held.remove(id);
+        let (devices, ids) = (self.devices.clone(), std::mem::take(&mut self.ids));
+        let hold = devices.hold_after_stop;
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if !hold.is_zero() => {
+                runtime.spawn(async move {
+                    tokio::time::sleep(hold).await;
+                    devices.give_back(&ids);
+                });
+            }
+            _ => devices.give_back(&ids),
         }
     }
 }
 
 impl Devices {
-    pub fn new(ids: Vec<String>) -> Arc<Devices> {
-        let mut ids = ids;
-        ids.dedup();
+    /// The devices `ids` (each once, in their order), each held `hold_after_stop` past its replica's stop.
+    pub fn new(ids: Vec<String>, hold_after_stop: Duration) -> Arc<Devices> {
+        let mut seen = HashSet::new();
+        let ids = ids
+            .into_iter()
+            .filter(|id| seen.insert(id.clone()))
+            .collect();
         Arc::new(Devices {
             ids,
             held: Mutex::new(BTreeMap::new()),
+            hold_after_stop,
         })
     }
 
@@ -61,8 +79,14 @@ impl Devices {
         self.ids.len()
     }
 
-    /// `n` free devices for `holder`, the lowest ids first; else why there are not (see [`waiting`]).
-    pub fn take(self: &Arc<Self>, n: u32, holder: &str) -> Result<Lease, String> {
+    /// `n` free devices for the endpoint `namespace`/`endpoint`, in the inventory's order; else why there
+    /// are not (see [`waiting`]).
+    pub fn take(
+        self: &Arc<Self>,
+        n: u32,
+        namespace: &str,
+        endpoint: &str,
+    ) -> Result<Lease, String> {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         let free: Vec<&String> = self
             .ids
@@ -71,21 +95,30 @@ impl Devices {
             .collect();
         let n = usize::try_from(n).unwrap_or(usize::MAX);
         if free.len() < n {
-            return Err(waiting(n, self.ids.len(), &held));
+            return Err(waiting(n, self.ids.len(), &held, namespace));
         }
         let ids: Vec<String> = free.into_iter().take(n).cloned().collect();
+        let holder = format!("{namespace}/{endpoint}");
         for id in &ids {
-            held.insert(id.clone(), holder.to_string());
+            held.insert(id.clone(), holder.clone());
         }
         Ok(Lease {
             devices: self.clone(),
             ids,
         })
     }
+
+    fn give_back(&self, ids: &[String]) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        for id in ids {
+            held.remove(id);
+        }
+    }
 }
 
-/// `waiting for a free GPU (2 of 2 held by acme/chat, acme/chat)`: what a replica that wants `n` waits for.
-fn waiting(n: usize, total: usize, held: &BTreeMap<String, String>) -> String {
+/// `waiting for a free GPU (2 of 2 held by acme/chat, acme/chat)`: what a replica of `namespace` that wants
+/// `n` waits for. Holders in other namespaces are counted, not named.
+fn waiting(n: usize, total: usize, held: &BTreeMap<String, String>, namespace: &str) -> String {
     let what = if n == 1 {
         "a free GPU".to_string()
     } else {
@@ -94,11 +127,18 @@ fn waiting(n: usize, total: usize, held: &BTreeMap<String, String>) -> String {
     if n > total {
         return format!("waiting for {what}: this server has {total}");
     }
-    let holders: Vec<&str> = held.values().map(String::as_str).collect();
+    let ours = |h: &&String| h.split_once('/').is_some_and(|(ns, _)| ns == namespace);
+    let mut by: Vec<String> = held.values().filter(ours).cloned().collect();
+    let elsewhere = held.values().filter(|h| !ours(h)).count();
+    match elsewhere {
+        0 => {}
+        1 => by.push("a replica of another namespace".into()),
+        n => by.push(format!("{n} replicas of other namespaces")),
+    }
     format!(
         "waiting for {what} ({} of {total} held by {})",
         held.len(),
-        holders.join(", ")
+        by.join(", ")
     )
 }
 
@@ -141,27 +181,49 @@ mod tests {
 
     #[test]
     fn devices_are_held_by_one_replica_at_a_time_and_given_back() {
-        let d = Devices::new(vec!["0".into(), "1".into()]);
-        let a = d.take(1, "acme/chat").expect("a free one");
-        let b = d.take(1, "acme/chat").expect("the other");
+        let d = Devices::new(vec!["1".into(), "0".into(), "1".into()], Duration::ZERO);
+        assert_eq!(d.count(), 2, "each device once");
+        let a = d.take(1, "acme", "chat").expect("a free one");
+        let b = d.take(1, "acme", "chat").expect("the other");
         assert_eq!(
             (a.ids(), b.ids()),
-            (&["0".to_string()][..], &["1".to_string()][..])
+            (&["1".to_string()][..], &["0".to_string()][..])
         );
-        let waits = d.take(1, "acme/embed").expect_err("none free");
+        let waits = d.take(1, "acme", "embed").expect_err("none free");
         assert_eq!(
             waits,
             "waiting for a free GPU (2 of 2 held by acme/chat, acme/chat)"
         );
-        drop(a);
-        let c = d.take(1, "acme/embed").expect("the freed one");
-        assert_eq!(c.ids(), &["0".to_string()][..]);
+        // Another namespace is told how many, not whose.
+        let theirs = d.take(1, "other", "x").expect_err("none free");
         assert_eq!(
-            d.take(3, "big/one").expect_err("more than there are"),
+            theirs,
+            "waiting for a free GPU (2 of 2 held by 2 replicas of other namespaces)"
+        );
+        drop(a);
+        let c = d.take(1, "acme", "embed").expect("the freed one");
+        assert_eq!(c.ids(), &["1".to_string()][..]);
+        assert_eq!(
+            d.take(3, "big", "one").expect_err("more than there are"),
             "waiting for 3 free GPUs: this server has 2"
         );
         drop((b, c));
-        let both = d.take(2, "big/two").expect("both");
-        assert_eq!(both.ids(), &["0".to_string(), "1".to_string()][..]);
+        let both = d.take(2, "big", "two").expect("both");
+        assert_eq!(both.ids(), &["1".to_string(), "0".to_string()][..]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stopped_replicas_devices_stay_held_for_its_grace_time() {
+        let d = Devices::new(vec!["0".into()], Duration::from_secs(5));
+        drop(d.take(1, "acme", "chat").expect("free"));
+        assert!(
+            d.take(1, "acme", "next").is_err(),
+            "held while the process may still end"
+        );
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert!(
+            d.take(1, "acme", "next").is_ok(),
+            "given back after the grace time"
+        );
     }
 }

@@ -188,7 +188,7 @@ impl Reconciler {
             secrets,
             provider,
             engines,
-            devices: Devices::new(Vec::new()),
+            devices: Devices::new(Vec::new(), Duration::ZERO),
             hardware: None,
             config,
             settings,
@@ -810,6 +810,11 @@ impl Steps<'_> {
         let started = self
             .start_missing(run, pass, &serve_gen, &serve_spec, target)
             .await;
+        if run.waiting.is_some() {
+            // Too few GPUs for a new replica beside the old generation's: those make room (an update on a
+            // server with no GPU to spare has a gap rather than none at all).
+            retire_where(run, self.provider, |r| r.generation != serve_gen).await;
+        }
         if let Err(why) = started {
             // Cannot start at all: retrying will not help.
             let keep_old = serve_gen == pass.gen
@@ -906,8 +911,8 @@ impl Steps<'_> {
                 )
             })
             .map_or(1, |p| p.compute.num_accelerators.max(1));
-        let holder = format!("{}/{}", pass.rec.namespace, pass.rec.spec.name);
-        self.devices.take(wanted, &holder).map(Some)
+        let (namespace, name) = (&pass.rec.namespace, &pass.rec.spec.name);
+        self.devices.take(wanted, namespace, name).map(Some)
     }
 
     /// Starts one replica of `serve_gen`, running `spec`, on `devices` (its own GPUs, when it has any).

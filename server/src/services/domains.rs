@@ -120,9 +120,11 @@ pub async fn assign(ctx: &Context, by: &str, domain: &str, namespace: &str) -> R
             "no user or organization {namespace:?}"
         )));
     };
-    unrouted(unit.as_mut(), &domain, Some(&account.name)).await?;
     let now = ctx.clock.now();
+    // The row first (written, so held until the unit ends), then the check: an endpoint another namespace
+    // stores meanwhile waits on the row and then finds it taken.
     unit.assign_domain(&domain, &account.name, by, now).await?;
+    unrouted(unit.as_mut(), &domain, Some(&account.name)).await?;
     unit.commit().await?;
     (ctx.on_change)();
     tracing::info!(%domain, namespace = %account.name, by, "domain assigned");
@@ -138,10 +140,11 @@ pub async fn assign(ctx: &Context, by: &str, domain: &str, namespace: &str) -> R
 pub async fn release(ctx: &Context, by: &str, domain: &str) -> Result<()> {
     let domain = bare_host(domain);
     let mut unit = ctx.store.begin().await?;
-    unrouted(unit.as_mut(), &domain, None).await?;
+    // The row first (deleted, so held until the unit ends), then the check, as in `assign`.
     if !unit.release_domain(&domain).await? {
         return Err(Error::NotFound(format!("no one holds the domain {domain}")));
     }
+    unrouted(unit.as_mut(), &domain, None).await?;
     unit.commit().await?;
     (ctx.on_change)();
     tracing::info!(%domain, by, "domain released");

@@ -54,21 +54,17 @@ impl DomainStore for SqlSession {
         namespace: &str,
         now: DateTime<Utc>,
     ) -> StoreResult<String> {
-        sqlx::query(
+        // One statement that takes the row (a new one, or the holder's, locked for the unit of work): no
+        // release or assignment can slip between reading the holder and the endpoint that relies on it.
+        Ok(sqlx::query_scalar(
             "INSERT INTO domains (domain, namespace, assigned_by, created_at) VALUES ($1, $2, NULL, $3) \
-             ON CONFLICT (domain) DO NOTHING",
+             ON CONFLICT (domain) DO UPDATE SET domain = excluded.domain RETURNING namespace",
         )
         .bind(domain)
         .bind(namespace)
         .bind(ts(now))
-        .execute(self.db())
-        .await?;
-        Ok(
-            sqlx::query_scalar("SELECT namespace FROM domains WHERE domain = $1")
-                .bind(domain)
-                .fetch_one(self.db())
-                .await?,
-        )
+        .fetch_one(self.db())
+        .await?)
     }
 
     async fn domain_claims(&mut self) -> StoreResult<Vec<DomainClaim>> {

@@ -480,7 +480,7 @@ async fn login(
         let name = form.get("username").unwrap_or_default().trim();
         let password = form.get("password").unwrap_or_default();
         let next = form.get("next").unwrap_or_default();
-        if let Some(wait) = p.passwords.refused(name, from, std::time::Instant::now()) {
+        if let Err(wait) = p.passwords.attempt(name, from, std::time::Instant::now()) {
             let error = format!(
                 "Too many wrong passwords for this name. Try again in {}.",
                 wait_said(wait)
@@ -497,7 +497,6 @@ async fn login(
             })?;
         let Some(user) = user else {
             tracing::info!("oauth: sign-in refused (wrong name or password)");
-            p.passwords.failed(name, from, std::time::Instant::now());
             let error = Some("Wrong username or password.");
             let status = StatusCode::UNAUTHORIZED;
             return Ok(sign_in_page(
@@ -673,22 +672,17 @@ fn device_entry(
     page(status, html, b.set_cookie.clone())
 }
 
-/// A wrong user code: counted for the browser session, the account and the address (see
-/// [`crate::oauth::throttle::Codes`]).
-async fn count_wrong_code(
-    p: &Provider,
-    b: &Browser,
-    user: &Account,
-    from: std::net::IpAddr,
-) -> Result<(), OAuthError> {
-    p.codes.failed(&user.id, from, std::time::Instant::now());
+/// A wrong user code, counted for the browser session (the account and the address count every code typed:
+/// see [`device_form`]).
+async fn count_wrong_code(p: &Provider, b: &Browser) -> Result<(), OAuthError> {
     let mut unit = p.store.begin().await?;
     unit.failed_user_code(&b.hash).await?;
     unit.commit().await?;
     Ok(())
 }
 
-/// A signed-in browser posting one of the device forms, with its checks passed.
+/// A signed-in browser posting one of the device forms, with its checks passed and the code it carries
+/// counted for its account and address (see [`crate::oauth::throttle::Codes`]).
 async fn device_form(
     p: &Provider,
     headers: &HeaderMap,
@@ -712,7 +706,7 @@ async fn device_form(
             false,
         )));
     }
-    if let Some(wait) = p.codes.refused(&user.id, from, std::time::Instant::now()) {
+    if let Err(wait) = p.codes.attempt(&user.id, from, std::time::Instant::now()) {
         let said = format!(
             "Too many wrong codes were typed. Try again in {}.",
             wait_said(wait)
@@ -745,7 +739,7 @@ async fn device_verify(
         };
         let typed = form.get("user_code").unwrap_or_default();
         let Some(found) = device::find(p, typed).await? else {
-            count_wrong_code(p, &b, &user, from).await?;
+            count_wrong_code(p, &b).await?;
             let error = Some("That code is not valid or has expired. Check your device.");
             return Ok(device_entry(&b, &user, error, "", StatusCode::BAD_REQUEST));
         };
@@ -787,7 +781,7 @@ async fn device_decide(
         let typed = form.get("user_code").unwrap_or_default();
         let Some(found) = device::find(p, typed).await? else {
             // A guess here counts as one on the code form: the attempt limit holds on both.
-            count_wrong_code(p, &b, &user, from).await?;
+            count_wrong_code(p, &b).await?;
             return Ok(error_page("That code is not valid or has expired."));
         };
         let approve = (form.get("decision") == Some("approve")).then_some(orgs);
