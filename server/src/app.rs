@@ -19,13 +19,15 @@ use tokio::sync::watch;
 use crate::api::{self, AppInner, AppState};
 use crate::catalog::{load_seed, CatalogCache};
 use crate::clock::{Clock, SystemClock};
-use crate::config::Config;
+use crate::config::{Config, ProviderName};
 use crate::crypto::{random_id, SecretBox};
 use crate::hardware::HardwareList;
 use crate::model::catalog::CatalogEntry;
 use crate::proxy::{self, Proxy};
+use crate::runtime::docker::DockerProvider;
 use crate::runtime::isolation::ReplicaHome;
 use crate::runtime::local::LocalProvider;
+use crate::runtime::provider::ReplicaProvider;
 use crate::runtime::reconciler::Reconciler;
 use crate::services::accounts::bootstrap_admin;
 use crate::store::{SqlStore, Store, StoreUrl};
@@ -375,6 +377,43 @@ fn close(path: &Path) -> std::io::Result<Option<u32>> {
 /// This server's id, kept in the data dir (`node-id`), made on first start. It marks the server's
 /// claims on shared work, so a restart takes back its own at once. A data dir that cannot keep it gets
 /// a new id each start (its claims then wait for their leases).
+/// What runs replicas: child processes in directories of their own (`local`), or containers (`docker`).
+fn replica_provider(
+    config: &Config,
+    services: &Services,
+    clock: Arc<dyn Clock>,
+) -> Result<Arc<dyn ReplicaProvider>, StartError> {
+    let state = &services.state;
+    let grace = Duration::from_millis(config.runtime.stop_grace_ms);
+    match config.runtime.provider {
+        ProviderName::Local => {
+            let home =
+                ReplicaHome::prepare(&config.runtime, &services.data_dir).map_err(StartError)?;
+            tracing::info!(dir = %home.root.display(), user = home.user.as_ref().map(|u| u.name.as_str()), "replicas work here");
+            let provider = LocalProvider::new(
+                home,
+                services.data_dir.join("replicas"),
+                grace,
+                state.runtime.logs.clone(),
+                clock,
+            )
+            .map_err(|e| StartError(format!("preparing the replica directory: {e}")))?;
+            Ok(Arc::new(provider))
+        }
+        ProviderName::Docker => {
+            let provider = DockerProvider::new(
+                config.runtime.docker.clone(),
+                node_id(&services.data_dir),
+                grace,
+                state.runtime.logs.clone(),
+                clock,
+            );
+            tracing::info!(host = %provider.host(), network = %config.runtime.docker.network, "replicas run as containers");
+            Ok(Arc::new(provider))
+        }
+    }
+}
+
 fn node_id(data_dir: &Path) -> String {
     let path = data_dir.join("node-id");
     if let Ok(id) = std::fs::read_to_string(&path) {
@@ -395,7 +434,7 @@ pub struct Application {
     listener: TcpListener,
     private_listener: Option<TcpListener>,
     services: Services,
-    provider: Arc<LocalProvider>,
+    provider: Arc<dyn ReplicaProvider>,
     proxy: Proxy,
     webhooks: crate::config::WebhookSettings,
     mailer: crate::mail::Mailer,
@@ -463,16 +502,7 @@ impl Application {
         let state = &services.state;
         let mailer = crate::mail::Mailer::new(&config.email, state.store.clone(), clock.clone())
             .map_err(StartError)?;
-        let home = ReplicaHome::prepare(&config.runtime, &services.data_dir).map_err(StartError)?;
-        tracing::info!(dir = %home.root.display(), user = home.user.as_ref().map(|u| u.name.as_str()), "replicas work here");
-        let provider = LocalProvider::new(
-            home,
-            services.data_dir.join("replicas"),
-            Duration::from_millis(config.runtime.stop_grace_ms),
-            state.runtime.logs.clone(),
-            clock.clone(),
-        )
-        .map_err(|e| StartError(format!("preparing the replica directory: {e}")))?;
+        let provider = replica_provider(config, &services, clock.clone())?;
         let proxy = Proxy::new(
             state.runtime.clone(),
             state.store.clone(),
@@ -486,7 +516,7 @@ impl Application {
             listener,
             private_listener,
             services,
-            provider: Arc::new(provider),
+            provider,
             proxy,
             webhooks: config.webhooks.settings().map_err(StartError)?,
             mailer,

@@ -185,6 +185,93 @@ pub struct RuntimeConfig {
     /// Custom-router sidecars by image tag (`customRouter.tag`); `{port}` is the port it listens on.
     pub routers: std::collections::BTreeMap<String, Launcher>,
     pub scaling: ScalingConfig,
+    /// What runs replicas: `local` (child processes; needs nothing installed) or `docker` (the image each
+    /// spec names, on a Docker Engine: see `[runtime.docker]`). `SWITCHYARD_RUNTIME_PROVIDER` overrides it.
+    pub provider: ProviderName,
+    pub docker: DockerConfig,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderName {
+    #[default]
+    Local,
+    Docker,
+}
+
+/// When the Docker provider pulls an image.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PullPolicy {
+    /// Only when the engine does not have it.
+    #[default]
+    Missing,
+    /// Before each replica starts (a pull of the same image within the last minute counts).
+    Always,
+    /// Never: an image the engine does not have fails the endpoint.
+    Never,
+}
+
+/// The Docker replica provider (`[runtime] provider = "docker"`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DockerConfig {
+    /// The engine: `unix:///var/run/docker.sock`, `tcp://host:2375`. Default: `DOCKER_HOST`, else the local
+    /// socket.
+    pub host: Option<String>,
+    /// The bridge network replicas join (created when missing); the server reaches them on it.
+    pub network: String,
+    pub pull: PullPolicy,
+    /// Whether `serve` stops its containers when it stops. By default they keep running, and the next
+    /// server adopts those that still match their endpoint's spec.
+    pub stop_on_shutdown: bool,
+    /// Most processes (threads included) one container may run.
+    pub pids_limit: i64,
+    /// Size of the tmpfs each container gets at `/tmp`, in MiB.
+    pub tmp_mib: u64,
+    /// Capabilities every replica's container is granted back (all are dropped; `NET_BIND_SERVICE` is
+    /// granted anyway when the engine's port is below 1024). For engines that switch users at start
+    /// (`SETUID`, `SETGID`) or change file owners (`CHOWN`).
+    pub cap_add: Vec<String>,
+    /// Whether the container's root filesystem is read-only (it writes to `/tmp` and `/data` only). Set
+    /// false for an engine that writes elsewhere.
+    pub read_only_root: bool,
+    /// Credentials for pulls from a registry, by its host (`"ghcr.io"`, `"registry.local:5000"`); an
+    /// endpoint's own `custom.credentials` win.
+    pub registries: std::collections::BTreeMap<String, RegistryLogin>,
+}
+
+impl Default for DockerConfig {
+    fn default() -> Self {
+        DockerConfig {
+            host: None,
+            network: "switchyard".into(),
+            pull: PullPolicy::Missing,
+            stop_on_shutdown: false,
+            pids_limit: 4096,
+            tmp_mib: 1024,
+            cap_add: Vec::new(),
+            read_only_root: true,
+            registries: Default::default(),
+        }
+    }
+}
+
+/// A registry account the Docker provider pulls with.
+#[derive(Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RegistryLogin {
+    pub username: String,
+    pub password: String,
+}
+
+/// Shows the account, never its password.
+impl std::fmt::Debug for RegistryLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryLogin")
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for RuntimeConfig {
@@ -210,6 +297,8 @@ impl Default for RuntimeConfig {
             launchers: Default::default(),
             routers: Default::default(),
             scaling: ScalingConfig::default(),
+            provider: ProviderName::Local,
+            docker: DockerConfig::default(),
         }
     }
 }
@@ -717,6 +806,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("SWITCHYARD_OUTBOUND_ALLOW", "outbound.allow"),
     ("SWITCHYARD_SMTP_URL", "email.smtp_url"),
     ("SWITCHYARD_LOG", "log.level"),
+    ("SWITCHYARD_RUNTIME_PROVIDER", "runtime.provider"),
 ];
 
 impl Config {
@@ -835,6 +925,13 @@ impl Config {
                 }
                 "SWITCHYARD_LOG" => self.log.level = value,
                 "SWITCHYARD_SMTP_URL" => self.email.smtp_url = Some(value),
+                "SWITCHYARD_RUNTIME_PROVIDER" => {
+                    self.runtime.provider = match value.as_str() {
+                        "local" => ProviderName::Local,
+                        "docker" => ProviderName::Docker,
+                        _ => return Err(bad("expected local or docker".into())),
+                    }
+                }
                 _ => {}
             }
         }

@@ -72,6 +72,10 @@ struct Cli {
     /// Run as a custom-router sidecar instead of an engine (see `router.rs`).
     #[arg(long)]
     router: bool,
+    /// At start, try to read this file or list this directory, and say how it went (`probe PATH: …`): what a
+    /// confined replica can reach.
+    #[arg(long)]
+    probe: Vec<String>,
 }
 
 fn at_least_one() -> RangedU64ValueParser<usize> {
@@ -396,6 +400,17 @@ async fn main() -> ExitCode {
     let started = Instant::now();
     let cli = Cli::parse();
     say!("test engine pid {}", std::process::id());
+    for path in &cli.probe {
+        let outcome = match std::fs::metadata(path) {
+            Ok(m) if m.is_dir() => std::fs::read_dir(path).map(|_| "listed".to_string()),
+            Ok(_) => std::fs::read(path).map(|b| format!("read {} bytes", b.len())),
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(done) => say!("probe {path}: {done}"),
+            Err(e) => say!("probe {path}: {e}"),
+        }
+    }
     if cli.exit_immediately {
         say!("test engine: told to fail at start");
         return ExitCode::from(2);

@@ -102,13 +102,30 @@ impl ModelImage {
         Some(base)
     }
 
-    /// The route the platform probes: the container's `healthRoute` when set, else `/health`.
+    /// The route the platform probes: the container's `healthRoute` when set, else its engine's (`/health`;
+    /// vLLM's `/v1/models`, since its `/health` answers before the model is loaded).
     pub fn health_route(&self) -> String {
         self.base()
             .and_then(|b| b.health_route)
             .filter(|r| !r.is_empty())
-            .unwrap_or(DEFAULT_HEALTH_ROUTE)
+            .unwrap_or(match self {
+                ModelImage::Vllm(_) | ModelImage::VllmOmni(_) | ModelImage::VllmNeuron(_) => {
+                    "/v1/models"
+                }
+                _ => DEFAULT_HEALTH_ROUTE,
+            })
             .to_owned()
+    }
+
+    /// The port the image's engine listens on: the container's `port` when set, else its engine's (TEI and
+    /// TGI 80, vLLM 8000, llama.cpp 8080, SGLang 30000; any other image 80).
+    pub fn port(&self) -> u16 {
+        self.base().and_then(|b| b.port).unwrap_or(match self {
+            ModelImage::Vllm(_) | ModelImage::VllmOmni(_) | ModelImage::VllmNeuron(_) => 8000,
+            ModelImage::Llamacpp(_) => 8080,
+            ModelImage::Sglang(_) => 30000,
+            _ => 80,
+        })
     }
 
     /// Whether the image runs an engine that exports the saturation metrics `inferenceLoad` scales on.
@@ -609,6 +626,27 @@ mod tests {
         let unset: ModelImage =
             decode(&json!({"custom": {"url": "x", "healthRoute": null}})).unwrap();
         assert_eq!(unset.health_route(), "/health");
+        let vllm: ModelImage = decode(&json!({"vLLM": {"url": "x"}})).unwrap();
+        assert_eq!(
+            vllm.health_route(),
+            "/v1/models",
+            "its /health answers before the model loads"
+        );
+    }
+
+    #[test]
+    fn ports_default_to_the_engines_own() {
+        let port = |v: serde_json::Value| decode::<ModelImage>(&v).unwrap().port();
+        assert_eq!(port(json!({"tei": {"url": "x"}})), 80);
+        assert_eq!(port(json!({"tgi": {"url": "x"}})), 80);
+        assert_eq!(port(json!({"vLLM": {"url": "x"}})), 8000);
+        assert_eq!(
+            port(json!({"llamacpp": {"url": "x", "modelPath": "m.gguf"}})),
+            8080
+        );
+        assert_eq!(port(json!({"sGLang": {"url": "x"}})), 30000);
+        assert_eq!(port(json!({"custom": {"url": "x", "port": 7000}})), 7000);
+        assert_eq!(port(json!({"tei": {"url": "x", "port": 9000}})), 9000);
     }
 
     #[test]

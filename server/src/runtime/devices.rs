@@ -39,12 +39,21 @@ impl Lease {
     pub fn ids(&self) -> &[String] {
         &self.ids
     }
+
+    /// Gives the devices back at once: no replica was started on them.
+    pub fn unused(mut self) {
+        let ids = std::mem::take(&mut self.ids);
+        self.devices.give_back(&ids);
+    }
 }
 
 impl Drop for Lease {
     /// Given back once the replica's process has had its stop's grace time to end (at once where there is no
     /// runtime to wait on).
     fn drop(&mut self) {
+        if self.ids.is_empty() {
+            return;
+        }
         let (devices, ids) = (self.devices.clone(), std::mem::take(&mut self.ids));
         let hold = devices.hold_after_stop;
         match tokio::runtime::Handle::try_current() {
@@ -106,6 +115,25 @@ impl Devices {
             devices: self.clone(),
             ids,
         })
+    }
+
+    /// The devices `ids` that a replica an earlier server started runs on, held for it again (those of them
+    /// this server knows).
+    pub fn claim(self: &Arc<Self>, ids: &[String], namespace: &str, endpoint: &str) -> Lease {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let holder = format!("{namespace}/{endpoint}");
+        let ids: Vec<String> = ids
+            .iter()
+            .filter(|id| self.ids.contains(id))
+            .cloned()
+            .collect();
+        for id in &ids {
+            held.insert(id.clone(), holder.clone());
+        }
+        Lease {
+            devices: self.clone(),
+            ids,
+        }
     }
 
     fn give_back(&self, ids: &[String]) {
@@ -210,6 +238,24 @@ mod tests {
         drop((b, c));
         let both = d.take(2, "big", "two").expect("both");
         assert_eq!(both.ids(), &["1".to_string(), "0".to_string()][..]);
+    }
+
+    #[test]
+    fn an_adopted_replica_keeps_its_devices_and_an_unused_lease_frees_at_once() {
+        let d = Devices::new(vec!["0".into(), "1".into()], Duration::from_secs(60));
+        let adopted = d.claim(&["1".into(), "7".into()], "acme", "chat");
+        assert_eq!(
+            adopted.ids(),
+            &["1".to_string()][..],
+            "only devices it knows"
+        );
+        let next = d.take(1, "acme", "chat").expect("the other");
+        assert_eq!(next.ids(), &["0".to_string()][..]);
+        next.unused();
+        assert!(
+            d.take(1, "acme", "chat").is_ok(),
+            "given back without the grace time"
+        );
     }
 
     #[tokio::test(start_paused = true)]

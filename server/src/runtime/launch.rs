@@ -1,14 +1,16 @@
 //! Launch plans: from an endpoint spec, the command line, environment and health route of one replica.
 //!
-//! `custom` images run `model.command` + `model.args`; engine images run the launcher [`Engines`] finds for
-//! them (configured, installed or on `PATH`), with the engine flags derived from the image fields (e.g.
-//! llamacpp `ctxSize` → `--ctx-size`) and then `model.args`.
+//! As a process, `custom` images run `model.command` + `model.args`; engine images run the launcher
+//! [`Engines`] finds for them (configured, installed or on `PATH`), with the engine flags derived from the
+//! image fields (e.g. llamacpp `ctxSize` → `--ctx-size`) and then `model.args`. As a container, the image
+//! is the key's `url`, on its port ([`ModelImage::port`]), `model.command` replaces its entrypoint, and the
+//! same derived flags and then `model.args` are its arguments.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::provider::ReplicaPlan;
+use super::provider::{ContainerPlan, Kind, ReplicaPlan, Workload};
 use crate::crypto::SecretBox;
 use crate::engines::Engines;
 use crate::model::image::DEFAULT_HEALTH_ROUTE;
@@ -137,74 +139,37 @@ fn derive(image: &ModelImage) -> Derived {
     d
 }
 
-/// Builds the plan of one replica of `spec`. Secrets are decrypted here, into the plan's environment only.
+/// Builds the plan of one replica of `spec`, as a process or a container (`kind`, the provider's). Secrets
+/// are decrypted here, into the plan's environment only. The plan's generation and resources are the
+/// caller's to fill in.
 pub fn plan(
     engines: &Engines,
     secrets: &SecretBox,
     namespace: &str,
     spec: &EndpointSpec,
     replica_id: &str,
+    kind: Kind,
 ) -> Result<Launch, LaunchError> {
     let model = &spec.model;
-    let image = &model.image;
     let mut env: BTreeMap<String, String> = BTreeMap::new();
-    let image_route = image
-        .base()
-        .and_then(|b| b.health_route)
-        .filter(|r| !r.is_empty());
-    let (program, mut args, health_route) = if let ModelImage::Custom(_) = image {
-        let command = model.command.as_deref().unwrap_or_default();
-        let Some((program, rest)) = command.split_first() else {
-            return Err(LaunchError(
-                "a custom image runs model.command on this server's local provider; set model.command".into(),
-            ));
-        };
-        (program.clone(), rest.to_vec(), image.health_route())
-    } else {
-        let launcher = engines
-            .resolve_spec(spec)
-            .map_err(|m| LaunchError(m.message))?
-            .launcher;
-        let revision = model.revision.as_deref().unwrap_or("main");
-        let model_file = match image {
-            ModelImage::Llamacpp(i) => i.model_path.as_str(),
-            _ => "",
-        };
-        let fill = |s: &String| {
-            s.replace("{repository}", &model.repository)
-                .replace("{revision}", revision)
-                .replace("{model_file_name}", in_repository(model_file))
-                .replace("{model_file}", model_file)
-        };
-        let mut filled = launcher.command.iter().map(fill);
-        let program = filled.next().unwrap_or_default();
-        let mut args: Vec<String> = filled.collect();
-        let derived = derive(image);
-        args.extend(derived.args);
-        for (k, v) in &launcher.env {
-            env.insert(k.clone(), fill(v));
-        }
-        for (k, v) in derived.env {
-            env.insert(k.to_string(), v);
-        }
-        let route = image_route
-            .map(str::to_string)
-            .or_else(|| launcher.health_route.clone())
-            .unwrap_or_else(|| DEFAULT_HEALTH_ROUTE.to_string());
-        (program, args, route)
+    let (workload, mut args, health_route) = match kind {
+        Kind::Process => process(engines, spec, &mut env)?,
+        Kind::Container => container(secrets, spec, &mut env)?,
     };
     args.extend(model.args.iter().flatten().cloned());
+    if let Workload::Container(c) = &workload {
+        // No provider chooses a container's port: the image's contract says it.
+        let port = c.port.to_string();
+        for a in &mut args {
+            *a = a.replace("{port}", &port);
+        }
+    }
     for (k, v) in &model.env {
         env.insert(k.clone(), v.clone());
     }
     for (k, sealed) in &model.secrets.0 {
         if let Some(sealed) = sealed {
-            let plain = secrets.open(sealed).map_err(|_| {
-                LaunchError(format!(
-                    "secret {k:?} cannot be decrypted with this server's key"
-                ))
-            })?;
-            env.insert(k.clone(), plain);
+            env.insert(k.clone(), open(secrets, k, sealed)?);
         }
     }
     Ok(Launch {
@@ -212,12 +177,123 @@ pub fn plan(
             namespace: namespace.to_string(),
             endpoint: spec.name.clone(),
             replica_id: replica_id.to_string(),
-            program,
+            generation: String::new(),
+            workload,
             args,
             env,
+            resources: Default::default(),
         },
         health_route,
     })
+}
+
+fn open(secrets: &SecretBox, name: &str, sealed: &str) -> Result<String, LaunchError> {
+    secrets.open(sealed).map_err(|_| {
+        LaunchError(format!(
+            "secret {name:?} cannot be decrypted with this server's key"
+        ))
+    })
+}
+
+/// A process: `model.command` for a custom image, else the launcher of the image's engine with the flags
+/// its fields stand for.
+fn process(
+    engines: &Engines,
+    spec: &EndpointSpec,
+    env: &mut BTreeMap<String, String>,
+) -> Result<(Workload, Vec<String>, String), LaunchError> {
+    let model = &spec.model;
+    let image = &model.image;
+    if let ModelImage::Custom(_) = image {
+        let command = model.command.as_deref().unwrap_or_default();
+        let Some((program, rest)) = command.split_first() else {
+            return Err(LaunchError(
+                "a custom image runs model.command on this server's local provider; set model.command".into(),
+            ));
+        };
+        let program = program.clone();
+        return Ok((
+            Workload::Process { program },
+            rest.to_vec(),
+            image.health_route(),
+        ));
+    }
+    let launcher = engines
+        .resolve_spec(spec)
+        .map_err(|m| LaunchError(m.message))?
+        .launcher;
+    let revision = model.revision.as_deref().unwrap_or("main");
+    let model_file = match image {
+        ModelImage::Llamacpp(i) => i.model_path.as_str(),
+        _ => "",
+    };
+    let fill = |s: &String| {
+        s.replace("{repository}", &model.repository)
+            .replace("{revision}", revision)
+            .replace("{model_file_name}", in_repository(model_file))
+            .replace("{model_file}", model_file)
+    };
+    let mut filled = launcher.command.iter().map(fill);
+    let program = filled.next().unwrap_or_default();
+    let mut args: Vec<String> = filled.collect();
+    let derived = derive(image);
+    args.extend(derived.args);
+    for (k, v) in &launcher.env {
+        env.insert(k.clone(), fill(v));
+    }
+    for (k, v) in derived.env {
+        env.insert(k.to_string(), v);
+    }
+    let image_route = image
+        .base()
+        .and_then(|b| b.health_route)
+        .filter(|r| !r.is_empty());
+    let route = image_route
+        .map(str::to_string)
+        .or_else(|| launcher.health_route.clone())
+        .unwrap_or_else(|| DEFAULT_HEALTH_ROUTE.to_string());
+    Ok((Workload::Process { program }, args, route))
+}
+
+/// A container: the image's `url` on its engine's port, `model.command` as the entrypoint, the flags its
+/// fields stand for as the first arguments.
+fn container(
+    secrets: &SecretBox,
+    spec: &EndpointSpec,
+    env: &mut BTreeMap<String, String>,
+) -> Result<(Workload, Vec<String>, String), LaunchError> {
+    let model = &spec.model;
+    let image = &model.image;
+    let Some(base) = image.base() else {
+        return Err(LaunchError(format!(
+            "the {} image names no container to run; this server runs containers ([runtime] provider = \"docker\"): give the endpoint an image with a url (tei, vLLM, llamacpp, custom, …)",
+            image.key()
+        )));
+    };
+    let credentials = match image {
+        ModelImage::Custom(c) => match &c.credentials {
+            Some(c) => {
+                let password = match &c.password {
+                    Some(sealed) => open(secrets, "custom.credentials.password", sealed)?,
+                    None => String::new(),
+                };
+                Some((c.username.clone(), password))
+            }
+            None => None,
+        },
+        _ => None,
+    };
+    let derived = derive(image);
+    for (k, v) in derived.env {
+        env.insert(k.to_string(), v);
+    }
+    let workload = Workload::Container(ContainerPlan {
+        image: base.url.trim().to_string(),
+        entrypoint: model.command.clone().filter(|c| !c.is_empty()),
+        port: image.port(),
+        credentials,
+    });
+    Ok((workload, derived.args, image.health_route()))
 }
 
 #[cfg(test)]
@@ -270,8 +346,8 @@ mod tests {
             json!({"llamacpp": {"url": "x", "modelPath": "m.gguf", "ctxSize": 4096, "nParallel": 2, "mode": "embeddings", "pooling": "cls"}}),
             json!({"args": ["--verbose"], "env": {"A": "1"}, "secrets": {"TOKEN": box_.seal("s3cret")}, "revision": "abc"}),
         );
-        let l = plan(&config(), &box_, "ns", &s, "r1").unwrap();
-        assert_eq!(l.plan.program, "llama-server");
+        let l = plan(&config(), &box_, "ns", &s, "r1", Kind::Process).unwrap();
+        assert_eq!(program(&l), "llama-server");
         assert_eq!(
             l.plan.args,
             [
@@ -298,13 +374,74 @@ mod tests {
         assert!(!format!("{:?}", l.plan).contains("s3cret"));
     }
 
+    fn program(l: &Launch) -> &str {
+        match &l.plan.workload {
+            Workload::Process { program } => program,
+            other => panic!("a process, not {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_container_runs_the_image_on_its_engines_port_with_the_derived_flags() {
+        let box_ = SecretBox::new(&[7; 32]);
+        let s = spec(
+            json!({"tei": {"url": " ghcr.io/huggingface/text-embeddings-inference:cpu-1.8 ", "maxBatchTokens": 512}}),
+            json!({"args": ["--port", "{port}"], "env": {"A": "1"}, "secrets": {"HF_TOKEN": box_.seal("hf_s3cret")}}),
+        );
+        let l = plan(&config(), &box_, "ns", &s, "r1", Kind::Container).unwrap();
+        let Workload::Container(c) = &l.plan.workload else {
+            panic!("a container")
+        };
+        assert_eq!(
+            c.image,
+            "ghcr.io/huggingface/text-embeddings-inference:cpu-1.8"
+        );
+        assert_eq!(
+            (c.port, c.entrypoint.as_ref(), c.credentials.as_ref()),
+            (80, None, None)
+        );
+        assert_eq!(l.plan.args, ["--max-batch-tokens", "512", "--port", "80"]);
+        assert_eq!(l.health_route, "/health");
+        assert_eq!(l.plan.env["HF_TOKEN"], "hf_s3cret");
+        assert!(!format!("{:?}", l.plan).contains("hf_s3cret"));
+        // A custom image: its command replaces the entrypoint, its credentials are opened for the pull.
+        let s = spec(
+            json!({"custom": {"url": "registry.local/me/engine:v1", "port": 7000, "healthRoute": "/ready",
+                   "credentials": {"username": "me", "password": box_.seal("pw")}}}),
+            json!({"command": ["/engine", "--serve"]}),
+        );
+        let l = plan(&config(), &box_, "ns", &s, "r1", Kind::Container).unwrap();
+        let Workload::Container(c) = &l.plan.workload else {
+            panic!("a container")
+        };
+        assert_eq!(
+            c.entrypoint.as_deref(),
+            Some(&["/engine".to_string(), "--serve".to_string()][..])
+        );
+        assert_eq!((c.port, l.health_route.as_str()), (7000, "/ready"));
+        assert_eq!(c.credentials, Some(("me".to_string(), "pw".to_string())));
+        assert!(!format!("{:?}", l.plan).contains("pw\""), "{:?}", l.plan);
+        // An image that names no container cannot run as one.
+        let hub = spec(json!({"huggingface": {}}), json!({}));
+        let err = plan(&config(), &box_, "ns", &hub, "r", Kind::Container).unwrap_err();
+        assert!(err.0.contains("names no container"), "{err}");
+    }
+
     #[test]
     fn llamacpp_ctx_size_defaults_to_8192_on_cpu() {
         let s = spec(
             json!({"llamacpp": {"url": "x", "modelPath": "m.gguf"}}),
             json!({}),
         );
-        let l = plan(&config(), &SecretBox::new(&[1; 32]), "ns", &s, "r").unwrap();
+        let l = plan(
+            &config(),
+            &SecretBox::new(&[1; 32]),
+            "ns",
+            &s,
+            "r",
+            Kind::Process,
+        )
+        .unwrap();
         let at = l.plan.args.iter().position(|a| a == "--ctx-size").unwrap();
         assert_eq!(l.plan.args[at + 1], "8192");
     }
@@ -349,15 +486,39 @@ mod tests {
             json!({"custom": {"url": "x", "healthRoute": "/ready"}}),
             json!({"command": ["/bin/engine", "--port", "{port}"], "args": ["-v"]}),
         );
-        let l = plan(&config(), &SecretBox::new(&[1; 32]), "ns", &s, "r").unwrap();
-        assert_eq!(l.plan.program, "/bin/engine");
+        let l = plan(
+            &config(),
+            &SecretBox::new(&[1; 32]),
+            "ns",
+            &s,
+            "r",
+            Kind::Process,
+        )
+        .unwrap();
+        assert_eq!(program(&l), "/bin/engine");
         assert_eq!(l.plan.args, ["--port", "{port}", "-v"]);
         assert_eq!(l.health_route, "/ready");
         let no_cmd = spec(json!({"custom": {"url": "x"}}), json!({}));
-        let err = plan(&config(), &SecretBox::new(&[1; 32]), "ns", &no_cmd, "r").unwrap_err();
+        let err = plan(
+            &config(),
+            &SecretBox::new(&[1; 32]),
+            "ns",
+            &no_cmd,
+            "r",
+            Kind::Process,
+        )
+        .unwrap_err();
         assert!(err.0.contains("model.command"), "{err}");
         let tei = spec(json!({"tei": {"url": "x"}}), json!({}));
-        let err = plan(&config(), &SecretBox::new(&[1; 32]), "ns", &tei, "r").unwrap_err();
+        let err = plan(
+            &config(),
+            &SecretBox::new(&[1; 32]),
+            "ns",
+            &tei,
+            "r",
+            Kind::Process,
+        )
+        .unwrap_err();
         assert!(err.0.contains("runtime.launchers.tei"), "{err}");
     }
 
@@ -365,7 +526,15 @@ mod tests {
     fn a_missing_engine_names_the_command_that_installs_it() {
         let mut tei = spec(json!({"tei": {"url": "x"}}), json!({}));
         tei.model.repository = "sentence-transformers/all-MiniLM-L6-v2".into();
-        let err = plan(&config(), &SecretBox::new(&[1; 32]), "ns", &tei, "r").unwrap_err();
+        let err = plan(
+            &config(),
+            &SecretBox::new(&[1; 32]),
+            "ns",
+            &tei,
+            "r",
+            Kind::Process,
+        )
+        .unwrap_err();
         assert!(err.0.contains("switchyard engines install minilm"), "{err}");
     }
 

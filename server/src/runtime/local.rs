@@ -22,7 +22,9 @@ use tokio::process::Command;
 use tokio::sync::watch;
 
 use super::logs::{LogLine, LogStore, MAX_LINE_BYTES};
-use super::provider::{ProviderError, ReplicaInfo, ReplicaPlan, ReplicaProvider, ReplicaStatus};
+use super::provider::{
+    Kind, ProviderError, ReplicaInfo, ReplicaPlan, ReplicaProvider, ReplicaStatus, Workload,
+};
 use crate::clock::Clock;
 
 use super::isolation::{ReplicaHome, ReplicaUser};
@@ -142,8 +144,8 @@ impl LocalProvider {
 
     /// The command of one replica: its plan, with the server's variables last (they win), in its own
     /// process group and directory, as the replica user when there is one.
-    fn command(&self, plan: &ReplicaPlan, port: u16, workdir: &Path) -> Command {
-        let mut cmd = Command::new(substitute_port(&plan.program, port));
+    fn command(&self, program: &str, plan: &ReplicaPlan, port: u16, workdir: &Path) -> Command {
+        let mut cmd = Command::new(substitute_port(program, port));
         cmd.args(plan.args.iter().map(|a| substitute_port(a, port)))
             .env_clear()
             .envs(base_env(workdir))
@@ -287,7 +289,16 @@ fn base_env(workdir: &Path) -> Vec<(String, String)> {
 
 #[async_trait]
 impl ReplicaProvider for LocalProvider {
+    fn kind(&self) -> Kind {
+        Kind::Process
+    }
+
     async fn start(&self, plan: &ReplicaPlan) -> Result<ReplicaInfo, ProviderError> {
+        let Workload::Process { program } = &plan.workload else {
+            return Err(ProviderError::Start(
+                "this server runs replicas as local processes ([runtime] provider = \"local\"), not containers".into(),
+            ));
+        };
         let port = free_port().map_err(|e| ProviderError::Start(format!("no free port: {e}")))?;
         let workdir = self.workdir(&plan.replica_id).map_err(|e| {
             ProviderError::Start(format!(
@@ -295,7 +306,7 @@ impl ReplicaProvider for LocalProvider {
                 self.root.join(&plan.replica_id).display()
             ))
         })?;
-        let mut child = self.command(plan, port, &workdir).spawn().map_err(|e| {
+        let mut child = self.command(program, plan, port, &workdir).spawn().map_err(|e| {
             let _ = std::fs::remove_dir_all(&workdir);
             let hint = match &self.user {
                 Some(u) if e.kind() == std::io::ErrorKind::PermissionDenied => format!(
@@ -304,7 +315,7 @@ impl ReplicaProvider for LocalProvider {
                 ),
                 _ => String::new(),
             };
-            ProviderError::Start(format!("cannot run {:?}: {e}{hint}", plan.program))
+            ProviderError::Start(format!("cannot run {program:?}: {e}{hint}"))
         })?;
         let Some(pid) = child.id().filter(|p| *p > 1) else {
             let _ = child.start_kill();
@@ -356,7 +367,7 @@ impl ReplicaProvider for LocalProvider {
         Ok(ReplicaInfo {
             replica_id: plan.replica_id.clone(),
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
-            pid,
+            handle: pid.to_string(),
         })
     }
 

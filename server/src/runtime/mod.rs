@@ -10,6 +10,7 @@
 //! flight, wake-ups) in shared [`Activity`] counters.
 
 pub mod devices;
+pub mod docker;
 pub mod isolation;
 pub mod launch;
 pub mod local;

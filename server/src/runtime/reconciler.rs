@@ -24,7 +24,10 @@ use tokio::sync::watch;
 
 use super::devices::{Devices, Lease};
 use super::launch::{self, Launch};
-use super::provider::{ProviderError, ReplicaInfo, ReplicaPlan, ReplicaProvider, ReplicaStatus};
+use super::provider::{
+    Found, Kind, ProviderError, Readiness, ReplicaInfo, ReplicaPlan, ReplicaProvider,
+    ReplicaStatus, Resources, Workload,
+};
 use super::scaler::{
     bounds_at, idle_expired, minute_of_day, Bounds, LoadSample, Scaler, ScalerSettings,
 };
@@ -68,6 +71,13 @@ impl ReplicaRun {
     }
 }
 
+/// What a replica start came to, when it could start at all.
+enum Started {
+    Replica(Box<ReplicaRun>),
+    /// Not yet: the text says what it waits for (its image's pull, its provider's engine).
+    Waiting(String),
+}
+
 /// Longest time setting honoured (ten years), so no setting can overflow the clock arithmetic.
 const MAX_SECONDS: u64 = 10 * 365 * 86_400;
 
@@ -108,8 +118,11 @@ struct EndpointRun {
     good: Option<(String, EndpointSpec)>,
     /// Idle time counts from here when no request came since.
     since: DateTime<Utc>,
-    /// Why a replica it wants has not started: too few GPUs free (see [`Devices`]).
+    /// Why a replica it wants has not started: too few GPUs free (see [`Devices`]), its image being pulled,
+    /// its provider's engine away.
     waiting: Option<String>,
+    /// Whether what it waits for is GPUs: the old generation's replicas then make room.
+    short_of_devices: bool,
 }
 
 /// The status fields the reconciler owns.
@@ -150,6 +163,9 @@ pub struct Reconciler {
     domains: HashMap<String, String>,
     /// How long a write to a replica may wait on it (`proxy.replica_timeout_s`).
     replica_timeout: std::time::Duration,
+    /// Replicas an earlier server left running, by endpoint, until the first tick adopts or stops them;
+    /// `None` once it did.
+    found: Option<HashMap<(String, String), Vec<Found>>>,
 }
 
 /// What identifies the replicas a spec needs: a change here means new replicas; a change elsewhere
@@ -201,6 +217,7 @@ impl Reconciler {
             quota_overrides: HashMap::new(),
             domains: HashMap::new(),
             replica_timeout: crate::routing::upstream::default_write_limit(),
+            found: Some(HashMap::new()),
         }
     }
 
@@ -299,6 +316,16 @@ impl Reconciler {
             None => self.read_all().await?,
         };
         let now = self.clock.now();
+        if self.found.as_ref().is_some_and(|f| f.is_empty()) {
+            for f in self.provider.found().await {
+                let key = (f.namespace.clone(), f.endpoint.clone());
+                self.found
+                    .get_or_insert_default()
+                    .entry(key)
+                    .or_default()
+                    .push(f);
+            }
+        }
         self.forget_deleted(&records).await;
         let mut routes = Vec::with_capacity(records.len());
         let mut held = Vec::with_capacity(records.len());
@@ -333,9 +360,21 @@ impl Reconciler {
             held.push(rec);
         }
         self.publish(routes);
+        self.stop_unadopted().await;
         // What the store holds now, unless a write failed: then the next tick reads it again.
         self.records = all_written.then_some(held);
         Ok(())
+    }
+
+    /// After the first tick: the replicas an earlier server left that no endpoint adopted stop.
+    async fn stop_unadopted(&mut self) {
+        let Some(left) = self.found.take() else {
+            return;
+        };
+        for f in left.into_values().flatten() {
+            tracing::info!(namespace = %f.namespace, endpoint = %f.endpoint, replica = %f.info.replica_id, "stopping a replica an earlier server left that its endpoint no longer wants");
+            self.provider.stop(&f.info.replica_id).await;
+        }
     }
 
     /// Stops the replicas and router of every endpoint not in `records` (deleted), and forgets it.
@@ -516,10 +555,19 @@ impl Reconciler {
             handle: &self.handle,
             replica_timeout: self.replica_timeout,
         };
-        let run = self
-            .runs
-            .entry(rec.id.clone())
-            .or_insert_with(|| steps.new_run(rec, now));
+        let found = &mut self.found;
+        let run = self.runs.entry(rec.id.clone()).or_insert_with(|| {
+            let mut run = steps.new_run(rec, now);
+            let key = (rec.namespace.clone(), rec.spec.name.clone());
+            if let Some(left) = found.as_mut().and_then(|f| f.remove(&key)) {
+                let (adopted, rest) = steps.adopt(&mut run, rec, gen, left, now);
+                if let Some(f) = found.as_mut().filter(|_| !rest.is_empty()) {
+                    f.insert(key, rest);
+                }
+                tracing::info!(namespace = %rec.namespace, endpoint = %rec.spec.name, adopted, "replicas adopted");
+            }
+            run
+        });
         steps.observe(run, now).await;
         let url = Some(steps.handle.endpoint_url(&rec.namespace, &rec.spec.name));
         let out = Observed {
@@ -603,7 +651,50 @@ impl Steps<'_> {
             good: None,
             since: now,
             waiting: None,
+            short_of_devices: false,
         }
+    }
+
+    /// Takes over the replicas an earlier server left for this endpoint that run its spec's generation, as
+    /// they are (same process or container, no restart; ready at their first health check), with the GPUs
+    /// they were given. Returns how many, and the rest (to be stopped).
+    fn adopt(
+        &self,
+        run: &mut EndpointRun,
+        rec: &EndpointRecord,
+        gen: &str,
+        left: Vec<Found>,
+        now: DateTime<Utc>,
+    ) -> (usize, Vec<Found>) {
+        let wanted = rec.state.is_active() && rec.state != EndpointState::Pending;
+        let (mine, rest): (Vec<Found>, Vec<Found>) = left
+            .into_iter()
+            .partition(|f| wanted && f.generation == gen);
+        let adopted = mine.len();
+        for f in mine {
+            let devices = (!f.devices.is_empty()).then(|| {
+                self.devices
+                    .claim(&f.devices, &rec.namespace, &rec.spec.name)
+            });
+            run.replicas.push(ReplicaRun {
+                generation: f.generation,
+                backend: Arc::new(Backend::new(
+                    f.info.replica_id.clone(),
+                    f.info.addr,
+                    self.replica_timeout,
+                )),
+                info: f.info,
+                health_route: rec.spec.health_route(),
+                ready: false,
+                started_at: now,
+                cpu_mark: None,
+                cpu_percent: None,
+                draining: None,
+                _devices: devices,
+            });
+        }
+        run.target = adopted as u32;
+        (adopted, rest)
     }
 
     /// Looks at the replicas (see [`observe`]) and forgets the crashes older than the crash window.
@@ -687,6 +778,10 @@ impl Steps<'_> {
     /// Why an endpoint that has no replica yet waits: its engine is being installed (see
     /// [`Engines::waiting_for`]). A failed endpoint waits only when it failed for want of that engine.
     fn waiting_for_engine(&self, run: &EndpointRun, rec: &EndpointRecord) -> Option<String> {
+        if self.provider.kind() != Kind::Process {
+            // Containers run the image the spec names: no engine is installed here.
+            return None;
+        }
         let waits = match rec.state {
             EndpointState::Pending | EndpointState::Initializing => run.replicas.is_empty(),
             EndpointState::Failed => rec.message.as_deref().is_some_and(engines::is_missing),
@@ -697,7 +792,8 @@ impl Steps<'_> {
 
     /// Whether a failed endpoint failed for want of an engine that is here now.
     fn engine_came(&self, rec: &EndpointRecord) -> bool {
-        rec.message.as_deref().is_some_and(engines::is_missing)
+        self.provider.kind() == Kind::Process
+            && rec.message.as_deref().is_some_and(engines::is_missing)
             && self.engines.resolve_spec(&rec.spec).is_ok()
     }
 
@@ -810,7 +906,7 @@ impl Steps<'_> {
         let started = self
             .start_missing(run, pass, &serve_gen, &serve_spec, target)
             .await;
-        if run.waiting.is_some() {
+        if run.waiting.is_some() && run.short_of_devices {
             // Too few GPUs for a new replica beside the old generation's: those make room (an update on a
             // server with no GPU to spare has a gap rather than none at all).
             retire_where(run, self.provider, |r| r.generation != serve_gen).await;
@@ -873,17 +969,24 @@ impl Steps<'_> {
             .filter(|r| r.generation == serve_gen && r.draining.is_none())
             .count();
         run.waiting = None;
+        run.short_of_devices = false;
         if have < target && run.next_start_at.is_none_or(|t| t <= pass.now) {
             for _ in have..target {
                 let devices = match self.devices_for(pass, spec) {
                     Ok(devices) => devices,
                     Err(waiting) => {
                         run.waiting = Some(waiting);
+                        run.short_of_devices = true;
                         break;
                     }
                 };
-                let replica = self.start_replica(pass, serve_gen, spec, devices).await?;
-                run.replicas.push(replica);
+                match self.start_replica(pass, serve_gen, spec, devices).await? {
+                    Started::Replica(replica) => run.replicas.push(*replica),
+                    Started::Waiting(waiting) => {
+                        run.waiting = Some(waiting);
+                        break;
+                    }
+                }
             }
         }
         Ok(())
@@ -898,31 +1001,48 @@ impl Steps<'_> {
             return Ok(None);
         }
         let wanted = self
-            .hardware
-            .and_then(|h| {
-                let (vendor, region) = (&spec.provider.vendor, &spec.provider.region);
-                let accelerator = compute.accelerator.as_str();
-                h.find(
-                    vendor,
-                    region,
-                    accelerator,
-                    &compute.instance_type,
-                    &compute.instance_size,
-                )
-            })
-            .map_or(1, |p| p.compute.num_accelerators.max(1));
+            .compute_of(spec)
+            .map_or(1, |c| c.num_accelerators.max(1));
         let (namespace, name) = (&pass.rec.namespace, &pass.rec.spec.name);
         self.devices.take(wanted, namespace, name).map(Some)
     }
 
-    /// Starts one replica of `serve_gen`, running `spec`, on `devices` (its own GPUs, when it has any).
+    /// The hardware entry of the spec's compute, when the server has the list.
+    fn compute_of(&self, spec: &EndpointSpec) -> Option<&crate::hardware::Compute> {
+        let compute = &spec.compute;
+        let (vendor, region) = (&spec.provider.vendor, &spec.provider.region);
+        let placement = self.hardware?.find(
+            vendor,
+            region,
+            compute.accelerator.as_str(),
+            &compute.instance_type,
+            &compute.instance_size,
+        )?;
+        Some(placement.compute)
+    }
+
+    /// What a replica of `spec` may use: its compute's CPUs and memory, and the GPUs it was given.
+    fn resources_for(&self, spec: &EndpointSpec, devices: Option<&Lease>) -> Resources {
+        let compute = self.compute_of(spec);
+        Resources {
+            cpus: compute.and_then(|c| c.num_cpus).map(f64::from),
+            memory_bytes: compute
+                .map(|c| c.memory_gb)
+                .filter(|gb| gb.is_finite() && *gb > 0.0)
+                .map(|gb| (gb * (1u64 << 30) as f64) as u64),
+            devices: devices.map(|l| l.ids().to_vec()).unwrap_or_default(),
+        }
+    }
+
+    /// Starts one replica of `serve_gen`, running `spec`, on `devices` (its own GPUs, when it has any), once
+    /// its provider is ready for it (its image pulled).
     async fn start_replica(
         &self,
         pass: &Pass<'_>,
         serve_gen: &str,
         spec: &EndpointSpec,
         devices: Option<Lease>,
-    ) -> Result<ReplicaRun, String> {
+    ) -> Result<Started, String> {
         let rec = pass.rec;
         let replica_id = format!("{}-{}", rec.spec.name, &random_id()[..8]);
         let Launch {
@@ -934,20 +1054,39 @@ impl Steps<'_> {
             &rec.namespace,
             spec,
             &replica_id,
+            self.provider.kind(),
         )
         .map_err(|e| e.0)?;
-        if let Some(lease) = &devices {
-            // Placed: the replica sees its own devices, whatever its spec's environment said.
+        plan.generation = serve_gen.to_string();
+        plan.resources = self.resources_for(spec, devices.as_ref());
+        if let (Some(lease), Workload::Process { .. }) = (&devices, &plan.workload) {
+            // Placed: the process sees its own devices, whatever its spec's environment said. (A container
+            // is given only its own.)
             plan.env
                 .insert("CUDA_VISIBLE_DEVICES".into(), lease.ids().join(","));
         }
-        let info = self
-            .provider
-            .start(&plan)
-            .await
-            .map_err(|ProviderError::Start(e)| e)?;
+        match self.provider.prepare(&plan).await {
+            Readiness::Ready => {}
+            Readiness::Waiting(why) => {
+                if let Some(lease) = devices {
+                    lease.unused();
+                }
+                return Ok(Started::Waiting(why));
+            }
+            Readiness::Failed(why) => return Err(why),
+        }
+        let info = match self.provider.start(&plan).await {
+            Ok(info) => info,
+            Err(ProviderError::Start(why)) => return Err(why),
+            Err(ProviderError::Unavailable(why)) => {
+                if let Some(lease) = devices {
+                    lease.unused();
+                }
+                return Ok(Started::Waiting(format!("{why}; retrying")));
+            }
+        };
         tracing::info!(namespace = %rec.namespace, endpoint = %rec.spec.name, replica = %info.replica_id, addr = %info.addr, "replica started");
-        Ok(ReplicaRun {
+        Ok(Started::Replica(Box::new(ReplicaRun {
             generation: serve_gen.to_string(),
             backend: Arc::new(Backend::new(
                 info.replica_id.clone(),
@@ -962,7 +1101,7 @@ impl Steps<'_> {
             cpu_percent: None,
             draining: None,
             _devices: devices,
-        })
+        })))
     }
 
     /// Once `target` replicas of `serve_gen` serve, the other generations' replicas retire; when that is
@@ -1042,7 +1181,7 @@ fn next_status(run: &EndpointRun, pass: &Pass<'_>, serve_gen: &str, mut out: Obs
     };
     // A replica waiting for GPUs: with none running yet, the endpoint is pending until one is free.
     if let Some(waiting) = &run.waiting {
-        if run.replicas.is_empty() {
+        if run.replicas.is_empty() && can_transition(out.state, EndpointState::Pending) {
             out.state = EndpointState::Pending;
         }
         out.message = Some(waiting.clone());
@@ -1131,7 +1270,10 @@ async fn start_router(
         namespace: rec.namespace.clone(),
         endpoint: rec.spec.name.clone(),
         replica_id: format!("{}-router-{}", rec.spec.name, &random_id()[..8]),
-        program: command.next().unwrap_or_default(),
+        generation: String::new(),
+        workload: Workload::Process {
+            program: command.next().unwrap_or_default(),
+        },
         args: command.collect(),
         env: launcher
             .env
@@ -1139,11 +1281,12 @@ async fn start_router(
             .chain(&spec.env)
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
+        resources: Resources::default(),
     };
     let info = provider
         .start(&plan)
         .await
-        .map_err(|ProviderError::Start(e)| format!("custom router: {e}"))?;
+        .map_err(|e| format!("custom router: {e}"))?;
     tracing::info!(endpoint = %rec.spec.name, router = %info.replica_id, addr = %info.addr, "custom router started");
     Ok(RouterRun {
         spec: spec.clone(),
@@ -1272,8 +1415,13 @@ async fn observe(
         .await
         .into_iter()
         .collect();
+    let mut lost: Vec<(String, String)> = Vec::new();
     for r in run.replicas.iter_mut() {
         let id = &r.info.replica_id;
+        if let ReplicaStatus::Lost(why) = provider.status(id) {
+            lost.push((id.clone(), why));
+            continue;
+        }
         if let ReplicaStatus::Exited(how) = provider.status(id) {
             let last = handle
                 .logs
@@ -1305,6 +1453,12 @@ async fn observe(
         provider.stop(&id).await;
         run.replicas.retain(|r| r.info.replica_id != id);
         record_crash(run, config, now, why);
+    }
+    // Not a crash: replaced once the provider's engine is back.
+    for (id, why) in lost {
+        tracing::warn!(namespace = %run.namespace, endpoint = %run.name, replica = %id, "replica lost: {why}");
+        provider.stop(&id).await;
+        run.replicas.retain(|r| r.info.replica_id != id);
     }
     // A replica that is up resets the backoff.
     if !run.replicas.is_empty() && run.replicas.iter().all(|r| r.ready) {

@@ -1,0 +1,106 @@
+//! The connection to the Docker Engine: made on first use, its API version negotiated (Debian 12's engine
+//! speaks 1.41, current ones more), and made again after the engine went away.
+
+use std::time::Duration;
+
+use bollard::{Docker, API_DEFAULT_VERSION};
+use tokio::sync::Mutex;
+
+/// Longest a single call (not a pull, a log stream or a stop) may take.
+pub const CALL: Duration = Duration::from_secs(30);
+
+/// The bollard client's own bound on a request: long, as it bounds pulls too; calls are bounded by [`CALL`].
+const CLIENT_TIMEOUT: u64 = 3600;
+
+pub struct Engine {
+    /// `unix:///var/run/docker.sock`, `tcp://…`.
+    pub host: String,
+    client: Mutex<Option<Connected>>,
+}
+
+#[derive(Clone)]
+pub struct Connected {
+    pub docker: Docker,
+    /// The CPUs of the engine's machine: a container may be given no more.
+    pub cpus: Option<f64>,
+}
+
+impl Engine {
+    /// The engine at `host`; else `DOCKER_HOST`, else the local socket.
+    pub fn new(host: Option<&str>) -> Engine {
+        let host = host
+            .map(str::to_string)
+            .or_else(|| std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()))
+            .unwrap_or_else(|| "unix:///var/run/docker.sock".to_string());
+        Engine {
+            host,
+            client: Mutex::new(None),
+        }
+    }
+
+    /// The client, connected and its version negotiated; `Err` says why the engine cannot be used now.
+    pub async fn connect(&self) -> Result<Connected, String> {
+        let mut held = self.client.lock().await;
+        if let Some(c) = held.as_ref() {
+            return Ok(c.clone());
+        }
+        let docker = match &self.host {
+            h if h.starts_with("unix://") => {
+                Docker::connect_with_unix(h, CLIENT_TIMEOUT, API_DEFAULT_VERSION)
+            }
+            h if h.starts_with("tcp://") || h.starts_with("http://") => {
+                Docker::connect_with_http(h, CLIENT_TIMEOUT, API_DEFAULT_VERSION)
+            }
+            h => {
+                return Err(format!(
+                    "[runtime.docker] host {h:?}: expected unix:///path or tcp://host:port"
+                ))
+            }
+        }
+        .map_err(|e| self.unanswered(&describe(&e)))?;
+        let docker = tokio::time::timeout(CALL, docker.negotiate_version())
+            .await
+            .map_err(|_| self.unanswered("no answer"))?
+            .map_err(|e| self.unanswered(&describe(&e)))?;
+        let info = tokio::time::timeout(CALL, docker.info())
+            .await
+            .map_err(|_| self.unanswered("no answer"))?
+            .map_err(|e| self.unanswered(&describe(&e)))?;
+        tracing::info!(host = %self.host, version = ?info.server_version, api = %docker.client_version(), "connected to the Docker Engine");
+        let connected = Connected {
+            docker,
+            cpus: info.ncpu.filter(|n| *n > 0).map(|n| n as f64),
+        };
+        *held = Some(connected.clone());
+        Ok(connected)
+    }
+
+    /// Forgets the connection after a call found the engine gone: the next use connects (and negotiates)
+    /// again.
+    pub async fn lost(&self) {
+        *self.client.lock().await = None;
+    }
+
+    pub fn unanswered(&self, why: &str) -> String {
+        format!("the Docker Engine at {} does not answer ({why})", self.host)
+    }
+}
+
+/// What went wrong, in the engine's words when it gave any.
+pub fn describe(e: &bollard::errors::Error) -> String {
+    use bollard::errors::Error;
+    match e {
+        Error::DockerResponseServerError { message, .. } => message.trim().to_string(),
+        Error::DockerStreamError { error } => error.trim().to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// Whether an error says the engine itself could not be reached (rather than refusing a request).
+pub fn unreachable(e: &bollard::errors::Error) -> bool {
+    use bollard::errors::Error;
+    !matches!(
+        e,
+        Error::DockerResponseServerError { .. } | Error::DockerStreamError { .. }
+    )
+}

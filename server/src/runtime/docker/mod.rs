@@ -1,0 +1,747 @@
+//! The `docker` replica provider: each replica is a container of the image its spec names, on a Docker
+//! Engine ([`engine`]), confined ([`create`]), its image pulled first ([`pull`]).
+//!
+//! Replicas join one bridge network (`[runtime.docker] network`, created when missing) and are reached at
+//! their address on it, on the port their image's contract names; nothing is published. Each container
+//! carries labels naming this server (its instance id), the endpoint, the replica and its spec generation.
+//! A watcher lists this server's containers every second: it notes those that exited (the reconciler
+//! restarts them with backoff), samples their CPU use, removes those nobody owns, and, when the engine stops
+//! answering, reports the replicas lost so they are replaced once it is back. Containers outlive the server
+//! unless `stop_on_shutdown`: the next server is handed those still running ([`ReplicaProvider::found`]).
+
+pub mod create;
+pub mod engine;
+pub mod pull;
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bollard::auth::DockerCredentials;
+use bollard::models::{ContainerSummary, ContainerSummaryStateEnum, NetworkCreateRequest};
+use bollard::query_parameters::{
+    CreateContainerOptions, ListContainersOptions, LogsOptions, RemoveContainerOptions,
+    StatsOptions, StopContainerOptions,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+
+use self::engine::{describe, unreachable, Engine, CALL};
+use self::pull::Pulls;
+use super::logs::{LogLine, LogStore, MAX_LINE_BYTES};
+use super::provider::{
+    Found, Kind, ProviderError, Readiness, ReplicaInfo, ReplicaPlan, ReplicaProvider,
+    ReplicaStatus, Workload,
+};
+use crate::clock::Clock;
+use crate::config::{DockerConfig, PullPolicy};
+
+/// How often the watcher looks at this server's containers.
+const WATCH: Duration = Duration::from_secs(1);
+
+/// Watches in a row that found the engine gone before its replicas count as lost (a blip is not).
+const LOST_AFTER: u32 = 3;
+
+/// A replica this provider watches.
+struct Tracked {
+    /// Its container's id; empty while it is being created.
+    container: String,
+    status: ReplicaStatus,
+    cpu_seconds: Option<f64>,
+}
+
+struct Inner {
+    engine: Engine,
+    config: DockerConfig,
+    /// This server's instance id, on every container it starts.
+    instance: String,
+    grace: Duration,
+    logs: Arc<LogStore>,
+    clock: Arc<dyn Clock>,
+    pulls: Arc<Pulls>,
+    replicas: Mutex<HashMap<String, Tracked>>,
+    network_ready: AtomicBool,
+    /// Whether the next server's hand-over happened: from then on, containers of this instance that no
+    /// replica is tracked for are removed.
+    swept: AtomicBool,
+    /// Watches in a row that could not reach the engine.
+    unanswered: AtomicU32,
+    stopping: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+pub struct DockerProvider {
+    inner: Arc<Inner>,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for DockerProvider {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
+}
+
+impl DockerProvider {
+    /// A provider on the engine `config.host` names, for the server whose instance id is `instance`. It
+    /// connects on first use: an engine that does not answer yet holds replicas back, not the server.
+    pub fn new(
+        config: DockerConfig,
+        instance: String,
+        grace: Duration,
+        logs: Arc<LogStore>,
+        clock: Arc<dyn Clock>,
+    ) -> DockerProvider {
+        let inner = Arc::new(Inner {
+            engine: Engine::new(config.host.as_deref()),
+            config,
+            instance,
+            grace,
+            logs,
+            clock,
+            pulls: Arc::new(Pulls::default()),
+            replicas: Mutex::new(HashMap::new()),
+            network_ready: AtomicBool::new(false),
+            swept: AtomicBool::new(false),
+            unanswered: AtomicU32::new(0),
+            stopping: Mutex::new(Vec::new()),
+        });
+        let watcher = tokio::spawn(watch(Arc::downgrade(&inner)));
+        DockerProvider { inner, watcher }
+    }
+
+    /// The engine this provider uses.
+    pub fn host(&self) -> &str {
+        &self.inner.engine.host
+    }
+}
+
+impl Inner {
+    fn replicas(&self) -> std::sync::MutexGuard<'_, HashMap<String, Tracked>> {
+        self.replicas.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The client, or why the engine cannot be used now.
+    async fn docker(&self) -> Result<engine::Connected, String> {
+        self.engine.connect().await
+    }
+
+    /// An error from a call: when it says the engine is gone, the connection is made again next time.
+    async fn failed(&self, what: &str, e: &bollard::errors::Error) -> ProviderError {
+        if unreachable(e) {
+            self.engine.lost().await;
+            ProviderError::Unavailable(self.engine.unanswered(&describe(e)))
+        } else {
+            ProviderError::Start(format!("{what}: {}", describe(e)))
+        }
+    }
+
+    /// The replicas' bridge, created when missing.
+    async fn ensure_network(&self, docker: &Docker) -> Result<(), ProviderError> {
+        if self.network_ready.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let name = &self.config.network;
+        let found = tokio::time::timeout(
+            CALL,
+            docker.inspect_network(
+                name,
+                None::<bollard::query_parameters::InspectNetworkOptions>,
+            ),
+        )
+        .await;
+        if !matches!(found, Ok(Ok(_))) {
+            let request = NetworkCreateRequest {
+                name: name.clone(),
+                driver: Some("bridge".into()),
+                labels: Some(HashMap::from([(
+                    create::INSTANCE.to_string(),
+                    self.instance.clone(),
+                )])),
+                ..Default::default()
+            };
+            match tokio::time::timeout(CALL, docker.create_network(request)).await {
+                Ok(Ok(_)) => tracing::info!(network = %name, "created the replicas' network"),
+                Ok(Err(e)) if describe(&e).contains("already exists") => {}
+                Ok(Err(e)) => {
+                    return Err(self.failed(&format!("creating network {name}"), &e).await)
+                }
+                Err(_) => {
+                    return Err(ProviderError::Unavailable(
+                        self.engine.unanswered("no answer"),
+                    ))
+                }
+            }
+        }
+        self.network_ready.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Credentials for pulling `image`: the spec's own, else the configured ones for its registry.
+    fn credentials(
+        &self,
+        image: &str,
+        own: Option<&(String, String)>,
+    ) -> Option<DockerCredentials> {
+        let registry = create::registry(image);
+        let (username, password) = match own {
+            Some((u, p)) => (u.clone(), p.clone()),
+            None => {
+                let login = self.config.registries.get(registry)?;
+                (login.username.clone(), login.password.clone())
+            }
+        };
+        Some(DockerCredentials {
+            username: Some(username),
+            password: Some(password),
+            serveraddress: Some(registry.to_string()),
+            ..Default::default()
+        })
+    }
+
+    /// Creates and starts the container of `plan`; returns its id and address.
+    async fn run(
+        &self,
+        docker: &engine::Connected,
+        plan: &ReplicaPlan,
+        container: &super::provider::ContainerPlan,
+    ) -> Result<(String, SocketAddr), ProviderError> {
+        let grace = i64::try_from(self.grace.as_secs().max(1)).unwrap_or(i64::MAX);
+        let body = create::body(
+            plan,
+            container,
+            &self.config,
+            &self.instance,
+            docker.cpus,
+            grace,
+        );
+        let options = CreateContainerOptions {
+            name: Some(create::name(&self.instance, plan)),
+            ..Default::default()
+        };
+        let created =
+            match tokio::time::timeout(CALL, docker.docker.create_container(Some(options), body))
+                .await
+            {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => {
+                    if describe(&e).to_ascii_lowercase().contains("no such image") {
+                        // Removed since it was pulled: pulled again at the next pass.
+                        self.pulls.forget(&container.image);
+                        return Err(ProviderError::Unavailable(format!(
+                            "image {} is no longer on the Docker Engine; pulling it again",
+                            container.image
+                        )));
+                    }
+                    return Err(self
+                        .failed(&format!("creating a container of {}", container.image), &e)
+                        .await);
+                }
+                Err(_) => {
+                    return Err(ProviderError::Unavailable(
+                        self.engine.unanswered("no answer"),
+                    ))
+                }
+            };
+        let id = created.id;
+        self.set_container(&plan.replica_id, &id);
+        let started = tokio::time::timeout(
+            CALL,
+            docker.docker.start_container(
+                &id,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            ),
+        )
+        .await;
+        let fail = match started {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(
+                self.failed(&format!("starting a container of {}", container.image), &e)
+                    .await,
+            ),
+            Err(_) => Some(ProviderError::Unavailable(
+                self.engine.unanswered("no answer"),
+            )),
+        };
+        if let Some(e) = fail {
+            remove(&docker.docker, &id, Duration::ZERO).await;
+            return Err(e);
+        }
+        let ip = self.address(&docker.docker, &id).await;
+        // A container that exited at once has no address: the watcher reports how it ended.
+        let addr = SocketAddr::new(
+            ip.unwrap_or(IpAddr::from([127, 0, 0, 1])),
+            if ip.is_some() { container.port } else { 1 },
+        );
+        Ok((id, addr))
+    }
+
+    /// The container's address on the replicas' network.
+    async fn address(&self, docker: &Docker, id: &str) -> Option<IpAddr> {
+        let inspected = tokio::time::timeout(
+            CALL,
+            docker.inspect_container(
+                id,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            ),
+        )
+        .await
+        .ok()?
+        .ok()?;
+        let networks = inspected.network_settings?.networks?;
+        networks
+            .get(&self.config.network)?
+            .ip_address
+            .as_deref()?
+            .parse()
+            .ok()
+    }
+
+    fn set_container(&self, replica: &str, container: &str) {
+        if let Some(t) = self.replicas().get_mut(replica) {
+            t.container = container.to_string();
+        }
+    }
+
+    /// Copies a container's output into the log store, from `tail` lines back.
+    fn follow_logs(
+        &self,
+        docker: Docker,
+        container: String,
+        tracked: (String, String, String),
+        tail: &str,
+    ) {
+        let (logs, clock) = (self.logs.clone(), self.clock.clone());
+        let options = LogsOptions {
+            follow: true,
+            stdout: true,
+            stderr: true,
+            tail: tail.to_string(),
+            ..Default::default()
+        };
+        tokio::spawn(async move {
+            let (ns, endpoint, replica) = tracked;
+            let mut stream = docker.logs(&container, Some(options));
+            let mut pending: HashMap<&'static str, Vec<u8>> = HashMap::new();
+            let emit = |stream: &'static str, bytes: &[u8]| {
+                let text = String::from_utf8_lossy(bytes);
+                logs.push(
+                    &ns,
+                    &endpoint,
+                    LogLine {
+                        at: clock.now(),
+                        replica: replica.clone(),
+                        stream,
+                        line: text.trim_end_matches(['\r', '\n']).to_string(),
+                    },
+                );
+            };
+            while let Some(Ok(out)) = stream.next().await {
+                let (name, bytes) = match out {
+                    bollard::container::LogOutput::StdErr { message } => ("stderr", message),
+                    bollard::container::LogOutput::StdOut { message }
+                    | bollard::container::LogOutput::Console { message } => ("stdout", message),
+                    bollard::container::LogOutput::StdIn { .. } => continue,
+                };
+                let buf = pending.entry(name).or_default();
+                buf.extend_from_slice(&bytes);
+                while let Some(i) = buf.iter().position(|b| *b == b'\n') {
+                    emit(name, &buf[..i]);
+                    buf.drain(..=i);
+                }
+                if buf.len() > MAX_LINE_BYTES {
+                    emit(name, buf);
+                    buf.clear();
+                }
+            }
+            for (name, rest) in pending {
+                if !rest.is_empty() {
+                    emit(name, &rest);
+                }
+            }
+        });
+    }
+}
+
+/// Stops a container (SIGTERM, then SIGKILL after `grace`) and removes it with its volumes.
+async fn remove(docker: &Docker, id: &str, grace: Duration) {
+    if !grace.is_zero() {
+        let t = i32::try_from(grace.as_secs().max(1)).unwrap_or(i32::MAX);
+        let options = StopContainerOptions {
+            t: Some(t),
+            signal: None,
+        };
+        let _ = tokio::time::timeout(grace + CALL, docker.stop_container(id, Some(options))).await;
+    }
+    let options = RemoveContainerOptions {
+        force: true,
+        v: true,
+        ..Default::default()
+    };
+    if let Ok(Err(e)) = tokio::time::timeout(CALL, docker.remove_container(id, Some(options))).await
+    {
+        if !describe(&e)
+            .to_ascii_lowercase()
+            .contains("no such container")
+        {
+            tracing::warn!(container = %id, error = %describe(&e), "removing a replica's container");
+        }
+    }
+}
+
+/// How an exited container ended, from its summary's status (`Exited (3) 2 seconds ago`).
+fn exit_of(summary: &ContainerSummary) -> String {
+    let status = summary.status.as_deref().unwrap_or_default();
+    match status
+        .split_once('(')
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(code, _)| code.trim())
+    {
+        Some(code) => format!("exit status {code}"),
+        None => format!(
+            "container {}",
+            summary.state.map(|s| s.to_string()).unwrap_or_default()
+        ),
+    }
+}
+
+fn label<'a>(summary: &'a ContainerSummary, key: &str) -> Option<&'a str> {
+    summary.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+/// This server's containers (stopped ones too).
+async fn ours(
+    inner: &Inner,
+    docker: &Docker,
+) -> Result<Vec<ContainerSummary>, bollard::errors::Error> {
+    let options = ListContainersOptions {
+        all: true,
+        filters: Some(HashMap::from([(
+            "label".to_string(),
+            vec![format!("{}={}", create::INSTANCE, inner.instance)],
+        )])),
+        ..Default::default()
+    };
+    match tokio::time::timeout(CALL, docker.list_containers(Some(options))).await {
+        Ok(listed) => listed,
+        Err(_) => Err(bollard::errors::Error::RequestTimeoutError),
+    }
+}
+
+/// Every [`WATCH`]: notes how this server's containers are, until the provider is dropped.
+async fn watch(inner: Weak<Inner>) {
+    let mut tick = tokio::time::interval(WATCH);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        if inner.replicas().is_empty() && !inner.swept.load(Ordering::Acquire) {
+            continue;
+        }
+        let listed = match inner.docker().await {
+            Ok(d) => ours(&inner, &d.docker).await.map(|l| (d, l)),
+            Err(why) => Err(bollard::errors::Error::IOError {
+                err: std::io::Error::other(why),
+            }),
+        };
+        match listed {
+            Ok((docker, list)) => {
+                inner.unanswered.store(0, Ordering::Release);
+                observe(&inner, &docker.docker, &list).await;
+            }
+            Err(e) => {
+                inner.engine.lost().await;
+                let n = inner.unanswered.fetch_add(1, Ordering::AcqRel) + 1;
+                if n >= LOST_AFTER {
+                    let why = inner.engine.unanswered(&describe(&e));
+                    for t in inner.replicas().values_mut() {
+                        if t.status == ReplicaStatus::Running {
+                            t.status = ReplicaStatus::Lost(why.clone());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Notes each tracked replica's state from `list`, samples the CPU of those that run, and removes this
+/// server's containers no replica is tracked for.
+async fn observe(inner: &Inner, docker: &Docker, list: &[ContainerSummary]) {
+    let by_replica: HashMap<&str, &ContainerSummary> = list
+        .iter()
+        .filter_map(|c| Some((label(c, create::REPLICA)?, c)))
+        .collect();
+    let mut sample = Vec::new();
+    {
+        let mut replicas = inner.replicas();
+        for (id, t) in replicas.iter_mut() {
+            if t.container.is_empty() || matches!(t.status, ReplicaStatus::Exited(_)) {
+                continue;
+            }
+            t.status = match by_replica.get(id.as_str()) {
+                Some(c) if matches!(c.state, Some(ContainerSummaryStateEnum::RUNNING)) => {
+                    sample.push((id.clone(), t.container.clone()));
+                    match &t.status {
+                        // Lost stays lost: the reconciler replaces it.
+                        ReplicaStatus::Lost(why) => ReplicaStatus::Lost(why.clone()),
+                        _ => ReplicaStatus::Running,
+                    }
+                }
+                Some(c)
+                    if matches!(
+                        c.state,
+                        Some(
+                            ContainerSummaryStateEnum::CREATED
+                                | ContainerSummaryStateEnum::RESTARTING
+                        )
+                    ) =>
+                {
+                    t.status.clone()
+                }
+                Some(c) => ReplicaStatus::Exited(exit_of(c)),
+                None => ReplicaStatus::Exited("its container was removed".into()),
+            };
+        }
+    }
+    if inner.swept.load(Ordering::Acquire) {
+        let tracked: HashSet<String> = inner.replicas().keys().cloned().collect();
+        for c in list {
+            let owned = label(c, create::REPLICA).is_some_and(|r| tracked.contains(r));
+            if let (false, Some(id)) = (owned, c.id.as_deref()) {
+                tracing::info!(container = %id, "removing a container of this server that no replica owns");
+                remove(docker, id, Duration::ZERO).await;
+            }
+        }
+    }
+    let stats = sample.into_iter().map(|(replica, container)| async move {
+        let options = StatsOptions {
+            stream: false,
+            one_shot: true,
+        };
+        let mut s = docker.stats(&container, Some(options));
+        let got = tokio::time::timeout(CALL, s.next())
+            .await
+            .ok()
+            .flatten()
+            .and_then(Result::ok);
+        let ns = got.and_then(|s| s.cpu_stats?.cpu_usage?.total_usage);
+        (replica, ns)
+    });
+    for (replica, ns) in futures_util::future::join_all(stats).await {
+        if let (Some(t), Some(ns)) = (inner.replicas().get_mut(&replica), ns) {
+            t.cpu_seconds = Some(ns as f64 / 1e9);
+        }
+    }
+}
+
+#[async_trait]
+impl ReplicaProvider for DockerProvider {
+    fn kind(&self) -> Kind {
+        Kind::Container
+    }
+
+    async fn prepare(&self, plan: &ReplicaPlan) -> Readiness {
+        let Workload::Container(c) = &plan.workload else {
+            return Readiness::Ready;
+        };
+        let inner = &self.inner;
+        let docker = match inner.docker().await {
+            Ok(d) => d,
+            Err(why) => return Readiness::Waiting(format!("{why}; retrying")),
+        };
+        let always = inner.config.pull == PullPolicy::Always;
+        if let Some(state) = inner.pulls.state(&c.image, always) {
+            return state;
+        }
+        if !always {
+            let here = tokio::time::timeout(CALL, docker.docker.inspect_image(&c.image)).await;
+            match here {
+                Ok(Ok(_)) => {
+                    inner.pulls.have(&c.image);
+                    return Readiness::Ready;
+                }
+                Ok(Err(e)) if unreachable(&e) => {
+                    inner.engine.lost().await;
+                    return Readiness::Waiting(format!("{}; retrying", inner.engine.unanswered(&describe(&e))));
+                }
+                Err(_) => return Readiness::Waiting(format!("{}; retrying", inner.engine.unanswered("no answer"))),
+                Ok(Err(_)) if inner.config.pull == PullPolicy::Never => {
+                    return Readiness::Failed(format!(
+                        "image {} is not on the Docker Engine, and [runtime.docker] pull = \"never\"",
+                        c.image
+                    ))
+                }
+                Ok(Err(_)) => {}
+            }
+        }
+        let credentials = inner.credentials(&c.image, c.credentials.as_ref());
+        inner.pulls.begin(docker.docker, &c.image, credentials)
+    }
+
+    async fn start(&self, plan: &ReplicaPlan) -> Result<ReplicaInfo, ProviderError> {
+        let Workload::Container(container) = &plan.workload else {
+            return Err(ProviderError::Start(
+                "this server runs replicas as containers ([runtime] provider = \"docker\"); a custom router's command cannot run here".into(),
+            ));
+        };
+        let inner = &self.inner;
+        let docker = inner.docker().await.map_err(ProviderError::Unavailable)?;
+        inner.ensure_network(&docker.docker).await?;
+        // Tracked before it exists, so the watcher never takes it for someone else's.
+        inner.replicas().insert(
+            plan.replica_id.clone(),
+            Tracked {
+                container: String::new(),
+                status: ReplicaStatus::Running,
+                cpu_seconds: None,
+            },
+        );
+        match inner.run(&docker, plan, container).await {
+            Ok((id, addr)) => {
+                let who = (
+                    plan.namespace.clone(),
+                    plan.endpoint.clone(),
+                    plan.replica_id.clone(),
+                );
+                inner.follow_logs(docker.docker, id.clone(), who, "all");
+                Ok(ReplicaInfo {
+                    replica_id: plan.replica_id.clone(),
+                    addr,
+                    handle: id,
+                })
+            }
+            Err(e) => {
+                inner.replicas().remove(&plan.replica_id);
+                Err(e)
+            }
+        }
+    }
+
+    fn status(&self, replica_id: &str) -> ReplicaStatus {
+        match self.inner.replicas().get(replica_id) {
+            Some(t) => t.status.clone(),
+            None => ReplicaStatus::Exited("unknown replica".into()),
+        }
+    }
+
+    fn cpu_seconds(&self, replica_id: &str) -> Option<f64> {
+        self.inner.replicas().get(replica_id)?.cpu_seconds
+    }
+
+    async fn stop(&self, replica_id: &str) {
+        let Some(t) = self.inner.replicas().remove(replica_id) else {
+            return;
+        };
+        if t.container.is_empty() {
+            return;
+        }
+        let (inner, grace) = (self.inner.clone(), self.inner.grace);
+        let stopping = tokio::spawn(async move {
+            match inner.docker().await {
+                Ok(d) => remove(&d.docker, &t.container, grace).await,
+                // Gone with the engine; the watcher removes what is left once it is back.
+                Err(why) => tracing::warn!(container = %t.container, "{why}: not removed now"),
+            }
+        });
+        let mut all = self
+            .inner
+            .stopping
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        all.retain(|h| !h.is_finished());
+        all.push(stopping);
+    }
+
+    async fn found(&self) -> Vec<Found> {
+        let inner = &self.inner;
+        let docker = match inner.docker().await {
+            Ok(d) => d,
+            Err(why) => {
+                tracing::warn!("{why}: no container adopted");
+                inner.swept.store(true, Ordering::Release);
+                return Vec::new();
+            }
+        };
+        let list = ours(inner, &docker.docker).await.unwrap_or_default();
+        let mut found = Vec::new();
+        for c in &list {
+            let running = matches!(c.state, Some(ContainerSummaryStateEnum::RUNNING));
+            let (Some(id), Some(ns), Some(endpoint), Some(replica), Some(generation), Some(port)) = (
+                c.id.clone(),
+                label(c, create::NAMESPACE),
+                label(c, create::ENDPOINT),
+                label(c, create::REPLICA),
+                label(c, create::GENERATION),
+                label(c, create::PORT).and_then(|p| p.parse::<u16>().ok()),
+            ) else {
+                continue;
+            };
+            let ip = c
+                .network_settings
+                .as_ref()
+                .and_then(|n| {
+                    n.networks
+                        .as_ref()?
+                        .get(&inner.config.network)?
+                        .ip_address
+                        .clone()
+                })
+                .and_then(|ip| ip.parse::<IpAddr>().ok());
+            let Some(ip) = ip.filter(|_| running) else {
+                continue;
+            };
+            inner.replicas().insert(
+                replica.to_string(),
+                Tracked {
+                    container: id.clone(),
+                    status: ReplicaStatus::Running,
+                    cpu_seconds: None,
+                },
+            );
+            let who = (ns.to_string(), endpoint.to_string(), replica.to_string());
+            inner.follow_logs(docker.docker.clone(), id.clone(), who, "100");
+            let devices = label(c, create::DEVICES).unwrap_or_default();
+            found.push(Found {
+                info: ReplicaInfo {
+                    replica_id: replica.to_string(),
+                    addr: SocketAddr::new(ip, port),
+                    handle: id,
+                },
+                namespace: ns.to_string(),
+                endpoint: endpoint.to_string(),
+                generation: generation.to_string(),
+                devices: devices
+                    .split(',')
+                    .filter(|d| !d.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+            });
+        }
+        inner.swept.store(true, Ordering::Release);
+        found
+    }
+
+    async fn stop_all(&self) {
+        if self.inner.config.stop_on_shutdown {
+            let ids: Vec<String> = self.inner.replicas().keys().cloned().collect();
+            for id in ids {
+                self.stop(&id).await;
+            }
+        } else {
+            let n = self.inner.replicas().len();
+            if n > 0 {
+                tracing::info!(replicas = n, "leaving the replicas' containers running for the next server ([runtime.docker] stop_on_shutdown = false)");
+            }
+        }
+        let stopping = std::mem::take(
+            &mut *self
+                .inner
+                .stopping
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        futures_util::future::join_all(stopping).await;
+    }
+}
