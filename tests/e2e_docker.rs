@@ -3,279 +3,13 @@
 //! and removed from the engine, so the provider must pull them. `scripts/test` starts the engine and the
 //! registries (`scripts/docker`); without them the tests say so, and fail under `CI`.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 mod common;
-use common::{serve_with, Server};
-
-/// The engine and registries `scripts/docker` set up.
-struct Docker {
-    host: String,
-    registry: String,
-    auth_registry: String,
-    user: String,
-    password: String,
-}
-
-/// The Docker setup, or `None` (with why) when there is none outside CI.
-fn docker_env(test: &str) -> Option<Docker> {
-    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let found = (|| {
-        Some(Docker {
-            host: var("SWITCHYARD_TEST_DOCKER_HOST")?,
-            registry: var("SWITCHYARD_TEST_REGISTRY")?,
-            auth_registry: var("SWITCHYARD_TEST_AUTH_REGISTRY")?,
-            user: var("SWITCHYARD_TEST_REGISTRY_USER")?,
-            password: var("SWITCHYARD_TEST_REGISTRY_PASSWORD")?,
-        })
-    })();
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{test} needs a Docker Engine and registries: ./scripts/test sets them up (scripts/docker)"
-        );
-        eprintln!("{test}: skipped, no Docker Engine (run ./scripts/test, which starts one)");
-    }
-    found
-}
-
-impl Docker {
-    /// Runs the docker CLI on the test engine, with `config` as its client config dir; returns stdout.
-    fn run(&self, config: &Path, args: &[&str]) -> String {
-        let out = Command::new("docker")
-            .arg("--config")
-            .arg(config)
-            .args(args)
-            .env("DOCKER_HOST", &self.host)
-            .env("DOCKER_BUILDKIT", "0")
-            .output()
-            .expect("run docker");
-        assert!(
-            out.status.success(),
-            "docker {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
-    /// `docker inspect` of each container of the endpoint `name` (running or not).
-    fn containers(&self, config: &Path, name: &str) -> Vec<Value> {
-        let ids = self.run(
-            config,
-            &[
-                "ps",
-                "-aq",
-                "--filter",
-                &format!("label=dev.switchyard.endpoint={name}"),
-            ],
-        );
-        ids.lines()
-            .map(|id| {
-                let text = self.run(config, &["inspect", id]);
-                let all: Value = serde_json::from_str(&text).expect("inspect json");
-                all[0].clone()
-            })
-            .collect()
-    }
-}
-
-fn engine_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let bin = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target dir")
-        .join("switchyard-test-engine");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build --workspace` first",
-        bin.display()
-    );
-    bin
-}
-
-/// Builds an image of the test engine (the binary and the libraries it links, on `scratch`), pushes it as
-/// `reference` and removes it from the engine, so a replica of it must be pulled.
-fn push_engine_image(docker: &Docker, config: &Path, reference: &str) {
-    let ctx = tempfile::tempdir().expect("context");
-    let root = ctx.path();
-    std::fs::copy(engine_bin(), root.join("engine")).expect("copy engine");
-    let ldd = Command::new("ldd").arg(engine_bin()).output().expect("ldd");
-    for lib in String::from_utf8_lossy(&ldd.stdout)
-        .split_whitespace()
-        .filter(|w| w.starts_with('/'))
-    {
-        let to = root.join(lib.trim_start_matches('/'));
-        std::fs::create_dir_all(to.parent().expect("lib dir")).expect("lib dir");
-        std::fs::copy(lib, &to).expect("copy lib");
-    }
-    std::fs::write(
-        root.join("Dockerfile"),
-        "FROM scratch\nCOPY . /\nENTRYPOINT [\"/engine\", \"--host\", \"0.0.0.0\"]\n",
-    )
-    .expect("Dockerfile");
-    let ctx_path = root.display().to_string();
-    docker.run(config, &["build", "-q", "-t", reference, &ctx_path]);
-    docker.run(config, &["push", reference]);
-    docker.run(config, &["rmi", reference]);
-}
-
-fn suffix() -> String {
-    format!("{:x}", rand_u32())
-}
-
-fn rand_u32() -> u32 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    t ^ std::process::id().rotate_left(16)
-}
-
-/// A server on the Docker provider, with its admin token.
-struct Running {
-    server: Server,
-    token: String,
-}
-
-fn serve_docker(data_dir: &Path, config: &Path) -> Running {
-    let server = serve_with(data_dir, &["--config".as_ref(), config.as_os_str()]);
-    let token = std::fs::read_to_string(data_dir.join("admin-token"))
-        .expect("token")
-        .trim()
-        .to_string();
-    Running { server, token }
-}
-
-fn write_config(dir: &Path, docker: &Docker, network: &str, extra: &str) -> PathBuf {
-    let path = dir.join("config.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[runtime]\ntick_ms = 100\nstop_grace_ms = 1000\nbackoff_initial_ms = 200\nprovider = \"docker\"\n\n\
-             [runtime.docker]\nhost = \"{}\"\nnetwork = \"{network}\"\n{extra}",
-            docker.host
-        ),
-    )
-    .expect("config");
-    path
-}
-
-fn endpoint(name: &str, image: Value, args: Vec<String>) -> Value {
-    json!({
-        "name": name, "type": "public",
-        "provider": {"vendor": "aws", "region": "us-east-1"},
-        "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x2",
-                    "scaling": {"minReplica": 1, "maxReplica": 2}},
-        "model": {"repository": "test/engine", "framework": "custom", "image": image, "args": args},
-    })
-}
-
-async fn create(http: &reqwest::Client, r: &Running, body: &Value) {
-    let created = http
-        .post(format!("{}/v2/endpoint/admin", r.server.url))
-        .bearer_auth(&r.token)
-        .json(body)
-        .send()
-        .await
-        .expect("create");
-    assert_eq!(
-        created.status(),
-        200,
-        "{}",
-        created.text().await.unwrap_or_default()
-    );
-}
-
-async fn get(http: &reqwest::Client, r: &Running, name: &str) -> Value {
-    http.get(format!("{}/v2/endpoint/admin/{name}", r.server.url))
-        .bearer_auth(&r.token)
-        .send()
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("json")
-}
-
-/// Polls the endpoint until `done` holds of it; panics with its last state after two minutes.
-async fn wait_for(
-    http: &reqwest::Client,
-    r: &Running,
-    name: &str,
-    what: &str,
-    done: impl Fn(&Value) -> bool,
-) -> Value {
-    let mut last = Value::Null;
-    for _ in 0..1200 {
-        last = get(http, r, name).await;
-        if done(&last) {
-            return last;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{name} never became {what}: {}", last["status"]);
-}
-
-async fn embed(http: &reqwest::Client, r: &Running, name: &str) -> reqwest::StatusCode {
-    http.post(format!("{}/endpoints/admin/{name}/embed", r.server.url))
-        .json(&json!({"inputs": "x"}))
-        .send()
-        .await
-        .expect("embed")
-        .status()
-}
-
-/// Waits until a request through the proxy is answered 200 (the status read from the store may be the
-/// previous server's).
-async fn serves(http: &reqwest::Client, r: &Running, name: &str) {
-    for _ in 0..600 {
-        if embed(http, r, name).await == 200 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{name} never served");
-}
-
-fn ready(n: u64) -> impl Fn(&Value) -> bool {
-    move |ep| ep["status"]["state"] == "running" && ep["status"]["readyReplica"] == n
-}
-
-async fn update(http: &reqwest::Client, r: &Running, name: &str, body: Value) {
-    let res = http
-        .put(format!("{}/v2/endpoint/admin/{name}", r.server.url))
-        .bearer_auth(&r.token)
-        .json(&body)
-        .send()
-        .await
-        .expect("update");
-    assert_eq!(
-        res.status(),
-        200,
-        "{}",
-        res.text().await.unwrap_or_default()
-    );
-}
-
-async fn post(http: &reqwest::Client, r: &Running, path: &str) {
-    let res = http
-        .post(format!("{}{path}", r.server.url))
-        .bearer_auth(&r.token)
-        .send()
-        .await
-        .expect("post");
-    assert_eq!(
-        res.status(),
-        200,
-        "{path}: {}",
-        res.text().await.unwrap_or_default()
-    );
-}
+use common::docker::*;
 
 /// A replica's container: pulled, confined, served through the proxy, scaled 1 → 2 → 0 and woken by a
 /// held request; adopted as it is by a server restarted after a kill -9; gone with its volume on delete.
@@ -577,6 +311,124 @@ async fn missing_tags_fail_and_private_registries_take_credentials() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(docker.containers(&cli, &format!("own-{tag}")).is_empty());
+    drop(r);
+    let _ = Command::new("docker")
+        .args(["network", "rm", &network])
+        .env("DOCKER_HOST", &docker.host)
+        .output();
+}
+
+/// A rolling update of a container endpoint under a steady stream of requests: the new containers serve
+/// before the old ones stop, and not one request fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_update_of_containers_under_load_fails_no_request() {
+    let Some(docker) = docker_env("a_rolling_update_of_containers_under_load_fails_no_request")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cli = dir.path().join("docker-cli");
+    let tag = suffix();
+    let image = format!("{}/switchyard-rolling-{tag}:v1", docker.registry);
+    push_engine_image(&docker, &cli, &image);
+    let network = format!("switchyard-test-{tag}");
+    let config = write_config(dir.path(), &docker, &network, "");
+    let http = reqwest::Client::new();
+    let r = serve_docker(&dir.path().join("data"), &config);
+    let name = format!("rolling-{tag}");
+    // Each request takes longer than a container's stop grace (1 s): a replica stopped with requests in
+    // flight would cut them.
+    let slow = vec!["--latency-ms".to_string(), "1500".to_string()];
+    let mut body = endpoint(&name, json!({"custom": {"url": image, "port": 8080}}), slow);
+    body["compute"]["scaling"] = json!({"minReplica": 2, "maxReplica": 2});
+    create(&http, &r, &body).await;
+    wait_for(&http, &r, &name, "running", ready(2)).await;
+    let before: Vec<String> = docker
+        .containers(&cli, &name)
+        .iter()
+        .map(|c| c["Id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(before.len(), 2);
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = (0..4).map(|_| {
+        let (http, stop) = (http.clone(), stop.clone());
+        let url = format!("{}/endpoints/admin/{name}/embed", r.server.url);
+        tokio::spawn(async move {
+            let (mut ok, mut failed) = (0u32, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                match http.post(&url).json(&json!({"inputs": "x"})).send().await {
+                    Ok(res) if res.status() == 200 => ok += 1,
+                    Ok(res) => failed.push(res.status().to_string()),
+                    Err(e) => failed.push(e.to_string()),
+                }
+            }
+            (ok, failed)
+        })
+    });
+    let load: Vec<_> = load.collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A new generation: the model's environment changed.
+    update(
+        &http,
+        &r,
+        &name,
+        json!({"model": {"env": {"GENERATION": "2"}}}),
+    )
+    .await;
+    let new_ones = |containers: &[serde_json::Value]| {
+        containers.len() == 2
+            && containers.iter().all(|c| {
+                let id = c["Id"].as_str().unwrap_or_default();
+                !before.iter().any(|b| b == id)
+                    && c["Config"]["Env"]
+                        .as_array()
+                        .is_some_and(|e| e.contains(&json!("GENERATION=2")))
+            })
+    };
+    let mut rolled = false;
+    for _ in 0..1200 {
+        let ep = get(&http, &r, &name).await;
+        if ep["status"]["state"] == "running" && new_ones(&docker.containers(&cli, &name)) {
+            rolled = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let (mut ok, mut failed) = (0, Vec::new());
+    for l in load {
+        let (o, f) = l.await.expect("load task");
+        ok += o;
+        failed.extend(f);
+    }
+    assert!(
+        rolled,
+        "the update never rolled out: {:?}",
+        get(&http, &r, &name).await["status"]
+    );
+    assert!(ok > 0, "no request was served");
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests failed: {:?}",
+        failed.len(),
+        ok as usize + failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    let res = http
+        .delete(format!("{}/v2/endpoint/admin/{name}", r.server.url))
+        .bearer_auth(&r.token)
+        .send()
+        .await
+        .expect("delete");
+    assert!(res.status().is_success());
+    for _ in 0..100 {
+        if docker.containers(&cli, &name).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     drop(r);
     let _ = Command::new("docker")
         .args(["network", "rm", &network])

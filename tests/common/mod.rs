@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod docker;
 pub mod tmux;
 
 use std::io::{BufRead, BufReader};

@@ -1,0 +1,282 @@
+//! The Docker Engine and registries `scripts/docker` sets up, images of the test engine built and pushed to
+//! them, and a server on the Docker provider: shared by the Docker end-to-end tests.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::{serve_with, Server};
+
+/// The engine and registries `scripts/docker` set up.
+pub struct Docker {
+    pub host: String,
+    pub registry: String,
+    pub auth_registry: String,
+    pub user: String,
+    pub password: String,
+}
+
+/// The Docker setup, or `None` (with why) when there is none outside CI.
+pub fn docker_env(test: &str) -> Option<Docker> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let found = (|| {
+        Some(Docker {
+            host: var("SWITCHYARD_TEST_DOCKER_HOST")?,
+            registry: var("SWITCHYARD_TEST_REGISTRY")?,
+            auth_registry: var("SWITCHYARD_TEST_AUTH_REGISTRY")?,
+            user: var("SWITCHYARD_TEST_REGISTRY_USER")?,
+            password: var("SWITCHYARD_TEST_REGISTRY_PASSWORD")?,
+        })
+    })();
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{test} needs a Docker Engine and registries: ./scripts/test sets them up (scripts/docker)"
+        );
+        eprintln!("{test}: skipped, no Docker Engine (run ./scripts/test, which starts one)");
+    }
+    found
+}
+
+impl Docker {
+    /// Runs the docker CLI on the test engine, with `config` as its client config dir; returns stdout.
+    pub fn run(&self, config: &Path, args: &[&str]) -> String {
+        let out = Command::new("docker")
+            .arg("--config")
+            .arg(config)
+            .args(args)
+            .env("DOCKER_HOST", &self.host)
+            .env("DOCKER_BUILDKIT", "0")
+            .output()
+            .expect("run docker");
+        assert!(
+            out.status.success(),
+            "docker {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// `docker inspect` of each container of the endpoint `name` (running or not; one removed between the
+    /// listing and its inspection is left out).
+    pub fn containers(&self, config: &Path, name: &str) -> Vec<Value> {
+        let ids = self.run(
+            config,
+            &[
+                "ps",
+                "-aq",
+                "--filter",
+                &format!("label=dev.switchyard.endpoint={name}"),
+            ],
+        );
+        ids.lines()
+            .filter_map(|id| {
+                let out = Command::new("docker")
+                    .arg("--config")
+                    .arg(config)
+                    .args(["inspect", id])
+                    .env("DOCKER_HOST", &self.host)
+                    .output()
+                    .expect("run docker");
+                let all: Value = serde_json::from_slice(&out.stdout).ok()?;
+                Some(all.get(0)?.clone())
+            })
+            .collect()
+    }
+}
+
+pub fn engine_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test exe");
+    let bin = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .join("switchyard-test-engine");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --workspace` first",
+        bin.display()
+    );
+    bin
+}
+
+/// Builds an image of the test engine (the binary and the libraries it links, on `scratch`), pushes it as
+/// `reference` and removes it from the engine, so a replica of it must be pulled.
+pub fn push_engine_image(docker: &Docker, config: &Path, reference: &str) {
+    let ctx = tempfile::tempdir().expect("context");
+    let root = ctx.path();
+    std::fs::copy(engine_bin(), root.join("engine")).expect("copy engine");
+    let ldd = Command::new("ldd").arg(engine_bin()).output().expect("ldd");
+    for lib in String::from_utf8_lossy(&ldd.stdout)
+        .split_whitespace()
+        .filter(|w| w.starts_with('/'))
+    {
+        let to = root.join(lib.trim_start_matches('/'));
+        std::fs::create_dir_all(to.parent().expect("lib dir")).expect("lib dir");
+        std::fs::copy(lib, &to).expect("copy lib");
+    }
+    std::fs::write(
+        root.join("Dockerfile"),
+        "FROM scratch\nCOPY . /\nENTRYPOINT [\"/engine\", \"--host\", \"0.0.0.0\"]\n",
+    )
+    .expect("Dockerfile");
+    let ctx_path = root.display().to_string();
+    docker.run(config, &["build", "-q", "-t", reference, &ctx_path]);
+    docker.run(config, &["push", reference]);
+    docker.run(config, &["rmi", reference]);
+}
+
+pub fn suffix() -> String {
+    format!("{:x}", rand_u32())
+}
+
+pub fn rand_u32() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    t ^ std::process::id().rotate_left(16)
+}
+
+/// A server on the Docker provider, with its admin token.
+pub struct Running {
+    pub server: Server,
+    pub token: String,
+}
+
+pub fn serve_docker(data_dir: &Path, config: &Path) -> Running {
+    let server = serve_with(data_dir, &["--config".as_ref(), config.as_os_str()]);
+    let token = std::fs::read_to_string(data_dir.join("admin-token"))
+        .expect("token")
+        .trim()
+        .to_string();
+    Running { server, token }
+}
+
+pub fn write_config(dir: &Path, docker: &Docker, network: &str, extra: &str) -> PathBuf {
+    let path = dir.join("config.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[runtime]\ntick_ms = 100\nstop_grace_ms = 1000\nbackoff_initial_ms = 200\nprovider = \"docker\"\n\n\
+             [runtime.docker]\nhost = \"{}\"\nnetwork = \"{network}\"\n{extra}",
+            docker.host
+        ),
+    )
+    .expect("config");
+    path
+}
+
+pub fn endpoint(name: &str, image: Value, args: Vec<String>) -> Value {
+    json!({
+        "name": name, "type": "public",
+        "provider": {"vendor": "aws", "region": "us-east-1"},
+        "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x2",
+                    "scaling": {"minReplica": 1, "maxReplica": 2}},
+        "model": {"repository": "test/engine", "framework": "custom", "image": image, "args": args},
+    })
+}
+
+pub async fn create(http: &reqwest::Client, r: &Running, body: &Value) {
+    let created = http
+        .post(format!("{}/v2/endpoint/admin", r.server.url))
+        .bearer_auth(&r.token)
+        .json(body)
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(
+        created.status(),
+        200,
+        "{}",
+        created.text().await.unwrap_or_default()
+    );
+}
+
+pub async fn get(http: &reqwest::Client, r: &Running, name: &str) -> Value {
+    http.get(format!("{}/v2/endpoint/admin/{name}", r.server.url))
+        .bearer_auth(&r.token)
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json")
+}
+
+/// Polls the endpoint until `done` holds of it; panics with its last state after two minutes.
+pub async fn wait_for(
+    http: &reqwest::Client,
+    r: &Running,
+    name: &str,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let mut last = Value::Null;
+    for _ in 0..1200 {
+        last = get(http, r, name).await;
+        if done(&last) {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{name} never became {what}: {}", last["status"]);
+}
+
+pub async fn embed(http: &reqwest::Client, r: &Running, name: &str) -> reqwest::StatusCode {
+    http.post(format!("{}/endpoints/admin/{name}/embed", r.server.url))
+        .json(&json!({"inputs": "x"}))
+        .send()
+        .await
+        .expect("embed")
+        .status()
+}
+
+/// Waits until a request through the proxy is answered 200 (the status read from the store may be the
+/// previous server's).
+pub async fn serves(http: &reqwest::Client, r: &Running, name: &str) {
+    for _ in 0..600 {
+        if embed(http, r, name).await == 200 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{name} never served");
+}
+
+pub fn ready(n: u64) -> impl Fn(&Value) -> bool {
+    move |ep| ep["status"]["state"] == "running" && ep["status"]["readyReplica"] == n
+}
+
+pub async fn update(http: &reqwest::Client, r: &Running, name: &str, body: Value) {
+    let res = http
+        .put(format!("{}/v2/endpoint/admin/{name}", r.server.url))
+        .bearer_auth(&r.token)
+        .json(&body)
+        .send()
+        .await
+        .expect("update");
+    assert_eq!(
+        res.status(),
+        200,
+        "{}",
+        res.text().await.unwrap_or_default()
+    );
+}
+
+pub async fn post(http: &reqwest::Client, r: &Running, path: &str) {
+    let res = http
+        .post(format!("{}{path}", r.server.url))
+        .bearer_auth(&r.token)
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(
+        res.status(),
+        200,
+        "{path}: {}",
+        res.text().await.unwrap_or_default()
+    );
+}
