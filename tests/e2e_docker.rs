@@ -27,22 +27,29 @@ async fn a_container_replica_is_pulled_confined_served_scaled_adopted_and_delete
     push_engine_image(&docker, &cli, &image);
     let data_dir = dir.path().join("data");
     let network = format!("switchyard-test-{tag}");
-    let config = write_config(dir.path(), &docker, &network, "");
+    // The model comes from a mirror directory, mounted read-only at /repository.
+    let mirror = dir.path().join("mirror");
+    std::fs::create_dir_all(mirror.join("test/engine")).expect("mirror");
+    std::fs::write(
+        mirror.join("test/engine/config.json"),
+        "{\"mirrored\": true}",
+    )
+    .expect("mirror file");
+    let models = format!("[models]\nmirror_dir = \"{}\"\n", mirror.display());
+    let config = write_config_with(dir.path(), &docker, &network, &models, "");
     let http = reqwest::Client::new();
     let r = serve_docker(&data_dir, &config);
     let name = format!("box-{tag}");
-    // The replica probes the server's files from inside its container.
+    // The replica probes the server's files, and its model, from inside its container.
     let probes = ["secret.key", "admin-token", "."].map(|f| data_dir.join(f).display().to_string());
-    let args: Vec<String> = probes
+    let mut args: Vec<String> = probes
         .iter()
         .flat_map(|p| ["--probe".to_string(), p.clone()])
         .collect();
-    create(
-        &http,
-        &r,
-        &endpoint(&name, json!({"custom": {"url": image, "port": 8080}}), args),
-    )
-    .await;
+    args.extend(["--probe".to_string(), "/repository/config.json".to_string()]);
+    let mut body = endpoint(&name, json!({"custom": {"url": image, "port": 8080}}), args);
+    body["experimentalFeatures"] = json!({});
+    create(&http, &r, &body).await;
     wait_for(&http, &r, &name, "running", ready(1)).await;
     assert_eq!(embed(&http, &r, &name).await, 200);
 
@@ -66,15 +73,38 @@ async fn a_container_replica_is_pulled_confined_served_scaled_adopted_and_delete
         "nothing published: {host}"
     );
     let mounts = c["Mounts"].as_array().expect("mounts");
-    assert_eq!(mounts.len(), 1, "only its cache volume: {mounts:?}");
     assert_eq!(
-        (
-            mounts[0]["Type"].as_str(),
-            mounts[0]["Destination"].as_str()
-        ),
-        (Some("volume"), Some("/data"))
+        mounts.len(),
+        2,
+        "its cache volume and its model: {mounts:?}"
     );
-    let volume = mounts[0]["Name"].as_str().expect("volume name").to_string();
+    let mount = |to: &str| {
+        mounts
+            .iter()
+            .find(|m| m["Destination"] == to)
+            .unwrap_or_else(|| panic!("{to}: {mounts:?}"))
+    };
+    assert_eq!(mount("/data")["Type"], "volume");
+    let model = mount("/repository");
+    assert_eq!(
+        (model["Type"].as_str(), model["RW"].as_bool()),
+        (Some("bind"), Some(false))
+    );
+    assert_eq!(
+        model["Source"],
+        json!(mirror.join("test/engine").display().to_string())
+    );
+    for m in mounts {
+        let source = m["Source"].as_str().unwrap_or_default();
+        assert!(
+            !source.starts_with(&data_dir.display().to_string()),
+            "the data dir mounted: {m}"
+        );
+    }
+    let volume = mount("/data")["Name"]
+        .as_str()
+        .expect("volume name")
+        .to_string();
     assert_eq!(c["Config"]["Labels"]["dev.switchyard.namespace"], "admin");
     let logs = Command::new("docker")
         .args(["logs", c["Id"].as_str().expect("id")])
@@ -83,6 +113,11 @@ async fn a_container_replica_is_pulled_confined_served_scaled_adopted_and_delete
         .expect("docker logs");
     // The engine says what it probed on its stderr.
     let logs = String::from_utf8_lossy(&logs.stderr).to_string();
+    assert!(
+        logs.lines()
+            .any(|l| l == "probe /repository/config.json: read 18 bytes"),
+        "the replica reads its model: {logs}"
+    );
     for p in &probes {
         let line = logs
             .lines()
@@ -415,6 +450,260 @@ async fn a_rolling_update_of_containers_under_load_fails_no_request() {
         failed.len(),
         ok as usize + failed.len(),
         &failed[..failed.len().min(5)]
+    );
+    let res = http
+        .delete(format!("{}/v2/endpoint/admin/{name}", r.server.url))
+        .bearer_auth(&r.token)
+        .send()
+        .await
+        .expect("delete");
+    assert!(res.status().is_success());
+    for _ in 0..100 {
+        if docker.containers(&cli, &name).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(r);
+    let _ = Command::new("docker")
+        .args(["network", "rm", &network])
+        .env("DOCKER_HOST", &docker.host)
+        .output();
+}
+
+/// What the loopback hub was asked: each request's path with its `Range` and `Authorization` headers.
+type Asked = std::sync::Arc<std::sync::Mutex<Vec<(String, Option<String>, Option<String>)>>>;
+
+const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
+const BIG: usize = 4 << 20;
+
+/// A file of the loopback hub: `weights/model.bin` is BIG bytes of a pattern.
+fn hub_file(name: &str) -> Option<Vec<u8>> {
+    match name {
+        "config.json" => Some(b"{\"hidden_size\": 8}".to_vec()),
+        "weights/model.bin" => Some((0..BIG).map(|i| (i % 251) as u8).collect()),
+        _ => None,
+    }
+}
+
+/// A server that speaks the hub's file API on loopback: the revision's files, and each file (with `Range`),
+/// the large one sent slowly (256 KiB every 50 ms) from behind a redirect, as the hub sends from its CDN.
+async fn loopback_hub(token: &'static str, asked: Asked) -> String {
+    use axum::body::Body;
+    use axum::http::{header, Request, StatusCode};
+    use axum::response::Response;
+    let handler = move |req: Request<Body>| {
+        let asked = asked.clone();
+        async move {
+            let path = req.uri().path().to_string();
+            let h = |name: header::HeaderName| {
+                req.headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string)
+            };
+            let (range, auth) = (h(header::RANGE), h(header::AUTHORIZATION));
+            asked
+                .lock()
+                .expect("asked")
+                .push((path.clone(), range.clone(), auth.clone()));
+            let answer = |status: StatusCode, body: Body| {
+                Response::builder()
+                    .status(status)
+                    .body(body)
+                    .expect("response")
+            };
+            let hub = path.starts_with("/api/") || path.starts_with("/test/engine/resolve/");
+            if hub && auth.as_deref() != Some(&format!("Bearer {token}")) {
+                return answer(StatusCode::UNAUTHORIZED, Body::empty());
+            }
+            if path == "/api/models/test/engine/revision/main" {
+                let about = json!({"sha": SHA, "siblings": [
+                    {"rfilename": "config.json", "size": hub_file("config.json").map_or(0, |f| f.len())},
+                    {"rfilename": "weights/model.bin", "size": BIG},
+                ]});
+                return answer(StatusCode::OK, Body::from(about.to_string()));
+            }
+            if let Some(file) = path.strip_prefix(&format!("/test/engine/resolve/{SHA}/")) {
+                if file == "weights/model.bin" {
+                    return Response::builder()
+                        .status(StatusCode::FOUND)
+                        .header(header::LOCATION, "/cdn/weights/model.bin")
+                        .body(Body::empty())
+                        .expect("redirect");
+                }
+                return match hub_file(file) {
+                    Some(bytes) => answer(StatusCode::OK, Body::from(bytes)),
+                    None => answer(StatusCode::NOT_FOUND, Body::empty()),
+                };
+            }
+            if let Some(file) = path.strip_prefix("/cdn/") {
+                let Some(bytes) = hub_file(file) else {
+                    return answer(StatusCode::NOT_FOUND, Body::empty());
+                };
+                let from = range
+                    .as_deref()
+                    .and_then(|r| r.strip_prefix("bytes="))
+                    .and_then(|r| r.strip_suffix('-'))
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .unwrap_or(0)
+                    .min(bytes.len());
+                let rest = bytes[from..].to_vec();
+                let chunks = futures_util::stream::unfold(0usize, move |at| {
+                    let rest = rest.clone();
+                    async move {
+                        if at >= rest.len() {
+                            return None;
+                        }
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        let end = (at + (256 << 10)).min(rest.len());
+                        let chunk = axum::body::Bytes::copy_from_slice(&rest[at..end]);
+                        Some((Ok::<_, std::io::Error>(chunk), end))
+                    }
+                });
+                let status = if from > 0 {
+                    StatusCode::PARTIAL_CONTENT
+                } else {
+                    StatusCode::OK
+                };
+                return Response::builder()
+                    .status(status)
+                    .header(header::CONTENT_LENGTH, bytes.len() - from)
+                    .body(Body::from_stream(chunks))
+                    .expect("file");
+            }
+            answer(StatusCode::NOT_FOUND, Body::empty())
+        }
+    };
+    let app = axum::Router::new().fallback(handler);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    url
+}
+
+/// The model fetched through the hub's file API (with the endpoint's HF_TOKEN, redirects followed), cut
+/// short by a kill -9 of the server and resumed by the next one from where it stopped, then mounted at
+/// `/repository` and read whole by the replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_is_fetched_from_the_hub_resumed_after_a_kill_and_mounted() {
+    let Some(docker) =
+        docker_env("the_model_is_fetched_from_the_hub_resumed_after_a_kill_and_mounted")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cli = dir.path().join("docker-cli");
+    let tag = suffix();
+    let image = format!("{}/switchyard-hub-{tag}:v1", docker.registry);
+    push_engine_image(&docker, &cli, &image);
+    let asked: Asked = Default::default();
+    let hub = loopback_hub("hf_loopback_token", asked.clone()).await;
+    let network = format!("switchyard-test-{tag}");
+    let top = format!("[models]\nhub_url = \"{hub}\"\n\n[outbound]\nallow = [\"127.0.0.0/8\"]\n");
+    let config = write_config_with(dir.path(), &docker, &network, &top, "");
+    let data_dir = dir.path().join("data");
+    let http = reqwest::Client::new();
+    let r = serve_docker(&data_dir, &config);
+    let name = format!("fetched-{tag}");
+    let args = [
+        "--probe",
+        "/repository/weights/model.bin",
+        "--probe",
+        "/repository/config.json",
+    ];
+    let mut body = endpoint(
+        &name,
+        json!({"custom": {"url": image, "port": 8080}}),
+        args.map(str::to_string).to_vec(),
+    );
+    body["experimentalFeatures"] = json!({});
+    body["model"]["secrets"] = json!({"HF_TOKEN": "hf_loopback_token"});
+    create(&http, &r, &body).await;
+
+    // Part of the large file is on disk: the server is killed mid-download.
+    let partial = data_dir.join(format!(
+        "models/test/engine/{SHA}.partial/weights/model.bin"
+    ));
+    let mut seen = Vec::new();
+    for _ in 0..1000 {
+        let len = std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0);
+        if len > 0 {
+            let ep = get(&http, &r, &name).await;
+            seen.push(
+                ep["status"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut server = r.server;
+    server.child.kill().expect("kill -9");
+    server.child.wait().expect("wait");
+    let cut = std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0) as usize;
+    assert!(
+        cut > 0 && cut < BIG,
+        "killed mid-download: {cut} of {BIG} bytes"
+    );
+    assert!(
+        seen.iter()
+            .any(|m| m.contains("downloading test/engine@main")),
+        "progress in the status: {seen:?}"
+    );
+
+    // The next server resumes it, and the replica reads the whole of it.
+    let r = serve_docker(&data_dir, &config);
+    serves(&http, &r, &name).await;
+    let done = data_dir.join(format!("models/test/engine/{SHA}/weights/model.bin"));
+    assert_eq!(
+        std::fs::read(&done).expect("the fetched file"),
+        hub_file("weights/model.bin").expect("file")
+    );
+    let asked = asked.lock().expect("asked").clone();
+    let resumed = asked
+        .iter()
+        .filter(|(p, _, _)| p == "/cdn/weights/model.bin")
+        .filter_map(|(_, range, _)| range.as_deref())
+        .filter_map(|r| {
+            r.strip_prefix("bytes=")?
+                .strip_suffix('-')?
+                .parse::<usize>()
+                .ok()
+        })
+        .collect::<Vec<_>>();
+    assert!(
+        resumed.iter().any(|from| *from > 0 && *from <= cut),
+        "a range request from where it stopped ({cut}): {asked:?}"
+    );
+    assert!(
+        asked
+            .iter()
+            .filter(|(p, _, _)| p.starts_with("/cdn/"))
+            .all(|(_, _, auth)| auth.is_some()),
+        "the token goes to the hub's own host only (here the same host): {asked:?}"
+    );
+    let c = &docker.containers(&cli, &name)[0];
+    let logs = Command::new("docker")
+        .args(["logs", c["Id"].as_str().expect("id")])
+        .env("DOCKER_HOST", &docker.host)
+        .output()
+        .expect("docker logs");
+    let logs = String::from_utf8_lossy(&logs.stderr).to_string();
+    assert!(
+        logs.lines()
+            .any(|l| l == format!("probe /repository/weights/model.bin: read {BIG} bytes")),
+        "{logs}"
+    );
+    assert!(
+        logs.contains("probe /repository/config.json: read 18 bytes"),
+        "{logs}"
     );
     let res = http
         .delete(format!("{}/v2/endpoint/admin/{name}", r.server.url))

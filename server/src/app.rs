@@ -29,6 +29,7 @@ use crate::runtime::isolation::ReplicaHome;
 use crate::runtime::local::LocalProvider;
 use crate::runtime::provider::ReplicaProvider;
 use crate::runtime::reconciler::Reconciler;
+use crate::runtime::repositories::Repositories;
 use crate::services::accounts::bootstrap_admin;
 use crate::store::{SqlStore, Store, StoreUrl};
 
@@ -401,10 +402,16 @@ fn replica_provider(
             Ok(Arc::new(provider))
         }
         ProviderName::Docker => {
+            let repositories = Arc::new(Repositories::new(
+                &config.models,
+                &services.data_dir,
+                state.outbound.clone(),
+            ));
             let provider = DockerProvider::new(
                 config.runtime.docker.clone(),
                 node_id(&services.data_dir),
                 grace,
+                repositories,
                 state.runtime.logs.clone(),
                 clock,
             );

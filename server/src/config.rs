@@ -29,6 +29,28 @@ pub struct Config {
     pub webhooks: WebhooksConfig,
     pub email: EmailConfig,
     pub log: LogConfig,
+    pub models: ModelsConfig,
+}
+
+/// Where model repositories come from, for replicas that mount them at `/repository` (the Docker provider).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelsConfig {
+    /// The hub whose HTTP API repositories are fetched through (`/api/models/…/revision/…`,
+    /// `/…/resolve/…`), through the outbound guard (`[outbound] allow` for a hub on a private address).
+    pub hub_url: String,
+    /// Serve repositories from this directory instead (`<mirror_dir>/<org>/<name>`), for offline machines:
+    /// nothing is fetched.
+    pub mirror_dir: Option<PathBuf>,
+}
+
+impl Default for ModelsConfig {
+    fn default() -> Self {
+        ModelsConfig {
+            hub_url: "https://huggingface.co".into(),
+            mirror_dir: None,
+        }
+    }
 }
 
 /// What a namespace (a user or an organization) may hold, unless an administrator set otherwise for it
@@ -939,7 +961,7 @@ impl Config {
     }
 
     /// The paths a config file sets, by key (a SQLite `store.url` is one too: see [`resolve_store_url`]).
-    fn paths_mut(&mut self) -> [(&'static str, &mut Option<PathBuf>); 7] {
+    fn paths_mut(&mut self) -> [(&'static str, &mut Option<PathBuf>); 8] {
         [
             ("store.data_dir", &mut self.store.data_dir),
             ("secrets.key_file", &mut self.secrets.key_file),
@@ -948,6 +970,7 @@ impl Config {
             ("runtime.replica_dir", &mut self.runtime.replica_dir),
             ("runtime.engines_dir", &mut self.runtime.engines_dir),
             ("outbound.ca_file", &mut self.outbound.ca_file),
+            ("models.mirror_dir", &mut self.models.mirror_dir),
         ]
     }
 

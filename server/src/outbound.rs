@@ -59,6 +59,9 @@ pub enum OutboundError {
     },
     #[error("the response from {host} is larger than {limit} bytes")]
     TooLarge { host: String, limit: usize },
+    /// What a download was written to failed (a full disk).
+    #[error("writing what {host} sent: {message}")]
+    Sink { host: String, message: String },
     #[error("the request to {host} failed")]
     Http {
         host: String,
@@ -66,6 +69,9 @@ pub enum OutboundError {
         source: reqwest::Error,
     },
 }
+
+/// Redirects a download follows (the hub sends its large files from a CDN).
+pub const MAX_REDIRECTS: usize = 5;
 
 /// How one request is made.
 #[derive(Debug, Clone)]
@@ -276,6 +282,77 @@ impl Outbound {
         tokio::time::timeout(options.timeout, exchange)
             .await
             .unwrap_or_else(|_| Err(OutboundError::Timeout { host: host.clone() }))
+    }
+
+    /// GETs `url` for a download that may be large: the body goes to `sink` chunk by chunk, each of which must
+    /// come within `options.timeout` (there is no bound on the whole). Redirects are followed (at most
+    /// [`MAX_REDIRECTS`]), each target checked as the first was; `options.headers` go to `url`'s own host
+    /// only, so a token never follows a redirect elsewhere. `sink` is told the answer's status with each
+    /// chunk. Returns the final answer's status and headers; the body of an answer other than 200 or 206 is
+    /// not read.
+    pub async fn download(
+        &self,
+        url: &str,
+        options: &FetchOptions,
+        mut sink: impl FnMut(StatusCode, &[u8]) -> std::io::Result<()>,
+    ) -> Result<(StatusCode, HeaderMap), OutboundError> {
+        let first = self.checked_url(url)?;
+        let mut url = first.clone();
+        for _ in 0..=MAX_REDIRECTS {
+            let host = url.host_str().unwrap_or_default().to_string();
+            let client =
+                self.client(options.connect_timeout)
+                    .map_err(|source| OutboundError::Http {
+                        host: host.clone(),
+                        source,
+                    })?;
+            let same_origin = url.origin() == first.origin();
+            let mut headers = options.headers.clone();
+            if !same_origin {
+                headers.remove(reqwest::header::AUTHORIZATION);
+            }
+            let request = client.get(url.clone()).headers(headers);
+            let mut response = tokio::time::timeout(options.timeout, request.send())
+                .await
+                .map_err(|_| OutboundError::Timeout { host: host.clone() })?
+                .map_err(|e| classify(e, &host, true))?;
+            let status = response.status();
+            if status.is_redirection() {
+                let location = response
+                    .headers()
+                    .get(LOCATION)
+                    .and_then(|l| l.to_str().ok())
+                    .and_then(|l| url.join(l).ok());
+                let Some(next) = location else {
+                    return Err(OutboundError::Redirected {
+                        host,
+                        status,
+                        location: None,
+                    });
+                };
+                url = self.checked_url(next.as_str())?;
+                continue;
+            }
+            if status == StatusCode::OK || status == StatusCode::PARTIAL_CONTENT {
+                loop {
+                    let chunk = tokio::time::timeout(options.timeout, response.chunk())
+                        .await
+                        .map_err(|_| OutboundError::Timeout { host: host.clone() })?
+                        .map_err(|e| classify(e, &host, false))?;
+                    let Some(chunk) = chunk else { break };
+                    sink(status, &chunk).map_err(|e| OutboundError::Sink {
+                        host: host.clone(),
+                        message: e.to_string(),
+                    })?;
+                }
+            }
+            return Ok((status, response.headers().clone()));
+        }
+        Err(OutboundError::Redirected {
+            host: url.host_str().unwrap_or_default().to_string(),
+            status: StatusCode::LOOP_DETECTED,
+            location: Some(url.to_string()),
+        })
     }
 
     fn checked_url(&self, text: &str) -> Result<Url, OutboundError> {

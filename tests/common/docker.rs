@@ -155,12 +155,24 @@ pub fn serve_docker(data_dir: &Path, config: &Path) -> Running {
     Running { server, token }
 }
 
+/// A config for a server on the Docker provider; `extra` is appended (after `[runtime.docker]`); `top` goes
+/// before `[runtime]` (other sections).
 pub fn write_config(dir: &Path, docker: &Docker, network: &str, extra: &str) -> PathBuf {
+    write_config_with(dir, docker, network, "", extra)
+}
+
+pub fn write_config_with(
+    dir: &Path,
+    docker: &Docker,
+    network: &str,
+    top: &str,
+    extra: &str,
+) -> PathBuf {
     let path = dir.join("config.toml");
     std::fs::write(
         &path,
         format!(
-            "[runtime]\ntick_ms = 100\nstop_grace_ms = 1000\nbackoff_initial_ms = 200\nprovider = \"docker\"\n\n\
+            "{top}\n[runtime]\ntick_ms = 100\nstop_grace_ms = 1000\nbackoff_initial_ms = 200\nprovider = \"docker\"\n\n\
              [runtime.docker]\nhost = \"{}\"\nnetwork = \"{network}\"\n{extra}",
             docker.host
         ),
@@ -176,6 +188,8 @@ pub fn endpoint(name: &str, image: Value, args: Vec<String>) -> Value {
         "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x2",
                     "scaling": {"minReplica": 1, "maxReplica": 2}},
         "model": {"repository": "test/engine", "framework": "custom", "image": image, "args": args},
+        // The test engine needs no model; a test that mounts one says so.
+        "experimentalFeatures": {"skipRepoDownload": true},
     })
 }
 

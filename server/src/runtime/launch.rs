@@ -287,13 +287,46 @@ fn container(
     for (k, v) in derived.env {
         env.insert(k.to_string(), v);
     }
+    let mounted = spec.experimental_features.skip_repo_download != Some(true);
+    let mut args = if mounted {
+        from_repository(image)
+    } else {
+        Vec::new()
+    };
+    args.extend(derived.args);
+    let revision = model.revision.clone().unwrap_or_else(|| "main".into());
     let workload = Workload::Container(ContainerPlan {
         image: base.url.trim().to_string(),
         entrypoint: model.command.clone().filter(|c| !c.is_empty()),
         port: image.port(),
         credentials,
+        repository: mounted.then(|| (model.repository.clone(), revision)),
     });
-    Ok((workload, derived.args, image.health_route()))
+    Ok((workload, args, image.health_route()))
+}
+
+/// Where a container is mounted its model: `/repository`.
+pub const REPOSITORY: &str = "/repository";
+
+/// The engine's flags that point it at the model mounted at [`REPOSITORY`]: TEI and TGI `--model-id`, vLLM
+/// `--model`, SGLang `--model-path`, llama.cpp `-m` with its `modelPath` file. Other images find it there
+/// themselves.
+fn from_repository(image: &ModelImage) -> Vec<String> {
+    let flag = |name: &str, value: String| vec![name.to_string(), value];
+    match image {
+        ModelImage::Tei(_) | ModelImage::Tgi(_) | ModelImage::TgiNeuron(_) => {
+            flag("--model-id", REPOSITORY.into())
+        }
+        ModelImage::Vllm(_) | ModelImage::VllmOmni(_) | ModelImage::VllmNeuron(_) => {
+            flag("--model", REPOSITORY.into())
+        }
+        ModelImage::Sglang(_) => flag("--model-path", REPOSITORY.into()),
+        ModelImage::Llamacpp(i) => flag(
+            "-m",
+            format!("{REPOSITORY}/{}", in_repository(&i.model_path)),
+        ),
+        _ => Vec::new(),
+    }
 }
 
 #[cfg(test)]
@@ -400,7 +433,21 @@ mod tests {
             (c.port, c.entrypoint.as_ref(), c.credentials.as_ref()),
             (80, None, None)
         );
-        assert_eq!(l.plan.args, ["--max-batch-tokens", "512", "--port", "80"]);
+        assert_eq!(
+            l.plan.args,
+            [
+                "--model-id",
+                "/repository",
+                "--max-batch-tokens",
+                "512",
+                "--port",
+                "80"
+            ]
+        );
+        assert_eq!(
+            c.repository,
+            Some(("org/model".to_string(), "main".to_string()))
+        );
         assert_eq!(l.health_route, "/health");
         assert_eq!(l.plan.env["HF_TOKEN"], "hf_s3cret");
         assert!(!format!("{:?}", l.plan).contains("hf_s3cret"));
@@ -420,7 +467,25 @@ mod tests {
         );
         assert_eq!((c.port, l.health_route.as_str()), (7000, "/ready"));
         assert_eq!(c.credentials, Some(("me".to_string(), "pw".to_string())));
+        assert!(
+            l.plan.args.is_empty(),
+            "a custom image finds its model itself"
+        );
         assert!(!format!("{:?}", l.plan).contains("pw\""), "{:?}", l.plan);
+        // llama.cpp is pointed at its file; skipRepoDownload mounts nothing and points at nothing.
+        let s = spec(
+            json!({"llamacpp": {"url": "x", "modelPath": "/repository/m.Q4.gguf"}}),
+            json!({}),
+        );
+        let l = plan(&config(), &box_, "ns", &s, "r", Kind::Container).unwrap();
+        assert_eq!(l.plan.args[..2], ["-m", "/repository/m.Q4.gguf"]);
+        let mut s = spec(json!({"tei": {"url": "x"}}), json!({}));
+        s.experimental_features.skip_repo_download = Some(true);
+        let l = plan(&config(), &box_, "ns", &s, "r", Kind::Container).unwrap();
+        let Workload::Container(c) = &l.plan.workload else {
+            panic!("a container")
+        };
+        assert_eq!((c.repository.as_ref(), l.plan.args.len()), (None, 0));
         // An image that names no container cannot run as one.
         let hub = spec(json!({"huggingface": {}}), json!({}));
         let err = plan(&config(), &box_, "ns", &hub, "r", Kind::Container).unwrap_err();

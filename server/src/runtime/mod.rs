@@ -17,6 +17,7 @@ pub mod local;
 pub mod logs;
 pub mod provider;
 pub mod reconciler;
+pub mod repositories;
 pub mod scaler;
 
 use std::collections::HashMap;

@@ -31,6 +31,8 @@ pub struct ContainerPlan {
     pub port: u16,
     /// `user:password` for the pull, from the spec (`custom.credentials`).
     pub credentials: Option<(String, String)>,
+    /// The model repository and revision mounted at `/repository` (none with `skipRepoDownload`).
+    pub repository: Option<(String, String)>,
 }
 
 impl std::fmt::Debug for ContainerPlan {
@@ -40,6 +42,7 @@ impl std::fmt::Debug for ContainerPlan {
             .field("entrypoint", &self.entrypoint)
             .field("port", &self.port)
             .field("credentials", &self.credentials.as_ref().map(|(u, _)| u))
+            .field("repository", &self.repository)
             .finish()
     }
 }

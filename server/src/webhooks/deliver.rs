@@ -766,7 +766,9 @@ impl From<OutboundError> for Failure {
             OutboundError::Connect { .. } => ("connect", None),
             OutboundError::Timeout { .. } => ("timeout", None),
             OutboundError::Redirected { status, .. } => ("redirect", Some(status.as_u16())),
-            OutboundError::TooLarge { .. } | OutboundError::Http { .. } => ("http", None),
+            OutboundError::TooLarge { .. }
+            | OutboundError::Http { .. }
+            | OutboundError::Sink { .. } => ("http", None),
         };
         Failure {
             class,

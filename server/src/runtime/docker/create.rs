@@ -63,6 +63,7 @@ pub fn labels(instance: &str, plan: &ReplicaPlan, port: u16) -> HashMap<String, 
 
 /// The create request of one replica. `cpus_here` caps the CPU limit at what the engine's machine has
 /// (the engine refuses more).
+/// `repository`: the model's directory on the engine's machine, mounted read-only at `/repository`.
 pub fn body(
     plan: &ReplicaPlan,
     container: &ContainerPlan,
@@ -70,6 +71,7 @@ pub fn body(
     instance: &str,
     cpus_here: Option<f64>,
     grace_s: i64,
+    repository: Option<&std::path::Path>,
 ) -> ContainerCreateBody {
     let mut env: Vec<String> = plan.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     if !plan.env.contains_key("PORT") {
@@ -84,7 +86,7 @@ pub fn body(
         env: Some(env),
         labels: Some(labels(instance, plan, container.port)),
         stop_timeout: Some(grace_s),
-        host_config: Some(host_config(plan, container, config, cpus_here)),
+        host_config: Some(host_config(plan, container, config, cpus_here, repository)),
         ..Default::default()
     }
 }
@@ -94,6 +96,7 @@ fn host_config(
     container: &ContainerPlan,
     config: &DockerConfig,
     cpus_here: Option<f64>,
+    repository: Option<&std::path::Path>,
 ) -> HostConfig {
     let cpus = match (plan.resources.cpus, cpus_here) {
         (Some(want), Some(here)) => Some(want.min(here)),
@@ -120,12 +123,7 @@ fn host_config(
             "/tmp".to_string(),
             format!("rw,nosuid,nodev,size={}m", config.tmp_mib.max(1)),
         )])),
-        // An anonymous volume: removed with its container.
-        mounts: Some(vec![Mount {
-            target: Some(CACHE_DIR.into()),
-            typ: Some(MountType::VOLUME),
-            ..Default::default()
-        }]),
+        mounts: Some(mounts(repository)),
         device_requests: (!devices.is_empty()).then(|| {
             vec![DeviceRequest {
                 driver: Some("nvidia".into()),
@@ -136,6 +134,25 @@ fn host_config(
         }),
         ..Default::default()
     }
+}
+
+/// The cache volume (anonymous: removed with its container), and the model read-only at `/repository`.
+fn mounts(repository: Option<&std::path::Path>) -> Vec<Mount> {
+    let mut mounts = vec![Mount {
+        target: Some(CACHE_DIR.into()),
+        typ: Some(MountType::VOLUME),
+        ..Default::default()
+    }];
+    if let Some(dir) = repository {
+        mounts.push(Mount {
+            target: Some(crate::runtime::launch::REPOSITORY.into()),
+            source: Some(dir.display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    mounts
 }
 
 /// `(repository, tag or digest)` of an image reference, as a pull asks for it: no tag is `latest` (an
@@ -174,6 +191,7 @@ mod tests {
             entrypoint: None,
             port,
             credentials: Some(("me".into(), "pw".into())),
+            repository: None,
         };
         let plan = ReplicaPlan {
             namespace: "acme".into(),
@@ -195,14 +213,9 @@ mod tests {
     #[test]
     fn a_replica_is_confined_and_limited_by_its_compute() {
         let (plan, c) = sample(80, vec!["1".into()]);
-        let body = body(
-            &plan,
-            &c,
-            &DockerConfig::default(),
-            "inst0001xyz",
-            Some(2.0),
-            5,
-        );
+        let model = std::path::Path::new("/srv/models/org/m/abc");
+        let config = DockerConfig::default();
+        let body = body(&plan, &c, &config, "inst0001xyz", Some(2.0), 5, Some(model));
         assert_eq!(body.cmd, None, "no arguments keeps the image's own");
         let host = body.host_config.expect("host config");
         assert_eq!(host.cap_drop, Some(vec!["ALL".to_string()]));
@@ -225,10 +238,22 @@ mod tests {
         assert_eq!(host.memory, Some(2 << 30));
         assert_eq!(host.port_bindings, None, "nothing published");
         let mounts = host.mounts.expect("mounts");
-        assert_eq!(mounts.len(), 1);
+        assert_eq!(mounts.len(), 2);
         assert_eq!(
             (mounts[0].target.as_deref(), mounts[0].source.as_deref()),
             (Some("/data"), None)
+        );
+        assert_eq!(
+            (
+                mounts[1].target.as_deref(),
+                mounts[1].source.as_deref(),
+                mounts[1].read_only
+            ),
+            (
+                Some("/repository"),
+                Some("/srv/models/org/m/abc"),
+                Some(true)
+            )
         );
         let gpu = &host.device_requests.expect("a device request")[0];
         assert_eq!(gpu.device_ids, Some(vec!["1".to_string()]));
@@ -242,7 +267,7 @@ mod tests {
         );
         // Above 1024 no capability at all; no GPU, no device request.
         let (plan, c) = sample(8000, vec![]);
-        let host = super::body(&plan, &c, &DockerConfig::default(), "i", None, 5)
+        let host = super::body(&plan, &c, &DockerConfig::default(), "i", None, 5, None)
             .host_config
             .expect("host config");
         assert_eq!((host.cap_add, host.device_requests), (None, None));
@@ -253,7 +278,7 @@ mod tests {
             read_only_root: false,
             ..Default::default()
         };
-        let host = super::body(&plan, &c, &granted, "i", None, 5)
+        let host = super::body(&plan, &c, &granted, "i", None, 5, None)
             .host_config
             .expect("host config");
         assert_eq!(

@@ -36,6 +36,7 @@ use super::provider::{
     Found, Kind, ProviderError, Readiness, ReplicaInfo, ReplicaPlan, ReplicaProvider,
     ReplicaStatus, Workload,
 };
+use super::repositories::{self, Repositories};
 use crate::clock::Clock;
 use crate::config::{DockerConfig, PullPolicy};
 
@@ -62,6 +63,7 @@ struct Inner {
     logs: Arc<LogStore>,
     clock: Arc<dyn Clock>,
     pulls: Arc<Pulls>,
+    repositories: Arc<Repositories>,
     replicas: Mutex<HashMap<String, Tracked>>,
     network_ready: AtomicBool,
     /// Whether the next server's hand-over happened: from then on, containers of this instance that no
@@ -90,6 +92,7 @@ impl DockerProvider {
         config: DockerConfig,
         instance: String,
         grace: Duration,
+        repositories: Arc<Repositories>,
         logs: Arc<LogStore>,
         clock: Arc<dyn Clock>,
     ) -> DockerProvider {
@@ -101,6 +104,7 @@ impl DockerProvider {
             logs,
             clock,
             pulls: Arc::new(Pulls::default()),
+            repositories,
             replicas: Mutex::new(HashMap::new()),
             network_ready: AtomicBool::new(false),
             swept: AtomicBool::new(false),
@@ -208,6 +212,17 @@ impl Inner {
         container: &super::provider::ContainerPlan,
     ) -> Result<(String, SocketAddr), ProviderError> {
         let grace = i64::try_from(self.grace.as_secs().max(1)).unwrap_or(i64::MAX);
+        let repository = match &container.repository {
+            None => None,
+            Some((repo, revision)) => match self.repository_dir(plan, container) {
+                Some(dir) => Some(dir),
+                None => {
+                    return Err(ProviderError::Unavailable(format!(
+                        "{repo}@{revision} is not fetched yet"
+                    )))
+                }
+            },
+        };
         let body = create::body(
             plan,
             container,
@@ -215,6 +230,7 @@ impl Inner {
             &self.instance,
             docker.cpus,
             grace,
+            repository.as_deref(),
         );
         let options = CreateContainerOptions {
             name: Some(create::name(&self.instance, plan)),
@@ -275,6 +291,36 @@ impl Inner {
             if ip.is_some() { container.port } else { 1 },
         );
         Ok((id, addr))
+    }
+
+    /// Whether the model `container` mounts is here (or none is mounted).
+    fn repository(
+        &self,
+        plan: &ReplicaPlan,
+        container: &super::provider::ContainerPlan,
+    ) -> Readiness {
+        let Some((repo, revision)) = &container.repository else {
+            return Readiness::Ready;
+        };
+        let token = plan.env.get("HF_TOKEN").map(String::as_str);
+        match self.repositories.find(repo, revision, token) {
+            repositories::Found::Here(_) => Readiness::Ready,
+            repositories::Found::Not(r) => r,
+        }
+    }
+
+    /// The directory of the model `container` mounts, once it is here.
+    fn repository_dir(
+        &self,
+        plan: &ReplicaPlan,
+        container: &super::provider::ContainerPlan,
+    ) -> Option<std::path::PathBuf> {
+        let (repo, revision) = container.repository.as_ref()?;
+        let token = plan.env.get("HF_TOKEN").map(String::as_str);
+        match self.repositories.find(repo, revision, token) {
+            repositories::Found::Here(dir) => Some(dir),
+            repositories::Found::Not(_) => None,
+        }
     }
 
     /// The container's address on the replicas' network.
@@ -551,6 +597,51 @@ impl ReplicaProvider for DockerProvider {
             Ok(d) => d,
             Err(why) => return Readiness::Waiting(format!("{why}; retrying")),
         };
+        let image = self.image_readiness(&docker, c).await;
+        let model = inner.repository(plan, c);
+        match (image, model) {
+            (Readiness::Failed(why), _) | (_, Readiness::Failed(why)) => Readiness::Failed(why),
+            (Readiness::Waiting(a), Readiness::Waiting(b)) => {
+                Readiness::Waiting(format!("{a}; {b}"))
+            }
+            (Readiness::Waiting(why), _) | (_, Readiness::Waiting(why)) => Readiness::Waiting(why),
+            (Readiness::Ready, Readiness::Ready) => Readiness::Ready,
+        }
+    }
+
+    async fn start(&self, plan: &ReplicaPlan) -> Result<ReplicaInfo, ProviderError> {
+        self.start_container(plan).await
+    }
+
+    fn status(&self, replica_id: &str) -> ReplicaStatus {
+        self.status_of(replica_id)
+    }
+
+    fn cpu_seconds(&self, replica_id: &str) -> Option<f64> {
+        self.inner.replicas().get(replica_id)?.cpu_seconds
+    }
+
+    async fn stop(&self, replica_id: &str) {
+        self.stop_replica(replica_id).await
+    }
+
+    async fn found(&self) -> Vec<Found> {
+        self.adoptable().await
+    }
+
+    async fn stop_all(&self) {
+        self.shutdown().await
+    }
+}
+
+impl DockerProvider {
+    /// Whether the engine has the image of `c` (pulling it when the policy says).
+    async fn image_readiness(
+        &self,
+        docker: &engine::Connected,
+        c: &super::provider::ContainerPlan,
+    ) -> Readiness {
+        let inner = &self.inner;
         let always = inner.config.pull == PullPolicy::Always;
         if let Some(state) = inner.pulls.state(&c.image, always) {
             return state;
@@ -577,10 +668,12 @@ impl ReplicaProvider for DockerProvider {
             }
         }
         let credentials = inner.credentials(&c.image, c.credentials.as_ref());
-        inner.pulls.begin(docker.docker, &c.image, credentials)
+        inner
+            .pulls
+            .begin(docker.docker.clone(), &c.image, credentials)
     }
 
-    async fn start(&self, plan: &ReplicaPlan) -> Result<ReplicaInfo, ProviderError> {
+    async fn start_container(&self, plan: &ReplicaPlan) -> Result<ReplicaInfo, ProviderError> {
         let Workload::Container(container) = &plan.workload else {
             return Err(ProviderError::Start(
                 "this server runs replicas as containers ([runtime] provider = \"docker\"); a custom router's command cannot run here".into(),
@@ -619,18 +712,14 @@ impl ReplicaProvider for DockerProvider {
         }
     }
 
-    fn status(&self, replica_id: &str) -> ReplicaStatus {
+    fn status_of(&self, replica_id: &str) -> ReplicaStatus {
         match self.inner.replicas().get(replica_id) {
             Some(t) => t.status.clone(),
             None => ReplicaStatus::Exited("unknown replica".into()),
         }
     }
 
-    fn cpu_seconds(&self, replica_id: &str) -> Option<f64> {
-        self.inner.replicas().get(replica_id)?.cpu_seconds
-    }
-
-    async fn stop(&self, replica_id: &str) {
+    async fn stop_replica(&self, replica_id: &str) {
         let Some(t) = self.inner.replicas().remove(replica_id) else {
             return;
         };
@@ -654,7 +743,7 @@ impl ReplicaProvider for DockerProvider {
         all.push(stopping);
     }
 
-    async fn found(&self) -> Vec<Found> {
+    async fn adoptable(&self) -> Vec<Found> {
         let inner = &self.inner;
         let docker = match inner.docker().await {
             Ok(d) => d,
@@ -723,11 +812,11 @@ impl ReplicaProvider for DockerProvider {
         found
     }
 
-    async fn stop_all(&self) {
+    async fn shutdown(&self) {
         if self.inner.config.stop_on_shutdown {
             let ids: Vec<String> = self.inner.replicas().keys().cloned().collect();
             for id in ids {
-                self.stop(&id).await;
+                self.stop_replica(&id).await;
             }
         } else {
             let n = self.inner.replicas().len();
