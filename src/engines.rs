@@ -23,6 +23,10 @@ pub enum EnginesCommand {
     Install { name: String },
     /// Remove an installed built-in engine from the data dir.
     Remove { name: String },
+    /// Build a built-in engine (minilm, smollm) as a container image on the Docker Engine
+    /// ([runtime.docker] host), from Debian's debootstrap and the engine's pinned packages, and register it:
+    /// under the Docker provider the catalog's CPU recipes of its models run it. Runs as root.
+    Image { name: String },
 }
 
 /// The exit status of an install that could not reach the package registry (EX_UNAVAILABLE).
@@ -57,6 +61,27 @@ pub fn run(config: &Config, command: EnginesCommand) -> Result<()> {
             if builtin(&name).is_some_and(|b| engines.configured(b.image_key)) {
                 println!("note: runtime.launchers in the config takes precedence for its images");
             }
+            Ok(())
+        }
+        EnginesCommand::Image { name } => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            let host = config.runtime.docker.host.clone();
+            let built = runtime.block_on(switchyard_server::runtime::docker::build::build(
+                engines.dir(),
+                &name,
+                host.as_deref(),
+                &mut |step| eprintln!("{step}"),
+            ));
+            let image = built.map_err(anyhow::Error::msg)?;
+            let models = builtin(&name)
+                .map(|b| b.models.join(", "))
+                .unwrap_or_default();
+            println!(
+                "{} is built and registered: under [runtime] provider = \"docker\", CPU endpoints of {models} run it",
+                image.image
+            );
             Ok(())
         }
         EnginesCommand::Remove { name } => {

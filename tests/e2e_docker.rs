@@ -724,3 +724,202 @@ async fn the_model_is_fetched_from_the_hub_resumed_after_a_kill_and_mounted() {
         .env("DOCKER_HOST", &docker.host)
         .output();
 }
+
+/// `switchyard engines image minilm` builds the built-in MiniLM engine as an image (debootstrap, its pinned
+/// packages, imported into the engine: no registry) and registers it; the catalog's MiniLM CPU recipe then
+/// deploys under the Docker provider and embeds with the real model, in a container of that image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_built_in_engine_built_as_an_image_serves_its_catalog_recipe() {
+    let Some(docker) = docker_env("a_built_in_engine_built_as_an_image_serves_its_catalog_recipe")
+    else {
+        return;
+    };
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+    if !root {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs the suite as root (debootstrap needs it)"
+        );
+        eprintln!("skipped: building an engine image (debootstrap) needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cli = dir.path().join("docker-cli");
+    let tag = suffix();
+    let network = format!("switchyard-test-{tag}");
+    let config = write_config(dir.path(), &docker, &network, "");
+    let data_dir = dir.path().join("data");
+    let built = Command::new(common::BIN)
+        .args(["engines", "image", "minilm", "--data-dir"])
+        .arg(&data_dir)
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .expect("switchyard engines image");
+    let said = String::from_utf8_lossy(&built.stdout).to_string();
+    assert!(
+        built.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let image = said
+        .split_whitespace()
+        .find(|w| w.starts_with("switchyard/engine-minilm:"))
+        .unwrap_or_else(|| panic!("the image named: {said}"))
+        .to_string();
+    docker.run(&cli, &["image", "inspect", &image]);
+
+    let http = reqwest::Client::new();
+    let r = serve_docker(&data_dir, &config);
+    let name = format!("emb-{tag}");
+    let deployed = http
+        .post(format!(
+            "{}/api/v1/catalog/recipe/all-minilm-l6-v2-cpu-tei/deploy",
+            r.server.url
+        ))
+        .bearer_auth(&r.token)
+        .json(&json!({"namespace": "admin", "config": {"name": name,
+                      "scaling": {"minReplica": 1, "maxReplica": 1}}}))
+        .send()
+        .await
+        .expect("deploy");
+    assert!(
+        deployed.status().is_success(),
+        "{}",
+        deployed.text().await.unwrap_or_default()
+    );
+    let mut answer = serde_json::Value::Null;
+    for _ in 0..1800 {
+        let res = http
+            .post(format!("{}/endpoints/admin/{name}/embed", r.server.url))
+            .bearer_auth(&r.token)
+            .json(&json!({"inputs": "A cat sits on the mat"}))
+            .send()
+            .await
+            .expect("embed");
+        if res.status() == 200 {
+            answer = res.json().await.expect("vectors");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        answer[0].as_array().map(Vec::len),
+        Some(384),
+        "a MiniLM vector: {answer} ({})",
+        get(&http, &r, &name).await["status"]
+    );
+    let containers = docker.containers(&cli, &name);
+    assert_eq!(containers.len(), 1);
+    assert_eq!(containers[0]["Config"]["Image"], json!(image));
+    let res = http
+        .delete(format!("{}/v2/endpoint/admin/{name}", r.server.url))
+        .bearer_auth(&r.token)
+        .send()
+        .await
+        .expect("delete");
+    assert!(res.status().is_success());
+    for _ in 0..100 {
+        if docker.containers(&cli, &name).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(r);
+    let _ = Command::new("docker")
+        .args(["network", "rm", &network])
+        .env("DOCKER_HOST", &docker.host)
+        .output();
+}
+
+/// A custom router under the Docker provider: its sidecar is a container of the image configured for its tag,
+/// on the replicas' bridge, told the replicas' addresses there; requests go through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_router_runs_as_a_container_beside_the_replicas() {
+    let Some(docker) = docker_env("a_custom_router_runs_as_a_container_beside_the_replicas") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cli = dir.path().join("docker-cli");
+    let tag = suffix();
+    let image = format!("{}/switchyard-router-{tag}:v1", docker.registry);
+    push_engine_image(&docker, &cli, &image);
+    let network = format!("switchyard-test-{tag}");
+    let routers = format!(
+        "\n[runtime.routers.test]\nimage = \"{image}\"\ncommand = [\"/engine\", \"--router\", \"--host\", \"0.0.0.0\", \"--port\", \"{{port}}\"]\n"
+    );
+    let config = write_config(dir.path(), &docker, &network, &routers);
+    let http = reqwest::Client::new();
+    let r = serve_docker(&dir.path().join("data"), &config);
+    let name = format!("routed-{tag}");
+    let mut body = endpoint(
+        &name,
+        json!({"custom": {"url": image, "port": 8080}}),
+        vec![],
+    );
+    body["compute"]["scaling"] = json!({"minReplica": 2, "maxReplica": 2});
+    body["customRouter"] = json!({"tag": "test", "port": 3000});
+    create(&http, &r, &body).await;
+    wait_for(&http, &r, &name, "running", ready(2)).await;
+    let mut routed = None;
+    for _ in 0..300 {
+        let res = http
+            .post(format!("{}/endpoints/admin/{name}/embed", r.server.url))
+            .json(&json!({"inputs": "x"}))
+            .send()
+            .await
+            .expect("embed");
+        if res.status() == 200 {
+            routed = res
+                .headers()
+                .get("x-routed-by")
+                .map(|v| v.to_str().unwrap_or_default().to_string());
+            if routed.is_some() {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        routed.as_deref(),
+        Some("test-router"),
+        "requests go through the router"
+    );
+    let containers = docker.containers(&cli, &name);
+    assert_eq!(containers.len(), 3, "two replicas and the router");
+    let router = containers
+        .iter()
+        .find(|c| {
+            c["Config"]["Labels"]["dev.switchyard.replica"]
+                .as_str()
+                .is_some_and(|r| r.contains("-router-"))
+        })
+        .expect("the router's container");
+    assert_eq!(router["HostConfig"]["NetworkMode"], json!(network));
+    assert_eq!(router["HostConfig"]["CapDrop"], json!(["ALL"]));
+    let res = http
+        .delete(format!("{}/v2/endpoint/admin/{name}", r.server.url))
+        .bearer_auth(&r.token)
+        .send()
+        .await
+        .expect("delete");
+    assert!(res.status().is_success());
+    for _ in 0..100 {
+        if docker.containers(&cli, &name).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        docker.containers(&cli, &name).is_empty(),
+        "the router goes with its endpoint"
+    );
+    drop(r);
+    let _ = Command::new("docker")
+        .args(["network", "rm", &network])
+        .env("DOCKER_HOST", &docker.host)
+        .output();
+}

@@ -51,6 +51,16 @@ pub fn install(
     name: &str,
     progress: &mut dyn FnMut(u8, &str),
 ) -> Result<Manifest, InstallError> {
+    install_with(dir, name, None, progress)
+}
+
+/// [`install`], with the venv made by `python` (else the one [`choose_python`] finds).
+pub fn install_with(
+    dir: &Path,
+    name: &str,
+    python: Option<PathBuf>,
+    progress: &mut dyn FnMut(u8, &str),
+) -> Result<Manifest, InstallError> {
     let engine = builtin(name).ok_or_else(|| InstallError::Unknown(name.to_string()))?;
     std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
     open_to_others(dir)?;
@@ -61,8 +71,8 @@ pub fn install(
         std::fs::remove_dir_all(&staging).map_err(io("removing", &staging))?;
     }
     std::fs::create_dir_all(&staging).map_err(io("creating", &staging))?;
-    let built =
-        build(engine, &staging, progress).and_then(|python| place(dir, engine, &staging, &python));
+    let built = build(engine, &staging, python, progress)
+        .and_then(|python| place(dir, engine, &staging, &python));
     match &built {
         Ok(_) => progress(100, "installed"),
         // A failed install leaves nothing behind (the venv is hundreds of MB).
@@ -78,6 +88,7 @@ pub fn install(
 fn build(
     engine: &Builtin,
     staging: &Path,
+    python: Option<PathBuf>,
     progress: &mut dyn FnMut(u8, &str),
 ) -> Result<PathBuf, InstallError> {
     progress(1, "writing the engine's files");
@@ -85,7 +96,10 @@ fn build(
         let path = staging.join(file);
         std::fs::write(&path, text).map_err(io("writing", &path))?;
     }
-    let python = choose_python()?;
+    let python = match python {
+        Some(p) => p,
+        None => choose_python()?,
+    };
     progress(
         3,
         &format!("creating a Python venv with {}", python.display()),

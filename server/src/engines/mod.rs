@@ -10,6 +10,7 @@
 //! Nothing here starts a process: [`Engines::resolve`] says which launcher a spec gets, or why there is
 //! none and which command would give one. Installing is [`install`].
 
+pub mod image;
 pub mod install;
 
 use std::collections::BTreeMap;
@@ -576,6 +577,20 @@ impl Engines {
                 std::fs::metadata(p)
                     .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
             })
+    }
+
+    /// The image of the built-in engine that serves `spec` (its own model, on a CPU), when one was built and
+    /// registered here (`switchyard engines image`).
+    pub fn image_for(&self, spec: &EndpointSpec) -> Option<image::EngineImage> {
+        if !self.dir.is_absolute() {
+            return None;
+        }
+        let key = spec.model.image.key();
+        let accelerator = spec.compute.accelerator.as_str();
+        let engine = BUILTINS
+            .iter()
+            .find(|b| b.image_key == key && b.serves(&spec.model.repository, accelerator))?;
+        image::registered(&self.dir, engine.name)
     }
 
     /// Every engine this server knows of, built-in ones first.

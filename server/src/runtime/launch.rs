@@ -154,7 +154,7 @@ pub fn plan(
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     let (workload, mut args, health_route) = match kind {
         Kind::Process => process(engines, spec, &mut env)?,
-        Kind::Container => container(secrets, spec, &mut env)?,
+        Kind::Container => container(engines, secrets, spec, &mut env)?,
     };
     args.extend(model.args.iter().flatten().cloned());
     if let Workload::Container(c) = &workload {
@@ -222,6 +222,19 @@ fn process(
         .resolve_spec(spec)
         .map_err(|m| LaunchError(m.message))?
         .launcher;
+    let (program, args, route) = launched(&launcher, spec, env);
+    Ok((Workload::Process { program }, args, route))
+}
+
+/// A launcher's command for `spec`, its placeholders (but `{port}`) filled, then the flags the image's fields
+/// stand for; its environment goes into `env`. The program, its arguments and the health route.
+fn launched(
+    launcher: &crate::config::Launcher,
+    spec: &EndpointSpec,
+    env: &mut BTreeMap<String, String>,
+) -> (String, Vec<String>, String) {
+    let model = &spec.model;
+    let image = &model.image;
     let revision = model.revision.as_deref().unwrap_or("main");
     let model_file = match image {
         ModelImage::Llamacpp(i) => i.model_path.as_str(),
@@ -252,18 +265,36 @@ fn process(
         .map(str::to_string)
         .or_else(|| launcher.health_route.clone())
         .unwrap_or_else(|| DEFAULT_HEALTH_ROUTE.to_string());
-    Ok((Workload::Process { program }, args, route))
+    (program, args, route)
 }
 
 /// A container: the image's `url` on its engine's port, `model.command` as the entrypoint, the flags its
 /// fields stand for as the first arguments.
 fn container(
+    engines: &Engines,
     secrets: &SecretBox,
     spec: &EndpointSpec,
     env: &mut BTreeMap<String, String>,
 ) -> Result<(Workload, Vec<String>, String), LaunchError> {
     let model = &spec.model;
     let image = &model.image;
+    if let Some(built) = engines.image_for(spec) {
+        // A built-in engine's own image (`switchyard engines image`), with its model inside.
+        let launcher = crate::config::Launcher {
+            command: built.command,
+            health_route: Some(built.health_route),
+            ..Default::default()
+        };
+        let (program, args, route) = launched(&launcher, spec, env);
+        let workload = Workload::Container(ContainerPlan {
+            image: built.image,
+            entrypoint: Some(vec![program]),
+            port: crate::engines::image::PORT,
+            credentials: None,
+            repository: None,
+        });
+        return Ok((workload, args, route));
+    }
     let Some(base) = image.base() else {
         return Err(LaunchError(format!(
             "the {} image names no container to run; this server runs containers ([runtime] provider = \"docker\"): give the endpoint an image with a url (tei, vLLM, llamacpp, custom, …)",

@@ -71,9 +71,9 @@ impl ReplicaRun {
     }
 }
 
-/// What a replica start came to, when it could start at all.
-enum Started {
-    Replica(Box<ReplicaRun>),
+/// What a start (of a replica, or of a custom router) came to, when it could start at all.
+enum Started<T> {
+    Up(T),
     /// Not yet: the text says what it waits for (its image's pull, its provider's engine).
     Waiting(String),
 }
@@ -981,7 +981,7 @@ impl Steps<'_> {
                     }
                 };
                 match self.start_replica(pass, serve_gen, spec, devices).await? {
-                    Started::Replica(replica) => run.replicas.push(*replica),
+                    Started::Up(replica) => run.replicas.push(*replica),
                     Started::Waiting(waiting) => {
                         run.waiting = Some(waiting);
                         break;
@@ -1042,7 +1042,7 @@ impl Steps<'_> {
         serve_gen: &str,
         spec: &EndpointSpec,
         devices: Option<Lease>,
-    ) -> Result<Started, String> {
+    ) -> Result<Started<Box<ReplicaRun>>, String> {
         let rec = pass.rec;
         let replica_id = format!("{}-{}", rec.spec.name, &random_id()[..8]);
         let Launch {
@@ -1086,7 +1086,7 @@ impl Steps<'_> {
             }
         };
         tracing::info!(namespace = %rec.namespace, endpoint = %rec.spec.name, replica = %info.replica_id, addr = %info.addr, "replica started");
-        Ok(Started::Replica(Box::new(ReplicaRun {
+        Ok(Started::Up(Box::new(ReplicaRun {
             generation: serve_gen.to_string(),
             backend: Arc::new(Backend::new(
                 info.replica_id.clone(),
@@ -1241,7 +1241,10 @@ async fn sync_router(
     }
     if run.router.is_none() && run.next_start_at.is_none_or(|t| t <= now) {
         let started = start_router(provider, config, rec, spec, steps.replica_timeout);
-        run.router = Some(started.await?);
+        match started.await? {
+            Started::Up(router) => run.router = Some(router),
+            Started::Waiting(why) => run.waiting = Some(format!("custom router: {why}")),
+        }
     }
     announce_backends(run).await;
     Ok(())
@@ -1254,27 +1257,26 @@ async fn start_router(
     rec: &EndpointRecord,
     spec: &CustomRouter,
     write_limit: std::time::Duration,
-) -> Result<RouterRun, String> {
+) -> Result<Started<RouterRun>, String> {
     let launcher = config
         .routers
         .get(&spec.tag)
-        .filter(|l| !l.command.is_empty())
+        .filter(|l| !l.command.is_empty() || l.image.is_some())
         .ok_or_else(|| {
             format!(
                 "no custom router is configured for tag {:?} on this server (runtime.routers.{})",
                 spec.tag, spec.tag
             )
         })?;
-    let mut command = launcher.command.iter().cloned();
+    let replica_id = format!("{}-router-{}", rec.spec.name, &random_id()[..8]);
+    let (workload, args) = router_workload(provider.kind(), launcher, spec)?;
     let plan = ReplicaPlan {
         namespace: rec.namespace.clone(),
         endpoint: rec.spec.name.clone(),
-        replica_id: format!("{}-router-{}", rec.spec.name, &random_id()[..8]),
+        replica_id,
         generation: String::new(),
-        workload: Workload::Process {
-            program: command.next().unwrap_or_default(),
-        },
-        args: command.collect(),
+        workload,
+        args,
         env: launcher
             .env
             .iter()
@@ -1283,16 +1285,56 @@ async fn start_router(
             .collect(),
         resources: Resources::default(),
     };
-    let info = provider
-        .start(&plan)
-        .await
-        .map_err(|e| format!("custom router: {e}"))?;
+    match provider.prepare(&plan).await {
+        Readiness::Ready => {}
+        Readiness::Waiting(why) => return Ok(Started::Waiting(why)),
+        Readiness::Failed(why) => return Err(format!("custom router: {why}")),
+    }
+    let info = match provider.start(&plan).await {
+        Ok(info) => info,
+        Err(ProviderError::Unavailable(why)) => return Ok(Started::Waiting(why)),
+        Err(ProviderError::Start(why)) => return Err(format!("custom router: {why}")),
+    };
     tracing::info!(endpoint = %rec.spec.name, router = %info.replica_id, addr = %info.addr, "custom router started");
-    Ok(RouterRun {
+    Ok(Started::Up(RouterRun {
         spec: spec.clone(),
         backend: Arc::new(Backend::new(info.replica_id, info.addr, write_limit)),
         announced: None,
-    })
+    }))
+}
+
+/// What a custom router runs: its launcher's command as a process, or under a container provider its
+/// image (the command, when set, as its entrypoint), listening on the spec's port.
+fn router_workload(
+    kind: Kind,
+    launcher: &crate::config::Launcher,
+    spec: &CustomRouter,
+) -> Result<(Workload, Vec<String>), String> {
+    let mut command = launcher.command.iter().cloned();
+    match kind {
+        Kind::Process => {
+            let program = command.next().unwrap_or_default();
+            Ok((Workload::Process { program }, command.collect()))
+        }
+        Kind::Container => {
+            let image = launcher.image.clone().filter(|i| !i.trim().is_empty()).ok_or_else(|| {
+                format!(
+                    "custom router {:?} has no image for this server's containers (runtime.routers.{}.image)",
+                    spec.tag, spec.tag
+                )
+            })?;
+            let port = spec.port.to_string();
+            let entrypoint: Vec<String> = command.map(|a| a.replace("{port}", &port)).collect();
+            let workload = Workload::Container(super::provider::ContainerPlan {
+                image,
+                entrypoint: (!entrypoint.is_empty()).then_some(entrypoint),
+                port: spec.port,
+                credentials: None,
+                repository: None,
+            });
+            Ok((workload, Vec::new()))
+        }
+    }
 }
 
 /// Tells the custom router the replicas that serve, when they changed since it last acknowledged them.

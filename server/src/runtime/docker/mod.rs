@@ -9,6 +9,7 @@
 //! answering, reports the replicas lost so they are replaced once it is back. Containers outlive the server
 //! unless `stop_on_shutdown`: the next server is handed those still running ([`ReplicaProvider::found`]).
 
+pub mod build;
 pub mod create;
 pub mod engine;
 pub mod pull;
