@@ -923,3 +923,173 @@ async fn a_custom_router_runs_as_a_container_beside_the_replicas() {
         .env("DOCKER_HOST", &docker.host)
         .output();
 }
+
+/// Each container's GPUs, as its process sees them (`NVIDIA_VISIBLE_DEVICES`, which the engine sets from the
+/// device request; the test engine answers its own environment at `/env/NAME`), by container id; checked
+/// against the device ids the container's request named.
+async fn devices(
+    http: &reqwest::Client,
+    containers: &[serde_json::Value],
+) -> Vec<(String, String)> {
+    let mut ids = Vec::new();
+    for c in containers {
+        let asked = c["HostConfig"]["DeviceRequests"][0]["DeviceIDs"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|d| d.as_str())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default();
+        let ip = c["NetworkSettings"]["Networks"]
+            .as_object()
+            .and_then(|n| n.values().next())
+            .and_then(|n| n["IPAddress"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        let seen = http
+            .get(format!("http://{ip}:8080/env/NVIDIA_VISIBLE_DEVICES"))
+            .send()
+            .await
+            .expect("the replica's environment")
+            .text()
+            .await
+            .unwrap_or_default();
+        assert_eq!(
+            seen, asked,
+            "the process sees the devices its request named"
+        );
+        ids.push((c["Id"].as_str().unwrap_or_default().to_string(), seen));
+    }
+    ids.sort();
+    ids
+}
+
+/// GPU placement under the Docker provider, on this GPU-less machine with a declared inventory (two GPUs)
+/// and the engine taking GPU device requests (scripts/docker stands a no-op hook in for the NVIDIA
+/// Container Toolkit's): two replicas get different devices (`NVIDIA_VISIBLE_DEVICES`, as the engine sets
+/// it from the request's device ids), a third waits and says for whom; a restarted server adopts the two
+/// with their devices, so the third still waits; a device freed goes to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpus_are_placed_per_container_and_kept_by_adopted_ones() {
+    let Some(docker) = docker_env("gpus_are_placed_per_container_and_kept_by_adopted_ones") else {
+        return;
+    };
+    if std::env::var_os("SWITCHYARD_TEST_GPU_HOOK").is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI starts its own dockerd with the GPU hook stand-in (scripts/docker)"
+        );
+        eprintln!(
+            "skipped: the engine at {} takes no GPU device requests",
+            docker.host
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cli = dir.path().join("docker-cli");
+    let tag = suffix();
+    let image = format!("{}/switchyard-gpu-{tag}:v1", docker.registry);
+    push_engine_image(&docker, &cli, &image);
+    let network = format!("switchyard-test-{tag}");
+    let config = write_config(dir.path(), &docker, &network, "");
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(
+        &config,
+        text.replace("[runtime]\n", "[runtime]\ngpus = [\"0\", \"1\"]\n"),
+    )
+    .expect("gpus");
+    let data_dir = dir.path().join("data");
+    let http = reqwest::Client::new();
+    let r = serve_docker(&data_dir, &config);
+    let gpu = |name: &str, n: u32| {
+        let mut body = endpoint(
+            name,
+            json!({"custom": {"url": image, "port": 8080}}),
+            vec![],
+        );
+        body["compute"] = json!({"accelerator": "gpu", "instanceType": "nvidia-t4", "instanceSize": "x1",
+                                 "scaling": {"minReplica": n, "maxReplica": n}});
+        body
+    };
+    let (two, one) = (format!("two-{tag}"), format!("one-{tag}"));
+    create(&http, &r, &gpu(&two, 2)).await;
+    wait_for(&http, &r, &two, "running on two GPUs", ready(2)).await;
+    let placed = devices(&http, &docker.containers(&cli, &two)).await;
+    let mut seen: Vec<&str> = placed.iter().map(|(_, d)| d.as_str()).collect();
+    seen.sort();
+    assert_eq!(seen, ["0", "1"], "a device each: {placed:?}");
+
+    create(&http, &r, &gpu(&one, 1)).await;
+    let ep = wait_for(&http, &r, &one, "waiting", |ep| {
+        ep["status"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("waiting for a free GPU"))
+    })
+    .await;
+    assert_eq!(
+        ep["status"]["message"],
+        json!(format!(
+            "waiting for a free GPU (2 of 2 held by admin/{two}, admin/{two})"
+        ))
+    );
+    assert!(docker.containers(&cli, &one).is_empty());
+
+    // kill -9 and a new server: the same containers, on the same devices; the third still waits.
+    let mut server = r.server;
+    server.child.kill().expect("kill -9");
+    server.child.wait().expect("wait");
+    let r = serve_docker(&data_dir, &config);
+    serves(&http, &r, &two).await;
+    assert_eq!(
+        devices(&http, &docker.containers(&cli, &two)).await,
+        placed,
+        "adopted as they were"
+    );
+    let ep = wait_for(&http, &r, &one, "still waiting", |ep| {
+        ep["status"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("waiting for a free GPU"))
+    })
+    .await;
+    assert_eq!(ep["status"]["readyReplica"], 0);
+    assert!(
+        docker.containers(&cli, &one).is_empty(),
+        "no device was free for it"
+    );
+
+    // One of the two goes: its device goes to the third.
+    update(
+        &http,
+        &r,
+        &two,
+        json!({"compute": {"scaling": {"minReplica": 1, "maxReplica": 1}}}),
+    )
+    .await;
+    wait_for(&http, &r, &one, "running on the freed GPU", ready(1)).await;
+    let kept = devices(&http, &docker.containers(&cli, &two)).await;
+    let got = devices(&http, &docker.containers(&cli, &one)).await;
+    assert_eq!((kept.len(), got.len()), (1, 1));
+    assert_ne!(kept[0].1, got[0].1, "never shared: {kept:?} {got:?}");
+    for name in [&two, &one] {
+        let res = http
+            .delete(format!("{}/v2/endpoint/admin/{name}", r.server.url))
+            .bearer_auth(&r.token)
+            .send()
+            .await
+            .expect("delete");
+        assert!(res.status().is_success());
+    }
+    for _ in 0..100 {
+        if docker.containers(&cli, &two).is_empty() && docker.containers(&cli, &one).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(r);
+    let _ = Command::new("docker")
+        .args(["network", "rm", &network])
+        .env("DOCKER_HOST", &docker.host)
+        .output();
+}

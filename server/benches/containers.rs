@@ -139,7 +139,7 @@ async fn floor(host: &str, network: &str, rounds: usize) -> Vec<f64> {
             &[
                 "inspect",
                 "-f",
-                &format!("{{{{.NetworkSettings.Networks.{network}.IPAddress}}}}"),
+                &format!("{{{{(index .NetworkSettings.Networks \"{network}\").IPAddress}}}}"),
                 &id,
             ],
         );

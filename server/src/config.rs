@@ -351,8 +351,9 @@ pub struct Launcher {
     /// Flags a tenant may append in `model.args` (`--max-model-len`), as `--flag`, `--flag=value` or
     /// `--flag value`. Any other argument needs the `custom_commands` permission. Not used by routers.
     pub tenant_args: Vec<String>,
-    /// Routers under the Docker provider: the sidecar's image (its `command`, when set, replaces the image's
-    /// entrypoint; `{port}` is the spec's `customRouter.port`). Not used by launchers.
+    /// Under the Docker provider, the image containers of this key run instead of the spec's (for a key
+    /// that names none, such as `hub`); for a router, its sidecar's image (its `command`, when set, replaces
+    /// the image's entrypoint; `{port}` is the spec's `customRouter.port`).
     pub image: Option<String>,
 }
 

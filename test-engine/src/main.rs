@@ -72,6 +72,10 @@ struct Cli {
     /// Run as a custom-router sidecar instead of an engine (see `router.rs`).
     #[arg(long)]
     router: bool,
+    /// The model, as TEI takes it (`--model-id /repository` under the Docker provider); the test engine has
+    /// none, and only says what it was given.
+    #[arg(long)]
+    model_id: Option<String>,
     /// At start, try to read this file or list this directory, and say how it went (`probe PATH: …`): what a
     /// confined replica can reach.
     #[arg(long)]
@@ -400,6 +404,9 @@ async fn main() -> ExitCode {
     let started = Instant::now();
     let cli = Cli::parse();
     say!("test engine pid {}", std::process::id());
+    if let Some(model) = &cli.model_id {
+        say!("test engine: model {model}");
+    }
     for path in &cli.probe {
         let outcome = match std::fs::metadata(path) {
             Ok(m) if m.is_dir() => std::fs::read_dir(path).map(|_| "listed".to_string()),

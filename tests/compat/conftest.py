@@ -139,6 +139,82 @@ def _binary_path() -> Path:
     return Path(os.environ.get("SWITCHYARD_BIN") or DEFAULT_BIN)
 
 
+# --- The Docker provider: `SWITCHYARD_COMPAT_PROVIDER=docker` (scripts/test's third pass) ---------------------------
+DOCKER = os.environ.get("SWITCHYARD_COMPAT_PROVIDER") == "docker"
+_docker_image = None
+_stub_hub = None
+
+
+def _docker(*args: str) -> str:
+    env = dict(os.environ, DOCKER_HOST=os.environ["SWITCHYARD_TEST_DOCKER_HOST"], DOCKER_BUILDKIT="0")
+    done = subprocess.run(["docker", *args], env=env, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        pytest.fail(f"docker {' '.join(args)}: {done.stderr}", pytrace=False)
+    return done.stdout.strip()
+
+
+def docker_engine_image(engine: Path) -> str:
+    """The test engine as an image on the test's Docker Engine (its binary and libraries on scratch), built once."""
+    global _docker_image
+    if _docker_image is None:
+        if not os.environ.get("SWITCHYARD_TEST_DOCKER_HOST"):
+            pytest.fail("SWITCHYARD_COMPAT_PROVIDER=docker needs SWITCHYARD_TEST_DOCKER_HOST (scripts/docker)", pytrace=False)
+        context = Path(tempfile.mkdtemp(prefix="switchyard-compat-image-"))
+        shutil.copy(engine, context / "engine")
+        libs = subprocess.run(["ldd", str(engine)], capture_output=True, text=True).stdout.split()
+        for lib in (w for w in libs if w.startswith("/")):
+            target = context / lib.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(lib, target)
+        (context / "Dockerfile").write_text('FROM scratch\nCOPY . /\nENTRYPOINT ["/engine", "--host", "0.0.0.0"]\n')
+        _docker_image = f"switchyard-compat/test-engine:{uuid.uuid4().hex[:8]}"
+        _docker("build", "-q", "-t", _docker_image, str(context))
+        shutil.rmtree(context, ignore_errors=True)
+    return _docker_image
+
+
+class _StubHub(threading.Thread):
+    """The hub's file API on loopback, every repository at every revision empty: the replicas' `/repository`."""
+
+    def __init__(self):
+        import http.server
+        import json
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = json.dumps({"sha": "0" * 40, "siblings": []}).encode()
+                self.send_response(200 if self.path.startswith("/api/models/") else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(daemon=True)
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def run(self):
+        self.httpd.serve_forever()
+
+
+def docker_config(data_dir: Path) -> str:
+    """The `[runtime]` lines and sections that put a server's replicas on the test's Docker Engine."""
+    global _stub_hub
+    if _stub_hub is None:
+        _stub_hub = _StubHub()
+        _stub_hub.start()
+    network = f"switchyard-compat-{uuid.uuid4().hex[:8]}"
+    return (
+        'provider = "docker"\n\n'
+        f'[runtime.docker]\nhost = "{os.environ["SWITCHYARD_TEST_DOCKER_HOST"]}"\nnetwork = "{network}"\n'
+        "stop_on_shutdown = true\n\n"
+        f'[models]\nhub_url = "{_stub_hub.url}"\n\n[outbound]\nallow = ["127.0.0.0/8"]\n\n'
+    )
+
+
 def _drain(stream, lines: "queue.Queue[str | None]", tail: collections.deque) -> None:
     """Read the child's stdout until EOF so the pipe never fills; hand every line to the waiting fixture."""
     for line in iter(stream.readline, ""):
@@ -170,12 +246,17 @@ def running_server(extra_config: str = "", own_store: bool = False, test_engine:
         pytest.fail(f"test engine not found at {engine} (cargo build --workspace)", pytrace=False)
     config_path = data_dir.parent / (data_dir.name + ".toml")
     launcher = f'command = ["{engine}", "--port", "{{port}}"]\nhealth_route = "/health"\n'
+    provider = ""
+    if DOCKER:
+        # Replicas are containers of the test engine's image: what the managed and TEI images run here.
+        launcher = f'image = "{docker_engine_image(engine)}"\nhealth_route = "/health"\n'
+        provider = docker_config(data_dir)
     launchers = f"[runtime.launchers.hub]\n{launcher}\n[runtime.launchers.tei]\n{launcher}\n" if test_engine else ""
     # The suite's server offers every kind of compute (its replicas are the test engine), so that deploys of
     # every recipe are checked here; a first run (`test_engine=False`) has what the machine has.
     accelerators = 'accelerators = ["cpu", "gpu", "neuron"]\n' if test_engine else ""
     config_path.write_text(
-        f"[runtime]\ntick_ms = 200\nstop_grace_ms = 2000\n{accelerators}\n{launchers}{extra_config}"
+        f"[runtime]\ntick_ms = 200\nstop_grace_ms = 2000\n{accelerators}{provider}\n{launchers}{extra_config}"
     )
     process = subprocess.Popen(
         [str(binary), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir), "--config", str(config_path)],

@@ -646,6 +646,14 @@ impl Engines {
     }
 
     /// The launcher `[runtime.launchers.KEY]` sets, if it sets one with a command.
+    /// The launcher configured for `image_key` that names an image (`[runtime.launchers.KEY] image`): what
+    /// containers of that key run.
+    pub fn configured_image(&self, image_key: &str) -> Option<&Launcher> {
+        self.configured
+            .get(image_key)
+            .filter(|l| l.image.as_deref().is_some_and(|i| !i.trim().is_empty()))
+    }
+
     fn configured_launcher(&self, image_key: &str) -> Option<&Launcher> {
         self.configured
             .get(image_key)

@@ -295,11 +295,17 @@ fn container(
         });
         return Ok((workload, args, route));
     }
-    let Some(base) = image.base() else {
-        return Err(LaunchError(format!(
-            "the {} image names no container to run; this server runs containers ([runtime] provider = \"docker\"): give the endpoint an image with a url (tei, vLLM, llamacpp, custom, …)",
-            image.key()
-        )));
+    // The operator's image for this key (`[runtime.launchers.KEY] image`), else the spec's.
+    let configured = engines.configured_image(image.key());
+    let url = match (configured.and_then(|l| l.image.as_deref()), image.base()) {
+        (Some(url), _) => url.trim().to_string(),
+        (None, Some(base)) => base.url.trim().to_string(),
+        (None, None) => {
+            return Err(LaunchError(format!(
+                "the {key} image names no container to run; this server runs containers ([runtime] provider = \"docker\"): give the endpoint an image with a url (tei, vLLM, llamacpp, custom, …), or set runtime.launchers.{key}.image",
+                key = image.key()
+            )))
+        }
     };
     let credentials = match image {
         ModelImage::Custom(c) => match &c.credentials {
@@ -326,14 +332,18 @@ fn container(
     };
     args.extend(derived.args);
     let revision = model.revision.clone().unwrap_or_else(|| "main".into());
+    let route = match configured.and_then(|l| l.health_route.clone()) {
+        Some(route) if image.base().and_then(|b| b.health_route).is_none() => route,
+        _ => image.health_route(),
+    };
     let workload = Workload::Container(ContainerPlan {
-        image: base.url.trim().to_string(),
+        image: url,
         entrypoint: model.command.clone().filter(|c| !c.is_empty()),
         port: image.port(),
         credentials,
         repository: mounted.then(|| (model.repository.clone(), revision)),
     });
-    Ok((workload, args, image.health_route()))
+    Ok((workload, args, route))
 }
 
 /// Where a container is mounted its model: `/repository`.

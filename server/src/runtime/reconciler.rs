@@ -71,6 +71,12 @@ impl ReplicaRun {
     }
 }
 
+/// A replica an earlier server left running, with the GPUs held for it until it is adopted or stopped.
+struct Left {
+    found: Found,
+    devices: Option<Lease>,
+}
+
 /// What a start (of a replica, or of a custom router) came to, when it could start at all.
 enum Started<T> {
     Up(T),
@@ -165,7 +171,7 @@ pub struct Reconciler {
     replica_timeout: std::time::Duration,
     /// Replicas an earlier server left running, by endpoint, until the first tick adopts or stops them;
     /// `None` once it did.
-    found: Option<HashMap<(String, String), Vec<Found>>>,
+    found: Option<HashMap<(String, String), Vec<Left>>>,
 }
 
 /// What identifies the replicas a spec needs: a change here means new replicas; a change elsewhere
@@ -319,11 +325,12 @@ impl Reconciler {
         if self.found.as_ref().is_some_and(|f| f.is_empty()) {
             for f in self.provider.found().await {
                 let key = (f.namespace.clone(), f.endpoint.clone());
-                self.found
-                    .get_or_insert_default()
-                    .entry(key)
-                    .or_default()
-                    .push(f);
+                // Its GPUs are held for it before any endpoint starts a replica this tick.
+                let devices = (!f.devices.is_empty())
+                    .then(|| self.devices.claim(&f.devices, &f.namespace, &f.endpoint));
+                let left = Left { found: f, devices };
+                let all = self.found.get_or_insert_default();
+                all.entry(key).or_default().push(left);
             }
         }
         self.forget_deleted(&records).await;
@@ -371,9 +378,11 @@ impl Reconciler {
         let Some(left) = self.found.take() else {
             return;
         };
-        for f in left.into_values().flatten() {
+        for Left { found: f, devices } in left.into_values().flatten() {
             tracing::info!(namespace = %f.namespace, endpoint = %f.endpoint, replica = %f.info.replica_id, "stopping a replica an earlier server left that its endpoint no longer wants");
             self.provider.stop(&f.info.replica_id).await;
+            // Given back once it had its stop's grace time.
+            drop(devices);
         }
     }
 
@@ -663,19 +672,15 @@ impl Steps<'_> {
         run: &mut EndpointRun,
         rec: &EndpointRecord,
         gen: &str,
-        left: Vec<Found>,
+        left: Vec<Left>,
         now: DateTime<Utc>,
-    ) -> (usize, Vec<Found>) {
+    ) -> (usize, Vec<Left>) {
         let wanted = rec.state.is_active() && rec.state != EndpointState::Pending;
-        let (mine, rest): (Vec<Found>, Vec<Found>) = left
+        let (mine, rest): (Vec<Left>, Vec<Left>) = left
             .into_iter()
-            .partition(|f| wanted && f.generation == gen);
+            .partition(|l| wanted && l.found.generation == gen);
         let adopted = mine.len();
-        for f in mine {
-            let devices = (!f.devices.is_empty()).then(|| {
-                self.devices
-                    .claim(&f.devices, &rec.namespace, &rec.spec.name)
-            });
+        for Left { found: f, devices } in mine {
             run.replicas.push(ReplicaRun {
                 generation: f.generation,
                 backend: Arc::new(Backend::new(
@@ -1059,6 +1064,14 @@ impl Steps<'_> {
         .map_err(|e| e.0)?;
         plan.generation = serve_gen.to_string();
         plan.resources = self.resources_for(spec, devices.as_ref());
+        let gpu = matches!(spec.compute.accelerator.as_str(), "gpu" | "zero_gpu");
+        if gpu && devices.is_none() && matches!(plan.workload, Workload::Container(_)) {
+            // A container is given only the devices placed for it: with none known, it would run without.
+            return Err(format!(
+                "{} {} needs GPUs, and this server knows of none (runtime.gpus, or nvidia-smi): not started without",
+                spec.compute.instance_type, spec.compute.instance_size
+            ));
+        }
         if let (Some(lease), Workload::Process { .. }) = (&devices, &plan.workload) {
             // Placed: the process sees its own devices, whatever its spec's environment said. (A container
             // is given only its own.)
