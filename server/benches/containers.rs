@@ -193,6 +193,8 @@ fn endpoint(name: &str, image: Value, command: Option<Vec<String>>) -> Value {
         "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x2",
                     "scaling": {"minReplica": 1, "maxReplica": 1}},
         "model": {"repository": "bench/engine", "framework": "custom", "image": image},
+        // The test engine needs no model at /repository.
+        "experimentalFeatures": {"skipRepoDownload": true},
     });
     if let Some(c) = command {
         body["model"]["command"] = json!(c);
@@ -239,7 +241,11 @@ async fn cold_start(http: &reqwest::Client, docker: &Docker, s: &Server, name: &
     create(http, s, &endpoint(name, image, None)).await;
     let (mut created, mut started, mut id) = (0i64, 0i64, String::new());
     while started == 0 {
-        let e = events.next().await.expect("an event").expect("event");
+        let next = tokio::time::timeout(Duration::from_secs(60), events.next()).await;
+        let e = next
+            .expect("the replica's container within a minute")
+            .expect("an event")
+            .expect("event");
         let at = e.time_nano.unwrap_or(0);
         match e.action.as_deref() {
             Some("create") => {
