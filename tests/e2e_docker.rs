@@ -20,13 +20,14 @@ async fn a_container_replica_is_pulled_confined_served_scaled_adopted_and_delete
     else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let cli = dir.path().join("docker-cli");
-    let tag = suffix();
-    let image = format!("{}/switchyard-test-engine-{tag}:v1", docker.registry);
-    push_engine_image(&docker, &cli, &image);
+    let Scene {
+        dir,
+        cli,
+        tag,
+        image,
+        network,
+    } = Scene::new(&docker, "test-engine");
     let data_dir = dir.path().join("data");
-    let network = format!("switchyard-test-{tag}");
     // The model comes from a mirror directory, mounted read-only at /repository.
     let mirror = dir.path().join("mirror");
     std::fs::create_dir_all(mirror.join("test/engine")).expect("mirror");
@@ -126,6 +127,21 @@ async fn a_container_replica_is_pulled_confined_served_scaled_adopted_and_delete
         assert!(line.contains("No such file or directory"), "{line}");
     }
 
+    // The replica's output is its logs in the API (as the console's `l` shows them).
+    let api_logs = http
+        .get(format!("{}/v2/endpoint/admin/{name}/logs", r.server.url))
+        .bearer_auth(&r.token)
+        .send()
+        .await
+        .expect("logs")
+        .text()
+        .await
+        .expect("logs text");
+    assert!(
+        api_logs.contains("stderr: probe /repository/config.json: read 18 bytes"),
+        "{api_logs}"
+    );
+
     // kill -9 of the server: the container runs on, and the next server adopts it as it is.
     let mut server = r.server;
     server.child.kill().expect("kill -9");
@@ -190,13 +206,7 @@ async fn a_container_replica_is_pulled_confined_served_scaled_adopted_and_delete
     assert_eq!(docker.containers(&cli, &name).len(), 1);
 
     // Delete: no container and no volume left.
-    let res = http
-        .delete(format!("{}/v2/endpoint/admin/{name}", r.server.url))
-        .bearer_auth(&r.token)
-        .send()
-        .await
-        .expect("delete");
-    assert!(res.status().is_success(), "{}", res.status());
+    delete_endpoint(&http, &r, &name).await;
     let volumes: Vec<String> = docker
         .containers(&cli, &name)
         .iter()
@@ -204,14 +214,8 @@ async fn a_container_replica_is_pulled_confined_served_scaled_adopted_and_delete
         .filter_map(|m| m["Name"].as_str().map(str::to_string))
         .chain([volume])
         .collect();
-    for _ in 0..100 {
-        if docker.containers(&cli, &name).is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     assert!(
-        docker.containers(&cli, &name).is_empty(),
+        gone(&docker, &cli, &name).await,
         "containers left after delete"
     );
     let left = docker.run(&cli, &["volume", "ls", "-q"]);
@@ -222,7 +226,7 @@ async fn a_container_replica_is_pulled_confined_served_scaled_adopted_and_delete
         );
     }
     drop(r);
-    docker.run(&cli, &["network", "rm", &network]);
+    remove_network(&docker, &network);
 }
 
 /// A tag that does not exist fails the endpoint naming it; a registry that wants credentials is pulled from
@@ -279,6 +283,25 @@ async fn missing_tags_fail_and_private_registries_take_credentials() {
         "{message}"
     );
 
+    // A container that exits at once: restarted with backoff, then failed, with its exit and last line.
+    let crashing = format!("crashing-{tag}");
+    let exits = vec!["--exit-immediately".to_string()];
+    let image = json!({"custom": {"url": private, "port": 8080}});
+    create(&http, &r, &endpoint(&crashing, image, exits)).await;
+    let ep = wait_for(&http, &r, &crashing, "failed", |ep| {
+        ep["status"]["state"] == "failed"
+    })
+    .await;
+    let message = ep["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("exited (exit status 2)") && message.contains("told to fail at start"),
+        "{message}"
+    );
+    assert!(
+        gone(&docker, &cli, &crashing).await,
+        "its containers are removed"
+    );
+
     // The configured credentials for the registry.
     create(
         &http,
@@ -330,27 +353,8 @@ async fn missing_tags_fail_and_private_registries_take_credentials() {
     .await;
     wait_for(&http, &r, &format!("own-{tag}"), "running", ready(1)).await;
     assert_eq!(embed(&http, &r, &format!("own-{tag}")).await, 200);
-    for name in ["own", "wrong"].map(|n| format!("{n}-{tag}")) {
-        let res = http
-            .delete(format!("{}/v2/endpoint/admin/{name}", r.server.url))
-            .bearer_auth(&r.token)
-            .send()
-            .await
-            .expect("delete");
-        assert!(res.status().is_success(), "{}", res.status());
-    }
-    for _ in 0..100 {
-        if docker.containers(&cli, &format!("own-{tag}")).is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(docker.containers(&cli, &format!("own-{tag}")).is_empty());
-    drop(r);
-    let _ = Command::new("docker")
-        .args(["network", "rm", &network])
-        .env("DOCKER_HOST", &docker.host)
-        .output();
+    let (own, wrong) = (format!("own-{tag}"), format!("wrong-{tag}"));
+    tear_down(&http, r, &docker, &cli, &network, &[&own, &wrong]).await;
 }
 
 /// A rolling update of a container endpoint under a steady stream of requests: the new containers serve
@@ -361,12 +365,13 @@ async fn a_rolling_update_of_containers_under_load_fails_no_request() {
     else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let cli = dir.path().join("docker-cli");
-    let tag = suffix();
-    let image = format!("{}/switchyard-rolling-{tag}:v1", docker.registry);
-    push_engine_image(&docker, &cli, &image);
-    let network = format!("switchyard-test-{tag}");
+    let Scene {
+        dir,
+        cli,
+        tag,
+        image,
+        network,
+    } = Scene::new(&docker, "rolling");
     let config = write_config(dir.path(), &docker, &network, "");
     let http = reqwest::Client::new();
     let r = serve_docker(&dir.path().join("data"), &config);
@@ -451,24 +456,7 @@ async fn a_rolling_update_of_containers_under_load_fails_no_request() {
         ok as usize + failed.len(),
         &failed[..failed.len().min(5)]
     );
-    let res = http
-        .delete(format!("{}/v2/endpoint/admin/{name}", r.server.url))
-        .bearer_auth(&r.token)
-        .send()
-        .await
-        .expect("delete");
-    assert!(res.status().is_success());
-    for _ in 0..100 {
-        if docker.containers(&cli, &name).is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    drop(r);
-    let _ = Command::new("docker")
-        .args(["network", "rm", &network])
-        .env("DOCKER_HOST", &docker.host)
-        .output();
+    tear_down(&http, r, &docker, &cli, &network, &[&name]).await;
 }
 
 /// What the loopback hub was asked: each request's path with its `Range` and `Authorization` headers.
@@ -705,24 +693,7 @@ async fn the_model_is_fetched_from_the_hub_resumed_after_a_kill_and_mounted() {
         logs.contains("probe /repository/config.json: read 18 bytes"),
         "{logs}"
     );
-    let res = http
-        .delete(format!("{}/v2/endpoint/admin/{name}", r.server.url))
-        .bearer_auth(&r.token)
-        .send()
-        .await
-        .expect("delete");
-    assert!(res.status().is_success());
-    for _ in 0..100 {
-        if docker.containers(&cli, &name).is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    drop(r);
-    let _ = Command::new("docker")
-        .args(["network", "rm", &network])
-        .env("DOCKER_HOST", &docker.host)
-        .output();
+    tear_down(&http, r, &docker, &cli, &network, &[&name]).await;
 }
 
 /// `switchyard engines image minilm` builds the built-in MiniLM engine as an image (debootstrap, its pinned
@@ -815,24 +786,7 @@ async fn a_built_in_engine_built_as_an_image_serves_its_catalog_recipe() {
     let containers = docker.containers(&cli, &name);
     assert_eq!(containers.len(), 1);
     assert_eq!(containers[0]["Config"]["Image"], json!(image));
-    let res = http
-        .delete(format!("{}/v2/endpoint/admin/{name}", r.server.url))
-        .bearer_auth(&r.token)
-        .send()
-        .await
-        .expect("delete");
-    assert!(res.status().is_success());
-    for _ in 0..100 {
-        if docker.containers(&cli, &name).is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    drop(r);
-    let _ = Command::new("docker")
-        .args(["network", "rm", &network])
-        .env("DOCKER_HOST", &docker.host)
-        .output();
+    tear_down(&http, r, &docker, &cli, &network, &[&name]).await;
 }
 
 /// A custom router under the Docker provider: its sidecar is a container of the image configured for its tag,
@@ -842,12 +796,13 @@ async fn a_custom_router_runs_as_a_container_beside_the_replicas() {
     let Some(docker) = docker_env("a_custom_router_runs_as_a_container_beside_the_replicas") else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let cli = dir.path().join("docker-cli");
-    let tag = suffix();
-    let image = format!("{}/switchyard-router-{tag}:v1", docker.registry);
-    push_engine_image(&docker, &cli, &image);
-    let network = format!("switchyard-test-{tag}");
+    let Scene {
+        dir,
+        cli,
+        tag,
+        image,
+        network,
+    } = Scene::new(&docker, "router");
     let routers = format!(
         "\n[runtime.routers.test]\nimage = \"{image}\"\ncommand = [\"/engine\", \"--router\", \"--host\", \"0.0.0.0\", \"--port\", \"{{port}}\"]\n"
     );
@@ -900,28 +855,17 @@ async fn a_custom_router_runs_as_a_container_beside_the_replicas() {
         .expect("the router's container");
     assert_eq!(router["HostConfig"]["NetworkMode"], json!(network));
     assert_eq!(router["HostConfig"]["CapDrop"], json!(["ALL"]));
-    let res = http
-        .delete(format!("{}/v2/endpoint/admin/{name}", r.server.url))
-        .bearer_auth(&r.token)
-        .send()
-        .await
-        .expect("delete");
-    assert!(res.status().is_success());
-    for _ in 0..100 {
-        if docker.containers(&cli, &name).is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    delete_endpoint(&http, &r, &name).await;
+    assert!(
+        gone(&docker, &cli, &name).await,
+        "containers left after delete"
+    );
     assert!(
         docker.containers(&cli, &name).is_empty(),
         "the router goes with its endpoint"
     );
     drop(r);
-    let _ = Command::new("docker")
-        .args(["network", "rm", &network])
-        .env("DOCKER_HOST", &docker.host)
-        .output();
+    remove_network(&docker, &network);
 }
 
 /// Each container's GPUs, as its process sees them (`NVIDIA_VISIBLE_DEVICES`, which the engine sets from the
@@ -987,12 +931,13 @@ async fn gpus_are_placed_per_container_and_kept_by_adopted_ones() {
         );
         return;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let cli = dir.path().join("docker-cli");
-    let tag = suffix();
-    let image = format!("{}/switchyard-gpu-{tag}:v1", docker.registry);
-    push_engine_image(&docker, &cli, &image);
-    let network = format!("switchyard-test-{tag}");
+    let Scene {
+        dir,
+        cli,
+        tag,
+        image,
+        network,
+    } = Scene::new(&docker, "gpu");
     let config = write_config(dir.path(), &docker, &network, "");
     let text = std::fs::read_to_string(&config).expect("config");
     std::fs::write(
@@ -1072,24 +1017,5 @@ async fn gpus_are_placed_per_container_and_kept_by_adopted_ones() {
     let got = devices(&http, &docker.containers(&cli, &one)).await;
     assert_eq!((kept.len(), got.len()), (1, 1));
     assert_ne!(kept[0].1, got[0].1, "never shared: {kept:?} {got:?}");
-    for name in [&two, &one] {
-        let res = http
-            .delete(format!("{}/v2/endpoint/admin/{name}", r.server.url))
-            .bearer_auth(&r.token)
-            .send()
-            .await
-            .expect("delete");
-        assert!(res.status().is_success());
-    }
-    for _ in 0..100 {
-        if docker.containers(&cli, &two).is_empty() && docker.containers(&cli, &one).is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    drop(r);
-    let _ = Command::new("docker")
-        .args(["network", "rm", &network])
-        .env("DOCKER_HOST", &docker.host)
-        .output();
+    tear_down(&http, r, &docker, &cli, &network, &[&two, &one]).await;
 }

@@ -53,12 +53,13 @@ async fn the_engine_going_away_and_coming_back_is_waited_out() {
         );
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let cli = dir.path().join("docker-cli");
-    let tag = suffix();
-    let image = format!("{}/switchyard-engine-gone-{tag}:v1", docker.registry);
-    push_engine_image(&docker, &cli, &image);
-    let network = format!("switchyard-test-{tag}");
+    let Scene {
+        dir,
+        cli,
+        tag,
+        image,
+        network,
+    } = Scene::new(&docker, "engine-gone");
     let config = write_config(dir.path(), &docker, &network, "");
     let http = reqwest::Client::new();
     let mut r = serve_docker(&dir.path().join("data"), &config);
@@ -141,22 +142,5 @@ async fn the_engine_going_away_and_coming_back_is_waited_out() {
     assert_ne!(now[0]["Id"], first[0]["Id"]);
     assert_eq!(now[0]["State"]["Running"], true);
 
-    let res = http
-        .delete(format!("{}/v2/endpoint/admin/{name}", r.server.url))
-        .bearer_auth(&r.token)
-        .send()
-        .await
-        .expect("delete");
-    assert!(res.status().is_success());
-    for _ in 0..100 {
-        if docker.containers(&cli, &name).is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    r.server.child.kill().expect("kill");
-    let _ = Command::new("docker")
-        .args(["network", "rm", &network])
-        .env("DOCKER_HOST", &docker.host)
-        .output();
+    tear_down(&http, r, &docker, &cli, &network, &[&name]).await;
 }

@@ -1,29 +1,14 @@
 //! The real `switchyard` binary running real replicas (the workspace's test engine): a clean stop leaves no
 //! replica behind, a kill -9 of the server takes its replicas with it, and a restart brings the endpoint back.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 mod common;
-use common::serve_with;
-
-fn engine_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let bin = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target dir")
-        .join("switchyard-test-engine");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build --workspace` first",
-        bin.display()
-    );
-    bin
-}
+use common::{engine_bin, serve_with};
 
 fn pids(data_dir: &Path) -> Vec<String> {
     std::fs::read_dir(data_dir.join("replicas").join("pids"))

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{serve_with, Server};
+use super::{engine_bin, serve_with, Server};
 
 /// The engine and registries `scripts/docker` set up.
 pub struct Docker {
@@ -85,21 +85,6 @@ impl Docker {
             })
             .collect()
     }
-}
-
-pub fn engine_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let bin = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target dir")
-        .join("switchyard-test-engine");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build --workspace` first",
-        bin.display()
-    );
-    bin
 }
 
 /// Builds an image of the test engine (the binary and the libraries it links, on `scratch`), pushes it as
@@ -293,4 +278,88 @@ pub async fn post(http: &reqwest::Client, r: &Running, path: &str) {
         "{path}: {}",
         res.text().await.unwrap_or_default()
     );
+}
+
+/// Deletes the endpoint `name` through the API.
+pub async fn delete_endpoint(http: &reqwest::Client, r: &Running, name: &str) {
+    let res = http
+        .delete(format!("{}/v2/endpoint/admin/{name}", r.server.url))
+        .bearer_auth(&r.token)
+        .send()
+        .await
+        .expect("delete");
+    assert!(res.status().is_success(), "delete {name}: {}", res.status());
+}
+
+/// Waits (ten seconds at most) until the endpoint `name` has no container; whether it has none.
+pub async fn gone(docker: &Docker, cli: &Path, name: &str) -> bool {
+    for _ in 0..100 {
+        if docker.containers(cli, name).is_empty() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    docker.containers(cli, name).is_empty()
+}
+
+/// The end of a test: its endpoints deleted (their containers gone, or it fails), its server stopped, its
+/// network removed.
+pub async fn tear_down(
+    http: &reqwest::Client,
+    r: Running,
+    docker: &Docker,
+    cli: &Path,
+    network: &str,
+    names: &[&str],
+) {
+    for name in names {
+        delete_endpoint(http, &r, name).await;
+        assert!(
+            gone(docker, cli, name).await,
+            "containers of {name} left after delete"
+        );
+    }
+    drop(r);
+    remove_network(docker, network);
+}
+
+/// Removes a test's network (once its containers are gone; left alone if some are not).
+pub fn remove_network(docker: &Docker, network: &str) {
+    let _ = Command::new("docker")
+        .args(["network", "rm", network])
+        .env("DOCKER_HOST", &docker.host)
+        .output();
+}
+
+/// One test's place on the engine: a scratch dir, a docker client config, a name suffix of its own, the test
+/// engine's image pushed to the open registry as `switchyard-<what>-<tag>:v1`, and a network.
+pub struct Scene {
+    pub dir: tempfile::TempDir,
+    pub cli: PathBuf,
+    pub tag: String,
+    pub image: String,
+    pub network: String,
+}
+
+impl Scene {
+    pub fn new(docker: &Docker, what: &str) -> Scene {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cli = dir.path().join("docker-cli");
+        let tag = suffix();
+        let image = format!("{}/switchyard-{what}-{tag}:v1", docker.registry);
+        push_engine_image(docker, &cli, &image);
+        let network = format!("switchyard-test-{tag}");
+        Scene {
+            dir,
+            cli,
+            tag,
+            image,
+            network,
+        }
+    }
+
+    /// The scene's server config: `top` before `[runtime]`, `extra` after `[runtime.docker]`.
+    pub fn config(&self, docker: &Docker, top: &str, extra: &str) -> PathBuf {
+        write_config_with(self.dir.path(), docker, &self.network, top, extra)
+    }
 }

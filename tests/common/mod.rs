@@ -6,11 +6,27 @@ pub mod docker;
 pub mod tmux;
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
+
+/// The workspace's test engine, built beside the test binaries.
+pub fn engine_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test exe");
+    let bin = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .join("switchyard-test-engine");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --workspace` first",
+        bin.display()
+    );
+    bin
+}
 
 pub struct Server {
     pub child: Child,

@@ -448,6 +448,25 @@ mod tests {
         assert!(!format!("{:?}", l.plan).contains("s3cret"));
     }
 
+    /// The process plan of `s`, with a key that opens nothing sealed.
+    fn local(s: &EndpointSpec) -> Result<Launch, LaunchError> {
+        plan(
+            &config(),
+            &SecretBox::new(&[1; 32]),
+            "ns",
+            s,
+            "r",
+            Kind::Process,
+        )
+    }
+
+    fn container_of(l: &Launch) -> &ContainerPlan {
+        match &l.plan.workload {
+            Workload::Container(c) => c,
+            other => panic!("a container, not {other:?}"),
+        }
+    }
+
     fn program(l: &Launch) -> &str {
         match &l.plan.workload {
             Workload::Process { program } => program,
@@ -463,9 +482,7 @@ mod tests {
             json!({"args": ["--port", "{port}"], "env": {"A": "1"}, "secrets": {"HF_TOKEN": box_.seal("hf_s3cret")}}),
         );
         let l = plan(&config(), &box_, "ns", &s, "r1", Kind::Container).unwrap();
-        let Workload::Container(c) = &l.plan.workload else {
-            panic!("a container")
-        };
+        let c = container_of(&l);
         assert_eq!(
             c.image,
             "ghcr.io/huggingface/text-embeddings-inference:cpu-1.8"
@@ -499,9 +516,7 @@ mod tests {
             json!({"command": ["/engine", "--serve"]}),
         );
         let l = plan(&config(), &box_, "ns", &s, "r1", Kind::Container).unwrap();
-        let Workload::Container(c) = &l.plan.workload else {
-            panic!("a container")
-        };
+        let c = container_of(&l);
         assert_eq!(
             c.entrypoint.as_deref(),
             Some(&["/engine".to_string(), "--serve".to_string()][..])
@@ -523,9 +538,7 @@ mod tests {
         let mut s = spec(json!({"tei": {"url": "x"}}), json!({}));
         s.experimental_features.skip_repo_download = Some(true);
         let l = plan(&config(), &box_, "ns", &s, "r", Kind::Container).unwrap();
-        let Workload::Container(c) = &l.plan.workload else {
-            panic!("a container")
-        };
+        let c = container_of(&l);
         assert_eq!((c.repository.as_ref(), l.plan.args.len()), (None, 0));
         // An image that names no container cannot run as one.
         let hub = spec(json!({"huggingface": {}}), json!({}));
@@ -539,15 +552,7 @@ mod tests {
             json!({"llamacpp": {"url": "x", "modelPath": "m.gguf"}}),
             json!({}),
         );
-        let l = plan(
-            &config(),
-            &SecretBox::new(&[1; 32]),
-            "ns",
-            &s,
-            "r",
-            Kind::Process,
-        )
-        .unwrap();
+        let l = local(&s).unwrap();
         let at = l.plan.args.iter().position(|a| a == "--ctx-size").unwrap();
         assert_eq!(l.plan.args[at + 1], "8192");
     }
@@ -592,39 +597,15 @@ mod tests {
             json!({"custom": {"url": "x", "healthRoute": "/ready"}}),
             json!({"command": ["/bin/engine", "--port", "{port}"], "args": ["-v"]}),
         );
-        let l = plan(
-            &config(),
-            &SecretBox::new(&[1; 32]),
-            "ns",
-            &s,
-            "r",
-            Kind::Process,
-        )
-        .unwrap();
+        let l = local(&s).unwrap();
         assert_eq!(program(&l), "/bin/engine");
         assert_eq!(l.plan.args, ["--port", "{port}", "-v"]);
         assert_eq!(l.health_route, "/ready");
         let no_cmd = spec(json!({"custom": {"url": "x"}}), json!({}));
-        let err = plan(
-            &config(),
-            &SecretBox::new(&[1; 32]),
-            "ns",
-            &no_cmd,
-            "r",
-            Kind::Process,
-        )
-        .unwrap_err();
+        let err = local(&no_cmd).unwrap_err();
         assert!(err.0.contains("model.command"), "{err}");
         let tei = spec(json!({"tei": {"url": "x"}}), json!({}));
-        let err = plan(
-            &config(),
-            &SecretBox::new(&[1; 32]),
-            "ns",
-            &tei,
-            "r",
-            Kind::Process,
-        )
-        .unwrap_err();
+        let err = local(&tei).unwrap_err();
         assert!(err.0.contains("runtime.launchers.tei"), "{err}");
     }
 
@@ -632,15 +613,7 @@ mod tests {
     fn a_missing_engine_names_the_command_that_installs_it() {
         let mut tei = spec(json!({"tei": {"url": "x"}}), json!({}));
         tei.model.repository = "sentence-transformers/all-MiniLM-L6-v2".into();
-        let err = plan(
-            &config(),
-            &SecretBox::new(&[1; 32]),
-            "ns",
-            &tei,
-            "r",
-            Kind::Process,
-        )
-        .unwrap_err();
+        let err = local(&tei).unwrap_err();
         assert!(err.0.contains("switchyard engines install minilm"), "{err}");
     }
 

@@ -21,7 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::sync::watch;
 
-use super::logs::{LogLine, LogStore, MAX_LINE_BYTES};
+use super::logs::{LogStore, ReplicaOutput};
 use super::provider::{
     Kind, ProviderError, ReplicaInfo, ReplicaPlan, ReplicaProvider, ReplicaStatus, Workload,
 };
@@ -239,40 +239,16 @@ fn pump(
     stream: &'static str,
 ) {
     tokio::spawn(async move {
-        let (ns, endpoint, replica) = plan;
+        let mut out = ReplicaOutput::new(logs, clock, plan);
         let mut buf = vec![0u8; 8192];
-        let mut pending: Vec<u8> = Vec::new();
-        let emit = |bytes: &[u8]| {
-            let text = String::from_utf8_lossy(bytes);
-            logs.push(
-                &ns,
-                &endpoint,
-                LogLine {
-                    at: clock.now(),
-                    replica: replica.clone(),
-                    stream,
-                    line: text.trim_end_matches(['\r', '\n']).to_string(),
-                },
-            );
-        };
         loop {
             let n = match from.read(&mut buf).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
-            pending.extend_from_slice(&buf[..n]);
-            while let Some(i) = pending.iter().position(|b| *b == b'\n') {
-                emit(&pending[..i]);
-                pending.drain(..=i);
-            }
-            if pending.len() > MAX_LINE_BYTES {
-                emit(&pending);
-                pending.clear();
-            }
+            out.write(stream, &buf[..n]);
         }
-        if !pending.is_empty() {
-            emit(&pending);
-        }
+        out.finish();
     });
 }
 

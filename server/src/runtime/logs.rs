@@ -1,11 +1,13 @@
 //! Replica output: a bounded buffer of lines per replica, grouped by endpoint, with a live feed for `follow`.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tokio::sync::broadcast;
+
+use crate::clock::Clock;
 
 /// Longest line kept; longer output is cut (and marked) so one chatty replica cannot eat the memory.
 pub const MAX_LINE_BYTES: usize = 8 * 1024;
@@ -31,6 +33,71 @@ impl LogLine {
             self.stream,
             self.line
         )
+    }
+}
+
+/// One replica's output on its way into the store: cut into lines per stream (stdout, stderr), each line
+/// stored as it ends, a line that never ends once it passes [`MAX_LINE_BYTES`], and what is left when the
+/// output ends.
+pub struct ReplicaOutput {
+    logs: Arc<LogStore>,
+    clock: Arc<dyn Clock>,
+    /// (namespace, endpoint, replica)
+    who: (String, String, String),
+    pending: HashMap<&'static str, Vec<u8>>,
+}
+
+impl ReplicaOutput {
+    pub fn new(
+        logs: Arc<LogStore>,
+        clock: Arc<dyn Clock>,
+        who: (String, String, String),
+    ) -> ReplicaOutput {
+        ReplicaOutput {
+            logs,
+            clock,
+            who,
+            pending: Default::default(),
+        }
+    }
+
+    /// Takes what the replica wrote on `stream`.
+    pub fn write(&mut self, stream: &'static str, bytes: &[u8]) {
+        let mut buf = self.pending.remove(stream).unwrap_or_default();
+        buf.extend_from_slice(bytes);
+        while let Some(i) = buf.iter().position(|b| *b == b'\n') {
+            self.store(stream, &buf[..i]);
+            buf.drain(..=i);
+        }
+        if buf.len() > MAX_LINE_BYTES {
+            self.store(stream, &buf);
+            buf.clear();
+        }
+        self.pending.insert(stream, buf);
+    }
+
+    /// The output ended: what is left of each stream's last line is stored.
+    pub fn finish(mut self) {
+        for (stream, rest) in std::mem::take(&mut self.pending) {
+            if !rest.is_empty() {
+                self.store(stream, &rest);
+            }
+        }
+    }
+
+    fn store(&self, stream: &'static str, bytes: &[u8]) {
+        let text = String::from_utf8_lossy(bytes);
+        let (namespace, endpoint, replica) = &self.who;
+        self.logs.push(
+            namespace,
+            endpoint,
+            LogLine {
+                at: self.clock.now(),
+                replica: replica.clone(),
+                stream,
+                line: text.trim_end_matches(['\r', '\n']).to_string(),
+            },
+        );
     }
 }
 

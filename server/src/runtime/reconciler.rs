@@ -1049,53 +1049,15 @@ impl Steps<'_> {
         devices: Option<Lease>,
     ) -> Result<Started<Box<ReplicaRun>>, String> {
         let rec = pass.rec;
-        let replica_id = format!("{}-{}", rec.spec.name, &random_id()[..8]);
-        let Launch {
-            mut plan,
-            health_route,
-        } = launch::plan(
-            self.engines,
-            self.secrets,
-            &rec.namespace,
-            spec,
-            &replica_id,
-            self.provider.kind(),
-        )
-        .map_err(|e| e.0)?;
-        plan.generation = serve_gen.to_string();
-        plan.resources = self.resources_for(spec, devices.as_ref());
-        let gpu = matches!(spec.compute.accelerator.as_str(), "gpu" | "zero_gpu");
-        if gpu && devices.is_none() && matches!(plan.workload, Workload::Container(_)) {
-            // A container is given only the devices placed for it: with none known, it would run without.
-            return Err(format!(
-                "{} {} needs GPUs, and this server knows of none (runtime.gpus, or nvidia-smi): not started without",
-                spec.compute.instance_type, spec.compute.instance_size
-            ));
-        }
-        if let (Some(lease), Workload::Process { .. }) = (&devices, &plan.workload) {
-            // Placed: the process sees its own devices, whatever its spec's environment said. (A container
-            // is given only its own.)
-            plan.env
-                .insert("CUDA_VISIBLE_DEVICES".into(), lease.ids().join(","));
-        }
-        match self.provider.prepare(&plan).await {
-            Readiness::Ready => {}
-            Readiness::Waiting(why) => {
+        let Launch { plan, health_route } =
+            self.plan_replica(pass, serve_gen, spec, devices.as_ref())?;
+        let info = match bring_up(self.provider, &plan).await? {
+            Started::Up(info) => info,
+            Started::Waiting(why) => {
                 if let Some(lease) = devices {
                     lease.unused();
                 }
                 return Ok(Started::Waiting(why));
-            }
-            Readiness::Failed(why) => return Err(why),
-        }
-        let info = match self.provider.start(&plan).await {
-            Ok(info) => info,
-            Err(ProviderError::Start(why)) => return Err(why),
-            Err(ProviderError::Unavailable(why)) => {
-                if let Some(lease) = devices {
-                    lease.unused();
-                }
-                return Ok(Started::Waiting(format!("{why}; retrying")));
             }
         };
         tracing::info!(namespace = %rec.namespace, endpoint = %rec.spec.name, replica = %info.replica_id, addr = %info.addr, "replica started");
@@ -1115,6 +1077,45 @@ impl Steps<'_> {
             draining: None,
             _devices: devices,
         })))
+    }
+
+    /// The plan of a new replica of `serve_gen` running `spec`, on `devices` (its own GPUs, when it has any).
+    fn plan_replica(
+        &self,
+        pass: &Pass<'_>,
+        serve_gen: &str,
+        spec: &EndpointSpec,
+        devices: Option<&Lease>,
+    ) -> Result<Launch, String> {
+        let rec = pass.rec;
+        let replica_id = format!("{}-{}", rec.spec.name, &random_id()[..8]);
+        let mut launch = launch::plan(
+            self.engines,
+            self.secrets,
+            &rec.namespace,
+            spec,
+            &replica_id,
+            self.provider.kind(),
+        )
+        .map_err(|e| e.0)?;
+        let plan = &mut launch.plan;
+        plan.generation = serve_gen.to_string();
+        plan.resources = self.resources_for(spec, devices);
+        let gpu = matches!(spec.compute.accelerator.as_str(), "gpu" | "zero_gpu");
+        if gpu && devices.is_none() && matches!(plan.workload, Workload::Container(_)) {
+            // A container is given only the devices placed for it: with none known, it would run without.
+            return Err(format!(
+                "{} {} needs GPUs, and this server knows of none (runtime.gpus, or nvidia-smi): not started without",
+                spec.compute.instance_type, spec.compute.instance_size
+            ));
+        }
+        if let (Some(lease), Workload::Process { .. }) = (devices, &plan.workload) {
+            // Placed: the process sees its own devices, whatever its spec's environment said. (A container
+            // is given only its own.)
+            plan.env
+                .insert("CUDA_VISIBLE_DEVICES".into(), lease.ids().join(","));
+        }
+        Ok(launch)
     }
 
     /// Once `target` replicas of `serve_gen` serve, the other generations' replicas retire; when that is
@@ -1298,15 +1299,10 @@ async fn start_router(
             .collect(),
         resources: Resources::default(),
     };
-    match provider.prepare(&plan).await {
-        Readiness::Ready => {}
-        Readiness::Waiting(why) => return Ok(Started::Waiting(why)),
-        Readiness::Failed(why) => return Err(format!("custom router: {why}")),
-    }
-    let info = match provider.start(&plan).await {
-        Ok(info) => info,
-        Err(ProviderError::Unavailable(why)) => return Ok(Started::Waiting(why)),
-        Err(ProviderError::Start(why)) => return Err(format!("custom router: {why}")),
+    let info = match bring_up(provider, &plan).await {
+        Ok(Started::Up(info)) => info,
+        Ok(Started::Waiting(why)) => return Ok(Started::Waiting(why)),
+        Err(why) => return Err(format!("custom router: {why}")),
     };
     tracing::info!(endpoint = %rec.spec.name, router = %info.replica_id, addr = %info.addr, "custom router started");
     Ok(Started::Up(RouterRun {
@@ -1314,6 +1310,24 @@ async fn start_router(
         backend: Arc::new(Backend::new(info.replica_id, info.addr, write_limit)),
         announced: None,
     }))
+}
+
+/// Starts `plan` once its provider is ready for it (its image pulled, its model fetched): the replica's
+/// address, or what it waits for; `Err` when it cannot start at all (retrying cannot help).
+async fn bring_up(
+    provider: &dyn ReplicaProvider,
+    plan: &ReplicaPlan,
+) -> Result<Started<ReplicaInfo>, String> {
+    match provider.prepare(plan).await {
+        Readiness::Ready => {}
+        Readiness::Waiting(why) => return Ok(Started::Waiting(why)),
+        Readiness::Failed(why) => return Err(why),
+    }
+    match provider.start(plan).await {
+        Ok(info) => Ok(Started::Up(info)),
+        Err(ProviderError::Unavailable(why)) => Ok(Started::Waiting(format!("{why}; retrying"))),
+        Err(ProviderError::Start(why)) => Err(why),
+    }
 }
 
 /// What a custom router runs: its launcher's command as a process, or under a container provider its

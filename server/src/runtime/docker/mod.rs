@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bollard::auth::DockerCredentials;
+use bollard::container::LogOutput;
 use bollard::models::{ContainerSummary, ContainerSummaryStateEnum, NetworkCreateRequest};
 use bollard::query_parameters::{
     CreateContainerOptions, ListContainersOptions, LogsOptions, RemoveContainerOptions,
@@ -32,7 +33,7 @@ use futures_util::StreamExt;
 
 use self::engine::{describe, unreachable, Engine, CALL};
 use self::pull::Pulls;
-use super::logs::{LogLine, LogStore, MAX_LINE_BYTES};
+use super::logs::{LogStore, ReplicaOutput};
 use super::provider::{
     Found, Kind, ProviderError, Readiness, ReplicaInfo, ReplicaPlan, ReplicaProvider,
     ReplicaStatus, Workload,
@@ -368,45 +369,18 @@ impl Inner {
             ..Default::default()
         };
         tokio::spawn(async move {
-            let (ns, endpoint, replica) = tracked;
+            let mut out = ReplicaOutput::new(logs, clock, tracked);
             let mut stream = docker.logs(&container, Some(options));
-            let mut pending: HashMap<&'static str, Vec<u8>> = HashMap::new();
-            let emit = |stream: &'static str, bytes: &[u8]| {
-                let text = String::from_utf8_lossy(bytes);
-                logs.push(
-                    &ns,
-                    &endpoint,
-                    LogLine {
-                        at: clock.now(),
-                        replica: replica.clone(),
-                        stream,
-                        line: text.trim_end_matches(['\r', '\n']).to_string(),
-                    },
-                );
-            };
-            while let Some(Ok(out)) = stream.next().await {
-                let (name, bytes) = match out {
-                    bollard::container::LogOutput::StdErr { message } => ("stderr", message),
-                    bollard::container::LogOutput::StdOut { message }
-                    | bollard::container::LogOutput::Console { message } => ("stdout", message),
-                    bollard::container::LogOutput::StdIn { .. } => continue,
-                };
-                let buf = pending.entry(name).or_default();
-                buf.extend_from_slice(&bytes);
-                while let Some(i) = buf.iter().position(|b| *b == b'\n') {
-                    emit(name, &buf[..i]);
-                    buf.drain(..=i);
-                }
-                if buf.len() > MAX_LINE_BYTES {
-                    emit(name, buf);
-                    buf.clear();
+            while let Some(Ok(chunk)) = stream.next().await {
+                match chunk {
+                    LogOutput::StdErr { message } => out.write("stderr", &message),
+                    LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                        out.write("stdout", &message)
+                    }
+                    LogOutput::StdIn { .. } => {}
                 }
             }
-            for (name, rest) in pending {
-                if !rest.is_empty() {
-                    emit(name, &rest);
-                }
-            }
+            out.finish();
         });
     }
 }
