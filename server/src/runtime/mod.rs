@@ -18,6 +18,7 @@ pub mod logs;
 pub mod provider;
 pub mod reconciler;
 pub mod repositories;
+pub mod retry;
 pub mod scaler;
 
 use std::collections::HashMap;

@@ -21,6 +21,7 @@ use reqwest::StatusCode;
 use serde::Deserialize;
 
 use super::provider::Readiness;
+use super::retry::Failure;
 use crate::config::ModelsConfig;
 use crate::outbound::{FetchOptions, Outbound};
 
@@ -43,8 +44,7 @@ struct Progress {
 
 enum Fetch {
     Running(Arc<Mutex<Progress>>),
-    /// Why, and whether a retry can help.
-    Failed(String, bool),
+    Failed(Failure),
 }
 
 pub struct Repositories {
@@ -110,19 +110,20 @@ impl Repositories {
                 let p = p.lock().unwrap_or_else(|e| e.into_inner());
                 return Found::Not(Readiness::Waiting(message(&key, &p)));
             }
-            Some(Fetch::Failed(..)) => {
-                return match fetches.remove(&key) {
-                    Some(Fetch::Failed(why, true)) => {
-                        Found::Not(Readiness::Waiting(format!("{why}; retrying")))
-                    }
-                    Some(Fetch::Failed(why, false)) => Found::Not(Readiness::Failed(why)),
-                    _ => Found::Not(Readiness::Waiting(format!("downloading {key}"))),
-                };
+            // Reported once: the next call fetches again.
+            Some(Fetch::Failed(f)) if f.lasting => {
+                let told = f.readiness();
+                fetches.remove(&key);
+                return Found::Not(told);
             }
-            None => {}
+            Some(Fetch::Failed(f)) if !f.due() => return Found::Not(f.readiness()),
+            Some(Fetch::Failed(_)) | None => {}
         }
         let progress = Arc::new(Mutex::new(Progress::default()));
-        fetches.insert(key.clone(), Fetch::Running(progress.clone()));
+        let before = match fetches.insert(key.clone(), Fetch::Running(progress.clone())) {
+            Some(Fetch::Failed(f)) if !f.lasting => f.before + 1,
+            _ => 0,
+        };
         drop(fetches);
         let (this, owned) = (self.clone(), (repo.to_string(), revision.to_string()));
         let token = token.map(str::to_string);
@@ -140,7 +141,8 @@ impl Repositories {
                 Err((why, retry)) => {
                     tracing::warn!(repository = %key, retry, "{why}");
                     let why = format!("downloading {key} failed: {why}");
-                    this.fetches().insert(key, Fetch::Failed(why, retry));
+                    let failed = Failure::new(why, !retry, before);
+                    this.fetches().insert(key, Fetch::Failed(failed));
                 }
             }
         });

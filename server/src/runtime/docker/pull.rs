@@ -13,6 +13,7 @@ use futures_util::StreamExt;
 
 use super::create::pull_reference;
 use crate::runtime::provider::Readiness;
+use crate::runtime::retry::Failure;
 
 /// A pull of `always` this recent counts for the next replica of the same image.
 const FRESH: Duration = Duration::from_secs(60);
@@ -60,8 +61,7 @@ impl Progress {
 enum Pull {
     Running(Arc<Mutex<Progress>>),
     Done(Instant),
-    /// Why, and whether a retry can help.
-    Failed(String, bool),
+    Failed(Failure),
 }
 
 /// The pulls of one provider, by image.
@@ -75,8 +75,8 @@ impl Pulls {
         self.by_image.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Where the pull of `image` stands: `None` when there is none to report (never pulled, or its
-    /// failure reported already); a failure is reported once, so the next call pulls again.
+    /// Where the pull of `image` stands: `None` when a pull should begin (never pulled, its retry is due, or
+    /// its lasting failure was reported: each is reported once, and the next call pulls again).
     pub fn state(&self, image: &str, always: bool) -> Option<Readiness> {
         let mut map = self.map();
         match map.get(image)? {
@@ -86,13 +86,13 @@ impl Pulls {
             }
             Pull::Done(at) if !always || at.elapsed() < FRESH => Some(Readiness::Ready),
             Pull::Done(_) => None,
-            Pull::Failed(..) => match map.remove(image) {
-                Some(Pull::Failed(why, true)) => {
-                    Some(Readiness::Waiting(format!("{why}; retrying")))
-                }
-                Some(Pull::Failed(why, false)) => Some(Readiness::Failed(why)),
-                _ => None,
-            },
+            Pull::Failed(f) if f.lasting => {
+                let told = f.readiness();
+                map.remove(image);
+                Some(told)
+            }
+            Pull::Failed(f) if f.due() => None,
+            Pull::Failed(f) => Some(f.readiness()),
         }
     }
 
@@ -115,8 +115,13 @@ impl Pulls {
         credentials: Option<DockerCredentials>,
     ) -> Readiness {
         let progress = Arc::new(Mutex::new(Progress::default()));
-        self.map()
-            .insert(image.to_string(), Pull::Running(progress.clone()));
+        let before = match self
+            .map()
+            .insert(image.to_string(), Pull::Running(progress.clone()))
+        {
+            Some(Pull::Failed(f)) if !f.lasting => f.before + 1,
+            _ => 0,
+        };
         let (pulls, pulling) = (self.clone(), image.to_string());
         tokio::spawn(async move {
             let image = pulling;
@@ -129,7 +134,8 @@ impl Pulls {
                 Err(why) => {
                     let retry = can_retry(&why);
                     tracing::warn!(%image, retry, "{why}");
-                    Pull::Failed(format!("pulling {image} failed: {why}"), retry)
+                    let why = format!("pulling {image} failed: {why}");
+                    Pull::Failed(Failure::new(why, !retry, before))
                 }
             };
             pulls.map().insert(image, state);
@@ -216,7 +222,7 @@ mod tests {
         let pulls = Pulls::default();
         pulls
             .map()
-            .insert("x".into(), Pull::Failed("no".into(), false));
+            .insert("x".into(), Pull::Failed(Failure::new("no".into(), true, 0)));
         assert_eq!(
             pulls.state("x", false),
             Some(Readiness::Failed("no".into()))
