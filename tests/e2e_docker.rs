@@ -353,8 +353,24 @@ async fn missing_tags_fail_and_private_registries_take_credentials() {
     .await;
     wait_for(&http, &r, &format!("own-{tag}"), "running", ready(1)).await;
     assert_eq!(embed(&http, &r, &format!("own-{tag}")).await, 200);
+    // The image is on the engine now, pulled with that endpoint's credentials: another endpoint without
+    // them does not get the engine's copy, its own pull is refused.
+    let thief = format!("thief-{tag}");
+    let bare = json!({"custom": {"url": private, "port": 8080}});
+    create(&http, &r, &endpoint(&thief, bare, vec![])).await;
+    let ep = wait_for(&http, &r, &thief, "failed", |ep| {
+        ep["status"]["state"] == "failed"
+    })
+    .await;
+    let message = ep["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.to_lowercase().contains("no basic auth credentials")
+            || message.to_lowercase().contains("unauthorized"),
+        "{message}"
+    );
+    assert!(docker.containers(&cli, &thief).is_empty());
     let (own, wrong) = (format!("own-{tag}"), format!("wrong-{tag}"));
-    tear_down(&http, r, &docker, &cli, &network, &[&own, &wrong]).await;
+    tear_down(&http, r, &docker, &cli, &network, &[&own, &wrong, &thief]).await;
 }
 
 /// A rolling update of a container endpoint under a steady stream of requests: the new containers serve
@@ -693,7 +709,24 @@ async fn the_model_is_fetched_from_the_hub_resumed_after_a_kill_and_mounted() {
         logs.contains("probe /repository/config.json: read 18 bytes"),
         "{logs}"
     );
-    tear_down(&http, r, &docker, &cli, &network, &[&name]).await;
+    // The copy was fetched with this endpoint's token: another endpoint of the same model without one
+    // does not get it (the hub is asked, and refuses).
+    let other = format!("tokenless-{tag}");
+    let mut body = endpoint(
+        &other,
+        json!({"custom": {"url": image, "port": 8080}}),
+        vec![],
+    );
+    body["experimentalFeatures"] = json!({});
+    create(&http, &r, &body).await;
+    let ep = wait_for(&http, &r, &other, "failed", |ep| {
+        ep["status"]["state"] == "failed"
+    })
+    .await;
+    let message = ep["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("401"), "{message}");
+    assert!(docker.containers(&cli, &other).is_empty());
+    tear_down(&http, r, &docker, &cli, &network, &[&name, &other]).await;
 }
 
 /// `switchyard engines image minilm` builds the built-in MiniLM engine as an image (debootstrap, its pinned

@@ -118,13 +118,13 @@ impl Devices {
     }
 
     /// The devices `ids` that a replica an earlier server started runs on, held for it again (those of them
-    /// this server knows).
+    /// this server knows and nobody holds yet: a device two replicas name stays with the first).
     pub fn claim(self: &Arc<Self>, ids: &[String], namespace: &str, endpoint: &str) -> Lease {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         let holder = format!("{namespace}/{endpoint}");
         let ids: Vec<String> = ids
             .iter()
-            .filter(|id| self.ids.contains(id))
+            .filter(|id| self.ids.contains(id) && !held.contains_key(*id))
             .cloned()
             .collect();
         for id in &ids {
@@ -256,6 +256,8 @@ mod tests {
             d.take(1, "acme", "chat").is_ok(),
             "given back without the grace time"
         );
+        let twice = d.claim(&["1".into()], "other", "x");
+        assert!(twice.ids().is_empty(), "a device held is not claimed again");
     }
 
     #[tokio::test(start_paused = true)]

@@ -154,9 +154,9 @@ pub trait ReplicaProvider: Send + Sync + 'static {
     /// Stops the replica (gracefully, then by force) and forgets it.
     async fn stop(&self, replica_id: &str);
     /// The replicas an earlier server left running, now this provider's to watch and stop (none for
-    /// processes, which die with their server).
-    async fn found(&self) -> Vec<Found> {
-        Vec::new()
+    /// processes, which die with their server); `Err` when it cannot tell yet (its engine does not answer).
+    async fn found(&self) -> Result<Vec<Found>, String> {
+        Ok(Vec::new())
     }
     /// Called on shutdown: stops every replica, or leaves them running for the next server when the
     /// provider keeps them across restarts.

@@ -177,12 +177,17 @@ pub struct Reconciler {
 /// What identifies the replicas a spec needs: a change here means new replicas; a change elsewhere
 /// (scaling, network, type) does not.
 pub fn generation(spec: &EndpointSpec) -> String {
-    let key = serde_json::json!({
+    let mut key = serde_json::json!({
         "model": spec.model,
         "accelerator": spec.compute.accelerator,
         "instanceType": spec.compute.instance_type,
         "instanceSize": spec.compute.instance_size,
     });
+    if spec.experimental_features.skip_repo_download == Some(true) {
+        // A container then mounts no model and its engine is not pointed at one. (Only when set, so the
+        // generations of every other spec stay as they were.)
+        key["skipRepoDownload"] = serde_json::Value::Bool(true);
+    }
     hex(&Sha256::digest(key.to_string().as_bytes())[..8])
 }
 
@@ -323,7 +328,17 @@ impl Reconciler {
         };
         let now = self.clock.now();
         if self.found.as_ref().is_some_and(|f| f.is_empty()) {
-            for f in self.provider.found().await {
+            let found = match self.provider.found().await {
+                Ok(found) => found,
+                Err(why) => {
+                    // Nothing starts before the replicas an earlier server left are known: they may be
+                    // running, holding GPUs and serving. Tried again at the next tick.
+                    tracing::warn!("{why}: waiting to adopt what an earlier server left");
+                    self.records = Some(records);
+                    return Ok(());
+                }
+            };
+            for f in found {
                 let key = (f.namespace.clone(), f.endpoint.clone());
                 // Its GPUs are held for it before any endpoint starts a replica this tick.
                 let devices = (!f.devices.is_empty())
@@ -1244,13 +1259,17 @@ async fn sync_router(
         return Err("customRouter protocol extProc needs a gRPC external processor, which this server's proxy does not speak; use http".into());
     }
     if let Some(r) = &run.router {
-        if let ReplicaStatus::Exited(how) = provider.status(&r.backend.replica_id) {
-            // A crash like a replica's: counted, and restarted after the backoff.
-            let why = format!("custom router {} exited ({how})", r.backend.replica_id);
-            stop_router(run, provider).await;
-            record_crash(run, config, now, why);
-        } else if r.spec != *spec {
-            stop_router(run, provider).await;
+        match provider.status(&r.backend.replica_id) {
+            ReplicaStatus::Exited(how) => {
+                // A crash like a replica's: counted, and restarted after the backoff.
+                let why = format!("custom router {} exited ({how})", r.backend.replica_id);
+                stop_router(run, provider).await;
+                record_crash(run, config, now, why);
+            }
+            // Its engine went away: replaced once it is back, as a replica is.
+            ReplicaStatus::Lost(_) => stop_router(run, provider).await,
+            ReplicaStatus::Running if r.spec != *spec => stop_router(run, provider).await,
+            ReplicaStatus::Running => {}
         }
     }
     if run.router.is_none() && run.next_start_at.is_none_or(|t| t <= now) {
@@ -1683,5 +1702,12 @@ mod tests {
         assert_eq!(generation(&a), generation(&b));
         b.model.env.insert("X".into(), "1".into());
         assert_ne!(generation(&a), generation(&b));
+        let mut c = a.clone();
+        c.experimental_features.skip_repo_download = Some(true);
+        assert_ne!(
+            generation(&a),
+            generation(&c),
+            "a container without its model is another"
+        );
     }
 }

@@ -23,7 +23,19 @@ use serde::Deserialize;
 use super::provider::Readiness;
 use super::retry::Failure;
 use crate::config::ModelsConfig;
-use crate::outbound::{FetchOptions, Outbound};
+use crate::outbound::{FetchOptions, Outbound, OutboundError};
+
+/// The access marker of a repository the hub served without a token.
+const PUBLIC: &str = "public";
+
+/// The access marker of `token`: a digest, never the token.
+fn who(token: Option<&str>) -> String {
+    use sha2::{Digest, Sha256};
+    match token {
+        None => PUBLIC.to_string(),
+        Some(t) => crate::crypto::hex(&Sha256::digest(t.as_bytes())[..16]),
+    }
+}
 
 /// How long a download may go without a byte (there is no bound on the whole).
 const STALL: Duration = Duration::from_secs(60);
@@ -53,6 +65,7 @@ pub struct Repositories {
     mirror_dir: Option<PathBuf>,
     outbound: Arc<Outbound>,
     fetches: Mutex<HashMap<String, Fetch>>,
+    commits: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// The hub's answer about one revision.
@@ -79,6 +92,7 @@ impl Repositories {
             mirror_dir: config.mirror_dir.clone(),
             outbound,
             fetches: Mutex::new(HashMap::new()),
+            commits: Mutex::new(HashMap::new()),
         }
     }
 
@@ -100,7 +114,7 @@ impl Repositories {
                 )))
             };
         }
-        if let Some(dir) = self.cached(repo, revision) {
+        if let Some(dir) = self.cached(repo, revision, token) {
             return Found::Here(dir);
         }
         let key = format!("{repo}@{revision}");
@@ -149,12 +163,22 @@ impl Repositories {
         Found::Not(Readiness::Waiting(format!("downloading {repo}@{revision}")))
     }
 
-    /// The complete copy of `repo` at `revision`, when there is one.
-    fn cached(&self, repo: &str, revision: &str) -> Option<PathBuf> {
-        let sha =
-            std::fs::read_to_string(self.cache.join(repo).join("refs").join(revision)).ok()?;
-        let dir = self.cache.join(repo).join(sha.trim());
-        dir.is_dir().then_some(dir)
+    /// The complete copy of `repo` at `revision`, when there is one that `token` may read: one fetched
+    /// without a token, or with this one. (A copy fetched with another tenant's token is not handed out:
+    /// the hub is asked again, with this token, whether it may.)
+    fn cached(&self, repo: &str, revision: &str, token: Option<&str>) -> Option<PathBuf> {
+        let home = self.cache.join(repo);
+        let sha = std::fs::read_to_string(home.join("refs").join(revision)).ok()?;
+        let dir = home.join(sha.trim());
+        let access = home.join("access");
+        let allowed = access.join(PUBLIC).exists() || access.join(who(token)).exists();
+        (dir.is_dir() && allowed).then_some(dir)
+    }
+
+    /// The lock of one commit's download.
+    fn commit_lock(&self, repo: &str, sha: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.commits.lock().unwrap_or_else(|e| e.into_inner());
+        locks.entry(format!("{repo}@{sha}")).or_default().clone()
     }
 
     fn options(&self, token: Option<&str>) -> FetchOptions {
@@ -187,7 +211,7 @@ impl Repositories {
             .outbound
             .get(&url, &options)
             .await
-            .map_err(|e| (e.to_string(), true))?;
+            .map_err(|e| (e.to_string(), may_pass(&e)))?;
         match answer.status {
             StatusCode::OK => {}
             s @ (StatusCode::NOT_FOUND | StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => {
@@ -207,26 +231,35 @@ impl Repositories {
             .collect();
         {
             let mut p = progress.lock().unwrap_or_else(|e| e.into_inner());
-            p.total = files.iter().filter_map(|s| s.size).sum();
+            p.total = files
+                .iter()
+                .filter_map(|s| s.size)
+                .fold(0u64, u64::saturating_add);
             p.files = (0, files.len());
         }
         let home = self.cache.join(repo);
         let partial = home.join(format!("{}.partial", about.sha));
         let local = |e: std::io::Error| (format!("writing {}: {e}", partial.display()), true);
-        make_dir(&partial).map_err(local)?;
-        for sibling in files {
-            self.fetch_file(repo, &about.sha, sibling, &partial, &options, progress)
-                .await?;
-            let mut p = progress.lock().unwrap_or_else(|e| e.into_inner());
-            p.files.0 += 1;
-        }
+        // One fetch of a commit at a time (two revisions can name the same one).
+        let lock = self.commit_lock(repo, &about.sha);
+        let _writing = lock.lock().await;
         let done = home.join(&about.sha);
         if !done.is_dir() {
+            make_dir(&partial).map_err(local)?;
+            for sibling in files {
+                self.fetch_file(repo, &about.sha, sibling, &partial, &options, progress)
+                    .await?;
+                let mut p = progress.lock().unwrap_or_else(|e| e.into_inner());
+                p.files.0 += 1;
+            }
             std::fs::rename(&partial, &done).map_err(local)?;
         }
         let refs = home.join("refs").join(revision);
         make_dir(refs.parent().unwrap_or(&home)).map_err(local)?;
         std::fs::write(&refs, &about.sha).map_err(local)?;
+        // The hub let this token (or no token) read it.
+        make_dir(&home.join("access")).map_err(local)?;
+        std::fs::write(home.join("access").join(who(token)), b"").map_err(local)?;
         Ok(())
     }
 
@@ -245,9 +278,15 @@ impl Repositories {
         if let Some(parent) = path.parent() {
             make_dir(parent).map_err(local)?;
         }
-        let have = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        let mut have = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        if sibling.size.is_some_and(|size| have > size) {
+            // Longer than the hub says: not a start of it.
+            std::fs::write(&path, b"").map_err(local)?;
+            have = 0;
+        }
         if sibling.size.is_some_and(|size| size == have && have > 0) {
-            progress.lock().unwrap_or_else(|e| e.into_inner()).done += have;
+            let mut p = progress.lock().unwrap_or_else(|e| e.into_inner());
+            p.done = p.done.saturating_add(have);
             return Ok(());
         }
         let mut options = options.clone();
@@ -266,7 +305,10 @@ impl Repositories {
             .mode(0o644)
             .open(&path)
             .map_err(local)?;
-        progress.lock().unwrap_or_else(|e| e.into_inner()).done += have;
+        {
+            let mut p = progress.lock().unwrap_or_else(|e| e.into_inner());
+            p.done = p.done.saturating_add(have);
+        }
         let mut from_scratch = have == 0;
         let (status, _) = self
             .outbound
@@ -277,13 +319,16 @@ impl Repositories {
                     from_scratch = true;
                 }
                 file.write_all(chunk)?;
-                progress.lock().unwrap_or_else(|e| e.into_inner()).done += chunk.len() as u64;
+                let mut p = progress.lock().unwrap_or_else(|e| e.into_inner());
+                p.done = p.done.saturating_add(chunk.len() as u64);
                 Ok(())
             })
             .await
-            .map_err(|e| (e.to_string(), true))?;
+            .map_err(|e| (e.to_string(), may_pass(&e)))?;
         match status {
-            StatusCode::OK | StatusCode::PARTIAL_CONTENT | StatusCode::RANGE_NOT_SATISFIABLE => {}
+            StatusCode::OK | StatusCode::PARTIAL_CONTENT => {}
+            // Nothing past what we have: complete, if it is the size the hub said.
+            StatusCode::RANGE_NOT_SATISFIABLE if sibling.size.is_none_or(|size| size == have) => {}
             s @ (StatusCode::NOT_FOUND | StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => {
                 return Err((
                     format!("the hub answered {s} for {}", sibling.rfilename),
@@ -297,14 +342,47 @@ impl Repositories {
                 ))
             }
         }
-        file.sync_all().map_err(local)?;
+        let written = file.metadata().map_err(local)?.len();
+        if sibling.size.is_some_and(|size| size != written) {
+            // Cut short, or more than the hub said: fetched again from the start at the next try.
+            file.set_len(0).map_err(local)?;
+            return Err((
+                format!(
+                    "{} came to {written} bytes, not the {} the hub said",
+                    sibling.rfilename,
+                    sibling.size.unwrap_or_default()
+                ),
+                true,
+            ));
+        }
+        // On disk before the copy counts as complete; a large file's flush is off the async workers.
+        let synced = tokio::task::spawn_blocking(move || file.sync_all()).await;
+        synced
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .and_then(|r| r)
+            .map_err(local)?;
         Ok(())
     }
 }
 
+/// Whether an outbound failure may pass (the hub away, a connection cut), rather than last (the guard
+/// refusing the hub's address, a URL that is not one, a full disk).
+fn may_pass(e: &OutboundError) -> bool {
+    !matches!(
+        e,
+        OutboundError::Refused { .. }
+            | OutboundError::BadUrl(_)
+            | OutboundError::Scheme(_)
+            | OutboundError::NoHost
+            | OutboundError::Redirected { .. }
+            | OutboundError::TooLarge { .. }
+            | OutboundError::Sink { .. }
+    )
+}
+
 /// `downloading org/model@main: 45% (3 of 7 files)`.
 fn message(key: &str, p: &Progress) -> String {
-    match (p.done * 100).checked_div(p.total) {
+    match p.done.saturating_mul(100).checked_div(p.total) {
         Some(percent) => format!(
             "downloading {key}: {}% ({} of {} files)",
             percent.min(100),

@@ -16,7 +16,16 @@ pub struct Engine {
     /// `unix:///var/run/docker.sock`, `tcp://…`.
     pub host: String,
     client: Mutex<Option<Connected>>,
+    /// The last failed connection, answered again for [`RETRY_CONNECT`] (callers do not queue behind a
+    /// connection that cannot be made).
+    failed: std::sync::Mutex<Option<(std::time::Instant, String)>>,
 }
+
+/// How long a failed connection stands before the next one is tried.
+const RETRY_CONNECT: Duration = Duration::from_secs(2);
+
+/// How long connecting (and negotiating the version) may take.
+const CONNECT: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 pub struct Connected {
@@ -35,15 +44,40 @@ impl Engine {
         Engine {
             host,
             client: Mutex::new(None),
+            failed: std::sync::Mutex::new(None),
         }
     }
 
     /// The client, connected and its version negotiated; `Err` says why the engine cannot be used now.
     pub async fn connect(&self) -> Result<Connected, String> {
+        let recent = self
+            .failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some((_, why)) = recent.filter(|(at, _)| at.elapsed() < RETRY_CONNECT) {
+            return Err(why);
+        }
         let mut held = self.client.lock().await;
         if let Some(c) = held.as_ref() {
             return Ok(c.clone());
         }
+        let connected = self.connect_now().await;
+        let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        match connected {
+            Ok(c) => {
+                *failed = None;
+                *held = Some(c.clone());
+                Ok(c)
+            }
+            Err(why) => {
+                *failed = Some((std::time::Instant::now(), why.clone()));
+                Err(why)
+            }
+        }
+    }
+
+    async fn connect_now(&self) -> Result<Connected, String> {
         let docker = match &self.host {
             h if h.starts_with("unix://") => {
                 Docker::connect_with_unix(h, CLIENT_TIMEOUT, API_DEFAULT_VERSION)
@@ -58,21 +92,19 @@ impl Engine {
             }
         }
         .map_err(|e| self.unanswered(&describe(&e)))?;
-        let docker = tokio::time::timeout(CALL, docker.negotiate_version())
+        let docker = tokio::time::timeout(CONNECT, docker.negotiate_version())
             .await
             .map_err(|_| self.unanswered("no answer"))?
             .map_err(|e| self.unanswered(&describe(&e)))?;
-        let info = tokio::time::timeout(CALL, docker.info())
+        let info = tokio::time::timeout(CONNECT, docker.info())
             .await
             .map_err(|_| self.unanswered("no answer"))?
             .map_err(|e| self.unanswered(&describe(&e)))?;
         tracing::info!(host = %self.host, version = ?info.server_version, api = %docker.client_version(), "connected to the Docker Engine");
-        let connected = Connected {
+        Ok(Connected {
             docker,
             cpus: info.ncpu.filter(|n| *n > 0).map(|n| n as f64),
-        };
-        *held = Some(connected.clone());
-        Ok(connected)
+        })
     }
 
     /// Forgets the connection after a call found the engine gone: the next use connects (and negotiates)

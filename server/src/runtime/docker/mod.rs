@@ -52,6 +52,8 @@ const LOST_AFTER: u32 = 3;
 struct Tracked {
     /// Its container's id; empty while it is being created.
     container: String,
+    /// When its container was known to exist: a listing begun before then may not show it yet.
+    since: std::time::Instant,
     status: ReplicaStatus,
     cpu_seconds: Option<f64>,
 }
@@ -74,6 +76,8 @@ struct Inner {
     /// Watches in a row that could not reach the engine.
     unanswered: AtomicU32,
     stopping: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Containers being stopped (given their grace time), which the watcher leaves alone.
+    leaving: Mutex<HashSet<String>>,
 }
 
 pub struct DockerProvider {
@@ -112,6 +116,7 @@ impl DockerProvider {
             swept: AtomicBool::new(false),
             unanswered: AtomicU32::new(0),
             stopping: Mutex::new(Vec::new()),
+            leaving: Mutex::new(HashSet::new()),
         });
         let watcher = tokio::spawn(watch(Arc::downgrade(&inner)));
         DockerProvider { inner, watcher }
@@ -244,12 +249,21 @@ impl Inner {
             {
                 Ok(Ok(c)) => c,
                 Ok(Err(e)) => {
-                    if describe(&e).to_ascii_lowercase().contains("no such image") {
+                    let said = describe(&e).to_ascii_lowercase();
+                    if said.contains("no such image") {
                         // Removed since it was pulled: pulled again at the next pass.
                         self.pulls.forget(&container.image);
                         return Err(ProviderError::Unavailable(format!(
                             "image {} is no longer on the Docker Engine; pulling it again",
                             container.image
+                        )));
+                    }
+                    if said.contains("network") && said.contains("not found") {
+                        // Removed since it was made: made again at the next pass.
+                        self.network_ready.store(false, Ordering::Release);
+                        return Err(ProviderError::Unavailable(format!(
+                            "the network {} is gone from the Docker Engine; making it again",
+                            self.config.network
                         )));
                     }
                     return Err(self
@@ -286,12 +300,21 @@ impl Inner {
             remove(&docker.docker, &id, Duration::ZERO).await;
             return Err(e);
         }
-        let ip = self.address(&docker.docker, &id).await;
-        // A container that exited at once has no address: the watcher reports how it ended.
-        let addr = SocketAddr::new(
-            ip.unwrap_or(IpAddr::from([127, 0, 0, 1])),
-            if ip.is_some() { container.port } else { 1 },
-        );
+        let addr = match self.address(&docker.docker, &id).await {
+            Some(ip) => SocketAddr::new(ip, container.port),
+            // A container that exited at once has no address: the watcher reports how it ended (a port
+            // nothing listens on, meanwhile).
+            None if self.exited(&docker.docker, &id).await => {
+                SocketAddr::new(IpAddr::from([127, 0, 0, 1]), 1)
+            }
+            None => {
+                remove(&docker.docker, &id, Duration::ZERO).await;
+                return Err(ProviderError::Unavailable(format!(
+                    "the Docker Engine gave no address on {} for a container of {}",
+                    self.config.network, container.image
+                )));
+            }
+        };
         Ok((id, addr))
     }
 
@@ -325,8 +348,32 @@ impl Inner {
         }
     }
 
-    /// The container's address on the replicas' network.
+    /// Whether the container has stopped already.
+    async fn exited(&self, docker: &Docker, id: &str) -> bool {
+        let inspected = tokio::time::timeout(
+            CALL,
+            docker.inspect_container(
+                id,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            ),
+        )
+        .await;
+        matches!(inspected, Ok(Ok(ref c)) if c.state.as_ref().and_then(|s| s.running) == Some(false))
+    }
+
+    /// The container's address on the replicas' network (asked three times: one answer lost is no reason
+    /// to give up on a container that runs).
     async fn address(&self, docker: &Docker, id: &str) -> Option<IpAddr> {
+        for _ in 0..3 {
+            if let Some(ip) = self.address_once(docker, id).await {
+                return Some(ip);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        None
+    }
+
+    async fn address_once(&self, docker: &Docker, id: &str) -> Option<IpAddr> {
         let inspected = tokio::time::timeout(
             CALL,
             docker.inspect_container(
@@ -349,7 +396,12 @@ impl Inner {
     fn set_container(&self, replica: &str, container: &str) {
         if let Some(t) = self.replicas().get_mut(replica) {
             t.container = container.to_string();
+            t.since = std::time::Instant::now();
         }
+    }
+
+    fn leaving(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.leaving.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Copies a container's output into the log store, from `tail` lines back.
@@ -460,6 +512,7 @@ async fn watch(inner: Weak<Inner>) {
         if inner.replicas().is_empty() && !inner.swept.load(Ordering::Acquire) {
             continue;
         }
+        let listed_at = std::time::Instant::now();
         let listed = match inner.docker().await {
             Ok(d) => ours(&inner, &d.docker).await.map(|l| (d, l)),
             Err(why) => Err(bollard::errors::Error::IOError {
@@ -469,7 +522,7 @@ async fn watch(inner: Weak<Inner>) {
         match listed {
             Ok((docker, list)) => {
                 inner.unanswered.store(0, Ordering::Release);
-                observe(&inner, &docker.docker, &list).await;
+                observe(&inner, &docker.docker, &list, listed_at).await;
             }
             Err(e) => {
                 inner.engine.lost().await;
@@ -489,7 +542,13 @@ async fn watch(inner: Weak<Inner>) {
 
 /// Notes each tracked replica's state from `list`, samples the CPU of those that run, and removes this
 /// server's containers no replica is tracked for.
-async fn observe(inner: &Inner, docker: &Docker, list: &[ContainerSummary]) {
+/// `listed_at`: when the listing began (a container created after it is not in it).
+async fn observe(
+    inner: &Inner,
+    docker: &Docker,
+    list: &[ContainerSummary],
+    listed_at: std::time::Instant,
+) {
     let by_replica: HashMap<&str, &ContainerSummary> = list
         .iter()
         .filter_map(|c| Some((label(c, create::REPLICA)?, c)))
@@ -522,14 +581,19 @@ async fn observe(inner: &Inner, docker: &Docker, list: &[ContainerSummary]) {
                     t.status.clone()
                 }
                 Some(c) => ReplicaStatus::Exited(exit_of(c)),
-                None => ReplicaStatus::Exited("its container was removed".into()),
+                None if t.since < listed_at => {
+                    ReplicaStatus::Exited("its container was removed".into())
+                }
+                None => t.status.clone(),
             };
         }
     }
     if inner.swept.load(Ordering::Acquire) {
         let tracked: HashSet<String> = inner.replicas().keys().cloned().collect();
+        let leaving = inner.leaving().clone();
         for c in list {
-            let owned = label(c, create::REPLICA).is_some_and(|r| tracked.contains(r));
+            let owned = label(c, create::REPLICA).is_some_and(|r| tracked.contains(r))
+                || c.id.as_ref().is_some_and(|id| leaving.contains(id));
             if let (false, Some(id)) = (owned, c.id.as_deref()) {
                 tracing::info!(container = %id, "removing a container of this server that no replica owns");
                 remove(docker, id, Duration::ZERO).await;
@@ -600,7 +664,7 @@ impl ReplicaProvider for DockerProvider {
         self.stop_replica(replica_id).await
     }
 
-    async fn found(&self) -> Vec<Found> {
+    async fn found(&self) -> Result<Vec<Found>, String> {
         self.adoptable().await
     }
 
@@ -618,14 +682,18 @@ impl DockerProvider {
     ) -> Readiness {
         let inner = &self.inner;
         let always = inner.config.pull == PullPolicy::Always;
-        if let Some(state) = inner.pulls.state(&c.image, always) {
+        let key = pull::key(&c.image, c.credentials.as_ref());
+        if let Some(state) = inner.pulls.state(&key, &c.image, always) {
             return state;
         }
-        if !always {
+        // An image pulled with an endpoint's own credentials is that endpoint's: another one pulls it
+        // with its own (or none) before using the engine's copy, so a refused pull is refused.
+        let shared = c.credentials.is_none() && !inner.pulls.private(&c.image);
+        if !always && shared {
             let here = tokio::time::timeout(CALL, docker.docker.inspect_image(&c.image)).await;
             match here {
                 Ok(Ok(_)) => {
-                    inner.pulls.have(&c.image);
+                    inner.pulls.have(&key);
                     return Readiness::Ready;
                 }
                 Ok(Err(e)) if unreachable(&e) => {
@@ -643,9 +711,11 @@ impl DockerProvider {
             }
         }
         let credentials = inner.credentials(&c.image, c.credentials.as_ref());
+        let own = c.credentials.is_some();
+        let pulling = (key.as_str(), c.image.as_str());
         inner
             .pulls
-            .begin(docker.docker.clone(), &c.image, credentials)
+            .begin(docker.docker.clone(), pulling, credentials, own)
     }
 
     async fn start_container(&self, plan: &ReplicaPlan) -> Result<ReplicaInfo, ProviderError> {
@@ -662,6 +732,7 @@ impl DockerProvider {
             plan.replica_id.clone(),
             Tracked {
                 container: String::new(),
+                since: std::time::Instant::now(),
                 status: ReplicaStatus::Running,
                 cpu_seconds: None,
             },
@@ -702,12 +773,15 @@ impl DockerProvider {
             return;
         }
         let (inner, grace) = (self.inner.clone(), self.inner.grace);
+        // The watcher leaves it alone while it has its grace time.
+        inner.leaving().insert(t.container.clone());
         let stopping = tokio::spawn(async move {
             match inner.docker().await {
                 Ok(d) => remove(&d.docker, &t.container, grace).await,
                 // Gone with the engine; the watcher removes what is left once it is back.
                 Err(why) => tracing::warn!(container = %t.container, "{why}: not removed now"),
             }
+            inner.leaving().remove(&t.container);
         });
         let mut all = self
             .inner
@@ -718,17 +792,18 @@ impl DockerProvider {
         all.push(stopping);
     }
 
-    async fn adoptable(&self) -> Vec<Found> {
+    /// This server's running containers, tracked from now on; `Err` when the engine cannot list them (the
+    /// next server's adoption waits for it, and nothing is removed meanwhile).
+    async fn adoptable(&self) -> Result<Vec<Found>, String> {
         let inner = &self.inner;
-        let docker = match inner.docker().await {
-            Ok(d) => d,
-            Err(why) => {
-                tracing::warn!("{why}: no container adopted");
-                inner.swept.store(true, Ordering::Release);
-                return Vec::new();
+        let docker = inner.docker().await?;
+        let list = match ours(inner, &docker.docker).await {
+            Ok(list) => list,
+            Err(e) => {
+                inner.engine.lost().await;
+                return Err(inner.engine.unanswered(&describe(&e)));
             }
         };
-        let list = ours(inner, &docker.docker).await.unwrap_or_default();
         let mut found = Vec::new();
         for c in &list {
             let running = matches!(c.state, Some(ContainerSummaryStateEnum::RUNNING));
@@ -760,6 +835,7 @@ impl DockerProvider {
                 replica.to_string(),
                 Tracked {
                     container: id.clone(),
+                    since: std::time::Instant::now(),
                     status: ReplicaStatus::Running,
                     cpu_seconds: None,
                 },
@@ -784,7 +860,7 @@ impl DockerProvider {
             });
         }
         inner.swept.store(true, Ordering::Release);
-        found
+        Ok(found)
     }
 
     async fn shutdown(&self) {

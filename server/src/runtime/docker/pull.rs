@@ -47,11 +47,10 @@ impl Progress {
 
     /// `pulling IMAGE: 45%`, or `pulling IMAGE` before any size is known.
     fn message(&self, image: &str) -> String {
-        let (done, all) = self
-            .layers
-            .values()
-            .fold((0u64, 0u64), |(d, a), (c, t)| (d + c, a + t));
-        match (done * 100).checked_div(all) {
+        let (done, all) = self.layers.values().fold((0u64, 0u64), |(d, a), (c, t)| {
+            (d.saturating_add(*c), a.saturating_add(*t))
+        });
+        match done.saturating_mul(100).checked_div(all) {
             Some(percent) => format!("pulling {image}: {percent}%"),
             None => format!("pulling {image}"),
         }
@@ -64,10 +63,26 @@ enum Pull {
     Failed(Failure),
 }
 
-/// The pulls of one provider, by image.
+/// The pulls of one provider, by image and by whose credentials they were made with (see [`key`]).
 #[derive(Default)]
 pub struct Pulls {
     by_image: Mutex<HashMap<String, Pull>>,
+    /// Images pulled with an endpoint's own credentials: private, so another endpoint may use the copy
+    /// on the engine only once a pull with its own credentials (or none) succeeds.
+    private: Mutex<std::collections::HashSet<String>>,
+}
+
+/// What a pull is known by: the image, and a digest of the endpoint's own credentials when it has some (an
+/// endpoint without never shares the pull of one with).
+pub fn key(image: &str, own: Option<&(String, String)>) -> String {
+    use sha2::{Digest, Sha256};
+    match own {
+        None => image.to_string(),
+        Some((user, password)) => {
+            let digest = Sha256::digest(format!("{user}\0{password}").as_bytes());
+            format!("{image} as {}", crate::crypto::hex(&digest[..12]))
+        }
+    }
 }
 
 impl Pulls {
@@ -77,9 +92,9 @@ impl Pulls {
 
     /// Where the pull of `image` stands: `None` when a pull should begin (never pulled, its retry is due, or
     /// its lasting failure was reported: each is reported once, and the next call pulls again).
-    pub fn state(&self, image: &str, always: bool) -> Option<Readiness> {
+    pub fn state(&self, key: &str, image: &str, always: bool) -> Option<Readiness> {
         let mut map = self.map();
-        match map.get(image)? {
+        match map.get(key)? {
             Pull::Running(p) => {
                 let p = p.lock().unwrap_or_else(|e| e.into_inner());
                 Some(Readiness::Waiting(p.message(image)))
@@ -88,7 +103,7 @@ impl Pulls {
             Pull::Done(_) => None,
             Pull::Failed(f) if f.lasting => {
                 let told = f.readiness();
-                map.remove(image);
+                map.remove(key);
                 Some(told)
             }
             Pull::Failed(f) if f.due() => None,
@@ -96,39 +111,54 @@ impl Pulls {
         }
     }
 
-    /// The engine has `image` already.
-    pub fn have(&self, image: &str) {
+    /// The engine has the image of `key` already.
+    pub fn have(&self, key: &str) {
         self.map()
-            .insert(image.to_string(), Pull::Done(Instant::now()));
+            .insert(key.to_string(), Pull::Done(Instant::now()));
     }
 
-    /// Forgets that `image` was pulled (the engine lost it).
+    /// Forgets every pull of `image` (the engine lost it).
     pub fn forget(&self, image: &str) {
-        self.map().remove(image);
+        self.map()
+            .retain(|k, _| k != image && !k.starts_with(&format!("{image} as ")));
+    }
+
+    /// Whether `image` was pulled with an endpoint's own credentials.
+    pub fn private(&self, image: &str) -> bool {
+        self.private
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(image)
     }
 
     /// Starts pulling `image` in the background; says where it stands.
+    /// `own`: whether the credentials are the endpoint's own (the image is then private).
     pub fn begin(
         self: &Arc<Self>,
         docker: Docker,
-        image: &str,
+        (key, image): (&str, &str),
         credentials: Option<DockerCredentials>,
+        own: bool,
     ) -> Readiness {
         let progress = Arc::new(Mutex::new(Progress::default()));
         let before = match self
             .map()
-            .insert(image.to_string(), Pull::Running(progress.clone()))
+            .insert(key.to_string(), Pull::Running(progress.clone()))
         {
             Some(Pull::Failed(f)) if !f.lasting => f.before + 1,
             _ => 0,
         };
-        let (pulls, pulling) = (self.clone(), image.to_string());
+        let (pulls, pulling) = (self.clone(), (key.to_string(), image.to_string()));
         tokio::spawn(async move {
-            let image = pulling;
+            let (key, image) = pulling;
             let outcome = pull(&docker, &image, credentials, &progress).await;
             let state = match outcome {
                 Ok(()) => {
                     tracing::info!(%image, "image pulled");
+                    if own {
+                        let mut private = pulls.private.lock().unwrap_or_else(|e| e.into_inner());
+                        private.insert(image.clone());
+                    }
                     Pull::Done(Instant::now())
                 }
                 Err(why) => {
@@ -138,7 +168,7 @@ impl Pulls {
                     Pull::Failed(Failure::new(why, !retry, before))
                 }
             };
-            pulls.map().insert(image, state);
+            pulls.map().insert(key, state);
         });
         Readiness::Waiting(format!("pulling {image}"))
     }
@@ -224,14 +254,18 @@ mod tests {
             .map()
             .insert("x".into(), Pull::Failed(Failure::new("no".into(), true, 0)));
         assert_eq!(
-            pulls.state("x", false),
+            pulls.state("x", "x", false),
             Some(Readiness::Failed("no".into()))
         );
-        assert_eq!(pulls.state("x", false), None, "the next one pulls again");
-        pulls.have("y");
-        assert_eq!(pulls.state("y", false), Some(Readiness::Ready));
         assert_eq!(
-            pulls.state("y", true),
+            pulls.state("x", "x", false),
+            None,
+            "the next one pulls again"
+        );
+        pulls.have("y");
+        assert_eq!(pulls.state("y", "y", false), Some(Readiness::Ready));
+        assert_eq!(
+            pulls.state("y", "y", true),
             Some(Readiness::Ready),
             "fresh enough for always"
         );
