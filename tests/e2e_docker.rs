@@ -66,7 +66,7 @@ async fn a_container_replica_is_pulled_confined_served_scaled_adopted_and_delete
     assert!(host["PidsLimit"].as_i64().is_some_and(|n| n > 0), "{host}");
     assert!(host["NanoCpus"].as_i64().is_some_and(|n| n > 0), "{host}");
     assert!(host["Memory"].as_i64().is_some_and(|n| n > 0), "{host}");
-    assert_eq!(host["NetworkMode"], json!(network));
+    assert_eq!(host["NetworkMode"], json!(format!("{network}-admin")));
     assert!(
         host["PortBindings"]
             .as_object()
@@ -886,7 +886,10 @@ async fn a_custom_router_runs_as_a_container_beside_the_replicas() {
                 .is_some_and(|r| r.contains("-router-"))
         })
         .expect("the router's container");
-    assert_eq!(router["HostConfig"]["NetworkMode"], json!(network));
+    assert_eq!(
+        router["HostConfig"]["NetworkMode"],
+        json!(format!("{network}-admin"))
+    );
     assert_eq!(router["HostConfig"]["CapDrop"], json!(["ALL"]));
     delete_endpoint(&http, &r, &name).await;
     assert!(

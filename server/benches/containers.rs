@@ -408,10 +408,12 @@ async fn run() {
     let _ = s.stop.send(());
     let _ = local.stop.send(());
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let _ = Command::new("docker")
-        .args(["network", "rm", &network])
-        .env("DOCKER_HOST", &host)
-        .output();
+    for net in [network.clone(), format!("{network}-admin")] {
+        let _ = Command::new("docker")
+            .args(["network", "rm", &net])
+            .env("DOCKER_HOST", &host)
+            .output();
+    }
 }
 
 fn row(name: &str, conns: usize, f: &Wrk, base: Option<&Wrk>) {

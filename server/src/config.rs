@@ -241,7 +241,8 @@ pub struct DockerConfig {
     /// The engine: `unix:///var/run/docker.sock`, `tcp://host:2375`. Default: `DOCKER_HOST`, else the local
     /// socket.
     pub host: Option<String>,
-    /// The bridge network replicas join (created when missing); the server reaches them on it.
+    /// Replicas join the bridge `<network>-<namespace>` (one per namespace, created when missing); the
+    /// server reaches them on it.
     pub network: String,
     pub pull: PullPolicy,
     /// Whether `serve` stops its containers when it stops. By default they keep running, and the next

@@ -323,10 +323,11 @@ pub async fn tear_down(
     remove_network(docker, network);
 }
 
-/// Removes a test's network (once its containers are gone; left alone if some are not).
+/// Removes a test's networks (the admin namespace's bridge under `network`), once their containers are
+/// gone; left alone if some are not.
 pub fn remove_network(docker: &Docker, network: &str) {
     let _ = Command::new("docker")
-        .args(["network", "rm", network])
+        .args(["network", "rm", &format!("{network}-admin")])
         .env("DOCKER_HOST", &docker.host)
         .output();
 }

@@ -27,13 +27,22 @@ pub const CACHE_DIR: &str = "/data";
 
 /// The container's name: `switchyard-<instance>-<namespace>-<replica>`, in the characters names allow.
 pub fn name(instance: &str, plan: &ReplicaPlan) -> String {
-    let raw = format!(
-        "switchyard-{}-{}-{}",
-        &instance[..instance.len().min(8)],
-        plan.namespace,
-        plan.replica_id
-    );
-    raw.chars()
+    let instance = instance.get(..8).unwrap_or(instance);
+    allowed(&format!(
+        "switchyard-{instance}-{}-{}",
+        plan.namespace, plan.replica_id
+    ))
+}
+
+/// The bridge a namespace's replicas join: `<network>-<namespace>`. One per namespace, so a replica
+/// reaches the replicas (and router) of its own namespace only; the server reaches every bridge.
+pub fn network(base: &str, namespace: &str) -> String {
+    allowed(&format!("{base}-{namespace}"))
+}
+
+/// `text` in the characters Docker allows in names (others become `-`).
+fn allowed(text: &str) -> String {
+    text.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
                 c
@@ -108,7 +117,7 @@ fn host_config(
         cap_add.push("NET_BIND_SERVICE".into());
     }
     HostConfig {
-        network_mode: Some(config.network.clone()),
+        network_mode: Some(network(&config.network, &plan.namespace)),
         nano_cpus: cpus.map(|c| (c * 1e9) as i64).filter(|n| *n > 0),
         memory: plan
             .resources
@@ -237,6 +246,11 @@ mod tests {
         );
         assert_eq!(host.memory, Some(2 << 30));
         assert_eq!(host.port_bindings, None, "nothing published");
+        assert_eq!(
+            host.network_mode.as_deref(),
+            Some("switchyard-acme"),
+            "a bridge of its namespace's"
+        );
         let mounts = host.mounts.expect("mounts");
         assert_eq!(mounts.len(), 2);
         assert_eq!(

@@ -1,8 +1,9 @@
 //! The `docker` replica provider: each replica is a container of the image its spec names, on a Docker
 //! Engine ([`engine`]), confined ([`create`]), its image pulled first ([`pull`]).
 //!
-//! Replicas join one bridge network (`[runtime.docker] network`, created when missing) and are reached at
-//! their address on it, on the port their image's contract names; nothing is published. Each container
+//! Replicas join their namespace's bridge (`<[runtime.docker] network>-<namespace>`, created when missing)
+//! and are reached at their address on it, on the port their image's contract names; nothing is
+//! published, and a replica cannot reach another namespace's. Each container
 //! carries labels naming this server (its instance id), the endpoint, the replica and its spec generation.
 //! A watcher lists this server's containers every second: it notes those that exited (the reconciler
 //! restarts them with backoff), samples their CPU use, removes those nobody owns, and, when the engine stops
@@ -69,7 +70,8 @@ struct Inner {
     pulls: Arc<Pulls>,
     repositories: Arc<Repositories>,
     replicas: Mutex<HashMap<String, Tracked>>,
-    network_ready: AtomicBool,
+    /// The networks made (or found) already, one per namespace.
+    networks: Mutex<HashSet<String>>,
     /// Whether the next server's hand-over happened: from then on, containers of this instance that no
     /// replica is tracked for are removed.
     swept: AtomicBool,
@@ -112,7 +114,7 @@ impl DockerProvider {
             pulls: Arc::new(Pulls::default()),
             repositories,
             replicas: Mutex::new(HashMap::new()),
-            network_ready: AtomicBool::new(false),
+            networks: Mutex::new(HashSet::new()),
             swept: AtomicBool::new(false),
             unanswered: AtomicU32::new(0),
             stopping: Mutex::new(Vec::new()),
@@ -148,12 +150,15 @@ impl Inner {
         }
     }
 
-    /// The replicas' bridge, created when missing.
-    async fn ensure_network(&self, docker: &Docker) -> Result<(), ProviderError> {
-        if self.network_ready.load(Ordering::Acquire) {
+    fn networks(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.networks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The bridge of a namespace's replicas, created when missing.
+    async fn ensure_network(&self, docker: &Docker, name: &str) -> Result<(), ProviderError> {
+        if self.networks().contains(name) {
             return Ok(());
         }
-        let name = &self.config.network;
         let found = tokio::time::timeout(
             CALL,
             docker.inspect_network(
@@ -164,7 +169,7 @@ impl Inner {
         .await;
         if !matches!(found, Ok(Ok(_))) {
             let request = NetworkCreateRequest {
-                name: name.clone(),
+                name: name.to_string(),
                 driver: Some("bridge".into()),
                 labels: Some(HashMap::from([(
                     create::INSTANCE.to_string(),
@@ -185,7 +190,7 @@ impl Inner {
                 }
             }
         }
-        self.network_ready.store(true, Ordering::Release);
+        self.networks().insert(name.to_string());
         Ok(())
     }
 
@@ -260,10 +265,10 @@ impl Inner {
                     }
                     if said.contains("network") && said.contains("not found") {
                         // Removed since it was made: made again at the next pass.
-                        self.network_ready.store(false, Ordering::Release);
+                        let network = create::network(&self.config.network, &plan.namespace);
+                        self.networks().remove(&network);
                         return Err(ProviderError::Unavailable(format!(
-                            "the network {} is gone from the Docker Engine; making it again",
-                            self.config.network
+                            "the network {network} is gone from the Docker Engine; making it again"
                         )));
                     }
                     return Err(self
@@ -300,7 +305,8 @@ impl Inner {
             remove(&docker.docker, &id, Duration::ZERO).await;
             return Err(e);
         }
-        let addr = match self.address(&docker.docker, &id).await {
+        let network = create::network(&self.config.network, &plan.namespace);
+        let addr = match self.address(&docker.docker, &id, &network).await {
             Some(ip) => SocketAddr::new(ip, container.port),
             // A container that exited at once has no address: the watcher reports how it ended (a port
             // nothing listens on, meanwhile).
@@ -311,7 +317,8 @@ impl Inner {
                 remove(&docker.docker, &id, Duration::ZERO).await;
                 return Err(ProviderError::Unavailable(format!(
                     "the Docker Engine gave no address on {} for a container of {}",
-                    self.config.network, container.image
+                    create::network(&self.config.network, &plan.namespace),
+                    container.image
                 )));
             }
         };
@@ -363,9 +370,9 @@ impl Inner {
 
     /// The container's address on the replicas' network (asked three times: one answer lost is no reason
     /// to give up on a container that runs).
-    async fn address(&self, docker: &Docker, id: &str) -> Option<IpAddr> {
+    async fn address(&self, docker: &Docker, id: &str, network: &str) -> Option<IpAddr> {
         for _ in 0..3 {
-            if let Some(ip) = self.address_once(docker, id).await {
+            if let Some(ip) = self.address_once(docker, id, network).await {
                 return Some(ip);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -373,7 +380,7 @@ impl Inner {
         None
     }
 
-    async fn address_once(&self, docker: &Docker, id: &str) -> Option<IpAddr> {
+    async fn address_once(&self, docker: &Docker, id: &str, network: &str) -> Option<IpAddr> {
         let inspected = tokio::time::timeout(
             CALL,
             docker.inspect_container(
@@ -385,12 +392,7 @@ impl Inner {
         .ok()?
         .ok()?;
         let networks = inspected.network_settings?.networks?;
-        networks
-            .get(&self.config.network)?
-            .ip_address
-            .as_deref()?
-            .parse()
-            .ok()
+        networks.get(network)?.ip_address.as_deref()?.parse().ok()
     }
 
     fn set_container(&self, replica: &str, container: &str) {
@@ -726,7 +728,8 @@ impl DockerProvider {
         };
         let inner = &self.inner;
         let docker = inner.docker().await.map_err(ProviderError::Unavailable)?;
-        inner.ensure_network(&docker.docker).await?;
+        let network = create::network(&inner.config.network, &plan.namespace);
+        inner.ensure_network(&docker.docker, &network).await?;
         // Tracked before it exists, so the watcher never takes it for someone else's.
         inner.replicas().insert(
             plan.replica_id.clone(),
@@ -823,7 +826,7 @@ impl DockerProvider {
                 .and_then(|n| {
                     n.networks
                         .as_ref()?
-                        .get(&inner.config.network)?
+                        .get(&create::network(&inner.config.network, ns))?
                         .ip_address
                         .clone()
                 })
