@@ -1022,7 +1022,7 @@ impl Config {
         }
     }
 
-    /// The effective settings as TOML, with the secrets key redacted.
+    /// The effective settings as TOML, with the secrets key and registry passwords redacted.
     pub fn to_redacted_toml(&self) -> String {
         let mut shown = self.clone();
         if shown.secrets.key.is_some() {
@@ -1036,6 +1036,9 @@ impl Config {
         }
         if let Some(smtp) = &self.email.smtp_url {
             shown.email.smtp_url = Some(redact_userinfo(smtp));
+        }
+        for login in shown.runtime.docker.registries.values_mut() {
+            login.password = "<redacted>".into();
         }
         // The proxy's timeouts as the server uses them: clamped to between a second and a year.
         let (t, p) = (self.proxy.client_timeouts(), &mut shown.proxy);
@@ -1385,8 +1388,16 @@ mod tests {
         let mut c = Config::default();
         c.store.data_dir = Some("/d".into());
         c.secrets.key = Some("c2VjcmV0".into());
+        c.runtime.docker.registries.insert(
+            "ghcr.io".into(),
+            RegistryLogin {
+                username: "me".into(),
+                password: "ghp_registry".into(),
+            },
+        );
         let shown = c.to_redacted_toml();
         assert!(!shown.contains("c2VjcmV0"));
+        assert!(!shown.contains("ghp_registry"), "{shown}");
         assert!(shown.contains("<redacted>"));
     }
 
