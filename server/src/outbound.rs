@@ -265,12 +265,7 @@ impl Outbound {
     ) -> Result<Fetched, OutboundError> {
         let url = self.checked_url(url)?;
         let host = url.host_str().unwrap_or_default().to_string();
-        let client =
-            self.client(options.connect_timeout)
-                .map_err(|source| OutboundError::Http {
-                    host: host.clone(),
-                    source,
-                })?;
+        let client = self.client_for(&host, options.connect_timeout)?;
         let mut request = client.request(method, url).headers(options.headers.clone());
         if let Some(body) = body {
             request = request.body(body);
@@ -300,12 +295,7 @@ impl Outbound {
         let mut url = first.clone();
         for _ in 0..=MAX_REDIRECTS {
             let host = url.host_str().unwrap_or_default().to_string();
-            let client =
-                self.client(options.connect_timeout)
-                    .map_err(|source| OutboundError::Http {
-                        host: host.clone(),
-                        source,
-                    })?;
+            let client = self.client_for(&host, options.connect_timeout)?;
             let same_origin = url.origin() == first.origin();
             let mut headers = options.headers.clone();
             if !same_origin {
@@ -388,6 +378,19 @@ impl Outbound {
             }
         }
         Ok(url)
+    }
+
+    /// [`Self::client`], its failure said as a request to `host` failing.
+    fn client_for(
+        &self,
+        host: &str,
+        connect_timeout: Duration,
+    ) -> Result<reqwest::Client, OutboundError> {
+        self.client(connect_timeout)
+            .map_err(|source| OutboundError::Http {
+                host: host.to_string(),
+                source,
+            })
     }
 
     fn client(&self, connect_timeout: Duration) -> reqwest::Result<reqwest::Client> {
