@@ -738,16 +738,8 @@ async fn a_built_in_engine_built_as_an_image_serves_its_catalog_recipe() {
     else {
         return;
     };
-    let root = std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
-    if !root {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI runs the suite as root (debootstrap needs it)"
-        );
-        eprintln!("skipped: building an engine image (debootstrap) needs root");
+    let test = "a_built_in_engine_built_as_an_image_serves_its_catalog_recipe";
+    if !common::needs(common::is_root(), test, "root (debootstrap)") {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -956,15 +948,13 @@ async fn gpus_are_placed_per_container_and_kept_by_adopted_ones() {
     let Some(docker) = docker_env("gpus_are_placed_per_container_and_kept_by_adopted_ones") else {
         return;
     };
-    if std::env::var_os("SWITCHYARD_TEST_GPU_HOOK").is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI starts its own dockerd with the GPU hook stand-in (scripts/docker)"
-        );
-        eprintln!(
-            "skipped: the engine at {} takes no GPU device requests",
-            docker.host
-        );
+    let hook = std::env::var_os("SWITCHYARD_TEST_GPU_HOOK").is_some();
+    let what = "an engine that takes GPU device requests (scripts/docker's dockerd)";
+    if !common::needs(
+        hook,
+        "gpus_are_placed_per_container_and_kept_by_adopted_ones",
+        what,
+    ) {
         return;
     }
     let Scene {

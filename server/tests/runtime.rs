@@ -682,13 +682,7 @@ async fn rolling_update_and_cold_wake_lose_nothing_under_a_burst() {
         "lost under the roll: {failed:?} (and {by_replica:?})"
     );
     assert_eq!(ep["status"]["readyReplica"], 1);
-    let env = rt
-        .http
-        .get(format!("{}/env/GENERATION", rt.endpoint_url("roll")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(env.text().await.unwrap(), "2");
+    assert_eq!(replica_env(&rt, "roll", "GENERATION").await, "2");
     let after = rt.embed("roll", &[]).await.headers()["x-replica-id"]
         .to_str()
         .unwrap()
@@ -1724,6 +1718,14 @@ async fn a_custom_domain_belongs_to_one_namespace() {
 }
 
 /// `CUDA_VISIBLE_DEVICES` of each replica process running now.
+/// A variable of the environment a replica of `endpoint` runs with, as the test engine answers it
+/// (`/env/NAME`, through the proxy).
+async fn replica_env(rt: &Rt, endpoint: &str, var: &str) -> String {
+    let url = format!("{}/env/{var}", rt.endpoint_url(endpoint));
+    let answer = rt.http.get(url).send().await.expect("env");
+    answer.text().await.expect("text")
+}
+
 fn visible_devices(rt: &Rt) -> Vec<String> {
     let mut seen: Vec<String> = rt
         .replica_pids()
@@ -1802,15 +1804,7 @@ async fn gpus_are_placed_one_replica_each_and_a_replica_waits_for_a_free_one() {
         .await
         .expect("scale a down");
     rt.wait_state("b", "running").await;
-    let seen = rt
-        .http
-        .get(format!("{}/env/CUDA_VISIBLE_DEVICES", rt.endpoint_url("b")))
-        .send()
-        .await
-        .expect("env")
-        .text()
-        .await
-        .expect("text");
+    let seen = replica_env(&rt, "b", "CUDA_VISIBLE_DEVICES").await;
     assert!(seen == "0" || seen == "1", "{seen}");
     rt.wait_for("a", "one replica", |e| e["status"]["readyReplica"] == 1)
         .await;
@@ -1825,16 +1819,7 @@ async fn gpus_are_placed_one_replica_each_and_a_replica_waits_for_a_free_one() {
         e["status"]["state"] == "running" && e["status"]["readyReplica"] == 1
     })
     .await;
-    let generation = rt
-        .http
-        .get(format!("{}/env/GENERATION", rt.endpoint_url("b")))
-        .send()
-        .await
-        .expect("env")
-        .text()
-        .await
-        .expect("text");
-    assert_eq!(generation, "2");
+    assert_eq!(replica_env(&rt, "b", "GENERATION").await, "2");
     assert_eq!(visible_devices(&rt), ["0", "1"], "still one each");
     rt.shutdown().await;
 }

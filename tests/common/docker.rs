@@ -30,13 +30,8 @@ pub fn docker_env(test: &str) -> Option<Docker> {
             password: var("SWITCHYARD_TEST_REGISTRY_PASSWORD")?,
         })
     })();
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{test} needs a Docker Engine and registries: ./scripts/test sets them up (scripts/docker)"
-        );
-        eprintln!("{test}: skipped, no Docker Engine (run ./scripts/test, which starts one)");
-    }
+    let what = "a Docker Engine and registries (scripts/docker)";
+    super::needs(found.is_some(), test, what);
     found
 }
 

@@ -12,6 +12,27 @@ use std::time::Duration;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
 
+/// Whether `test`, which needs `what`, can run here (`have`). In CI (`CI` set) it must: a test never passes
+/// there by being skipped. Elsewhere it says why it is skipped.
+pub fn needs(have: bool, test: &str, what: &str) -> bool {
+    if !have {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{test} needs {what}, which CI provides (./scripts/test)"
+        );
+        eprintln!("{test}: skipped, it needs {what} (./scripts/test provides it)");
+    }
+    have
+}
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+}
+
 /// The workspace's test engine, built beside the test binaries.
 pub fn engine_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("test exe");
