@@ -124,6 +124,15 @@ async fn device_entry(b: &mut Browser) -> String {
     field(&entry, "csrf")
 }
 
+/// A user code typed on the device page of `b` (its form's `csrf`).
+async fn verify_code(b: &mut Browser, csrf: &str, code: &str) -> reqwest::Response {
+    b.post(
+        "/oauth/device/verify",
+        &[("csrf", csrf), ("user_code", code)],
+    )
+    .await
+}
+
 /// The whole browser leg: authorize, sign in, approve; the redirect back to the app.
 async fn browser_code(s: &Setup, extra: &[(&str, &str)], orgs: &[&str]) -> String {
     browser_leg(s, &authorize_path(&s.client_id, extra), orgs).await
@@ -641,12 +650,7 @@ async fn device_flow_polls_until_the_user_approves() {
 
     let mut b = Browser::new(&s.server.url);
     let csrf = device_entry(&mut b).await;
-    let wrong = b
-        .post(
-            "/oauth/device/verify",
-            &[("csrf", &csrf), ("user_code", "BBBB-BBBB")],
-        )
-        .await;
+    let wrong = verify_code(&mut b, &csrf, "BBBB-BBBB").await;
     assert_eq!(wrong.status(), StatusCode::BAD_REQUEST);
     let confirm = b
         .post(
@@ -1156,21 +1160,11 @@ async fn wrong_user_codes_are_attempt_limited() {
     let mut b = Browser::new(&s.server.url);
     let csrf = device_entry(&mut b).await;
     for _ in 0..5 {
-        let r = b
-            .post(
-                "/oauth/device/verify",
-                &[("csrf", &csrf), ("user_code", "BBBB-BBBB")],
-            )
-            .await;
+        let r = verify_code(&mut b, &csrf, "BBBB-BBBB").await;
         assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     }
     let right = &device_user_code(&s).await;
-    let r = b
-        .post(
-            "/oauth/device/verify",
-            &[("csrf", &csrf), ("user_code", right)],
-        )
-        .await;
+    let r = verify_code(&mut b, &csrf, right).await;
     assert_eq!(
         r.status(),
         StatusCode::TOO_MANY_REQUESTS,
@@ -1365,39 +1359,27 @@ async fn wrong_passwords_slow_the_guesser_and_never_the_owner() {
 
 #[tokio::test]
 async fn a_fresh_sign_in_does_not_reset_the_wrong_code_limit() {
-    let s = setup().await;
-    let wrong = |b: &mut Browser, csrf: String| {
-        let b = std::mem::replace(b, Browser::new(&s.server.url));
-        async move {
-            let mut b = b;
-            let r = b
-                .post(
-                    "/oauth/device/verify",
-                    &[("csrf", &csrf), ("user_code", "BBBB-BBBB")],
-                )
-                .await;
-            (b, r.status())
-        }
+    // Each session comes from an address of its own (through a proxy on loopback that names them), so
+    // no address reaches its own limit: what stops the fifth session is the account's count.
+    let s = setup_with(|c| c.proxy.trusted_proxies = vec!["127.0.0.1/32".into()]).await;
+    let session = |n: usize| {
+        let mut b = Browser::new(&s.server.url);
+        b.forwarded_for = Some(format!("203.0.113.{}", n + 1));
+        b
     };
     // Four browser sessions of five wrong codes each: each session's own limit, and the account's.
-    for session in 0..4 {
-        let mut b = Browser::new(&s.server.url);
+    for n in 0..4 {
+        let mut b = session(n);
         let csrf = device_entry(&mut b).await;
         for _ in 0..5 {
-            let (back, status) = wrong(&mut b, csrf.clone()).await;
-            b = back;
-            assert_eq!(status, StatusCode::BAD_REQUEST, "session {session}");
+            let status = verify_code(&mut b, &csrf, "BBBB-BBBB").await.status();
+            assert_eq!(status, StatusCode::BAD_REQUEST, "session {n}");
         }
     }
     let right = &device_user_code(&s).await;
-    let mut b = Browser::new(&s.server.url);
+    let mut b = session(4);
     let csrf = device_entry(&mut b).await;
-    let r = b
-        .post(
-            "/oauth/device/verify",
-            &[("csrf", &csrf), ("user_code", right)],
-        )
-        .await;
+    let r = verify_code(&mut b, &csrf, right).await;
     assert_eq!(
         r.status(),
         StatusCode::TOO_MANY_REQUESTS,
