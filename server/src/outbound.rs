@@ -283,14 +283,13 @@ impl Outbound {
     /// come within `options.timeout` (there is no bound on the whole). Redirects are followed (at most
     /// [`MAX_REDIRECTS`]), each target checked as the first was; `options.headers` go to `url`'s own host
     /// only, so a token never follows a redirect elsewhere. `sink` is told the answer's status with each
-    /// chunk. Returns the final answer's status and headers; the body of an answer other than 200 or 206 is
-    /// not read.
+    /// chunk. Returns the final answer's status; the body of an answer other than 200 or 206 is not read.
     pub async fn download(
         &self,
         url: &str,
         options: &FetchOptions,
         mut sink: impl FnMut(StatusCode, &[u8]) -> std::io::Result<()>,
-    ) -> Result<(StatusCode, HeaderMap), OutboundError> {
+    ) -> Result<StatusCode, OutboundError> {
         let first = self.checked_url(url)?;
         let mut url = first.clone();
         for _ in 0..=MAX_REDIRECTS {
@@ -336,7 +335,7 @@ impl Outbound {
                     })?;
                 }
             }
-            return Ok((status, response.headers().clone()));
+            return Ok(status);
         }
         Err(OutboundError::Redirected {
             host: url.host_str().unwrap_or_default().to_string(),

@@ -54,6 +54,17 @@ impl Docker {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
+    /// What a container wrote on its stderr (the test engine says what it probed there).
+    pub fn stderr_of(&self, container: &serde_json::Value) -> String {
+        let id = container["Id"].as_str().expect("a container id");
+        let out = Command::new("docker")
+            .args(["logs", id])
+            .env("DOCKER_HOST", &self.host)
+            .output()
+            .expect("docker logs");
+        String::from_utf8_lossy(&out.stderr).to_string()
+    }
+
     /// `docker inspect` of each container of the endpoint `name` (running or not; one removed between the
     /// listing and its inspection is left out).
     pub fn containers(&self, config: &Path, name: &str) -> Vec<Value> {
@@ -352,10 +363,5 @@ impl Scene {
             image,
             network,
         }
-    }
-
-    /// The scene's server config: `top` before `[runtime]`, `extra` after `[runtime.docker]`.
-    pub fn config(&self, docker: &Docker, top: &str, extra: &str) -> PathBuf {
-        write_config_with(self.dir.path(), docker, &self.network, top, extra)
     }
 }

@@ -1506,18 +1506,21 @@ async fn observe(
     let mut lost: Vec<(String, String)> = Vec::new();
     for r in run.replicas.iter_mut() {
         let id = &r.info.replica_id;
-        if let ReplicaStatus::Lost(why) = provider.status(id) {
-            lost.push((id.clone(), why));
-            continue;
-        }
-        if let ReplicaStatus::Exited(how) = provider.status(id) {
-            let last = handle
-                .logs
-                .last_line(&run.namespace, &run.name, id)
-                .map(|l| format!("; last output: {l}"))
-                .unwrap_or_default();
-            failed.push((id.clone(), format!("replica {id} exited ({how}){last}")));
-            continue;
+        match provider.status(id) {
+            ReplicaStatus::Lost(why) => {
+                lost.push((id.clone(), why));
+                continue;
+            }
+            ReplicaStatus::Exited(how) => {
+                let last = handle
+                    .logs
+                    .last_line(&run.namespace, &run.name, id)
+                    .map(|l| format!("; last output: {l}"))
+                    .unwrap_or_default();
+                failed.push((id.clone(), format!("replica {id} exited ({how}){last}")));
+                continue;
+            }
+            ReplicaStatus::Running => {}
         }
         if !r.ready {
             if results.get(id).copied().unwrap_or(false) {

@@ -310,7 +310,7 @@ impl Repositories {
             p.done = p.done.saturating_add(have);
         }
         let mut from_scratch = have == 0;
-        let (status, _) = self
+        let status = self
             .outbound
             .download(&url, &options, |status, chunk| {
                 if !from_scratch && status == StatusCode::OK {

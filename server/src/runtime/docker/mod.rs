@@ -307,17 +307,14 @@ impl Inner {
         }
         let network = create::network(&self.config.network, &plan.namespace);
         let addr = match self.address(&docker.docker, &id, &network).await {
-            Some(ip) => SocketAddr::new(ip, container.port),
+            Placed::At(ip) => SocketAddr::new(ip, container.port),
             // A container that exited at once has no address: the watcher reports how it ended (a port
             // nothing listens on, meanwhile).
-            None if self.exited(&docker.docker, &id).await => {
-                SocketAddr::new(IpAddr::from([127, 0, 0, 1]), 1)
-            }
-            None => {
+            Placed::Exited => SocketAddr::new(IpAddr::from([127, 0, 0, 1]), 1),
+            Placed::Unknown => {
                 remove(&docker.docker, &id, Duration::ZERO).await;
                 return Err(ProviderError::Unavailable(format!(
-                    "the Docker Engine gave no address on {} for a container of {}",
-                    create::network(&self.config.network, &plan.namespace),
+                    "the Docker Engine gave no address on {network} for a container of {}",
                     container.image
                 )));
             }
@@ -355,44 +352,31 @@ impl Inner {
         }
     }
 
-    /// Whether the container has stopped already.
-    async fn exited(&self, docker: &Docker, id: &str) -> bool {
-        let inspected = tokio::time::timeout(
-            CALL,
-            docker.inspect_container(
-                id,
-                None::<bollard::query_parameters::InspectContainerOptions>,
-            ),
-        )
-        .await;
-        matches!(inspected, Ok(Ok(ref c)) if c.state.as_ref().and_then(|s| s.running) == Some(false))
-    }
-
-    /// The container's address on the replicas' network (asked three times: one answer lost is no reason
-    /// to give up on a container that runs).
-    async fn address(&self, docker: &Docker, id: &str, network: &str) -> Option<IpAddr> {
+    /// Where the container is on the replicas' network: asked up to three times (one answer lost is no
+    /// reason to give up on a container that runs), and not again once it has stopped.
+    async fn address(&self, docker: &Docker, id: &str, network: &str) -> Placed {
         for _ in 0..3 {
-            if let Some(ip) = self.address_once(docker, id, network).await {
-                return Some(ip);
+            let inspected = tokio::time::timeout(
+                CALL,
+                docker.inspect_container(
+                    id,
+                    None::<bollard::query_parameters::InspectContainerOptions>,
+                ),
+            )
+            .await;
+            if let Ok(Ok(c)) = inspected {
+                if c.state.as_ref().and_then(|s| s.running) == Some(false) {
+                    return Placed::Exited;
+                }
+                let ip = (c.network_settings.and_then(|n| n.networks))
+                    .and_then(|n| n.get(network)?.ip_address.as_deref()?.parse().ok());
+                if let Some(ip) = ip {
+                    return Placed::At(ip);
+                }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        None
-    }
-
-    async fn address_once(&self, docker: &Docker, id: &str, network: &str) -> Option<IpAddr> {
-        let inspected = tokio::time::timeout(
-            CALL,
-            docker.inspect_container(
-                id,
-                None::<bollard::query_parameters::InspectContainerOptions>,
-            ),
-        )
-        .await
-        .ok()?
-        .ok()?;
-        let networks = inspected.network_settings?.networks?;
-        networks.get(network)?.ip_address.as_deref()?.parse().ok()
+        Placed::Unknown
     }
 
     fn set_container(&self, replica: &str, container: &str) {
@@ -437,6 +421,15 @@ impl Inner {
             out.finish();
         });
     }
+}
+
+/// Where a container just started is.
+enum Placed {
+    At(IpAddr),
+    /// It stopped already.
+    Exited,
+    /// The engine did not say.
+    Unknown,
 }
 
 /// Stops a container (SIGTERM, then SIGKILL after `grace`) and removes it with its volumes.
