@@ -224,16 +224,11 @@ impl Inner {
         container: &super::provider::ContainerPlan,
     ) -> Result<(String, SocketAddr), ProviderError> {
         let grace = i64::try_from(self.grace.as_secs().max(1)).unwrap_or(i64::MAX);
-        let repository = match &container.repository {
-            None => None,
-            Some((repo, revision)) => match self.repository_dir(plan, container) {
-                Some(dir) => Some(dir),
-                None => {
-                    return Err(ProviderError::Unavailable(format!(
-                        "{repo}@{revision} is not fetched yet"
-                    )))
-                }
-            },
+        let repository = match self.model_dir(plan, container) {
+            Ok(dir) => dir,
+            Err(Readiness::Failed(why)) => return Err(ProviderError::Start(why)),
+            Err(Readiness::Waiting(why)) => return Err(ProviderError::Unavailable(why)),
+            Err(Readiness::Ready) => None,
         };
         let body = create::body(
             plan,
@@ -322,33 +317,19 @@ impl Inner {
         Ok((id, addr))
     }
 
-    /// Whether the model `container` mounts is here (or none is mounted).
-    fn repository(
+    /// The directory of the model `container` mounts (`None`: it mounts none), or what it waits for.
+    fn model_dir(
         &self,
         plan: &ReplicaPlan,
         container: &super::provider::ContainerPlan,
-    ) -> Readiness {
+    ) -> Result<Option<std::path::PathBuf>, Readiness> {
         let Some((repo, revision)) = &container.repository else {
-            return Readiness::Ready;
+            return Ok(None);
         };
         let token = plan.env.get("HF_TOKEN").map(String::as_str);
         match self.repositories.find(repo, revision, token) {
-            repositories::Found::Here(_) => Readiness::Ready,
-            repositories::Found::Not(r) => r,
-        }
-    }
-
-    /// The directory of the model `container` mounts, once it is here.
-    fn repository_dir(
-        &self,
-        plan: &ReplicaPlan,
-        container: &super::provider::ContainerPlan,
-    ) -> Option<std::path::PathBuf> {
-        let (repo, revision) = container.repository.as_ref()?;
-        let token = plan.env.get("HF_TOKEN").map(String::as_str);
-        match self.repositories.find(repo, revision, token) {
-            repositories::Found::Here(dir) => Some(dir),
-            repositories::Found::Not(_) => None,
+            repositories::Found::Here(dir) => Ok(Some(dir)),
+            repositories::Found::Not(r) => Err(r),
         }
     }
 
@@ -632,7 +613,10 @@ impl ReplicaProvider for DockerProvider {
             Err(why) => return Readiness::Waiting(format!("{why}; retrying")),
         };
         let image = self.image_readiness(&docker, c).await;
-        let model = inner.repository(plan, c);
+        let model = match inner.model_dir(plan, c) {
+            Ok(_) => Readiness::Ready,
+            Err(waiting) => waiting,
+        };
         match (image, model) {
             (Readiness::Failed(why), _) | (_, Readiness::Failed(why)) => Readiness::Failed(why),
             (Readiness::Waiting(a), Readiness::Waiting(b)) => {
