@@ -56,6 +56,9 @@ pub enum AdminCommand {
         #[command(subcommand)]
         command: crate::admin_oauth::KeyCommand,
     },
+    /// The servers on this store (seen in the last day): where each listens, its version, when it started
+    /// and last answered, and which one leads.
+    Servers,
     /// The store as a whole: copy it to another backend.
     Store {
         #[command(subcommand)]
@@ -492,6 +495,7 @@ pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
             println!("{}", serde_json::to_string_pretty(&shown)?);
         }
         AdminCommand::Domain { command } => domain(ctx, command).await?,
+        AdminCommand::Servers => servers(ctx).await?,
         AdminCommand::App { command } => crate::admin_oauth::app(ctx, command).await?,
         AdminCommand::Key { command } => {
             let keep = chrono::Duration::seconds(config.oauth.id_token_ttl_s as i64);
@@ -517,6 +521,42 @@ fn said<T>(r: Result<T, ServiceError>) -> Result<T> {
 }
 
 /// `switchyard admin domain …`, as the administrator `admin`.
+async fn servers(ctx: &switchyard_server::services::Context) -> Result<()> {
+    use switchyard_server::services::servers::{self, ServerState};
+    let rows: Vec<Vec<String>> = servers::list(ctx)
+        .await?
+        .into_iter()
+        .map(|s| {
+            let state = match s.state {
+                ServerState::Running => "running",
+                ServerState::NotAnswering => "not answering",
+                ServerState::Stopped => "stopped",
+            };
+            let at = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%d %H:%M:%S").to_string();
+            vec![
+                s.address,
+                s.version,
+                at(s.started_at),
+                at(s.last_heartbeat),
+                state.to_string(),
+                if s.leader { "leader" } else { "" }.to_string(),
+                s.public_url,
+            ]
+        })
+        .collect();
+    let header = [
+        "ADDRESS",
+        "VERSION",
+        "STARTED",
+        "LAST HEARTBEAT",
+        "STATE",
+        "ROLE",
+        "PUBLIC URL",
+    ];
+    print!("{}", crate::table::table(&header, &rows));
+    Ok(())
+}
+
 async fn domain(ctx: &switchyard_server::services::Context, command: DomainCommand) -> Result<()> {
     match command {
         DomainCommand::List => {

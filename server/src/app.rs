@@ -24,6 +24,7 @@ use crate::crypto::{random_id, SecretBox};
 use crate::hardware::HardwareList;
 use crate::model::catalog::CatalogEntry;
 use crate::proxy::{self, Proxy};
+use crate::runtime::cluster::Follower;
 use crate::runtime::docker::DockerProvider;
 use crate::runtime::isolation::ReplicaHome;
 use crate::runtime::local::LocalProvider;
@@ -31,6 +32,7 @@ use crate::runtime::provider::ReplicaProvider;
 use crate::runtime::reconciler::Reconciler;
 use crate::runtime::repositories::Repositories;
 use crate::services::accounts::bootstrap_admin;
+use crate::store::cluster::{ServerInfo, Topic};
 use crate::store::{SqlStore, Store, StoreUrl};
 
 #[derive(Debug, thiserror::Error)]
@@ -195,6 +197,8 @@ pub struct Services {
     pub admin_token_file: Option<PathBuf>,
     /// The GPUs replicas are placed on.
     pub devices: Arc<crate::runtime::devices::Devices>,
+    /// A server's hold on its data dir and SQLite store (see [`hold_alone`]); none for `switchyard admin`.
+    _alone: Vec<std::fs::File>,
 }
 
 impl Services {
@@ -204,14 +208,16 @@ impl Services {
             .public_url
             .clone()
             .unwrap_or_else(|| format!("http://{}", config.server.listen));
-        Services::open_at(config, clock, public_url).await
+        Services::open_at(config, clock, public_url, false).await
     }
 
-    /// Opens the services for a server whose endpoints are served under `public_url`.
+    /// Opens the services for a server whose endpoints are served under `public_url`; `serving`: for a
+    /// server, which holds its data dir (and a SQLite store) alone while it runs (see [`hold_alone`]).
     pub async fn open_at(
         config: &Config,
         clock: Arc<dyn Clock>,
         public_url: String,
+        serving: bool,
     ) -> Result<Services, StartError> {
         let checked = check(config)?;
         let public_host = public_host_of(&public_url)?;
@@ -219,6 +225,10 @@ impl Services {
         std::fs::create_dir_all(&data_dir)
             .map_err(|e| fail("creating the data dir")(format!("{}: {e}", data_dir.display())))?;
         close_data_dir(&data_dir)?;
+        let alone = match serving {
+            true => hold_alone(&data_dir, &checked.store_url)?,
+            false => Vec::new(),
+        };
         let url = checked.store_url;
         let (store, secrets) = store_and_key(config, &url, checked.secrets).await?;
         tracing::info!(store = %url.redacted(), "store open");
@@ -305,6 +315,7 @@ impl Services {
             data_dir,
             admin_token_file,
             devices,
+            _alone: alone,
         })
     }
 }
@@ -375,11 +386,11 @@ fn close(path: &Path) -> std::io::Result<Option<u32>> {
     Ok(Some(mode))
 }
 
-/// This server's id, kept in the data dir (`node-id`), made on first start. It marks the server's
-/// claims on shared work, so a restart takes back its own at once. A data dir that cannot keep it gets
-/// a new id each start (its claims then wait for their leases).
 /// What runs replicas: child processes in directories of their own (`local`), or containers (`docker`).
-fn replica_provider(
+///
+/// Containers carry the store's id (the same for every server on it), so whichever server leads next
+/// adopts them.
+async fn replica_provider(
     config: &Config,
     services: &Services,
     clock: Arc<dyn Clock>,
@@ -407,9 +418,14 @@ fn replica_provider(
                 &services.data_dir,
                 state.outbound.clone(),
             ));
+            let store_id = services
+                .store
+                .store_id()
+                .await
+                .map_err(|e| fail("reading the store's id")(e.to_string()))?;
             let provider = DockerProvider::new(
                 config.runtime.docker.clone(),
-                node_id(&services.data_dir),
+                store_id,
                 grace,
                 repositories,
                 state.runtime.logs.clone(),
@@ -421,6 +437,10 @@ fn replica_provider(
     }
 }
 
+/// This server's id, kept in the data dir (`node-id`), made on first start. It marks the server's
+/// claims on shared work and its row among the servers, so a restart takes back its own at once (its
+/// lease too). A data dir that cannot keep it gets a new id each start (its claims then wait for their
+/// leases).
 fn node_id(data_dir: &Path) -> String {
     let path = data_dir.join("node-id");
     if let Ok(id) = std::fs::read_to_string(&path) {
@@ -434,6 +454,68 @@ fn node_id(data_dir: &Path) -> String {
         tracing::warn!(file = %path.display(), error = %e, "server id not kept");
     }
     id
+}
+
+/// Hears what the other servers on the store announce, for as long as the server runs: changed routes
+/// and wake-ups ring the runtime, a given-up lease the election, a revocation the token caches, a recorded
+/// delivery attempt the live views of the attempts.
+fn listen(
+    state: &AppState,
+    leader_wake: Arc<tokio::sync::Notify>,
+) -> impl std::future::Future<Output = ()> {
+    let (store, runtime) = (state.store.clone(), state.runtime.clone());
+    let (revocations, activity) = (state.revocations.clone(), state.activity.clone());
+    let on = Arc::new(move |topic: Topic| match topic {
+        Topic::Routes | Topic::Wake => runtime.kick(),
+        Topic::Leader => leader_wake.notify_one(),
+        Topic::Revoke => revocations.revoke(),
+        Topic::Attempts => activity.send_modify(|n| *n += 1),
+        Topic::Outbox | Topic::Mail | Topic::Notices => {}
+    });
+    async move { store.listen(on).await }
+}
+
+/// Holds the data dir (and a SQLite store) for this server alone, for as long as it runs: the locks go
+/// with the process, however it ends. A second server on the same data dir, or on the same SQLite file,
+/// is refused with what to do instead.
+fn hold_alone(dir: &Path, store: &StoreUrl) -> Result<Vec<std::fs::File>, StartError> {
+    let mut held = vec![lock(&dir.join("serve.lock"), || {
+        format!(
+            "another switchyard server uses the data dir {}: give each server a data dir of its own \
+             (--data-dir, store.data_dir)",
+            dir.display()
+        )
+    })?];
+    if let StoreUrl::Sqlite(db) = store {
+        let mut name = db.clone().into_os_string();
+        name.push(".serve-lock");
+        held.push(lock(std::path::Path::new(&name), || {
+            format!(
+                "another switchyard server runs on the SQLite store {}: one SQLite file serves one \
+                 server; for several servers on one store, point them all at PostgreSQL \
+                 (store.url = \"postgres://…\")",
+                db.display()
+            )
+        })?);
+    }
+    Ok(held)
+}
+
+/// An exclusive lock on `path` (made if missing), or the error `taken` says when another process holds it.
+fn lock(path: &Path, taken: impl FnOnce() -> String) -> Result<std::fs::File, StartError> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| StartError(format!("opening {}: {e}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(StartError(taken())),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(StartError(format!("locking {}: {e}", path.display())))
+        }
+    }
 }
 
 /// A built service bound to its listener, ready to run.
@@ -505,11 +587,11 @@ impl Application {
                     .map_err(|e| StartError(e.to_string()))?
             ),
         };
-        let services = Services::open_at(config, clock.clone(), public_url).await?;
+        let services = Services::open_at(config, clock.clone(), public_url, true).await?;
         let state = &services.state;
         let mailer = crate::mail::Mailer::new(&config.email, state.store.clone(), clock.clone())
             .map_err(StartError)?;
-        let provider = replica_provider(config, &services, clock.clone())?;
+        let provider = replica_provider(config, &services, clock.clone()).await?;
         let proxy = Proxy::new(
             state.runtime.clone(),
             state.store.clone(),
@@ -570,22 +652,66 @@ impl Application {
         let state = services.state.clone();
         let runtime = state.runtime.clone();
         let stop_rx = runtime.stopping();
-        let reconciler = Reconciler::new(
+        let me = ServerInfo {
+            id: node_id(&services.data_dir),
+            address: listener
+                .local_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+            public_url: runtime.public_url.clone(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        };
+        // Leadership among the servers on this store: one runs the reconciler, the others follow.
+        let (lead, leadership) = watch::channel(None);
+        let (leader_stop, leader_stopping) = watch::channel(false);
+        let leader_wake = Arc::new(tokio::sync::Notify::new());
+        let leading = tokio::spawn(crate::runtime::leader::run(
             state.store.clone(),
-            state.clock.clone(),
-            state.secrets.clone(),
-            provider,
-            state.runtime_config.clone(),
-            state.runtime.clone(),
-            services.table,
-        )
-        .with_engines(state.engines.clone())
-        .with_devices(services.devices.clone(), state.hardware.clone())
-        .with_quotas(state.quotas)
-        .with_replica_timeout(proxy.config.replica_timeout());
+            me.clone(),
+            lead,
+            leader_wake.clone(),
+            leader_stopping,
+        ));
+        let listening = tokio::spawn(listen(&state, leader_wake));
+        let replica_timeout = proxy.config.replica_timeout();
+        let table = Arc::new(services.table);
+        let lead_with = {
+            let (state, devices, table) = (state.clone(), services.devices.clone(), table.clone());
+            let provider = provider.clone();
+            move |lead| {
+                Reconciler::new(
+                    state.store.clone(),
+                    state.clock.clone(),
+                    state.secrets.clone(),
+                    provider.clone(),
+                    state.runtime_config.clone(),
+                    state.runtime.clone(),
+                    table.clone(),
+                )
+                .with_engines(state.engines.clone())
+                .with_devices(devices.clone(), state.hardware.clone())
+                .with_quotas(state.quotas)
+                .with_replica_timeout(replica_timeout)
+                .with_lead(lead)
+            }
+        };
+        let follower = Follower::new(
+            state.store.clone(),
+            runtime.clone(),
+            table,
+            me.id.clone(),
+            replica_timeout,
+        );
         // The reconciler stops last, after requests drained: replicas serve until then.
         let (reconciler_stop, reconciler_stopping) = watch::channel(false);
-        let reconciling = tokio::spawn(reconciler.run(reconciler_stopping));
+        let reconciling = tokio::spawn(crate::runtime::cluster::serve(
+            lead_with,
+            leadership,
+            provider,
+            follower,
+            runtime.clone(),
+            reconciler_stopping,
+        ));
         let signalled = {
             let runtime = runtime.clone();
             async move {
@@ -642,8 +768,12 @@ impl Application {
         abort.send_replace(true);
         reconciler_stop.send_replace(true);
         let _ = reconciling.await;
+        // The lease is given up once the replicas are stopped or left, so the next leader finds them so.
+        leader_stop.send_replace(true);
+        let _ = leading.await;
+        listening.abort();
         let _ = delivering.await;
-        services.store.close().await;
+        state.store.close().await;
         served
     }
 }

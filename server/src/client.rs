@@ -289,6 +289,11 @@ impl Client {
         self.get("/api/v1/admin/users").await
     }
 
+    /// `GET /api/v1/admin/servers`: the servers on the store, which one leads, which stopped answering.
+    pub async fn admin_servers<T: DeserializeOwned>(&self) -> ClientResult<T> {
+        self.get("/api/v1/admin/servers").await
+    }
+
     pub async fn admin_list_orgs<T: DeserializeOwned>(&self) -> ClientResult<T> {
         self.get("/api/v1/admin/orgs").await
     }

@@ -193,6 +193,7 @@ impl From<StoreError> for ApiError {
                 "the resource was changed by another request; read it again and retry".into(),
             ),
             StoreError::Backend(m) => ApiError::Internal(format!("store: {m}")),
+            StoreError::Fenced => ApiError::Internal(StoreError::Fenced.to_string()),
         }
     }
 }

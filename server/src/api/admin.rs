@@ -19,6 +19,7 @@ use crate::passwords::PasswordError;
 use crate::services::accounts::{self, AccountError};
 use crate::services::domains::{self, DomainOut};
 use crate::services::quotas::{self, QuotaOut, QuotaOverrideOut};
+use crate::services::servers::ServerOut;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -53,6 +54,7 @@ pub fn router() -> Router<AppState> {
         )
         .route("/api/v1/admin/catalog/reload", post(reload_catalog))
         .route("/api/v1/admin/domains", get(list_domains))
+        .route("/api/v1/admin/servers", get(list_servers))
         .route(
             "/api/v1/admin/domains/{domain}",
             put(assign_domain).delete(release_domain),
@@ -475,6 +477,16 @@ pub async fn list_domains(
 ) -> ApiResult<Json<Vec<DomainOut>>> {
     who.require_instance_admin()?;
     Ok(Json(domains::list(&s).await?))
+}
+
+#[utoipa::path(get, path = "/api/v1/admin/servers", tag = "admin",
+    responses((status = 200, body = [ServerOut], description = "the servers on this store (seen in the last day), which one leads, and which stopped answering")))]
+pub async fn list_servers(
+    State(s): State<AppState>,
+    who: Principal,
+) -> ApiResult<Json<Vec<ServerOut>>> {
+    who.require_instance_admin()?;
+    Ok(Json(crate::services::servers::list(&s).await?))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

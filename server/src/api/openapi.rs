@@ -53,6 +53,7 @@ use super::AppState;
         super::admin::show_quota,
         super::admin::set_quota,
         super::admin::list_domains,
+        super::admin::list_servers,
         super::admin::assign_domain,
         super::admin::release_domain,
         super::oauth::apps::list,

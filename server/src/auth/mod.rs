@@ -34,8 +34,18 @@ impl Revocations {
         self.0.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// Drops this server's cached answers (see [`revoke_everywhere`] for every server's).
     pub fn revoke(&self) {
         self.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// Drops the cached answers of this server and, through the store, of every other server on it (they
+/// hear it at once: PostgreSQL's `NOTIFY`). Called after a revocation commits.
+pub async fn revoke_everywhere(revocations: &Revocations, store: &dyn crate::store::Store) {
+    revocations.revoke();
+    if let Err(e) = store.announce(crate::store::cluster::Topic::Revoke).await {
+        tracing::warn!(error = %e, "could not tell the other servers of a revocation; their caches keep it until they expire");
     }
 }
 

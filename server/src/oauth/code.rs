@@ -471,7 +471,7 @@ pub async fn redeem(
             let mut unit = p.store.begin().await?;
             unit.revoke_grant(&grant_id, now).await?;
             unit.commit().await?;
-            p.revocations.revoke();
+            crate::auth::revoke_everywhere(&p.revocations, p.store.as_ref()).await;
             tracing::warn!(grant = %grant_id, client = %client.app.id, "authorization code replayed: grant revoked");
             return Err(invalid());
         }

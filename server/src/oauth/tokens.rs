@@ -256,7 +256,7 @@ pub async fn refresh(
     if !unit.use_refresh_token(&hash, now).await? {
         unit.revoke_grant(&grant.id, now).await?;
         unit.commit().await?;
-        p.revocations.revoke();
+        crate::auth::revoke_everywhere(&p.revocations, p.store.as_ref()).await;
         tracing::warn!(grant = %grant.id, client = %client.app.id, "refresh token reused: grant revoked");
         return Err(OAuthError::invalid_grant(
             "the refresh token was already used; every token of this grant is now revoked",
@@ -299,7 +299,7 @@ pub async fn revoke(p: &Provider, client: &Client, token: &str) -> OAuthResult<(
         }
     }
     unit.commit().await?;
-    p.revocations.revoke();
+    crate::auth::revoke_everywhere(&p.revocations, p.store.as_ref()).await;
     Ok(())
 }
 

@@ -12,9 +12,39 @@ pub fn public_host(url: &str) -> Option<String> {
     url.host_str().map(bare_host)
 }
 
+/// Whether `url`'s host is a loopback address or `localhost`: reachable from its own machine only.
+pub fn is_loopback_url(url: &str) -> bool {
+    public_host(url).is_some_and(|host| {
+        host == "localhost"
+            || host.ends_with(".localhost")
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_urls() {
+        for url in [
+            "http://127.0.0.1:8080",
+            "http://localhost",
+            "http://[::1]:9/",
+            "http://a.localhost",
+        ] {
+            assert!(is_loopback_url(url), "{url}");
+        }
+        for url in [
+            "http://10.0.0.1",
+            "https://switchyard.example.com",
+            "nonsense",
+        ] {
+            assert!(!is_loopback_url(url), "{url}");
+        }
+    }
 
     #[test]
     fn the_server_names_itself() {

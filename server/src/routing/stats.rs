@@ -23,6 +23,9 @@ pub struct Activity {
     wake: AtomicBool,
     /// Requests held while the endpoint wakes up.
     pub waiting: AtomicU32,
+    /// Requests in flight through the other servers' proxies, as they last reported (several servers on
+    /// one store: the leader's scaler counts them with its own).
+    elsewhere_in_flight: AtomicU32,
     pub stats: EndpointStats,
 }
 
@@ -49,6 +52,30 @@ impl Activity {
 
     pub fn take_wake(&self) -> bool {
         self.wake.swap(false, Ordering::AcqRel)
+    }
+
+    /// What the other servers reported: their latest request (Unix milliseconds, 0 for none), their
+    /// requests in flight, and whether one asked the endpoint to wake.
+    pub fn heard(&self, last_request_ms: i64, in_flight: u32, wake: bool) {
+        if last_request_ms > 0 {
+            self.touch(last_request_ms);
+        }
+        self.elsewhere_in_flight.store(in_flight, Ordering::Relaxed);
+        if wake {
+            self.request_wake();
+        }
+    }
+
+    /// Requests in flight through this server's proxy and, as last reported, the others'.
+    pub fn in_flight_everywhere(&self) -> u32 {
+        self.in_flight
+            .get()
+            .saturating_add(self.elsewhere_in_flight.load(Ordering::Relaxed))
+    }
+
+    /// Unix milliseconds of the last request (0: none).
+    pub fn last_request_ms(&self) -> i64 {
+        self.last_request_ms.load(Ordering::Relaxed)
     }
 }
 

@@ -9,16 +9,19 @@
 //! (through [`crate::routing`], which both sides import), and records activity (last request, requests in
 //! flight, wake-ups) in shared [`Activity`] counters.
 
+pub mod cluster;
 pub mod devices;
 pub mod docker;
 pub mod isolation;
 pub mod launch;
+pub mod leader;
 pub mod local;
 pub mod logs;
 pub mod provider;
 pub mod reconciler;
 pub mod repositories;
 pub mod retry;
+pub mod routes;
 pub mod scaler;
 
 use std::collections::HashMap;

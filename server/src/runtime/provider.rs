@@ -161,4 +161,10 @@ pub trait ReplicaProvider: Send + Sync + 'static {
     /// Called on shutdown: stops every replica, or leaves them running for the next server when the
     /// provider keeps them across restarts.
     async fn stop_all(&self);
+    /// Called when this server stops leading while it runs on: lets go of every replica for the next
+    /// leader. Processes die with their server and stop here (the next leader starts its own); a
+    /// provider whose replicas outlive their server forgets them, for the next leader to adopt.
+    async fn abandon(&self) {
+        self.stop_all().await
+    }
 }

@@ -24,10 +24,12 @@ use tokio::sync::watch;
 
 use super::devices::{Devices, Lease};
 use super::launch::{self, Launch};
+use super::leader::Lead;
 use super::provider::{
     Found, Kind, ProviderError, Readiness, ReplicaInfo, ReplicaPlan, ReplicaProvider,
     ReplicaStatus, Resources, Workload,
 };
+use super::routes::Publisher;
 use super::scaler::{
     bounds_at, idle_expired, minute_of_day, Bounds, LoadSample, Scaler, ScalerSettings,
 };
@@ -37,11 +39,11 @@ use crate::config::{QuotaConfig, RuntimeConfig};
 use crate::crypto::{hex, random_id, SecretBox};
 use crate::engines::{self, Engines};
 use crate::model::{
-    can_transition, CustomRouter, EndpointSpec, EndpointState, EndpointType, Measure,
-    RouterProtocol,
+    can_transition, CustomRouter, EndpointSpec, EndpointState, Measure, RouterProtocol,
 };
 use crate::routing::{Activity, Backend, Route, RouteTable};
 use crate::services::quotas::Limits;
+use crate::store::cluster::ReplicaRow;
 use crate::store::{EndpointRecord, QuotaOverride, Store, StoreError};
 
 /// How long a health check, metrics scrape or custom-router update may take.
@@ -83,6 +85,9 @@ enum Started<T> {
     /// Not yet: the text says what it waits for (its image's pull, its provider's engine).
     Waiting(String),
 }
+
+/// How recent another server's report of an endpoint's traffic must be to count.
+const TRAFFIC_FRESH: Duration = Duration::from_secs(10);
 
 /// Longest time setting honoured (ten years), so no setting can overflow the clock arithmetic.
 const MAX_SECONDS: u64 = 10 * 365 * 86_400;
@@ -154,9 +159,16 @@ pub struct Reconciler {
     hardware: Option<Arc<crate::hardware::HardwareList>>,
     settings: ScalerSettings,
     handle: RuntimeHandle,
-    table: watch::Sender<Arc<RouteTable>>,
+    table: Publisher,
     runs: HashMap<String, EndpointRun>,
-    published: String,
+    /// The term this reconciler acts in, when it leads servers on one store: its writes are fenced by it,
+    /// and it stops once the term is over. `None`: a reconciler run alone (tests).
+    lead: Option<Lead>,
+    /// The replicas as last recorded in the store, by endpoint (for the other servers' proxies); `None`
+    /// until read from the store at the term's first tick.
+    recorded: Option<HashMap<String, Vec<ReplicaRow>>>,
+    /// Set when a write made as leader was refused: the term is over.
+    fenced: std::sync::atomic::AtomicBool,
     /// The endpoints as last read from the store, with the reconciler's own writes applied since; `None`
     /// when they must be read again. The quick ticks between two full ones go by these: everything else
     /// that changes an endpoint kicks the reconciler, and a kicked tick reads the store.
@@ -204,7 +216,7 @@ impl Reconciler {
         provider: Arc<dyn ReplicaProvider>,
         config: RuntimeConfig,
         handle: RuntimeHandle,
-        table: watch::Sender<Arc<RouteTable>>,
+        table: impl Into<Arc<watch::Sender<Arc<RouteTable>>>>,
     ) -> Reconciler {
         let settings = ScalerSettings::from_config(&config.scaling);
         // No engines dir (not absolute): the configured launchers and PATH only.
@@ -220,9 +232,11 @@ impl Reconciler {
             config,
             settings,
             handle,
-            table,
+            table: Publisher::new(table.into()),
             runs: HashMap::new(),
-            published: String::new(),
+            lead: None,
+            recorded: None,
+            fenced: Default::default(),
             records: None,
             quotas: QuotaConfig::default(),
             quota_overrides: HashMap::new(),
@@ -261,6 +275,19 @@ impl Reconciler {
         self
     }
 
+    /// Acts in `lead`'s term: its writes are fenced by the term, it records its replicas for the other
+    /// servers, counts their traffic with its own, and [`Self::serve_until`] ends once the term is over.
+    pub fn with_lead(mut self, lead: Lead) -> Reconciler {
+        self.lead = Some(lead);
+        self
+    }
+
+    /// Whether it may act: its term (if it has one) is not over.
+    fn leads(&self) -> bool {
+        !self.fenced.load(std::sync::atomic::Ordering::Relaxed)
+            && self.lead.as_ref().is_none_or(Lead::valid)
+    }
+
     /// How many replicas the namespace may run at once.
     fn replica_quota(&self, namespace: &str) -> u32 {
         let set = self
@@ -279,16 +306,120 @@ impl Reconciler {
         // After the endpoints: a route's claim commits with its endpoint, so none read is missing one.
         let claims = session.domain_claims().await?.into_iter();
         self.domains = claims.map(|c| (c.domain, c.namespace)).collect();
+        drop(session);
+        self.hear_elsewhere(&all).await;
         Ok(all)
     }
 
+    /// Counts what the other servers' proxies saw of each endpoint with this server's own: their latest
+    /// request, their requests in flight, and the wake-ups they ask for.
+    async fn hear_elsewhere(&self, records: &[EndpointRecord]) {
+        let Some(lead) = &self.lead else {
+            return;
+        };
+        let heard = match self
+            .store
+            .traffic_elsewhere(&lead.term.holder, TRAFFIC_FRESH)
+            .await
+        {
+            Ok(heard) => heard.into_iter().collect::<HashMap<_, _>>(),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the other servers' traffic");
+                return;
+            }
+        };
+        for rec in records {
+            let t = heard.get(&rec.id).copied().unwrap_or_default();
+            let in_flight = u32::try_from(t.in_flight).unwrap_or(u32::MAX);
+            self.handle.activity(&rec.namespace, &rec.spec.name).heard(
+                t.last_request_ms,
+                in_flight,
+                t.wake,
+            );
+        }
+    }
+
+    /// Records each endpoint's replicas (and custom router) in the store, where they changed, for the
+    /// other servers' proxies and for the next leader.
+    async fn record_replicas(&mut self, records: &[EndpointRecord]) {
+        let Some(lead) = &self.lead else {
+            return;
+        };
+        let (mut recorded, first) = match self.recorded.take() {
+            Some(r) => (r, false),
+            // What the last leader recorded: what it ran that this term does not is cleared, and what it
+            // does is written again, under this term.
+            None => match self.store.replicas().await {
+                Ok(rows) => {
+                    let by = rows.into_iter().fold(HashMap::new(), |mut by, r| {
+                        by.entry(r.endpoint_id.clone())
+                            .or_insert_with(Vec::new)
+                            .push(r);
+                        by
+                    });
+                    (by, true)
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not read the recorded replicas");
+                    return;
+                }
+            },
+        };
+        let mut now: HashMap<String, Vec<ReplicaRow>> = HashMap::new();
+        for rec in records {
+            if let Some(run) = self.runs.get(&rec.id) {
+                now.insert(rec.id.clone(), replica_rows(&rec.id, run));
+            }
+        }
+        let mut changes: Vec<(String, Vec<ReplicaRow>)> = now
+            .iter()
+            .filter(|(id, rows)| match recorded.get(*id) {
+                Some(r) => first || r != *rows,
+                None => !rows.is_empty(),
+            })
+            .map(|(id, rows)| (id.clone(), rows.clone()))
+            .collect();
+        changes.extend(
+            recorded
+                .keys()
+                .filter(|id| !now.contains_key(*id))
+                .map(|id| (id.clone(), Vec::new())),
+        );
+        if changes.is_empty() {
+            self.recorded = Some(recorded);
+            return;
+        }
+        match self.store.record_replicas(&lead.term, &changes).await {
+            Ok(()) => {
+                recorded = now.into_iter().filter(|(_, r)| !r.is_empty()).collect();
+            }
+            Err(StoreError::Fenced) => self.lose_term(),
+            Err(e) => tracing::warn!(error = %e, "could not record the replicas; retrying"),
+        }
+        self.recorded = Some(recorded);
+    }
+
+    /// A write made as leader was refused: the term is over, and this reconciler stops.
+    fn lose_term(&self) {
+        tracing::warn!("a write as leader was refused: another server leads now");
+        self.fenced
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Ticks until `shutdown` flips to true, then stops every replica.
-    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+    pub async fn run(mut self, shutdown: watch::Receiver<bool>) {
+        self.serve_until(shutdown).await;
+        self.provider.stop_all().await;
+        tracing::info!("replicas stopped");
+    }
+
+    /// Ticks until `over` flips to true or its term (see [`Self::with_lead`]) is over.
+    pub async fn serve_until(&mut self, mut over: watch::Receiver<bool>) {
         let tick = Duration::from_millis(self.config.tick_ms.max(10));
         let kick = self.handle.kicks();
         let mut read_at = Instant::now();
         loop {
-            if *shutdown.borrow() {
+            if *over.borrow() || !self.leads() {
                 break;
             }
             // A full tick reads every endpoint from the store; the quick ones in between, while replicas
@@ -308,20 +439,25 @@ impl Reconciler {
                 .values()
                 .flat_map(|r| &r.replicas)
                 .any(|r| !r.ready || r.draining.is_some());
-            let pause = if busy { tick.min(FAST_TICK) } else { tick };
+            let mut pause = if busy { tick.min(FAST_TICK) } else { tick };
+            if self.lead.is_some() {
+                // Wakes in time to see that its term is over.
+                pause = pause.min(super::leader::MARGIN);
+            }
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
                 // An endpoint was created, changed or deleted, or a request asks to wake one.
                 _ = kick.notified() => self.records = None,
-                _ = shutdown.changed() => {}
+                _ = over.changed() => {}
             }
         }
-        self.provider.stop_all().await;
-        tracing::info!("replicas stopped");
     }
 
     /// One pass over every endpoint: those held (see `records`), or else read from the store.
     pub async fn tick(&mut self) -> Result<(), StoreError> {
+        if !self.leads() {
+            return Ok(());
+        }
         let records = match self.records.take() {
             Some(held) => held,
             None => self.read_all().await?,
@@ -381,7 +517,8 @@ impl Reconciler {
             }
             held.push(rec);
         }
-        self.publish(routes);
+        self.table.publish(routes);
+        self.record_replicas(&held).await;
         self.stop_unadopted().await;
         // What the store holds now, unless a write failed: then the next tick reads it again.
         self.records = all_written.then_some(held);
@@ -420,88 +557,29 @@ impl Reconciler {
         }
     }
 
-    /// Publishes the routes as the new table, unless nothing the proxy uses changed.
-    fn publish(&mut self, routes: Vec<Arc<Route>>) {
-        let signature: String = routes
-            .iter()
-            .map(|r| {
-                let ids: Vec<&str> = r.backends.iter().map(|b| b.replica_id.as_str()).collect();
-                let router = r.router.as_ref().map(|b| b.replica_id.as_str());
-                format!(
-                    "{}:{}:{}:{:?}:{router:?};",
-                    r.id,
-                    r.state,
-                    ids.join(","),
-                    r.domain
-                )
-            })
-            .collect();
-        // Spec-only changes (type, CIDR, balancer) must reach the proxy too.
-        let signature = format!(
-            "{signature}|{:?}",
-            routes
-                .iter()
-                .map(|r| (
-                    r.endpoint_type,
-                    &r.allow,
-                    r.load_balancer,
-                    r.mcp_lb,
-                    r.cache,
-                    &r.private_account
-                ))
-                .collect::<Vec<_>>()
-        );
-        if signature != self.published {
-            self.published = signature;
-            self.table.send_replace(Arc::new(RouteTable::new(routes)));
-        }
-    }
-
     /// What the proxy needs of the endpoint, `gen` being its spec's [`generation`].
     fn route(&self, rec: &EndpointRecord, gen: String) -> Option<Arc<Route>> {
         let run = self.runs.get(&rec.id)?;
-        let spec = &rec.spec;
-        let features = &spec.experimental_features;
         // With a custom router, nothing is served until it knows the replicas.
         let router = run
             .router
             .as_ref()
             .filter(|r| r.announced.is_some())
             .map(|r| r.backend.clone());
-        let routed = spec.custom_router.is_none() || router.is_some();
-        Some(Arc::new(Route {
+        let backends = run
+            .replicas
+            .iter()
+            .filter(|r| r.serving())
+            .map(|r| r.backend.clone())
+            .collect();
+        Some(super::routes::route_of(
+            rec,
+            gen,
+            &self.domains,
+            backends,
             router,
-            generation: gen,
-            id: rec.id.clone(),
-            namespace: rec.namespace.clone(),
-            name: spec.name.clone(),
-            state: rec.state,
-            endpoint_type: spec.endpoint_type,
-            allow: spec.network.as_ref().and_then(|n| n.allow_list()),
-            load_balancer: features.effective_load_balancer(),
-            mcp_lb: features.mcp_lb.as_ref().map(|m| m.stateful),
-            cache: spec.cache_http_responses || features.cache_http_responses,
-            private_account: (spec.endpoint_type == EndpointType::Private)
-                .then(|| spec.private_service.as_ref().map(|p| p.account_id.clone()))
-                .flatten(),
-            // Only under a domain of its namespace's (older stores may hold routes made before domains
-            // were claimed).
-            domain: spec
-                .route
-                .as_ref()
-                .filter(|r| {
-                    let holder = self.domains.get(&r.key().0);
-                    holder.is_some_and(|ns| ns.eq_ignore_ascii_case(&rec.namespace))
-                })
-                .map(|r| (r.domain.clone(), r.path.clone())),
-            backends: run
-                .replicas
-                .iter()
-                .filter(|r| routed && r.serving())
-                .map(|r| r.backend.clone())
-                .collect(),
-            activity: run.activity.clone(),
-        }))
+            run.activity.clone(),
+        ))
     }
 
     /// Writes what changed. Returns the endpoint as stored after it (`rec` itself when nothing changed), or
@@ -537,6 +615,7 @@ impl Reconciler {
             rec.state,
             &next,
             &self.handle.public_url,
+            self.lead.as_ref().map(|l| &l.term),
         )
         .await
         {
@@ -545,6 +624,10 @@ impl Reconciler {
                     tracing::info!(namespace = %rec.namespace, endpoint = %rec.spec.name, from = %rec.state, to = %o.state, "endpoint state");
                 }
                 Ok(written)
+            }
+            Err(StoreError::Fenced) => {
+                self.lose_term();
+                Err(rec)
             }
             // Changed by a user in between: the next tick sees the new record.
             Err(StoreError::Stale) => {
@@ -1160,6 +1243,52 @@ impl Steps<'_> {
 /// Whether a schedule entry took effect since the last tick; notes the one in effect now. A schedule entry
 /// taking effect is an event: it starts a scaled-to-zero endpoint once, when it begins (spec part 3), not
 /// at every tick it lasts.
+/// What the store records of an endpoint's replicas and custom router.
+fn replica_rows(endpoint_id: &str, run: &EndpointRun) -> Vec<ReplicaRow> {
+    let row =
+        |role: &str, id: &str, backend: &Backend, handle: &str, generation: &str, state: &str| {
+            ReplicaRow {
+                endpoint_id: endpoint_id.to_string(),
+                replica_id: id.to_string(),
+                role: role.to_string(),
+                url: backend.addr.to_string(),
+                handle: handle.to_string(),
+                generation: generation.to_string(),
+                state: state.to_string(),
+            }
+        };
+    let mut rows: Vec<ReplicaRow> = run
+        .replicas
+        .iter()
+        .map(|r| {
+            let state = match (r.ready, r.draining.is_some()) {
+                (_, true) => "draining",
+                (true, false) => "ready",
+                (false, false) => "starting",
+            };
+            let id = &r.info.replica_id;
+            row(
+                "replica",
+                id,
+                &r.backend,
+                &r.info.handle,
+                &r.generation,
+                state,
+            )
+        })
+        .collect();
+    if let Some(router) = &run.router {
+        let state = if router.announced.is_some() {
+            "ready"
+        } else {
+            "starting"
+        };
+        let b = &router.backend;
+        rows.push(row("router", &b.replica_id, b, &b.replica_id, "", state));
+    }
+    rows
+}
+
 fn schedule_began(run: &mut EndpointRun, rec: &EndpointRecord, now: DateTime<Utc>) -> bool {
     let entry = rec
         .spec
@@ -1176,7 +1305,7 @@ fn schedule_began(run: &mut EndpointRun, rec: &EndpointRecord, now: DateTime<Utc
 /// while a request is still running.
 fn last_busy(run: &EndpointRun, now: DateTime<Utc>) -> DateTime<Utc> {
     // A request still running (a long stream) keeps the endpoint busy.
-    if run.activity.in_flight.get() > 0 {
+    if run.activity.in_flight_everywhere() > 0 {
         now
     } else {
         run.activity
@@ -1597,7 +1726,7 @@ async fn load_sample(run: &EndpointRun, measure: Option<&Measure>) -> LoadSample
     let mut sample = LoadSample {
         replicas: ready.len() as u32,
         cpu_percent: (!cpus.is_empty()).then(|| cpus.iter().sum::<f64>() / cpus.len() as f64),
-        pending_requests: f64::from(run.activity.in_flight.get()),
+        pending_requests: f64::from(run.activity.in_flight_everywhere()),
         kv_cache_usage: None,
         requests_waiting: None,
     };
@@ -1701,7 +1830,7 @@ mod tests {
         let a = EndpointSpec::parse(&body).unwrap();
         let mut b = a.clone();
         b.compute.scaling.max_replica = 4;
-        b.endpoint_type = EndpointType::Authenticated;
+        b.endpoint_type = crate::model::EndpointType::Authenticated;
         assert_eq!(generation(&a), generation(&b));
         b.model.env.insert("X".into(), "1".into());
         assert_ne!(generation(&a), generation(&b));

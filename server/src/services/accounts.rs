@@ -275,7 +275,7 @@ pub async fn remove_member(ctx: &Context, org: &str, user: &str) -> Result<(), A
         return Err(StoreError::NotFound(format!("{user:?} is not a member of {org:?}")).into());
     }
     unit.commit().await?;
-    ctx.revocations.revoke();
+    crate::auth::revoke_everywhere(&ctx.revocations, ctx.store.as_ref()).await;
     Ok(())
 }
 
@@ -343,7 +343,7 @@ pub async fn delete_account(
     unit.release_domains_of(&account.name).await?;
     unit.delete_account(name).await?;
     unit.commit().await?;
-    ctx.revocations.revoke();
+    crate::auth::revoke_everywhere(&ctx.revocations, ctx.store.as_ref()).await;
     (ctx.on_change)();
     tracing::info!(account = %name, endpoints, "account deleted");
     Ok(endpoints)
@@ -369,7 +369,7 @@ pub async fn set_disabled(
         unit.cancel_deliveries_of_owner(&account.id, now).await?;
     }
     unit.commit().await?;
-    ctx.revocations.revoke();
+    crate::auth::revoke_everywhere(&ctx.revocations, ctx.store.as_ref()).await;
     tracing::info!(user = %name, disabled, "account access changed");
     Ok(account)
 }
@@ -399,7 +399,7 @@ pub async fn revoke_token(ctx: &Context, id: &str) -> Result<(), AccountError> {
         return Err(StoreError::NotFound(format!("no token {id:?}")).into());
     }
     unit.commit().await?;
-    ctx.revocations.revoke();
+    crate::auth::revoke_everywhere(&ctx.revocations, ctx.store.as_ref()).await;
     Ok(())
 }
 

@@ -271,7 +271,7 @@ pub async fn update(ctx: &Context, who: &Principal, id: &str, input: AppIn) -> R
     }
     unit.commit().await?;
     // Cached client records (the token endpoint's) are read again.
-    ctx.revocations.revoke();
+    crate::auth::revoke_everywhere(&ctx.revocations, ctx.store.as_ref()).await;
     Ok(app)
 }
 
@@ -297,7 +297,7 @@ async fn set_secret_of(ctx: &Context, mut app: OAuthApp, rotate: bool) -> Result
         .await?;
     unit.commit().await?;
     // The old secret stops working at once: cached client records are read again.
-    ctx.revocations.revoke();
+    crate::auth::revoke_everywhere(&ctx.revocations, ctx.store.as_ref()).await;
     app.has_secret = secret.is_some();
     app.updated_at = now;
     tracing::info!(app = %id, rotated = rotate, "oauth app secret changed");
@@ -323,7 +323,7 @@ async fn delete_by_id(ctx: &Context, id: &str) -> Result<()> {
     let mut unit = ctx.store.begin().await?;
     unit.delete_app(id).await?;
     unit.commit().await?;
-    ctx.revocations.revoke();
+    crate::auth::revoke_everywhere(&ctx.revocations, ctx.store.as_ref()).await;
     tracing::info!(app = %id, "oauth app deleted");
     Ok(())
 }

@@ -365,8 +365,12 @@ pub async fn write_status(
     before: EndpointState,
     next: &EndpointRecord,
     base: &str,
+    term: Option<&crate::store::cluster::Term>,
 ) -> StoreResult<EndpointRecord> {
     let mut unit: Box<dyn Session> = store.begin().await?;
+    if let Some(term) = term {
+        unit.hold_term(term).await?;
+    }
     let saved = unit.update_endpoint(next).await?;
     moved(unit.as_mut(), before, &saved, base).await?;
     unit.commit().await?;

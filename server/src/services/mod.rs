@@ -12,6 +12,7 @@ pub mod notices;
 mod policy;
 pub mod publishers;
 pub mod quotas;
+pub mod servers;
 pub mod webhooks;
 
 use std::sync::Arc;

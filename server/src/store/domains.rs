@@ -103,6 +103,7 @@ impl DomainStore for SqlSession {
         .bind(ts(now))
         .execute(self.db())
         .await?;
+        self.rerouted = true;
         Ok(())
     }
 
@@ -111,6 +112,7 @@ impl DomainStore for SqlSession {
             .bind(domain)
             .execute(self.db())
             .await?;
+        self.rerouted |= gone.rows_affected() > 0;
         Ok(gone.rows_affected() > 0)
     }
 

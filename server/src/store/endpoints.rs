@@ -138,7 +138,10 @@ impl EndpointStore for SqlSession {
         .execute(self.db())
         .await;
         match res {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.rerouted = true;
+                Ok(())
+            }
             Err(e) => match unique_violation(&e) {
                 Some(constraint) => Err(conflict(rec, &constraint)),
                 None => Err(e.into()),
@@ -223,6 +226,7 @@ impl EndpointStore for SqlSession {
         if res.rows_affected() == 0 {
             return Err(StoreError::Stale);
         }
+        self.rerouted = true;
         let mut out = rec.clone();
         out.version += 1;
         Ok(out)
@@ -234,6 +238,7 @@ impl EndpointStore for SqlSession {
             .bind(name)
             .execute(self.db())
             .await?;
+        self.rerouted |= res.rows_affected() > 0;
         Ok(res.rows_affected() > 0)
     }
 }

@@ -59,6 +59,11 @@ const SQLITE: &[Migration] = &[
         name: "custom domains",
         sql: include_str!("../../migrations/sqlite/0009_domains.sql"),
     },
+    Migration {
+        version: 10,
+        name: "several servers",
+        sql: include_str!("../../migrations/sqlite/0010_cluster.sql"),
+    },
 ];
 
 const POSTGRES: &[Migration] = &[
@@ -96,6 +101,11 @@ const POSTGRES: &[Migration] = &[
         version: 7,
         name: "custom domains",
         sql: include_str!("../../migrations/postgres/0007_domains.sql"),
+    },
+    Migration {
+        version: 8,
+        name: "several servers",
+        sql: include_str!("../../migrations/postgres/0008_cluster.sql"),
     },
 ];
 

@@ -11,6 +11,7 @@
 mod accounts;
 mod batch;
 mod catalog;
+pub mod cluster;
 pub mod copy;
 mod domains;
 mod endpoints;
@@ -51,6 +52,9 @@ pub enum StoreError {
     /// The row changed since it was read (optimistic concurrency).
     #[error("the record was changed concurrently; retry")]
     Stale,
+    /// A write made as leader, by a server that no longer holds the lease.
+    #[error("this server no longer leads (its lease lapsed or passed to another server)")]
+    Fenced,
     #[error("store failure: {0}")]
     Backend(String),
 }
@@ -81,6 +85,7 @@ pub trait Session:
     + QuotaStore
     + WebhookStore
     + NotificationStore
+    + cluster::ClusterSession
     + Send
 {
     /// Makes the unit of work's writes durable and visible, all of them or none.
@@ -88,7 +93,7 @@ pub trait Session:
 }
 
 #[async_trait]
-pub trait Store: DeliveryQueue + MailQueue + Send + Sync + 'static {
+pub trait Store: DeliveryQueue + MailQueue + cluster::ClusterStore + Send + Sync + 'static {
     /// A unit of work: writes through it commit together. On SQLite it holds the write lock from the
     /// start (so a read-then-write never fails to upgrade); on PostgreSQL it is a read-committed
     /// transaction, with versions and constraints guarding the rows it changes.

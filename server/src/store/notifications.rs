@@ -82,10 +82,20 @@ fn notice_from(row: &AnyRow) -> StoreResult<Notice> {
     })
 }
 
+/// The lock that numbers notices in commit order.
+const NOTICES_ORDER: i64 = 0x5357_4e4f_5443;
+
 #[async_trait]
 impl NotificationStore for SqlSession {
     async fn notify(&mut self, n: &NewNotice, now: DateTime<Utc>) -> StoreResult<()> {
         let now = ts(now);
+        if n.push && self.backend == super::sql::Backend::Postgres {
+            // Numbered in commit order: a reader paging by `seq` passes over none (see ORDER_BY_COMMIT).
+            sqlx::query(super::cluster::ORDER_BY_COMMIT)
+                .bind(NOTICES_ORDER)
+                .execute(self.db())
+                .await?;
+        }
         if n.push {
             let sql = format!(
                 "INSERT INTO notifications (user_id, kind, namespace, subject, title, message, \

@@ -140,6 +140,8 @@ pub struct SqlStore {
     mail: Arc<tokio::sync::Notify>,
     /// Bumped when a unit of work that recorded notices commits.
     notices: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Where it connects (for a listener of its own, see `ClusterStore::listen`).
+    url: StoreUrl,
 }
 
 impl SqlStore {
@@ -186,6 +188,7 @@ impl SqlStore {
             outbox: Arc::default(),
             mail: Arc::default(),
             notices: Arc::new(tokio::sync::watch::Sender::new(0)),
+            url: url.clone(),
         };
         super::migrate::run(&store.pool, backend).await?;
         Ok(store)
@@ -215,6 +218,21 @@ impl SqlStore {
         &self.notices
     }
 
+    pub(crate) fn url(&self) -> String {
+        self.url.url()
+    }
+
+    /// Rings the signal of `topic`, as a commit here would (another server's commit, heard).
+    pub(crate) fn ring(&self, topic: super::cluster::Topic) {
+        use super::cluster::Topic;
+        match topic {
+            Topic::Outbox => self.outbox.notify_one(),
+            Topic::Mail => self.mail.notify_one(),
+            Topic::Notices => self.notices.send_modify(|n| *n += 1),
+            _ => {}
+        }
+    }
+
     /// What a new session signals when it commits.
     fn signals(&self) -> Signals {
         Signals {
@@ -222,6 +240,23 @@ impl SqlStore {
             mail: self.mail.clone(),
             notices: self.notices.clone(),
         }
+    }
+
+    /// A unit of work, as its own type (see [`Store::begin`]).
+    pub(crate) async fn begin_sql(&self) -> StoreResult<SqlSession> {
+        let turn = self.writer_turn().await;
+        let tx = self.pool.begin_with(begin_statement(self.backend)).await?;
+        Ok(SqlSession {
+            conn: Conn::Unit(tx),
+            backend: self.backend,
+            _turn: turn,
+            signals: self.signals(),
+            queued: false,
+            mailed: false,
+            noticed: false,
+            rerouted: false,
+            failed: AtomicBool::new(false),
+        })
     }
 
     /// The one writer's turn, on SQLite (`None` on PostgreSQL, which has many writers).
@@ -272,6 +307,8 @@ pub struct SqlSession {
     pub(crate) queued: bool,
     pub(crate) mailed: bool,
     pub(crate) noticed: bool,
+    /// An endpoint (or a domain) changed: the other servers rebuild their routes at commit.
+    pub(crate) rerouted: bool,
     /// A statement failed: the unit of work commits nothing. PostgreSQL aborts such a transaction by itself;
     /// SQLite keeps the statements before the failed one, and would commit half a change.
     failed: AtomicBool,
@@ -370,11 +407,28 @@ impl Session for SqlSession {
             queued,
             mailed,
             noticed,
+            rerouted,
             _turn,
             failed,
-            ..
+            backend,
         } = *self;
-        if let Conn::Unit(t) = conn {
+        if let Conn::Unit(mut t) = conn {
+            if backend == Backend::Postgres && !failed.load(Ordering::Relaxed) {
+                // The other servers hear of it at commit (and not at all if it rolls back).
+                let topics = [
+                    (queued, super::cluster::Topic::Outbox),
+                    (mailed, super::cluster::Topic::Mail),
+                    (noticed, super::cluster::Topic::Notices),
+                    (rerouted, super::cluster::Topic::Routes),
+                ];
+                for (_, topic) in topics.iter().filter(|(said, _)| *said) {
+                    sqlx::query("SELECT pg_notify($1, $2)")
+                        .bind(super::cluster::CHANNEL)
+                        .bind(topic.as_str())
+                        .execute(&mut *t)
+                        .await?;
+                }
+            }
             if failed.into_inner() {
                 t.rollback().await?;
                 return Err(StoreError::Backend(
@@ -401,18 +455,7 @@ impl Session for SqlSession {
 #[async_trait]
 impl Store for SqlStore {
     async fn begin(&self) -> StoreResult<Box<dyn Session>> {
-        let turn = self.writer_turn().await;
-        let tx = self.pool.begin_with(begin_statement(self.backend)).await?;
-        Ok(Box::new(SqlSession {
-            conn: Conn::Unit(tx),
-            backend: self.backend,
-            _turn: turn,
-            signals: self.signals(),
-            queued: false,
-            mailed: false,
-            noticed: false,
-            failed: AtomicBool::new(false),
-        }))
+        Ok(Box::new(self.begin_sql().await?))
     }
 
     async fn read(&self) -> StoreResult<Box<dyn Session>> {
@@ -424,6 +467,7 @@ impl Store for SqlStore {
             queued: false,
             mailed: false,
             noticed: false,
+            rerouted: false,
             failed: AtomicBool::new(false),
         }))
     }

@@ -719,6 +719,22 @@ impl DeliveryQueue for SqlStore {
                     vec![Val::from(o.webhook_id.as_str())],
                 ),
             );
+            // Attempts are numbered (`seq`) at insert, and a reader pages by that number: numbered in
+            // commit order, no page can pass over an attempt that commits late.
+            stmts.insert(
+                1,
+                (
+                    super::cluster::ORDER_BY_COMMIT,
+                    vec![Val::Int(ATTEMPTS_ORDER)],
+                ),
+            );
+            stmts.push((
+                "SELECT pg_notify($1, $2)",
+                vec![
+                    Val::from(super::cluster::CHANNEL),
+                    Val::from(super::cluster::Topic::Attempts.as_str()),
+                ],
+            ));
         }
         self.write_batch(stmts).await
     }
@@ -857,6 +873,9 @@ impl SqlStore {
         }
     }
 }
+
+/// The lock that numbers delivery attempts in commit order (see [`super::cluster::ORDER_BY_COMMIT`]).
+const ATTEMPTS_ORDER: i64 = 0x5357_4154_5450;
 
 fn outcome_statements(o: &Outcome) -> Vec<Stmt> {
     let now = ts(o.now);

@@ -650,6 +650,21 @@ impl ReplicaProvider for DockerProvider {
     async fn stop_all(&self) {
         self.shutdown().await
     }
+
+    async fn abandon(&self) {
+        let n = {
+            let mut replicas = self.inner.replicas();
+            let n = replicas.len();
+            replicas.clear();
+            n
+        };
+        // Another server leads now: what runs is its to adopt, and nothing here sweeps it away.
+        self.inner.swept.store(false, Ordering::Release);
+        tracing::info!(
+            replicas = n,
+            "leaving the replicas' containers to the next leader"
+        );
+    }
 }
 
 impl DockerProvider {

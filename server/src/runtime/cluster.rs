@@ -1,0 +1,231 @@
+//! A server among several on one store: it runs the reconciler while it leads, and follows the store
+//! between its terms.
+//!
+//! Leading ([`super::leader`]), it runs a [`Reconciler`] for the term, which records the replicas it runs
+//! in the store. When the term ends without a shutdown (its lease passed to another server), the provider
+//! lets go of its replicas ([`ReplicaProvider::abandon`]: containers stay for the next leader to adopt;
+//! local processes stop, since the next leader starts its own) and the server follows.
+//!
+//! Following, a [`Follower`] builds the routing table from the store (endpoints, domains and the replicas
+//! the leader recorded), again at each wake-up (`NOTIFY`, see [`super::listen`]) and every second, and
+//! reports what this server's proxy sees of each endpoint's traffic, so the leader scales on the sum and
+//! wakes an endpoint a request here asked for.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use super::leader::{Lead, Leadership};
+use super::provider::ReplicaProvider;
+use super::reconciler::{generation, Reconciler};
+use super::routes::{route_of, Publisher};
+use super::RuntimeHandle;
+use crate::routing::{Backend, RouteTable};
+use crate::store::cluster::{ReplicaRow, Traffic};
+use crate::store::{Store, StoreResult};
+
+/// How often a follower reads the store when nothing woke it (the backstop for a missed `NOTIFY`).
+pub const FOLLOW_POLL: Duration = Duration::from_secs(1);
+
+/// How often an unchanged report of an endpoint's traffic is written again (so it stays fresh).
+const REPORT_AGAIN: Duration = Duration::from_secs(4);
+
+/// Builds the routing table from the store, and reports this server's traffic to it.
+pub struct Follower {
+    store: Arc<dyn Store>,
+    handle: RuntimeHandle,
+    table: Publisher,
+    me: String,
+    /// Backends by replica id and address, kept across tables (their pools of connections with them).
+    backends: HashMap<(String, SocketAddr), Arc<Backend>>,
+    write_limit: Duration,
+    /// What was last reported of each endpoint, and when.
+    reported: HashMap<String, (Traffic, Instant)>,
+}
+
+impl Follower {
+    pub fn new(
+        store: Arc<dyn Store>,
+        handle: RuntimeHandle,
+        table: Arc<watch::Sender<Arc<RouteTable>>>,
+        me: String,
+        write_limit: Duration,
+    ) -> Follower {
+        Follower {
+            store,
+            handle,
+            table: Publisher::new(table),
+            me,
+            backends: HashMap::new(),
+            write_limit,
+            reported: HashMap::new(),
+        }
+    }
+
+    /// Publishes the routing table the store describes now.
+    pub async fn refresh(&mut self) -> StoreResult<()> {
+        let (records, domains) = {
+            let mut session = self.store.read().await?;
+            let records = session.all_endpoints().await?;
+            let claims = session.domain_claims().await?.into_iter();
+            let domains: HashMap<String, String> =
+                claims.map(|c| (c.domain, c.namespace)).collect();
+            (records, domains)
+        };
+        let mut by_endpoint: HashMap<String, Vec<ReplicaRow>> = HashMap::new();
+        for row in self.store.replicas().await? {
+            by_endpoint
+                .entry(row.endpoint_id.clone())
+                .or_default()
+                .push(row);
+        }
+        let mut kept = HashMap::with_capacity(self.backends.len());
+        let mut routes = Vec::with_capacity(records.len());
+        for rec in &records {
+            let rows = by_endpoint.remove(&rec.id).unwrap_or_default();
+            let mut backends = Vec::new();
+            let mut router = None;
+            for row in rows.iter().filter(|r| r.state == "ready") {
+                let Ok(addr) = row.url.parse::<SocketAddr>() else {
+                    tracing::warn!(replica = %row.replica_id, url = %row.url, "a recorded replica's address is not one");
+                    continue;
+                };
+                let key = (row.replica_id.clone(), addr);
+                let backend = self.backends.remove(&key).unwrap_or_else(|| {
+                    Arc::new(Backend::new(row.replica_id.clone(), addr, self.write_limit))
+                });
+                kept.insert(key, backend.clone());
+                match row.role.as_str() {
+                    "router" => router = Some(backend),
+                    _ => backends.push(backend),
+                }
+            }
+            let activity = self.handle.activity(&rec.namespace, &rec.spec.name);
+            let gen = generation(&rec.spec);
+            routes.push(route_of(rec, gen, &domains, backends, router, activity));
+        }
+        self.backends = kept;
+        self.table.publish(routes);
+        Ok(())
+    }
+
+    /// Writes what this server's proxy saw of each endpoint since the last report: its latest request,
+    /// requests in flight and held, and a wake-up a request asked for (taken here: the leader wakes it).
+    pub async fn report(&mut self) -> StoreResult<()> {
+        let table = self.handle.table.borrow().clone();
+        let mut seen = Vec::new();
+        let mut taken = Vec::new();
+        for route in table.routes() {
+            let a = &route.activity;
+            let wake = a.take_wake();
+            if wake {
+                taken.push(route.activity.clone());
+            }
+            let t = Traffic {
+                last_request_ms: a.last_request_ms(),
+                in_flight: i64::from(a.in_flight.get()),
+                waiting: i64::from(a.waiting.load(std::sync::atomic::Ordering::Relaxed)),
+                wake,
+            };
+            let stale = self
+                .reported
+                .get(&route.id)
+                .is_none_or(|(last, at)| *last != t || at.elapsed() >= REPORT_AGAIN);
+            // A server that never saw a request says nothing.
+            if stale && (t != Traffic::default() || self.reported.contains_key(&route.id)) {
+                seen.push((route.id.clone(), t));
+            }
+        }
+        if let Err(e) = self.store.report_traffic(&self.me, &seen).await {
+            // The wake-ups are asked again at the next report.
+            for a in taken {
+                a.request_wake();
+            }
+            return Err(e);
+        }
+        let now = Instant::now();
+        for (id, t) in seen {
+            self.reported
+                .insert(id, (Traffic { wake: false, ..t }, now));
+        }
+        Ok(())
+    }
+}
+
+/// Runs this server's part until `stop` flips: the reconciler (made by `lead_with` for each term) while
+/// it leads, the follower between terms. At the end, every replica it runs stops.
+pub async fn serve(
+    lead_with: impl Fn(Lead) -> Reconciler,
+    mut leadership: Leadership,
+    provider: Arc<dyn ReplicaProvider>,
+    mut follower: Follower,
+    handle: RuntimeHandle,
+    mut stop: watch::Receiver<bool>,
+) {
+    let kick = handle.kicks();
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        let lead = leadership.borrow_and_update().clone();
+        if let Some(lead) = lead {
+            lead_term(lead_with(lead.clone()), &lead, &leadership, &stop).await;
+            if *stop.borrow() {
+                break;
+            }
+            tracing::info!(
+                epoch = lead.term.epoch,
+                "term over: letting go of the replicas and following"
+            );
+            provider.abandon().await;
+            continue;
+        }
+        if let Err(e) = follower.report().await {
+            tracing::warn!(error = %e, "could not report this server's traffic");
+        }
+        if let Err(e) = follower.refresh().await {
+            tracing::warn!(error = %e, "could not read the routes from the store");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(FOLLOW_POLL) => {}
+            _ = kick.notified() => {}
+            _ = leadership.changed() => {}
+            _ = stop.changed() => {}
+        }
+    }
+    provider.stop_all().await;
+    tracing::info!("replicas stopped");
+}
+
+/// Runs `reconciler` for `lead`'s term: until the leadership changes, or `stop` flips.
+async fn lead_term(
+    mut reconciler: Reconciler,
+    lead: &Lead,
+    leadership: &Leadership,
+    stop: &watch::Receiver<bool>,
+) {
+    let (over, over_rx) = watch::channel(false);
+    let epoch = lead.term.epoch;
+    let (mut leadership, mut stop) = (leadership.clone(), stop.clone());
+    let watching = tokio::spawn(async move {
+        loop {
+            let same = leadership
+                .borrow_and_update()
+                .as_ref()
+                .is_some_and(|l| l.term.epoch == epoch);
+            if !same || *stop.borrow_and_update() {
+                break;
+            }
+            tokio::select! {
+                r = leadership.changed() => if r.is_err() { break },
+                r = stop.changed() => if r.is_err() { break },
+            }
+        }
+        over.send_replace(true);
+    });
+    reconciler.serve_until(over_rx).await;
+    watching.abort();
+}

@@ -1,0 +1,108 @@
+//! Routes from endpoints, and their publication: one rule for the leader's reconciler (which builds them
+//! from the replicas it runs) and for a follower (which builds them from the replicas the leader recorded).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::model::EndpointType;
+use crate::routing::{Activity, Backend, Route, RouteTable};
+use crate::store::EndpointRecord;
+
+/// The route of `rec` (its spec's generation `gen`), served by `backends` (its ready replicas) through
+/// `router` (its custom router, once that knows the replicas). `domains` maps each custom domain to the
+/// namespace it belongs to: a route is served under its domain only when that is its namespace's.
+pub fn route_of(
+    rec: &EndpointRecord,
+    gen: String,
+    domains: &HashMap<String, String>,
+    backends: Vec<Arc<Backend>>,
+    router: Option<Arc<Backend>>,
+    activity: Arc<Activity>,
+) -> Arc<Route> {
+    let spec = &rec.spec;
+    let features = &spec.experimental_features;
+    // With a custom router, nothing is served until it knows the replicas.
+    let routed = spec.custom_router.is_none() || router.is_some();
+    Arc::new(Route {
+        router,
+        generation: gen,
+        id: rec.id.clone(),
+        namespace: rec.namespace.clone(),
+        name: spec.name.clone(),
+        state: rec.state,
+        endpoint_type: spec.endpoint_type,
+        allow: spec.network.as_ref().and_then(|n| n.allow_list()),
+        load_balancer: features.effective_load_balancer(),
+        mcp_lb: features.mcp_lb.as_ref().map(|m| m.stateful),
+        cache: spec.cache_http_responses || features.cache_http_responses,
+        private_account: (spec.endpoint_type == EndpointType::Private)
+            .then(|| spec.private_service.as_ref().map(|p| p.account_id.clone()))
+            .flatten(),
+        // Only under a domain of its namespace's (older stores may hold routes made before domains were
+        // claimed).
+        domain: spec
+            .route
+            .as_ref()
+            .filter(|r| {
+                let holder = domains.get(&r.key().0);
+                holder.is_some_and(|ns| ns.eq_ignore_ascii_case(&rec.namespace))
+            })
+            .map(|r| (r.domain.clone(), r.path.clone())),
+        backends: if routed { backends } else { Vec::new() },
+        activity,
+    })
+}
+
+/// Where routing tables are published, and what the last one held.
+pub struct Publisher {
+    table: Arc<watch::Sender<Arc<RouteTable>>>,
+    published: String,
+}
+
+impl Publisher {
+    pub fn new(table: Arc<watch::Sender<Arc<RouteTable>>>) -> Publisher {
+        Publisher {
+            table,
+            published: String::new(),
+        }
+    }
+
+    /// Publishes the routes as the new table, unless nothing the proxy uses changed.
+    pub fn publish(&mut self, routes: Vec<Arc<Route>>) {
+        let signature: String = routes
+            .iter()
+            .map(|r| {
+                let ids: Vec<&str> = r.backends.iter().map(|b| b.replica_id.as_str()).collect();
+                let router = r.router.as_ref().map(|b| b.replica_id.as_str());
+                format!(
+                    "{}:{}:{}:{:?}:{router:?};",
+                    r.id,
+                    r.state,
+                    ids.join(","),
+                    r.domain
+                )
+            })
+            .collect();
+        // Spec-only changes (type, CIDR, balancer) must reach the proxy too.
+        let signature = format!(
+            "{signature}|{:?}",
+            routes
+                .iter()
+                .map(|r| (
+                    r.endpoint_type,
+                    &r.allow,
+                    r.load_balancer,
+                    r.mcp_lb,
+                    r.cache,
+                    &r.private_account
+                ))
+                .collect::<Vec<_>>()
+        );
+        if signature != self.published {
+            self.published = signature;
+            self.table.send_replace(Arc::new(RouteTable::new(routes)));
+        }
+    }
+}
