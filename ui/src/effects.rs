@@ -103,6 +103,11 @@ pub enum Effect {
         wait: u64,
         delay: u64,
     },
+    /// Reads the servers on the store (`GET /api/v1/admin/servers`) after `delay` seconds (answered by
+    /// `Action::ServersLoaded`).
+    LoadServers {
+        delay: u64,
+    },
 }
 
 /// A webhook action; each is confirmed first.

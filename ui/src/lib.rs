@@ -69,7 +69,8 @@ use effects::{AppAction, DeployRequest, Effect, EndpointAction, WebhookAction};
 use keymap::Keymap;
 use state::{
     Action, AppRow, AuditRow, CreatedApp, DeliveryRow, EndpointRow, IssuedSecret, Key, LoadFailure,
-    NotificationRow, NotificationsFailure, SavedWebhook, Secret, SignInFailure, State, WebhookRow,
+    NotificationRow, NotificationsFailure, SavedWebhook, Secret, ServerRow, SignInFailure, State,
+    WebhookRow,
 };
 
 pub struct Options {
@@ -643,6 +644,16 @@ pub async fn perform(client: &Client, effect: Effect) -> Option<Action> {
                     }),
             )
         }
+        Effect::LoadServers { delay } => {
+            pause(delay).await;
+            Action::ServersLoaded(
+                client
+                    .admin_servers::<Value>()
+                    .await
+                    .map(|v| rows_of(&v, ServerRow::from_json))
+                    .map_err(|e| servers_failure(&e)),
+            )
+        }
     })
 }
 
@@ -682,6 +693,15 @@ fn load_failure(e: &ClientError) -> LoadFailure {
             status, message, ..
         } if status.as_u16() == 403 => LoadFailure::Forbidden(message.clone()),
         other => LoadFailure::Failed(message(other)),
+    }
+}
+
+/// Why the servers on the store could not be read; a 401 or 403 is the user not being an instance
+/// administrator (the console stops asking).
+fn servers_failure(e: &ClientError) -> LoadFailure {
+    match refused_token(e) {
+        true => LoadFailure::Forbidden(message(e)),
+        false => LoadFailure::Failed(message(e)),
     }
 }
 

@@ -26,11 +26,13 @@ impl Console {
         let mut pending = vec![action];
         while let Some(action) = pending.pop() {
             for effect in update(&mut self.state, action, &self.keymap) {
-                // The live feeds poll for ever; these views need no more than a webhook's first page.
+                // The live feeds (and the reads of the servers on the store) poll for ever; these views
+                // need no more than a webhook's first page.
                 let follows = matches!(
                     effect,
                     Effect::FollowNotifications { .. }
                         | Effect::FollowDeliveries { after: Some(_), .. }
+                        | Effect::LoadServers { .. }
                 );
                 if follows {
                     continue;

@@ -38,6 +38,7 @@ const ORDER: &[&str] = &[
     "state::apps",
     "state::webhooks",
     "state::notifications",
+    "state::servers",
     "state::confirm",
     "state::command_line",
     "state::keys",

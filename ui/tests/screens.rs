@@ -8,7 +8,7 @@ use switchyard_ui::keymap::{self, Keymap};
 use switchyard_ui::state::{
     update, Action, AppAction, AppRow, AuditRow, CatalogRow, CreatedApp, DeliveryRow, Effect,
     EndpointRow, EngineMarks, IssuedSecret, Key, LoadFailure, NotificationRow, SavedWebhook,
-    Secret, State, WebhookRow,
+    Secret, ServerRow, State, WebhookRow,
 };
 use switchyard_ui::views;
 
@@ -1554,6 +1554,40 @@ fn notifications_in_the_status_line_and_their_view() {
         &Keymap::builtin(),
     );
     assert!(screen(&s, 120, 24).contains("this server has no notifications"));
+}
+
+/// Three servers on one store, one of them not answering: the status line says so and names the leader, as
+/// much as fits (at 80 columns, the one not answering, cut); the rest of the screen is as with one server.
+#[test]
+fn several_servers_in_the_status_line() {
+    let mut s = state();
+    let keymap = Keymap::builtin();
+    keys(&mut s, &[":", "e", "p", "enter"]);
+    let alone = screen(&s, 80, 24);
+    let server = |address: &str, standing: &str, leader: bool| {
+        ServerRow::from_json(&json!({
+            "id": format!("node-{address}"), "address": address,
+            "publicUrl": format!("http://{address}"), "version": "0.1.0",
+            "startedAt": "2026-11-22T11:00:00Z", "lastHeartbeat": "2026-11-22T11:59:58Z",
+            "state": standing, "leader": leader
+        }))
+    };
+    let one = vec![server("127.0.0.1:8080", "running", true)];
+    update(&mut s, Action::ServersLoaded(Ok(one)), &keymap);
+    assert_eq!(screen(&s, 80, 24), alone);
+    let three = vec![
+        server("127.0.0.1:8080", "running", true),
+        server("127.0.0.1:8081", "running", false),
+        server("127.0.0.1:8082", "notAnswering", false),
+    ];
+    update(&mut s, Action::ServersLoaded(Ok(three)), &keymap);
+    insta::assert_snapshot!("servers_one_not_answering_80", screen(&s, 80, 24));
+    let wide = screen(&s, 140, 24);
+    let status = wide.lines().next().unwrap_or_default();
+    assert!(
+        status.contains("1 not answering: 127.0.0.1:8082  leader 127.0.0.1:8080  user admin"),
+        "{status}"
+    );
 }
 
 /// A first run: MiniLM would run here once its engine is installed. The catalog and the recipes say so, a

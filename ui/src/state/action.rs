@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use super::deliveries::DeliveryRow;
 use super::overlay::{IssuedSecret, Secret};
 use super::rows::{
-    AppRow, AuditRow, CatalogRow, EndpointRow, EngineMarks, NotificationRow, WebhookRow,
+    AppRow, AuditRow, CatalogRow, EndpointRow, EngineMarks, NotificationRow, ServerRow, WebhookRow,
 };
 use crate::effects::ExternalEdit;
 
@@ -114,6 +114,8 @@ pub enum Action {
     Replayed(Result<String, String>),
     /// A poll of the notifications: those that came, oldest first, or why not.
     NotificationsLoaded(Result<Vec<NotificationRow>, NotificationsFailure>),
+    /// A read of the servers on the store: the list, or why not (`Forbidden`: the user may not read it).
+    ServersLoaded(Result<Vec<ServerRow>, LoadFailure>),
 }
 
 /// Why the notifications could not be had: this server has none (an older one, 404: the feature is off

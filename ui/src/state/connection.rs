@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 
 use super::action::SignInFailure;
 use super::lists::{load_catalog, load_endpoints, refresh};
-use super::model::{Connection, NotificationsFeed, State, View};
+use super::model::{Connection, NotificationsFeed, ServersFeed, State, View};
 use super::overlay::Overlay;
 use crate::effects::Effect;
 use crate::natural::natural_cmp;
@@ -100,6 +100,8 @@ pub(super) fn connect(
     state.deliveries.rows.clear();
     state.notifications = NotificationsFeed::default();
     state.notice = None;
+    // The other server may have other servers beside it, and may let the user read them.
+    state.servers = ServersFeed::default();
     if state.view == View::Deliveries {
         state.view = View::Webhooks;
     }

@@ -6,7 +6,7 @@
 //! The modules, lowest first; each imports only modules listed before it (and the crate's lower layers),
 //! and this file only declares them and re-exports what the rest of the crate uses:
 //! - `rows`: the rows of the lists (catalog, endpoints, OAuth apps, audit entries, webhooks,
-//!   notifications), as parsed from the API.
+//!   notifications) and the servers on the store, as parsed from the API.
 //! - `deliveries`: a webhook's attempts: what each is about and what changed, the request sent and the
 //!   answer, what it stands for now (superseded, due, held).
 //! - `overlay`: what covers the view (help, the dialog, a secret shown once, the command line, a pane, an
@@ -24,6 +24,7 @@
 //! - `apps`: the OAuth apps and audit log views: the new-app form, the app actions, the secret shown once.
 //! - `webhooks`: the webhooks view (its form and its actions) and a webhook's live deliveries, replays.
 //! - `notifications`: following the user's notifications, the status line's notice.
+//! - `servers`: reading the servers on the store every few seconds, for the status line.
 //! - `confirm`: the dialog before an endpoint's, an app's or a webhook's action, and its answer.
 //! - `command_line`: the `:` command line.
 //! - `keys`: where a key or a keymap command goes.
@@ -46,6 +47,7 @@ mod notifications;
 mod overlay;
 mod panes;
 mod rows;
+mod servers;
 mod update;
 mod webhooks;
 
@@ -55,11 +57,14 @@ pub use action::{
 };
 pub use command_line::shown_command;
 pub use deliveries::{DeliveryRow, Standing};
-pub use model::{Connection, DeliveriesFeed, NotificationsFeed, State, View, LONG_POLL_WAIT};
+pub use model::{
+    Connection, DeliveriesFeed, NotificationsFeed, ServersFeed, State, View, LONG_POLL_WAIT,
+    SERVERS_EVERY,
+};
 pub use overlay::{IssuedSecret, Overlay, Secret, SecretKind};
 pub use rows::{
     clock, AppRow, AuditRow, CatalogRow, EndpointRow, EngineInstall, EngineMarks, NotificationRow,
-    Recipe, RecipeRuns, Runs, WebhookRow,
+    Recipe, RecipeRuns, Runs, ServerRow, WebhookRow,
 };
 pub use update::update;
 

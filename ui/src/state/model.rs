@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use super::deliveries::{DeliveryRow, Standing};
 use super::overlay::Overlay;
 use super::rows::{
-    AppRow, AuditRow, CatalogRow, EndpointRow, EngineMarks, NotificationRow, WebhookRow,
+    AppRow, AuditRow, CatalogRow, EndpointRow, EngineMarks, NotificationRow, ServerRow, WebhookRow,
 };
 use crate::effects::Effect;
 use crate::keymap::Context;
@@ -145,6 +145,42 @@ impl NotificationsFeed {
     }
 }
 
+/// Seconds between two reads of the servers on the store.
+pub const SERVERS_EVERY: u64 = 5;
+
+/// The servers on the store, read every few seconds from sign-in while the user may read them (an instance
+/// administrator); one read under way at a time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServersFeed {
+    /// The last list read: a failed read keeps it.
+    pub rows: Vec<ServerRow>,
+    /// A read was asked: the next ones wait [`SERVERS_EVERY`] seconds.
+    pub asked: bool,
+    /// A read is under way: signing in again starts none.
+    pub polling: bool,
+    /// Failed reads in a row: the next waits longer.
+    pub failures: u32,
+    /// The server does not let the user read them (401, 403): nothing is asked and nothing is shown.
+    pub refused: bool,
+}
+
+impl ServersFeed {
+    /// The next read, unless one is under way or the user may not read them: at once the first time, then
+    /// every few seconds, backing off after failures.
+    pub fn poll(&mut self) -> Option<Effect> {
+        if self.polling || self.refused {
+            return None;
+        }
+        let delay = match self.asked {
+            true => SERVERS_EVERY.max(backoff(self.failures)),
+            false => 0,
+        };
+        self.asked = true;
+        self.polling = true;
+        Some(Effect::LoadServers { delay })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Connection {
     Connecting,
@@ -229,6 +265,8 @@ pub struct State {
     pub notifications: NotificationsFeed,
     /// The newest notification, as the status line shows it (an error when something failed).
     pub notice: Option<(String, bool)>,
+    /// The servers on the store: the status line names the leader and those not answering.
+    pub servers: ServersFeed,
 }
 
 impl State {
@@ -282,6 +320,7 @@ impl State {
             deliveries: DeliveriesFeed::default(),
             notifications: NotificationsFeed::default(),
             notice: None,
+            servers: ServersFeed::default(),
         }
     }
 

@@ -1,5 +1,5 @@
-//! The rows of the lists, catalog models (with their recipes), endpoints, OAuth apps and audit entries, as
-//! parsed from the API.
+//! The rows of the lists, catalog models (with their recipes), endpoints, OAuth apps and audit entries, and
+//! the servers on the store, as parsed from the API.
 //!
 //! Each keeps, lowercased once, what the `/` filter matches in it. Text that others choose (an app's name, the
 //! email an exchange asked for) comes in with its control characters dropped: it never steers the terminal.
@@ -781,5 +781,36 @@ impl NotificationRow {
 
     pub(super) fn matches(&self, filter: &str) -> bool {
         self.search.contains(filter)
+    }
+}
+
+/// One server on the store (`GET /api/v1/admin/servers`), with only what the status line shows: a read that
+/// changes nothing of it needs no frame (its heartbeat's time changes at every read).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerRow {
+    /// Its data dir's `node-id`.
+    pub id: String,
+    /// Where it listens (`127.0.0.1:8080`).
+    pub address: String,
+    /// `running`, `notAnswering` or `stopped`, as the server says it.
+    pub state: String,
+    /// It holds the leader's lease.
+    pub leader: bool,
+}
+
+impl ServerRow {
+    /// A server as the admin API lists it.
+    pub fn from_json(server: &Value) -> ServerRow {
+        ServerRow {
+            id: plain(&server["id"]),
+            address: plain(&server["address"]),
+            state: plain(&server["state"]),
+            leader: server["leader"] == true,
+        }
+    }
+
+    /// Its heartbeats stopped without it saying it stopped (killed, hung, cut off).
+    pub fn not_answering(&self) -> bool {
+        self.state == "notAnswering"
     }
 }

@@ -65,7 +65,7 @@ fn sign_in_then_views_load_their_lists() {
         &Keymap::builtin(),
     );
     // The catalog loads with what runs here, the endpoints (to open on them if there are any), and the
-    // notifications are followed from now on.
+    // notifications and the servers on the store are followed from now on.
     let namespaces = vec!["alice".to_string(), "acme".to_string()];
     assert_eq!(
         fx,
@@ -80,7 +80,8 @@ fn sign_in_then_views_load_their_lists() {
                 after: None,
                 wait: 0,
                 delay: 0
-            }
+            },
+            Effect::LoadServers { delay: 0 }
         ]
     );
     assert_eq!(s.connection, Connection::Connected);
@@ -1344,6 +1345,98 @@ fn an_older_server_without_notifications_turns_them_off_silently() {
     assert!(fx
         .iter()
         .any(|e| matches!(e, Effect::FollowNotifications { after: None, .. })));
+}
+
+/// A server on the store at `address`, as the admin API lists it.
+fn server(address: &str, standing: &str, leader: bool) -> ServerRow {
+    ServerRow::from_json(&json!({
+        "id": format!("node-{address}"), "address": address,
+        "publicUrl": format!("http://{address}"), "version": "0.1.0",
+        "startedAt": "2026-11-22T11:00:00Z", "lastHeartbeat": "2026-11-22T11:59:58Z",
+        "state": standing, "leader": leader
+    }))
+}
+
+/// The answer to a read of the servers on the store.
+fn servers_loaded(s: &mut State, result: Result<Vec<ServerRow>, LoadFailure>) -> Vec<Effect> {
+    update(s, Action::ServersLoaded(result), &Keymap::builtin())
+}
+
+#[test]
+fn the_servers_are_read_every_few_seconds_and_a_failed_read_keeps_them() {
+    let mut s = state();
+    let fx = update(
+        &mut s,
+        Action::SignedIn(Ok(("alice".into(), vec![]))),
+        &Keymap::builtin(),
+    );
+    assert!(fx.contains(&Effect::LoadServers { delay: 0 }));
+    let three = vec![
+        server("127.0.0.1:8080", "running", true),
+        server("127.0.0.1:8081", "running", false),
+        server("127.0.0.1:8082", "notAnswering", false),
+    ];
+    s.dirty = false;
+    let every = SERVERS_EVERY;
+    let fx = servers_loaded(&mut s, Ok(three.clone()));
+    assert_eq!(fx, [Effect::LoadServers { delay: every }]);
+    assert_eq!(s.servers.rows, three);
+    assert!(s.dirty);
+    assert!(s.servers.rows[2].not_answering());
+    assert!(!s.servers.rows[1].not_answering());
+    // The same list again needs no frame.
+    s.dirty = false;
+    servers_loaded(&mut s, Ok(three.clone()));
+    assert!(!s.dirty);
+    // A failed read keeps the list and is tried again, backing off, without a word.
+    let mut delays = Vec::new();
+    for _ in 0..5 {
+        let fx = servers_loaded(&mut s, Err(LoadFailure::Failed("503".into())));
+        if let [Effect::LoadServers { delay }] = fx.as_slice() {
+            delays.push(*delay);
+        }
+    }
+    assert_eq!(delays, [every, every, every, 8, 16]);
+    assert_eq!(s.servers.rows, three);
+    assert!(s.message.is_none() && !s.dirty);
+    // No second read while one is under way: signing in again (a retry) starts none.
+    let fx = update(
+        &mut s,
+        Action::SignedIn(Ok(("alice".into(), vec![]))),
+        &Keymap::builtin(),
+    );
+    assert!(!fx.iter().any(|e| matches!(e, Effect::LoadServers { .. })));
+}
+
+#[test]
+fn a_user_who_may_not_read_the_servers_is_not_asked_again() {
+    let mut s = state();
+    signed_in(&mut s);
+    let two = vec![
+        server("127.0.0.1:8080", "running", true),
+        server("127.0.0.1:8081", "running", false),
+    ];
+    servers_loaded(&mut s, Ok(two));
+    // Not an instance administrator (403): nothing more is asked, nothing is shown and nothing is said.
+    s.dirty = false;
+    let refused = LoadFailure::Forbidden("403 instance administrators only".into());
+    assert!(servers_loaded(&mut s, Err(refused)).is_empty());
+    assert!(s.servers.refused && s.servers.rows.is_empty());
+    assert!(s.dirty);
+    assert!(s.message.is_none() && s.notice.is_none());
+    // Signing in again does not start the reads again; another server does.
+    signed_in(&mut s);
+    assert!(!s.servers.polling);
+    key(&mut s, ":");
+    typed(&mut s, "server http://127.0.0.1:9");
+    key(&mut s, "enter");
+    assert!(!s.servers.refused);
+    let fx = update(
+        &mut s,
+        Action::SignedIn(Ok(("alice".into(), vec![]))),
+        &Keymap::builtin(),
+    );
+    assert!(fx.contains(&Effect::LoadServers { delay: 0 }));
 }
 
 #[test]

@@ -5,7 +5,8 @@ use chrono::{DateTime, Utc};
 use super::action::Action;
 use super::model::State;
 use super::{
-    apps, confirm, connection, editors, engines, keys, lists, notifications, panes, webhooks,
+    apps, confirm, connection, editors, engines, keys, lists, notifications, panes, servers,
+    webhooks,
 };
 use crate::effects::Effect;
 use crate::keymap::{Command, Keymap};
@@ -21,6 +22,7 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
             | Action::DeliveriesLoaded { .. }
             | Action::WebhookLoaded { .. }
             | Action::NotificationsLoaded(_)
+            | Action::ServersLoaded(_)
     ) {
         state.dirty = true;
     }
@@ -42,6 +44,7 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
             let mut effects = connection::on_signed_in(state, answer);
             if state.user.is_some() {
                 effects.extend(notifications::start(state));
+                effects.extend(servers::start(state));
             }
             effects
         }
@@ -69,6 +72,7 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
             Vec::new()
         }
         Action::NotificationsLoaded(result) => notifications::on_loaded(state, result),
+        Action::ServersLoaded(result) => servers::on_loaded(state, result),
         Action::AppsLoaded(_, rows) => {
             lists::on_apps_loaded(state, rows);
             Vec::new()

@@ -96,11 +96,64 @@ fn overlay(frame: &mut Frame, body: Rect, state: &State, keymap: &Keymap) {
     }
 }
 
-/// The status line: the server, the connection, the user, the clock, and the newest notification. When it
-/// does not fit, the notification goes first, then the connection's reason is cut (with `…`; the view says
-/// it whole), so the user and the clock stay.
+/// The status line: the server, the connection, the servers on the store (when there are several), the user,
+/// the clock, and the newest notification.
 fn status_line(frame: &mut Frame, area: Rect, state: &State) {
-    let (conn, colour) = match &state.connection {
+    let spans = status_spans(state, usize::from(area.width));
+    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+/// Most of the status line a long server URL gives way to for the servers on the store.
+const SERVERS_ROOM: usize = 24;
+
+/// Less room than this and the servers on the store are left out of the status line.
+const SERVERS_MIN: usize = 12;
+
+/// The status line in `width` columns. When it does not fit, the notification goes first, then the servers
+/// on the store are cut (with `…`; those not answering come first), then the connection's reason is cut
+/// (the view says it whole), so the user and the clock stay. A long server URL gives way so that the
+/// connection and the servers keep some room.
+fn status_spans(state: &State, width: usize) -> Vec<Span<'static>> {
+    let (conn, colour) = connection_text(&state.connection);
+    let brand = Style::new()
+        .add_modifier(Modifier::BOLD)
+        .fg(Color::Black)
+        .bg(Color::Cyan);
+    let tail = status_tail(state, width);
+    let servers = servers_spans(state);
+    let count = |spans: &[Span]| -> usize { spans.iter().map(|s| s.content.chars().count()).sum() };
+    let kept = conn.chars().count().min(28) + count(&servers).min(SERVERS_ROOM);
+    let server_room = width.saturating_sub(12 + 2 + count(&tail) + kept);
+    let server = fit(&state.server, u16::try_from(server_room).unwrap_or(0));
+    let head = vec![
+        Span::styled(" switchyard ", brand),
+        Span::raw(format!(" {server} ")),
+    ];
+    let used = count(&head) + count(&tail);
+    let room = u16::try_from(width.saturating_sub(used)).unwrap_or(0);
+    let conn = fit(&conn, room);
+    // The servers take what the connection leaves.
+    let left = width.saturating_sub(used + conn.chars().count());
+    let mut spans = head;
+    spans.push(Span::styled(conn, Style::new().fg(colour)));
+    if left >= SERVERS_MIN {
+        spans.extend(fit_spans(servers, left));
+    }
+    spans.extend(tail);
+    // The newest notification, until the next one.
+    if let Some((notice, bad)) = &state.notice {
+        let colour = if *bad { Color::Red } else { Color::Cyan };
+        spans.push(Span::styled(
+            format!("  ● {notice}"),
+            Style::new().fg(colour),
+        ));
+    }
+    fit_spans(spans, width)
+}
+
+/// The connection as the status line says it, and its colour.
+fn connection_text(connection: &Connection) -> (String, Color) {
+    match connection {
         Connection::Connecting => ("connecting".to_string(), Color::Yellow),
         Connection::Connected => ("connected".to_string(), Color::Green),
         Connection::Unreachable(why) => (format!("unreachable ({why}); retrying"), Color::Red),
@@ -108,13 +161,11 @@ fn status_line(frame: &mut Frame, area: Rect, state: &State) {
             format!("sign-in failed ({why}); showing what is public"),
             Color::Red,
         ),
-    };
-    let brand = Style::new()
-        .add_modifier(Modifier::BOLD)
-        .fg(Color::Black)
-        .bg(Color::Cyan);
-    let width = usize::from(area.width);
-    // The date only where there is room for it.
+    }
+}
+
+/// The end of the status line: the user, read-only, the clock (with the date where there is room for it).
+fn status_tail(state: &State, width: usize) -> Vec<Span<'static>> {
     let clock = match width >= 100 {
         true => "%Y-%m-%d %H:%M",
         false => "%H:%M",
@@ -127,30 +178,32 @@ fn status_line(frame: &mut Frame, area: Rect, state: &State) {
         tail.push(Span::styled("  read-only", Style::new().fg(Color::Yellow)));
     }
     tail.push(Span::raw(format!("  {} UTC", state.now.format(clock))));
-    let count = |spans: &[Span]| -> usize { spans.iter().map(|s| s.content.chars().count()).sum() };
-    // A long server URL gives way so that the connection keeps some room.
-    let conn_room = conn.chars().count().min(28);
-    let server_room = width.saturating_sub(12 + 2 + count(&tail) + conn_room);
-    let server = fit(&state.server, u16::try_from(server_room).unwrap_or(0));
-    let head = vec![
-        Span::styled(" switchyard ", brand),
-        Span::raw(format!(" {server} ")),
-    ];
-    let used = count(&head) + count(&tail);
-    let room = u16::try_from(width.saturating_sub(used)).unwrap_or(0);
-    let mut spans = head;
-    spans.push(Span::styled(fit(&conn, room), Style::new().fg(colour)));
-    spans.extend(tail);
-    // The newest notification, until the next one.
-    if let Some((notice, bad)) = &state.notice {
-        let colour = if *bad { Color::Red } else { Color::Cyan };
-        spans.push(Span::styled(
-            format!("  ● {notice}"),
-            Style::new().fg(colour),
-        ));
+    tail
+}
+
+/// The servers on the store, when there are several: those not answering (`N not answering: ADDRESS, …`),
+/// then the leader (`leader ADDRESS`, or `no leader` while none holds the lease). One server: nothing.
+fn servers_spans(state: &State) -> Vec<Span<'static>> {
+    let rows = &state.servers.rows;
+    if rows.len() < 2 {
+        return Vec::new();
     }
-    let spans = fit_spans(spans, width);
-    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+    let mut spans = Vec::new();
+    let silent: Vec<&str> = rows
+        .iter()
+        .filter(|s| s.not_answering())
+        .map(|s| s.address.as_str())
+        .collect();
+    if !silent.is_empty() {
+        let text = format!("  {} not answering: {}", silent.len(), silent.join(", "));
+        spans.push(Span::styled(text, Style::new().fg(Color::Red)));
+    }
+    let leader = match rows.iter().find(|s| s.leader) {
+        Some(s) => format!("  leader {}", s.address),
+        None => "  no leader".to_string(),
+    };
+    spans.push(Span::raw(leader));
+    spans
 }
 
 fn footer(frame: &mut Frame, area: Rect, state: &State, keymap: &Keymap) {
@@ -280,4 +333,88 @@ fn note(frame: &mut Frame, area: Rect, title: &str, note: &str) {
         ),
         area,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use serde_json::json;
+
+    use super::*;
+    use crate::state::ServerRow;
+
+    /// Signed in as admin on the in-process server at noon, with `servers` (address, state, leader) on the
+    /// store.
+    fn with_servers(servers: &[(&str, &str, bool)]) -> State {
+        let now = chrono::Utc
+            .with_ymd_and_hms(2026, 11, 22, 12, 0, 0)
+            .unwrap();
+        let mut state = State::new("in-process".into(), false, now, String::new());
+        state.connection = Connection::Connected;
+        state.user = Some("admin".into());
+        state.servers.rows = servers
+            .iter()
+            .map(|(address, standing, leader)| {
+                ServerRow::from_json(&json!({
+                    "id": format!("node-{address}"), "address": address, "state": standing,
+                    "leader": leader, "lastHeartbeat": "2026-11-22T11:59:58Z"
+                }))
+            })
+            .collect();
+        state
+    }
+
+    /// The status line's text in `width` columns.
+    fn status(state: &State, width: usize) -> String {
+        let spans = status_spans(state, width);
+        spans.iter().map(|s| s.content.as_ref()).collect()
+    }
+
+    const LEADER: (&str, &str, bool) = ("127.0.0.1:8080", "running", true);
+    const FOLLOWER: (&str, &str, bool) = ("127.0.0.1:8081", "running", false);
+    const SILENT: (&str, &str, bool) = ("127.0.0.1:8082", "notAnswering", false);
+    const SILENT_TOO: (&str, &str, bool) = ("127.0.0.1:8083", "notAnswering", false);
+
+    #[test]
+    fn one_server_changes_nothing_in_the_status_line() {
+        let line = " switchyard  in-process connected  user admin  12:00 UTC";
+        assert_eq!(status(&with_servers(&[]), 80), line);
+        assert_eq!(status(&with_servers(&[LEADER]), 80), line);
+        assert_eq!(status(&with_servers(&[SILENT]), 80), line);
+    }
+
+    #[test]
+    fn several_servers_name_the_leader() {
+        let three = with_servers(&[LEADER, FOLLOWER, ("127.0.0.1:8083", "stopped", false)]);
+        assert_eq!(
+            status(&three, 80),
+            " switchyard  in-process connected  leader 127.0.0.1:8080  user admin  12:00 UTC"
+        );
+        let leaderless = with_servers(&[FOLLOWER, ("127.0.0.1:8083", "stopped", false)]);
+        assert_eq!(
+            status(&leaderless, 80),
+            " switchyard  in-process connected  no leader  user admin  12:00 UTC"
+        );
+    }
+
+    #[test]
+    fn servers_not_answering_come_first_and_are_cut_to_fit() {
+        let three = with_servers(&[LEADER, FOLLOWER, SILENT]);
+        assert_eq!(
+            status(&three, 140),
+            " switchyard  in-process connected  1 not answering: 127.0.0.1:8082  leader 127.0.0.1:8080  \
+             user admin  2026-11-22 12:00 UTC"
+        );
+        // At 80 columns the user and the clock stay; the words say it, whatever the colours.
+        assert_eq!(
+            status(&three, 80),
+            " switchyard  in-process connected  1 not answering: 127.…  user admin  12:00 UTC"
+        );
+        let two_silent = with_servers(&[LEADER, SILENT, SILENT_TOO]);
+        assert_eq!(
+            status(&two_silent, 160),
+            " switchyard  in-process connected  2 not answering: 127.0.0.1:8082, 127.0.0.1:8083  \
+             leader 127.0.0.1:8080  user admin  2026-11-22 12:00 UTC"
+        );
+    }
 }
