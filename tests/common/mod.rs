@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod docker;
 pub mod tmux;
 
@@ -63,13 +64,34 @@ impl Drop for Server {
 
 /// `switchyard serve` on a free port with `extra` arguments; waits for its address.
 pub fn serve_with(data_dir: &Path, extra: &[&std::ffi::OsStr]) -> Server {
+    serve_as(data_dir, extra, |_| {})
+}
+
+/// `switchyard serve` on a free port with `extra` arguments, its command changed by `configure` (its
+/// environment, where its stderr goes) before it starts; waits for its address.
+pub fn serve_as(
+    data_dir: &Path,
+    extra: &[&std::ffi::OsStr],
+    configure: impl FnOnce(&mut Command),
+) -> Server {
+    serve_logged(data_dir, extra, configure, None)
+}
+
+/// [`serve_as`], its log (stdout) appended to `log` when given.
+pub fn serve_logged(
+    data_dir: &Path,
+    extra: &[&std::ffi::OsStr],
+    configure: impl FnOnce(&mut Command),
+    log: Option<std::fs::File>,
+) -> Server {
     let mut cmd = Command::new(BIN);
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
         .args(extra)
         .env_remove("SWITCHYARD_LISTEN")
         .stderr(Stdio::null());
-    announcing(cmd, "switchyard serve")
+    configure(&mut cmd);
+    announcing_to(cmd, "switchyard serve", log)
 }
 
 /// `switchyard receive --listen 127.0.0.1:0 ARGS`, with no secret from the environment; waits for its
@@ -85,7 +107,12 @@ pub fn receive(args: &[&str], stderr: Stdio) -> Server {
 }
 
 /// Starts `cmd` and waits for the `listening on URL` line of its stdout.
-fn announcing(mut cmd: Command, what: &str) -> Server {
+fn announcing(cmd: Command, what: &str) -> Server {
+    announcing_to(cmd, what, None)
+}
+
+/// [`announcing`], every line of its stdout written to `log` too.
+fn announcing_to(mut cmd: Command, what: &str, mut log: Option<std::fs::File>) -> Server {
     let mut child = cmd
         .stdout(Stdio::piped())
         .spawn()
@@ -95,6 +122,10 @@ fn announcing(mut cmd: Command, what: &str) -> Server {
     std::thread::spawn(move || {
         let mut sent = false;
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(f) = log.as_mut() {
+                use std::io::Write;
+                let _ = writeln!(f, "{line}");
+            }
             if !sent {
                 if let Some(rest) = line.split("listening on ").nth(1) {
                     let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_string());
