@@ -541,3 +541,70 @@ async fn every_change_is_delivered_though_the_leader_dies_mid_burst() {
     let missing: Vec<&String> = acknowledged.iter().filter(|v| !got.contains(*v)).collect();
     assert!(missing.is_empty(), "never delivered: {missing:?}");
 }
+
+/// A receiver that answers after a pause, keeping the most requests it had in hand at once.
+async fn slow_receiver(most: Arc<AtomicUsize>, got: Arc<AtomicUsize>) -> String {
+    let now = Arc::new(AtomicUsize::new(0));
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || {
+            let (now, most, got) = (now.clone(), most.clone(), got.clone());
+            async move {
+                let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(n, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                now.fetch_sub(1, Ordering::SeqCst);
+                got.fetch_add(1, Ordering::SeqCst);
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/hook")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhooks_concurrency_holds_across_servers() {
+    let Some(pg) = postgres("a_webhooks_concurrency_holds_across_servers") else {
+        return;
+    };
+    let hooks =
+        "[outbound]\nallow = [\"127.0.0.0/8\"]\n\n[webhooks]\nconcurrency = 1\nrate_limit = 50\n";
+    let c = Cluster::start(&pg, 3, &format!("{}\n{hooks}", config())).await;
+    let http = reqwest::Client::new();
+    let (most, got) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let url = slow_receiver(most.clone(), got.clone()).await;
+    let hook = json!({"watched": [{"type": "user", "name": "admin"}], "domains": ["endpoint"], "url": url});
+    let made = format!("{}/api/settings/webhooks", c.nodes[0].url());
+    let (status, body) = send(&http, reqwest::Method::POST, made, &c.token, Some(&hook)).await;
+    assert!(status.is_success(), "{body}");
+    // Changes through every server: each server's workers hear of them and claim some.
+    let mut changes = 0;
+    for k in 0..24 {
+        let url = format!("{}/v2/endpoint/admin", c.nodes[k % 3].url());
+        let body = common::endpoint(&format!("e{k}"));
+        let (status, _) = send(&http, reqwest::Method::POST, url, &c.token, Some(&body)).await;
+        assert_eq!(status, 200);
+        changes += 1;
+    }
+    for _ in 0..600 {
+        if got.load(Ordering::SeqCst) >= changes {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        got.load(Ordering::SeqCst) >= changes,
+        "{} of {changes} delivered",
+        got.load(Ordering::SeqCst)
+    );
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        1,
+        "sends in flight at once to a webhook of concurrency 1"
+    );
+}

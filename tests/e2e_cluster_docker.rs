@@ -10,7 +10,7 @@ use serde_json::json;
 
 mod common;
 use common::cluster::{postgres, Cluster};
-use common::docker::{docker_env, endpoint, gone, remove_network, Scene};
+use common::docker::{docker_env, endpoint, gone, remove_network, serves_at, Scene};
 
 /// Requests sent round the servers that are up, one at a time, counting answers and failures.
 struct Load {
@@ -87,21 +87,6 @@ impl Load {
     }
 }
 
-async fn serves(http: &reqwest::Client, url: &str, name: &str) {
-    for _ in 0..600 {
-        let r = http
-            .post(format!("{url}/endpoints/admin/{name}/embed"))
-            .json(&json!({"inputs": "x"}))
-            .send()
-            .await;
-        if r.is_ok_and(|r| r.status() == 200) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{name} is not served through {url}");
-}
-
 fn ids(docker: &common::docker::Docker, scene: &Scene, name: &str) -> Vec<String> {
     docker
         .containers(&scene.cli, name)
@@ -146,7 +131,7 @@ async fn containers_outlive_a_rolling_restart_and_a_killed_leader() {
         created.text().await.unwrap_or_default()
     );
     for i in 0..3 {
-        serves(&http, c.nodes[i].url(), &name).await;
+        serves_at(&http, c.nodes[i].url(), &name).await;
     }
     let first = ids(&docker, &scene, &name);
     assert_eq!(first.len(), 1, "{first:?}");
@@ -161,7 +146,7 @@ async fn containers_outlive_a_rolling_restart_and_a_killed_leader() {
         load.leave(c.nodes[i].url()).await;
         c.stop(i);
         c.up(i);
-        serves(&http, c.nodes[i].url(), &name).await;
+        serves_at(&http, c.nodes[i].url(), &name).await;
         load.join(c.nodes[i].url().to_string());
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(

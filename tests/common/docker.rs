@@ -242,13 +242,23 @@ pub async fn embed(http: &reqwest::Client, r: &Running, name: &str) -> reqwest::
 /// Waits until a request through the proxy is answered 200 (the status read from the store may be the
 /// previous server's).
 pub async fn serves(http: &reqwest::Client, r: &Running, name: &str) {
+    serves_at(http, &r.server.url, name).await
+}
+
+/// Waits until a request through the proxy of the server at `url` is answered 200.
+pub async fn serves_at(http: &reqwest::Client, url: &str, name: &str) {
     for _ in 0..600 {
-        if embed(http, r, name).await == 200 {
+        let res = http
+            .post(format!("{url}/endpoints/admin/{name}/embed"))
+            .json(&json!({"inputs": "x"}))
+            .send()
+            .await;
+        if res.is_ok_and(|r| r.status() == 200) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("{name} never served");
+    panic!("{name} is not served through {url}");
 }
 
 pub fn ready(n: u64) -> impl Fn(&Value) -> bool {

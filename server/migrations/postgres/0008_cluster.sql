@@ -51,3 +51,16 @@ CREATE TABLE store_meta (
     value TEXT NOT NULL
 );
 INSERT INTO store_meta (key, value) VALUES ('store_id', substr(md5(random()::text || clock_timestamp()::text), 1, 16));
+
+-- Webhook sends in progress across servers: each send holds a slot (up to the webhook concurrency) until it
+-- ends or its claim's lease does; and the next start the rate limit allows, booked by whichever server sends.
+CREATE TABLE webhook_sends (
+    webhook_id  TEXT NOT NULL,
+    delivery_id TEXT NOT NULL,
+    held_until  TEXT NOT NULL,
+    PRIMARY KEY (webhook_id, delivery_id)
+);
+CREATE TABLE webhook_pace (
+    webhook_id TEXT PRIMARY KEY,
+    next_start TEXT NOT NULL
+);

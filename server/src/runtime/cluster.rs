@@ -181,6 +181,7 @@ pub async fn serve(
                 "term over: letting go of the replicas and following"
             );
             provider.abandon().await;
+            until_the_election_agrees(&lead, &mut leadership, &mut stop).await;
             continue;
         }
         if let Err(e) = follower.report().await {
@@ -198,6 +199,29 @@ pub async fn serve(
     }
     provider.stop_all().await;
     tracing::info!("replicas stopped");
+}
+
+/// After a term that ended on a refused write while the election still shows it: waits until the
+/// election sees it over too (its next renewal fails), rather than start the same term again. A lease that
+/// keeps being renewed for a whole lease's time is taken as still held.
+async fn until_the_election_agrees(
+    lead: &Lead,
+    leadership: &mut Leadership,
+    stop: &mut watch::Receiver<bool>,
+) {
+    let same = |l: &Leadership| {
+        l.borrow()
+            .as_ref()
+            .is_some_and(|now| now.term.epoch == lead.term.epoch)
+    };
+    let deadline = tokio::time::Instant::now() + super::leader::LEASE_TTL;
+    while same(leadership) && !*stop.borrow() {
+        tokio::select! {
+            _ = leadership.changed() => {}
+            _ = stop.changed() => {}
+            _ = tokio::time::sleep_until(deadline) => return,
+        }
+    }
 }
 
 /// Runs `reconciler` for `lead`'s term: until the leadership changes, or `stop` flips.

@@ -44,7 +44,7 @@ use crate::model::{
 use crate::routing::{Activity, Backend, Route, RouteTable};
 use crate::services::quotas::Limits;
 use crate::store::cluster::ReplicaRow;
-use crate::store::{EndpointRecord, QuotaOverride, Store, StoreError};
+use crate::store::{Backend as StoreBackend, EndpointRecord, QuotaOverride, Store, StoreError};
 
 /// How long a health check, metrics scrape or custom-router update may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -314,7 +314,12 @@ impl Reconciler {
     /// Counts what the other servers' proxies saw of each endpoint with this server's own: their latest
     /// request, their requests in flight, and the wake-ups they ask for.
     async fn hear_elsewhere(&self, records: &[EndpointRecord]) {
-        let Some(lead) = &self.lead else {
+        // On SQLite this server is the only one.
+        let Some(lead) = self
+            .lead
+            .as_ref()
+            .filter(|_| self.store.backend() == StoreBackend::Postgres)
+        else {
             return;
         };
         let heard = match self

@@ -246,8 +246,13 @@ impl SqlStore {
     pub(crate) async fn begin_sql(&self) -> StoreResult<SqlSession> {
         let turn = self.writer_turn().await;
         let tx = self.pool.begin_with(begin_statement(self.backend)).await?;
-        Ok(SqlSession {
-            conn: Conn::Unit(tx),
+        Ok(self.session(Conn::Unit(tx), turn))
+    }
+
+    /// A session on `conn`, holding the writer's `turn` when it has one.
+    fn session(&self, conn: Conn, turn: Option<tokio::sync::OwnedMutexGuard<()>>) -> SqlSession {
+        SqlSession {
+            conn,
             backend: self.backend,
             _turn: turn,
             signals: self.signals(),
@@ -256,7 +261,7 @@ impl SqlStore {
             noticed: false,
             rerouted: false,
             failed: AtomicBool::new(false),
-        })
+        }
     }
 
     /// The one writer's turn, on SQLite (`None` on PostgreSQL, which has many writers).
@@ -459,17 +464,8 @@ impl Store for SqlStore {
     }
 
     async fn read(&self) -> StoreResult<Box<dyn Session>> {
-        Ok(Box::new(SqlSession {
-            conn: Conn::Plain(self.pool.acquire().await?),
-            backend: self.backend,
-            _turn: None,
-            signals: self.signals(),
-            queued: false,
-            mailed: false,
-            noticed: false,
-            rerouted: false,
-            failed: AtomicBool::new(false),
-        }))
+        let conn = Conn::Plain(self.pool.acquire().await?);
+        Ok(Box::new(self.session(conn, None)))
     }
 
     fn backend(&self) -> Backend {

@@ -394,6 +394,12 @@ impl WebhookStore for SqlSession {
     }
 
     async fn delete_webhook(&mut self, id: &str) -> StoreResult<bool> {
+        for table in ["webhook_sends", "webhook_pace"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE webhook_id = $1"))
+                .bind(id)
+                .execute(self.db())
+                .await?;
+        }
         let done = sqlx::query("DELETE FROM webhooks WHERE id = $1")
             .bind(id)
             .execute(self.db())
@@ -584,12 +590,116 @@ pub trait DeliveryQueue {
     async fn delivery_counts(&self) -> StoreResult<Vec<(String, i64)>>;
     /// Wakes the delivery workers after a unit of work queued deliveries.
     fn outbox(&self) -> &tokio::sync::Notify;
+    /// Takes one of webhook `webhook`'s `cap` send slots for delivery `delivery`, until `until` (its
+    /// claim's lease), if one is free: several servers then send no more at once than the webhook allows.
+    async fn take_send_slot(
+        &self,
+        webhook: &str,
+        delivery: &str,
+        cap: i64,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> StoreResult<bool>;
+    /// Gives a send slot back.
+    async fn give_send_slot(&self, webhook: &str, delivery: &str) -> StoreResult<()>;
+    /// Books the next start the webhook's rate allows (one every `step`, from `now` at the earliest), for
+    /// whichever server sends; the start booked.
+    async fn book_send(
+        &self,
+        webhook: &str,
+        now: DateTime<Utc>,
+        step: std::time::Duration,
+    ) -> StoreResult<DateTime<Utc>>;
 }
 
 #[async_trait]
 impl DeliveryQueue for SqlStore {
     fn outbox(&self) -> &tokio::sync::Notify {
         self.outbox_signal()
+    }
+
+    async fn take_send_slot(
+        &self,
+        webhook: &str,
+        delivery: &str,
+        cap: i64,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        let mut unit = self.begin_sql().await?;
+        if unit.backend == Backend::Postgres {
+            // One taker at a time per webhook (the order record_outcome locks in: webhook first).
+            sqlx::query("SELECT id FROM webhooks WHERE id = $1 FOR UPDATE")
+                .bind(webhook)
+                .execute(unit.db())
+                .await?;
+        }
+        sqlx::query("DELETE FROM webhook_sends WHERE webhook_id = $1 AND held_until < $2")
+            .bind(webhook)
+            .bind(ts(now))
+            .execute(unit.db())
+            .await?;
+        let taken = sqlx::query(
+            "INSERT INTO webhook_sends (webhook_id, delivery_id, held_until) SELECT $1, $2, $3 \
+             WHERE (SELECT count(*) FROM webhook_sends WHERE webhook_id = $1) < $4 \
+             ON CONFLICT (webhook_id, delivery_id) DO UPDATE SET held_until = excluded.held_until",
+        )
+        .bind(webhook)
+        .bind(delivery)
+        .bind(ts(until))
+        .bind(cap)
+        .execute(unit.db())
+        .await?
+        .rows_affected()
+            == 1;
+        super::Session::commit(Box::new(unit)).await?;
+        Ok(taken)
+    }
+
+    async fn give_send_slot(&self, webhook: &str, delivery: &str) -> StoreResult<()> {
+        let _turn = self.writer_turn().await;
+        sqlx::query("DELETE FROM webhook_sends WHERE webhook_id = $1 AND delivery_id = $2")
+            .bind(webhook)
+            .bind(delivery)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    async fn book_send(
+        &self,
+        webhook: &str,
+        now: DateTime<Utc>,
+        step: std::time::Duration,
+    ) -> StoreResult<DateTime<Utc>> {
+        let mut unit = self.begin_sql().await?;
+        let lock = match unit.backend {
+            Backend::Postgres => " FOR UPDATE",
+            Backend::Sqlite => "",
+        };
+        sqlx::query(
+            "INSERT INTO webhook_pace (webhook_id, next_start) VALUES ($1, $2) \
+             ON CONFLICT (webhook_id) DO NOTHING",
+        )
+        .bind(webhook)
+        .bind(ts(now))
+        .execute(unit.db())
+        .await?;
+        let next: String = sqlx::query_scalar(&format!(
+            "SELECT next_start FROM webhook_pace WHERE webhook_id = $1{lock}"
+        ))
+        .bind(webhook)
+        .fetch_one(unit.db())
+        .await?;
+        let start = parse_ts(&next)?.max(now);
+        let step = chrono::Duration::from_std(step).unwrap_or_default();
+        sqlx::query("UPDATE webhook_pace SET next_start = $2 WHERE webhook_id = $1")
+            .bind(webhook)
+            .bind(ts(start + step))
+            .execute(unit.db())
+            .await?;
+        super::Session::commit(Box::new(unit)).await?;
+        Ok(start)
     }
 
     async fn claim_deliveries(

@@ -75,9 +75,15 @@ struct Lane {
     next_start: Instant,
 }
 
+/// How often a delivery waiting for one of its webhook's send slots held by other servers asks again.
+const SLOT_POLL: Duration = Duration::from_millis(20);
+
 /// The worker's shared state.
 struct Shared {
     d: Deliverer,
+    /// Whether other servers send too (the store is PostgreSQL): each webhook's concurrency and rate are
+    /// then kept in the store, for all of them; alone, the lanes keep them.
+    across: bool,
     lanes: Mutex<HashMap<String, Lane>>,
     in_flight: std::sync::atomic::AtomicUsize,
     done: Notify,
@@ -88,6 +94,7 @@ impl Deliverer {
     /// timeout) and gives back what it claimed but did not send.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let shared = Arc::new(Shared {
+            across: self.store.backend() == Backend::Postgres,
             d: self,
             lanes: Mutex::new(HashMap::new()),
             in_flight: Default::default(),
@@ -325,13 +332,24 @@ impl Shared {
         }
     }
 
-    /// The wait the rate limit asks before the next attempt to `webhook` (and books that start).
-    fn rate_wait(&self, webhook: &str) -> Duration {
+    /// The wait the rate limit asks before the next attempt to `webhook` (and books that start): in the
+    /// store when other servers send too, else in its lane.
+    async fn rate_wait(&self, webhook: &str) -> Duration {
         let rate = self.d.settings.rate_limit;
         if rate == 0 {
             return Duration::ZERO;
         }
         let step = Duration::from_secs(1) / rate;
+        if self.across {
+            let now = self.d.clock.now();
+            return match self.d.store.book_send(webhook, now, step).await {
+                Ok(start) => (start - now).to_std().unwrap_or(Duration::ZERO),
+                Err(e) => {
+                    tracing::warn!(error = %e, "webhook rate not booked; waiting one step");
+                    step
+                }
+            };
+        }
         let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
         let Some(lane) = lanes.get_mut(webhook) else {
             return Duration::ZERO;
@@ -383,8 +401,11 @@ impl Shared {
             || Instant::now() + self.d.settings.timeout + crate::config::LEASE_MARGIN > deadline;
         if late() || permit.is_err() || !self.may_go(&webhook) {
             self.put_back(&c, &token).await;
+        } else if !self.take_slot(&c, deadline, &late).await {
+            self.end_probe(&webhook);
+            self.put_back(&c, &token).await;
         } else {
-            let rate = self.rate_wait(&webhook);
+            let rate = self.rate_wait(&webhook).await;
             if !rate.is_zero() {
                 tokio::time::sleep(rate).await;
             }
@@ -398,9 +419,47 @@ impl Shared {
                 let sent = self.send(&c).await;
                 self.settle(&c, &token, sent).await;
             }
+            self.give_slot(&c).await;
         }
         drop(permit);
         self.leave(&webhook);
+    }
+
+    /// When other servers send too: waits for one of the webhook's send slots, which every server shares,
+    /// while the claim's lease leaves time to send; whether it got one. Alone, the lane's slots are all.
+    async fn take_slot(&self, c: &Claimed, deadline: Instant, late: &impl Fn() -> bool) -> bool {
+        if !self.across {
+            return true;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let until = self.d.clock.now() + chrono::Duration::from_std(left).unwrap_or_default();
+        let cap = i64::try_from(self.d.settings.concurrency).unwrap_or(i64::MAX);
+        loop {
+            let now = self.d.clock.now();
+            match self
+                .d
+                .store
+                .take_send_slot(&c.webhook_id, &c.id, cap, now, until)
+                .await
+            {
+                Ok(true) => return true,
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "webhook send slot not taken; asking again"),
+            }
+            if late() {
+                return false;
+            }
+            tokio::time::sleep(SLOT_POLL).await;
+        }
+    }
+
+    /// Gives the send slot [`Self::take_slot`] took back.
+    async fn give_slot(&self, c: &Claimed) {
+        if self.across {
+            if let Err(e) = self.d.store.give_send_slot(&c.webhook_id, &c.id).await {
+                tracing::warn!(error = %e, "webhook send slot not given back; it lapses with the lease");
+            }
+        }
     }
 
     async fn still_mine(&self, c: &Claimed, token: &str) -> bool {
