@@ -37,7 +37,8 @@ fn main() {
 }
 
 const CONFIG: &str = "[runtime]\ntick_ms = 200\nstop_grace_ms = 1000\npublic_url = \"http://switchyard.bench.test\"\n\n\
-                      [outbound]\nallow = [\"127.0.0.0/8\"]\n\n[webhooks]\ntimeout = \"5s\"\n";
+                      [outbound]\nallow = [\"127.0.0.0/8\"]\n\n[webhooks]\ntimeout = \"5s\"\n\n\
+                      [quotas]\nendpoints = 100000\nreplicas = 100000\n";
 
 async fn run() {
     let pg = bench::Postgres::start();

@@ -678,12 +678,13 @@ impl Application {
         let lead_with = {
             let (state, devices, table) = (state.clone(), services.devices.clone(), table.clone());
             let provider = provider.clone();
-            move |lead| {
+            move |lead: crate::runtime::leader::Lead| {
+                let in_term = crate::runtime::cluster::InTerm::new(provider.clone(), lead.clone());
                 Reconciler::new(
                     state.store.clone(),
                     state.clock.clone(),
                     state.secrets.clone(),
-                    provider.clone(),
+                    Arc::new(in_term),
                     state.runtime_config.clone(),
                     state.runtime.clone(),
                     table.clone(),

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::leader::{Lead, Leadership};
-use super::provider::ReplicaProvider;
+use super::provider::{
+    Found, Kind, ProviderError, Readiness, ReplicaInfo, ReplicaPlan, ReplicaProvider, ReplicaStatus,
+};
 use super::reconciler::{generation, Reconciler};
 use super::routes::{route_of, Publisher};
 use super::RuntimeHandle;
@@ -37,7 +39,7 @@ const REPORT_AGAIN: Duration = Duration::from_secs(4);
 pub struct Follower {
     store: Arc<dyn Store>,
     handle: RuntimeHandle,
-    table: Publisher,
+    pub(crate) table: Publisher,
     me: String,
     /// Backends by replica id and address, kept across tables (their pools of connections with them).
     backends: HashMap<(String, SocketAddr), Arc<Backend>>,
@@ -155,6 +157,64 @@ impl Follower {
     }
 }
 
+/// A provider as a term's reconciler sees it: nothing starts or stops once the term is over (a tick that
+/// outlived its term, the lease lapsed while a call waited), whatever the reconciler was in the middle of.
+pub struct InTerm {
+    inner: Arc<dyn ReplicaProvider>,
+    lead: Lead,
+}
+
+impl InTerm {
+    pub fn new(inner: Arc<dyn ReplicaProvider>, lead: Lead) -> InTerm {
+        InTerm { inner, lead }
+    }
+}
+
+#[async_trait::async_trait]
+impl ReplicaProvider for InTerm {
+    fn kind(&self) -> Kind {
+        self.inner.kind()
+    }
+
+    async fn prepare(&self, plan: &ReplicaPlan) -> Readiness {
+        self.inner.prepare(plan).await
+    }
+
+    async fn start(&self, plan: &ReplicaPlan) -> Result<ReplicaInfo, ProviderError> {
+        if !self.lead.valid() {
+            let over = "this server no longer leads; the next leader starts it";
+            return Err(ProviderError::Unavailable(over.into()));
+        }
+        self.inner.start(plan).await
+    }
+
+    fn status(&self, replica_id: &str) -> ReplicaStatus {
+        self.inner.status(replica_id)
+    }
+
+    fn cpu_seconds(&self, replica_id: &str) -> Option<f64> {
+        self.inner.cpu_seconds(replica_id)
+    }
+
+    async fn stop(&self, replica_id: &str) {
+        if self.lead.valid() {
+            self.inner.stop(replica_id).await
+        }
+    }
+
+    async fn found(&self) -> Result<Vec<Found>, String> {
+        self.inner.found().await
+    }
+
+    async fn stop_all(&self) {
+        self.inner.stop_all().await
+    }
+
+    async fn abandon(&self) {
+        self.inner.abandon().await
+    }
+}
+
 /// Runs this server's part until `stop` flips: the reconciler (made by `lead_with` for each term) while
 /// it leads, the follower between terms. At the end, every replica it runs stops.
 pub async fn serve(
@@ -172,6 +232,7 @@ pub async fn serve(
         }
         let lead = leadership.borrow_and_update().clone();
         if let Some(lead) = lead {
+            provider.in_term(lead.clone());
             lead_term(lead_with(lead.clone()), &lead, &leadership, &stop).await;
             if *stop.borrow() {
                 break;
@@ -182,6 +243,8 @@ pub async fn serve(
             );
             provider.abandon().await;
             until_the_election_agrees(&lead, &mut leadership, &mut stop).await;
+            // What the follower published before this term is no guide to what the proxy holds now.
+            follower.table.forget();
             continue;
         }
         if let Err(e) = follower.report().await {

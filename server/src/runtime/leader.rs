@@ -76,7 +76,7 @@ pub async fn run(
             break;
         }
         elect(store.as_ref(), &me.id, &lead).await;
-        if let Err(e) = store.heartbeat(&me.id).await {
+        if let Err(e) = store.heartbeat(&me).await {
             tracing::warn!(error = %e, "heartbeat not written");
         }
         // Wakes in time to step down before the lease could lapse, even with every renewal failing.
@@ -132,12 +132,25 @@ async fn warn_of_public_urls(store: &dyn Store, me: &ServerInfo) {
     }
 }
 
-/// One round: the leader renews (or steps down), a follower tries to take the lease.
+/// How far ahead a server alone on its store (SQLite, held by its file lock) may act: it never steps down.
+const ALONE: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// One round: the leader renews (or steps down), a follower tries to take the lease. On SQLite the one
+/// server takes the lease and keeps it whatever its renewals do (a stalled writer is no rival).
 async fn elect(store: &dyn Store, me: &str, lead: &watch::Sender<Option<Lead>>) {
     let held = lead.borrow().clone();
     let asked = Instant::now();
-    let until = asked + LEASE_TTL - MARGIN;
+    let alone = store.backend() == crate::store::Backend::Sqlite;
+    let until = match alone {
+        true => asked + ALONE,
+        false => asked + LEASE_TTL - MARGIN,
+    };
     match held {
+        Some(l) if alone => {
+            if let Err(e) = store.renew_lease(&l.term, LEASE_TTL).await {
+                tracing::debug!(error = %e, "lease not renewed");
+            }
+        }
         Some(l) if !l.valid() => step_down(lead, &l, "its lease ran out before it could renew it"),
         Some(l) => match store.renew_lease(&l.term, LEASE_TTL).await {
             Ok(true) => l.extend(until),
@@ -162,6 +175,8 @@ async fn elect(store: &dyn Store, me: &str, lead: &watch::Sender<Option<Lead>>) 
 
 fn step_down(lead: &watch::Sender<Option<Lead>>, l: &Lead, why: &str) {
     tracing::warn!(epoch = l.term.epoch, "this server no longer leads: {why}");
+    // Over at once for whoever holds a copy of it: no replica starts or stops under it any more.
+    l.extend(Instant::now());
     lead.send_replace(None);
 }
 

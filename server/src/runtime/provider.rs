@@ -167,4 +167,7 @@ pub trait ReplicaProvider: Send + Sync + 'static {
     async fn abandon(&self) {
         self.stop_all().await
     }
+    /// The term the next replicas are started and watched in: a provider that acts on its own (removing
+    /// containers no replica owns) does so only while the term holds. Not called for a provider run alone.
+    fn in_term(&self, _lead: super::leader::Lead) {}
 }

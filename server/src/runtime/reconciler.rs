@@ -169,6 +169,8 @@ pub struct Reconciler {
     recorded: Option<HashMap<String, Vec<ReplicaRow>>>,
     /// Set when a write made as leader was refused: the term is over.
     fenced: std::sync::atomic::AtomicBool,
+    /// Whether other servers on the store were running at the last full pass (their proxies route too).
+    others: bool,
     /// The endpoints as last read from the store, with the reconciler's own writes applied since; `None`
     /// when they must be read again. The quick ticks between two full ones go by these: everything else
     /// that changes an endpoint kicks the reconciler, and a kicked tick reads the store.
@@ -237,6 +239,7 @@ impl Reconciler {
             lead: None,
             recorded: None,
             fenced: Default::default(),
+            others: false,
             records: None,
             quotas: QuotaConfig::default(),
             quota_overrides: HashMap::new(),
@@ -312,14 +315,25 @@ impl Reconciler {
     }
 
     /// Counts what the other servers' proxies saw of each endpoint with this server's own: their latest
-    /// request, their requests in flight, and the wake-ups they ask for.
-    async fn hear_elsewhere(&self, records: &[EndpointRecord]) {
+    /// request, their requests in flight, and the wake-ups they ask for; and notes whether other servers
+    /// run at all.
+    async fn hear_elsewhere(&mut self, records: &[EndpointRecord]) {
         // On SQLite this server is the only one.
         let Some(lead) = self
             .lead
             .as_ref()
             .filter(|_| self.store.backend() == StoreBackend::Postgres)
         else {
+            return;
+        };
+        let others = match self.store.servers(crate::services::servers::ALIVE).await {
+            Ok((servers, _)) => servers
+                .iter()
+                .any(|s| s.info.id != lead.term.holder && s.stopped_at.is_none()),
+            Err(_) => true,
+        };
+        self.others = others;
+        let Some(lead) = self.lead.as_ref() else {
             return;
         };
         let heard = match self
@@ -336,11 +350,11 @@ impl Reconciler {
         for rec in records {
             let t = heard.get(&rec.id).copied().unwrap_or_default();
             let in_flight = u32::try_from(t.in_flight).unwrap_or(u32::MAX);
-            self.handle.activity(&rec.namespace, &rec.spec.name).heard(
-                t.last_request_ms,
-                in_flight,
-                t.wake,
-            );
+            // Another server's clock running ahead must not keep an endpoint busy for ever.
+            let last = t.last_request_ms.min(self.clock.now_millis());
+            self.handle
+                .activity(&rec.namespace, &rec.spec.name)
+                .heard(last, in_flight, t.wake);
         }
     }
 
@@ -497,6 +511,10 @@ impl Reconciler {
         // namespace's quota, even one an administrator lowered below what its endpoints ask for.
         let mut running: HashMap<String, u32> = HashMap::new();
         for rec in records {
+            if !self.leads() {
+                // The term ended mid-pass: nothing more is started or written under it.
+                return Ok(());
+            }
             let gen = generation(&rec.spec);
             let used = running.get(&rec.namespace).copied().unwrap_or(0);
             let cap = self.replica_quota(&rec.namespace).saturating_sub(used);
@@ -524,7 +542,9 @@ impl Reconciler {
         }
         self.table.publish(routes);
         self.record_replicas(&held).await;
-        self.stop_unadopted().await;
+        if self.leads() {
+            self.stop_unadopted().await;
+        }
         // What the store holds now, unless a write failed: then the next tick reads it again.
         self.records = all_written.then_some(held);
         Ok(())
@@ -666,6 +686,12 @@ impl Reconciler {
             secrets: &self.secrets,
             handle: &self.handle,
             replica_timeout: self.replica_timeout,
+            // Other servers' proxies drop a draining replica once they read it recorded: within their poll,
+            // give or take a report.
+            settle_floor: match self.others {
+                true => super::cluster::FOLLOW_POLL * 2,
+                false => Duration::ZERO,
+            },
         };
         let found = &mut self.found;
         let run = self.runs.entry(rec.id.clone()).or_insert_with(|| {
@@ -728,6 +754,8 @@ struct Steps<'a> {
     handle: &'a RuntimeHandle,
     /// How long a write to a replica (or a custom router) may wait on it.
     replica_timeout: std::time::Duration,
+    /// The least time a retired replica is kept out of every routing table before it stops.
+    settle_floor: Duration,
 }
 
 /// The endpoint a pass is for.
@@ -818,7 +846,8 @@ impl Steps<'_> {
     /// table at least two ticks ago, so no new request can be on its way to them.
     /// With a custom router, its requests count, and it must already have been told the replica is gone.
     async fn stop_drained(&self, run: &mut EndpointRun) {
-        let settle = Duration::from_millis(self.config.tick_ms.clamp(10, 60_000) * 2);
+        let settle =
+            Duration::from_millis(self.config.tick_ms.clamp(10, 60_000) * 2).max(self.settle_floor);
         let router_idle = match &run.router {
             None => true,
             Some(r) => {

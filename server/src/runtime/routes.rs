@@ -69,6 +69,12 @@ impl Publisher {
         }
     }
 
+    /// Forgets what was published last: the next table goes out whatever it holds (another publisher
+    /// may have published since).
+    pub fn forget(&mut self) {
+        self.published.clear();
+    }
+
     /// Publishes the routes as the new table, unless nothing the proxy uses changed.
     pub fn publish(&mut self, routes: Vec<Arc<Route>>) {
         let signature: String = routes

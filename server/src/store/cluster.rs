@@ -158,6 +158,15 @@ fn db_shifted(backend: Backend, n: u8) -> String {
     }
 }
 
+/// The condition that the lease has not lapsed, where lapsing counts: on PostgreSQL. On SQLite one server
+/// holds the store (its file lock), and a lease that lapsed while its writer stalled is still its own.
+fn unexpired(backend: Backend) -> String {
+    match backend {
+        Backend::Postgres => format!(" AND expires_at >= {}", db_now(backend)),
+        Backend::Sqlite => String::new(),
+    }
+}
+
 fn ms(d: std::time::Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
@@ -196,8 +205,8 @@ pub trait ClusterStore {
     async fn store_id(&self) -> StoreResult<String>;
     /// Records the server as started now (a restart clears its `stopped_at`).
     async fn announce_server(&self, me: &ServerInfo) -> StoreResult<()>;
-    /// The server's heartbeat, by the database's clock.
-    async fn heartbeat(&self, id: &str) -> StoreResult<()>;
+    /// The server's heartbeat, by the database's clock (its row made again if it went missing).
+    async fn heartbeat(&self, me: &ServerInfo) -> StoreResult<()>;
     /// A clean stop: the server says it is gone.
     async fn server_stopped(&self, id: &str) -> StoreResult<()>;
     /// Every server that heartbeat within `within`, or stopped within it, and the database's time now.
@@ -232,7 +241,8 @@ pub trait ClusterStore {
     /// unchanged). Tells the leader when one asks to wake up.
     async fn report_traffic(&self, server: &str, seen: &[(String, Traffic)]) -> StoreResult<()>;
     /// What the other servers saw of each endpoint, summed (the latest request, requests in flight and
-    /// waiting, a wake-up asked for), from reports newer than `fresh`. Wake-ups are taken: each is read once.
+    /// waiting, a wake-up asked for), from reports newer than `fresh`. Wake-ups (every server's, this one's
+    /// too) are taken: each is read once.
     async fn traffic_elsewhere(
         &self,
         server: &str,
@@ -274,13 +284,18 @@ impl ClusterStore for SqlStore {
         Ok(())
     }
 
-    async fn heartbeat(&self, id: &str) -> StoreResult<()> {
+    async fn heartbeat(&self, me: &ServerInfo) -> StoreResult<()> {
         let now = db_now(super::Store::backend(self));
         let _turn = self.writer_turn().await;
         sqlx::query(&format!(
-            "UPDATE servers SET heartbeat_at = {now} WHERE id = $1"
+            "INSERT INTO servers (id, address, public_url, version, started_at, heartbeat_at, stopped_at) \
+             VALUES ($1, $2, $3, $4, {now}, {now}, NULL) ON CONFLICT (id) DO UPDATE SET \
+             heartbeat_at = excluded.heartbeat_at, stopped_at = NULL"
         ))
-        .bind(id)
+        .bind(&me.id)
+        .bind(&me.address)
+        .bind(&me.public_url)
+        .bind(&me.version)
         .execute(self.pool())
         .await?;
         Ok(())
@@ -351,14 +366,12 @@ impl ClusterStore for SqlStore {
     }
 
     async fn renew_lease(&self, term: &Term, ttl: std::time::Duration) -> StoreResult<bool> {
-        let (now, later) = (
-            db_now(super::Store::backend(self)),
-            db_shifted(super::Store::backend(self), 3),
-        );
+        let backend = super::Store::backend(self);
+        let (later, unexpired) = (db_shifted(backend, 3), unexpired(backend));
         let _turn = self.writer_turn().await;
         let done = sqlx::query(&format!(
             "UPDATE leases SET expires_at = {later} WHERE name = '{LEADER}' AND holder = $1 \
-             AND epoch = $2 AND expires_at >= {now}"
+             AND epoch = $2{unexpired}"
         ))
         .bind(&term.holder)
         .bind(term.epoch)
@@ -465,10 +478,9 @@ impl ClusterStore for SqlStore {
         let rows = {
             let _turn = self.writer_turn().await;
             sqlx::query(
-                "UPDATE endpoint_traffic SET wake = 0 WHERE server_id <> $1 AND wake = 1 \
-                 RETURNING endpoint_id",
+                // Every server's, this one's too: it may have asked while it followed.
+                "UPDATE endpoint_traffic SET wake = 0 WHERE wake = 1 RETURNING endpoint_id",
             )
-            .bind(server)
             .fetch_all(self.pool())
             .await?
         };
@@ -526,9 +538,11 @@ impl ClusterStore for SqlStore {
                         Some(topic) => hear(topic),
                         None => tracing::debug!(payload = n.payload(), "unknown notification"),
                     },
-                    // The connection was lost (and is made again at the next call): what was said
-                    // meanwhile is lost.
-                    Ok(None) => Topic::ALL.into_iter().for_each(hear),
+                    // The connection was lost: listen again on a new one, then hear everything.
+                    Ok(None) => {
+                        tracing::warn!("lost the other servers' notifications; listening again");
+                        break;
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "lost the other servers' notifications; listening again");
                         break;
@@ -597,13 +611,13 @@ impl SqlSession {
 #[async_trait]
 impl ClusterSession for SqlSession {
     async fn hold_term(&mut self, term: &Term) -> StoreResult<()> {
-        let (now, lock) = match self.backend {
-            Backend::Postgres => (db_now(Backend::Postgres), " FOR SHARE"),
-            Backend::Sqlite => (db_now(Backend::Sqlite), ""),
+        let lock = match self.backend {
+            Backend::Postgres => " FOR SHARE",
+            Backend::Sqlite => "",
         };
         let held = sqlx::query(&format!(
-            "SELECT epoch FROM leases WHERE name = '{LEADER}' AND holder = $1 AND epoch = $2 \
-             AND expires_at >= {now}{lock}"
+            "SELECT epoch FROM leases WHERE name = '{LEADER}' AND holder = $1 AND epoch = $2{}{lock}",
+            unexpired(self.backend)
         ))
         .bind(&term.holder)
         .bind(term.epoch)

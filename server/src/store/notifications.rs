@@ -85,32 +85,54 @@ fn notice_from(row: &AnyRow) -> StoreResult<Notice> {
 /// The lock that numbers notices in commit order.
 const NOTICES_ORDER: i64 = 0x5357_4e4f_5443;
 
+impl SqlSession {
+    /// Writes the notices a unit of work deferred (PostgreSQL), under the lock that numbers them in commit
+    /// order (see `cluster::ORDER_BY_COMMIT`). Called last before the commit, so a unit waiting for that
+    /// lock takes no other lock after it: no cycle with the row locks units take before.
+    pub(crate) async fn flush_notices(&mut self) -> StoreResult<()> {
+        if self.deferred_notices.is_empty() {
+            return Ok(());
+        }
+        sqlx::query(super::cluster::ORDER_BY_COMMIT)
+            .bind(NOTICES_ORDER)
+            .execute(self.db())
+            .await?;
+        for (n, now) in std::mem::take(&mut self.deferred_notices) {
+            self.push_notice(&n, &now).await?;
+        }
+        Ok(())
+    }
+
+    /// Puts a notice into its recipients' streams.
+    async fn push_notice(&mut self, n: &NewNotice, now: &str) -> StoreResult<()> {
+        let sql = format!(
+            "INSERT INTO notifications (user_id, kind, namespace, subject, title, message, \
+             created_at) SELECT r.id, $2, $1, $3, $4, $5, $6 FROM ({RECIPIENTS}) r"
+        );
+        sqlx::query(&sql)
+            .bind(&n.namespace)
+            .bind(&n.kind)
+            .bind(&n.subject)
+            .bind(&n.title)
+            .bind(&n.message)
+            .bind(now)
+            .execute(self.db())
+            .await?;
+        self.noticed = true;
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl NotificationStore for SqlSession {
     async fn notify(&mut self, n: &NewNotice, now: DateTime<Utc>) -> StoreResult<()> {
         let now = ts(now);
-        if n.push && self.backend == super::sql::Backend::Postgres {
-            // Numbered in commit order: a reader paging by `seq` passes over none (see ORDER_BY_COMMIT).
-            sqlx::query(super::cluster::ORDER_BY_COMMIT)
-                .bind(NOTICES_ORDER)
-                .execute(self.db())
-                .await?;
-        }
-        if n.push {
-            let sql = format!(
-                "INSERT INTO notifications (user_id, kind, namespace, subject, title, message, \
-                 created_at) SELECT r.id, $2, $1, $3, $4, $5, $6 FROM ({RECIPIENTS}) r"
-            );
-            sqlx::query(&sql)
-                .bind(&n.namespace)
-                .bind(&n.kind)
-                .bind(&n.subject)
-                .bind(&n.title)
-                .bind(&n.message)
-                .bind(&now)
-                .execute(self.db())
-                .await?;
-            self.noticed = true;
+        if n.push && self.backend == super::sql::Backend::Postgres && self.in_unit() {
+            // Numbered in commit order, so a reader paging by `seq` passes over none: written when the
+            // unit commits, after the lock that orders them (see `flush_notices`).
+            self.deferred_notices.push((n.clone(), now.clone()));
+        } else if n.push {
+            self.push_notice(n, &now).await?;
         }
         if let Some((subject, body)) = &n.email {
             let sql = format!(

@@ -260,6 +260,7 @@ impl SqlStore {
             mailed: false,
             noticed: false,
             rerouted: false,
+            deferred_notices: Vec::new(),
             failed: AtomicBool::new(false),
         }
     }
@@ -314,6 +315,8 @@ pub struct SqlSession {
     pub(crate) noticed: bool,
     /// An endpoint (or a domain) changed: the other servers rebuild their routes at commit.
     pub(crate) rerouted: bool,
+    /// Notices to write just before the commit (PostgreSQL; see `flush_notices`).
+    pub(crate) deferred_notices: Vec<(super::NewNotice, String)>,
     /// A statement failed: the unit of work commits nothing. PostgreSQL aborts such a transaction by itself;
     /// SQLite keeps the statements before the failed one, and would commit half a change.
     failed: AtomicBool,
@@ -405,7 +408,10 @@ impl<'c> Executor<'c> for Db<'c> {
 
 #[async_trait]
 impl Session for SqlSession {
-    async fn commit(self: Box<Self>) -> StoreResult<()> {
+    async fn commit(mut self: Box<Self>) -> StoreResult<()> {
+        if !self.failed.load(Ordering::Relaxed) {
+            self.flush_notices().await?;
+        }
         let SqlSession {
             conn,
             signals,
@@ -416,6 +422,7 @@ impl Session for SqlSession {
             _turn,
             failed,
             backend,
+            ..
         } = *self;
         if let Conn::Unit(mut t) = conn {
             if backend == Backend::Postgres && !failed.load(Ordering::Relaxed) {

@@ -394,6 +394,8 @@ impl WebhookStore for SqlSession {
     }
 
     async fn delete_webhook(&mut self, id: &str) -> StoreResult<bool> {
+        // The webhook's row first, as a send slot's taker locks it.
+        self.lock_webhook(id).await?;
         for table in ["webhook_sends", "webhook_pace"] {
             sqlx::query(&format!("DELETE FROM {table} WHERE webhook_id = $1"))
                 .bind(id)
@@ -641,7 +643,7 @@ impl DeliveryQueue for SqlStore {
             .await?;
         let taken = sqlx::query(
             "INSERT INTO webhook_sends (webhook_id, delivery_id, held_until) SELECT $1, $2, $3 \
-             WHERE (SELECT count(*) FROM webhook_sends WHERE webhook_id = $1) < $4 \
+             WHERE (SELECT count(*) FROM webhook_sends WHERE webhook_id = $1 AND delivery_id <> $2) < $4 \
              ON CONFLICT (webhook_id, delivery_id) DO UPDATE SET held_until = excluded.held_until",
         )
         .bind(webhook)

@@ -75,7 +75,8 @@ struct Lane {
     next_start: Instant,
 }
 
-/// How often a delivery waiting for one of its webhook's send slots held by other servers asks again.
+/// How soon a delivery waiting for one of its webhook's send slots held by other servers first asks again
+/// (then less and less often, up to ten times this).
 const SLOT_POLL: Duration = Duration::from_millis(20);
 
 /// The worker's shared state.
@@ -434,6 +435,7 @@ impl Shared {
         let left = deadline.saturating_duration_since(Instant::now());
         let until = self.d.clock.now() + chrono::Duration::from_std(left).unwrap_or_default();
         let cap = i64::try_from(self.d.settings.concurrency).unwrap_or(i64::MAX);
+        let mut pause = SLOT_POLL;
         loop {
             let now = self.d.clock.now();
             match self
@@ -449,7 +451,8 @@ impl Shared {
             if late() {
                 return false;
             }
-            tokio::time::sleep(SLOT_POLL).await;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(SLOT_POLL * 10);
         }
     }
 

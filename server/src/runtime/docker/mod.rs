@@ -80,6 +80,9 @@ struct Inner {
     stopping: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Containers being stopped (given their grace time), which the watcher leaves alone.
     leaving: Mutex<HashSet<String>>,
+    /// With several servers, the term this provider acts in: containers no replica owns are removed
+    /// only while it holds (another leader may have started them).
+    term: Mutex<Option<super::leader::Lead>>,
 }
 
 pub struct DockerProvider {
@@ -116,6 +119,7 @@ impl DockerProvider {
             replicas: Mutex::new(HashMap::new()),
             networks: Mutex::new(HashSet::new()),
             swept: AtomicBool::new(false),
+            term: Mutex::new(None),
             unanswered: AtomicU32::new(0),
             stopping: Mutex::new(Vec::new()),
             leaving: Mutex::new(HashSet::new()),
@@ -564,7 +568,13 @@ async fn observe(
             };
         }
     }
-    if inner.swept.load(Ordering::Acquire) {
+    let leads = inner
+        .term
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .is_none_or(super::leader::Lead::valid);
+    if inner.swept.load(Ordering::Acquire) && leads {
         let tracked: HashSet<String> = inner.replicas().keys().cloned().collect();
         let leaving = inner.leaving().clone();
         for c in list {
@@ -649,6 +659,10 @@ impl ReplicaProvider for DockerProvider {
 
     async fn stop_all(&self) {
         self.shutdown().await
+    }
+
+    fn in_term(&self, lead: super::leader::Lead) {
+        *self.inner.term.lock().unwrap_or_else(|e| e.into_inner()) = Some(lead);
     }
 
     async fn abandon(&self) {
