@@ -194,6 +194,19 @@ async fn failover(admin_url: &str, rounds: usize) {
 /// Endpoints created per second by 8 clients through `n` servers (round robin).
 async fn deploys(admin_url: &str, n: usize, http: &reqwest::Client) -> f64 {
     let c = Arc::new(Cluster::start(admin_url, n, CONFIG).await);
+    // Spread over namespaces: each instance type allows a namespace a few dozen endpoints.
+    const SPACES: usize = 16;
+    for o in 0..SPACES {
+        let made = post(
+            http,
+            &c,
+            0,
+            "/api/v1/admin/orgs",
+            &json!({"name": format!("o{o}")}),
+        )
+        .await;
+        assert!((200..300).contains(&made), "org o{o}: {made}");
+    }
     let next = Arc::new(AtomicUsize::new(0));
     const TOTAL: usize = 400;
     let started = Instant::now();
@@ -207,7 +220,8 @@ async fn deploys(admin_url: &str, n: usize, http: &reqwest::Client) -> f64 {
                     break;
                 }
                 let body = common::endpoint(&format!("d{k}"));
-                let status = post(&http, &c, k % n, "/v2/endpoint/admin", &body).await;
+                let path = format!("/v2/endpoint/o{}", k % SPACES);
+                let status = post(&http, &c, k % n, &path, &body).await;
                 assert_eq!(status, 200, "deploy {k}");
             }
         }));

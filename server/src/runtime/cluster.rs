@@ -32,6 +32,9 @@ use crate::store::{Store, StoreResult};
 /// How often a follower reads the store when nothing woke it (the backstop for a missed `NOTIFY`).
 pub const FOLLOW_POLL: Duration = Duration::from_secs(1);
 
+/// The least time between two reads of the routes by a follower.
+const FOLLOW_PAUSE: Duration = Duration::from_millis(50);
+
 /// How often an unchanged report of an endpoint's traffic is written again (so it stays fresh).
 const REPORT_AGAIN: Duration = Duration::from_secs(4);
 
@@ -253,6 +256,9 @@ pub async fn serve(
         if let Err(e) = follower.refresh().await {
             tracing::warn!(error = %e, "could not read the routes from the store");
         }
+        // Notices that come meanwhile are taken together at the next read: a burst of changes costs a
+        // read per pause, not one per change.
+        tokio::time::sleep(FOLLOW_PAUSE).await;
         tokio::select! {
             _ = tokio::time::sleep(FOLLOW_POLL) => {}
             _ = kick.notified() => {}

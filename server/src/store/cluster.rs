@@ -267,38 +267,20 @@ impl ClusterStore for SqlStore {
     }
 
     async fn announce_server(&self, me: &ServerInfo) -> StoreResult<()> {
-        let now = db_now(super::Store::backend(self));
-        let _turn = self.writer_turn().await;
-        sqlx::query(&format!(
-            "INSERT INTO servers (id, address, public_url, version, started_at, heartbeat_at, stopped_at) \
-             VALUES ($1, $2, $3, $4, {now}, {now}, NULL) ON CONFLICT (id) DO UPDATE SET \
-             address = excluded.address, public_url = excluded.public_url, version = excluded.version, \
-             started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at, stopped_at = NULL"
-        ))
-        .bind(&me.id)
-        .bind(&me.address)
-        .bind(&me.public_url)
-        .bind(&me.version)
-        .execute(self.pool())
-        .await?;
-        Ok(())
+        self.upsert_server(
+            me,
+            "address = excluded.address, public_url = excluded.public_url, version = excluded.version, \
+             started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at, stopped_at = NULL",
+        )
+        .await
     }
 
     async fn heartbeat(&self, me: &ServerInfo) -> StoreResult<()> {
-        let now = db_now(super::Store::backend(self));
-        let _turn = self.writer_turn().await;
-        sqlx::query(&format!(
-            "INSERT INTO servers (id, address, public_url, version, started_at, heartbeat_at, stopped_at) \
-             VALUES ($1, $2, $3, $4, {now}, {now}, NULL) ON CONFLICT (id) DO UPDATE SET \
-             heartbeat_at = excluded.heartbeat_at, stopped_at = NULL"
-        ))
-        .bind(&me.id)
-        .bind(&me.address)
-        .bind(&me.public_url)
-        .bind(&me.version)
-        .execute(self.pool())
-        .await?;
-        Ok(())
+        self.upsert_server(
+            me,
+            "heartbeat_at = excluded.heartbeat_at, stopped_at = NULL",
+        )
+        .await
     }
 
     async fn server_stopped(&self, id: &str) -> StoreResult<()> {
@@ -560,6 +542,25 @@ impl ClusterStore for SqlStore {
                 .execute(self.pool())
                 .await?;
         }
+        Ok(())
+    }
+}
+
+impl SqlStore {
+    /// Writes `me`'s row as started and beating now; an existing row takes the columns `update` sets.
+    async fn upsert_server(&self, me: &ServerInfo, update: &str) -> StoreResult<()> {
+        let now = db_now(super::Store::backend(self));
+        let _turn = self.writer_turn().await;
+        sqlx::query(&format!(
+            "INSERT INTO servers (id, address, public_url, version, started_at, heartbeat_at, stopped_at) \
+             VALUES ($1, $2, $3, $4, {now}, {now}, NULL) ON CONFLICT (id) DO UPDATE SET {update}"
+        ))
+        .bind(&me.id)
+        .bind(&me.address)
+        .bind(&me.public_url)
+        .bind(&me.version)
+        .execute(self.pool())
+        .await?;
         Ok(())
     }
 }
