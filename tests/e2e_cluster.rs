@@ -608,3 +608,89 @@ async fn a_webhooks_concurrency_holds_across_servers() {
         "sends in flight at once to a webhook of concurrency 1"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_view_on_any_server_sees_an_attempt_another_recorded() {
+    let Some(pg) = postgres("a_live_view_on_any_server_sees_an_attempt_another_recorded") else {
+        return;
+    };
+    let hooks = "[outbound]\nallow = [\"127.0.0.0/8\"]\n";
+    let c = Cluster::start(&pg, 2, &format!("{}\n{hooks}", config())).await;
+    let http = reqwest::Client::new();
+    let (most, got) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let url = slow_receiver(most, got.clone()).await;
+    let hook = json!({"watched": [{"type": "user", "name": "admin"}], "domains": ["endpoint"], "url": url});
+    let made = format!("{}/api/settings/webhooks", c.nodes[0].url());
+    let (status, made) = send(&http, reqwest::Method::POST, made, &c.token, Some(&hook)).await;
+    assert!(status.is_success(), "{made}");
+    let id = made["webhook"]["id"]
+        .as_str()
+        .expect("webhook id")
+        .to_string();
+    // A paused endpoint: its changes are then one event each (no state follows them).
+    let base = c.nodes[0].url().to_string();
+    let body = engine_endpoint("watched", "public", 0, 1);
+    let (status, _) = send(
+        &http,
+        reqwest::Method::POST,
+        format!("{base}/v2/endpoint/admin"),
+        &c.token,
+        Some(&body),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let pause = format!("{base}/v2/endpoint/admin/watched/pause");
+    assert_eq!(
+        send(&http, reqwest::Method::POST, pause, &c.token, None)
+            .await
+            .0,
+        200
+    );
+    let attempts = format!("{base}/api/settings/webhooks/{id}/deliveries");
+    let mut last = (0, usize::MAX);
+    for _ in 0..300 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let page = send(
+            &http,
+            reqwest::Method::GET,
+            attempts.clone(),
+            &c.token,
+            None,
+        )
+        .await
+        .1;
+        let seq = page[0]["seq"].as_i64().unwrap_or(0);
+        let n = got.load(Ordering::SeqCst);
+        if (seq, n) == last && n > 0 {
+            break;
+        }
+        last = (seq, n);
+    }
+    // Both servers' live views wait (30 s at most) for the attempt after the last one; one change, one
+    // delivery, one attempt, recorded by one of the two: the other's view can only hear of it from the other.
+    let views: Vec<_> = (0..2)
+        .map(|i| {
+            let url = format!(
+                "{}/api/settings/webhooks/{id}/deliveries?after={}&wait=30",
+                c.nodes[i].url(),
+                last.0
+            );
+            let (http, token) = (http.clone(), c.token.clone());
+            tokio::spawn(async move {
+                let res = http.get(url).bearer_auth(token).send().await.expect("view");
+                res.json::<Value>().await.expect("view json")
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let url = format!("{}/v2/endpoint/admin/watched", c.nodes[1].url());
+    let change = json!({"model": {"env": {"SEEN": "yes"}}});
+    let (status, _) = send(&http, reqwest::Method::PUT, url, &c.token, Some(&change)).await;
+    assert_eq!(status, 200);
+    for (i, view) in views.into_iter().enumerate() {
+        let seen = view.await.expect("view task");
+        let n = seen.as_array().map_or(0, Vec::len);
+        assert_eq!(n, 1, "server {i}'s live view: {seen}");
+    }
+    assert!(got.load(Ordering::SeqCst) >= 1);
+}
