@@ -235,28 +235,10 @@ async fn deploys(admin_url: &str, n: usize, http: &reqwest::Client) -> f64 {
 /// Deliveries per second of a burst of 300 endpoint changes, with `n` servers sending.
 async fn deliveries(admin_url: &str, n: usize, http: &reqwest::Client) -> f64 {
     let c = Cluster::start(admin_url, n, CONFIG).await;
-    let got = Arc::new(AtomicUsize::new(0));
-    let receiver = {
-        let got = got.clone();
-        let app = axum::Router::new().route(
-            "/hook",
-            axum::routing::post(move || {
-                let got = got.clone();
-                async move {
-                    got.fetch_add(1, Ordering::Relaxed);
-                    "ok"
-                }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        addr
-    };
+    let common::cluster::Receiver { url, got, .. } =
+        common::cluster::receiver(Duration::ZERO).await;
     let hook = json!({"watched": [{"type": "user", "name": "admin"}], "domains": ["endpoint"],
-                      "url": format!("http://{receiver}/hook")});
+                      "url": url});
     let made = post(http, &c, 0, "/api/settings/webhooks", &hook).await;
     assert!((200..300).contains(&made), "webhook: {made}");
     for k in 0..10 {

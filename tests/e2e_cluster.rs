@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 mod common;
-use common::cluster::{live_replicas, postgres, signal, Cluster};
+use common::cluster::{live_replicas, postgres, receiver, signal, Cluster};
 use common::engine_bin;
 
 /// Every server announces this one public URL (as a load balancer in front of them would be).
@@ -267,6 +267,9 @@ async fn a_request_held_on_a_follower_wakes_the_endpoint() {
     let body = engine_endpoint("cold", "public", 0, 1);
     let (status, _) = send(&http, reqwest::Method::POST, url, &c.token, Some(&body)).await;
     assert_eq!(status, 200);
+    // Served through the follower first: its routes know the endpoint (they follow the store a moment
+    // behind), before it goes to zero.
+    serves_through(&http, &c, follower, "cold").await;
     let url = format!(
         "{}/v2/endpoint/admin/cold/scale-to-zero",
         c.nodes[follower].url()
@@ -475,7 +478,8 @@ async fn every_change_is_delivered_though_the_leader_dies_mid_burst() {
     let Some(pg) = postgres("every_change_is_delivered_though_the_leader_dies_mid_burst") else {
         return;
     };
-    let hooks = "[outbound]\nallow = [\"127.0.0.0/8\"]\n\n[webhooks]\ntimeout = \"2s\"\n\
+    let hooks =
+        "[outbound]\nallow = [\"127.0.0.0/8\"]\n\n[webhooks]\ntimeout = \"2s\"\nlease = \"5s\"\n\
                  retry_schedule = [\"100ms\", \"100ms\", \"200ms\", \"500ms\"]\n";
     let mut c = Cluster::start(&pg, 3, &format!("{}\n{hooks}", config())).await;
     let http = reqwest::Client::new();
@@ -542,31 +546,6 @@ async fn every_change_is_delivered_though_the_leader_dies_mid_burst() {
     assert!(missing.is_empty(), "never delivered: {missing:?}");
 }
 
-/// A receiver that answers after a pause, keeping the most requests it had in hand at once.
-async fn slow_receiver(most: Arc<AtomicUsize>, got: Arc<AtomicUsize>) -> String {
-    let now = Arc::new(AtomicUsize::new(0));
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(move || {
-            let (now, most, got) = (now.clone(), most.clone(), got.clone());
-            async move {
-                let n = now.fetch_add(1, Ordering::SeqCst) + 1;
-                most.fetch_max(n, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                now.fetch_sub(1, Ordering::SeqCst);
-                got.fetch_add(1, Ordering::SeqCst);
-                "ok"
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}/hook")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhooks_concurrency_holds_across_servers() {
     let Some(pg) = postgres("a_webhooks_concurrency_holds_across_servers") else {
@@ -576,8 +555,7 @@ async fn a_webhooks_concurrency_holds_across_servers() {
         "[outbound]\nallow = [\"127.0.0.0/8\"]\n\n[webhooks]\nconcurrency = 1\nrate_limit = 50\n";
     let c = Cluster::start(&pg, 3, &format!("{}\n{hooks}", config())).await;
     let http = reqwest::Client::new();
-    let (most, got) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let url = slow_receiver(most.clone(), got.clone()).await;
+    let common::cluster::Receiver { url, got, most } = receiver(Duration::from_millis(50)).await;
     let hook = json!({"watched": [{"type": "user", "name": "admin"}], "domains": ["endpoint"], "url": url});
     let made = format!("{}/api/settings/webhooks", c.nodes[0].url());
     let (status, body) = send(&http, reqwest::Method::POST, made, &c.token, Some(&hook)).await;
@@ -617,8 +595,7 @@ async fn a_live_view_on_any_server_sees_an_attempt_another_recorded() {
     let hooks = "[outbound]\nallow = [\"127.0.0.0/8\"]\n";
     let c = Cluster::start(&pg, 2, &format!("{}\n{hooks}", config())).await;
     let http = reqwest::Client::new();
-    let (most, got) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let url = slow_receiver(most, got.clone()).await;
+    let common::cluster::Receiver { url, got, .. } = receiver(Duration::from_millis(50)).await;
     let hook = json!({"watched": [{"type": "user", "name": "admin"}], "domains": ["endpoint"], "url": url});
     let made = format!("{}/api/settings/webhooks", c.nodes[0].url());
     let (status, made) = send(&http, reqwest::Method::POST, made, &c.token, Some(&hook)).await;

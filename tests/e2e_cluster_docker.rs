@@ -10,7 +10,7 @@ use serde_json::json;
 
 mod common;
 use common::cluster::{postgres, Cluster};
-use common::docker::{docker_env, endpoint, gone, remove_network, serves_at, Scene};
+use common::docker::{create_at, docker_env, endpoint, gone, remove_network, serves_at, Scene};
 
 /// Requests sent round the servers that are up, one at a time, counting answers and failures.
 struct Load {
@@ -117,19 +117,7 @@ async fn containers_outlive_a_rolling_restart_and_a_killed_leader() {
         vec![],
     );
     body["compute"]["scaling"] = json!({"minReplica": 1, "maxReplica": 1});
-    let created = http
-        .post(format!("{}/v2/endpoint/admin", c.nodes[1].url()))
-        .bearer_auth(&c.token)
-        .json(&body)
-        .send()
-        .await
-        .expect("create");
-    assert_eq!(
-        created.status(),
-        200,
-        "{}",
-        created.text().await.unwrap_or_default()
-    );
+    create_at(&http, c.nodes[1].url(), &c.token, &body).await;
     for i in 0..3 {
         serves_at(&http, c.nodes[i].url(), &name).await;
     }

@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -302,4 +304,48 @@ pub fn alive(pid: &str) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| s.rsplit(')').next().unwrap_or("").split_whitespace().next() != Some("Z"))
         .unwrap_or(false)
+}
+
+/// A webhook receiver on loopback (`url`): it answers each POST after `pause`, counting what it was sent
+/// (`got`) and the most requests it had in hand at once (`most`).
+pub struct Receiver {
+    pub url: String,
+    pub got: Arc<AtomicUsize>,
+    pub most: Arc<AtomicUsize>,
+}
+
+pub async fn receiver(pause: Duration) -> Receiver {
+    let (got, most, now) = (
+        Arc::default(),
+        Arc::default(),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let app = {
+        let (got, most): (Arc<AtomicUsize>, Arc<AtomicUsize>) =
+            (Arc::clone(&got), Arc::clone(&most));
+        axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move || {
+                let (now, most, got) = (now.clone(), most.clone(), got.clone());
+                async move {
+                    let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(n, Ordering::SeqCst);
+                    tokio::time::sleep(pause).await;
+                    now.fetch_sub(1, Ordering::SeqCst);
+                    got.fetch_add(1, Ordering::SeqCst);
+                    "ok"
+                }
+            }),
+        )
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Receiver {
+        url: format!("http://{addr}/hook"),
+        got,
+        most,
+    }
 }

@@ -185,9 +185,14 @@ pub fn endpoint(name: &str, image: Value, args: Vec<String>) -> Value {
 }
 
 pub async fn create(http: &reqwest::Client, r: &Running, body: &Value) {
+    create_at(http, &r.server.url, &r.token, body).await
+}
+
+/// Creates an endpoint in the admin namespace through the server at `url`.
+pub async fn create_at(http: &reqwest::Client, url: &str, token: &str, body: &Value) {
     let created = http
-        .post(format!("{}/v2/endpoint/admin", r.server.url))
-        .bearer_auth(&r.token)
+        .post(format!("{url}/v2/endpoint/admin"))
+        .bearer_auth(token)
         .json(body)
         .send()
         .await

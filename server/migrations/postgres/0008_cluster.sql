@@ -38,7 +38,6 @@ CREATE TABLE endpoint_traffic (
     endpoint_id     TEXT NOT NULL,
     last_request_ms BIGINT NOT NULL, -- Unix milliseconds of the last request it saw (0: none)
     in_flight       BIGINT NOT NULL,
-    waiting         BIGINT NOT NULL, -- held for a cold start
     wake            BIGINT NOT NULL, -- 1: a request asks the endpoint to wake up
     updated_at      TEXT NOT NULL,
     PRIMARY KEY (server_id, endpoint_id)

@@ -118,7 +118,7 @@ impl Follower {
     }
 
     /// Writes what this server's proxy saw of each endpoint since the last report: its latest request,
-    /// requests in flight and held, and a wake-up a request asked for (taken here: the leader wakes it).
+    /// requests in flight, and a wake-up a request asked for (taken here: the leader wakes it).
     pub async fn report(&mut self) -> StoreResult<()> {
         let table = self.handle.table.borrow().clone();
         let mut seen = Vec::new();
@@ -132,7 +132,6 @@ impl Follower {
             let t = Traffic {
                 last_request_ms: a.last_request_ms(),
                 in_flight: i64::from(a.in_flight.get()),
-                waiting: i64::from(a.waiting.load(std::sync::atomic::Ordering::Relaxed)),
                 wake,
             };
             let stale = self

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{watch, Notify};
 
 use crate::store::cluster::{ServerInfo, Term};
-use crate::store::{Store, StoreError};
+use crate::store::Store;
 
 /// How long a lease lasts from its last renewal, by the database's clock.
 pub const LEASE_TTL: Duration = Duration::from_secs(6);
@@ -178,9 +178,4 @@ fn step_down(lead: &watch::Sender<Option<Lead>>, l: &Lead, why: &str) {
     // Over at once for whoever holds a copy of it: no replica starts or stops under it any more.
     l.extend(Instant::now());
     lead.send_replace(None);
-}
-
-/// Whether an error says the server lost its lease (the caller stops acting as leader).
-pub fn fenced(e: &StoreError) -> bool {
-    matches!(e, StoreError::Fenced)
 }

@@ -129,8 +129,6 @@ pub struct Traffic {
     /// Unix milliseconds of the last request (0: none).
     pub last_request_ms: i64,
     pub in_flight: i64,
-    /// Requests held for a cold start.
-    pub waiting: i64,
     /// A request asks the endpoint to wake up.
     pub wake: bool,
 }
@@ -226,8 +224,6 @@ pub trait ClusterStore {
     /// Gives the lease up at once (a clean stop), so another server takes it without waiting for it to
     /// lapse.
     async fn resign_lease(&self, term: &Term) -> StoreResult<()>;
-    /// The term in force now, if the lease has not lapsed.
-    async fn current_term(&self) -> StoreResult<Option<Term>>;
     /// Replaces the recorded replicas of each endpoint given (an empty list: none), if `term` still leads;
     /// [`StoreError::Fenced`] if it does not. Followers are told (`Topic::Routes`).
     async fn record_replicas(
@@ -240,8 +236,8 @@ pub trait ClusterStore {
     /// What `server` saw of each endpoint's traffic, replacing what it said before (endpoints left out are
     /// unchanged). Tells the leader when one asks to wake up.
     async fn report_traffic(&self, server: &str, seen: &[(String, Traffic)]) -> StoreResult<()>;
-    /// What the other servers saw of each endpoint, summed (the latest request, requests in flight and
-    /// waiting, a wake-up asked for), from reports newer than `fresh`. Wake-ups (every server's, this one's
+    /// What the other servers saw of each endpoint, summed (the latest request, requests in flight, a
+    /// wake-up asked for), from reports newer than `fresh`. Wake-ups (every server's, this one's
     /// too) are taken: each is read once.
     async fn traffic_elsewhere(
         &self,
@@ -377,22 +373,6 @@ impl ClusterStore for SqlStore {
         self.announce(Topic::Leader).await
     }
 
-    async fn current_term(&self) -> StoreResult<Option<Term>> {
-        let now = db_now(super::Store::backend(self));
-        let row = sqlx::query(&format!(
-            "SELECT holder, epoch FROM leases WHERE name = '{LEADER}' AND expires_at >= {now}"
-        ))
-        .fetch_optional(self.pool())
-        .await?;
-        row.map(|r| {
-            Ok(Term {
-                holder: r.try_get("holder")?,
-                epoch: r.try_get("epoch")?,
-            })
-        })
-        .transpose()
-    }
-
     async fn record_replicas(
         &self,
         term: &Term,
@@ -423,11 +403,10 @@ impl ClusterStore for SqlStore {
         }
         let now = db_now(super::Store::backend(self));
         let upsert = format!(
-            "INSERT INTO endpoint_traffic (server_id, endpoint_id, last_request_ms, in_flight, waiting, \
-             wake, updated_at) VALUES ($1, $2, $3, $4, $5, $6, {now}) \
+            "INSERT INTO endpoint_traffic (server_id, endpoint_id, last_request_ms, in_flight, wake, \
+             updated_at) VALUES ($1, $2, $3, $4, $5, {now}) \
              ON CONFLICT (server_id, endpoint_id) DO UPDATE SET \
              last_request_ms = excluded.last_request_ms, in_flight = excluded.in_flight, \
-             waiting = excluded.waiting, \
              wake = CASE WHEN excluded.wake = 1 THEN 1 ELSE endpoint_traffic.wake END, \
              updated_at = excluded.updated_at"
         );
@@ -440,7 +419,6 @@ impl ClusterStore for SqlStore {
                 .bind(endpoint)
                 .bind(t.last_request_ms)
                 .bind(t.in_flight)
-                .bind(t.waiting)
                 .bind(i64::from(t.wake))
                 .execute(unit.db())
                 .await?;
@@ -471,7 +449,7 @@ impl ClusterStore for SqlStore {
             sums.entry(r.try_get("endpoint_id")?).or_default().wake = true;
         }
         let rows = sqlx::query(&format!(
-            "SELECT endpoint_id, last_request_ms, in_flight, waiting FROM endpoint_traffic \
+            "SELECT endpoint_id, last_request_ms, in_flight FROM endpoint_traffic \
              WHERE server_id <> $1 AND updated_at > {since}"
         ))
         .bind(server)
@@ -482,7 +460,6 @@ impl ClusterStore for SqlStore {
             let t = sums.entry(r.try_get("endpoint_id")?).or_default();
             t.last_request_ms = t.last_request_ms.max(r.try_get("last_request_ms")?);
             t.in_flight += r.try_get::<i64, _>("in_flight")?.max(0);
-            t.waiting += r.try_get::<i64, _>("waiting")?.max(0);
         }
         Ok(sums.into_iter().collect())
     }
