@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+use switchyard_server::signing::SigningKey;
 use switchyard_server::webhooks::receive::{Action, Receiver, DEFAULT_MAX_BODY};
-use switchyard_server::webhooks::signature::SigningKey;
 
 use crate::logs::{self, Stream};
 

@@ -7,8 +7,8 @@
 //!   spec plans), `auth` (the principal and `authorize(principal, namespace, resource, action)`),
 //!   `outbound` (the one HTTP client for requests to the outside, refusing special-use addresses at
 //!   connect time), `engines` (which launcher starts an engine image; installing the built-in engines).
-//! - `webhooks::signature` (Standard Webhooks signing and verifying) and `webhooks::receive` (the
-//!   receiving server, `switchyard receive`), beside the store.
+//! - `signing` (Standard Webhooks signing and verifying, and which of a webhook's keys sign now), beside
+//!   the store; `webhooks::receive` (the receiving server, `switchyard receive`) above it.
 //! - `services`: endpoint, catalog, account and webhook operations; each change, its outbox event, its
 //!   webhook deliveries and its notices commit in one unit of work. Called by the API, the CLI, the
 //!   deploy path and the reconciler.
@@ -16,6 +16,7 @@
 //!   queued notices), above the services they take their rules from.
 //! - `routing`: the routing table, backends, upstream pools and stats; published by `runtime`, read by
 //!   `proxy`, and neither imports the other. `error`: the one error type the HTTP fronts answer with.
+//! - `oauth`: the OAuth 2.0 / OpenID Connect provider's flows, tokens and keys.
 //! - `runtime` (reconciler, scaler, replica providers), `proxy` (the serving data plane), `api` (axum
 //!   routers: parse, authorize, call a service, render), assembled by `app`.
 //!
@@ -42,6 +43,7 @@ pub mod proxy;
 pub mod routing;
 pub mod runtime;
 pub mod services;
+pub mod signing;
 pub mod store;
 pub mod webhooks;
 

@@ -18,8 +18,8 @@ use common::{endpoint_body, spawn_with, TestServer};
 use serde_json::{json, Value};
 use switchyard_server::client::Client;
 use switchyard_server::config::Config;
+use switchyard_server::signing::{verify, SigningKey};
 use switchyard_server::store::DeliveryQueue;
-use switchyard_server::webhooks::signature::{verify, SigningKey};
 
 /// One request the receiver got.
 #[derive(Debug, Clone)]

@@ -16,6 +16,7 @@ pub mod per_worker;
 pub mod stats;
 pub mod table;
 pub mod upstream;
+pub mod worker;
 
 use std::sync::Arc;
 

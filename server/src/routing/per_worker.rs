@@ -8,11 +8,11 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::upstream::{slot, worker_slots};
+use super::worker::{slot, worker_slots};
 
-/// One `T` per data-plane worker, and one for every other thread (see [`upstream::slot`]).
+/// One `T` per data-plane worker, and one for every other thread (see [`worker::slot`]).
 ///
-/// [`upstream::slot`]: super::upstream::slot
+/// [`worker::slot`]: super::worker::slot
 pub struct PerWorker<T> {
     copies: Box<[Padded<T>]>,
 }
@@ -109,7 +109,7 @@ mod tests {
         g.up();
         let other = std::sync::Arc::clone(&g);
         std::thread::spawn(move || {
-            crate::routing::upstream::enter_worker(0);
+            crate::routing::worker::enter_worker(0);
             other.down();
             other.down();
             other.up();

@@ -192,7 +192,7 @@ mod tests {
         let stats = std::sync::Arc::new(EndpointStats::default());
         let on_worker = stats.clone();
         std::thread::spawn(move || {
-            crate::routing::upstream::enter_worker(0);
+            crate::routing::worker::enter_worker(0);
             on_worker.record(200, Duration::from_micros(500));
             on_worker.cache_hit();
         })

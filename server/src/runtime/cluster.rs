@@ -23,14 +23,11 @@ use super::provider::{
     Found, Kind, ProviderError, Readiness, ReplicaInfo, ReplicaPlan, ReplicaProvider, ReplicaStatus,
 };
 use super::reconciler::{generation, Reconciler};
-use super::routes::{route_of, Publisher};
+use super::routes::{route_of, Publisher, FOLLOW_POLL};
 use super::RuntimeHandle;
 use crate::routing::{Backend, RouteTable};
 use crate::store::cluster::{ReplicaRow, Traffic};
 use crate::store::{Store, StoreResult};
-
-/// How often a follower reads the store when nothing woke it (the backstop for a missed `NOTIFY`).
-pub const FOLLOW_POLL: Duration = Duration::from_secs(1);
 
 /// The least time between two reads of the routes by a follower.
 const FOLLOW_PAUSE: Duration = Duration::from_millis(50);

@@ -689,7 +689,7 @@ impl Reconciler {
             // Other servers' proxies drop a draining replica once they read it recorded: within their poll,
             // give or take a report.
             settle_floor: match self.others {
-                true => super::cluster::FOLLOW_POLL * 2,
+                true => super::routes::FOLLOW_POLL * 2,
                 false => Duration::ZERO,
             },
         };

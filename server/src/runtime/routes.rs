@@ -3,12 +3,16 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
 
 use crate::model::EndpointType;
 use crate::routing::{Activity, Backend, Route, RouteTable};
 use crate::store::EndpointRecord;
+
+/// How often a follower reads the store when nothing woke it (the backstop for a missed `NOTIFY`).
+pub const FOLLOW_POLL: Duration = Duration::from_secs(1);
 
 /// The route of `rec` (its spec's generation `gen`), served by `backends` (its ready replicas) through
 /// `router` (its custom router, once that knows the replicas). `domains` maps each custom domain to the

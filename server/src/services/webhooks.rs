@@ -3,7 +3,6 @@
 //! the signing keys (Standard Webhooks, rotated with a grace period) are sealed at rest.
 
 use chrono::{DateTime, Duration, Utc};
-use serde::{Deserialize, Serialize};
 
 use super::{Context, Error, Result};
 use crate::auth::{Action, Principal, Resource};
@@ -14,8 +13,8 @@ use crate::model::webhook::{
     Domain, WatchedKind, WebhookIn, WebhookOut, WebhookUpdate, MAX_PER_OWNER,
 };
 use crate::model::Issue;
+use crate::signing::{KeyEntry, SigningKey};
 use crate::store::{AttemptRecord, Session, WebhookRecord};
-use crate::webhooks::signature::SigningKey;
 
 /// Signing keys one webhook keeps (the current one and those still in their grace period).
 const MAX_KEYS: usize = 10;
@@ -23,23 +22,6 @@ const MAX_KEYS: usize = 10;
 pub const DEFAULT_GRACE: Duration = Duration::hours(24);
 /// The longest grace period.
 pub const MAX_GRACE: Duration = Duration::days(7);
-
-/// A signing key as kept (sealed as a whole): its text form and when it stops signing.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct KeyEntry {
-    pub secret: String,
-    pub expires_at: Option<DateTime<Utc>>,
-}
-
-/// The keys that sign now, the current one first.
-pub fn signing_keys(entries: &[KeyEntry], now: DateTime<Utc>) -> Vec<SigningKey> {
-    entries
-        .iter()
-        .filter(|k| k.expires_at.is_none_or(|t| t > now))
-        .filter_map(|k| SigningKey::parse(&k.secret).ok())
-        .collect()
-}
 
 /// The sealed key list opened.
 pub fn open_keys(ctx: &Context, sealed: &str) -> Result<Vec<KeyEntry>> {
@@ -557,6 +539,7 @@ fn refused_url(e: &crate::outbound::OutboundError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::signing::signing_keys;
 
     #[test]
     fn expired_keys_stop_signing() {

@@ -4,15 +4,15 @@
 //! transaction. Each statement is written with its own `$1…$n`; they are renumbered when joined.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use sqlx::any::AnyArguments;
 use sqlx::query::Query;
 use sqlx::{Any, AnyPool};
 use tokio::sync::{mpsc, oneshot};
 
-use super::sql::{Backend, SqlStore};
-use super::{Store, StoreError, StoreResult};
+use super::backend::Backend;
+use super::{StoreError, StoreResult};
 
 /// A value bound into a statement.
 #[derive(Debug, Clone)]
@@ -85,44 +85,52 @@ fn renumber(sql: &str, offset: usize) -> String {
     out
 }
 
-impl SqlStore {
-    /// Runs the statements in one transaction: all of them or none.
-    pub(crate) async fn write_batch(&self, stmts: Vec<Stmt>) -> StoreResult<()> {
-        match self.backend() {
-            Backend::Sqlite => self.sqlite_batch(stmts).await,
-            Backend::Postgres if stmts.iter().all(|(s, _)| is_insert(s)) => {
-                // Inserts chained as one statement: one round trip, atomic like any statement.
-                let (sql, vals) = chained(stmts);
-                bind_all(sqlx::query(&sql), vals)
-                    .execute(self.pool())
-                    .await?;
-                Ok(())
+/// Runs the statements in one transaction on `pool`: all of them or none. On SQLite, through the store's
+/// committer (`group`, started on first use, taking the store's `writer` lock for its turns).
+pub(crate) async fn write(
+    pool: &AnyPool,
+    backend: Backend,
+    group: &OnceLock<Group>,
+    writer: &Arc<tokio::sync::Mutex<()>>,
+    stmts: Vec<Stmt>,
+) -> StoreResult<()> {
+    match backend {
+        Backend::Sqlite => sqlite_batch(pool, group, writer, stmts).await,
+        Backend::Postgres if stmts.iter().all(|(s, _)| is_insert(s)) => {
+            // Inserts chained as one statement: one round trip, atomic like any statement.
+            let (sql, vals) = chained(stmts);
+            bind_all(sqlx::query(&sql), vals).execute(pool).await?;
+            Ok(())
+        }
+        Backend::Postgres => {
+            let mut tx = pool.begin().await?;
+            for (sql, vals) in stmts {
+                bind_all(sqlx::query(sql), vals).execute(&mut *tx).await?;
             }
-            Backend::Postgres => {
-                let mut tx = self.pool().begin().await?;
-                for (sql, vals) in stmts {
-                    bind_all(sqlx::query(sql), vals).execute(&mut *tx).await?;
-                }
-                Ok(tx.commit().await?)
-            }
+            Ok(tx.commit().await?)
         }
     }
+}
 
-    /// On SQLite, batches from concurrent requests are committed together: one transaction, one
-    /// round trip and one WAL append for all of them (group commit). Each caller still learns its
-    /// own outcome, and a batch is acknowledged only once its transaction has committed.
-    async fn sqlite_batch(&self, stmts: Vec<Stmt>) -> StoreResult<()> {
-        let group = self.group().get_or_init(|| Group::start(self));
-        let (done, outcome) = oneshot::channel();
-        match group.jobs.send(Job { stmts, done }) {
-            Ok(()) => outcome
-                .await
-                .unwrap_or_else(|_| Err(StoreError::Backend("the store is closing".into()))),
-            // The committer is gone (its runtime ended): commit this batch alone.
-            Err(mpsc::error::SendError(job)) => {
-                let _turn = self.writer_turn().await;
-                commit(self.pool(), job.stmts.iter(), true).await
-            }
+/// On SQLite, batches from concurrent requests are committed together: one transaction, one round trip
+/// and one WAL append for all of them (group commit). Each caller still learns its own outcome, and a batch
+/// is acknowledged only once its transaction has committed.
+async fn sqlite_batch(
+    pool: &AnyPool,
+    group: &OnceLock<Group>,
+    writer: &Arc<tokio::sync::Mutex<()>>,
+    stmts: Vec<Stmt>,
+) -> StoreResult<()> {
+    let group = group.get_or_init(|| Group::start(pool, writer));
+    let (done, outcome) = oneshot::channel();
+    match group.jobs.send(Job { stmts, done }) {
+        Ok(()) => outcome
+            .await
+            .unwrap_or_else(|_| Err(StoreError::Backend("the store is closing".into()))),
+        // The committer is gone (its runtime ended): commit this batch alone.
+        Err(mpsc::error::SendError(job)) => {
+            let _turn = writer.lock().await;
+            commit(pool, job.stmts.iter(), true).await
         }
     }
 }
@@ -173,14 +181,14 @@ pub(crate) struct Group {
 const GROUP_MAX: usize = 32;
 
 impl Group {
-    fn start(store: &SqlStore) -> Group {
+    fn start(pool: &AnyPool, writer: &Arc<tokio::sync::Mutex<()>>) -> Group {
         let (jobs, queue) = mpsc::unbounded_channel();
         let commits = Arc::new(AtomicUsize::new(0));
         // The task holds the pool and the writer lock, not the queue's sender: it ends when the
         // last handle of the store is dropped.
         tokio::spawn(committer(
-            store.pool().clone(),
-            store.writer().clone(),
+            pool.clone(),
+            writer.clone(),
             queue,
             commits.clone(),
         ));
@@ -256,6 +264,7 @@ async fn commit(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::{SqlStore, Store};
 
     fn code_grant(
         id: &str,

@@ -15,71 +15,19 @@ use chrono::{DateTime, Utc};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::sql::{Backend, SqlSession, SqlStore};
+use super::backend::Backend;
+use super::sql::{SqlSession, SqlStore};
+pub use super::topic::{Topic, CHANNEL};
 use super::{parse_ts, req_ts, StoreError, StoreResult};
 
 /// The lease's name in `leases`: one leader for the whole store.
 const LEADER: &str = "leader";
-
-/// The channel every notification between servers goes on (PostgreSQL's `LISTEN`/`NOTIFY`).
-pub const CHANNEL: &str = "switchyard";
 
 /// Taken (with a lock number) before a row is numbered from a sequence that readers page by: the lock is
 /// held until the transaction ends, so rows are numbered in the order they commit and a reader that saw
 /// row `n` has seen every row before it. (PostgreSQL hands out sequence numbers at insert; without this a
 /// row numbered early but committed late would be passed over by a reader already past it.)
 pub(crate) const ORDER_BY_COMMIT: &str = "SELECT pg_advisory_xact_lock($1)";
-
-/// What a notification says changed; its text is the payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Topic {
-    /// Endpoints or their replicas changed: followers rebuild their routing table.
-    Routes,
-    /// A request asks a scaled-to-zero endpoint to wake up: the leader reads the wake-ups.
-    Wake,
-    /// A token, grant, membership or user was revoked or disabled: every token cache is dropped.
-    Revoke,
-    /// Webhook deliveries were queued: idle delivery workers look for work.
-    Outbox,
-    /// A delivery attempt was recorded: live views of the attempts read again.
-    Attempts,
-    /// Mail was queued.
-    Mail,
-    /// Notices were recorded.
-    Notices,
-    /// The lease changed hands or was given up: followers try for it now.
-    Leader,
-}
-
-impl Topic {
-    pub const ALL: [Topic; 8] = [
-        Topic::Routes,
-        Topic::Wake,
-        Topic::Revoke,
-        Topic::Outbox,
-        Topic::Attempts,
-        Topic::Mail,
-        Topic::Notices,
-        Topic::Leader,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Topic::Routes => "routes",
-            Topic::Wake => "wake",
-            Topic::Revoke => "revoke",
-            Topic::Outbox => "outbox",
-            Topic::Attempts => "attempts",
-            Topic::Mail => "mail",
-            Topic::Notices => "notices",
-            Topic::Leader => "leader",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Topic> {
-        Topic::ALL.into_iter().find(|t| t.as_str() == s)
-    }
-}
 
 /// A leader's term: who holds the lease, under which epoch.
 #[derive(Debug, Clone, PartialEq, Eq)]

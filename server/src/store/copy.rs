@@ -4,7 +4,8 @@ use futures_util::TryStreamExt;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::sql::{Backend, SqlStore};
+use super::backend::Backend;
+use super::sql::SqlStore;
 use super::{Store, StoreError, StoreResult};
 
 #[derive(Clone, Copy)]
@@ -325,7 +326,7 @@ pub async fn copy_store(from: &SqlStore, to: &SqlStore) -> StoreResult<CopyRepor
         .await?;
     let mut target = to
         .pool()
-        .begin_with(super::sql::begin_statement(Store::backend(to)))
+        .begin_with(super::backend::begin_statement(Store::backend(to)))
         .await?;
     for (table, _, _) in TABLES {
         let n = count(&mut target, table).await?;

@@ -4,7 +4,7 @@ use sha2::{Digest, Sha256};
 use sqlx::AnyConnection;
 use sqlx::AnyPool;
 
-use super::sql::{begin_statement, Backend};
+use super::backend::{begin_statement, Backend};
 use super::{ts, StoreError, StoreResult};
 
 pub(crate) struct Migration {

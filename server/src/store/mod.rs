@@ -9,6 +9,7 @@
 //! Uniqueness lives in the schema: a broken rule comes back as [`StoreError::Conflict`].
 
 mod accounts;
+mod backend;
 mod batch;
 mod catalog;
 pub mod cluster;
@@ -22,12 +23,14 @@ mod oauth;
 mod publishers;
 mod quotas;
 mod sql;
+mod topic;
 mod webhooks;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 pub use accounts::{AccountStore, NewAccount, NewToken};
+pub use backend::Backend;
 pub use catalog::CatalogStore;
 pub use domains::{DomainClaim, DomainStore};
 pub use endpoints::{Actor, EndpointRecord, EndpointStore};
@@ -39,7 +42,7 @@ pub use oauth::{
 };
 pub use publishers::PublisherStore;
 pub use quotas::{QuotaOverride, QuotaStore};
-pub use sql::{Backend, SqlStore, StoreUrl, Synchronous};
+pub use sql::{SqlStore, StoreUrl, Synchronous};
 pub use webhooks::{AttemptRecord, Claimed, DeliveryQueue, Outcome, WebhookRecord, WebhookStore};
 
 #[derive(Debug, thiserror::Error)]

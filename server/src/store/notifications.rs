@@ -7,8 +7,9 @@ use chrono::{DateTime, Utc};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use super::backend::Backend;
 use super::batch::Val;
-use super::sql::{Backend, SqlSession, SqlStore};
+use super::sql::{SqlSession, SqlStore};
 use super::{req_ts, ts, StoreResult};
 
 /// A notice to record for the people of `namespace`.
@@ -127,7 +128,7 @@ impl SqlSession {
 impl NotificationStore for SqlSession {
     async fn notify(&mut self, n: &NewNotice, now: DateTime<Utc>) -> StoreResult<()> {
         let now = ts(now);
-        if n.push && self.backend == super::sql::Backend::Postgres && self.in_unit() {
+        if n.push && self.backend == super::Backend::Postgres && self.in_unit() {
             // Numbered in commit order, so a reader paging by `seq` passes over none: written when the
             // unit commits, after the lock that orders them (see `flush_notices`).
             self.deferred_notices.push((n.clone(), now.clone()));

@@ -4,7 +4,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 
-use super::sql::{Backend, SqlSession};
+use super::backend::Backend;
+use super::sql::SqlSession;
 use super::{ts, StoreResult};
 
 /// What an administrator set for a namespace; `None` keeps the configured default.

@@ -13,6 +13,8 @@ use sqlx::any::{AnyPoolOptions, AnyQueryResult, AnyRow, AnyStatement, AnyTypeInf
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, AnyPool, Connection, Describe, Either, Execute, Executor};
 
+use super::backend::{begin_statement, Backend};
+use super::topic::{Topic, CHANNEL};
 use super::{Session, Store, StoreError, StoreResult};
 
 /// How hard SQLite syncs on commit. `Normal` in WAL mode keeps every committed write across a process
@@ -22,21 +24,6 @@ use super::{Session, Store, StoreError, StoreResult};
 pub enum Synchronous {
     Normal,
     Full,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-impl Backend {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::Sqlite => "sqlite",
-            Backend::Postgres => "postgres",
-        }
-    }
 }
 
 /// Where a store lives: a SQLite file or a PostgreSQL database.
@@ -198,10 +185,12 @@ impl SqlStore {
         &self.pool
     }
 
+    #[cfg(test)]
     pub(crate) fn writer(&self) -> &Arc<tokio::sync::Mutex<()>> {
         &self.writer
     }
 
+    #[cfg(test)]
     pub(crate) fn group(&self) -> &std::sync::OnceLock<super::batch::Group> {
         &self.group
     }
@@ -223,8 +212,7 @@ impl SqlStore {
     }
 
     /// Rings the signal of `topic`, as a commit here would (another server's commit, heard).
-    pub(crate) fn ring(&self, topic: super::cluster::Topic) {
-        use super::cluster::Topic;
+    pub(crate) fn ring(&self, topic: Topic) {
         match topic {
             Topic::Outbox => self.outbox.notify_one(),
             Topic::Mail => self.mail.notify_one(),
@@ -266,6 +254,11 @@ impl SqlStore {
     }
 
     /// The one writer's turn, on SQLite (`None` on PostgreSQL, which has many writers).
+    /// Runs the statements in one transaction: all of them or none (see [`super::batch`]).
+    pub(crate) async fn write_batch(&self, stmts: Vec<super::batch::Stmt>) -> StoreResult<()> {
+        super::batch::write(&self.pool, self.backend, &self.group, &self.writer, stmts).await
+    }
+
     pub(crate) async fn writer_turn(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
         match self.backend {
             Backend::Sqlite => Some(self.writer.clone().lock_owned().await),
@@ -283,16 +276,6 @@ fn sqlite_pragmas(sync: Synchronous) -> String {
         "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000; \
          PRAGMA synchronous = {synchronous};"
     )
-}
-
-/// The statement that opens a unit of work on each backend.
-pub(crate) fn begin_statement(backend: Backend) -> &'static str {
-    match backend {
-        // Take the write lock at once: a deferred transaction that reads and then writes can fail
-        // with SQLITE_BUSY when another writer got in between, and busy_timeout does not help there.
-        Backend::Sqlite => "BEGIN IMMEDIATE",
-        Backend::Postgres => "BEGIN",
-    }
 }
 
 enum Conn {
@@ -428,14 +411,14 @@ impl Session for SqlSession {
             if backend == Backend::Postgres && !failed.load(Ordering::Relaxed) {
                 // The other servers hear of it at commit (and not at all if it rolls back).
                 let topics = [
-                    (queued, super::cluster::Topic::Outbox),
-                    (mailed, super::cluster::Topic::Mail),
-                    (noticed, super::cluster::Topic::Notices),
-                    (rerouted, super::cluster::Topic::Routes),
+                    (queued, Topic::Outbox),
+                    (mailed, Topic::Mail),
+                    (noticed, Topic::Notices),
+                    (rerouted, Topic::Routes),
                 ];
                 for (_, topic) in topics.iter().filter(|(said, _)| *said) {
                     sqlx::query("SELECT pg_notify($1, $2)")
-                        .bind(super::cluster::CHANNEL)
+                        .bind(CHANNEL)
                         .bind(topic.as_str())
                         .execute(&mut *t)
                         .await?;

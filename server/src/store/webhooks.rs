@@ -8,8 +8,9 @@ use chrono::{DateTime, Utc};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use super::backend::Backend;
 use super::batch::{Stmt, Val};
-use super::sql::{Backend, SqlSession, SqlStore};
+use super::sql::{SqlSession, SqlStore};
 use super::{json, json_err, opt_ts, parse_ts, req_ts, ts, StoreResult};
 use crate::model::webhook::{Domain, LastAttempt, Watched};
 

@@ -23,12 +23,12 @@ use rand::Rng;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use tokio::sync::{watch, Notify, Semaphore};
 
-use super::signature::signature_header;
 use crate::clock::Clock;
 use crate::config::WebhookSettings;
 use crate::crypto::{random_id, SecretBox};
 use crate::model::webhook::webhook_member;
 use crate::outbound::{FetchOptions, Outbound, OutboundError};
+use crate::signing::signature_header;
 use crate::store::{Backend, Claimed, Outcome, Store};
 
 /// Deliveries claimed in one go.
@@ -533,9 +533,9 @@ impl Shared {
             .secrets
             .open(&c.signing_keys)
             .map_err(|e| e.to_string())?;
-        let entries: Vec<crate::services::webhooks::KeyEntry> =
+        let entries: Vec<crate::signing::KeyEntry> =
             serde_json::from_str(&keys_text).map_err(|e| e.to_string())?;
-        let keys = crate::services::webhooks::signing_keys(&entries, at);
+        let keys = crate::signing::signing_keys(&entries, at);
         let ts = at.timestamp();
         let value = |s: String| HeaderValue::from_str(&s).map_err(|e| e.to_string());
         h.insert(

@@ -39,8 +39,8 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
-use super::signature::{self, SigningKey};
 use crate::crypto::constant_time_eq;
+use crate::signing::{self as signature, SigningKey};
 
 /// The default body cap.
 pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;

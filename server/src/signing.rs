@@ -7,6 +7,9 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use ring::hmac;
 
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
 use crate::crypto::{constant_time_eq, random_bytes};
 
 /// The prefix of a signing secret's text form.
@@ -122,6 +125,23 @@ pub fn verify(
         }
     }
     Err(VerifyError::NoMatch)
+}
+
+/// A signing key as kept (sealed as a whole): its text form and when it stops signing.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyEntry {
+    pub secret: String,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// The keys that sign now, the current one first.
+pub fn signing_keys(entries: &[KeyEntry], now: DateTime<Utc>) -> Vec<SigningKey> {
+    entries
+        .iter()
+        .filter(|k| k.expires_at.is_none_or(|t| t > now))
+        .filter_map(|k| SigningKey::parse(&k.secret).ok())
+        .collect()
 }
 
 #[cfg(test)]
