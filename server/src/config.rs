@@ -520,6 +520,10 @@ pub struct ProxyConfig {
     /// sleeps (see `proxy::poll`): a replica's answer or the caller's next request is taken as it comes,
     /// without a wake-up, for at most this much CPU after each request. 0 turns it off; at most a second.
     pub busy_poll_us: u64,
+    /// Whether the data plane serves the usual request on the proxy's own HTTP/1.1 path (see `proxy::own`);
+    /// `false` sends every request through the general path (hyper's), to rule the own path out or to
+    /// compare the two.
+    pub own_path: bool,
 }
 
 /// A timeout of `s` seconds, from a second to a year.
@@ -558,6 +562,7 @@ impl Default for ProxyConfig {
             body_buffer_bytes: 64 * 1024 * 1024,
             max_connections: 10_000,
             busy_poll_us: 100,
+            own_path: true,
         }
     }
 }

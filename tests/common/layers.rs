@@ -171,10 +171,15 @@ pub fn problems(src: &Path, layers: &Layers) -> Vec<String> {
         seen.push(module.clone());
         let text =
             std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        let code = text
-            .split("#[cfg(test)]\nmod tests")
-            .next()
-            .unwrap_or(&text);
+        // A module's own tests, whether or not other modules' tests share them, may use anything.
+        let code = [
+            "#[cfg(test)]\nmod tests",
+            "#[cfg(test)]\npub(super) mod tests",
+        ]
+        .iter()
+        .filter_map(|start| text.find(start))
+        .min()
+        .map_or(&text[..], |end| &text[..end]);
         for named in named_modules(layers, &path.join("::"), code) {
             match layers.rank(&named) {
                 _ if named == module => {}

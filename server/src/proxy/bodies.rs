@@ -57,6 +57,11 @@ impl Hold {
         &self.bodies
     }
 
+    /// The bytes it holds.
+    pub fn held(&self) -> usize {
+        self.n
+    }
+
     /// `n` more bytes, if there is room for them; false (and nothing taken) when not.
     pub fn grow(&mut self, n: usize) -> bool {
         let bodies = &self.bodies;

@@ -1,6 +1,6 @@
 //! The rules a request head meets before anything of it goes on, the same on both of the proxy's paths: the
 //! own path judges each head it reads with them, and the general path's connections are judged by
-//! [`super::guard`] before hyper reads a byte. They are nginx's, in front of the same replicas: what it
+//! the general path's guard (`general/guard.rs`) before hyper reads a byte. They are nginx's, in front of the same replicas: what it
 //! refuses is refused with its status, and the fields it drops are dropped.
 
 use axum::http::StatusCode;

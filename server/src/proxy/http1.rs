@@ -1,11 +1,12 @@
 //! HTTP/1.1 as the proxy reads it off the wire: heads parsed in place (`httparse`), what a head says of its
 //! message's framing, and chunked bodies judged as their bytes pass. The own path reads every message with
 //! these; the general path's connections are judged with them before hyper reads them (see
-//! [`super::guard`]).
+//! `general/guard.rs`).
 
 use std::mem::MaybeUninit;
 
 use axum::http::StatusCode;
+use bytes::{Buf, BytesMut};
 
 /// Most head bytes read while waiting for a head to end; a longer head goes to the general path (which
 /// allows more, and answers 431 past its own bound).
@@ -131,12 +132,37 @@ impl Head {
         self.fields.iter().map(|(n, v)| (n.in_(buf), v.in_(buf)))
     }
 
+    /// The values of the `Connection` fields when they name other fields (`named`, see
+    /// [`Framing::names`]), for the rule on what stays behind (`forward::stays`); `None` when they do not.
+    pub(super) fn connection<'b>(
+        &'b self,
+        buf: &'b [u8],
+        named: bool,
+    ) -> Option<impl Iterator<Item = &'b [u8]> + 'b> {
+        let values = self.fields(buf);
+        named
+            .then(|| values.filter_map(|(n, v)| n.eq_ignore_ascii_case(b"connection").then_some(v)))
+    }
+
     /// The first value of field `name` (lowercase).
     pub(super) fn get<'b>(&self, buf: &'b [u8], name: &str) -> Option<&'b [u8]> {
         self.fields
             .iter()
             .find(|(n, _)| n.in_(buf).eq_ignore_ascii_case(name.as_bytes()))
             .map(|(_, v)| v.in_(buf))
+    }
+}
+
+/// Parses the response head at the start of `rbuf`, dropping informational ones (100, 103: the replica's
+/// business, never passed on) until one that is not, or until what is left is partial.
+pub(super) fn past_informational(rhead: &mut Head, rbuf: &mut BytesMut) -> Parsed {
+    loop {
+        match rhead.response(rbuf) {
+            Parsed::Complete if (100..200).contains(&rhead.status) && rhead.status != 101 => {
+                rbuf.advance(rhead.len);
+            }
+            parsed => return parsed,
+        }
     }
 }
 
@@ -152,7 +178,7 @@ pub(super) struct Framing {
     pub(super) encoded: bool,
     pub(super) chunked: bool,
     pub(super) only_chunked: bool,
-    /// `Upgrade` (the fields are read for it by [`super::guard`]).
+    /// `Upgrade` (the fields are read for it by the general path's guard).
     pub(super) upgrade: bool,
     /// `Connection: close`.
     pub(super) close: bool,
@@ -373,7 +399,12 @@ pub(super) fn answer(
             field(out, name.as_str().as_bytes(), value.as_bytes());
         }
     }
-    length_field(out, body.len() as u64);
+    // No length where no body may be (RFC 9110 §8.6), nor for an empty answer to `HEAD`, whose length
+    // would not be the `GET`'s: as hyper writes them on the general path.
+    let bodiless = matches!(parts.status.as_u16(), 100..=199 | 204 | 304);
+    if !(bodiless || head_request && body.is_empty()) {
+        length_field(out, body.len() as u64);
+    }
     if !parts.headers.contains_key(axum::http::header::DATE) {
         date(out);
     }

@@ -8,8 +8,9 @@
 //! requests in flight polls for a moment after each before it sleeps ([`super::poll`]), so that the answer
 //! it waits for needs no wake-up either.
 //!
-//! Each connection is served by the proxy's own HTTP/1.1 path ([`fast`]) for as long as its requests are
-//! the usual ones, then by hyper's HTTP/1 server directly ([`general`]), its requests handed to
+//! Each connection is served by the proxy's own HTTP/1.1 path ([`own`]) for as long as its requests are
+//! the usual ones (unless `proxy.own_path = false`), then by hyper's HTTP/1 server directly ([`general`]),
+//! its requests handed to
 //! [`Front::answer`] with the peer's address: no per-request service clone and no extension map to carry
 //! the address, which `axum::serve` would add to every request.
 //!
@@ -20,7 +21,6 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::task::Poll;
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
@@ -29,27 +29,15 @@ use tokio::net::{TcpListener, TcpSocket};
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
-use hyper_util::rt::{TokioIo, TokioTimer};
-
-use super::deadline::Deadline;
-use super::fast::{self, Hand};
-use super::guard::{Guard, LastRead};
-use super::limit;
-use super::poll;
-use super::{Front, Inner};
-use crate::config::ClientTimeouts;
+use super::general::{self, Front, Inner};
+use super::stop::until;
+use super::{limit, own, poll};
 use crate::error::ApiError;
-use crate::routing::pace::{Paced, PacedWrites, Side, Stalled};
-use crate::routing::upstream::{self, ToReplica};
-
-/// Whether this thread is a data-plane worker's.
-pub fn on_data_plane() -> bool {
-    upstream::on_worker()
-}
+use crate::routing::worker;
 
 /// How many data-plane workers serve the public listener: one per core.
 pub fn count() -> usize {
-    upstream::worker_slots()
+    worker::worker_slots()
 }
 
 /// A listening socket on `addr` that other sockets may share (`SO_REUSEPORT`), each taking its share of the
@@ -180,28 +168,6 @@ fn no_delay(tcp: &mut tokio::net::TcpStream) {
     }
 }
 
-/// Resolves once `rx` has turned true (or its sender is gone).
-///
-/// Its first poll puts the task's waker on the channel's list, where it stays good for the task's life;
-/// after that it looks again only once the channel has had a new value. A connection polls it while it
-/// waits for each request, and the waiting future itself would take the list's lock on every poll to
-/// renew the waker.
-fn until(rx: watch::Receiver<bool>) -> impl Future<Output = ()> {
-    let probe = rx.clone();
-    let mut wait = Box::pin(async move {
-        let mut rx = rx;
-        let _ = rx.wait_for(|s| *s).await;
-    });
-    let mut polled = false;
-    std::future::poll_fn(move |cx| {
-        if polled && matches!(probe.has_changed(), Ok(false)) {
-            return Poll::Pending;
-        }
-        polled = true;
-        wait.as_mut().poll(cx)
-    })
-}
-
 /// One worker: a current-thread runtime serving `listener` until `stop` (gracefully) or `abort`.
 fn worker<S>(
     i: usize,
@@ -213,10 +179,10 @@ fn worker<S>(
 where
     S: Inner,
 {
-    upstream::enter_worker(i);
+    worker::enter_worker(i);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .on_thread_park(fast::forget_table)
+        .on_thread_park(own::forget_table)
         .build()?;
     runtime.block_on(async move {
         listener.set_nonblocking(true)?;
@@ -273,164 +239,29 @@ where
     open_tx.closed().await;
 }
 
-/// One client connection: its requests served by the data plane's own HTTP/1.1 path (see [`fast`]) while
-/// it takes them; from the first one it does not take on, by hyper's server ([`general`]), which is handed
-/// the connection with what was read of it. On `stop` the connection finishes the request it is answering
-/// and closes. `room` is its place among the listener's connections, held as long as its socket is.
+/// One client connection: its requests served by the own HTTP/1.1 path (see [`own`]) while it takes them;
+/// from the first one it does not take on, by the general path ([`general`]), which is handed the
+/// connection with what was read of it. The private entry point's connections, and every connection when
+/// `proxy.own_path = false`, are the general path's from the start. On `stop` the connection finishes the
+/// request it is answering and closes. `room` is its place among the listener's connections, held as long
+/// as its socket is; `_open` counts it among the listener's open ones.
 async fn connection<S>(
     io: tokio::net::TcpStream,
     peer: SocketAddr,
     app: Front<S>,
     stop: watch::Receiver<bool>,
-    open: watch::Receiver<()>,
+    _open: watch::Receiver<()>,
     room: limit::Open,
 ) where
     S: Inner,
 {
-    // The private entry point's requests are all the general path's (the own path serves the public
-    // endpoints only).
-    let timeouts = app.proxy.config.client_timeouts();
-    let (read, io) = match app.proxy.private {
-        true => (bytes::BytesMut::new(), io),
-        false => {
-            let mut conn = fast::Conn::new(io, timeouts);
-            if !own_path(&mut conn, &app.proxy, peer, &stop).await {
-                return;
-            }
-            (conn.buf, conn.io)
-        }
+    let own_path = !app.proxy.private && app.proxy.config.own_path;
+    let (read, io) = match own_path {
+        false => (bytes::BytesMut::new(), io),
+        true => match own::serve_connection(io, &app.proxy, peer, &stop).await {
+            Some(handed_over) => handed_over,
+            None => return,
+        },
     };
-    // A write that waits on the caller for longer than its time fails, which ends the connection.
-    let last_read = LastRead::default();
-    // The place goes with the socket: an upgraded connection outlives hyper's serving of it.
-    let guard = Guard::new(io, read, last_read.clone()).holding(room);
-    let io = PacedWrites::new(guard, timeouts.caller, ANSWER_NOT_TAKEN);
-    general(io, peer, app, timeouts, stop, open, last_read).await;
-}
-
-/// Serves the connection's requests on the proxy's own path while it takes them. True when the general path
-/// is to take the connection on from its first request that this path did not take; false when the
-/// connection has ended (or is to).
-async fn own_path(
-    conn: &mut fast::Conn,
-    proxy: &super::Proxy,
-    peer: SocketAddr,
-    stop: &watch::Receiver<bool>,
-) -> bool {
-    let stopping = until(stop.clone());
-    tokio::pin!(stopping);
-    // One timer for the connection's life on this path, set again for each head (see `Conn::read_head`).
-    let idle = proxy.config.client_timeouts().idle;
-    let mut timer = Deadline::at(tokio::time::Instant::now() + idle);
-    let mut squeezes = proxy.connections.squeezes();
-    let mut waiting = std::time::Instant::now();
-    loop {
-        let read = tokio::select! {
-            // The head first: no random draw for the order, and a stop is only looked at while waiting.
-            biased;
-            read = conn.read_head(&mut timer) => read,
-            () = &mut stopping => return false,
-            // At the listener's bound: a connection that has waited long for its next request makes room.
-            () = squeezes.asked(), if conn.buf.is_empty() => {
-                if conn.buf.is_empty() && waiting.elapsed() >= limit::SHED_AFTER {
-                    proxy.connections.shed();
-                    return false;
-                }
-                continue;
-            }
-        };
-        let hand = match read {
-            Ok(()) => {
-                let _flight = poll::in_flight();
-                let table = fast::table(proxy);
-                fast::serve(proxy, conn, &table, peer).await
-            }
-            Err(hand) => hand,
-        };
-        waiting = std::time::Instant::now();
-        match hand {
-            Hand::KeepAlive if !*stop.borrow() => {}
-            Hand::KeepAlive | Hand::Close => return false,
-            Hand::Over => return true,
-        }
-    }
-}
-
-/// A caller's request body that stopped coming (`proxy.caller_timeout_s`), or did not come whole in time
-/// (`proxy.body_timeout_s`).
-const BODY_STALLED: Stalled = Stalled {
-    side: Side::Caller,
-    what: "the caller paused its request body for too long",
-};
-/// A caller that took nothing of its answer (`proxy.caller_timeout_s`).
-const ANSWER_NOT_TAKEN: Stalled = Stalled {
-    side: Side::Caller,
-    what: "the caller took nothing of its answer in time",
-};
-
-/// A client connection served by hyper's HTTP/1 server, each request answered by [`Front::answer`] with
-/// the peer's address at hand (no per-request extension to carry it). On `stop`, or when the listener is at
-/// its bound and the caller has sent nothing for a while (`last_read`), the connection finishes the request
-/// it is answering and closes.
-async fn general<S>(
-    io: PacedWrites<Guard<tokio::net::TcpStream>>,
-    peer: SocketAddr,
-    app: Front<S>,
-    timeouts: ClientTimeouts,
-    stop: watch::Receiver<bool>,
-    _open: watch::Receiver<()>,
-    last_read: LastRead,
-) where
-    S: Inner,
-{
-    let proxy = app.proxy.clone();
-    let mut squeezes = proxy.connections.squeezes();
-    // hyper's one timeout runs from when it waits for a head, the next request's on a kept connection too:
-    // an idle connection here closes after `proxy.header_timeout_s`.
-    let ClientTimeouts {
-        header,
-        caller,
-        body: whole,
-        ..
-    } = timeouts;
-    // A request body waited for longer than the caller's time ends in an error: the proxy answers 408.
-    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        poll::busy();
-        app.answer(
-            req.map(|body| ToReplica::Left(Paced::new(body, caller, BODY_STALLED).within(whole))),
-            peer,
-        )
-    });
-    let conn = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(header)
-        .serve_connection(TokioIo::new(io), service)
-        .with_upgrades();
-    tokio::pin!(conn);
-    let stopping = until(stop);
-    tokio::pin!(stopping);
-    let mut stopped = false;
-    loop {
-        tokio::select! {
-            served = conn.as_mut() => {
-                if let Err(e) = served {
-                    tracing::trace!(error = %e, "connection ended");
-                }
-                return;
-            }
-            () = &mut stopping, if !stopped => {
-                stopped = true;
-                conn.as_mut().graceful_shutdown();
-            }
-            // At the listener's bound, a connection the caller has sent nothing on for a while closes: at
-            // once when no request is going, else once its requests are answered.
-            () = squeezes.asked(), if !stopped => {
-                if last_read.since() >= limit::SHED_AFTER {
-                    stopped = true;
-                    proxy.connections.shed();
-                    conn.as_mut().graceful_shutdown();
-                }
-            }
-        }
-    }
+    general::conn::serve_connection(io, read, peer, app, stop, room).await;
 }

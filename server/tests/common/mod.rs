@@ -127,6 +127,9 @@ pub async fn spawn_with_clock(
             ..Default::default()
         },
     );
+    // `SWITCHYARD_TEST_OWN_PATH=false` (the proxy's tests' second pass) sends every request through the
+    // proxy's general path; a test that sets `proxy.own_path` itself has its way.
+    config.proxy.own_path = std::env::var("SWITCHYARD_TEST_OWN_PATH").as_deref() != Ok("false");
     configure(&mut config);
     let app = Application::build_with_clock(&config, clock)
         .await

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::edge::{self, Refusal};
-use super::http1::{self, Chunks, Framing, Head, Parsed, LINE_MAX};
+use super::super::edge::{self, Refusal};
+use super::super::http1::{self, Chunks, Framing, Head, Parsed, LINE_MAX};
 
 /// Most bytes of a request head the guard reads before it refuses it (431), as hyper's own bound.
 const HEAD_MAX: usize = 64 * 1024;
@@ -46,7 +46,7 @@ enum State {
     Refused,
 }
 
-/// When the caller last sent something on a connection, for the listener's bound (see `super::limit`):
+/// When the caller last sent something on a connection, for the listener's bound (see `super::super::limit`):
 /// shared between the [`Guard`] that reads it and the task that serves the connection.
 #[derive(Clone, Default)]
 pub(super) struct LastRead(Arc<AtomicU64>);
@@ -87,8 +87,8 @@ pub(super) struct Guard<IO> {
     parked: Option<Waker>,
     /// What hyper wrote since an upgrade was asked for, until its answer's head is whole.
     answered: Vec<u8>,
-    /// The connection's place among the listener's (see `super::limit`), given back with the socket.
-    _room: Option<super::limit::Open>,
+    /// The connection's place among the listener's (see `super::super::limit`), given back with the socket.
+    _room: Option<super::super::limit::Open>,
 }
 
 impl<IO> Guard<IO> {
@@ -112,7 +112,7 @@ impl<IO> Guard<IO> {
     }
 
     /// The guard holds `room` for as long as it holds the socket.
-    pub(super) fn holding(mut self, room: super::limit::Open) -> Guard<IO> {
+    pub(super) fn holding(mut self, room: super::super::limit::Open) -> Guard<IO> {
         self._room = Some(room);
         self
     }
