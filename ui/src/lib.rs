@@ -20,13 +20,14 @@
 //! 2. The widgets' own state and the keymap, each knowing nothing of the console around it:
 //!    - `pager`: a scrollable, searchable text (describe, logs), wrapped or scrolled sideways. Imports
 //!      `columns`.
-//!    - `form_issues`: a form's issues, placed beside its fields. Imports nothing of the crate.
-//!    - `form_input`: what the forms share: the edits a key asks for, typing into a field, sending and the
-//!      server's answer. Imports `form_issues`.
-//!    - `form`: the deploy form. Imports `effects`, `form_input`, `form_issues`.
-//!    - `app_form`: the new-app form. Imports `form_input`, `form_issues`.
-//!    - `webhook_form`: the webhook form (new or edited). Imports `form_input`, `form_issues`.
-//!    - `schedule`: the schedule editor. Imports `form_input`.
+//!    - `forms`: the three forms and what they share, layered the same way (listed in `forms/mod.rs`):
+//!      - `forms::issues`: a form's issues, placed beside its fields. Imports nothing of the crate.
+//!      - `forms::input`: what the forms share: the edits a key asks for, typing into a field, sending and
+//!        the server's answer. Imports `forms::issues`.
+//!      - `forms::deploy`: the deploy form. Imports `effects`, `forms::input`, `forms::issues`.
+//!      - `forms::app`: the new-app form. Imports `forms::input`, `forms::issues`.
+//!      - `forms::webhook`: the webhook form (new or edited). Imports `forms::input`, `forms::issues`.
+//!    - `schedule`: the schedule editor. Imports `forms::input`.
 //!    - `spec`: the spec editor. Imports `format`, `effects`.
 //!    - `keymap`: keys to commands, per context. Imports `effects`.
 //! 3. `state`: the console's state and its one `update` function, no I/O. Imports layers 1 and 2; its own
@@ -38,13 +39,10 @@
 //!
 //! A module's own tests may use anything. `tests/layers.rs` checks the order.
 
-pub mod app_form;
 pub mod columns;
 pub mod effects;
-pub mod form;
-pub mod form_input;
-pub mod form_issues;
 pub mod format;
+pub mod forms;
 pub mod keymap;
 pub mod natural;
 pub mod pager;
@@ -52,7 +50,6 @@ pub mod schedule;
 pub mod spec;
 pub mod state;
 pub mod views;
-pub mod webhook_form;
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
