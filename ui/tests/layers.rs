@@ -47,6 +47,12 @@ const ORDER: &[&str] = &[
     "state::update",
     "state",
     "views",
+    "clipboard",
+    "reader",
+    "editor",
+    "failures",
+    "perform",
+    "event_loop",
     "lib",
 ];
 
