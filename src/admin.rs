@@ -1,7 +1,7 @@
 //! `switchyard admin …`: account and catalog administration straight on the store, with or without a
 //! server running on the same data dir.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -9,7 +9,9 @@ use clap::Subcommand;
 use switchyard_server::clock::SystemClock;
 use switchyard_server::model::account::{AccountKind, Role, Scope};
 use switchyard_server::model::catalog::CatalogEntry;
-use switchyard_server::services::{accounts, catalog, domains, quotas, Error as ServiceError};
+use switchyard_server::services::{
+    accounts, catalog, domains, quotas, Context as ServiceContext, Error as ServiceError,
+};
 use switchyard_server::store::copy::copy_store;
 use switchyard_server::store::{SqlStore, Store, StoreUrl, Synchronous};
 use switchyard_server::{Config, Services};
@@ -241,271 +243,311 @@ async fn open_store(url: &str, must_exist: bool) -> Result<SqlStore> {
         .with_context(|| format!("opening {}", url.redacted()))
 }
 
-async fn run_store(config: &Config, command: &AdminCommand) -> Result<bool> {
+/// Runs one `switchyard admin` command.
+pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
     match command {
+        // Whole-store commands work on the stores they name, without opening the service.
         AdminCommand::Store {
             command: StoreCommand::Copy { from, to },
-        } => {
-            let (source, target) = (open_store(from, true).await?, open_store(to, false).await?);
-            let report = copy_store(&source, &target).await?;
-            for (table, rows) in &report {
-                println!("{table:<16} {rows:>8} rows");
-            }
-            println!("copied; every table's count matches the source");
-            Ok(true)
+        } => copy(&from, &to).await,
+        AdminCommand::Backup { file } => backup(config, &file).await,
+        AdminCommand::User { command } => user(config, command).await,
+        AdminCommand::Org { command } => org(&open(config).await?.state, command).await,
+        AdminCommand::Token { command } => token(&open(config).await?.state, command).await,
+        AdminCommand::Catalog { command } => {
+            catalog_items(&open(config).await?.state, command).await
         }
-        AdminCommand::Backup { file } => {
-            let url = config.store_url()?;
-            let source = open_store(&url.url(), true).await?;
-            source.backup(file).await?;
-            println!("backed up {} to {}", url.redacted(), file.display());
-            Ok(true)
+        AdminCommand::Quota { command } => quota(&open(config).await?.state, command).await,
+        AdminCommand::Domain { command } => domain(&open(config).await?.state, command).await,
+        AdminCommand::Servers => servers(&open(config).await?.state).await,
+        AdminCommand::App { command } => {
+            crate::admin_oauth::app(&open(config).await?.state, command).await
         }
-        _ => Ok(false),
+        AdminCommand::Key { command } => {
+            let keep = id_token_lifetime(config);
+            crate::admin_oauth::key(&open(config).await?.state, keep, command).await
+        }
     }
 }
 
-pub async fn run(config: &Config, command: AdminCommand) -> Result<()> {
-    // Whole-store commands work on the stores they name, without opening the service.
-    if run_store(config, &command).await? {
-        return Ok(());
-    }
-    // Read and checked before the store opens, so a missing or refused password leaves nothing behind.
-    let password = match &command {
-        AdminCommand::User {
-            command:
-                UserCommand::Create {
-                    password_stdin: true,
-                    ..
-                }
-                | UserCommand::SetPassword { .. },
-        } => Some(password_from_stdin()?),
-        _ => None,
-    };
+/// The service on the config's store, as the administrator's commands use it. Says where the token of the
+/// first administrator is, if opening it made one.
+async fn open(config: &Config) -> Result<Services> {
     let services = Services::open(config, Arc::new(SystemClock)).await?;
     if let Some(p) = &services.admin_token_file {
         eprintln!("created user 'admin'; its token is in {}", p.display());
     }
-    let store = services.state.store.as_ref();
-    let ctx: &switchyard_server::services::Context = &services.state;
-    let now = chrono::Utc::now();
+    Ok(services)
+}
+
+/// How long the ID tokens the provider signs live: a rotated-out signing key is kept that long.
+fn id_token_lifetime(config: &Config) -> chrono::Duration {
+    chrono::Duration::seconds(config.oauth.id_token_ttl_s as i64)
+}
+
+/// `switchyard admin store copy`: a whole store into an empty one, each table's count checked.
+async fn copy(from: &str, to: &str) -> Result<()> {
+    let (source, target) = (open_store(from, true).await?, open_store(to, false).await?);
+    let report = copy_store(&source, &target).await?;
+    for (table, rows) in &report {
+        println!("{table:<16} {rows:>8} rows");
+    }
+    println!("copied; every table's count matches the source");
+    Ok(())
+}
+
+/// `switchyard admin backup FILE`: an online backup of the config's SQLite store.
+async fn backup(config: &Config, file: &Path) -> Result<()> {
+    let url = config.store_url()?;
+    let source = open_store(&url.url(), true).await?;
+    source.backup(file).await?;
+    println!("backed up {} to {}", url.redacted(), file.display());
+    Ok(())
+}
+
+/// `switchyard admin user …`. A password is read and checked before the store opens, so a missing or
+/// refused one leaves nothing behind.
+async fn user(config: &Config, command: UserCommand) -> Result<()> {
+    let password = match &command {
+        UserCommand::Create {
+            password_stdin: true,
+            ..
+        }
+        | UserCommand::SetPassword { .. } => Some(password_from_stdin()?),
+        _ => None,
+    };
+    let services = open(config).await?;
+    let ctx: &ServiceContext = &services.state;
+    let store = ctx.store.as_ref();
     match command {
-        AdminCommand::User { command } => match command {
-            UserCommand::Create {
-                name, email, admin, ..
-            } => {
-                let a = accounts::create_account(
-                    store,
-                    AccountKind::User,
-                    &name,
-                    email,
-                    admin,
-                    password.as_deref(),
-                    now,
-                )
-                .await?;
-                let with = if password.is_some() {
-                    " with a password"
-                } else {
-                    ""
-                };
-                println!("created user {} ({}){with}", a.name, a.id);
-            }
-            UserCommand::SetPassword { name, .. } => {
-                let password = password.context("no password")?;
-                accounts::set_password(store, &name, &password).await?;
-                println!("set the password of {name}");
-            }
-            UserCommand::Delete { name } => {
-                let n = accounts::delete_account(ctx, &name, AccountKind::User).await?;
-                println!("deleted user {name} and its {n} endpoint(s); a running server refuses its tokens within proxy.auth_cache_s");
-            }
-            UserCommand::Disable { name } => {
-                accounts::set_disabled(ctx, &name, true).await?;
-                println!("disabled {name}: its tokens are refused (by a running server's proxy within proxy.auth_cache_s); its endpoints go on serving");
-            }
-            UserCommand::Enable { name } => {
-                accounts::set_disabled(ctx, &name, false).await?;
-                println!("enabled {name}");
-            }
-            UserCommand::List => {
-                println!(
-                    "{:<24} {:<36} {:<6} {:<22} DISABLED",
-                    "NAME", "EMAIL", "ADMIN", "CREATED"
-                );
-                for a in accounts::list_accounts(store, AccountKind::User).await? {
-                    println!(
-                        "{:<24} {:<36} {:<6} {:<22} {}",
-                        a.name,
-                        a.email.as_deref().unwrap_or("-"),
-                        if a.is_admin { "yes" } else { "no" },
-                        fmt_time(a.created_at),
-                        a.disabled_at.map_or("-".to_string(), fmt_time)
-                    );
-                }
-            }
-        },
-        AdminCommand::Org { command } => match command {
-            OrgCommand::Create { name } => {
-                let a = accounts::create_account(
-                    store,
-                    AccountKind::Org,
-                    &name,
-                    None,
-                    false,
-                    None,
-                    now,
-                )
-                .await?;
-                println!("created organization {} ({})", a.name, a.id);
-            }
-            OrgCommand::List => {
-                println!("{:<24} CREATED", "NAME");
-                for a in accounts::list_accounts(store, AccountKind::Org).await? {
-                    println!("{:<24} {}", a.name, fmt_time(a.created_at));
-                }
-            }
-            OrgCommand::AddMember { org, user, role } => {
-                let role = Role::parse(&role).ok_or_else(|| {
-                    anyhow!("unknown role {role:?}: use admin, write, contributor or read")
-                })?;
-                let m = accounts::add_member(store, &org, &user, role, now).await?;
-                println!("{} is now {} in {}", m.user, m.role.as_str(), m.org);
-            }
-            OrgCommand::RemoveMember { org, user } => {
-                accounts::remove_member(ctx, &org, &user).await?;
-                println!("{user} is no longer a member of {org}");
-            }
-            OrgCommand::Delete { name } => {
-                let n = accounts::delete_account(ctx, &name, AccountKind::Org).await?;
-                println!("deleted organization {name} and its {n} endpoint(s)");
-            }
-            OrgCommand::ExchangeTtl { org, ttl } => {
-                crate::admin_oauth::exchange_ttl(ctx, &org, &ttl).await?
-            }
-            OrgCommand::Members { org } => {
-                println!("{:<24} ROLE", "USER");
-                for m in accounts::list_members(store, &org).await? {
-                    println!("{:<24} {}", m.user, m.role.as_str());
-                }
-            }
-        },
-        AdminCommand::Token { command } => match command {
-            TokenCommand::Create {
-                user,
-                scopes,
-                expires_in,
-                name,
-            } => {
-                let scopes = if scopes.is_empty() {
-                    None
-                } else {
-                    Some(
-                        scopes
-                            .iter()
-                            .map(|s| Scope::parse(s).ok_or_else(|| anyhow!("unknown scope {s:?}")))
-                            .collect::<Result<Vec<_>>>()?,
-                    )
-                };
-                let expires = expires_in
-                    .as_deref()
-                    .map(accounts::parse_duration)
-                    .transpose()
-                    .map_err(|e| anyhow!(e))?;
-                let (token, info) =
-                    accounts::issue_token(store, &user, name, scopes, expires, now).await?;
-                eprintln!("token {} for {} (shown once)", info.id, info.user);
-                println!("{token}");
-            }
-            TokenCommand::List { user } => {
-                println!(
-                    "{:<26} {:<28} {:<22} {:<22} SCOPES",
-                    "ID", "NAME", "CREATED", "EXPIRES"
-                );
-                for t in accounts::list_tokens(store, &user).await? {
-                    let scopes = t.scopes.as_ref().map_or("(all)".to_string(), |s| {
-                        s.iter().map(|x| x.as_str()).collect::<Vec<_>>().join(",")
-                    });
-                    println!(
-                        "{:<26} {:<28} {:<22} {:<22} {}",
-                        t.id,
-                        t.display_name,
-                        fmt_time(t.created_at),
-                        t.expires_at.map_or("never".to_string(), fmt_time),
-                        scopes
-                    );
-                }
-            }
-            TokenCommand::Revoke { id } => {
-                accounts::revoke_token(ctx, &id).await?;
-                println!("revoked {id}");
-            }
-        },
-        AdminCommand::Catalog { command } => match command {
-            CatalogCommand::List => {
-                let idx = ctx.catalog.get(store).await?;
-                println!("{:<56} {:<26} {:<14} RECIPES", "REPO", "TASK", "LICENSE");
-                for e in idx.entries() {
-                    let recipes: Vec<_> = e.recipes.iter().map(|r| r.public_id.as_str()).collect();
-                    println!(
-                        "{:<56} {:<26} {:<14} {}",
-                        e.repo_id,
-                        e.task,
-                        e.license,
-                        recipes.join(" ")
-                    );
-                }
-            }
-            CatalogCommand::Put { file } => {
-                let text = if file.as_os_str() == "-" {
-                    std::io::read_to_string(std::io::stdin()).context("reading stdin")?
-                } else {
-                    std::fs::read_to_string(&file)
-                        .with_context(|| format!("reading {}", file.display()))?
-                };
-                let entry: CatalogEntry =
-                    serde_json::from_str(&text).context("parsing the catalog item")?;
-                let added = said(catalog::put_item(ctx, &entry).await)?;
-                println!(
-                    "{} {}",
-                    if added { "added" } else { "replaced" },
-                    entry.repo_id
-                );
-            }
-            CatalogCommand::Remove { repo_id } => {
-                catalog::delete_item(ctx, &repo_id).await?;
-                println!("removed {repo_id}");
-            }
-        },
-        AdminCommand::Quota { command } => {
-            let shown = match command {
-                QuotaCommand::Show { namespace } => quotas::show(ctx, &namespace).await?,
-                QuotaCommand::Set {
-                    namespace,
-                    endpoints,
-                    replicas,
-                } => {
-                    let set = quotas::QuotaOverrideOut {
-                        endpoints,
-                        replicas,
-                    };
-                    quotas::set(ctx, &namespace, set).await?
-                }
+        UserCommand::Create {
+            name, email, admin, ..
+        } => {
+            let now = chrono::Utc::now();
+            let a = accounts::create_account(
+                store,
+                AccountKind::User,
+                &name,
+                email,
+                admin,
+                password.as_deref(),
+                now,
+            )
+            .await?;
+            let with = if password.is_some() {
+                " with a password"
+            } else {
+                ""
             };
-            println!("{}", serde_json::to_string_pretty(&shown)?);
+            println!("created user {} ({}){with}", a.name, a.id);
         }
-        AdminCommand::Domain { command } => domain(ctx, command).await?,
-        AdminCommand::Servers => servers(ctx).await?,
-        AdminCommand::App { command } => crate::admin_oauth::app(ctx, command).await?,
-        AdminCommand::Key { command } => {
-            let keep = chrono::Duration::seconds(config.oauth.id_token_ttl_s as i64);
-            crate::admin_oauth::key(ctx, keep, command).await?
+        UserCommand::SetPassword { name, .. } => {
+            let password = password.context("no password")?;
+            accounts::set_password(store, &name, &password).await?;
+            println!("set the password of {name}");
         }
-        // Answered by run_store before the service opens.
-        AdminCommand::Store { .. } | AdminCommand::Backup { .. } => {
-            bail!("whole-store commands do not open the service")
+        UserCommand::Delete { name } => {
+            let n = accounts::delete_account(ctx, &name, AccountKind::User).await?;
+            println!("deleted user {name} and its {n} endpoint(s); a running server refuses its tokens within proxy.auth_cache_s");
+        }
+        UserCommand::Disable { name } => {
+            accounts::set_disabled(ctx, &name, true).await?;
+            println!("disabled {name}: its tokens are refused (by a running server's proxy within proxy.auth_cache_s); its endpoints go on serving");
+        }
+        UserCommand::Enable { name } => {
+            accounts::set_disabled(ctx, &name, false).await?;
+            println!("enabled {name}");
+        }
+        UserCommand::List => list_users(store).await?,
+    }
+    Ok(())
+}
+
+/// `switchyard admin user list`: every user, whether an administrator, and when made or disabled.
+async fn list_users(store: &dyn Store) -> Result<()> {
+    println!(
+        "{:<24} {:<36} {:<6} {:<22} DISABLED",
+        "NAME", "EMAIL", "ADMIN", "CREATED"
+    );
+    for a in accounts::list_accounts(store, AccountKind::User).await? {
+        println!(
+            "{:<24} {:<36} {:<6} {:<22} {}",
+            a.name,
+            a.email.as_deref().unwrap_or("-"),
+            if a.is_admin { "yes" } else { "no" },
+            fmt_time(a.created_at),
+            a.disabled_at.map_or("-".to_string(), fmt_time)
+        );
+    }
+    Ok(())
+}
+
+/// `switchyard admin org …`.
+async fn org(ctx: &ServiceContext, command: OrgCommand) -> Result<()> {
+    let store = ctx.store.as_ref();
+    match command {
+        OrgCommand::Create { name } => {
+            let now = chrono::Utc::now();
+            let a =
+                accounts::create_account(store, AccountKind::Org, &name, None, false, None, now)
+                    .await?;
+            println!("created organization {} ({})", a.name, a.id);
+        }
+        OrgCommand::List => {
+            println!("{:<24} CREATED", "NAME");
+            for a in accounts::list_accounts(store, AccountKind::Org).await? {
+                println!("{:<24} {}", a.name, fmt_time(a.created_at));
+            }
+        }
+        OrgCommand::AddMember { org, user, role } => {
+            let role = Role::parse(&role).ok_or_else(|| {
+                anyhow!("unknown role {role:?}: use admin, write, contributor or read")
+            })?;
+            let m = accounts::add_member(store, &org, &user, role, chrono::Utc::now()).await?;
+            println!("{} is now {} in {}", m.user, m.role.as_str(), m.org);
+        }
+        OrgCommand::RemoveMember { org, user } => {
+            accounts::remove_member(ctx, &org, &user).await?;
+            println!("{user} is no longer a member of {org}");
+        }
+        OrgCommand::Delete { name } => {
+            let n = accounts::delete_account(ctx, &name, AccountKind::Org).await?;
+            println!("deleted organization {name} and its {n} endpoint(s)");
+        }
+        OrgCommand::ExchangeTtl { org, ttl } => {
+            crate::admin_oauth::exchange_ttl(ctx, &org, &ttl).await?
+        }
+        OrgCommand::Members { org } => {
+            println!("{:<24} ROLE", "USER");
+            for m in accounts::list_members(store, &org).await? {
+                println!("{:<24} {}", m.user, m.role.as_str());
+            }
         }
     }
+    Ok(())
+}
+
+/// `switchyard admin token …`.
+async fn token(ctx: &ServiceContext, command: TokenCommand) -> Result<()> {
+    let store = ctx.store.as_ref();
+    match command {
+        TokenCommand::Create {
+            user,
+            scopes,
+            expires_in,
+            name,
+        } => {
+            let scopes = if scopes.is_empty() {
+                None
+            } else {
+                Some(
+                    scopes
+                        .iter()
+                        .map(|s| Scope::parse(s).ok_or_else(|| anyhow!("unknown scope {s:?}")))
+                        .collect::<Result<Vec<_>>>()?,
+                )
+            };
+            let expires = expires_in
+                .as_deref()
+                .map(accounts::parse_duration)
+                .transpose()
+                .map_err(|e| anyhow!(e))?;
+            let now = chrono::Utc::now();
+            let (token, info) =
+                accounts::issue_token(store, &user, name, scopes, expires, now).await?;
+            eprintln!("token {} for {} (shown once)", info.id, info.user);
+            println!("{token}");
+        }
+        TokenCommand::List { user } => list_tokens(store, &user).await?,
+        TokenCommand::Revoke { id } => {
+            accounts::revoke_token(ctx, &id).await?;
+            println!("revoked {id}");
+        }
+    }
+    Ok(())
+}
+
+/// `switchyard admin token list USER`: a user's tokens by id and name, when made and when they expire, their
+/// scopes.
+async fn list_tokens(store: &dyn Store, user: &str) -> Result<()> {
+    println!(
+        "{:<26} {:<28} {:<22} {:<22} SCOPES",
+        "ID", "NAME", "CREATED", "EXPIRES"
+    );
+    for t in accounts::list_tokens(store, user).await? {
+        let scopes = t.scopes.as_ref().map_or("(all)".to_string(), |s| {
+            s.iter().map(|x| x.as_str()).collect::<Vec<_>>().join(",")
+        });
+        println!(
+            "{:<26} {:<28} {:<22} {:<22} {}",
+            t.id,
+            t.display_name,
+            fmt_time(t.created_at),
+            t.expires_at.map_or("never".to_string(), fmt_time),
+            scopes
+        );
+    }
+    Ok(())
+}
+
+/// `switchyard admin catalog …`.
+async fn catalog_items(ctx: &ServiceContext, command: CatalogCommand) -> Result<()> {
+    match command {
+        CatalogCommand::List => {
+            let idx = ctx.catalog.get(ctx.store.as_ref()).await?;
+            println!("{:<56} {:<26} {:<14} RECIPES", "REPO", "TASK", "LICENSE");
+            for e in idx.entries() {
+                let recipes: Vec<_> = e.recipes.iter().map(|r| r.public_id.as_str()).collect();
+                println!(
+                    "{:<56} {:<26} {:<14} {}",
+                    e.repo_id,
+                    e.task,
+                    e.license,
+                    recipes.join(" ")
+                );
+            }
+        }
+        CatalogCommand::Put { file } => {
+            let text = if file.as_os_str() == "-" {
+                std::io::read_to_string(std::io::stdin()).context("reading stdin")?
+            } else {
+                std::fs::read_to_string(&file)
+                    .with_context(|| format!("reading {}", file.display()))?
+            };
+            let entry: CatalogEntry =
+                serde_json::from_str(&text).context("parsing the catalog item")?;
+            let added = said(catalog::put_item(ctx, &entry).await)?;
+            println!(
+                "{} {}",
+                if added { "added" } else { "replaced" },
+                entry.repo_id
+            );
+        }
+        CatalogCommand::Remove { repo_id } => {
+            catalog::delete_item(ctx, &repo_id).await?;
+            println!("removed {repo_id}");
+        }
+    }
+    Ok(())
+}
+
+/// `switchyard admin quota …`: a namespace's limits, shown or set, printed as JSON.
+async fn quota(ctx: &ServiceContext, command: QuotaCommand) -> Result<()> {
+    let shown = match command {
+        QuotaCommand::Show { namespace } => quotas::show(ctx, &namespace).await?,
+        QuotaCommand::Set {
+            namespace,
+            endpoints,
+            replicas,
+        } => {
+            let set = quotas::QuotaOverrideOut {
+                endpoints,
+                replicas,
+            };
+            quotas::set(ctx, &namespace, set).await?
+        }
+    };
+    println!("{}", serde_json::to_string_pretty(&shown)?);
     Ok(())
 }
 
@@ -520,8 +562,9 @@ fn said<T>(r: Result<T, ServiceError>) -> Result<T> {
     }
 }
 
-/// `switchyard admin domain …`, as the administrator `admin`.
-async fn servers(ctx: &switchyard_server::services::Context) -> Result<()> {
+/// `switchyard admin servers`: the servers on this store, where each listens, its version, when it started
+/// and last answered, and which one leads.
+async fn servers(ctx: &ServiceContext) -> Result<()> {
     use switchyard_server::services::servers::{self, ServerState};
     let rows: Vec<Vec<String>> = servers::list(ctx)
         .await?
@@ -557,7 +600,8 @@ async fn servers(ctx: &switchyard_server::services::Context) -> Result<()> {
     Ok(())
 }
 
-async fn domain(ctx: &switchyard_server::services::Context, command: DomainCommand) -> Result<()> {
+/// `switchyard admin domain …`, as the administrator `admin`.
+async fn domain(ctx: &ServiceContext, command: DomainCommand) -> Result<()> {
     match command {
         DomainCommand::List => {
             println!("{:<48} {:<24} ASSIGNED BY", "DOMAIN", "NAMESPACE");

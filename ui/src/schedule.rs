@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use switchyard_server::model::status::strip_response_fields;
 use switchyard_server::model::EndpointSpec;
 
-use crate::form_input::{step, type_into};
+use crate::forms::input::{step, type_into};
 
 /// One entry as typed: `at` is `HH:MM`, the counts are digits (an empty timeout means the default).
 #[derive(Debug, Clone, PartialEq, Eq)]

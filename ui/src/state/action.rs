@@ -129,5 +129,5 @@ pub enum NotificationsFailure {
 /// A key typed into a line of text without bounds (a filter, a search, a command line): backspace
 /// deletes, space and single characters are added.
 pub(super) fn type_into(text: &mut String, key: &str) {
-    crate::form_input::type_into(text, key, usize::MAX, |_| true);
+    crate::forms::input::type_into(text, key, usize::MAX, |_| true);
 }

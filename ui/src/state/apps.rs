@@ -8,9 +8,9 @@ use super::action::{CreatedApp, Refusal};
 use super::lists::{refresh, switch};
 use super::model::{State, View};
 use super::overlay::{IssuedSecret, Overlay};
-use crate::app_form::AppForm;
 use crate::effects::{AppAction, Effect};
-use crate::form_input::Form;
+use crate::forms::app::AppForm;
+use crate::forms::input::Form;
 use crate::keymap::Command;
 
 /// `:apps [OWNER]`: the apps of the signed-in user, or of a namespace they manage.

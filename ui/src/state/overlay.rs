@@ -2,13 +2,13 @@
 //!
 //! Also [`Secret`], the one type a secret from the server is ever held in.
 
-use crate::app_form::AppForm;
 use crate::effects::Effect;
-use crate::form::DeployForm;
+use crate::forms::app::AppForm;
+use crate::forms::deploy::DeployForm;
+use crate::forms::webhook::WebhookForm;
 use crate::pager::Pager;
 use crate::schedule::ScheduleEditor;
 use crate::spec::SpecEditor;
-use crate::webhook_form::WebhookForm;
 
 /// What covers the view, if anything. `Esc` closes it.
 #[derive(Debug, Clone, PartialEq)]

@@ -11,10 +11,10 @@ use super::model::{State, View, FEED_ROWS};
 use super::overlay::{IssuedSecret, Overlay};
 use super::rows::WebhookRow;
 use crate::effects::{Effect, WebhookAction};
-use crate::form_input::Form;
+use crate::forms::input::Form;
+use crate::forms::webhook::WebhookForm;
 use crate::keymap::Command;
 use crate::pager::Pager;
-use crate::webhook_form::WebhookForm;
 
 /// `n`: the form for a new webhook; `e`: the form on the selected one.
 pub(super) fn open_form(state: &mut State, command: Command) {

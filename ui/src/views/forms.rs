@@ -8,13 +8,13 @@ use ratatui::Frame;
 
 use super::centered;
 use super::text::wrap_lines;
-use crate::app_form::{AppField, AppForm};
 use crate::columns::fit;
-use crate::form::{DeployForm, Field};
-use crate::form_input::FormState;
-use crate::form_issues::FormField;
+use crate::forms::app::{AppField, AppForm};
+use crate::forms::deploy::{DeployForm, Field};
+use crate::forms::input::FormState;
+use crate::forms::issues::FormField;
+use crate::forms::webhook::{HookField, WebhookForm};
 use crate::keymap::{Command, Context, Keymap};
-use crate::webhook_form::{HookField, WebhookForm};
 
 /// The keys that choose among a field's values in a form, as bound (`←→` in the built-in keymap); none
 /// when no key does.

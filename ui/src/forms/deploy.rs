@@ -5,8 +5,8 @@
 
 use serde_json::{json, Map, Value};
 
+use super::input::{step, type_into, Form, FormState};
 use crate::effects::DeployRequest;
-use crate::form_input::{step, type_into, Form, FormState};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Field {
@@ -261,7 +261,7 @@ impl Form for DeployForm {
     }
 }
 
-impl crate::form_issues::FormField for Field {
+impl super::issues::FormField for Field {
     const ALL: &'static [Self] = &Field::ALL;
 
     fn path(self) -> &'static str {
@@ -273,7 +273,7 @@ impl crate::form_issues::FormField for Field {
 mod tests {
     use super::*;
 
-    use crate::form_input::FormEdit;
+    use crate::forms::input::FormEdit;
 
     fn type_in(form: &mut DeployForm, text: &str) {
         for c in text.chars() {

@@ -1,11 +1,11 @@
 //! The webhook form, new or edited: URL, watched items (`type:name`), domains and secret, as the body the API
 //! takes. Every issue of the server's 400 is shown at once, each beside its field.
 //!
-//! Imports `form_input` and `form_issues`.
+//! Imports `forms::input` and `forms::issues`.
 
 use serde_json::{json, Map, Value};
 
-use crate::form_input::{type_into, Form, FormState};
+use super::input::{type_into, Form, FormState};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HookField {
@@ -173,7 +173,7 @@ impl Form for WebhookForm {
     }
 }
 
-impl crate::form_issues::FormField for HookField {
+impl super::issues::FormField for HookField {
     const ALL: &'static [Self] = &HookField::ALL;
 
     fn path(self) -> &'static str {
@@ -185,7 +185,7 @@ impl crate::form_issues::FormField for HookField {
 mod tests {
     use super::*;
 
-    use crate::form_input::FormEdit;
+    use crate::forms::input::FormEdit;
 
     fn type_in(form: &mut WebhookForm, text: &str) {
         for c in text.chars() {

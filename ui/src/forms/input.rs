@@ -2,9 +2,9 @@
 //! into one, sending (once at a time) and taking the server's refusal. Which key asks for which edit is the
 //! keymap's (the `form` context); a key it does not bind is typed into the focused field.
 //!
-//! Imports `form_issues`.
+//! Imports `forms::issues`.
 
-use crate::form_issues::{FormField, Issues};
+use super::issues::{FormField, Issues};
 
 /// An edit of a form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

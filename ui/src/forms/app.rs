@@ -1,11 +1,11 @@
 //! The new-app form: an OAuth app's name, redirect URIs, scopes and whether it is public, as the create body
 //! the API takes. Every issue of the server's answer is shown at once, each under its field.
 //!
-//! Imports `form_input` and `form_issues`.
+//! Imports `forms::input` and `forms::issues`.
 
 use serde_json::{json, Map, Value};
 
-use crate::form_input::{type_into, Form, FormState};
+use super::input::{type_into, Form, FormState};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AppField {
@@ -141,7 +141,7 @@ impl Form for AppForm {
     }
 }
 
-impl crate::form_issues::FormField for AppField {
+impl super::issues::FormField for AppField {
     const ALL: &'static [Self] = &AppField::ALL;
 
     fn path(self) -> &'static str {
@@ -153,7 +153,7 @@ impl crate::form_issues::FormField for AppField {
 mod tests {
     use super::*;
 
-    use crate::form_input::FormEdit;
+    use crate::forms::input::FormEdit;
 
     fn type_in(form: &mut AppForm, text: &str) {
         for c in text.chars() {
