@@ -2,7 +2,7 @@
 //! `./scripts/test` starts (`SWITCHYARD_TEST_POSTGRES`; without it the PostgreSQL half says it was
 //! skipped). Units of work, the outbox, the schema's uniqueness rules, migrations, copy and backup.
 
-mod common;
+use crate::common;
 
 use chrono::Utc;
 use serde_json::json;
@@ -550,7 +550,7 @@ async fn a_store_from_before_the_outbox_is_migrated() {
         let pool = sqlx::AnyPool::connect(&format!("sqlite://{}?mode=rwc", path.display()))
             .await
             .unwrap();
-        sqlx::raw_sql(include_str!("../migrations/sqlite/0001_initial.sql"))
+        sqlx::raw_sql(include_str!("../../migrations/sqlite/0001_initial.sql"))
             .execute(&pool)
             .await
             .unwrap();

@@ -1,7 +1,7 @@
 //! Endpoint notifications: state changes that need a person reach the owner's stream
 //! (`/api/v1/notifications`, held or streamed) and, by mail, an SMTP server this test runs on loopback.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! reach because `[outbound] allow` lets loopback through. The same client ids are refused by a
 //! server without that allow list. Time is the server's injected clock, moved by the tests.
 
-mod common;
+use crate::common;
 
 use common::browser::{field, http, location, param, Browser};
 

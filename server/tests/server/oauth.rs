@@ -1,7 +1,7 @@
 //! The OAuth provider against a real server on loopback: the browser side driven as a browser would
 //! (cookies, forms with their CSRF tokens, redirects read and not followed), the app side as a client.
 
-mod common;
+use crate::common;
 
 use common::browser::{field, http, location, param, Browser};
 

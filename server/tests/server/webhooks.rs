@@ -3,7 +3,7 @@
 //! verifier), and the fault matrix: retries, 410, redirects, 429 with Retry-After, the circuit
 //! breaker, an address the SSRF guard refuses, a stale lease, replays and secret rotation.
 
-mod common;
+use crate::common;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,6 @@
 //! The public API end to end over real HTTP: catalog, deploy, endpoints, accounts, and the error contract.
 
-mod common;
+use crate::common;
 
 use common::{endpoint_body, spawn, spawn_with};
 use reqwest::StatusCode;

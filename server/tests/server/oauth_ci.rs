@@ -1,7 +1,7 @@
 //! Keyless sign-in from CI against a real server on loopback, with a CI issuer the test runs beside it
 //! (discovery and JWKS; ES256 and RS256 keys made here). Every refusal is checked to have issued nothing.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};

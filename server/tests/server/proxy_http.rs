@@ -2,7 +2,7 @@
 //! message may be framed, on the data plane's own path and on the general path it hands connections to.
 //! The replica is a raw socket server (Python's standard library) that answers each path in one framing.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

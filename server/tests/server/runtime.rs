@@ -1,7 +1,7 @@
 //! The endpoint runtime end to end: a real server on 127.0.0.1:0 running the test engine as real child
 //! processes, driven over real HTTP. The scaler's clock is a manual one, moved by the tests.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
