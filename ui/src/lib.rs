@@ -36,7 +36,7 @@
 //! 5. This file: the event loop, the terminal, `$EDITOR` and running effects against the server. Imports
 //!    everything.
 //!
-//! A module's own tests may use anything. `tests/layers.rs` checks the order.
+//! A module's own tests may use anything. `tests/console/layers.rs` checks the order.
 
 pub mod app_form;
 pub mod columns;

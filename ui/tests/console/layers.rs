@@ -1,0 +1,92 @@
+//! The console's modules import only modules below them, in the order written in `src/lib.rs` and
+//! `src/state/mod.rs`: no import cycle, and nothing reaches back up (the state never into the views).
+
+#[path = "../../../tests/common/layers.rs"]
+mod layers;
+
+use std::path::Path;
+
+use layers::Layers;
+
+/// The modules, lowest first: each may name only modules before it.
+const ORDER: &[&str] = &[
+    "format",
+    "natural",
+    "columns",
+    "effects",
+    "pager",
+    "form_issues",
+    "form_input",
+    "form",
+    "app_form",
+    "webhook_form",
+    "schedule",
+    "spec",
+    "keymap",
+    "state::rows",
+    "state::deliveries",
+    "state::overlay",
+    "state::model",
+    "state::action",
+    "state::notes",
+    "state::layout",
+    "state::engines",
+    "state::lists",
+    "state::connection",
+    "state::panes",
+    "state::editors",
+    "state::apps",
+    "state::webhooks",
+    "state::notifications",
+    "state::servers",
+    "state::confirm",
+    "state::command_line",
+    "state::keys",
+    "state::update",
+    "state",
+    "views",
+    "lib",
+];
+
+fn ranked() -> Vec<(&'static str, usize)> {
+    ORDER.iter().enumerate().map(|(i, m)| (*m, i)).collect()
+}
+
+#[test]
+fn no_module_imports_one_above_it() {
+    let ranks = ranked();
+    let layers = Layers {
+        ranks: &ranks,
+        tests: &["state::tests"],
+        listed_in: "src/lib.rs or src/state/mod.rs",
+    };
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let problems = layers::problems(&src, &layers);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn use_trees_are_read_whole() {
+    let ranks = ranked();
+    let layers = Layers {
+        ranks: &ranks,
+        tests: &[],
+        listed_in: "",
+    };
+    let mut out = Vec::new();
+    let rest = layers::paths("state::{layout::{a, b as c}, Overlay,};", &[], &mut out);
+    let joined: Vec<String> = out.iter().map(|p| p.join("::")).collect();
+    assert_eq!(
+        joined,
+        ["state::layout::a", "state::layout::b", "state::Overlay"]
+    );
+    assert_eq!(rest, ";");
+    assert_eq!(
+        layers::named_modules(
+            &layers,
+            "state::keys",
+            "use super::{lists, panes};\nuse crate::views::draw;\nuse super::super::spec::{self, Outcome};"
+        ),
+        ["views", "state::lists", "state::panes", "spec", "spec"]
+    );
+}
