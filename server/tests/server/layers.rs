@@ -2,7 +2,7 @@
 //! import cycle, nothing reaches back up (the store never into services, services never into the API),
 //! and the runtime and the proxy meet only in `routing`.
 
-#[path = "../../../tests/common/layers.rs"]
+#[path = "../../../tests/e2e/common/layers.rs"]
 mod layers;
 
 use std::path::Path;

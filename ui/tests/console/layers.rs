@@ -1,7 +1,7 @@
 //! The console's modules import only modules below them, in the order written in `src/lib.rs` and
 //! `src/state/mod.rs`: no import cycle, and nothing reaches back up (the state never into the views).
 
-#[path = "../../../tests/common/layers.rs"]
+#[path = "../../../tests/e2e/common/layers.rs"]
 mod layers;
 
 use std::path::Path;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-mod common;
+use crate::common;
 use common::cluster::{postgres, Cluster};
 use common::docker::{create_at, docker_env, endpoint, gone, remove_network, serves_at, Scene};
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-mod common;
+use crate::common;
 use common::docker::*;
 
 fn engine_answers(host: &str) -> bool {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::{engine_bin, serve_with};
 
 fn pids(data_dir: &Path) -> Vec<String> {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::{serve_with, Server, BIN};
 
 /// `switchyard receive` with ARGS, its stderr dropped.

@@ -1,8 +1,6 @@
 //! The real `switchyard` binary against a careless environment: its log pipe closed under it, `~` and
 //! relative paths in its settings, and configs that `config check` must refuse as `serve` does.
 
-#![cfg(unix)]
-
 use std::io::{BufRead, BufReader, Read};
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -11,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::{endpoint, Server, BIN};
 
 /// Generous: these bound a hang, they do not measure speed.

@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::{Server, BIN};
 
 /// Distinctive, so that finding it (or not) in a page means the page showed it (or did not).

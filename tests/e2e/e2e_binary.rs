@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::{serve_with, BIN};
 
 fn admin(data_dir: &Path, args: &[&str]) -> String {

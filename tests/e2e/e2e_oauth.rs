@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::{serve_with, BIN};
 
 const PASSWORD: &str = "correct horse battery";

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-mod common;
+use crate::common;
 use common::docker::*;
 
 /// A replica's container: pulled, confined, served through the proxy, scaled 1 → 2 → 0 and woken by a

@@ -1,5 +1,5 @@
 //! Checks that a crate's modules import only modules below them: no import cycle, and nothing reaches
-//! back up. Used by `ui/tests/layers.rs` and `server/tests/layers.rs`, each with its own order.
+//! back up. Used by `ui/tests/console/layers.rs` and `server/tests/server/layers.rs`, each with its own order.
 //!
 //! Every `crate::` and `super::` path in a module's source, use-trees (`super::{a, b}`) included, is resolved
 //! to the module it names and compared with the module's own rank. A module's own tests (`#[cfg(test)] mod
