@@ -1,7 +1,7 @@
 //! The Docker Engine going away while replicas run, and coming back: the server keeps serving its API, the
 //! endpoint says what it waits for, and once the engine answers again its replicas are started again. This
-//! stops and starts the engine `scripts/docker` started (`SWITCHYARD_TEST_DOCKERD`), so it is a test binary
-//! of its own: no other test uses the engine meanwhile.
+//! stops and starts the engine `scripts/docker` started (`SWITCHYARD_TEST_DOCKERD`), so it takes the engine
+//! alone (`docker_env_alone`): no other test uses the engine meanwhile.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -36,7 +36,8 @@ fn dockerd_pid(command: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_engine_going_away_and_coming_back_is_waited_out() {
-    let Some(docker) = docker_env("the_engine_going_away_and_coming_back_is_waited_out") else {
+    let Some(docker) = docker_env_alone("the_engine_going_away_and_coming_back_is_waited_out")
+    else {
         return;
     };
     let dockerd = std::env::var("SWITCHYARD_TEST_DOCKERD")

@@ -3,36 +3,73 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use super::{engine_bin, serve_with, Server};
 
-/// The engine and registries `scripts/docker` set up.
+/// The engine and registries `scripts/docker` set up, and this test's use of the engine (until dropped).
 pub struct Docker {
     pub host: String,
     pub registry: String,
     pub auth_registry: String,
     pub user: String,
     pub password: String,
+    _engine: EngineUse,
 }
 
-/// The Docker setup, or `None` (with why) when there is none outside CI.
+/// The Docker tests are one test binary with the other end-to-end tests, run in parallel: the tests that run
+/// containers share the engine, and the one that stops and starts it (`e2e_docker_engine`) takes it alone,
+/// so that no other test finds it gone under it (each waits for the other).
+static ENGINE: RwLock<()> = RwLock::new(());
+
+enum EngineUse {
+    Shared(RwLockReadGuard<'static, ()>),
+    Alone(RwLockWriteGuard<'static, ()>),
+}
+
+/// The Docker setup, or `None` (with why) when there is none outside CI; the engine shared with the other
+/// tests that run containers.
 pub fn docker_env(test: &str) -> Option<Docker> {
+    docker_env_as(test, false)
+}
+
+/// [`docker_env`], with the engine to this test alone (to stop and start it) once the tests sharing it are
+/// done.
+pub fn docker_env_alone(test: &str) -> Option<Docker> {
+    docker_env_as(test, true)
+}
+
+fn docker_env_as(test: &str, alone: bool) -> Option<Docker> {
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let found = (|| {
-        Some(Docker {
-            host: var("SWITCHYARD_TEST_DOCKER_HOST")?,
-            registry: var("SWITCHYARD_TEST_REGISTRY")?,
-            auth_registry: var("SWITCHYARD_TEST_AUTH_REGISTRY")?,
-            user: var("SWITCHYARD_TEST_REGISTRY_USER")?,
-            password: var("SWITCHYARD_TEST_REGISTRY_PASSWORD")?,
-        })
+        Some((
+            var("SWITCHYARD_TEST_DOCKER_HOST")?,
+            var("SWITCHYARD_TEST_REGISTRY")?,
+            var("SWITCHYARD_TEST_AUTH_REGISTRY")?,
+            var("SWITCHYARD_TEST_REGISTRY_USER")?,
+            var("SWITCHYARD_TEST_REGISTRY_PASSWORD")?,
+        ))
     })();
     let what = "a Docker Engine and registries (scripts/docker)";
     super::needs(found.is_some(), test, what);
-    found
+    let (host, registry, auth_registry, user, password) = found?;
+    // A test that failed holding the engine poisons the lock; the others still run.
+    let engine = if alone {
+        EngineUse::Alone(ENGINE.write().unwrap_or_else(PoisonError::into_inner))
+    } else {
+        EngineUse::Shared(ENGINE.read().unwrap_or_else(PoisonError::into_inner))
+    };
+    Some(Docker {
+        host,
+        registry,
+        auth_registry,
+        user,
+        password,
+        _engine: engine,
+    })
 }
 
 impl Docker {
