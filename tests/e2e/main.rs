@@ -1,6 +1,6 @@
 //! The end-to-end tests of the real `switchyard` binary, one test binary for them all (one link instead of
-//! one per file): each file beside this one is a module, its tests named `file::test` (`cargo test --test
-//! e2e -- e2e_docker::` runs the Docker provider's). `common/` is what they share.
+//! one per file): each file beside this one is a module, its tests named `file::test`, and `common/` is what
+//! they share. To run one file's tests: `cargo test --test e2e -- e2e_docker::`.
 
 // Tests may unwrap: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

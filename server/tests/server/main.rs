@@ -1,6 +1,6 @@
 //! The server's integration tests, one test binary for them all (one link of the server instead of one per
-//! file): each file beside this one is a module, its tests named `file::test` (`cargo test --test server --
-//! api::` runs the API's).
+//! file): each file beside this one is a module, its tests named `file::test`. To run one file's tests:
+//! `cargo test --test server -- api::`.
 
 // Tests may unwrap: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
