@@ -3,11 +3,11 @@
 //! and the runtime and the proxy meet only in `routing`.
 
 #[path = "../../../tests/e2e/common/layers.rs"]
-mod layers;
+mod layering;
 
 use std::path::Path;
 
-use layers::Layers;
+use layering::Layers;
 
 /// Each module with its rank, lowest first. Modules of one rank may not import each other.
 const RANKS: &[(&str, usize)] = &[
@@ -48,6 +48,6 @@ fn no_module_imports_one_above_it() {
         listed_in: "the crate map in src/lib.rs",
     };
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let problems = layers::problems(&src, &layers);
+    let problems = layering::problems(&src, &layers);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

@@ -2,11 +2,11 @@
 //! `src/state/mod.rs`: no import cycle, and nothing reaches back up (the state never into the views).
 
 #[path = "../../../tests/e2e/common/layers.rs"]
-mod layers;
+mod layering;
 
 use std::path::Path;
 
-use layers::Layers;
+use layering::Layers;
 
 /// The modules, lowest first: each may name only modules before it.
 const ORDER: &[&str] = &[
@@ -61,7 +61,7 @@ fn no_module_imports_one_above_it() {
         listed_in: "src/lib.rs or src/state/mod.rs",
     };
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let problems = layers::problems(&src, &layers);
+    let problems = layering::problems(&src, &layers);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
@@ -74,7 +74,7 @@ fn use_trees_are_read_whole() {
         listed_in: "",
     };
     let mut out = Vec::new();
-    let rest = layers::paths("state::{layout::{a, b as c}, Overlay,};", &[], &mut out);
+    let rest = layering::paths("state::{layout::{a, b as c}, Overlay,};", &[], &mut out);
     let joined: Vec<String> = out.iter().map(|p| p.join("::")).collect();
     assert_eq!(
         joined,
@@ -82,7 +82,7 @@ fn use_trees_are_read_whole() {
     );
     assert_eq!(rest, ";");
     assert_eq!(
-        layers::named_modules(
+        layering::named_modules(
             &layers,
             "state::keys",
             "use super::{lists, panes};\nuse crate::views::draw;\nuse super::super::spec::{self, Outcome};"
