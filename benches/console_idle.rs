@@ -38,7 +38,7 @@ fn idle_cpu(pid: u32) -> f64 {
     windows[WINDOWS / 2]
 }
 
-#[path = "../tests/common/tmux.rs"]
+#[path = "../tests/e2e/common/tmux.rs"]
 mod tmux;
 
 use tmux::Tmux;

@@ -16,7 +16,7 @@
 
 #[path = "../server/benches/common/mod.rs"]
 mod bench;
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/e2e/common/mod.rs"]
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};

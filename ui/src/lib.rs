@@ -48,7 +48,7 @@
 //! 6. This file: [`run`] (the terminal set up and restored around the loop) and its [`Options`]. Imports
 //!    everything.
 //!
-//! A module's own tests may use anything. `tests/layers.rs` checks the order.
+//! A module's own tests may use anything. `tests/console/layers.rs` checks the order.
 
 mod clipboard;
 pub mod columns;
