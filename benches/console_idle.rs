@@ -4,6 +4,9 @@
 //!
 //! Run: `cargo bench -p switchyard --bench console_idle` (needs tmux).
 
+// A benchmark or a test may unwrap: a failed one is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 

@@ -14,6 +14,9 @@
 //! PostgreSQL is started unless `SWITCHYARD_TEST_POSTGRES` names one; wrk is installed when missing, as
 //! root). `BENCH_ROUNDS` sets the failovers measured (default 3), `BENCH_SECONDS` each wrk run (default 5).
 
+// A benchmark or a test may unwrap: a failed one is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../server/benches/common/mod.rs"]
 mod bench;
 #[path = "../tests/e2e/common/mod.rs"]

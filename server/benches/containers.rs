@@ -13,6 +13,9 @@
 //! exports `SWITCHYARD_TEST_DOCKER_HOST`; any engine named there or in `DOCKER_HOST` will do). `BENCH_ROUNDS`
 //! sets the cold starts measured (default 7), `BENCH_SECONDS` the time per wrk run (default 3).
 
+// A benchmark or a test may unwrap: a failed one is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "common/mod.rs"]
 mod common;
 

@@ -7,6 +7,9 @@
 //! Run: `cargo bench -p switchyard-server --bench control_plane`. Set `BENCH_SECONDS` to change the
 //! time per scenario (default 1.5).
 
+// A benchmark or a test may unwrap: a failed one is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "common/mod.rs"]
 mod common;
 

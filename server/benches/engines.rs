@@ -8,6 +8,9 @@
 //! Run: `cargo bench -p switchyard-server --bench engines`. `BENCH_SECONDS` sets the time per scenario
 //! (default 3). Needs the package registry (or pip's cache) for the install.
 
+// A benchmark or a test may unwrap: a failed one is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "common/mod.rs"]
 mod common;
 

@@ -8,6 +8,9 @@
 //! (default 3); `BENCH_CONNS` the connections (default 16); `BENCH_ONLY=exchange` stops after the token
 //! exchange (for profiling it).
 
+// A benchmark or a test may unwrap: a failed one is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "common/mod.rs"]
 mod common;
 

@@ -20,6 +20,9 @@
 //! part takes turns of `WRK_SECONDS`); `BENCH_PART=nginx` (or `engine`) runs one of the two comparisons only;
 //! `BENCH_BUSY_POLL_US` sets the server's `proxy.busy_poll_us` (0 measures it without busy polling).
 
+// A benchmark or a test may unwrap: a failed one is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};

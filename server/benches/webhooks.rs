@@ -11,6 +11,9 @@
 //! Run: `cargo bench -p switchyard-server --bench webhooks`. `BENCH_BACKLOG` sets the backlog (default
 //! 100000), `BENCH_SECONDS` the time of the offered-load run (default 5).
 
+// A benchmark or a test may unwrap: a failed one is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "common/mod.rs"]
 mod common;
 

@@ -22,6 +22,12 @@
 //!
 //! `client` is the typed HTTP client of the public API, used by the console, the CLI and the tests.
 
+// Processes, signals, descriptors and sockets are Unix's: Linux, and where a call is Linux's own (the
+// proxy's direct system calls, a thread's CPU use, a child's death signal) the BSDs and macOS take a
+// portable one.
+#[cfg(not(unix))]
+compile_error!("switchyard runs on Unix-like systems: Linux, the BSDs or macOS");
+
 pub mod api;
 pub mod app;
 pub mod auth;

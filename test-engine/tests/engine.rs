@@ -1,5 +1,8 @@
 //! Starts the real `switchyard-test-engine` binary and talks HTTP to it.
 
+// A test may unwrap: a failed one is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::process::Stdio;
 use std::time::Duration;
 

@@ -3,6 +3,9 @@
 //!
 //! Run: `cargo bench -p switchyard-ui --bench console`.
 
+// A benchmark or a test may unwrap: a failed one is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::{Duration, Instant};
 
 use chrono::Utc;

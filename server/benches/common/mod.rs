@@ -164,6 +164,7 @@ impl Drop for Postgres {
     fn drop(&mut self) {
         if let Some(child) = &mut self.child {
             // SIGTERM: the script's trap stops the server and removes its directory.
+            // SAFETY: kill(2) takes plain integers and touches no memory of ours; the pid is our child's.
             unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
             let _ = child.wait();
         }

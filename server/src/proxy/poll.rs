@@ -173,6 +173,7 @@ fn contended(off: Duration, moved: impl FnOnce() -> bool) -> bool {
 
 /// How many times this thread has been switched out so far (voluntarily or not), or `u64::MAX` if that
 /// cannot be told (every long yield then counts).
+#[cfg(target_os = "linux")]
 fn switched_out() -> u64 {
     // SAFETY: `rusage` is plain data, for which all zeroes is a valid value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -181,6 +182,12 @@ fn switched_out() -> u64 {
         0 => (usage.ru_nvcsw as u64).wrapping_add(usage.ru_nivcsw as u64),
         _ => u64::MAX,
     }
+}
+
+/// [`switched_out`] where a thread's own usage cannot be read (`RUSAGE_THREAD` is Linux's): never told.
+#[cfg(not(target_os = "linux"))]
+fn switched_out() -> u64 {
+    u64::MAX
 }
 
 /// How long the poller steps aside each time: [`BACK_OFF`], doubled (up to [`MAX_BACK_OFF`]) each time the

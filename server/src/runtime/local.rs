@@ -164,8 +164,11 @@ impl LocalProvider {
             // given (a `setgroups` in `pre_exec` would come after `setuid`, too late to be allowed).
             cmd.uid(user.uid).gid(user.gid);
         }
+        // The death signal is Linux's: elsewhere a replica outlives a killed server until the next start
+        // finds its pid file.
         // SAFETY: prctl is async-signal-safe and touches no memory of the parent. It runs after the
         // change of user, which would clear the death signal.
+        #[cfg(target_os = "linux")]
         unsafe {
             cmd.pre_exec(|| {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);

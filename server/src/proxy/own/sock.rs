@@ -6,6 +6,8 @@
 //! makes the system calls itself. Readiness is kept as tokio keeps it for its own reads and writes: cleared
 //! when a call would block, and when one moved less than it was offered (with epoll that shows the socket
 //! drained, or full), so that the next call waits for the next event rather than failing first.
+//!
+//! The direct system calls are Linux's; elsewhere the C library's `recv` and `send` stand in.
 
 use std::future::poll_fn;
 use std::io;
@@ -82,6 +84,7 @@ fn poll_io(
     }
 }
 
+#[cfg(target_os = "linux")]
 fn recv(fd: RawFd, room: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<usize> {
     // SAFETY: `room` is writable for its length.
     unsafe {
@@ -95,6 +98,7 @@ fn recv(fd: RawFd, room: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<usize> 
     }
 }
 
+#[cfg(target_os = "linux")]
 fn send(fd: RawFd, data: &[u8]) -> io::Result<usize> {
     // No signal for a closed peer: an error instead.
     let flags = libc::MSG_NOSIGNAL;
@@ -110,6 +114,7 @@ fn send(fd: RawFd, data: &[u8]) -> io::Result<usize> {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// `recvfrom` or `sendto` (`call`) on `fd` for `len` bytes at `at`, with no address: the bytes moved.
 ///
 /// # Safety
@@ -136,6 +141,23 @@ unsafe fn transfer(
             0 as libc::c_long,
         )
     };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+/// [`recv`] where the system call is not made directly: the C library's.
+#[cfg(not(target_os = "linux"))]
+fn recv(fd: RawFd, room: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<usize> {
+    // SAFETY: `room` is writable for its length.
+    let n = unsafe { libc::recv(fd, room.as_mut_ptr().cast(), room.len(), 0) };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+/// [`send`] where the system call is not made directly: the C library's. A closed peer is an error, not
+/// a signal: the server keeps SIGPIPE ignored.
+#[cfg(not(target_os = "linux"))]
+fn send(fd: RawFd, data: &[u8]) -> io::Result<usize> {
+    // SAFETY: `data` is readable for its length (the kernel only reads it).
+    let n = unsafe { libc::send(fd, data.as_ptr().cast(), data.len(), 0) };
     usize::try_from(n).map_err(|_| io::Error::last_os_error())
 }
 
