@@ -109,15 +109,71 @@ fn repeated(params: &[(String, String)]) -> Option<&'static str> {
         .find(|key| params.iter().filter(|(k, _)| k == key).count() > 1)
 }
 
-/// Checks an authorization request's parameters; `session` is the hash of the browser session.
+/// Checks an authorization request's parameters; `session` is the hash of the browser session. The client
+/// and its redirect URI first: until they check out, a refusal is a page of ours; after, it goes back to the
+/// client's redirect URI (RFC 6749 §4.1.2.1).
 pub async fn validate(
     p: &Provider,
     params: &[(String, String)],
     session: &str,
 ) -> Result<(AuthRequest, OAuthApp), Refusal> {
     let issuer = p.issuer().map_err(|e| Refusal::Page(e.description))?;
-    let dup = repeated(params);
-    if let Some(key @ ("client_id" | "redirect_uri")) = dup {
+    let (app, redirect_uri) = client_of(p, params).await?;
+    let state = one(params, "state");
+    let refuse = |(error, description): Bad| {
+        Refusal::Redirect(error_redirect(
+            issuer,
+            redirect_uri,
+            state,
+            error,
+            &description,
+        ))
+    };
+    response_asked(params).map_err(refuse)?;
+    let scopes = scopes_of(params, &app).map_err(refuse)?;
+    let code_challenge = pkce_of(params, &app).map_err(refuse)?;
+    let prompt = prompt_of(params).map_err(refuse)?;
+    let max_age = max_age_of(params).map_err(refuse)?;
+    let org_ids = one(params, "orgIds")
+        .map(|s| {
+            s.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok((
+        AuthRequest {
+            client_id: app.id.clone(),
+            redirect_uri: redirect_uri.to_string(),
+            scopes,
+            state: state.map(str::to_string),
+            nonce: one(params, "nonce").map(str::to_string),
+            code_challenge,
+            org_ids,
+            session: session.to_string(),
+            prompt,
+            max_age,
+            sign_in_first: false,
+        },
+        app,
+    ))
+}
+
+/// A request refused back to the client: the error code and its description.
+type Bad = (&'static str, String);
+
+fn bad(error: &'static str, description: impl Into<String>) -> Bad {
+    (error, description.into())
+}
+
+/// The app the request is for and the redirect URI it names, each given once, the URI one of the app's.
+async fn client_of<'a>(
+    p: &Provider,
+    params: &'a [(String, String)],
+) -> Result<(OAuthApp, &'a str), Refusal> {
+    if let Some(key @ ("client_id" | "redirect_uri")) = repeated(params) {
         return Err(Refusal::Page(format!(
             "the parameter {key} appears more than once"
         )));
@@ -137,86 +193,81 @@ pub async fn validate(
             app.name
         )));
     }
-    let state = one(params, "state");
-    let refuse = |error: &str, description: &str| {
-        Refusal::Redirect(error_redirect(
-            issuer,
-            redirect_uri,
-            state,
-            error,
-            description,
-        ))
-    };
-    if let Some(key) = dup {
-        return Err(refuse(
-            "invalid_request",
-            &format!("the parameter {key} appears more than once"),
-        ));
+    Ok((app, redirect_uri))
+}
+
+/// What the request asks back, as this provider answers: each parameter once, a code, in the query, and no
+/// request object; nonce and state of a sane length.
+fn response_asked(params: &[(String, String)]) -> Result<(), Bad> {
+    if let Some(key) = repeated(params) {
+        let said = format!("the parameter {key} appears more than once");
+        return Err(bad("invalid_request", said));
     }
     match one(params, "response_type") {
         Some("code") => {}
         Some(_) => {
-            return Err(refuse(
-                "unsupported_response_type",
-                "only response_type=code is supported",
-            ))
+            let said = "only response_type=code is supported";
+            return Err(bad("unsupported_response_type", said));
         }
-        None => return Err(refuse("invalid_request", "response_type is missing")),
+        None => return Err(bad("invalid_request", "response_type is missing")),
     }
     if one(params, "response_mode").is_some_and(|m| m != "query") {
-        return Err(refuse(
+        return Err(bad(
             "invalid_request",
             "only response_mode=query is supported",
         ));
     }
     if one(params, "request").is_some() || one(params, "request_uri").is_some() {
-        return Err(refuse(
-            "request_not_supported",
-            "request objects are not supported",
-        ));
+        let said = "request objects are not supported";
+        return Err(bad("request_not_supported", said));
     }
+    for (key, max) in [("state", 1024), ("nonce", 512)] {
+        if one(params, key).is_some_and(|v| v.len() > max) {
+            let said = format!("{key} is longer than {max} characters");
+            return Err(bad("invalid_request", said));
+        }
+    }
+    Ok(())
+}
+
+/// The scopes asked for (all of the app's when none are named): some, and each one the app may have.
+fn scopes_of(params: &[(String, String)], app: &OAuthApp) -> Result<Vec<Scope>, Bad> {
     let scopes = match one(params, "scope") {
-        Some(s) => parse_scopes(s).map_err(|e| refuse("invalid_scope", &e))?,
+        Some(s) => parse_scopes(s).map_err(|e| bad("invalid_scope", e))?,
         None => app.scopes.clone(),
     };
     if let Some(s) = scopes.iter().find(|s| !app.scopes.contains(s)) {
-        return Err(refuse(
-            "invalid_scope",
-            &format!("the app may not ask for the scope {:?}", s.as_str()),
-        ));
+        let said = format!("the app may not ask for the scope {:?}", s.as_str());
+        return Err(bad("invalid_scope", said));
     }
     if scopes.is_empty() {
-        return Err(refuse("invalid_scope", "no scope requested"));
+        return Err(bad("invalid_scope", "no scope requested"));
     }
-    let code_challenge = match one(params, "code_challenge") {
+    Ok(scopes)
+}
+
+/// The PKCE challenge: required of a public app, checked when given.
+fn pkce_of(params: &[(String, String)], app: &OAuthApp) -> Result<Option<String>, Bad> {
+    let method = one(params, "code_challenge_method");
+    match one(params, "code_challenge") {
         Some(c) => {
-            validate_code_challenge(c, one(params, "code_challenge_method"))
-                .map_err(|e| refuse("invalid_request", &e))?;
-            Some(c.to_string())
+            validate_code_challenge(c, method).map_err(|e| bad("invalid_request", e))?;
+            Ok(Some(c.to_string()))
         }
-        None if !app.has_secret => {
-            return Err(refuse(
-                "invalid_request",
-                "a public app must use PKCE (code_challenge with code_challenge_method=S256)",
-            ))
-        }
-        None if one(params, "code_challenge_method").is_some() => {
-            return Err(refuse(
-                "invalid_request",
-                "code_challenge_method without code_challenge",
-            ))
-        }
-        None => None,
-    };
-    let org_ids = one(params, "orgIds")
-        .map(|s| {
-            s.split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+        None if !app.has_secret => Err(bad(
+            "invalid_request",
+            "a public app must use PKCE (code_challenge with code_challenge_method=S256)",
+        )),
+        None if method.is_some() => Err(bad(
+            "invalid_request",
+            "code_challenge_method without code_challenge",
+        )),
+        None => Ok(None),
+    }
+}
+
+/// The `prompt` values asked for: known ones, and `none` alone.
+fn prompt_of(params: &[(String, String)]) -> Result<Vec<String>, Bad> {
     let prompt: Vec<String> = one(params, "prompt")
         .unwrap_or_default()
         .split(' ')
@@ -224,51 +275,28 @@ pub async fn validate(
         .map(str::to_string)
         .collect();
     let known = ["none", "login", "consent", "select_account"];
-    if let Some(bad) = prompt.iter().find(|p| !known.contains(&p.as_str())) {
-        return Err(refuse(
+    if let Some(wrong) = prompt.iter().find(|p| !known.contains(&p.as_str())) {
+        return Err(bad(
             "invalid_request",
-            &format!("prompt {bad:?} is not supported"),
+            format!("prompt {wrong:?} is not supported"),
         ));
     }
     if prompt.len() > 1 && prompt.iter().any(|p| p == "none") {
-        return Err(refuse("invalid_request", "prompt=none stands alone"));
+        return Err(bad("invalid_request", "prompt=none stands alone"));
     }
-    let max_age = match one(params, "max_age") {
-        None => None,
-        Some(v) => match v.parse::<i64>() {
-            Ok(secs) if secs >= 0 => Some(secs),
-            _ => {
-                return Err(refuse(
-                    "invalid_request",
-                    "max_age must be a whole number of seconds",
-                ))
-            }
-        },
-    };
-    for (key, max) in [("state", 1024), ("nonce", 512)] {
-        if one(params, key).is_some_and(|v| v.len() > max) {
-            return Err(refuse(
-                "invalid_request",
-                &format!("{key} is longer than {max} characters"),
-            ));
-        }
+    Ok(prompt)
+}
+
+/// `max_age`, a whole number of seconds, when given.
+fn max_age_of(params: &[(String, String)]) -> Result<Option<i64>, Bad> {
+    match one(params, "max_age").map(str::parse::<i64>) {
+        None => Ok(None),
+        Some(Ok(secs)) if secs >= 0 => Ok(Some(secs)),
+        Some(_) => Err(bad(
+            "invalid_request",
+            "max_age must be a whole number of seconds",
+        )),
     }
-    Ok((
-        AuthRequest {
-            client_id: app.id.clone(),
-            redirect_uri: redirect_uri.to_string(),
-            scopes,
-            state: state.map(str::to_string),
-            nonce: one(params, "nonce").map(str::to_string),
-            code_challenge,
-            org_ids,
-            session: session.to_string(),
-            prompt,
-            max_age,
-            sign_in_first: false,
-        },
-        app,
-    ))
 }
 
 /// How long a user has to answer an authorization request.
