@@ -134,6 +134,7 @@ pub async fn validate(
     let code_challenge = pkce_of(params, &app).map_err(refuse)?;
     let prompt = prompt_of(params).map_err(refuse)?;
     let max_age = max_age_of(params).map_err(refuse)?;
+    lengths_of(params).map_err(refuse)?;
     let org_ids = one(params, "orgIds")
         .map(|s| {
             s.split(',')
@@ -197,7 +198,7 @@ async fn client_of<'a>(
 }
 
 /// What the request asks back, as this provider answers: each parameter once, a code, in the query, and no
-/// request object; nonce and state of a sane length.
+/// request object.
 fn response_asked(params: &[(String, String)]) -> Result<(), Bad> {
     if let Some(key) = repeated(params) {
         let said = format!("the parameter {key} appears more than once");
@@ -221,6 +222,11 @@ fn response_asked(params: &[(String, String)]) -> Result<(), Bad> {
         let said = "request objects are not supported";
         return Err(bad("request_not_supported", said));
     }
+    Ok(())
+}
+
+/// State and nonce of a sane length.
+fn lengths_of(params: &[(String, String)]) -> Result<(), Bad> {
     for (key, max) in [("state", 1024), ("nonce", 512)] {
         if one(params, key).is_some_and(|v| v.len() > max) {
             let said = format!("{key} is longer than {max} characters");

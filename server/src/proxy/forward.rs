@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 
 use super::bodies::{Bodies, Hold};
@@ -242,18 +241,12 @@ pub(super) fn body_failed(stalled: bool) -> ApiError {
     }
 }
 
-/// An answer given before the request's body was read in full (an error of the server's own, or a replica
-/// that answered early) ends the connection, and says so: the rest of the body could not be told from a next
-/// request. The own path writes the field as it writes such an answer; the general path's answers get it here.
+/// An answer given before the request's body was read in full (a refusal or failure of the server's own, or
+/// a replica that answered early) ends the connection, and says so: the rest of the body could not be told
+/// from a next request. The own path writes the field as it writes such an answer; the general path's
+/// answers get it here.
 pub(super) fn close_after(headers: &mut HeaderMap) {
     headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-}
-
-/// An answer of the server's own given before the request's body was read in full (see [`close_after`]).
-pub(super) fn closing(answer: impl IntoResponse) -> Response {
-    let mut answer = answer.into_response();
-    close_after(answer.headers_mut());
-    answer
 }
 
 /// A request body cut off or badly framed.
@@ -386,6 +379,21 @@ mod tests {
         strip(&mut h, Message::Response);
         let left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
         assert_eq!(left, ["content-length"]);
+    }
+
+    #[test]
+    fn a_body_read_whole_takes_room_within_the_limit() {
+        let bodies = Arc::new(Bodies::new(10));
+        // Over the limit: uncached, and not counted as finding no room.
+        assert!(body_room(&bodies, 4, 5).is_none());
+        assert_eq!(bodies.usage(), (0, 0));
+        let room = body_room(&bodies, 100, 8).expect("room for 8 of 10");
+        assert_eq!(bodies.usage(), (8, 0));
+        // No room left: uncached, and counted.
+        assert!(body_room(&bodies, 100, 3).is_none());
+        assert_eq!(bodies.usage(), (8, 1));
+        drop(room);
+        assert_eq!(bodies.usage(), (0, 1), "given back");
     }
 
     #[test]

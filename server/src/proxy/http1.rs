@@ -412,7 +412,7 @@ pub(super) fn answer(
         out.extend_from_slice(b"connection: close\r\n");
     }
     out.extend_from_slice(b"\r\n");
-    if !head_request {
+    if !(head_request || bodiless) {
         out.extend_from_slice(body);
     }
 }

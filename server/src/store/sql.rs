@@ -253,12 +253,12 @@ impl SqlStore {
         }
     }
 
-    /// The one writer's turn, on SQLite (`None` on PostgreSQL, which has many writers).
     /// Runs the statements in one transaction: all of them or none (see [`super::batch`]).
     pub(crate) async fn write_batch(&self, stmts: Vec<super::batch::Stmt>) -> StoreResult<()> {
         super::batch::write(&self.pool, self.backend, &self.group, &self.writer, stmts).await
     }
 
+    /// The one writer's turn, on SQLite (`None` on PostgreSQL, which has many writers).
     pub(crate) async fn writer_turn(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
         match self.backend {
             Backend::Sqlite => Some(self.writer.clone().lock_owned().await),

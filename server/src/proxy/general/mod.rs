@@ -211,14 +211,35 @@ impl Proxy {
         route: Arc<Route>,
         target: PathAndQuery,
         peer: SocketAddr,
-        req: axum::http::Request<ToReplica>,
+        mut req: axum::http::Request<ToReplica>,
     ) -> Reply {
         let started = Instant::now();
         let given = req.headers().get(&X_REQUEST_ID).cloned();
-        let resp = match self.serve_inner(&route, target, peer, req).await {
-            Ok(passing) => passing,
+        // When the caller's upload ends (see `head_in_time`), wherever the body goes on from here.
+        let uploading = match req.body_mut() {
+            http_body_util::Either::Left(body) if !http_body::Body::is_end_stream(body) => {
+                Some(body.passed())
+            }
+            _ => None,
+        };
+        let unread = |u: &Option<Passed>| u.as_ref().is_some_and(|u| u.ended().is_none());
+        let resp = match self
+            .serve_inner(&route, target, peer, req, uploading.clone())
+            .await
+        {
+            Ok(mut passing) => {
+                // The replica answered before all of the upload came.
+                if unread(&uploading) {
+                    forward::close_after(passing.headers_mut());
+                }
+                passing
+            }
             Err(mut answered) => {
                 stamp(&mut answered, given.as_ref());
+                // Refused, or failed, before all of the upload came.
+                if unread(&uploading) {
+                    forward::close_after(answered.headers_mut());
+                }
                 reply(answered)
             }
         };
@@ -233,13 +254,15 @@ impl Proxy {
     /// ([`Self::cache_lookup`]) → the route as it is now, woken if it must be ([`Self::current_route`]) →
     /// a replica ([`Self::pick_replica`]) → the request it gets ([`Self::outgoing`]) → the response on its
     /// way back ([`Self::respond`]). What is in flight is counted from the route's wake-up to the response's
-    /// end. `target` is the path and query to send on; `Err` is an answer of the server's own.
+    /// end. `target` is the path and query to send on; `uploading`, when the caller's upload ends; `Err` is an
+    /// answer of the server's own.
     async fn serve_inner(
         &self,
         route: &Arc<Route>,
         target: PathAndQuery,
         peer: SocketAddr,
         mut req: axum::http::Request<ToReplica>,
+        uploading: Option<Passed>,
     ) -> Result<Reply, Response> {
         let (client, access) = self.check_access(route, peer, req.headers()).await?;
         // A request to upgrade the connection (see `tunnel`) is never cached.
@@ -247,14 +270,7 @@ impl Proxy {
             tunnel::asked(req.headers()).map(|protocol| (protocol, hyper::upgrade::on(&mut req)));
         // The cache answers before anything wakes the endpoint.
         let use_cache = upgrade.is_none() && wants_cache(route, req.method(), req.headers());
-        let (parts, mut body) = req.into_parts();
-        // When the caller's upload ends (see `head_in_time`), wherever the body goes on from here.
-        let uploading = match &mut body {
-            http_body_util::Either::Left(body) if !http_body::Body::is_end_stream(body) => {
-                Some(body.passed())
-            }
-            _ => None,
-        };
+        let (parts, body) = req.into_parts();
         let (body, cache_ask) = if use_cache {
             self.cache_lookup(route, &parts, body, &target, &access)
                 .await?
@@ -299,7 +315,7 @@ impl Proxy {
             };
             return Ok(self.respond(&route, &backend, session.as_deref(), resp, guard, None));
         }
-        let resp = match head_in_time(backend.send(out), limit, uploading.clone()).await {
+        let resp = match head_in_time(backend.send(out), limit, uploading).await {
             Ok(Ok((r, _))) if !http_status(&r.status()) => {
                 tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, status = r.status().as_u16(), "replica answered with no HTTP status");
                 return Err(replica_failed(false));
@@ -311,12 +327,12 @@ impl Proxy {
             Ok(Err(e)) => {
                 let stalled = Stalled::caused(&e);
                 if stalled == Some(Side::Caller) {
-                    return Err(forward::closing(forward::body_failed(true)));
+                    return Err(forward::body_failed(true).into_response());
                 }
                 // The caller's upload was cut off or badly framed: its fault, not the replica's.
                 if Broken::caused(&e) == Some(Side::Caller) {
                     tracing::debug!(endpoint = %route.name, error = %e, "request body could not be read");
-                    return Err(forward::closing(forward::body_failed(false)));
+                    return Err(forward::body_failed(false).into_response());
                 }
                 tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
                 return Err(replica_failed(stalled.is_some()));
@@ -326,12 +342,7 @@ impl Proxy {
                 return Err(replica_failed(true));
             }
         };
-        let mut reply = self.respond(&route, &backend, session.as_deref(), resp, guard, cache_ask);
-        // The replica answered before all of the upload came (see `forward::close_after`).
-        if uploading.is_some_and(|u| u.ended().is_none()) {
-            forward::close_after(reply.headers_mut());
-        }
-        Ok(reply)
+        Ok(self.respond(&route, &backend, session.as_deref(), resp, guard, cache_ask))
     }
 
     /// Who may call: the entry point (see [`Self::check_entry`]), the CIDR allow list, and access by type.
@@ -371,7 +382,7 @@ impl Proxy {
             Ok((Collected::Over(read, rest), _)) => {
                 return Ok((ToReplica::Right(read_then_rest(read, rest)), None))
             }
-            Err(e) => return Err(forward::closing(e)),
+            Err(e) => return Err(e.into_response()),
         };
         let accept = parts
             .headers
