@@ -12,8 +12,15 @@
 //! else, from the first request on a connection that is not one, is served by the general path, which is
 //! handed the connection with what was read of it ([`Hand::Over`]): HTTP/1.0, chunked uploads,
 //! `Expect`, upgrades, the API, a cold start, MCP sessions, a custom router, a head that does not parse, and
-//! every error those answer. The rules are the same on both paths: the same hop-by-hop headers stay
-//! behind, the replica sees the same request, the caller the same response, and the same counters move.
+//! every error those answer. The rules are the same on both paths (`proxy/forward.rs`): the same hop-by-hop
+//! headers stay behind, the replica sees the same request, the caller the same response, and the same
+//! counters move.
+//!
+//! Its files, by concern: [`conn`] the caller's connection and its requests one after another; this file
+//! which requests it takes ([`take`]) and the exchange; [`request`] the head the replica gets and the body read
+//! for the cache; [`send`] sending it on a replica connection ([`upstream`]); [`response`] the answer's head,
+//! and [`chunks`] its body; [`table`] the worker's routing table; [`sock`] and [`deadline`] the system calls and
+//! the timer under them.
 
 mod chunks;
 mod conn;
