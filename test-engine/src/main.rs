@@ -369,9 +369,13 @@ async fn run(cli: Cli, started: Instant) -> Result<(), String> {
         sessions: Mutex::new(HashSet::new()),
         next_session: AtomicU64::new(0),
     });
+    // Its address too, for a test that calls one replica directly.
+    let address_header = HeaderValue::from_str(&address.to_string())
+        .map_err(|_| format!("{address} is not a valid header value"))?;
     let tag_replica = move |mut response: Response| {
         let headers = response.headers_mut();
         headers.insert("x-replica-id", replica_header.clone());
+        headers.insert("x-replica-address", address_header.clone());
         std::future::ready(response)
     };
     let engine_app = Router::new()

@@ -460,6 +460,9 @@ pub enum LoadBalancer {
     Random,
     Sticky,
     LeastConnections,
+    /// Our extension: the replica with the least load by its engine's own figures (requests waiting, KV-cache
+    /// use, read from its `/metrics`) with the requests the proxy has in flight to it.
+    LeastLoad,
 }
 
 /// Balance by MCP session.

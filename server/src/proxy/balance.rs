@@ -1,7 +1,8 @@
 //! Replica choice: the load-balancing policies and the MCP session table.
 //!
 //! Policies: random, sticky (rendezvous hashing on the client, so a client keeps its replica while it lives
-//! and few clients move when replicas come and go), least connections, and MCP sessions.
+//! and few clients move when replicas come and go), least connections, least load (the engines' own
+//! figures), and MCP sessions.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -46,15 +47,45 @@ pub fn least_connections(backends: &[Arc<Backend>]) -> Option<&Arc<Backend>> {
         .min_by_key(|b| b.in_flight.get())
 }
 
+/// How long an engine's figures count after they were read: a few of the runtime's reads (once a second);
+/// older ones are a replica's that stopped answering `/metrics`, judged by in-flight counts alone.
+pub const ENGINE_FIGURES_FRESH_MS: i64 = 5_000;
+
+/// A replica's load for [`least_load`]: the requests the proxy has in flight to it, plus, when its engine's
+/// figures are fresh, the requests waiting in it and its KV-cache use (a fraction: it tells apart replicas
+/// whose queues are equal).
+fn load_of(backend: &Backend, now_ms: i64) -> f64 {
+    let in_flight = f64::from(backend.in_flight.get());
+    match backend.engine.fresh(now_ms, ENGINE_FIGURES_FRESH_MS) {
+        Some((waiting, kv)) => in_flight + waiting + kv,
+        None => in_flight,
+    }
+}
+
+/// The least loaded replica (see [`load_of`]) at `now_ms`; ties go to a random one of them.
+pub fn least_load(backends: &[Arc<Backend>], now_ms: i64) -> Option<&Arc<Backend>> {
+    let n = backends.len();
+    if n <= 1 {
+        return backends.first();
+    }
+    let start = rand::rng().random_range(0..n);
+    (0..n)
+        .map(|i| &backends[(start + i) % n])
+        .min_by(|a, b| load_of(a, now_ms).total_cmp(&load_of(b, now_ms)))
+}
+
+/// The replica `policy` picks among `backends` for a caller at `client`, at `now_ms`.
 pub fn pick(
     policy: LoadBalancer,
     backends: &[Arc<Backend>],
     client: IpAddr,
+    now_ms: i64,
 ) -> Option<&Arc<Backend>> {
     match policy {
         LoadBalancer::Random => random(backends),
         LoadBalancer::Sticky => sticky(backends, client),
         LoadBalancer::LeastConnections => least_connections(backends),
+        LoadBalancer::LeastLoad => least_load(backends, now_ms),
     }
 }
 
@@ -95,6 +126,47 @@ mod tests {
                 ))
             })
             .collect()
+    }
+
+    #[test]
+    fn least_load_goes_by_the_engines_figures_while_they_are_fresh() {
+        let three = backends(3);
+        let now = 1_000_000;
+        // r0 has a queue, r1 a fuller KV cache than r2: r2 is the least loaded.
+        three[0].engine.record(Some(4.0), Some(10.0), now);
+        three[1].engine.record(Some(0.0), Some(90.0), now);
+        three[2].engine.record(Some(0.0), Some(20.0), now);
+        for _ in 0..50 {
+            assert_eq!(least_load(&three, now).unwrap().replica_id, "r2");
+        }
+        // The proxy's own in-flight requests count too.
+        three[2].in_flight.up();
+        three[2].in_flight.up();
+        for _ in 0..50 {
+            assert_eq!(least_load(&three, now).unwrap().replica_id, "r1");
+        }
+        // Figures too old for r0: judged by in flight alone (none), it is the least loaded.
+        let later = now + ENGINE_FIGURES_FRESH_MS + 1;
+        three[1].engine.record(Some(0.0), Some(90.0), later);
+        three[2].engine.record(Some(0.0), Some(20.0), later);
+        for _ in 0..50 {
+            assert_eq!(least_load(&three, later).unwrap().replica_id, "r0");
+        }
+    }
+
+    #[test]
+    fn least_load_without_figures_is_least_connections() {
+        let two = backends(2);
+        two[0].in_flight.up();
+        for _ in 0..50 {
+            assert_eq!(least_load(&two, 0).unwrap().replica_id, "r1");
+        }
+        // Equal: either, at random.
+        two[1].in_flight.up();
+        let picks: std::collections::HashSet<String> = (0..200)
+            .map(|_| least_load(&two, 0).unwrap().replica_id.clone())
+            .collect();
+        assert_eq!(picks.len(), 2);
     }
 
     #[test]

@@ -254,7 +254,10 @@ impl Proxy {
                         .and_then(|id| route.backends.iter().find(|b| b.replica_id == id))
                         .or_else(|| balance::least_connections(&route.backends))
                 }
-                None => balance::pick(route.load_balancer, &route.backends, client),
+                None => {
+                    let now = self.clock.now_millis();
+                    balance::pick(route.load_balancer, &route.backends, client, now)
+                }
             },
         }
     }

@@ -1,6 +1,7 @@
 //! A ready replica as routing sees it: its address, its requests in flight and its pool of connections.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use super::per_worker::Gauge;
 use super::upstream;
@@ -16,6 +17,48 @@ pub struct Backend {
     pub in_flight: Gauge,
     /// The proxy's idle connections to it.
     pub pool: upstream::Pool,
+    /// What its engine last said of its load (the `least_load` balancer reads it).
+    pub engine: EngineFigures,
+}
+
+/// What a replica's engine last said of its load on `/metrics`, as the runtime read it (once a tick, see
+/// `runtime::reconciler`): requests waiting for a slot and KV-cache use, with when they were read.
+#[derive(Debug, Default)]
+pub struct EngineFigures {
+    /// Requests waiting, in thousandths.
+    waiting_milli: AtomicU64,
+    /// KV-cache use, in thousandths of the whole.
+    kv_milli: AtomicU64,
+    /// When they were read (milliseconds since the epoch, on the runtime's clock); 0 before the first read.
+    read_at_ms: AtomicI64,
+}
+
+impl EngineFigures {
+    /// Records the figures read at `now_ms`: requests `waiting` and KV-cache use (`kv_percent`, 0 to 100);
+    /// one the engine does not report counts as none. Nothing is recorded when it reported neither.
+    pub fn record(&self, waiting: Option<f64>, kv_percent: Option<f64>, now_ms: i64) {
+        if waiting.is_none() && kv_percent.is_none() {
+            return;
+        }
+        let milli = |v: f64| (v.max(0.0) * 1000.0).min(u64::MAX as f64) as u64;
+        self.waiting_milli
+            .store(milli(waiting.unwrap_or(0.0)), Ordering::Relaxed);
+        let kv = kv_percent.map_or(0.0, |p| p.clamp(0.0, 100.0) / 100.0);
+        self.kv_milli.store(milli(kv), Ordering::Relaxed);
+        self.read_at_ms.store(now_ms.max(1), Ordering::Relaxed);
+    }
+
+    /// The figures, when they were read within `within_ms` of `now_ms`: requests waiting, and KV-cache use
+    /// as a fraction of the whole.
+    pub fn fresh(&self, now_ms: i64, within_ms: i64) -> Option<(f64, f64)> {
+        let at = self.read_at_ms.load(Ordering::Relaxed);
+        if at == 0 || now_ms.saturating_sub(at) > within_ms {
+            return None;
+        }
+        let waiting = self.waiting_milli.load(Ordering::Relaxed) as f64 / 1000.0;
+        let kv = self.kv_milli.load(Ordering::Relaxed) as f64 / 1000.0;
+        Some((waiting, kv))
+    }
 }
 
 impl Backend {
@@ -30,6 +73,7 @@ impl Backend {
             addr,
             in_flight: Gauge::default(),
             pool: upstream::Pool::new(write_limit),
+            engine: EngineFigures::default(),
         }
     }
 

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use tokio::sync::{watch, Notify};
 
-pub use backend::Backend;
+pub use backend::{Backend, EngineFigures};
 pub use host::{bare_host, is_loopback_url, is_server_host, public_host};
 pub use stats::{Activity, EndpointStats};
 pub use table::{Route, RouteTable};

@@ -39,7 +39,8 @@ use crate::config::{QuotaConfig, RuntimeConfig};
 use crate::crypto::{hex, random_id, SecretBox};
 use crate::engines::{self, Engines};
 use crate::model::{
-    can_transition, CustomRouter, EndpointSpec, EndpointState, Measure, RouterProtocol,
+    can_transition, CustomRouter, EndpointSpec, EndpointState, LoadBalancer, Measure,
+    RouterProtocol,
 };
 use crate::routing::{Activity, Backend, Route, RouteTable};
 use crate::services::quotas::Limits;
@@ -996,7 +997,9 @@ impl Steps<'_> {
             return ControlFlow::Break(self.scale_to_zero(run, bounds, pass, out).await);
         }
         let measure = pass.rec.spec.compute.scaling.measure.as_ref();
-        let sample = load_sample(run, measure).await;
+        let features = &pass.rec.spec.experimental_features;
+        let by_engine = features.effective_load_balancer() == LoadBalancer::LeastLoad;
+        let sample = load_sample(run, measure, by_engine, pass.now).await;
         run.scaler.observe(pass.now, sample);
         run.target =
             run.scaler
@@ -1754,7 +1757,15 @@ async fn healthy(backend: &Backend, route: &str) -> bool {
     answer.is_some_and(|(status, _)| status == StatusCode::OK)
 }
 
-async fn load_sample(run: &EndpointRun, measure: Option<&Measure>) -> LoadSample {
+/// The endpoint's load now, for the scaler. The engines' own figures are read from each ready replica's
+/// `/metrics` when the scaler scales on them (`inferenceLoad`) or the proxy balances by them (`least_load`,
+/// `by_engine`): once a tick, and recorded on each replica's backend, so that both read the same figures.
+async fn load_sample(
+    run: &EndpointRun,
+    measure: Option<&Measure>,
+    by_engine: bool,
+    now: DateTime<Utc>,
+) -> LoadSample {
     let ready: Vec<&ReplicaRun> = run.replicas.iter().filter(|r| r.serving()).collect();
     let cpus: Vec<f64> = ready.iter().filter_map(|r| r.cpu_percent).collect();
     let mut sample = LoadSample {
@@ -1764,20 +1775,28 @@ async fn load_sample(run: &EndpointRun, measure: Option<&Measure>) -> LoadSample
         kv_cache_usage: None,
         requests_waiting: None,
     };
-    if matches!(measure, Some(Measure::InferenceLoad(_))) && !ready.is_empty() {
-        let scrapes = ready.iter().map(|r| scrape(&r.backend));
-        let got: Vec<EngineLoad> = futures_util::future::join_all(scrapes)
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
-        let mean = |f: fn(&EngineLoad) -> Option<f64>| {
-            let v: Vec<f64> = got.iter().filter_map(f).collect();
-            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-        };
-        sample.kv_cache_usage = mean(|l| l.kv_cache_percent);
-        sample.requests_waiting = mean(|l| l.waiting);
+    let scales_on_engine = matches!(measure, Some(Measure::InferenceLoad(_)));
+    if !(scales_on_engine || by_engine) || ready.is_empty() {
+        return sample;
     }
+    let scrapes = ready.iter().map(|r| scrape(&r.backend));
+    let read = futures_util::future::join_all(scrapes).await;
+    for (replica, load) in ready.iter().zip(&read) {
+        if let Some(load) = load {
+            let at = now.timestamp_millis();
+            replica
+                .backend
+                .engine
+                .record(load.waiting, load.kv_cache_percent, at);
+        }
+    }
+    let got: Vec<EngineLoad> = read.into_iter().flatten().collect();
+    let mean = |f: fn(&EngineLoad) -> Option<f64>| {
+        let v: Vec<f64> = got.iter().filter_map(f).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    sample.kv_cache_usage = mean(|l| l.kv_cache_percent);
+    sample.requests_waiting = mean(|l| l.waiting);
     sample
 }
 
@@ -1788,9 +1807,10 @@ pub struct EngineLoad {
     pub waiting: Option<f64>,
 }
 
-/// Reads vLLM's (`vllm:kv_cache_usage_perc`, a fraction, and `vllm:num_requests_waiting`) or SGLang's
-/// (`sglang:token_usage`, a fraction, and `sglang:num_queue_reqs`) gauges; series of one name are summed
-/// (waiting) or averaged (usage).
+/// Reads vLLM's (`vllm:kv_cache_usage_perc`, a fraction, and `vllm:num_requests_waiting`), SGLang's
+/// (`sglang:token_usage`, a fraction, and `sglang:num_queue_reqs`), llama.cpp's (`llamacpp:kv_cache_usage_ratio`
+/// and `llamacpp:requests_deferred`) or Text Embeddings Inference's (`te_queue_size`) gauges; series of one
+/// name are summed (waiting) or averaged (usage).
 pub fn parse_engine_metrics(text: &str) -> EngineLoad {
     let mut usage = Vec::new();
     let mut waiting = Vec::new();
@@ -1803,10 +1823,14 @@ pub fn parse_engine_metrics(text: &str) -> EngineLoad {
         };
         let name = series.split('{').next().unwrap_or(series).trim();
         match name {
-            "vllm:kv_cache_usage_perc" | "vllm:gpu_cache_usage_perc" | "sglang:token_usage" => {
-                usage.push(value * 100.0)
-            }
-            "vllm:num_requests_waiting" | "sglang:num_queue_reqs" => waiting.push(value),
+            "vllm:kv_cache_usage_perc"
+            | "vllm:gpu_cache_usage_perc"
+            | "sglang:token_usage"
+            | "llamacpp:kv_cache_usage_ratio" => usage.push(value * 100.0),
+            "vllm:num_requests_waiting"
+            | "sglang:num_queue_reqs"
+            | "llamacpp:requests_deferred"
+            | "te_queue_size" => waiting.push(value),
             _ => {}
         }
     }
@@ -1849,6 +1873,17 @@ mod tests {
                 waiting: Some(7.0)
             }
         );
+        // llama.cpp's server (with `--metrics`), and Text Embeddings Inference's queue.
+        let llama = "llamacpp:kv_cache_usage_ratio 0.5\nllamacpp:requests_deferred 2\n";
+        assert_eq!(
+            parse_engine_metrics(llama),
+            EngineLoad {
+                kv_cache_percent: Some(50.0),
+                waiting: Some(2.0)
+            }
+        );
+        let tei = "te_queue_size 4\nte_batch_current_size 2\n";
+        assert_eq!(parse_engine_metrics(tei).waiting, Some(4.0));
         assert_eq!(parse_engine_metrics("garbage\n\n"), EngineLoad::default());
     }
 

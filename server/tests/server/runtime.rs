@@ -1277,6 +1277,84 @@ async fn pending_requests_and_inference_load_scale_out() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_load_sends_requests_away_from_a_replica_whose_engine_is_busy() {
+    let rt = spawn(|_| {}).await;
+    let mut body = engine_endpoint(
+        "balanced",
+        "public",
+        &["--latency-ms", "400", "--capacity", "1"],
+        json!({"minReplica": 2, "maxReplica": 2}),
+    );
+    body["experimentalFeatures"] = json!({"loadBalancer": "least_load"});
+    rt.create(body).await;
+    rt.wait_state("balanced", "running").await;
+    let echo = || async {
+        let url = format!("{}/echo", rt.endpoint_url("balanced"));
+        let answer = rt.http.post(url).body("x").send().await.expect("echo");
+        let field = |name: &str| answer.headers()[name].to_str().unwrap().to_string();
+        (field("x-replica-id"), field("x-replica-address"))
+    };
+    // Both replicas, as they answer through the proxy (idle, they tie, and ties go either way).
+    let mut seen = std::collections::BTreeMap::new();
+    for _ in 0..400 {
+        let (id, address) = echo().await;
+        seen.insert(id, address);
+        if seen.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(seen.len(), 2, "both replicas serve: {seen:?}");
+    let (busy_id, busy_address) = seen
+        .iter()
+        .next()
+        .map(|(i, a)| (i.clone(), a.clone()))
+        .unwrap();
+    // That one is loaded directly, not through the proxy: only its engine knows (8 inferences queue for its one
+    // slot, and more keep coming).
+    let load: Vec<_> = (0..8)
+        .map(|_| {
+            let (http, url) = (rt.http.clone(), format!("http://{busy_address}/embed"));
+            tokio::spawn(async move {
+                loop {
+                    let _ = http.post(&url).json(&json!({"inputs": "x"})).send().await;
+                }
+            })
+        })
+        .collect();
+    // Once the runtime has read its queue, requests through the proxy go to the other one: twenty in a row
+    // (at random, that happens about once in five thousand runs).
+    let mut in_a_row = 0;
+    for _ in 0..400 {
+        let (id, _) = echo().await;
+        in_a_row = if id == busy_id { 0 } else { in_a_row + 1 };
+        if in_a_row == 20 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let metrics = rt
+        .http
+        .get(format!("http://{busy_address}/metrics"))
+        .send()
+        .await;
+    let metrics = metrics.expect("metrics").text().await.expect("text");
+    for task in load {
+        task.abort();
+    }
+    assert_eq!(in_a_row, 20, "the busy replica kept getting requests");
+    let waiting = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("vllm:num_requests_waiting "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert!(
+        waiting.is_some_and(|w| w >= 1.0),
+        "its engine had a queue: {metrics}"
+    );
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hardware_usage_scales_out_streams_pass_through_and_logs_follow() {
     let rt = spawn(|c| {
         c.runtime.scaling.evaluation_window_s = 2;
