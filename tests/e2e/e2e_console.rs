@@ -274,10 +274,12 @@ async fn deliveries_at(size: (u16, u16), hook: &str) {
         .create_endpoint("admin", &common::endpoint("hooked"))
         .await
         .expect("create an endpoint");
-    let screen = wait_long(&tmux, "endpoint admin/hooked");
+    // Deliveries go out concurrently: the state change's may be listed before the creation's.
+    let created = |l: &str| l.contains("endpoint admin/hooked") && l.contains("created");
+    let screen = wait_long_until(&tmux, "the created row", |s| s.lines().any(created));
     let row = screen
         .lines()
-        .find(|l| l.contains("endpoint admin/hooked") && l.contains("created"))
+        .find(|l| created(l))
         .unwrap_or_else(|| panic!("{size:?}: no created row:\n{screen}"));
     assert!(row.contains("200"), "{size:?}: {row}");
     // Its state changes say old → new.
@@ -378,14 +380,19 @@ fn cut_text_the_help_and_the_deploy_form_at_both_sizes() {
 
 /// Waits up to a minute for `text` (a delivery needs the outbox and a worker to come round).
 fn wait_long(tmux: &Tmux, text: &str) -> String {
+    wait_long_until(tmux, text, |s| s.contains(text))
+}
+
+/// Waits up to a minute for a screen that `shows` (`what`, for the message when it never does).
+fn wait_long_until(tmux: &Tmux, what: &str, shows: impl Fn(&str) -> bool) -> String {
     for _ in 0..600 {
         let s = tmux.screen();
-        if s.contains(text) {
+        if shows(&s) {
             return s;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    panic!("the screen never showed {text:?}:\n{}", tmux.screen());
+    panic!("the screen never showed {what:?}:\n{}", tmux.screen());
 }
 
 /// The console's log lines, all days' files together.

@@ -35,8 +35,8 @@ pub fn sticky(backends: &[Arc<Backend>], client: IpAddr) -> Option<&Arc<Backend>
     })
 }
 
-/// The replica with the fewest requests in flight; ties go to a random one of them.
-pub fn least_connections(backends: &[Arc<Backend>]) -> Option<&Arc<Backend>> {
+/// The replica with the least `load`; ties go to a random one of them (the look starts at a random one).
+fn least_by(backends: &[Arc<Backend>], load: impl Fn(&Backend) -> f64) -> Option<&Arc<Backend>> {
     let n = backends.len();
     if n <= 1 {
         return backends.first();
@@ -44,7 +44,14 @@ pub fn least_connections(backends: &[Arc<Backend>]) -> Option<&Arc<Backend>> {
     let start = rand::rng().random_range(0..n);
     (0..n)
         .map(|i| &backends[(start + i) % n])
-        .min_by_key(|b| b.in_flight.get())
+        .map(|b| (load(b), b))
+        .min_by(|x, y| x.0.total_cmp(&y.0))
+        .map(|(_, b)| b)
+}
+
+/// The replica with the fewest requests in flight; ties go to a random one of them.
+pub fn least_connections(backends: &[Arc<Backend>]) -> Option<&Arc<Backend>> {
+    least_by(backends, |b| f64::from(b.in_flight.get()))
 }
 
 /// How long an engine's figures count after they were read: a few of the runtime's reads (once a second);
@@ -64,14 +71,7 @@ fn load_of(backend: &Backend, now_ms: i64) -> f64 {
 
 /// The least loaded replica (see [`load_of`]) at `now_ms`; ties go to a random one of them.
 pub fn least_load(backends: &[Arc<Backend>], now_ms: i64) -> Option<&Arc<Backend>> {
-    let n = backends.len();
-    if n <= 1 {
-        return backends.first();
-    }
-    let start = rand::rng().random_range(0..n);
-    (0..n)
-        .map(|i| &backends[(start + i) % n])
-        .min_by(|a, b| load_of(a, now_ms).total_cmp(&load_of(b, now_ms)))
+    least_by(backends, |b| load_of(b, now_ms))
 }
 
 /// The replica `policy` picks among `backends` for a caller at `client`, at `now_ms`.
