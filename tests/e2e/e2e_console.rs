@@ -426,7 +426,10 @@ fn quitting_finds_every_request_done_and_leaves_private_files() {
     let data = dir.path().join("data");
     for (width, height) in [("120", "35"), ("80", "24")] {
         let tmux = start(&data);
-        common::tmux::run(&["resize-window", "-t", &tmux.0, "-x", width, "-y", height]);
+        common::tmux::run(
+            &tmux.0,
+            &["resize-window", "-t", &tmux.0, "-x", width, "-y", height],
+        );
         tmux.wait_for("connected");
         tmux.keys(&[":"]);
         tmux.type_text("notifications");

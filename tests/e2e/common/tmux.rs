@@ -5,9 +5,12 @@
 use std::process::Command;
 use std::time::Duration;
 
-/// Runs `tmux` with `args` (outside any tmux the caller is in) and returns what it printed.
-pub fn run(args: &[&str]) -> String {
+/// Runs `tmux` with `args` on the server of the session `name` (outside any tmux the caller is in) and returns
+/// what it printed. Each session has a server of its own (`-L`): sessions of tests running side by side never
+/// meet one server exiting as another's last session ends.
+pub fn run(name: &str, args: &[&str]) -> String {
     let out = Command::new("tmux")
+        .args(["-L", name])
         .args(args)
         .env_remove("TMUX")
         .output()
@@ -16,7 +19,7 @@ pub fn run(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// A detached session running `cmd` (120×30 unless sized); killed when dropped.
+/// A detached session running `cmd` (120×30 unless sized), on a tmux server of its own; killed when dropped.
 pub struct Tmux(pub String);
 
 impl Tmux {
@@ -27,17 +30,20 @@ impl Tmux {
     /// A session `size` (columns, rows) from the start: what runs in it sees that size first.
     pub fn sized(name: String, cmd: &str, (width, height): (u16, u16)) -> Tmux {
         let (width, height) = (width.to_string(), height.to_string());
-        run(&[
-            "new-session",
-            "-d",
-            "-s",
+        run(
             &name,
-            "-x",
-            &width,
-            "-y",
-            &height,
-            cmd,
-        ]);
+            &[
+                "new-session",
+                "-d",
+                "-s",
+                &name,
+                "-x",
+                &width,
+                "-y",
+                &height,
+                cmd,
+            ],
+        );
         Tmux(name)
     }
 
@@ -48,26 +54,26 @@ impl Tmux {
     }
 
     pub fn screen(&self) -> String {
-        run(&["capture-pane", "-p", "-t", &self.0])
+        run(&self.0, &["capture-pane", "-p", "-t", &self.0])
     }
 
     /// The pid of the pane's first process.
     pub fn pane_pid(&self) -> String {
-        run(&["list-panes", "-t", &self.0, "-F", "#{pane_pid}"])
+        run(&self.0, &["list-panes", "-t", &self.0, "-F", "#{pane_pid}"])
             .trim()
             .to_string()
     }
 
     pub fn keys(&self, keys: &[&str]) {
         for k in keys {
-            run(&["send-keys", "-t", &self.0, k]);
+            run(&self.0, &["send-keys", "-t", &self.0, k]);
             std::thread::sleep(Duration::from_millis(80));
         }
     }
 
     /// Types `text` literally.
     pub fn type_text(&self, text: &str) {
-        run(&["send-keys", "-t", &self.0, "-l", text]);
+        run(&self.0, &["send-keys", "-t", &self.0, "-l", text]);
     }
 
     /// Waits (bounded) until the screen shows `text`.
@@ -85,8 +91,9 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
+        // The session's own server, and the session with it.
         let _ = Command::new("tmux")
-            .args(["kill-session", "-t", &self.0])
+            .args(["-L", &self.0, "kill-server"])
             .env_remove("TMUX")
             .status();
     }
