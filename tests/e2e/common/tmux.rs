@@ -19,8 +19,9 @@ pub fn run(name: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// A detached session running `cmd` (120×30 unless sized), on a tmux server of its own; killed when dropped.
-pub struct Tmux(pub String);
+/// A detached session running `cmd` (120×30 unless sized), on a tmux server of its own; killed when dropped,
+/// with its server and the server's socket (`.1`).
+pub struct Tmux(pub String, String);
 
 impl Tmux {
     pub fn new(name: String, cmd: &str) -> Tmux {
@@ -44,7 +45,8 @@ impl Tmux {
                 cmd,
             ],
         );
-        Tmux(name)
+        let socket = run(&name, &["display-message", "-p", "#{socket_path}"]);
+        Tmux(name, socket.trim().to_string())
     }
 
     /// The screen's lines, trailing blanks cut.
@@ -91,10 +93,11 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
-        // The session's own server, and the session with it.
+        // The session's own server, and the session with it; the server leaves its socket behind.
         let _ = Command::new("tmux")
             .args(["-L", &self.0, "kill-server"])
             .env_remove("TMUX")
             .status();
+        let _ = std::fs::remove_file(&self.1);
     }
 }
