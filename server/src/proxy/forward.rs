@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 use super::bodies::{Bodies, Hold};
 use super::cache::{self, Fill, ResponseCache};
 use super::edge;
-use super::http1::words;
+use super::http1::{names_nothing, words};
 use crate::error::ApiError;
 use crate::routing::pace::{Side, Stalled};
 
@@ -76,7 +76,7 @@ pub(super) fn strip(headers: &mut HeaderMap, message: Message) {
     let named = headers
         .get_all(header::CONNECTION)
         .iter()
-        .any(|v| words(v.as_bytes()).any(|w| !usual_word(w)));
+        .any(|v| words(v.as_bytes()).any(|w| !names_nothing(w)));
     let connection = || {
         let values = headers.get_all(header::CONNECTION).iter();
         named.then(|| values.map(HeaderValue::as_bytes))
@@ -89,12 +89,6 @@ pub(super) fn strip(headers: &mut HeaderMap, message: Message) {
     for name in gone {
         headers.remove(name);
     }
-}
-
-/// The words a `Connection` field usually holds, which name no other field: `keep-alive` (itself
-/// hop-by-hop) and `close`.
-pub(super) fn usual_word(word: &[u8]) -> bool {
-    word.eq_ignore_ascii_case(b"keep-alive") || word.eq_ignore_ascii_case(b"close")
 }
 
 /// A field's value as text, as the general path takes it (`HeaderValue::to_str`): visible ASCII and tabs

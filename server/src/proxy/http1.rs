@@ -153,6 +153,12 @@ impl Head {
     }
 }
 
+/// Whether a word of a `Connection` field names no other field: `close`, and `keep-alive` (itself
+/// hop-by-hop). Any other word names a field that stays behind (see `forward::stays`).
+pub(super) fn names_nothing(word: &[u8]) -> bool {
+    word.eq_ignore_ascii_case(b"close") || word.eq_ignore_ascii_case(b"keep-alive")
+}
+
 /// Parses the response head at the start of `rbuf`, dropping informational ones (100, 103: the replica's
 /// business, never passed on) until one that is not, or until what is left is partial.
 pub(super) fn past_informational(rhead: &mut Head, rbuf: &mut BytesMut) -> Parsed {
@@ -212,7 +218,7 @@ impl Framing {
                 for word in words(value) {
                     let close = word.eq_ignore_ascii_case(b"close");
                     f.close |= close;
-                    f.names |= !close && !word.eq_ignore_ascii_case(b"keep-alive");
+                    f.names |= !names_nothing(word);
                 }
             } else if name.eq_ignore_ascii_case(b"host") {
                 f.hosts = f.hosts.saturating_add(1);
