@@ -234,13 +234,15 @@ fn unavailable(message: impl Into<String>, retry_after: Option<u32>) -> Response
 
 impl Proxy {
     /// The replica to send to: the custom router when there is one (it balances by itself), else the one
-    /// that issued the caller's MCP session, or the route's balancer's pick; counted as picked `by` (the
-    /// balancer, or a fallback from an extProc router).
+    /// that issued the caller's MCP session, or the route's balancer's pick (`affinity`: the request's prompt
+    /// prefix, see [`balance::affinity_of`]); counted as picked `by` (the balancer, or a fallback from an
+    /// extProc router).
     fn pick_replica<'r>(
         &self,
         route: &'r Route,
         session: Option<&str>,
         client: IpAddr,
+        affinity: Option<u64>,
         by: PickedBy,
     ) -> Option<&'r Arc<Backend>> {
         let stats = &route.activity.stats;
@@ -263,7 +265,7 @@ impl Proxy {
                 }
                 None => {
                     let now = self.clock.now_millis();
-                    balance::pick(route.load_balancer, &route.backends, client, now)
+                    balance::pick(route.load_balancer, &route.backends, client, now, affinity)
                 }
             }
             .inspect(|_| stats.picked(by)),

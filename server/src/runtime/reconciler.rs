@@ -1817,11 +1817,10 @@ async fn load_sample(
     let read = futures_util::future::join_all(scrapes).await;
     for (replica, load) in ready.iter().zip(&read) {
         if let Some(load) = load {
-            let at = now.timestamp_millis();
-            replica
-                .backend
-                .engine
-                .record(load.waiting, load.kv_cache_percent, at);
+            let (at, b) = (now.timestamp_millis(), &replica.backend);
+            let ours = b.in_flight.get();
+            b.engine
+                .record(load.waiting, load.kv_cache_percent, ours, at);
         }
     }
     let got: Vec<EngineLoad> = read.into_iter().flatten().collect();

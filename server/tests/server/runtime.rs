@@ -1352,6 +1352,66 @@ async fn least_load_sends_requests_away_from_a_replica_whose_engine_is_busy() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_load_keeps_a_conversation_on_one_replica_until_that_replica_is_loaded() {
+    for own_path in [true, false] {
+        let rt = spawn(|c| c.proxy.own_path = own_path).await;
+        let mut body = engine_endpoint(
+            "affine",
+            "public",
+            &["--latency-ms", "400", "--capacity", "1"],
+            json!({"minReplica": 3, "maxReplica": 3}),
+        );
+        body["experimentalFeatures"] = json!({"loadBalancer": "least_load"});
+        rt.create(body).await;
+        rt.wait_for("affine", "3 ready", |e| e["status"]["readyReplica"] == 3)
+            .await;
+        let system = "You answer questions about trains, briefly and politely. ".repeat(8);
+        let turn = |n: usize| {
+            let url = format!("{}/echo", rt.endpoint_url("affine"));
+            let chat = json!({"messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": format!("question {n}")},
+            ]});
+            let req = rt.http.post(url).json(&chat);
+            async move {
+                let answer = req.send().await.expect("echo");
+                let field = |name: &str| answer.headers()[name].to_str().unwrap().to_string();
+                (field("x-replica-id"), field("x-replica-address"))
+            }
+        };
+        // One conversation, one replica (at random, ten in a row on one of three: once in 19,683 runs).
+        let (home, home_address) = turn(0).await;
+        for n in 1..10 {
+            assert_eq!(turn(n).await.0, home, "turn {n} left its replica");
+        }
+        // Loaded from outside the proxy (its engine's queue grows), it is left for the least loaded.
+        let load: Vec<_> = (0..8)
+            .map(|_| {
+                let (http, url) = (rt.http.clone(), format!("http://{home_address}/embed"));
+                tokio::spawn(async move {
+                    loop {
+                        let _ = http.post(&url).json(&json!({"inputs": "x"})).send().await;
+                    }
+                })
+            })
+            .collect();
+        let mut away = 0;
+        for n in 10..400 {
+            away = if turn(n).await.0 == home { 0 } else { away + 1 };
+            if away == 10 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        for task in load {
+            task.abort();
+        }
+        assert_eq!(away, 10, "the conversation stayed on its loaded replica");
+        rt.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hardware_usage_scales_out_streams_pass_through_and_logs_follow() {
     let rt = spawn(|c| {
         c.runtime.scaling.evaluation_window_s = 2;

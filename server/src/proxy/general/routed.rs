@@ -15,8 +15,9 @@ use axum::response::{IntoResponse, Response};
 
 use super::super::bodies::Hold;
 use super::super::ext_proc::{self, Asked, Failed, Settings, Told};
-use super::super::{forward, unavailable, Proxy};
+use super::super::{balance, forward, unavailable, Proxy};
 use super::body::{read_for_cache, read_then_rest, Collected};
+use crate::model::LoadBalancer;
 use crate::routing::upstream::ToReplica;
 use crate::routing::{Backend, ExtProcRoute, PickedBy, Route, RouterFailure};
 
@@ -76,9 +77,9 @@ impl Proxy {
         out: &mut axum::http::Request<ToReplica>,
         caller: Caller<'_>,
     ) -> Result<Choice, Response> {
-        let by_balancer = |by| self.pick_replica(route, caller.session, caller.client, by);
+        let by_balancer = |by| self.pick_replica(route, caller.session, caller.client, None, by);
         let Some(ext) = &route.ext_proc else {
-            return Ok(Choice::one(by_balancer(PickedBy::Balancer)));
+            return self.balanced(route, out, caller).await;
         };
         let settings = self.settings(ext);
         let Some(addr) = ext.processor else {
@@ -143,6 +144,31 @@ impl Proxy {
             _room: room,
             router: Some(stream),
         })
+    }
+
+    /// The balancer's pick for `out`: by `least_load`, with the prompt prefix of its body, read whole (see
+    /// [`balance::affinity_of`]).
+    async fn balanced(
+        &self,
+        route: &Route,
+        out: &mut axum::http::Request<ToReplica>,
+        caller: Caller<'_>,
+    ) -> Result<Choice, Response> {
+        let mut affinity = None;
+        let mut room = None;
+        if route.load_balancer == LoadBalancer::LeastLoad {
+            let had_length = out.headers().contains_key(header::CONTENT_LENGTH);
+            if let Some((body, held)) = self.whole_body(out).await? {
+                affinity = balance::affinity_of(&body);
+                set_body(out, body, had_length);
+                room = held;
+            }
+        }
+        let by = PickedBy::Balancer;
+        let to = self.pick_replica(route, caller.session, caller.client, affinity, by);
+        let mut choice = Choice::one(to);
+        choice._room = room;
+        Ok(choice)
     }
 
     /// An endpoint's router settings over `[proxy]`'s.
