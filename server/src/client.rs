@@ -281,6 +281,16 @@ impl Client {
             .await
     }
 
+    /// The endpoint's ready replicas and their load.
+    pub async fn endpoint_replicas<T: DeserializeOwned>(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> ClientResult<T> {
+        self.get(&format!("/v2/endpoint/{namespace}/{name}/replicas"))
+            .await
+    }
+
     pub async fn hardware<T: DeserializeOwned>(&self, namespace: &str) -> ClientResult<T> {
         self.get(&format!("/v2/provider/{namespace}")).await
     }

@@ -20,6 +20,11 @@ pub enum Effect {
         namespace: String,
         name: String,
     },
+    /// The ready replicas of an endpoint described, with their load.
+    LoadReplicas {
+        namespace: String,
+        name: String,
+    },
     Deploy(DeployRequest),
     /// What the server can run (`GET /api/v1/engines`), after `delay` seconds; `polled` while an install is
     /// followed.

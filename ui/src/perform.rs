@@ -13,7 +13,8 @@ use crate::effects::{AppAction, DeployRequest, Effect, EndpointAction, WebhookAc
 use crate::failures::{load_failure, message, refusal, servers_failure, sign_in_failure};
 use crate::state::{
     self, Action, AppRow, AuditRow, CreatedApp, DeliveryRow, EndpointRow, IssuedSecret,
-    NotificationRow, NotificationsFailure, SavedWebhook, Secret, ServerRow, WebhookRow,
+    NotificationRow, NotificationsFailure, ReplicaLoad, SavedWebhook, Secret, ServerRow,
+    WebhookRow,
 };
 
 /// Runs one effect against the server; `None` for the effects the event loop runs itself (it owns the
@@ -25,6 +26,16 @@ pub async fn perform(client: &Client, effect: Effect) -> Option<Action> {
         Effect::Copy(_) | Effect::Connect(_) | Effect::ExternalEdit(..) => return None,
         Effect::LoadEndpoints(seq, namespaces) => load_endpoints(client, seq, &namespaces).await,
         Effect::LoadLogs { namespace, name } => load_logs(client, namespace, name).await,
+        Effect::LoadReplicas { namespace, name } => {
+            let result = client.endpoint_replicas::<Value>(&namespace, &name).await;
+            Action::ReplicasLoaded {
+                result: result
+                    .map(|v| ReplicaLoad::list_from_json(&v))
+                    .map_err(|e| message(&e)),
+                namespace,
+                name,
+            }
+        }
         Effect::Update {
             namespace,
             name,

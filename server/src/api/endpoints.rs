@@ -30,6 +30,7 @@ pub fn router() -> Router<AppState> {
             post(scale_to_zero),
         )
         .route("/v2/endpoint/{namespace}/{name}/logs", get(logs))
+        .route("/v2/endpoint/{namespace}/{name}/replicas", get(replicas))
         .route("/v2/provider/{namespace}", get(hardware))
 }
 
@@ -161,6 +162,58 @@ pub async fn hardware(
     Ok(Json(
         crate::services::quotas::hardware_for(&s, &namespace).await?,
     ))
+}
+
+/// One ready replica as this server's proxy sees it.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaOut {
+    pub id: String,
+    /// Where the proxy reaches it (`ip:port`).
+    pub address: String,
+    /// Requests this server's proxy has in flight to it.
+    pub in_flight: u32,
+    /// Requests waiting in its engine that others sent, and its KV-cache use (0 to 1), as last read from its
+    /// `/metrics` (by the balancer `least_load` or the scaler's `inferenceLoad`); null when not read lately.
+    pub queue: Option<f64>,
+    pub kv_cache: Option<f64>,
+}
+
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ReplicaListOut {
+    pub items: Vec<ReplicaOut>,
+}
+
+#[utoipa::path(get, path = "/v2/endpoint/{namespace}/{name}/replicas", tag = "endpoints",
+    params(("namespace" = String, Path), ("name" = String, Path)),
+    responses((status = 200, body = ReplicaListOut, description = "the ready replicas, with their load"),
+        (status = 401), (status = 403), (status = 404)))]
+pub async fn replicas(
+    State(s): State<AppState>,
+    who: Principal,
+    PathParams((namespace, name)): PathParams<(String, String)>,
+) -> ApiResult<Json<ReplicaListOut>> {
+    allow(&s, &who, &namespace, Action::Read).await?;
+    service::get(&s, &namespace, &name).await?;
+    let table = s.runtime.table.borrow().clone();
+    let now = s.clock.now_millis();
+    let fresh = crate::proxy::balance::ENGINE_FIGURES_FRESH_MS;
+    let backends = table.get(&namespace, &name).map(|r| r.backends.clone());
+    let items = backends
+        .unwrap_or_default()
+        .iter()
+        .map(|b| {
+            let figures = b.engine.fresh(now, fresh);
+            ReplicaOut {
+                id: b.replica_id.clone(),
+                address: b.addr.to_string(),
+                in_flight: b.in_flight.get(),
+                queue: figures.map(|f| f.0),
+                kv_cache: figures.map(|f| f.1),
+            }
+        })
+        .collect();
+    Ok(Json(ReplicaListOut { items }))
 }
 
 /// Query of the logs route.

@@ -29,6 +29,7 @@ use super::AppState;
         super::endpoints::resume,
         super::endpoints::scale_to_zero,
         super::endpoints::logs,
+        super::endpoints::replicas,
         super::endpoints::hardware,
         super::accounts::whoami,
         super::admin::list_users,

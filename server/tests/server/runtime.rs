@@ -1336,9 +1336,25 @@ async fn least_load_sends_requests_away_from_a_replica_whose_engine_is_busy() {
         .send()
         .await;
     let metrics = metrics.expect("metrics").text().await.expect("text");
+    // The replicas' load as the API gives it (the console's describe shows it): the busy one's queue.
+    let mut busy_queue = None;
+    for _ in 0..100 {
+        let replicas: Value = rt.admin.endpoint_replicas(NS, "balanced").await.unwrap();
+        let items = replicas["items"].as_array().cloned().unwrap_or_default();
+        assert_eq!(items.len(), 2, "{replicas}");
+        busy_queue = items
+            .iter()
+            .find(|r| r["id"] == busy_id.as_str())
+            .and_then(|r| r["queue"].as_f64());
+        if busy_queue.is_some_and(|q| q >= 1.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     for task in load {
         task.abort();
     }
+    assert!(busy_queue.is_some_and(|q| q >= 1.0), "{busy_queue:?}");
     assert_eq!(in_a_row, 20, "the busy replica kept getting requests");
     let waiting = metrics
         .lines()

@@ -8,7 +8,8 @@ use chrono::{DateTime, Utc};
 use super::deliveries::DeliveryRow;
 use super::overlay::{IssuedSecret, Secret};
 use super::rows::{
-    AppRow, AuditRow, CatalogRow, EndpointRow, EngineMarks, NotificationRow, ServerRow, WebhookRow,
+    AppRow, AuditRow, CatalogRow, EndpointRow, EngineMarks, NotificationRow, ReplicaLoad,
+    ServerRow, WebhookRow,
 };
 use crate::effects::ExternalEdit;
 
@@ -79,6 +80,11 @@ pub enum Action {
         namespace: String,
         name: String,
         text: Result<String, String>,
+    },
+    ReplicasLoaded {
+        namespace: String,
+        name: String,
+        result: Result<Vec<ReplicaLoad>, String>,
     },
     /// `namespace/name` of the new endpoint, or the server's refusal.
     Deployed(Result<String, Refusal>),

@@ -156,10 +156,7 @@ fn open(state: &mut State, command: Command) -> Vec<Effect> {
             Vec::new()
         }
         (_, Command::Logs) => panes::open_logs(state),
-        _ => {
-            panes::describe(state);
-            Vec::new()
-        }
+        _ => panes::open_describe(state),
     }
 }
 

@@ -64,7 +64,7 @@ pub use model::{
 pub use overlay::{IssuedSecret, Overlay, Secret, SecretKind};
 pub use rows::{
     clock, AppRow, AuditRow, CatalogRow, EndpointRow, EngineInstall, EngineMarks, NotificationRow,
-    Recipe, RecipeRuns, Runs, ServerRow, WebhookRow,
+    Recipe, RecipeRuns, ReplicaLoad, Runs, ServerRow, WebhookRow,
 };
 pub use update::update;
 

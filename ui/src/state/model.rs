@@ -7,7 +7,8 @@ use chrono::{DateTime, Utc};
 use super::deliveries::{DeliveryRow, Standing};
 use super::overlay::Overlay;
 use super::rows::{
-    AppRow, AuditRow, CatalogRow, EndpointRow, EngineMarks, NotificationRow, ServerRow, WebhookRow,
+    AppRow, AuditRow, CatalogRow, EndpointRow, EngineMarks, NotificationRow, ReplicaLoad,
+    ServerRow, WebhookRow,
 };
 use crate::effects::Effect;
 use crate::keymap::Context;
@@ -212,6 +213,8 @@ pub struct State {
     pub(super) notify_after_deploy: Option<serde_json::Value>,
     pub(super) notifying: Option<(String, String)>,
     pub endpoints: Vec<EndpointRow>,
+    /// The replicas of the endpoint last described (`namespace`, `name`): `None` until they load.
+    pub(super) replicas: Option<(String, String, Result<Vec<ReplicaLoad>, String>)>,
     pub apps: Vec<AppRow>,
     /// Whose apps are shown: `None` for the signed-in user's own.
     pub apps_owner: Option<String>,
@@ -284,6 +287,7 @@ impl State {
             notify_after_deploy: None,
             notifying: None,
             endpoints: Vec::new(),
+            replicas: None,
             apps: Vec::new(),
             apps_owner: None,
             audit_org: String::new(),

@@ -7,7 +7,7 @@ use super::action::type_into;
 use super::layout::pager_window;
 use super::model::{State, View};
 use super::overlay::Overlay;
-use super::rows::{CatalogRow, EndpointRow, Recipe};
+use super::rows::{CatalogRow, EndpointRow, Recipe, ReplicaLoad};
 use crate::effects::Effect;
 use crate::keymap::Command;
 use crate::pager::{Pager, Window};
@@ -27,8 +27,17 @@ pub(super) fn describe(state: &mut State) {
         }
         View::Endpoints => {
             let ep = &state.endpoints[i];
+            let replicas = match &state.replicas {
+                Some((ns, name, loaded)) if *ns == ep.namespace && *name == ep.name => match loaded
+                {
+                    Ok(list) if list.is_empty() => "(none ready)\n".to_string(),
+                    Ok(list) => ReplicaLoad::table(list),
+                    Err(e) => format!("(not read: {e})\n"),
+                },
+                _ => "(reading…)\n".to_string(),
+            };
             let text = format!(
-                "{}\nthe whole resource:\n{}",
+                "{}\nready replicas (queue and kv cache: the engine's own, as last read):\n{replicas}\nthe whole resource:\n{}",
                 ep.summary(minute_of_day(state.now)),
                 serde_json::to_string_pretty(&ep.raw).unwrap_or_default()
             );
@@ -57,6 +66,34 @@ pub(super) fn describe(state: &mut State) {
         View::Webhooks => return,
     };
     state.overlay = Overlay::Describe(Pager::new(title, &text, false));
+}
+
+/// Opens the selected row's description; an endpoint's replicas are read for it (see [`on_replicas_loaded`]).
+pub(super) fn open_describe(state: &mut State) -> Vec<Effect> {
+    describe(state);
+    let selected = (state.view == View::Endpoints)
+        .then(|| state.selected_endpoint())
+        .flatten();
+    let Some(ep) = selected else {
+        return Vec::new();
+    };
+    let (namespace, name) = (ep.namespace.clone(), ep.name.clone());
+    vec![Effect::LoadReplicas { namespace, name }]
+}
+
+/// An endpoint's replicas came: kept, and its description, when open, shows them.
+pub(super) fn on_replicas_loaded(
+    state: &mut State,
+    namespace: String,
+    name: String,
+    result: Result<Vec<ReplicaLoad>, String>,
+) {
+    let open =
+        matches!(&state.overlay, Overlay::Describe(p) if p.title == format!("{namespace}/{name}"));
+    state.replicas = Some((namespace, name, result));
+    if open {
+        describe(state);
+    }
 }
 
 /// A model's recipes, as describe shows them: each with whether it runs here, and if not, why and what would

@@ -327,6 +327,49 @@ impl EndpointRow {
     }
 }
 
+/// One ready replica of an endpoint and its load, as the server's proxy sees it (`GET
+/// /v2/endpoint/{namespace}/{name}/replicas`): requests it has in flight there, and the engine's queue and
+/// KV-cache use as last read (none when they were not).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplicaLoad {
+    pub id: String,
+    pub in_flight: u64,
+    pub queue: Option<f64>,
+    pub kv_cache: Option<f64>,
+}
+
+impl ReplicaLoad {
+    /// The rows of a replicas answer (`{"items": [...]}`).
+    pub fn list_from_json(v: &Value) -> Vec<ReplicaLoad> {
+        let items = v["items"].as_array().into_iter().flatten();
+        items
+            .map(|r| ReplicaLoad {
+                id: r["id"].as_str().unwrap_or("").to_string(),
+                in_flight: r["inFlight"].as_u64().unwrap_or(0),
+                queue: r["queue"].as_f64(),
+                kv_cache: r["kvCache"].as_f64(),
+            })
+            .collect()
+    }
+
+    /// The replicas as describe lists them: a header, then one line each (`-` for a figure not read).
+    pub fn table(replicas: &[ReplicaLoad]) -> String {
+        let mut text = format!(
+            "{:<32} {:>9} {:>6} {:>8}\n",
+            "replica", "in flight", "queue", "kv cache"
+        );
+        for r in replicas {
+            let queue = r.queue.map_or("-".to_string(), |q| format!("{q:.0}"));
+            let kv = r
+                .kv_cache
+                .map_or("-".to_string(), |k| format!("{:.0}%", k * 100.0));
+            let line = format!("{:<32} {:>9} {queue:>6} {kv:>8}\n", r.id, r.in_flight);
+            text.push_str(&line);
+        }
+        text
+    }
+}
+
 /// `min 0 · max 3 · scales to zero after 15 min idle`: an endpoint's own scaling.
 fn scaling_summary(scaling: &Value) -> String {
     let count = |k: &str| {

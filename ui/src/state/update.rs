@@ -19,6 +19,7 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
         Action::Tick(_)
             | Action::EndpointsLoaded(..)
             | Action::LogsLoaded { .. }
+            | Action::ReplicasLoaded { .. }
             | Action::DeliveriesLoaded { .. }
             | Action::WebhookLoaded { .. }
             | Action::NotificationsLoaded(_)
@@ -97,6 +98,14 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
             text,
         } => {
             panes::on_logs_loaded(state, &namespace, &name, text);
+            Vec::new()
+        }
+        Action::ReplicasLoaded {
+            namespace,
+            name,
+            result,
+        } => {
+            panes::on_replicas_loaded(state, namespace, name, result);
             Vec::new()
         }
         Action::Done(result) => confirm::on_done(state, result),

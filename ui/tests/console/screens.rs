@@ -424,9 +424,27 @@ fn why_an_endpoint_failed_under_the_list_and_at_the_top_of_describe() {
     loaded(&mut s, Ok(vec![EndpointRow::from_json("acme", &raw)]));
     update(&mut s, Action::Resize(120, 30), &Keymap::builtin());
     keys(&mut s, &["enter"]);
+    // Its replicas, with their engines' load, as the server's answer gives them.
+    let replicas = json!({"items": [
+        {"id": "broken-1a2b3c4d", "address": "10.0.0.5:80", "inFlight": 3, "queue": 2.0, "kvCache": 0.41},
+        {"id": "broken-5e6f7a8b", "address": "10.0.0.6:80", "inFlight": 0, "queue": null, "kvCache": null}
+    ]});
+    let result = Ok(switchyard_ui::state::ReplicaLoad::list_from_json(&replicas));
+    let (namespace, name) = ("acme".to_string(), "broken".to_string());
+    update(
+        &mut s,
+        Action::ReplicasLoaded {
+            namespace,
+            name,
+            result,
+        },
+        &Keymap::builtin(),
+    );
     insta::assert_snapshot!("describe_summary", screen(&s, 120, 30));
     let text = screen(&s, 120, 30);
     for want in [
+        "broken-1a2b3c4d                          3      2      41%",
+        "broken-5e6f7a8b                          0      -        -",
         "state      failed",
         &format!("why        {BROKEN}"),
         "replicas   0 ready of 1 wanted",
