@@ -256,11 +256,14 @@ impl Services {
             .then(|| config.key_file().ok())
             .flatten();
         close_private_files(&data_dir, key_file);
-        let (runtime, table) = crate::runtime::handle(
+        let (mut runtime, table) = crate::runtime::handle(
             public_url.clone(),
             public_host.clone(),
             config.runtime.log_lines,
         );
+        if config.proxy.access_log {
+            runtime.write_access_lines(clock.clone());
+        }
         let kick = runtime.clone();
         let outbound = crate::outbound::Outbound::new(&config.outbound).map_err(StartError)?;
         let services = crate::services::Context {

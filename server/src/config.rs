@@ -532,6 +532,11 @@ pub struct ProxyConfig {
     /// `true` sends it to the endpoint's built-in balancer, `false` refuses it with 503 (an endpoint's
     /// `customRouter.env.SWITCHYARD_EXT_PROC_FAIL_OPEN` overrides it).
     pub ext_proc_fail_open: bool,
+    /// Writes one line per request a replica answered into that replica's logs (stream `access`): the
+    /// method and path, the status, the time to the response's head, and what chose the replica
+    /// (`by=balancer|router|fallback`). Off by default: busy endpoints would push the engines' own output
+    /// out of the lines kept (`runtime.log_lines`), and each line costs the proxy about a microsecond.
+    pub access_log: bool,
 }
 
 /// A timeout of `s` seconds, from a second to a year.
@@ -573,6 +578,7 @@ impl Default for ProxyConfig {
             own_path: true,
             ext_proc_timeout_ms: 1000,
             ext_proc_fail_open: true,
+            access_log: false,
         }
     }
 }

@@ -37,7 +37,7 @@ pub mod workers;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::State;
@@ -51,6 +51,7 @@ use crate::clock::Clock;
 use crate::config::ProxyConfig;
 use crate::error::ApiError;
 use crate::model::{Cidr, EndpointState, EndpointType};
+use crate::routing::access::Asked;
 use crate::routing::{Backend, PickedBy, Route, RoutingHandle};
 use crate::store::Store;
 use access::TokenAnswer;
@@ -269,6 +270,24 @@ impl Proxy {
                 }
             }
             .inspect(|_| stats.picked(by)),
+        }
+    }
+}
+
+impl Proxy {
+    /// The access line of a request `replica` answered, when they are written (see
+    /// [`crate::routing::access`]).
+    fn access_line(
+        &self,
+        route: &Route,
+        replica: &str,
+        asked: Asked<'_>,
+        (status, took): (u16, Duration),
+        by: PickedBy,
+    ) {
+        if let Some(log) = &self.routing.access {
+            let at = (route.namespace.as_str(), route.name.as_str());
+            log.write(at, replica, asked, (status, took), by);
         }
     }
 }

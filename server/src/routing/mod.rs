@@ -8,6 +8,7 @@
 //! channel; the proxy reads the latest table and records activity. Both import it; it imports neither, and
 //! neither imports the other.
 
+pub mod access;
 pub mod backend;
 pub mod host;
 pub mod metrics;
@@ -22,6 +23,7 @@ use std::sync::Arc;
 
 use tokio::sync::{watch, Notify};
 
+pub use access::AccessLog;
 pub use backend::{Backend, EngineFigures};
 pub use host::{bare_host, is_loopback_url, is_server_host, public_host};
 pub use stats::{Activity, EndpointStats, PickedBy, RouterFailure};
@@ -35,6 +37,8 @@ pub struct RoutingHandle {
     kick: Arc<Notify>,
     /// The host of the server's public URL, bare (see [`bare_host`]): never an endpoint's custom domain.
     pub public_host: String,
+    /// Where the proxy writes access lines (see [`access`]), when the runtime reads them.
+    pub access: Option<AccessLog>,
 }
 
 impl RoutingHandle {
@@ -57,6 +61,7 @@ pub fn channel(public_host: String) -> (RoutingHandle, watch::Sender<Arc<RouteTa
         table: rx,
         kick: Arc::new(Notify::new()),
         public_host,
+        access: None,
     };
     (handle, tx)
 }

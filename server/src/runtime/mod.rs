@@ -87,6 +87,25 @@ impl RuntimeHandle {
         self.stop.send_replace(true);
     }
 
+    /// Has the proxy write access lines (see [`routing::access`]), which a task of this runtime puts in
+    /// the replicas' logs (stream `access`), timed by `clock`.
+    pub fn write_access_lines(&mut self, clock: Arc<dyn crate::clock::Clock>) {
+        let (log, mut lines) = routing::AccessLog::new();
+        self.routing.access = Some(log);
+        let logs = self.logs.clone();
+        tokio::spawn(async move {
+            while let Some(l) = lines.recv().await {
+                let line = logs::LogLine {
+                    at: clock.now(),
+                    replica: l.replica,
+                    stream: "access",
+                    line: l.line,
+                };
+                logs.push(&l.namespace, &l.endpoint, line);
+            }
+        });
+    }
+
     /// Where an endpoint is served.
     pub fn endpoint_url(&self, namespace: &str, name: &str) -> String {
         format!("{}/endpoints/{namespace}/{name}", self.public_url)

@@ -13,6 +13,7 @@ const TAG: &str = "test-ext-proc";
 async fn spawn_with_processor(own_path: bool) -> Rt {
     spawn(|c| {
         c.proxy.own_path = own_path;
+        c.proxy.access_log = true;
         c.runtime.routers.insert(
             TAG.into(),
             switchyard_server::config::Launcher {
@@ -221,6 +222,25 @@ async fn the_processor_decides_each_request_on_both_proxy_paths() {
             (200, second.as_str())
         );
 
+        // Each request's replica and why, in that replica's logs.
+        let mut logs = String::new();
+        for _ in 0..100 {
+            logs = rt.admin.endpoint_logs(NS, "picked", 1000).await.unwrap();
+            let routed = logs
+                .lines()
+                .filter(|l| l.contains(" access: POST /endpoints/admin/picked/seen/chat?q=1 200 "))
+                .filter(|l| l.ends_with(" by=router"))
+                .count();
+            if routed == 4 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let routed = logs
+            .lines()
+            .filter(|l| l.contains("/seen/chat?q=1 200 ") && l.ends_with(" by=router"));
+        assert_eq!(routed.count(), 4, "{logs}");
+
         let text = metrics(&rt).await;
         let router = counter(
             &text,
@@ -271,6 +291,20 @@ async fn a_processor_that_hangs_or_dies_fails_open_within_its_timeout() {
         assert_eq!(status, 200, "{body}");
         assert!(!field(&h, "x-replica-address").is_empty());
         let seen: Value = serde_json::from_str(&body).expect("json");
+        let replica = field(&h, "x-replica-id").to_string();
+        let mut logged = false;
+        for _ in 0..100 {
+            let logs = rt.admin.endpoint_logs(NS, "open", 1000).await.unwrap();
+            let line = format!(" {replica} access: GET /endpoints/admin/open/seen/x 200 ");
+            logged = logs
+                .lines()
+                .any(|l| l.contains(&line) && l.ends_with(" by=fallback"));
+            if logged {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(logged, "the fallback's access line");
         assert!(
             seen["headers"].get("x-processed").is_none(),
             "the processor changed nothing"

@@ -1368,6 +1368,64 @@ async fn least_load_sends_requests_away_from_a_replica_whose_engine_is_busy() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_lines_name_each_requests_replica_and_what_chose_it() {
+    for own_path in [true, false] {
+        let rt = spawn(|c| {
+            c.proxy.own_path = own_path;
+            c.proxy.access_log = true;
+        })
+        .await;
+        let body = engine_endpoint(
+            "logged",
+            "public",
+            &[],
+            json!({"minReplica": 2, "maxReplica": 2}),
+        );
+        rt.create(body).await;
+        rt.wait_for("logged", "2 ready", |e| e["status"]["readyReplica"] == 2)
+            .await;
+        let mut answered = Vec::new();
+        for n in 0..6 {
+            let url = format!("{}/seen/x?n={n}", rt.endpoint_url("logged"));
+            let answer = rt.http.get(url).send().await.expect("request");
+            assert_eq!(answer.status(), 200);
+            answered.push(
+                answer.headers()["x-replica-id"]
+                    .to_str()
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+        let wanted: Vec<String> = answered
+            .iter()
+            .enumerate()
+            .map(|(n, replica)| {
+                format!(" {replica} access: GET /endpoints/admin/logged/seen/x?n={n} 200 ")
+            })
+            .collect();
+        let mut logs = String::new();
+        for _ in 0..100 {
+            logs = rt.admin.endpoint_logs(NS, "logged", 1000).await.unwrap();
+            let all = wanted.iter().all(|w| {
+                logs.lines()
+                    .any(|l| l.contains(w) && l.ends_with("ms by=balancer"))
+            });
+            if all {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for w in &wanted {
+            let found = logs
+                .lines()
+                .any(|l| l.contains(w) && l.ends_with("ms by=balancer"));
+            assert!(found, "{w} in:\n{logs}");
+        }
+        rt.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn least_load_keeps_a_conversation_on_one_replica_until_that_replica_is_loaded() {
     for own_path in [true, false] {
         let rt = spawn(|c| c.proxy.own_path = own_path).await;

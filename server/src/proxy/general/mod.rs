@@ -36,9 +36,10 @@ use super::{
 };
 use crate::auth::bearer_in;
 use crate::error::ApiError;
+use crate::routing::access::Asked;
 use crate::routing::pace::{Broken, Paced, Passed, Side, Stalled};
 use crate::routing::upstream::{into_body, Error, ToReplica};
-use crate::routing::{Backend, Route};
+use crate::routing::{Backend, PickedBy, Route};
 use body::{read_for_cache, read_then_rest, Collected};
 use relay::CacheAsk;
 pub use relay::Passing;
@@ -176,6 +177,10 @@ async fn head_in_time<T>(
     }
 }
 
+/// The replica a response came from and what chose it, for the access line.
+#[derive(Clone)]
+struct Picked(String, PickedBy);
+
 /// A request in flight on the general path: counted (see [`Counted`]) until its response has been passed
 /// on, when the replica connection it used goes back to the replica's pool.
 struct InFlight {
@@ -224,6 +229,11 @@ impl Proxy {
             _ => None,
         };
         let unread = |u: &Option<Passed>| u.as_ref().is_some_and(|u| u.ended().is_none());
+        // What was asked, for the access line.
+        let asked = self.routing.access.is_some().then(|| {
+            let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+            (req.method().to_string(), target.to_string())
+        });
         let resp = match self
             .serve_inner(&route, target, peer, req, uploading.clone())
             .await
@@ -232,6 +242,12 @@ impl Proxy {
                 // The replica answered before all of the upload came.
                 if unread(&uploading) {
                     forward::close_after(passing.headers_mut());
+                }
+                let picked = passing.extensions_mut().remove::<Picked>();
+                if let (Some(Picked(replica, by)), Some((method, target))) = (picked, &asked) {
+                    let asked = Asked { method, target };
+                    let answered = (passing.status().as_u16(), started.elapsed());
+                    self.access_line(&route, &replica, asked, answered, by);
                 }
                 passing
             }
@@ -373,7 +389,12 @@ impl Proxy {
                 }
             }
         }
-        Ok(self.respond(&route, &backend, session.as_deref(), resp, guard, cache_ask))
+        let mut reply = self.respond(&route, &backend, session.as_deref(), resp, guard, cache_ask);
+        if self.routing.access.is_some() {
+            let picked = Picked(backend.replica_id.clone(), choice.by);
+            reply.extensions_mut().insert(picked);
+        }
+        Ok(reply)
     }
 
     /// Who may call: the entry point (see [`Self::check_entry`]), the CIDR allow list, and access by type.

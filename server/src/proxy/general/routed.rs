@@ -30,16 +30,19 @@ pub(super) struct Choice {
     _room: Option<Hold>,
     /// The router's stream, for the response's head.
     pub router: Option<ext_proc::Stream>,
+    /// What chose the replicas.
+    pub by: PickedBy,
 }
 
 impl Choice {
-    /// One replica, or none.
-    pub(super) fn one(to: Option<&Arc<Backend>>) -> Choice {
+    /// One replica, or none, chosen `by` what.
+    pub(super) fn one(to: Option<&Arc<Backend>>, by: PickedBy) -> Choice {
         Choice {
             to: to.cloned().into_iter().collect(),
             again: None,
             _room: None,
             router: None,
+            by,
         }
     }
 
@@ -90,7 +93,12 @@ impl Proxy {
         let (mut body, room) = match self.whole_body(out).await {
             Ok(Some(whole)) => whole,
             // Larger than a body read whole: the balancer's, as if the router had named none.
-            Ok(None) => return Ok(Choice::one(by_balancer(PickedBy::Fallback))),
+            Ok(None) => {
+                return Ok(Choice::one(
+                    by_balancer(PickedBy::Fallback),
+                    PickedBy::Fallback,
+                ))
+            }
             Err(answer) => return Err(answer),
         };
         let had_length = out.headers().contains_key(header::CONTENT_LENGTH);
@@ -112,12 +120,12 @@ impl Proxy {
             Err(failed) => return self.router_failed(route, settings, failed, by_balancer),
         };
         let stats = &route.activity.stats;
-        let to = match told {
+        let (to, by) = match told {
             Told::Answer(answer) => return Err(answer),
-            Told::Nothing => by_balancer(PickedBy::Fallback)
-                .cloned()
-                .into_iter()
-                .collect(),
+            Told::Nothing => {
+                let to = by_balancer(PickedBy::Fallback).cloned().into_iter();
+                (to.collect(), PickedBy::Fallback)
+            }
             Told::To(named) => {
                 let to = ready_named(route, &named);
                 if to.is_empty() {
@@ -127,7 +135,7 @@ impl Proxy {
                     return Err(unavailable(why, None));
                 }
                 stats.picked(PickedBy::Router);
-                to
+                (to, PickedBy::Router)
             }
         };
         let again = (to.len() > 1).then(|| {
@@ -143,6 +151,7 @@ impl Proxy {
             again,
             _room: room,
             router: Some(stream),
+            by,
         })
     }
 
@@ -166,7 +175,7 @@ impl Proxy {
         }
         let by = PickedBy::Balancer;
         let to = self.pick_replica(route, caller.session, caller.client, affinity, by);
-        let mut choice = Choice::one(to);
+        let mut choice = Choice::one(to, by);
         choice._room = room;
         Ok(choice)
     }
@@ -204,7 +213,10 @@ impl Proxy {
         route.activity.stats.router_failed(why);
         tracing::warn!(endpoint = %route.name, fail_open = settings.fail_open, "custom router failed a request: {failed}");
         if settings.fail_open {
-            Ok(Choice::one(by_balancer(PickedBy::Fallback)))
+            Ok(Choice::one(
+                by_balancer(PickedBy::Fallback),
+                PickedBy::Fallback,
+            ))
         } else {
             let why = format!("the custom router failed the request: {failed}");
             Err(unavailable(why, Some(self.config.retry_after_s)))

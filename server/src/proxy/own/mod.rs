@@ -48,6 +48,7 @@ use super::resolve::endpoint_route;
 use super::{cache, cached_response, checks_waited, serving, Proxy};
 use crate::auth::bearer;
 use crate::model::{EndpointType, LoadBalancer};
+use crate::routing::access::Asked;
 use crate::routing::{PickedBy, Route, RouteTable};
 use conn::{linger, write_answer};
 use request::{key, read_whole_body, request_head, RequestFields};
@@ -258,6 +259,12 @@ async fn exchange(
     let limit = proxy.config.replica_timeout();
     // The request's start is the time now unless the checks may have waited (then read anew).
     let now = if waited { Instant::now() } else { started };
+    // What was asked, for the access line (the head leaves the buffer once it is sent).
+    let asked = proxy.routing.access.is_some().then(|| {
+        let (head, buf) = (&conn.head, &conn.buf[..]);
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (text(head.method.in_(buf)), text(head.target.in_(buf)))
+    });
     let sent = send_request(conn, backend, length, taken.repeatable, limit, now);
     let sent = match sent.await {
         Ok(sent) => sent,
@@ -272,6 +279,17 @@ async fn exchange(
     let mut upstream = sent.upstream;
     let passed =
         pass_response(proxy, conn, &mut upstream, taken, route, cache_ask, started).await?;
+    if let Some((method, target)) = &asked {
+        let asked = Asked { method, target };
+        let answered = (conn.rhead.status, started.elapsed());
+        proxy.access_line(
+            route,
+            &backend.replica_id,
+            asked,
+            answered,
+            PickedBy::Balancer,
+        );
+    }
     conn.replica_timer = upstream.timer.take();
     if passed.reusable && sent.all {
         backend.pool.give_back_stream(upstream.io, upstream.used);
