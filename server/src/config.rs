@@ -524,6 +524,14 @@ pub struct ProxyConfig {
     /// `false` sends every request through the general path (hyper's), to rule the own path out or to
     /// compare the two.
     pub own_path: bool,
+    /// An extProc custom router that has not answered within this (milliseconds) for a request's head and
+    /// body, or for a response's head, is given up on for that request (an endpoint's
+    /// `customRouter.env.SWITCHYARD_EXT_PROC_TIMEOUT_MS` overrides it).
+    pub ext_proc_timeout_ms: u64,
+    /// What a request does when its extProc router fails it (no answer in time, an error, a closed stream):
+    /// `true` sends it to the endpoint's built-in balancer, `false` refuses it with 503 (an endpoint's
+    /// `customRouter.env.SWITCHYARD_EXT_PROC_FAIL_OPEN` overrides it).
+    pub ext_proc_fail_open: bool,
 }
 
 /// A timeout of `s` seconds, from a second to a year.
@@ -563,6 +571,8 @@ impl Default for ProxyConfig {
             max_connections: 10_000,
             busy_poll_us: 100,
             own_path: true,
+            ext_proc_timeout_ms: 1000,
+            ext_proc_fail_open: true,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! `GET /metrics` reports that queue with vLLM's gauge names. The other routes (`/echo`, `/stream`,
 //! `/env/{NAME}`, `/mcp`) and the failure flags exist to test the runtime and its serving proxy.
 
+mod ext_proc;
 mod router;
 
 use std::collections::HashSet;
@@ -72,6 +73,13 @@ struct Cli {
     /// Run as a custom-router sidecar instead of an engine (see `router.rs`).
     #[arg(long)]
     router: bool,
+    /// Run as an extProc custom-router sidecar: an Envoy external processor on `--grpc-port` (see
+    /// `ext_proc.rs`), told the replicas on `--port`.
+    #[arg(long)]
+    ext_proc: bool,
+    /// The extProc processor's gRPC port.
+    #[arg(long, env = "GRPC_PORT", default_value_t = 9002)]
+    grpc_port: u16,
     /// The model, as TEI takes it (`--model-id /repository` under the Docker provider); the test engine has
     /// none, and only says what it was given.
     #[arg(long)]
@@ -261,6 +269,24 @@ async fn echo(headers: HeaderMap, body: Bytes) -> Response {
     response
 }
 
+/// The request as it came: method, path and query, every field (a repeated one joined by `, `) and the
+/// body as text.
+async fn seen(method: axum::http::Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    let mut fields = serde_json::Map::new();
+    for name in headers.keys() {
+        let values: Vec<&str> = headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap_or("?"))
+            .collect();
+        fields.insert(name.to_string(), Value::from(values.join(", ")));
+    }
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let body = String::from_utf8_lossy(&body);
+    Json(json!({"method": method.as_str(), "path": path, "headers": fields, "body": body}))
+        .into_response()
+}
+
 #[derive(Deserialize)]
 struct StreamParams {
     n: Option<u64>,
@@ -383,14 +409,25 @@ async fn run(cli: Cli, started: Instant) -> Result<(), String> {
         .route("/embed", post(embed))
         .route("/metrics", get(metrics))
         .route("/echo", post(echo))
+        .route("/seen/{*rest}", axum::routing::any(seen))
         .route("/stream", get(stream))
         .route("/env/{name}", get(env_var))
         .route("/mcp", post(mcp))
         .fallback(no_route)
         .layer(axum::middleware::map_response(tag_replica))
         .with_state(engine);
-    let app = if cli.router {
-        router::app()
+    let backends = Arc::new(router::Backends::default());
+    let app = if cli.ext_proc {
+        let (port, announced) = (cli.grpc_port, backends.clone());
+        tokio::spawn(async move {
+            if let Err(e) = ext_proc::serve(port, announced).await {
+                say!("test engine: {e}");
+                std::process::exit(1);
+            }
+        });
+        router::app(backends, false)
+    } else if cli.router {
+        router::app(backends, true)
     } else {
         engine_app
     };

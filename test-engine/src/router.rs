@@ -22,6 +22,16 @@ pub struct Backends {
     announcements: AtomicUsize,
 }
 
+impl Backends {
+    /// The replicas last announced.
+    pub fn list(&self) -> Vec<String> {
+        self.list
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
 type Shared = (Arc<Backends>, Client<HttpConnector, Body>);
 
 #[derive(Deserialize)]
@@ -94,12 +104,18 @@ async fn forward(State((b, client)): State<Shared>, req: Request) -> Response {
     }
 }
 
-pub fn app() -> Router {
+/// The sidecar's HTTP side: `/health`, and where the runtime announces the replicas to `announced`;
+/// `forward_rest` on, every other request is forwarded to them in turn.
+pub fn app(announced: Arc<Backends>, forward_rest: bool) -> Router {
     let client = Client::builder(hyper_util::rt::TokioExecutor::new()).build(HttpConnector::new());
-    Router::new()
+    let app = Router::new()
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/_custom_router/set-backends", post(set_backends))
-        .route("/_custom_router/backends", get(backends))
-        .fallback(forward)
-        .with_state((Arc::new(Backends::default()), client))
+        .route("/_custom_router/backends", get(backends));
+    let app = if forward_rest {
+        app.fallback(forward)
+    } else {
+        app
+    };
+    app.with_state((announced, client))
 }

@@ -430,6 +430,74 @@ pub enum RouterProtocol {
     ExtProc,
 }
 
+/// `customRouter.env` keys the server itself reads for an extProc router (the sidecar gets them too).
+pub const EXT_PROC_TIMEOUT_ENV: &str = "SWITCHYARD_EXT_PROC_TIMEOUT_MS";
+pub const EXT_PROC_FAIL_OPEN_ENV: &str = "SWITCHYARD_EXT_PROC_FAIL_OPEN";
+pub const EXT_PROC_REQUEST_BODY_ENV: &str = "SWITCHYARD_EXT_PROC_REQUEST_BODY";
+
+/// What an extProc router sees of a request body, in Envoy's names (`ProcessingMode.request_body_mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ExtProcBody {
+    /// Headers only (unless the router's answer to them asks for the body).
+    None,
+    /// The whole body, once the router has answered the headers.
+    Buffered,
+    /// The body with the headers, without waiting for their answer: what the Gateway API Inference
+    /// Extension's endpoint picker expects (it answers the headers once the body has come).
+    #[default]
+    FullDuplexStreamed,
+}
+
+/// How the proxy speaks to an extProc router, as `customRouter.env` says: `None` for a setting left to
+/// the server's `[proxy]` config.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExtProcSettings {
+    pub timeout_ms: Option<u64>,
+    pub fail_open: Option<bool>,
+    pub request_body: ExtProcBody,
+}
+
+impl ExtProcSettings {
+    /// The settings in `env`; `Err` names the key whose value is not one.
+    pub fn of(env: &BTreeMap<String, String>) -> Result<ExtProcSettings, (&'static str, String)> {
+        let mut out = ExtProcSettings::default();
+        if let Some(v) = env.get(EXT_PROC_TIMEOUT_ENV) {
+            match v.trim().parse::<u64>() {
+                Ok(ms) if (1..=600_000).contains(&ms) => out.timeout_ms = Some(ms),
+                _ => {
+                    let why =
+                        format!("must be a number of milliseconds from 1 to 600000, not {v:?}");
+                    return Err((EXT_PROC_TIMEOUT_ENV, why));
+                }
+            }
+        }
+        if let Some(v) = env.get(EXT_PROC_FAIL_OPEN_ENV) {
+            out.fail_open = Some(match v.trim() {
+                "true" => true,
+                "false" => false,
+                _ => {
+                    return Err((
+                        EXT_PROC_FAIL_OPEN_ENV,
+                        format!("must be true or false, not {v:?}"),
+                    ))
+                }
+            });
+        }
+        if let Some(v) = env.get(EXT_PROC_REQUEST_BODY_ENV) {
+            out.request_body = match v.trim() {
+                "NONE" => ExtProcBody::None,
+                "BUFFERED" => ExtProcBody::Buffered,
+                "FULL_DUPLEX_STREAMED" => ExtProcBody::FullDuplexStreamed,
+                _ => {
+                    let why = format!("must be NONE, BUFFERED or FULL_DUPLEX_STREAMED, not {v:?}");
+                    return Err((EXT_PROC_REQUEST_BODY_ENV, why));
+                }
+            };
+        }
+        Ok(out)
+    }
+}
+
 /// On-demand features.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -652,6 +720,9 @@ impl EndpointSpec {
         check_env_names(&self.model.secrets.0, "model.secrets", issues);
         if let Some(router) = &self.custom_router {
             check_env_names(&router.env, "customRouter.env", issues);
+            if let Err((key, why)) = ExtProcSettings::of(&router.env) {
+                issues.push(format!("customRouter.env.{key}"), why);
+            }
         }
         if let Some(network) = &self.network {
             check_network(network, issues);

@@ -37,9 +37,9 @@ pub use deploy::{
 };
 pub use endpoint::{
     Compute, ComputeAccelerator, CustomRouter, EndpointName, EndpointSpec, EndpointType,
-    ExperimentalFeatures, Framework, InferenceLoad, LoadBalancer, McpLb, Measure, Model, NameError,
-    Network, Notifications, PrivateLinkRegion, PrivateService, Provider, Route, RouterProtocol,
-    Scaling, ScheduleEntry, Secrets, Task,
+    ExperimentalFeatures, ExtProcBody, ExtProcSettings, Framework, InferenceLoad, LoadBalancer,
+    McpLb, Measure, Model, NameError, Network, Notifications, PrivateLinkRegion, PrivateService,
+    Provider, Route, RouterProtocol, Scaling, ScheduleEntry, Secrets, Task,
 };
 pub use host::{bare_host, is_server_host};
 pub use image::ModelImage;

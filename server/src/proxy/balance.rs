@@ -59,8 +59,8 @@ pub fn least_connections(backends: &[Arc<Backend>]) -> Option<&Arc<Backend>> {
 pub const ENGINE_FIGURES_FRESH_MS: i64 = 5_000;
 
 /// A replica's load for [`least_load`]: the requests the proxy has in flight to it, plus, when its engine's
-/// figures are fresh, the requests waiting in it and its KV-cache use (a fraction: it tells apart replicas
-/// whose queues are equal).
+/// figures are fresh, the requests waiting in it that others sent (see [`crate::routing::EngineFigures::record`])
+/// and its KV-cache use (a fraction: it tells apart replicas whose queues are equal).
 fn load_of(backend: &Backend, now_ms: i64) -> f64 {
     let in_flight = f64::from(backend.in_flight.get());
     match backend.engine.fresh(now_ms, ENGINE_FIGURES_FRESH_MS) {
@@ -69,23 +69,88 @@ fn load_of(backend: &Backend, now_ms: i64) -> f64 {
     }
 }
 
-/// The least loaded replica (see [`load_of`]) at `now_ms`; ties go to a random one of them.
-pub fn least_load(backends: &[Arc<Backend>], now_ms: i64) -> Option<&Arc<Backend>> {
-    least_by(backends, |b| load_of(b, now_ms))
+/// Prompts that share their first this many bytes share a replica under [`least_load`] (prefix affinity):
+/// what is usually a system prompt and the conversation's start, which the engine's prefix cache keeps.
+pub const AFFINITY_PREFIX: usize = 256;
+
+/// How much more loaded (see [`load_of`]) than the least loaded replica a prompt's own replica may be and
+/// still take it: past that, the prompt goes to the least loaded, where its prefix is computed again.
+pub const AFFINITY_SLACK: f64 = 2.0;
+
+/// The least loaded replica (see [`load_of`]) at `now_ms`; ties go to a random one of them. A request
+/// with a prompt prefix (`affinity`, see [`affinity_of`]) goes to that prefix's replica (the same for every
+/// server: rendezvous hashing over the replicas' ids) while its load is within [`AFFINITY_SLACK`] of the
+/// least.
+pub fn least_load(
+    backends: &[Arc<Backend>],
+    now_ms: i64,
+    affinity: Option<u64>,
+) -> Option<&Arc<Backend>> {
+    let least = least_by(backends, |b| load_of(b, now_ms))?;
+    let Some(key) = affinity else {
+        return Some(least);
+    };
+    let home = backends
+        .iter()
+        .max_by_key(|b| mix(key ^ fnv1a(b.replica_id.as_bytes())))?;
+    let near = load_of(home, now_ms) <= load_of(least, now_ms) + AFFINITY_SLACK;
+    Some(if near { home } else { least })
 }
 
-/// The replica `policy` picks among `backends` for a caller at `client`, at `now_ms`.
+/// FNV-1a, 64 bits: a hash that is the same in every process (the std hasher's keys are not promised).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// splitmix64's finalizer: spreads a combined key over the whole range.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The prompt prefix of an inference request's JSON body, hashed: the first [`AFFINITY_PREFIX`] bytes of
+/// its prompt (`prompt`, the `messages`' contents in order as OpenAI's chat API has them, or TEI's and
+/// TGI's `inputs`); `None` for a body that is not one, or a prompt shorter than that.
+pub fn affinity_of(body: &[u8]) -> Option<u64> {
+    let json: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let mut prompt = String::new();
+    let mut add = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => prompt.push_str(s),
+        serde_json::Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.as_str().or_else(|| p.get("text")?.as_str()))
+            .for_each(|t| prompt.push_str(t)),
+        _ => {}
+    };
+    if let Some(messages) = json.get("messages").and_then(|m| m.as_array()) {
+        messages
+            .iter()
+            .filter_map(|m| m.get("content"))
+            .for_each(&mut add);
+    } else if let Some(p) = json.get("prompt").or_else(|| json.get("inputs")) {
+        add(p);
+    }
+    let prefix = prompt.as_bytes().get(..AFFINITY_PREFIX)?;
+    Some(fnv1a(prefix))
+}
+
+/// The replica `policy` picks among `backends` for a caller at `client`, at `now_ms`; `affinity` is the
+/// request's prompt prefix, for `least_load`.
 pub fn pick(
     policy: LoadBalancer,
     backends: &[Arc<Backend>],
     client: IpAddr,
     now_ms: i64,
+    affinity: Option<u64>,
 ) -> Option<&Arc<Backend>> {
     match policy {
         LoadBalancer::Random => random(backends),
         LoadBalancer::Sticky => sticky(backends, client),
         LoadBalancer::LeastConnections => least_connections(backends),
-        LoadBalancer::LeastLoad => least_load(backends, now_ms),
+        LoadBalancer::LeastLoad => least_load(backends, now_ms, affinity),
     }
 }
 
@@ -129,28 +194,59 @@ mod tests {
     }
 
     #[test]
+    fn a_prompt_prefix_keeps_its_replica_while_that_is_not_much_busier() {
+        let three = backends(3);
+        let long = "You are a helpful assistant. ".repeat(20);
+        let chat = |turn: &str| {
+            let body = serde_json::json!({"messages": [
+                {"role": "system", "content": long},
+                {"role": "user", "content": turn},
+            ]});
+            affinity_of(body.to_string().as_bytes())
+        };
+        let (first, second) = (chat("hello"), chat("and then?"));
+        assert!(
+            first.is_some() && first == second,
+            "one conversation, one prefix"
+        );
+        assert_eq!(affinity_of(br#"{"prompt": "short"}"#), None);
+        assert_eq!(affinity_of(b"not json"), None);
+        let home = least_load(&three, 0, first).unwrap().replica_id.clone();
+        for _ in 0..20 {
+            assert_eq!(least_load(&three, 0, second).unwrap().replica_id, home);
+        }
+        // Within the slack it stays; past it, the least loaded takes it.
+        let home_backend = three.iter().find(|b| b.replica_id == home).unwrap();
+        home_backend.in_flight.up();
+        home_backend.in_flight.up();
+        assert_eq!(least_load(&three, 0, first).unwrap().replica_id, home);
+        home_backend.in_flight.up();
+        assert_ne!(least_load(&three, 0, first).unwrap().replica_id, home);
+    }
+
+    #[test]
     fn least_load_goes_by_the_engines_figures_while_they_are_fresh() {
         let three = backends(3);
         let now = 1_000_000;
         // r0 has a queue, r1 a fuller KV cache than r2: r2 is the least loaded.
-        three[0].engine.record(Some(4.0), Some(10.0), now);
-        three[1].engine.record(Some(0.0), Some(90.0), now);
-        three[2].engine.record(Some(0.0), Some(20.0), now);
+        three[0].engine.record(Some(4.0), Some(10.0), 0, now);
+        three[1].engine.record(Some(0.0), Some(90.0), 0, now);
+        three[2].engine.record(Some(0.0), Some(20.0), 0, now);
         for _ in 0..50 {
-            assert_eq!(least_load(&three, now).unwrap().replica_id, "r2");
+            assert_eq!(least_load(&three, now, None).unwrap().replica_id, "r2");
         }
         // The proxy's own in-flight requests count too.
         three[2].in_flight.up();
         three[2].in_flight.up();
         for _ in 0..50 {
-            assert_eq!(least_load(&three, now).unwrap().replica_id, "r1");
+            assert_eq!(least_load(&three, now, None).unwrap().replica_id, "r1");
         }
         // Figures too old for r0: judged by in flight alone (none), it is the least loaded.
         let later = now + ENGINE_FIGURES_FRESH_MS + 1;
-        three[1].engine.record(Some(0.0), Some(90.0), later);
-        three[2].engine.record(Some(0.0), Some(20.0), later);
+        three[1].engine.record(Some(0.0), Some(90.0), 0, later);
+        three[2].engine.record(Some(0.0), Some(20.0), 0, later);
         for _ in 0..50 {
-            assert_eq!(least_load(&three, later).unwrap().replica_id, "r0");
+            assert_eq!(least_load(&three, later, None).unwrap().replica_id, "r0");
         }
     }
 
@@ -159,12 +255,12 @@ mod tests {
         let two = backends(2);
         two[0].in_flight.up();
         for _ in 0..50 {
-            assert_eq!(least_load(&two, 0).unwrap().replica_id, "r1");
+            assert_eq!(least_load(&two, 0, None).unwrap().replica_id, "r1");
         }
         // Equal: either, at random.
         two[1].in_flight.up();
         let picks: std::collections::HashSet<String> = (0..200)
-            .map(|_| least_load(&two, 0).unwrap().replica_id.clone())
+            .map(|_| least_load(&two, 0, None).unwrap().replica_id.clone())
             .collect();
         assert_eq!(picks.len(), 2);
     }

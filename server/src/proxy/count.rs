@@ -42,10 +42,13 @@ impl<R: Deref<Target = Route>, B: Deref<Target = Backend>> Counted<R, B> {
         }
     }
 
-    /// The request counted on `replica` too, from now on.
+    /// The request counted on `replica` too, from now on (no longer on one it was counted on before: a
+    /// request that could not reach its first replica goes on to the next).
     pub(super) fn add_replica(&mut self, replica: B) {
         replica.in_flight.up();
-        self.replica = Some(replica);
+        if let Some(before) = self.replica.replace(replica) {
+            before.in_flight.down();
+        }
     }
 }
 

@@ -23,6 +23,7 @@ mod bodies;
 pub mod cache;
 mod count;
 mod edge;
+mod ext_proc;
 mod forward;
 mod general;
 mod http1;
@@ -50,7 +51,7 @@ use crate::clock::Clock;
 use crate::config::ProxyConfig;
 use crate::error::ApiError;
 use crate::model::{Cidr, EndpointState, EndpointType};
-use crate::routing::{Backend, Route, RoutingHandle};
+use crate::routing::{Backend, PickedBy, Route, RoutingHandle};
 use crate::store::Store;
 use access::TokenAnswer;
 use cache::{Cached, ResponseCache};
@@ -233,16 +234,24 @@ fn unavailable(message: impl Into<String>, retry_after: Option<u32>) -> Response
 
 impl Proxy {
     /// The replica to send to: the custom router when there is one (it balances by itself), else the one
-    /// that issued the caller's MCP session, or the route's balancer's pick.
+    /// that issued the caller's MCP session, or the route's balancer's pick (`affinity`: the request's prompt
+    /// prefix, see [`balance::affinity_of`]); counted as picked `by` (the balancer, or a fallback from an
+    /// extProc router).
     fn pick_replica<'r>(
         &self,
         route: &'r Route,
         session: Option<&str>,
         client: IpAddr,
+        affinity: Option<u64>,
+        by: PickedBy,
     ) -> Option<&'r Arc<Backend>> {
+        let stats = &route.activity.stats;
         match (&route.router, route.mcp_lb) {
             // A custom router balances by itself.
-            (Some(router), _) => Some(router),
+            (Some(router), _) => {
+                stats.picked(PickedBy::Router);
+                Some(router)
+            }
             (None, mcp) => match mcp {
                 Some(stateful) => {
                     let known = if stateful {
@@ -256,9 +265,10 @@ impl Proxy {
                 }
                 None => {
                     let now = self.clock.now_millis();
-                    balance::pick(route.load_balancer, &route.backends, client, now)
+                    balance::pick(route.load_balancer, &route.backends, client, now, affinity)
                 }
-            },
+            }
+            .inspect(|_| stats.picked(by)),
         }
     }
 }

@@ -203,6 +203,7 @@ mod tests {
             domain: None,
             backends: Vec::new(),
             router: None,
+            ext_proc: None,
             activity: Default::default(),
         })
     }

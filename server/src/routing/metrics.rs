@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use super::stats::BUCKETS;
+use super::stats::{PickedBy, RouterFailure, BUCKETS};
 use super::table::{Route, RouteTable};
 
 fn escape(v: &str) -> String {
@@ -83,6 +83,30 @@ pub fn render(table: &RouteTable) -> String {
             labels(r),
             r.activity.stats.cache_hits()
         );
+    }
+    out.push_str("# HELP switchyard_proxy_picks_total Requests sent on to a replica, by what chose it: the endpoint's balancer, its custom router, or the balancer when the router failed or named none (fallback).\n# TYPE switchyard_proxy_picks_total counter\n");
+    for r in &routes {
+        for by in PickedBy::ALL {
+            let n = r.activity.stats.picks(by);
+            let by = by.as_str();
+            let _ = writeln!(
+                out,
+                "switchyard_proxy_picks_total{{{},by=\"{by}\"}} {n}",
+                labels(r)
+            );
+        }
+    }
+    out.push_str("# HELP switchyard_proxy_router_failures_total Requests an extProc custom router failed: no answer in time, a broken stream, or a replica named that is not ready (refused).\n# TYPE switchyard_proxy_router_failures_total counter\n");
+    for r in routes.iter().filter(|r| r.ext_proc.is_some()) {
+        for why in RouterFailure::ALL {
+            let n = r.activity.stats.router_failures(why);
+            let why = why.as_str();
+            let _ = writeln!(
+                out,
+                "switchyard_proxy_router_failures_total{{{},why=\"{why}\"}} {n}",
+                labels(r)
+            );
+        }
     }
     out.push_str("# HELP switchyard_endpoint_ready_replicas Replicas that answer their health route.\n# TYPE switchyard_endpoint_ready_replicas gauge\n");
     for r in &routes {

@@ -24,8 +24,8 @@ use tokio::sync::{watch, Notify};
 
 pub use backend::{Backend, EngineFigures};
 pub use host::{bare_host, is_loopback_url, is_server_host, public_host};
-pub use stats::{Activity, EndpointStats};
-pub use table::{Route, RouteTable};
+pub use stats::{Activity, EndpointStats, PickedBy, RouterFailure};
+pub use table::{ExtProcRoute, Route, RouteTable};
 
 /// What a reader of the routing table holds: the latest table, the bell that asks the runtime to look at
 /// the endpoints now (a request waking a scaled-to-zero endpoint), and the server's own host.

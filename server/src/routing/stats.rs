@@ -87,6 +87,52 @@ pub const BUCKETS: [f64; 12] = [
 /// Status codes counted one by one; anything outside 100..600 is counted as 0 (unknown).
 const STATUSES: usize = 600;
 
+/// Why a request went to the replica it went to: the endpoint's balancer, its custom router's choice, or
+/// the balancer because its router failed the request or named none (a fallback).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PickedBy {
+    Balancer,
+    Router,
+    Fallback,
+}
+
+impl PickedBy {
+    pub const ALL: [PickedBy; 3] = [PickedBy::Balancer, PickedBy::Router, PickedBy::Fallback];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PickedBy::Balancer => "balancer",
+            PickedBy::Router => "router",
+            PickedBy::Fallback => "fallback",
+        }
+    }
+}
+
+/// How an extProc custom router failed a request: no answer in time, a broken stream, or a replica named
+/// that is not one of the endpoint's ready replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouterFailure {
+    Timeout,
+    Error,
+    Refused,
+}
+
+impl RouterFailure {
+    pub const ALL: [RouterFailure; 3] = [
+        RouterFailure::Timeout,
+        RouterFailure::Error,
+        RouterFailure::Refused,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RouterFailure::Timeout => "timeout",
+            RouterFailure::Error => "error",
+            RouterFailure::Refused => "refused",
+        }
+    }
+}
+
 /// An endpoint's traffic counters, in a shard per data-plane worker (and one for every other thread):
 /// each worker adds to its own, so no counter's cache line travels between cores on every request. They
 /// are summed when read.
@@ -106,6 +152,10 @@ struct Shard {
     buckets: [AtomicU64; BUCKETS.len() + 1],
     sum_micros: AtomicU64,
     cache_hits: AtomicU64,
+    /// Requests sent on, by [`PickedBy`].
+    picks: [AtomicU64; 3],
+    /// Requests an extProc router failed, by [`RouterFailure`].
+    router_failures: [AtomicU64; 3],
 }
 
 impl Default for Shard {
@@ -115,6 +165,8 @@ impl Default for Shard {
             buckets: Default::default(),
             sum_micros: AtomicU64::new(0),
             cache_hits: AtomicU64::new(0),
+            picks: Default::default(),
+            router_failures: Default::default(),
         }
     }
 }
@@ -169,6 +221,24 @@ impl EndpointStats {
 
     pub fn cache_hit(&self) {
         self.mine().cache_hits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request sent on to the replica `by` chose.
+    pub fn picked(&self, by: PickedBy) {
+        self.mine().picks[by as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn picks(&self, by: PickedBy) -> u64 {
+        self.sum(|s| &s.picks[by as usize])
+    }
+
+    /// A request the endpoint's extProc router failed.
+    pub fn router_failed(&self, why: RouterFailure) {
+        self.mine().router_failures[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn router_failures(&self, why: RouterFailure) -> u64 {
+        self.sum(|s| &s.router_failures[why as usize])
     }
 
     /// (status, count) for every status seen.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::backend::Backend;
 use super::host::bare_host;
 use super::stats::Activity;
-use crate::model::{Cidr, EndpointState, EndpointType, LoadBalancer};
+use crate::model::{Cidr, EndpointState, EndpointType, ExtProcSettings, LoadBalancer};
 
 /// Everything the proxy needs to serve one endpoint.
 #[derive(Debug)]
@@ -29,9 +29,18 @@ pub struct Route {
     pub domain: Option<(String, String)>,
     /// Ready replicas, in a stable order.
     pub backends: Vec<Arc<Backend>>,
-    /// The custom-router sidecar every request goes through, once it knows the replicas.
+    /// The custom-router sidecar (protocol `http`) every request goes through, once it knows the replicas.
     pub router: Option<Arc<Backend>>,
+    /// The custom router (protocol `extProc`) that names each request's replica.
+    pub ext_proc: Option<ExtProcRoute>,
     pub activity: Arc<Activity>,
+}
+
+/// An extProc custom router: the address of its gRPC service once it runs, and how it is spoken to.
+#[derive(Debug, Clone)]
+pub struct ExtProcRoute {
+    pub processor: Option<std::net::SocketAddr>,
+    pub settings: ExtProcSettings,
 }
 
 /// The published view of every endpoint, rebuilt by the reconciler when something changes.

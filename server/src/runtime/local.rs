@@ -211,7 +211,7 @@ fn signal_group(pid: u32, signal: i32) {
     }
 }
 
-fn free_port() -> std::io::Result<u16> {
+pub(super) fn free_port() -> std::io::Result<u16> {
     let l = TcpListener::bind(("127.0.0.1", 0))?;
     Ok(l.local_addr()?.port())
 }

@@ -105,7 +105,10 @@ const MAX_DRAIN: Duration = Duration::from_secs(30);
 /// A custom-router sidecar and what it was last told.
 struct RouterRun {
     spec: CustomRouter,
+    /// Its HTTP port: where it is told the replicas (and, protocol `http`, where requests go).
     backend: Arc<Backend>,
+    /// Its gRPC service, protocol `extProc`: where the proxy asks it for each request's replica.
+    grpc: Option<Arc<Backend>>,
     /// The replica URLs it acknowledged; `None` until the first announcement succeeds.
     announced: Option<Vec<String>>,
 }
@@ -586,12 +589,12 @@ impl Reconciler {
     /// What the proxy needs of the endpoint, `gen` being its spec's [`generation`].
     fn route(&self, rec: &EndpointRecord, gen: String) -> Option<Arc<Route>> {
         let run = self.runs.get(&rec.id)?;
-        // With a custom router, nothing is served until it knows the replicas.
-        let router = run
-            .router
-            .as_ref()
-            .filter(|r| r.announced.is_some())
-            .map(|r| r.backend.clone());
+        // With an http custom router, nothing is served until it knows the replicas; an extProc one is
+        // asked as soon as it runs.
+        let router = run.router.as_ref().and_then(|r| match &r.grpc {
+            Some(grpc) => Some(grpc.clone()),
+            None => r.announced.is_some().then(|| r.backend.clone()),
+        });
         let backends = run
             .replicas
             .iter()
@@ -1320,7 +1323,13 @@ fn replica_rows(endpoint_id: &str, run: &EndpointRun) -> Vec<ReplicaRow> {
         } else {
             "starting"
         };
-        let b = &router.backend;
+        // A follower needs an extProc router's gRPC address, and an http one's own.
+        let b = router.grpc.as_ref().unwrap_or(&router.backend);
+        let state = if router.grpc.is_some() {
+            "ready"
+        } else {
+            state
+        };
         rows.push(row("router", &b.replica_id, b, &b.replica_id, "", state));
     }
     rows
@@ -1421,9 +1430,6 @@ async fn sync_router(
         stop_router(run, provider).await;
         return Ok(());
     };
-    if spec.protocol != RouterProtocol::Http {
-        return Err("customRouter protocol extProc needs a gRPC external processor, which this server's proxy does not speak; use http".into());
-    }
     if let Some(r) = &run.router {
         match provider.status(&r.backend.replica_id) {
             ReplicaStatus::Exited(how) => {
@@ -1468,7 +1474,8 @@ async fn start_router(
             )
         })?;
     let replica_id = format!("{}-router-{}", rec.spec.name, &random_id()[..8]);
-    let (workload, args) = router_workload(provider.kind(), launcher, spec)?;
+    let grpc_port = grpc_port(provider.kind(), spec)?;
+    let (workload, args) = router_workload(provider.kind(), launcher, spec, grpc_port)?;
     let plan = ReplicaPlan {
         namespace: rec.namespace.clone(),
         endpoint: rec.spec.name.clone(),
@@ -1481,6 +1488,7 @@ async fn start_router(
             .iter()
             .chain(&spec.env)
             .map(|(k, v)| (k.clone(), v.clone()))
+            .chain(grpc_port.map(|p| ("GRPC_PORT".to_string(), p.to_string())))
             .collect(),
         resources: Resources::default(),
     };
@@ -1490,9 +1498,14 @@ async fn start_router(
         Err(why) => return Err(format!("custom router: {why}")),
     };
     tracing::info!(endpoint = %rec.spec.name, router = %info.replica_id, addr = %info.addr, "custom router started");
+    let grpc = grpc_port.map(|port| {
+        let addr = std::net::SocketAddr::new(info.addr.ip(), port);
+        Arc::new(Backend::new(info.replica_id.clone(), addr, write_limit))
+    });
     Ok(Started::Up(RouterRun {
         spec: spec.clone(),
         backend: Arc::new(Backend::new(info.replica_id, info.addr, write_limit)),
+        grpc,
         announced: None,
     }))
 }
@@ -1515,14 +1528,35 @@ async fn bring_up(
     }
 }
 
+/// The port an extProc router serves gRPC on (`None` for an http router): as a process, a free one of this
+/// machine's; in a container, the spec's `grpcPort`. It is given as `{grpc_port}` in the launcher's
+/// command and as `GRPC_PORT` in the environment.
+fn grpc_port(kind: Kind, spec: &CustomRouter) -> Result<Option<u16>, String> {
+    if spec.protocol != RouterProtocol::ExtProc {
+        return Ok(None);
+    }
+    match kind {
+        Kind::Process => super::local::free_port()
+            .map(Some)
+            .map_err(|e| format!("custom router: no free port for its gRPC service: {e}")),
+        Kind::Container => Ok(Some(spec.grpc_port)),
+    }
+}
+
 /// What a custom router runs: its launcher's command as a process, or under a container provider its
-/// image (the command, when set, as its entrypoint), listening on the spec's port.
+/// image (the command, when set, as its entrypoint), listening on the spec's port (and an extProc router's
+/// gRPC service on `grpc_port`).
 fn router_workload(
     kind: Kind,
     launcher: &crate::config::Launcher,
     spec: &CustomRouter,
+    grpc_port: Option<u16>,
 ) -> Result<(Workload, Vec<String>), String> {
-    let mut command = launcher.command.iter().cloned();
+    let grpc = grpc_port.map(|p| p.to_string()).unwrap_or_default();
+    let mut command = launcher
+        .command
+        .iter()
+        .map(|a| a.replace("{grpc_port}", &grpc));
     match kind {
         Kind::Process => {
             let program = command.next().unwrap_or_default();
@@ -1783,11 +1817,10 @@ async fn load_sample(
     let read = futures_util::future::join_all(scrapes).await;
     for (replica, load) in ready.iter().zip(&read) {
         if let Some(load) = load {
-            let at = now.timestamp_millis();
-            replica
-                .backend
-                .engine
-                .record(load.waiting, load.kv_cache_percent, at);
+            let (at, b) = (now.timestamp_millis(), &replica.backend);
+            let ours = b.in_flight.get();
+            b.engine
+                .record(load.waiting, load.kv_cache_percent, ours, at);
         }
     }
     let got: Vec<EngineLoad> = read.into_iter().flatten().collect();

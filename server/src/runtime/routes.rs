@@ -7,15 +7,16 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::model::EndpointType;
-use crate::routing::{Activity, Backend, Route, RouteTable};
+use crate::model::{EndpointType, ExtProcSettings, RouterProtocol};
+use crate::routing::{Activity, Backend, ExtProcRoute, Route, RouteTable};
 use crate::store::EndpointRecord;
 
 /// How often a follower reads the store when nothing woke it (the backstop for a missed `NOTIFY`).
 pub const FOLLOW_POLL: Duration = Duration::from_secs(1);
 
 /// The route of `rec` (its spec's generation `gen`), served by `backends` (its ready replicas) through
-/// `router` (its custom router, once that knows the replicas). `domains` maps each custom domain to the
+/// `router` (its custom router: an `http` one once it knows the replicas, an `extProc` one at its gRPC
+/// address once it runs). `domains` maps each custom domain to the
 /// namespace it belongs to: a route is served under its domain only when that is its namespace's.
 pub fn route_of(
     rec: &EndpointRecord,
@@ -27,10 +28,21 @@ pub fn route_of(
 ) -> Arc<Route> {
     let spec = &rec.spec;
     let features = &spec.experimental_features;
-    // With a custom router, nothing is served until it knows the replicas.
-    let routed = spec.custom_router.is_none() || router.is_some();
+    let ext_proc = spec
+        .custom_router
+        .as_ref()
+        .filter(|r| r.protocol == RouterProtocol::ExtProc)
+        .map(|r| ExtProcRoute {
+            processor: router.as_ref().map(|b| b.addr),
+            // The spec was checked when it was written.
+            settings: ExtProcSettings::of(&r.env).unwrap_or_default(),
+        });
+    // With an http custom router, nothing is served until it knows the replicas; an extProc one only names
+    // a replica, and a request it fails goes on as `[proxy]` says.
+    let routed = spec.custom_router.is_none() || ext_proc.is_some() || router.is_some();
     Arc::new(Route {
-        router,
+        router: if ext_proc.is_some() { None } else { router },
+        ext_proc,
         generation: gen,
         id: rec.id.clone(),
         namespace: rec.namespace.clone(),
@@ -86,8 +98,9 @@ impl Publisher {
             .map(|r| {
                 let ids: Vec<&str> = r.backends.iter().map(|b| b.replica_id.as_str()).collect();
                 let router = r.router.as_ref().map(|b| b.replica_id.as_str());
+                let ext_proc = r.ext_proc.as_ref().map(|e| (e.processor, e.settings));
                 format!(
-                    "{}:{}:{}:{:?}:{router:?};",
+                    "{}:{}:{}:{:?}:{router:?}:{ext_proc:?};",
                     r.id,
                     r.state,
                     ids.join(","),

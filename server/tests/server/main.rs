@@ -8,6 +8,7 @@
 mod common;
 
 mod api;
+mod ext_proc;
 mod fuzz;
 mod layers;
 mod notifications;

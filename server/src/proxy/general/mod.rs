@@ -11,6 +11,7 @@ mod body;
 pub(super) mod conn;
 mod guard;
 mod relay;
+mod routed;
 mod tunnel;
 mod wake;
 
@@ -36,7 +37,7 @@ use super::{
 use crate::auth::bearer_in;
 use crate::error::ApiError;
 use crate::routing::pace::{Broken, Paced, Passed, Side, Stalled};
-use crate::routing::upstream::{into_body, ToReplica};
+use crate::routing::upstream::{into_body, Error, ToReplica};
 use crate::routing::{Backend, Route};
 use body::{read_for_cache, read_then_rest, Collected};
 use relay::CacheAsk;
@@ -290,15 +291,21 @@ impl Proxy {
             .get(&MCP_SESSION_ID)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let backend = self.pick_replica(&route, session.as_deref(), client);
-        let Some(backend) = backend.cloned() else {
+        let host = parts.headers.get(header::HOST).cloned();
+        let mut out = self.outgoing(parts, target, body, peer);
+        let caller = routed::Caller {
+            session: session.as_deref(),
+            client,
+            host,
+        };
+        let mut choice = self.choose(&route, &mut out, caller).await?;
+        let Some(mut backend) = choice.first() else {
             return Err(unavailable(
                 "no replica is ready",
                 Some(self.config.retry_after_s),
             ));
         };
         guard.add_replica(&backend);
-        let mut out = self.outgoing(parts, target, body, peer);
         let limit = self.config.replica_timeout();
         if let Some((protocol, caller)) = upgrade {
             tunnel::ask(out.headers_mut(), protocol);
@@ -315,7 +322,20 @@ impl Proxy {
             };
             return Ok(self.respond(&route, &backend, session.as_deref(), resp, guard, None));
         }
-        let resp = match head_in_time(backend.send(out), limit, uploading).await {
+        let sent = loop {
+            let sent = head_in_time(backend.send(out), limit, uploading.clone()).await;
+            // A replica that could not be reached at all was sent nothing: the next named, if any.
+            if let Ok(Err(Error::Connect(e))) = &sent {
+                if let Some((next, again)) = choice.next() {
+                    tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica could not be reached; trying the next the router named");
+                    (backend, out) = (next, again);
+                    guard.add_replica(&backend);
+                    continue;
+                }
+            }
+            break sent;
+        };
+        let mut resp = match sent {
             Ok(Ok((r, _))) if !http_status(&r.status()) => {
                 tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, status = r.status().as_u16(), "replica answered with no HTTP status");
                 return Err(replica_failed(false));
@@ -342,6 +362,17 @@ impl Proxy {
                 return Err(replica_failed(true));
             }
         };
+        if let Some(router) = choice.router.take() {
+            // The router's accounting, and its changes to the response's fields; a router that fails here
+            // leaves the response as it is.
+            match router.response(resp.status(), resp.headers_mut()).await {
+                Ok(None) => {}
+                Ok(Some(answer)) => return Err(answer),
+                Err(e) => {
+                    tracing::warn!(endpoint = %route.name, "custom router did not take the response: {e}")
+                }
+            }
+        }
         Ok(self.respond(&route, &backend, session.as_deref(), resp, guard, cache_ask))
     }
 

@@ -47,8 +47,8 @@ use super::http1::Framing;
 use super::resolve::endpoint_route;
 use super::{cache, cached_response, checks_waited, serving, Proxy};
 use crate::auth::bearer;
-use crate::model::EndpointType;
-use crate::routing::{Route, RouteTable};
+use crate::model::{EndpointType, LoadBalancer};
+use crate::routing::{PickedBy, Route, RouteTable};
 use conn::{linger, write_answer};
 use request::{key, read_whole_body, request_head, RequestFields};
 use response::pass_response;
@@ -111,7 +111,10 @@ fn take<'t>(proxy: &Proxy, conn: &Conn, table: &'t RouteTable) -> Result<Taken<'
         route.endpoint_type,
         EndpointType::Public | EndpointType::Authenticated
     );
-    if !usual || !serving(route) || route.mcp_lb.is_some() || route.router.is_some() {
+    let routed = route.router.is_some() || route.ext_proc.is_some();
+    // `least_load` reads a body's prompt for its prefix (see `balance::affinity_of`), on the general path.
+    let prompt = route.load_balancer == LoadBalancer::LeastLoad && framing.length.unwrap_or(0) > 0;
+    if !usual || !serving(route) || route.mcp_lb.is_some() || routed || prompt {
         return Err(NotTaken::Over);
     }
     let rest_at = (!rest.is_empty()).then(|| path.len() - rest.len());
@@ -242,7 +245,7 @@ async fn exchange(
         },
     };
     let mut count = Counted::enter(route, proxy.clock.now_millis());
-    let Some(backend) = proxy.pick_replica(route, None, client) else {
+    let Some(backend) = proxy.pick_replica(route, None, client, None, PickedBy::Balancer) else {
         return Err(super::unavailable(
             "no replica is ready",
             Some(proxy.config.retry_after_s),
