@@ -32,7 +32,7 @@ mod common;
 
 const NS: &str = "admin";
 /// The parts `BENCH_PART` may name; without it, all of them run.
-const PARTS: [&str; 1] = ["balancers"];
+const PARTS: [&str; 2] = ["balancers", "ext_proc"];
 
 const REPLICAS: u32 = 4;
 /// Each replica's engine: slots (inputs served at once) and the time one input holds a slot.
@@ -46,6 +46,14 @@ const QUEUE_READ_EVERY: Duration = Duration::from_millis(10);
 /// The balancers compared, each with its endpoint (named as the balancer, `-` for `_`); the first is the
 /// baseline.
 const BALANCERS: [&str; 3] = ["random", "least_connections", "least_load"];
+
+/// The `ext_proc` part's router tag, and what its processor puts on every answer's head it sees.
+const ROUTER: &str = "test-ext-proc";
+/// The `ext_proc` part's replicas per endpoint, its connection counts, and the time of one turn.
+const EXT_REPLICAS: u32 = 2;
+const EXT_CONNS: [usize; 2] = [1, 8];
+const EXT_TURN_SECONDS: f64 = 1.0;
+const EXT_BODY: &str = r#"{"inputs":"x"}"#;
 
 /// Numbers every request: which are heavy follows from it.
 static SEQ: AtomicUsize = AtomicUsize::new(0);
@@ -80,6 +88,23 @@ async fn start(http: reqwest::Client) -> Server {
     if let Some(ms) = common::env_number("BENCH_TICK_MS") {
         config.runtime.tick_ms = ms;
     }
+    // The `ext_proc` part's router: the test engine as an external processor.
+    let command = [
+        "--port",
+        "{port}",
+        "--ext-proc",
+        "--grpc-port",
+        "{grpc_port}",
+    ];
+    let engine = engine_bin().to_string_lossy().into_owned();
+    let command = std::iter::once(engine).chain(command.map(String::from));
+    config.runtime.routers.insert(
+        ROUTER.into(),
+        switchyard_server::config::Launcher {
+            command: command.collect(),
+            ..Default::default()
+        },
+    );
     let app = Application::build(&config).await.expect("build");
     let url = format!("http://{}", app.local_addr());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -421,6 +446,247 @@ async fn balancers(srv: &Server, engine: &Path) {
     );
 }
 
+/// An endpoint of `EXT_REPLICAS` test-engine replicas with no inference time, routed by the `ROUTER`
+/// processor when `routed`, else by `random`.
+fn ext_spec(name: &str, engine: &Path, routed: bool) -> Value {
+    let mut spec = json!({
+        "name": name, "type": "public",
+        "provider": {"vendor": "aws", "region": "us-east-1"},
+        "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x2",
+                    "scaling": {"minReplica": EXT_REPLICAS, "maxReplica": EXT_REPLICAS}},
+        "model": {
+            "framework": "custom", "repository": "bench/engine", "task": "feature-extraction",
+            "image": {"custom": {"url": "local/test-engine", "healthRoute": "/health"}},
+            "command": [engine, "--port", "{port}", "--latency-ms", "0"],
+        },
+        "experimentalFeatures": {"loadBalancer": "random"},
+    });
+    if routed {
+        spec["customRouter"] = json!({"tag": ROUTER, "protocol": "extProc", "env": {}});
+    }
+    spec
+}
+
+/// The counters of `/metrics` for `endpoint` that tell who chose its replicas: picks by the router, picks by
+/// the balancer when the router failed or named none (fallback), and the router's failures (all reasons).
+async fn router_counts(srv: &Server, endpoint: &str) -> [u64; 3] {
+    let r = srv.http.get(format!("{}/metrics", srv.url));
+    let text = r.bearer_auth(&srv.token).send().await.expect("metrics");
+    let text = text.text().await.expect("metrics text");
+    let labels = format!("{{namespace=\"{NS}\",endpoint=\"{endpoint}\",");
+    let sum = |name: &str, extra: &str| -> u64 {
+        let prefix = format!("{name}{labels}{extra}");
+        text.lines()
+            .filter_map(|l| l.strip_prefix(&prefix))
+            .filter_map(|rest| rest.rsplit(' ').next()?.trim().parse::<u64>().ok())
+            .sum()
+    };
+    let picks = "switchyard_proxy_picks_total";
+    [
+        sum(picks, "by=\"router\""),
+        sum(picks, "by=\"fallback\""),
+        sum("switchyard_proxy_router_failures_total", "why="),
+    ]
+}
+
+/// One `POST /echo` with `x-pick`, which must succeed: its answer's head.
+async fn echo_head(http: &reqwest::Client, url: &str, pick: usize) -> reqwest::header::HeaderMap {
+    let req = http.post(url).header("x-pick", pick.to_string());
+    let r = req.body(EXT_BODY).send().await.expect("echo");
+    assert!(r.status().is_success(), "{url}: {}", r.status());
+    let head = r.headers().clone();
+    r.bytes().await.expect("echo body");
+    head
+}
+
+fn field<'h>(h: &'h reqwest::header::HeaderMap, name: &str) -> &'h str {
+    h.get(name).map_or("", |v| v.to_str().unwrap_or(""))
+}
+
+/// One `ext_proc` turn: the sorted latencies of the successes, the seconds it ran, the failures.
+type EchoTurn = (Vec<Duration>, f64, usize);
+
+/// `conns` tasks, each sending `POST /echo` (with `x-pick` alternating between the replicas) after the
+/// other to `url` for `seconds`: the sorted latencies of the 2xx answers read in full, the time, the rest.
+async fn echo_turn(http: &reqwest::Client, url: &str, conns: usize, seconds: f64) -> EchoTurn {
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(seconds);
+    let tasks: Vec<_> = (0..conns)
+        .map(|_| {
+            let (http, url) = (http.clone(), url.to_string());
+            tokio::spawn(async move {
+                let (mut lat, mut errors) = (Vec::with_capacity(1 << 14), 0);
+                while Instant::now() < deadline {
+                    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+                    let pick = (n % EXT_REPLICAS as usize).to_string();
+                    let req = http.post(&url).header("x-pick", pick);
+                    let req = req.header("content-type", "application/json");
+                    let t = Instant::now();
+                    let ok = match req.body(EXT_BODY).send().await {
+                        Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                        Err(_) => false,
+                    };
+                    match ok {
+                        true => lat.push(t.elapsed()),
+                        false => errors += 1,
+                    }
+                }
+                (lat, errors)
+            })
+        })
+        .collect();
+    let (mut all, mut errors) = (Vec::new(), 0);
+    for t in tasks {
+        let (lat, e) = t.await.expect("load task");
+        all.extend(lat);
+        errors += e;
+    }
+    all.sort_unstable();
+    (all, start.elapsed().as_secs_f64(), errors)
+}
+
+fn us(sorted: &[Duration], p: f64) -> f64 {
+    pct(sorted, p) * 1e3
+}
+
+/// Fails when the processor did not name the replica of every routed request (the figures would not be its).
+async fn ext_proc(srv: &Server, engine: &Path) -> Result<(), String> {
+    let turns: usize = common::env_number("BENCH_EXT_TURNS").unwrap_or(10).max(1);
+    let (plain, routed) = ("echo-plain", "echo-ext-proc");
+    srv.admin(Method::POST, "", Some(ext_spec(plain, engine, false)))
+        .await;
+    srv.admin(Method::POST, "", Some(ext_spec(routed, engine, true)))
+        .await;
+    let ready = |ep: &Value| {
+        ep["status"]["state"] == "running" && ep["status"]["readyReplica"] == EXT_REPLICAS
+    };
+    for name in [plain, routed] {
+        srv.wait_for(name, "running, all replicas ready", ready)
+            .await;
+    }
+    let replicas = srv.replica_addresses(plain, EXT_REPLICAS as usize).await;
+    let direct = format!("http://{}/echo", replicas[0]);
+    let (plain_url, routed_url) = (
+        srv.route_url(plain, "/echo"),
+        srv.route_url(routed, "/echo"),
+    );
+
+    // The processor learns the replicas from the runtime: until it has, it names none. Wait until it names
+    // each one, as the replica it reached tells (`/seen` returns the request the replica got).
+    let mut named = Vec::new();
+    for pick in 0..EXT_REPLICAS as usize {
+        let url = srv.route_url(routed, "/seen/x");
+        let mut to = None;
+        for _ in 0..400 {
+            let r = srv.http.get(&url).header("x-pick", pick.to_string());
+            let r = r.send().await.expect("seen");
+            let address = field(r.headers(), "x-replica-address").to_string();
+            let seen: Value = r.json().await.unwrap_or_default();
+            let headers = &seen["headers"];
+            let destination = headers["x-gateway-destination-endpoint"].as_str();
+            if headers["x-processed"] == ROUTER && destination == Some(address.as_str()) {
+                to = Some(address);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let what = "the extProc router never named replica";
+        named.push(to.ok_or(format!(
+            "{what} {pick} of {routed} (is its sidecar running?)"
+        ))?);
+    }
+    assert_ne!(named[0], named[1], "x-pick 0 and 1 reach two replicas");
+
+    let scenarios = [
+        ("direct to a replica (floor)", &direct),
+        ("proxy, plain (random)", &plain_url),
+        ("proxy, extProc router", &routed_url),
+    ];
+    // Warm-up: connections open at the highest count, each path run once.
+    for (_, url) in scenarios {
+        echo_turn(&srv.http, url, EXT_CONNS[1], 0.3).await;
+    }
+    let load = load_average();
+    let before = router_counts(srv, routed).await;
+    // Per connection count and scenario: each turn's (latencies, seconds, errors).
+    type Runs = Vec<Vec<EchoTurn>>;
+    let mut runs: Vec<Runs> = EXT_CONNS
+        .iter()
+        .map(|_| scenarios.iter().map(|_| Vec::new()).collect())
+        .collect();
+    for t in 0..turns {
+        for (c, conns) in EXT_CONNS.iter().enumerate() {
+            for i in turn_order(scenarios.len(), t) {
+                let url = scenarios[i].1;
+                runs[c][i].push(echo_turn(&srv.http, url, *conns, EXT_TURN_SECONDS).await);
+            }
+        }
+    }
+    let after = router_counts(srv, routed).await;
+    // A sample after the turns: the processor saw the answer's head too.
+    let head = echo_head(&srv.http, &routed_url, 0).await;
+    let seen = field(&head, "x-response-seen").to_string();
+
+    let routed_ok: usize = runs.iter().flat_map(|r| &r[2]).map(|t| t.0.len()).sum();
+    let [by_router, fallback, failures] = [0, 1, 2].map(|i| after[i] - before[i]);
+    println!(
+        "\nextProc router beside the plain path (POST /echo, test engine with no inference time, \
+         {EXT_REPLICAS} replicas per endpoint; {turns} turns of {EXT_TURN_SECONDS} s per scenario and \
+         connection count; load average {load} before, {} after)",
+        load_average()
+    );
+    println!("every figure: the median of the turns; added: routed minus plain within each turn, then the median");
+    println!(
+        "{:<30} {:>3} {:>8} {:>8} {:>8}",
+        "scenario", "con", "req/s", "p50 µs", "p99 µs"
+    );
+    for (c, conns) in EXT_CONNS.iter().enumerate() {
+        for ((name, _), turns) in scenarios.iter().zip(&runs[c]) {
+            let median = |f: &dyn Fn(&EchoTurn) -> f64| mid(turns.iter().map(f).collect());
+            let rps = median(&|(lat, s, _)| lat.len() as f64 / s);
+            let p50 = median(&|(lat, _, _)| us(lat, 0.50));
+            let p99 = median(&|(lat, _, _)| us(lat, 0.99));
+            let errors: usize = turns.iter().map(|t| t.2).sum();
+            let errors = common::errors_note(errors as u64);
+            println!("{name:<30} {conns:>3} {rps:>8.0} {p50:>8.1} {p99:>8.1}{errors}");
+        }
+    }
+    println!();
+    for (c, conns) in EXT_CONNS.iter().enumerate() {
+        let added = |a: usize, b: usize, p: f64| {
+            let each = runs[c][a].iter().zip(&runs[c][b]);
+            mid(each.map(|(x, y)| us(&x.0, p) - us(&y.0, p)).collect())
+        };
+        let ratio = {
+            let each = runs[c][2].iter().zip(&runs[c][1]);
+            mid(each
+                .map(|(x, y)| (x.0.len() as f64 / x.1) / (y.0.len() as f64 / y.1))
+                .collect())
+        };
+        println!(
+            "{conns} connection(s): extProc adds {:.1} µs at p50, {:.1} µs at p99 over the plain path \
+             (req/s {ratio:.2}× plain's); the plain path adds {:.1} and {:.1} µs over the direct call",
+            added(2, 1, 0.50),
+            added(2, 1, 0.99),
+            added(1, 0, 0.50),
+            added(1, 0, 0.99),
+        );
+    }
+    println!(
+        "\nrouted requests answered: {routed_ok}; picks by the router: {by_router}, by the balancer after the \
+         router (fallback): {fallback}; router failures: {failures}; a sample's x-response-seen: {}",
+        if seen.is_empty() { "(none)" } else { &seen }
+    );
+    if fallback > 0 || failures > 0 || (by_router as usize) < routed_ok || seen != ROUTER {
+        return Err(
+            "the extProc router did not decide every routed request: the figures above are \
+                    not the processor's"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
 fn main() {
     let part = std::env::var("BENCH_PART").unwrap_or_default();
     assert!(
@@ -447,9 +713,17 @@ fn main() {
     if wanted("balancers") {
         load_rt.block_on(balancers(&srv, &engine));
     }
+    let mut failed = None;
+    if wanted("ext_proc") {
+        failed = load_rt.block_on(ext_proc(&srv, &engine)).err();
+    }
     // A clean shutdown stops every replica.
     let _ = srv.stop.send(());
     let wait = async { tokio::time::timeout(Duration::from_secs(30), srv.done).await };
     let stopped = server_rt.block_on(wait).expect("server stops in time");
     stopped.expect("join").expect("serve");
+    if let Some(why) = failed {
+        eprintln!("{why}");
+        std::process::exit(1);
+    }
 }
