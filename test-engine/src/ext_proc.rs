@@ -12,7 +12,8 @@
 //! - a JSON body's `model` becomes the header `x-model`; `"rewrite_body": true` replaces the body with
 //!   `{"rewritten":true,"model":…}`;
 //! - `x-hang: 1`: never answers; `x-die: 1`: the process exits at once;
-//! - a response's head gets `x-response-seen: test-ext-proc`.
+//! - a response's head gets `x-response-seen: test-ext-proc`, unless the request said `x-skip-response`
+//!   (then the head's answer asks for no response head, `mode_override`).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -20,7 +21,10 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::config::core::v3::{
     header_value_option::HeaderAppendAction, HeaderValue, HeaderValueOption,
 };
-use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::{
+    BodySendMode, HeaderSendMode,
+};
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::ProcessingMode;
 use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::{
     ExternalProcessor, ExternalProcessorServer,
@@ -150,6 +154,12 @@ impl Processor {
             },
         ));
         head.dynamic_metadata = metadata;
+        if header(&seen.head, "x-skip-response").is_some() {
+            head.mode_override = Some(ProcessingMode {
+                response_header_mode: HeaderSendMode::Skip as i32,
+                ..Default::default()
+            });
+        }
         head
     }
 

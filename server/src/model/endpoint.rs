@@ -434,6 +434,11 @@ pub enum RouterProtocol {
 pub const EXT_PROC_TIMEOUT_ENV: &str = "SWITCHYARD_EXT_PROC_TIMEOUT_MS";
 pub const EXT_PROC_FAIL_OPEN_ENV: &str = "SWITCHYARD_EXT_PROC_FAIL_OPEN";
 pub const EXT_PROC_REQUEST_BODY_ENV: &str = "SWITCHYARD_EXT_PROC_REQUEST_BODY";
+pub const EXT_PROC_ENV: [&str; 3] = [
+    EXT_PROC_TIMEOUT_ENV,
+    EXT_PROC_FAIL_OPEN_ENV,
+    EXT_PROC_REQUEST_BODY_ENV,
+];
 
 /// What an extProc router sees of a request body, in Envoy's names (`ProcessingMode.request_body_mode`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -39,7 +39,7 @@ pub use endpoint::{
     Compute, ComputeAccelerator, CustomRouter, EndpointName, EndpointSpec, EndpointType,
     ExperimentalFeatures, ExtProcBody, ExtProcSettings, Framework, InferenceLoad, LoadBalancer,
     McpLb, Measure, Model, NameError, Network, Notifications, PrivateLinkRegion, PrivateService,
-    Provider, Route, RouterProtocol, Scaling, ScheduleEntry, Secrets, Task,
+    Provider, Route, RouterProtocol, Scaling, ScheduleEntry, Secrets, Task, EXT_PROC_ENV,
 };
 pub use host::{bare_host, is_server_host};
 pub use image::ModelImage;

@@ -190,7 +190,10 @@ fn router_code(
     let tag = &router.tag;
     let allowed = config.routers.get(tag).map_or(&[][..], |l| &l.tenant_env);
     let setting = format!("runtime.routers.{tag:?}.tenant_env");
+    // The proxy's own settings for an extProc router are the tenant's to choose.
+    let proxy_setting = |var: &&String| crate::model::EXT_PROC_ENV.contains(&var.as_str());
     changed(&router.env, old.map(|o| &o.env))
+        .filter(|var| !proxy_setting(var))
         .find_map(|var| var_needs(config, allowed, &setting, var))
 }
 

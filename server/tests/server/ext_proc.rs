@@ -163,6 +163,14 @@ async fn the_processor_decides_each_request_on_both_proxy_paths() {
             );
         }
 
+        // A processor that asks for no response head (`mode_override`) is not sent one.
+        let (status, h, body) =
+            call(&rt, "picked", "/seen/x", &[("x-skip-response", "1")], None).await;
+        assert_eq!(status, 200);
+        let seen: Value = serde_json::from_str(&body).expect("json");
+        assert_eq!(seen["headers"]["x-processed"], "test-ext-proc");
+        assert!(h.get("x-response-seen").is_none(), "{h:?}");
+
         // Named in the `envoy.lb` metadata instead of a header.
         let (status, h, _) = call(
             &rt,

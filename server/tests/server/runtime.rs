@@ -2369,6 +2369,22 @@ async fn tenants_set_only_what_the_launcher_allows() {
         .create_endpoint("eve", &routed("ROUTER_MODE"))
         .await
         .expect("router allowlist");
+    // The proxy's own settings for an extProc router are anyone's; a value that is not one is refused.
+    let mut ext = tei_endpoint("ext-routed", json!({}));
+    ext["customRouter"] = json!({"tag": "r", "protocol": "extProc",
+        "env": {"SWITCHYARD_EXT_PROC_TIMEOUT_MS": "250", "SWITCHYARD_EXT_PROC_FAIL_OPEN": "false"}});
+    let _: Value = eve
+        .create_endpoint("eve", &ext)
+        .await
+        .expect("the proxy's settings");
+    ext["name"] = json!("ext-bad");
+    ext["customRouter"]["env"]["SWITCHYARD_EXT_PROC_TIMEOUT_MS"] = json!("soon");
+    let err = eve.create_endpoint::<Value>("eve", &ext).await.unwrap_err();
+    assert_eq!(err.status().map(|s| s.as_u16()), Some(400), "{err}");
+    assert!(
+        err.to_string().contains("SWITCHYARD_EXT_PROC_TIMEOUT_MS"),
+        "{err}"
+    );
 
     // Who may run code on the host may set the rest; a tenant may then change other fields (and the
     // allowed ones) without being refused for what they did not touch.

@@ -116,6 +116,8 @@ pub(super) struct Stream {
     to: mpsc::UnboundedSender<ext::ProcessingRequest>,
     from: tonic::Streaming<ext::ProcessingResponse>,
     timeout: Duration,
+    /// The router said it wants no response head (`mode_override`).
+    skip_response: bool,
 }
 
 /// The next answer on `from`, by `deadline`.
@@ -191,6 +193,7 @@ pub(super) async fn ask(
         to,
         from: opened,
         timeout: settings.timeout,
+        skip_response: false,
     };
     let mut awaited = Awaited {
         headers: true,
@@ -206,6 +209,7 @@ pub(super) async fn ask(
             awaited.destination = Some(d);
         }
         let body_mode = wire::body_override(&answer).unwrap_or(settings.body);
+        stream.skip_response |= wire::skips_response(&answer);
         match answer.response {
             Some(Answer::RequestHeaders(h)) if awaited.headers => {
                 awaited.headers = false;
@@ -291,12 +295,16 @@ fn immediate(i: ext::ImmediateResponse) -> Response {
 
 impl Stream {
     /// Sends the response's head (`status`, `headers`) and applies the router's changes to its fields; an
-    /// immediate answer replaces the response (`Some`).
+    /// immediate answer replaces the response (`Some`). Nothing is sent to a router that asked for no
+    /// response head.
     pub(super) async fn response(
         mut self,
         status: StatusCode,
         headers: &mut HeaderMap,
     ) -> Result<Option<Response>, Failed> {
+        if self.skip_response {
+            return Ok(None);
+        }
         let deadline = Instant::now() + self.timeout;
         if self
             .to

@@ -4,7 +4,9 @@
 
 use axum::http::{HeaderMap, Method, StatusCode};
 use envoy_types::pb::envoy::config::core::v3 as core;
-use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::{
+    BodySendMode, HeaderSendMode,
+};
 use envoy_types::pb::envoy::service::ext_proc::v3 as ext;
 use envoy_types::pb::google::protobuf::{value, Struct};
 
@@ -136,6 +138,12 @@ pub fn destination_in(metadata: Option<&Struct>) -> Option<String> {
         Some(value::Kind::StringValue(s)) => Some(s.clone()),
         _ => None,
     }
+}
+
+/// Whether a router's answer says it wants no response head (`mode_override.response_header_mode = SKIP`).
+pub fn skips_response(r: &ext::ProcessingResponse) -> bool {
+    let mode = r.mode_override.as_ref().map(|m| m.response_header_mode);
+    mode == Some(HeaderSendMode::Skip as i32)
 }
 
 /// The request-body mode a router's answer switches to (`mode_override`), if any.
