@@ -705,6 +705,7 @@ impl Application {
             table,
             me.id.clone(),
             replica_timeout,
+            state.clock.clone(),
         );
         // The reconciler stops last, after requests drained: replicas serve until then.
         let (reconciler_stop, reconciler_stopping) = watch::channel(false);

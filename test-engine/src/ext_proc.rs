@@ -11,7 +11,8 @@
 //! - always sets `x-processed: test-ext-proc`; `x-rewrite-me` is set to `rewritten`; `x-remove-me` goes;
 //! - a JSON body's `model` becomes the header `x-model`; `"rewrite_body": true` replaces the body with
 //!   `{"rewritten":true,"model":…}`;
-//! - `x-hang: 1`: never answers; `x-die: 1`: the process exits at once;
+//! - `x-hang: 1`: never answers (the stream stays open until the proxy gives up); `x-die: 1`: the process
+//!   exits at once;
 //! - a response's head gets `x-response-seen: test-ext-proc`, unless the request said `x-skip-response`
 //!   (then the head's answer asks for no response head, `mode_override`).
 
@@ -50,9 +51,12 @@ struct Processor {
     backends: Arc<Backends>,
 }
 
-/// Serves the processor on `port` until the process ends.
-pub async fn serve(port: u16, backends: Arc<Backends>) -> Result<(), String> {
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+/// Serves the processor on `host`:`port` until the process ends.
+pub async fn serve(host: &str, port: u16, backends: Arc<Backends>) -> Result<(), String> {
+    let ip: std::net::IpAddr = host
+        .parse()
+        .map_err(|e| format!("--host {host:?} is not an address: {e}"))?;
+    let addr = std::net::SocketAddr::new(ip, port);
     tonic::transport::Server::builder()
         .add_service(ExternalProcessorServer::new(Processor { backends }))
         .serve(addr)
@@ -290,10 +294,6 @@ impl ExternalProcessor for Processor {
                         let _ = tx.send(Ok(a));
                     }
                 }
-            }
-            // A hanging processor keeps its side open until the proxy gives up.
-            if hang {
-                std::future::pending::<()>().await;
             }
         });
         let answers =

@@ -418,9 +418,9 @@ async fn run(cli: Cli, started: Instant) -> Result<(), String> {
         .with_state(engine);
     let backends = Arc::new(router::Backends::default());
     let app = if cli.ext_proc {
-        let (port, announced) = (cli.grpc_port, backends.clone());
+        let (host, port, announced) = (cli.host.clone(), cli.grpc_port, backends.clone());
         tokio::spawn(async move {
-            if let Err(e) = ext_proc::serve(port, announced).await {
+            if let Err(e) = ext_proc::serve(&host, port, announced).await {
                 say!("test engine: {e}");
                 std::process::exit(1);
             }

@@ -229,9 +229,9 @@ mod tests {
         let three = backends(3);
         let now = 1_000_000;
         // r0 has a queue, r1 a fuller KV cache than r2: r2 is the least loaded.
-        three[0].engine.record(Some(4.0), Some(10.0), 0, now);
-        three[1].engine.record(Some(0.0), Some(90.0), 0, now);
-        three[2].engine.record(Some(0.0), Some(20.0), 0, now);
+        three[0].engine.record(Some(4.0), Some(10.0), now);
+        three[1].engine.record(Some(0.0), Some(90.0), now);
+        three[2].engine.record(Some(0.0), Some(20.0), now);
         for _ in 0..50 {
             assert_eq!(least_load(&three, now, None).unwrap().replica_id, "r2");
         }
@@ -243,8 +243,8 @@ mod tests {
         }
         // Figures too old for r0: judged by in flight alone (none), it is the least loaded.
         let later = now + ENGINE_FIGURES_FRESH_MS + 1;
-        three[1].engine.record(Some(0.0), Some(90.0), 0, later);
-        three[2].engine.record(Some(0.0), Some(20.0), 0, later);
+        three[1].engine.record(Some(0.0), Some(90.0), later);
+        three[2].engine.record(Some(0.0), Some(20.0), later);
         for _ in 0..50 {
             assert_eq!(least_load(&three, later, None).unwrap().replica_id, "r0");
         }

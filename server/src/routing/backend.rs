@@ -34,18 +34,14 @@ pub struct EngineFigures {
 }
 
 impl EngineFigures {
-    /// Records the figures read at `now_ms`: requests `waiting` and KV-cache use (`kv_percent`, 0 to 100);
-    /// one the engine does not report counts as none. Nothing is recorded when it reported neither.
-    ///
-    /// `ours` is what this server had in flight to the replica when they were read: those requests are
-    /// counted live by the balancer, and as many of the waiting ones are taken to be them. What is kept is
-    /// the queue others made (other servers, callers that reach the replica another way); counted twice,
-    /// a copy of the proxy's own load up to a tick old would steer requests by a queue long gone.
-    pub fn record(&self, waiting: Option<f64>, kv_percent: Option<f64>, ours: u32, now_ms: i64) {
+    /// Records the figures read at `now_ms`: requests waiting that others sent (see
+    /// `runtime::engine_load`: this server's own are counted live by the balancer) and KV-cache use
+    /// (`kv_percent`, 0 to 100); one the engine does not report counts as none. Nothing is recorded when it
+    /// reported neither.
+    pub fn record(&self, waiting: Option<f64>, kv_percent: Option<f64>, now_ms: i64) {
         if waiting.is_none() && kv_percent.is_none() {
             return;
         }
-        let waiting = waiting.map(|w| (w - f64::from(ours)).max(0.0));
         let milli = |v: f64| (v.max(0.0) * 1000.0).min(u64::MAX as f64) as u64;
         self.waiting_milli
             .store(milli(waiting.unwrap_or(0.0)), Ordering::Relaxed);

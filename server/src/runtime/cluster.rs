@@ -18,13 +18,16 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use super::engine_load::{self, FOLLOW_READ};
 use super::leader::{Lead, Leadership};
 use super::provider::{
     Found, Kind, ProviderError, Readiness, ReplicaInfo, ReplicaPlan, ReplicaProvider, ReplicaStatus,
 };
 use super::reconciler::{generation, Reconciler};
-use super::routes::{route_of, Publisher, FOLLOW_POLL};
+use super::routes::{route_of, Publisher, FOLLOW_POLL, ROLE_EXT_PROC, ROLE_ROUTER};
 use super::RuntimeHandle;
+use crate::clock::Clock;
+use crate::model::{LoadBalancer, RouterProtocol};
 use crate::routing::{Backend, RouteTable};
 use crate::store::cluster::{ReplicaRow, Traffic};
 use crate::store::{Store, StoreResult};
@@ -46,6 +49,10 @@ pub struct Follower {
     write_limit: Duration,
     /// What was last reported of each endpoint, and when.
     reported: HashMap<String, (Traffic, Instant)>,
+    /// The clock the engines' figures are timed by (the proxy judges their age by it), and when they were
+    /// last read here.
+    clock: Arc<dyn Clock>,
+    engines_read: Option<Instant>,
 }
 
 impl Follower {
@@ -55,6 +62,7 @@ impl Follower {
         table: Arc<watch::Sender<Arc<RouteTable>>>,
         me: String,
         write_limit: Duration,
+        clock: Arc<dyn Clock>,
     ) -> Follower {
         Follower {
             store,
@@ -64,6 +72,8 @@ impl Follower {
             backends: HashMap::new(),
             write_limit,
             reported: HashMap::new(),
+            clock,
+            engines_read: None,
         }
     }
 
@@ -101,7 +111,8 @@ impl Follower {
                 });
                 kept.insert(key, backend.clone());
                 match row.role.as_str() {
-                    "router" => router = Some(backend),
+                    ROLE_ROUTER => router = Some((backend, RouterProtocol::Http)),
+                    ROLE_EXT_PROC => router = Some((backend, RouterProtocol::ExtProc)),
                     _ => backends.push(backend),
                 }
             }
@@ -110,8 +121,25 @@ impl Follower {
             routes.push(route_of(rec, gen, &domains, backends, router, activity));
         }
         self.backends = kept;
+        // The replicas `least_load` balances over, whose engines' figures this server reads itself.
+        let balanced: Vec<Arc<Backend>> = routes
+            .iter()
+            .filter(|r| r.load_balancer == LoadBalancer::LeastLoad)
+            .flat_map(|r| r.backends.iter().cloned())
+            .collect();
         self.table.publish(routes);
+        self.read_engines(&balanced).await;
         Ok(())
+    }
+
+    /// Reads the engines' figures of `balanced` (see [`engine_load`]), at most once a [`FOLLOW_READ`].
+    async fn read_engines(&mut self, balanced: &[Arc<Backend>]) {
+        let due = self.engines_read.is_none_or(|t| t.elapsed() >= FOLLOW_READ);
+        if balanced.is_empty() || !due {
+            return;
+        }
+        self.engines_read = Some(Instant::now());
+        engine_load::read_into(balanced.iter(), self.clock.now_millis()).await;
     }
 
     /// Writes what this server's proxy saw of each endpoint since the last report: its latest request,

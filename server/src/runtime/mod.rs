@@ -12,6 +12,7 @@
 pub mod cluster;
 pub mod devices;
 pub mod docker;
+pub mod engine_load;
 pub mod isolation;
 pub mod launch;
 pub mod leader;

@@ -23,13 +23,14 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use super::devices::{Devices, Lease};
+use super::engine_load::{self, EngineLoad};
 use super::launch::{self, Launch};
 use super::leader::Lead;
 use super::provider::{
     Found, Kind, ProviderError, Readiness, ReplicaInfo, ReplicaPlan, ReplicaProvider,
     ReplicaStatus, Resources, Workload,
 };
-use super::routes::Publisher;
+use super::routes::{Publisher, ROLE_EXT_PROC, ROLE_ROUTER};
 use super::scaler::{
     bounds_at, idle_expired, minute_of_day, Bounds, LoadSample, Scaler, ScalerSettings,
 };
@@ -107,8 +108,10 @@ struct RouterRun {
     spec: CustomRouter,
     /// Its HTTP port: where it is told the replicas (and, protocol `http`, where requests go).
     backend: Arc<Backend>,
-    /// Its gRPC service, protocol `extProc`: where the proxy asks it for each request's replica.
+    /// Its gRPC service, protocol `extProc`: where the proxy asks it for each request's replica, once
+    /// it takes connections (`grpc_ready`).
     grpc: Option<Arc<Backend>>,
+    grpc_ready: bool,
     /// The replica URLs it acknowledged; `None` until the first announcement succeeds.
     announced: Option<Vec<String>>,
 }
@@ -590,10 +593,15 @@ impl Reconciler {
     fn route(&self, rec: &EndpointRecord, gen: String) -> Option<Arc<Route>> {
         let run = self.runs.get(&rec.id)?;
         // With an http custom router, nothing is served until it knows the replicas; an extProc one is
-        // asked as soon as it runs.
+        // asked once it takes connections.
         let router = run.router.as_ref().and_then(|r| match &r.grpc {
-            Some(grpc) => Some(grpc.clone()),
-            None => r.announced.is_some().then(|| r.backend.clone()),
+            Some(grpc) => r
+                .grpc_ready
+                .then(|| (grpc.clone(), RouterProtocol::ExtProc)),
+            None => r
+                .announced
+                .is_some()
+                .then(|| (r.backend.clone(), RouterProtocol::Http)),
         });
         let backends = run
             .replicas
@@ -1323,14 +1331,19 @@ fn replica_rows(endpoint_id: &str, run: &EndpointRun) -> Vec<ReplicaRow> {
         } else {
             "starting"
         };
-        // A follower needs an extProc router's gRPC address, and an http one's own.
-        let b = router.grpc.as_ref().unwrap_or(&router.backend);
-        let state = if router.grpc.is_some() {
-            "ready"
-        } else {
-            state
+        // A follower needs an extProc router's gRPC address (role `ext-proc`), and an http one's own.
+        let (role, b, state) = match &router.grpc {
+            Some(grpc) => {
+                let state = if router.grpc_ready {
+                    "ready"
+                } else {
+                    "starting"
+                };
+                (ROLE_EXT_PROC, grpc, state)
+            }
+            None => (ROLE_ROUTER, &router.backend, state),
         };
-        rows.push(row("router", &b.replica_id, b, &b.replica_id, "", state));
+        rows.push(row(role, &b.replica_id, b, &b.replica_id, "", state));
     }
     rows
 }
@@ -1452,7 +1465,20 @@ async fn sync_router(
         }
     }
     announce_backends(run).await;
+    if let Some(r) = run.router.as_mut() {
+        r.grpc_ready = r.grpc_ready || listening(r.grpc.as_deref()).await;
+    }
     Ok(())
+}
+
+/// Whether an extProc router's gRPC service takes connections.
+async fn listening(grpc: Option<&Backend>) -> bool {
+    let Some(b) = grpc else { return false };
+    let connect = crate::routing::upstream::connect_stream(b.addr);
+    matches!(
+        tokio::time::timeout(PROBE_TIMEOUT, connect).await,
+        Ok(Ok(_))
+    )
 }
 
 /// Starts the custom-router sidecar `spec` asks for, with the launcher configured for its tag.
@@ -1506,6 +1532,7 @@ async fn start_router(
         spec: spec.clone(),
         backend: Arc::new(Backend::new(info.replica_id, info.addr, write_limit)),
         grpc,
+        grpc_ready: false,
         announced: None,
     }))
 }
@@ -1813,17 +1840,8 @@ async fn load_sample(
     if !(scales_on_engine || by_engine) || ready.is_empty() {
         return sample;
     }
-    let scrapes = ready.iter().map(|r| scrape(&r.backend));
-    let read = futures_util::future::join_all(scrapes).await;
-    for (replica, load) in ready.iter().zip(&read) {
-        if let Some(load) = load {
-            let (at, b) = (now.timestamp_millis(), &replica.backend);
-            let ours = b.in_flight.get();
-            b.engine
-                .record(load.waiting, load.kv_cache_percent, ours, at);
-        }
-    }
-    let got: Vec<EngineLoad> = read.into_iter().flatten().collect();
+    let backends = ready.iter().map(|r| &r.backend);
+    let got = engine_load::read_into(backends, now.timestamp_millis()).await;
     let mean = |f: fn(&EngineLoad) -> Option<f64>| {
         let v: Vec<f64> = got.iter().filter_map(f).collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
@@ -1833,92 +1851,9 @@ async fn load_sample(
     sample
 }
 
-/// Saturation an engine reports on `/metrics`.
-#[derive(Debug, Default, PartialEq)]
-pub struct EngineLoad {
-    pub kv_cache_percent: Option<f64>,
-    pub waiting: Option<f64>,
-}
-
-/// Reads vLLM's (`vllm:kv_cache_usage_perc`, a fraction, and `vllm:num_requests_waiting`), SGLang's
-/// (`sglang:token_usage`, a fraction, and `sglang:num_queue_reqs`), llama.cpp's (`llamacpp:kv_cache_usage_ratio`
-/// and `llamacpp:requests_deferred`) or Text Embeddings Inference's (`te_queue_size`) gauges; series of one
-/// name are summed (waiting) or averaged (usage).
-pub fn parse_engine_metrics(text: &str) -> EngineLoad {
-    let mut usage = Vec::new();
-    let mut waiting = Vec::new();
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(value) = value.trim().parse::<f64>() else {
-            continue;
-        };
-        let name = series.split('{').next().unwrap_or(series).trim();
-        match name {
-            "vllm:kv_cache_usage_perc"
-            | "vllm:gpu_cache_usage_perc"
-            | "sglang:token_usage"
-            | "llamacpp:kv_cache_usage_ratio" => usage.push(value * 100.0),
-            "vllm:num_requests_waiting"
-            | "sglang:num_queue_reqs"
-            | "llamacpp:requests_deferred"
-            | "te_queue_size" => waiting.push(value),
-            _ => {}
-        }
-    }
-    EngineLoad {
-        kv_cache_percent: (!usage.is_empty())
-            .then(|| usage.iter().sum::<f64>() / usage.len() as f64),
-        waiting: (!waiting.is_empty()).then(|| waiting.iter().sum()),
-    }
-}
-
-async fn scrape(backend: &Backend) -> Option<EngineLoad> {
-    let req = axum::http::Request::get("/metrics")
-        .body(Default::default())
-        .ok()?;
-    let (status, bytes) = backend.call(req, 1024 * 1024, PROBE_TIMEOUT).await?;
-    status
-        .is_success()
-        .then(|| parse_engine_metrics(&String::from_utf8_lossy(&bytes)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn engine_metrics() {
-        let text = "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0.5\nvllm:num_requests_waiting{model_name=\"m\"} 3\nother 1\n";
-        assert_eq!(
-            parse_engine_metrics(text),
-            EngineLoad {
-                kv_cache_percent: Some(50.0),
-                waiting: Some(3.0)
-            }
-        );
-        let sglang = "sglang:token_usage 0.25\nsglang:num_queue_reqs 7\n";
-        assert_eq!(
-            parse_engine_metrics(sglang),
-            EngineLoad {
-                kv_cache_percent: Some(25.0),
-                waiting: Some(7.0)
-            }
-        );
-        // llama.cpp's server (with `--metrics`), and Text Embeddings Inference's queue.
-        let llama = "llamacpp:kv_cache_usage_ratio 0.5\nllamacpp:requests_deferred 2\n";
-        assert_eq!(
-            parse_engine_metrics(llama),
-            EngineLoad {
-                kv_cache_percent: Some(50.0),
-                waiting: Some(2.0)
-            }
-        );
-        let tei = "te_queue_size 4\nte_batch_current_size 2\n";
-        assert_eq!(parse_engine_metrics(tei).waiting, Some(4.0));
-        assert_eq!(parse_engine_metrics("garbage\n\n"), EngineLoad::default());
-    }
 
     #[test]
     fn generation_ignores_scaling_and_access() {

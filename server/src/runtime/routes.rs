@@ -11,6 +11,10 @@ use crate::model::{EndpointType, ExtProcSettings, RouterProtocol};
 use crate::routing::{Activity, Backend, ExtProcRoute, Route, RouteTable};
 use crate::store::EndpointRecord;
 
+/// The recorded role of an http custom router, and of an extProc one (its gRPC address).
+pub const ROLE_ROUTER: &str = "router";
+pub const ROLE_EXT_PROC: &str = "ext-proc";
+
 /// How often a follower reads the store when nothing woke it (the backstop for a missed `NOTIFY`).
 pub const FOLLOW_POLL: Duration = Duration::from_secs(1);
 
@@ -23,10 +27,13 @@ pub fn route_of(
     gen: String,
     domains: &HashMap<String, String>,
     backends: Vec<Arc<Backend>>,
-    router: Option<Arc<Backend>>,
+    router: Option<(Arc<Backend>, RouterProtocol)>,
     activity: Arc<Activity>,
 ) -> Arc<Route> {
     let spec = &rec.spec;
+    // A router that speaks another protocol than the spec's is one on its way out.
+    let wanted = spec.custom_router.as_ref().map(|r| r.protocol);
+    let router = router.filter(|(_, p)| Some(*p) == wanted).map(|(b, _)| b);
     let features = &spec.experimental_features;
     let ext_proc = spec
         .custom_router

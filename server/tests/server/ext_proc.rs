@@ -14,6 +14,8 @@ async fn spawn_with_processor(own_path: bool) -> Rt {
     spawn(|c| {
         c.proxy.own_path = own_path;
         c.proxy.access_log = true;
+        // Bodies past this are not held whole: the processor sees their head alone.
+        c.server.body_limit = 64 * 1024;
         c.runtime.routers.insert(
             TAG.into(),
             switchyard_server::config::Launcher {
@@ -162,6 +164,32 @@ async fn the_processor_decides_each_request_on_both_proxy_paths() {
                 json!({"model": "m1", "prompt": "hi"}).to_string()
             );
         }
+
+        // A body larger than the proxy holds whole: the processor decides on the head alone, and the body
+        // goes on as it came.
+        let prompt = "x".repeat(100 * 1024);
+        let (status, h, body) = call(
+            &rt,
+            "picked",
+            "/seen/large",
+            &[("x-pick", "1")],
+            Some(json!({"model": "m3", "prompt": prompt})),
+        )
+        .await;
+        assert_eq!(
+            (status, field(&h, "x-replica-address")),
+            (200, second.as_str())
+        );
+        let seen: Value = serde_json::from_str(&body).expect("json");
+        assert_eq!(seen["headers"]["x-processed"], "test-ext-proc");
+        assert!(
+            seen["headers"].get("x-model").is_none(),
+            "the body was not shown"
+        );
+        assert_eq!(
+            seen["body"],
+            json!({"model": "m3", "prompt": prompt}).to_string()
+        );
 
         // A processor that asks for no response head (`mode_override`) is not sent one.
         let (status, h, body) =
@@ -321,6 +349,11 @@ async fn a_processor_that_hangs_or_dies_fails_open_within_its_timeout() {
         let (status, _, body) = call(&rt, "closed", "/seen/x", &[("x-hang", "1")], None).await;
         assert_eq!(status, 503, "{body}");
         assert!(body.contains("custom router failed"), "{body}");
+        // A body too large to show it is no way around a router that fails closed.
+        let large = json!({"prompt": "x".repeat(100 * 1024)});
+        let (status, _, body) =
+            call(&rt, "closed", "/seen/x", &[("x-hang", "1")], Some(large)).await;
+        assert_eq!(status, 503, "{body}");
 
         let text = metrics(&rt).await;
         let failures = "switchyard_proxy_router_failures_total";
@@ -333,7 +366,7 @@ async fn a_processor_that_hangs_or_dies_fails_open_within_its_timeout() {
         assert_eq!(since(&text, "open", picks, "by=\"fallback\""), 1, "{text}");
         assert_eq!(
             since(&text, "closed", failures, "why=\"timeout\""),
-            1,
+            2,
             "{text}"
         );
         assert_eq!(

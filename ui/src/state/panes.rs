@@ -88,11 +88,19 @@ pub(super) fn on_replicas_loaded(
     name: String,
     result: Result<Vec<ReplicaLoad>, String>,
 ) {
-    let open =
-        matches!(&state.overlay, Overlay::Describe(p) if p.title == format!("{namespace}/{name}"));
+    let title = format!("{namespace}/{name}");
+    let top = match &state.overlay {
+        Overlay::Describe(p) if p.title == title => Some(p.top),
+        _ => None,
+    };
     state.replicas = Some((namespace, name, result));
-    if open {
+    // Drawn again where the reader was.
+    if let Some(top) = top {
         describe(state);
+        state.dirty = true;
+        if let Overlay::Describe(p) = &mut state.overlay {
+            p.top = top.min(p.lines.len().saturating_sub(1));
+        }
     }
 }
 

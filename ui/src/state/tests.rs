@@ -1602,3 +1602,49 @@ fn a_failed_install_is_said_and_the_following_stops() {
         .as_ref()
         .is_some_and(|(m, e)| m.contains("403") && *e));
 }
+
+#[test]
+fn describe_reads_the_replicas_and_shows_them_where_the_reader_was() {
+    let mut s = state();
+    s.view = View::Endpoints;
+    loaded(&mut s, Ok(endpoints()));
+    let effects = key(&mut s, "enter");
+    assert_eq!(
+        effects,
+        [Effect::LoadReplicas {
+            namespace: "alice".into(),
+            name: "alpha".into()
+        }]
+    );
+    let Overlay::Describe(pager) = &s.overlay else {
+        panic!("{:?}", s.overlay)
+    };
+    assert!(pager.lines.iter().any(|l| l.contains("(reading…)")));
+    if let Overlay::Describe(p) = &mut s.overlay {
+        p.top = 3;
+    }
+    s.dirty = false;
+    let replica = crate::state::ReplicaLoad {
+        id: "alpha-1".into(),
+        in_flight: 2,
+        queue: Some(4.0),
+        kv_cache: Some(0.5),
+    };
+    let loaded = Action::ReplicasLoaded {
+        namespace: "alice".into(),
+        name: "alpha".into(),
+        result: Ok(vec![replica]),
+    };
+    update(&mut s, loaded, &Keymap::builtin());
+    assert!(s.dirty, "drawn again");
+    let Overlay::Describe(pager) = &s.overlay else {
+        panic!("{:?}", s.overlay)
+    };
+    assert_eq!(pager.top, 3);
+    let line = pager.lines.iter().find(|l| l.starts_with("alpha-1"));
+    assert!(
+        line.is_some_and(|l| l.contains(" 4 ") && l.ends_with("50%")),
+        "{:?}",
+        pager.lines
+    );
+}

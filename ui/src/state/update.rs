@@ -19,7 +19,6 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
         Action::Tick(_)
             | Action::EndpointsLoaded(..)
             | Action::LogsLoaded { .. }
-            | Action::ReplicasLoaded { .. }
             | Action::DeliveriesLoaded { .. }
             | Action::WebhookLoaded { .. }
             | Action::NotificationsLoaded(_)

@@ -40,16 +40,19 @@ pub(super) struct Settings {
     pub timeout: Duration,
     pub fail_open: bool,
     pub body: ExtProcBody,
+    /// Most bytes of a body the router may send back (the proxy's bound on a body read whole).
+    pub body_limit: usize,
 }
 
-/// The request as the router may change it: the head the replica is to get, and its whole body.
-pub(super) struct Asked<'a> {
+/// The request as the router may change it: the head the replica is to get, and its body when the proxy
+/// holds it whole (`None`: a body larger than that, which the router is not shown and goes on as it comes).
+pub(super) struct Outgoing<'a> {
     pub method: &'a mut Method,
     pub path: &'a mut PathAndQuery,
     /// The caller's `Host`, as the router's `:authority`.
     pub authority: &'a str,
     pub headers: &'a mut HeaderMap,
-    pub body: &'a mut Bytes,
+    pub body: Option<&'a mut Bytes>,
 }
 
 /// What the router said of a request.
@@ -102,9 +105,13 @@ fn channel(addr: SocketAddr, timeout: Duration) -> Channel {
         }
         let uri = axum::http::Uri::from_maybe_shared(format!("http://{addr}"))
             .unwrap_or_else(|_| axum::http::Uri::from_static("http://127.0.0.1"));
+        // Pinged when idle, so that a router gone without a word is noticed before requests wait on it.
         let c = Endpoint::from(uri)
             .connect_timeout(timeout)
             .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(5))
+            .keep_alive_while_idle(true)
             .connect_lazy();
         kept.insert(addr, c.clone());
         c
@@ -147,54 +154,37 @@ struct Awaited {
     destination: Option<String>,
 }
 
-/// Asks the router at `addr` about the request `asked`, applying what it changes. Returns what it said, and
+/// Asks the router at `addr` about the request `out`, applying what it changes. Returns what it said, and
 /// the stream for the response's head.
 pub(super) async fn ask(
     addr: SocketAddr,
     settings: Settings,
-    asked: Asked<'_>,
+    mut out: Outgoing<'_>,
 ) -> Result<(Told, Stream), Failed> {
     let deadline = Instant::now() + settings.timeout;
-    let (to, queued) = mpsc::unbounded_channel();
-    let body_now = settings.body == ExtProcBody::FullDuplexStreamed && !asked.body.is_empty();
-    let path = asked.path.as_str().to_string();
-    let empty = asked.body.is_empty();
+    // A body the router is not shown: the head says one follows, and no body is asked for.
+    let mode = if out.body.is_some() {
+        settings.body
+    } else {
+        ExtProcBody::None
+    };
+    let body = out.body.as_deref().cloned().unwrap_or_default();
+    let body_now = mode == ExtProcBody::FullDuplexStreamed && !body.is_empty();
     let head = wire::request_headers(
-        asked.method,
-        &path,
-        asked.authority,
-        asked.headers,
-        empty,
-        settings.body,
+        out.method,
+        out.path.as_str(),
+        out.authority,
+        out.headers,
+        out.body.is_some() && body.is_empty(),
+        mode,
     );
     // Everything this side has to say goes out before the stream's own answer is awaited: a picker in
     // full-duplex mode answers the head only once the body has come.
-    let _ = to.send(head);
+    let mut first = vec![head];
     if body_now {
-        wire::request_body(asked.body).into_iter().for_each(|m| {
-            let _ = to.send(m);
-        });
+        first.extend(wire::request_body(&body));
     }
-    let outgoing =
-        futures_util::stream::unfold(
-            queued,
-            |mut q| async move { q.recv().await.map(|m| (m, q)) },
-        );
-    let mut client = ExternalProcessorClient::new(channel(addr, settings.timeout));
-    let opened = match timeout_at(deadline, client.process(outgoing)).await {
-        Err(_) => return Err(Failed::Timeout),
-        Ok(Err(status)) => {
-            let why = format!("the router did not take the stream: {}", status.message());
-            return Err(Failed::Broken(why));
-        }
-        Ok(Ok(r)) => r.into_inner(),
-    };
-    let mut stream = Stream {
-        to,
-        from: opened,
-        timeout: settings.timeout,
-        skip_response: false,
-    };
+    let mut stream = open(addr, settings, first, deadline).await?;
     let mut awaited = Awaited {
         headers: true,
         body: body_now,
@@ -202,32 +192,29 @@ pub(super) async fn ask(
         streamed: None,
         destination: None,
     };
-    let mut asked = asked;
     while awaited.headers || awaited.body {
         let answer = next(&mut stream.from, deadline).await?;
         if let Some(d) = wire::destination_in(answer.dynamic_metadata.as_ref()) {
             awaited.destination = Some(d);
         }
-        let body_mode = wire::body_override(&answer).unwrap_or(settings.body);
+        let body_mode = wire::body_override(&answer).unwrap_or(mode);
         stream.skip_response |= wire::skips_response(&answer);
         match answer.response {
             Some(Answer::RequestHeaders(h)) if awaited.headers => {
                 awaited.headers = false;
                 let replaced = h.response.as_ref().map(|c| c.status)
                     == Some(ResponseStatus::ContinueAndReplace as i32);
-                apply(h.response, &mut asked, &mut awaited);
+                apply(h.response, &mut out, &mut awaited, settings.body_limit)?;
                 // A body the router asks for now (buffered, or a mode it switched to).
-                let wanted = body_mode != ExtProcBody::None && !replaced;
-                if wanted && !awaited.body_sent && !asked.body.is_empty() {
-                    wire::request_body(asked.body).into_iter().for_each(|m| {
-                        let _ = stream.to.send(m);
-                    });
+                let wanted = body_mode != ExtProcBody::None && !replaced && out.body.is_some();
+                if wanted && !awaited.body_sent && !body.is_empty() {
+                    stream.send(wire::request_body(&body));
                     awaited.body_sent = true;
                     awaited.body = true;
                 }
             }
             Some(Answer::RequestBody(b)) if awaited.body => {
-                awaited.body = !apply(b.response, &mut asked, &mut awaited);
+                awaited.body = !apply(b.response, &mut out, &mut awaited, settings.body_limit)?;
             }
             Some(Answer::ImmediateResponse(i)) => return Ok((Told::Answer(immediate(i)), stream)),
             _ => return Err(Failed::Broken("the router answered out of turn".into())),
@@ -240,41 +227,82 @@ pub(super) async fn ask(
     Ok((told, stream))
 }
 
+/// Opens a stream to the router at `addr` with `first` on its way, by `deadline`.
+async fn open(
+    addr: SocketAddr,
+    settings: Settings,
+    first: Vec<ext::ProcessingRequest>,
+    deadline: Instant,
+) -> Result<Stream, Failed> {
+    let (to, queued) = mpsc::unbounded_channel();
+    for m in first {
+        let _ = to.send(m);
+    }
+    let outgoing =
+        futures_util::stream::unfold(
+            queued,
+            |mut q| async move { q.recv().await.map(|m| (m, q)) },
+        );
+    let mut client = ExternalProcessorClient::new(channel(addr, settings.timeout));
+    match timeout_at(deadline, client.process(outgoing)).await {
+        Err(_) => Err(Failed::Timeout),
+        Ok(Err(status)) => {
+            let why = format!("the router did not take the stream: {}", status.message());
+            Err(Failed::Broken(why))
+        }
+        Ok(Ok(r)) => Ok(Stream {
+            to,
+            from: r.into_inner(),
+            timeout: settings.timeout,
+            skip_response: false,
+        }),
+    }
+}
+
 /// Applies a router's common answer to the request: its header changes (noting a destination among them)
-/// and its body. Returns whether the body is whole (a body sent back in pieces is, at its last).
+/// and its body (up to `limit` bytes). Returns whether the body is whole (a body sent back in pieces is, at
+/// its last).
 fn apply(
     common: Option<ext::CommonResponse>,
-    asked: &mut Asked<'_>,
+    out: &mut Outgoing<'_>,
     awaited: &mut Awaited,
-) -> bool {
-    let Some(c) = common else { return true };
+    limit: usize,
+) -> Result<bool, Failed> {
+    let Some(c) = common else { return Ok(true) };
     if let Some(m) = &c.header_mutation {
         let mut named = m.set_headers.iter().filter_map(|s| s.header.as_ref());
         if let Some(d) = named.rfind(|h| h.key.eq_ignore_ascii_case(DESTINATION)) {
             awaited.destination = Some(String::from_utf8_lossy(wire::value_of(d)).into_owned());
         }
         let target = mutate::Target {
-            method: asked.method,
-            path: asked.path,
+            method: out.method,
+            path: out.path,
         };
-        mutate::apply(m, asked.headers, Message::Request, Some(target));
+        mutate::apply(m, out.headers, Message::Request, Some(target));
     }
+    // A body the router was not shown is not its to change.
+    let Some(body) = out.body.as_deref_mut() else {
+        return Ok(true);
+    };
+    let too_large = || Failed::Broken(format!("the router sent a body over {limit} bytes"));
     match c.body_mutation.and_then(|b| b.mutation) {
-        Some(Mutation::Body(b)) => *asked.body = Bytes::from(b),
-        Some(Mutation::ClearBody(true)) => *asked.body = Bytes::new(),
+        Some(Mutation::Body(b)) if b.len() > limit => return Err(too_large()),
+        Some(Mutation::Body(b)) => *body = Bytes::from(b),
+        Some(Mutation::ClearBody(true)) => *body = Bytes::new(),
         Some(Mutation::StreamedResponse(part)) => {
-            awaited
-                .streamed
-                .get_or_insert_with(Vec::new)
-                .extend(part.body);
-            if !part.end_of_stream {
-                return false;
+            let pieces = awaited.streamed.get_or_insert_with(Vec::new);
+            if pieces.len() + part.body.len() > limit {
+                return Err(too_large());
             }
-            *asked.body = Bytes::from(awaited.streamed.take().unwrap_or_default());
+            pieces.extend(part.body);
+            if !part.end_of_stream {
+                return Ok(false);
+            }
+            *body = Bytes::from(awaited.streamed.take().unwrap_or_default());
         }
         _ => {}
     }
-    true
+    Ok(true)
 }
 
 /// A router's immediate answer as the caller gets it (a status that is not one is 500, as in Envoy).
@@ -294,6 +322,13 @@ fn immediate(i: ext::ImmediateResponse) -> Response {
 }
 
 impl Stream {
+    /// Queues `messages` on the stream.
+    fn send(&self, messages: Vec<ext::ProcessingRequest>) {
+        for m in messages {
+            let _ = self.to.send(m);
+        }
+    }
+
     /// Sends the response's head (`status`, `headers`) and applies the router's changes to its fields; an
     /// immediate answer replaces the response (`Some`). Nothing is sent to a router that asked for no
     /// response head.

@@ -1,7 +1,10 @@
 //! A router's header mutations applied to a message, within the forwarding rules: a field that stays
 //! behind on its way (see [`forward::stays`]: hop-by-hop fields, `Host`, in a request the caller's token and
 //! `X-Forwarded-For`) cannot be set or removed, nor `Content-Length`, which the proxy writes for the body it
-//! sends. A request's `:path` and `:method` may be changed; other pseudo-headers are not.
+//! sends. A request's `:path` may be changed, and its `:method` to one whose answer has the body a caller
+//! asking the first would read (not `HEAD`, `CONNECT` or `TRACE`); other pseudo-headers are not. At most
+//! [`MOST`] fields are set and [`MOST`] removed by one answer: a header map has a bound, and a message a
+//! field count the edge would refuse from a caller.
 
 use axum::http::header::CONTENT_LENGTH;
 use axum::http::uri::PathAndQuery;
@@ -12,6 +15,9 @@ use envoy_types::pb::envoy::service::ext_proc::v3::HeaderMutation;
 
 use super::super::forward::{self, Message};
 use super::wire::value_of;
+
+/// Most fields one answer sets, and most it removes.
+pub const MOST: usize = 100;
 
 /// What a router may change of a request's head besides its fields.
 pub struct Target<'a> {
@@ -35,7 +41,7 @@ pub fn apply(
     message: Message,
     mut target: Option<Target<'_>>,
 ) {
-    for set in &m.set_headers {
+    for set in m.set_headers.iter().take(MOST) {
         let Some(h) = &set.header else { continue };
         let key = h.key.to_ascii_lowercase();
         let value = value_of(h);
@@ -66,7 +72,7 @@ pub fn apply(
             }
         }
     }
-    for key in &m.remove_headers {
+    for key in m.remove_headers.iter().take(MOST) {
         if let Some(name) = name_for(&key.to_ascii_lowercase(), message) {
             headers.remove(name);
         }
@@ -93,8 +99,11 @@ fn pseudo(t: &mut Target<'_>, key: &str, value: &[u8]) {
             }
         }
         ":method" => {
+            let body_as_asked = |m: &Method| !matches!(m.as_str(), "HEAD" | "CONNECT" | "TRACE");
             if let Ok(m) = Method::from_bytes(value) {
-                *t.method = m;
+                if body_as_asked(&m) && body_as_asked(t.method) {
+                    *t.method = m;
+                }
             }
         }
         _ => {}
@@ -210,5 +219,40 @@ mod tests {
         };
         apply(&m, &mut headers, Message::Request, Some(target));
         assert_eq!(path.as_str(), "/v1");
+        // Nor a method whose answer has no body for a caller who reads one.
+        let m = HeaderMutation {
+            set_headers: vec![set(
+                ":method",
+                "HEAD",
+                HeaderAppendAction::OverwriteIfExistsOrAdd,
+            )],
+            remove_headers: vec![],
+        };
+        let target = Target {
+            method: &mut method,
+            path: &mut path,
+        };
+        apply(&m, &mut headers, Message::Request, Some(target));
+        assert_eq!(method, Method::GET);
+    }
+
+    #[test]
+    fn one_answer_sets_at_most_a_bounded_number_of_fields() {
+        let many = (0..MOST * 3)
+            .map(|i| {
+                set(
+                    &format!("x-{i}"),
+                    "v",
+                    HeaderAppendAction::AppendIfExistsOrAdd,
+                )
+            })
+            .collect();
+        let m = HeaderMutation {
+            set_headers: many,
+            remove_headers: vec![],
+        };
+        let mut headers = HeaderMap::new();
+        apply(&m, &mut headers, Message::Response, None);
+        assert_eq!(headers.len(), MOST);
     }
 }

@@ -315,69 +315,23 @@ impl Proxy {
             host,
         };
         let mut choice = self.choose(&route, &mut out, caller).await?;
-        let Some(mut backend) = choice.first() else {
+        let Some(backend) = choice.first() else {
             return Err(unavailable(
                 "no replica is ready",
                 Some(self.config.retry_after_s),
             ));
         };
         guard.add_replica(&backend);
-        let limit = self.config.replica_timeout();
         if let Some((protocol, caller)) = upgrade {
-            tunnel::ask(out.headers_mut(), protocol);
-            let resp = match tokio::time::timeout(limit, backend.send_upgrade(out)).await {
-                Ok(Ok(r)) if r.status() == axum::http::StatusCode::SWITCHING_PROTOCOLS => {
-                    return Ok(tunnel::join(caller, r, guard))
-                }
-                Ok(Ok(r)) => r,
-                Ok(Err(e)) => {
-                    tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
-                    return Err(replica_failed(false));
-                }
-                Err(_) => return Err(replica_failed(true)),
-            };
+            let resp = self.send_upgrade(&route, &backend, out, protocol).await?;
+            if resp.status() == axum::http::StatusCode::SWITCHING_PROTOCOLS {
+                return Ok(tunnel::join(caller, resp, guard));
+            }
             return Ok(self.respond(&route, &backend, session.as_deref(), resp, guard, None));
         }
-        let sent = loop {
-            let sent = head_in_time(backend.send(out), limit, uploading.clone()).await;
-            // A replica that could not be reached at all was sent nothing: the next named, if any.
-            if let Ok(Err(Error::Connect(e))) = &sent {
-                if let Some((next, again)) = choice.next() {
-                    tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica could not be reached; trying the next the router named");
-                    (backend, out) = (next, again);
-                    guard.add_replica(&backend);
-                    continue;
-                }
-            }
-            break sent;
-        };
-        let mut resp = match sent {
-            Ok(Ok((r, _))) if !http_status(&r.status()) => {
-                tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, status = r.status().as_u16(), "replica answered with no HTTP status");
-                return Err(replica_failed(false));
-            }
-            Ok(Ok((r, sender))) => {
-                guard.connection = Some(sender);
-                r
-            }
-            Ok(Err(e)) => {
-                let stalled = Stalled::caused(&e);
-                if stalled == Some(Side::Caller) {
-                    return Err(forward::body_failed(true).into_response());
-                }
-                // The caller's upload was cut off or badly framed: its fault, not the replica's.
-                if Broken::caused(&e) == Some(Side::Caller) {
-                    tracing::debug!(endpoint = %route.name, error = %e, "request body could not be read");
-                    return Err(forward::body_failed(false).into_response());
-                }
-                tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
-                return Err(replica_failed(stalled.is_some()));
-            }
-            Err(_) => {
-                tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, "replica did not answer in time");
-                return Err(replica_failed(true));
-            }
-        };
+        let (backend, mut resp) = self
+            .send(&route, &mut choice, backend, out, &mut guard, uploading)
+            .await?;
         if let Some(router) = choice.router.take() {
             // The router's accounting, and its changes to the response's fields; a router that fails here
             // leaves the response as it is.
@@ -395,6 +349,82 @@ impl Proxy {
             reply.extensions_mut().insert(picked);
         }
         Ok(reply)
+    }
+
+    /// Sends a request to upgrade the connection (`protocol`) to `backend`: its answer, a `101` or any other.
+    async fn send_upgrade(
+        &self,
+        route: &Route,
+        backend: &Backend,
+        mut out: axum::http::Request<ToReplica>,
+        protocol: HeaderValue,
+    ) -> Result<axum::http::Response<Incoming>, Response> {
+        tunnel::ask(out.headers_mut(), protocol);
+        let limit = self.config.replica_timeout();
+        match tokio::time::timeout(limit, backend.send_upgrade(out)).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => {
+                tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
+                Err(replica_failed(false))
+            }
+            Err(_) => Err(replica_failed(true)),
+        }
+    }
+
+    /// Sends `out` to `backend` and waits for the response's head (see [`head_in_time`]); a replica that
+    /// could not be reached at all was sent nothing, and the next of `choice`, if any, is tried. Returns the
+    /// replica that answered and its answer; `Err` is the answer of the server's own.
+    async fn send(
+        &self,
+        route: &Route,
+        choice: &mut routed::Choice,
+        mut backend: Arc<Backend>,
+        mut out: axum::http::Request<ToReplica>,
+        guard: &mut InFlight,
+        uploading: Option<Passed>,
+    ) -> Result<(Arc<Backend>, axum::http::Response<Incoming>), Response> {
+        let limit = self.config.replica_timeout();
+        let sent = loop {
+            let sent = head_in_time(backend.send(out), limit, uploading.clone()).await;
+            if let Ok(Err(Error::Connect(e))) = &sent {
+                if let Some((next, again)) = choice.next() {
+                    tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica could not be reached; trying the next the router named");
+                    (backend, out) = (next, again);
+                    guard.add_replica(&backend);
+                    continue;
+                }
+            }
+            break sent;
+        };
+        let failed = |why: &str, timed_out| {
+            tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, "{why}");
+            replica_failed(timed_out)
+        };
+        match sent {
+            Ok(Ok((r, _))) if !http_status(&r.status()) => {
+                Err(failed("replica answered with no HTTP status", false))
+            }
+            Ok(Ok((r, sender))) => {
+                guard.connection = Some(sender);
+                Ok((backend, r))
+            }
+            Ok(Err(e)) => {
+                let stalled = Stalled::caused(&e);
+                if stalled == Some(Side::Caller) {
+                    return Err(forward::body_failed(true).into_response());
+                }
+                // The caller's upload was cut off or badly framed: its fault, not the replica's.
+                if Broken::caused(&e) == Some(Side::Caller) {
+                    tracing::debug!(endpoint = %route.name, error = %e, "request body could not be read");
+                    return Err(forward::body_failed(false).into_response());
+                }
+                Err(failed(
+                    &format!("replica did not answer: {e}"),
+                    stalled.is_some(),
+                ))
+            }
+            Err(_) => Err(failed("replica did not answer in time", true)),
+        }
     }
 
     /// Who may call: the entry point (see [`Self::check_entry`]), the CIDR allow list, and access by type.

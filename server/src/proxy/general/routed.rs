@@ -14,7 +14,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
 
 use super::super::bodies::Hold;
-use super::super::ext_proc::{self, Asked, Failed, Settings, Told};
+use super::super::ext_proc::{self, Failed, Outgoing, Settings, Told};
 use super::super::{balance, forward, unavailable, Proxy};
 use super::body::{read_for_cache, read_then_rest, Collected};
 use crate::model::LoadBalancer;
@@ -80,52 +80,67 @@ impl Proxy {
         out: &mut axum::http::Request<ToReplica>,
         caller: Caller<'_>,
     ) -> Result<Choice, Response> {
-        let by_balancer = |by| self.pick_replica(route, caller.session, caller.client, None, by);
         let Some(ext) = &route.ext_proc else {
             return self.balanced(route, out, caller).await;
         };
         let settings = self.settings(ext);
-        let Some(addr) = ext.processor else {
-            let failed = Failed::Broken("the router is not running".into());
-            return self.router_failed(route, settings, failed, by_balancer);
-        };
-        // The body, whole: the router may read and change it.
-        let (mut body, room) = match self.whole_body(out).await {
-            Ok(Some(whole)) => whole,
-            // Larger than a body read whole: the balancer's, as if the router had named none.
-            Ok(None) => {
-                return Ok(Choice::one(
-                    by_balancer(PickedBy::Fallback),
-                    PickedBy::Fallback,
-                ))
-            }
-            Err(answer) => return Err(answer),
-        };
+        // The body, whole when it may be held so: the router may read and change it. A larger one goes on
+        // as it comes, and the router sees the head alone.
         let had_length = out.headers().contains_key(header::CONTENT_LENGTH);
-        let (mut method, mut path) = (out.method().clone(), path_of(out.uri()));
-        let authority = caller.host.as_ref().and_then(|h| h.to_str().ok());
-        let asked = Asked {
-            method: &mut method,
-            path: &mut path,
-            authority: authority.unwrap_or_default(),
-            headers: out.headers_mut(),
-            body: &mut body,
-        };
-        let told = ext_proc::ask(addr, settings, asked).await;
-        *out.method_mut() = method;
-        *out.uri_mut() = Uri::from(path);
-        set_body(out, body.clone(), had_length);
-        let (told, stream) = match told {
-            Ok(t) => t,
-            Err(failed) => return self.router_failed(route, settings, failed, by_balancer),
-        };
-        let stats = &route.activity.stats;
-        let (to, by) = match told {
-            Told::Answer(answer) => return Err(answer),
-            Told::Nothing => {
-                let to = by_balancer(PickedBy::Fallback).cloned().into_iter();
-                (to.collect(), PickedBy::Fallback)
+        let (mut body, room) = self.whole_body(out).await?.unzip();
+        let affinity = body.as_ref().and_then(|b| self.affinity(route, b));
+        let fallback = |by| self.pick_replica(route, caller.session, caller.client, affinity, by);
+        let told = match ext.processor {
+            None => Err(Failed::Broken("the router is not running".into())),
+            Some(addr) => {
+                let (mut method, mut path) = (out.method().clone(), path_of(out.uri()));
+                let authority = caller.host.as_ref().and_then(|h| h.to_str().ok());
+                let asking = Outgoing {
+                    method: &mut method,
+                    path: &mut path,
+                    authority: authority.unwrap_or_default(),
+                    headers: out.headers_mut(),
+                    body: body.as_mut(),
+                };
+                let told = ext_proc::ask(addr, settings, asking).await;
+                *out.method_mut() = method;
+                *out.uri_mut() = Uri::from(path);
+                told
             }
+        };
+        if let Some(b) = &body {
+            set_body(out, b.clone(), had_length);
+        }
+        let mut choice = match told {
+            Ok((told, stream)) => self.told(route, told, stream, fallback)?,
+            Err(failed) => self.router_failed(route, settings, failed, fallback)?,
+        };
+        if choice.to.len() > 1 {
+            let (m, u, h) = (
+                out.method().clone(),
+                out.uri().clone(),
+                out.headers().clone(),
+            );
+            choice.again = body.map(|b| (m, u, h, b));
+        }
+        choice._room = room.flatten();
+        Ok(choice)
+    }
+
+    /// What a router's answer makes of a request: its replicas, in order (only ready ones: an address that
+    /// is not one is refused), the balancer's pick when it named none, or its immediate answer.
+    #[allow(clippy::result_large_err)] // The answer goes back to the caller as it is, as every step's does.
+    fn told<'r>(
+        &self,
+        route: &'r Route,
+        told: Told,
+        stream: ext_proc::Stream,
+        fallback: impl FnOnce(PickedBy) -> Option<&'r Arc<Backend>>,
+    ) -> Result<Choice, Response> {
+        let stats = &route.activity.stats;
+        let mut choice = match told {
+            Told::Answer(answer) => return Err(answer),
+            Told::Nothing => Choice::one(fallback(PickedBy::Fallback), PickedBy::Fallback),
             Told::To(named) => {
                 let to = ready_named(route, &named);
                 if to.is_empty() {
@@ -135,24 +150,24 @@ impl Proxy {
                     return Err(unavailable(why, None));
                 }
                 stats.picked(PickedBy::Router);
-                (to, PickedBy::Router)
+                Choice {
+                    to,
+                    again: None,
+                    _room: None,
+                    router: None,
+                    by: PickedBy::Router,
+                }
             }
         };
-        let again = (to.len() > 1).then(|| {
-            let (m, u, h) = (
-                out.method().clone(),
-                out.uri().clone(),
-                out.headers().clone(),
-            );
-            (m, u, h, body)
-        });
-        Ok(Choice {
-            to,
-            again,
-            _room: room,
-            router: Some(stream),
-            by,
-        })
+        choice.router = Some(stream);
+        Ok(choice)
+    }
+
+    /// The prompt prefix of `body` when the route balances by it (`least_load`).
+    fn affinity(&self, route: &Route, body: &[u8]) -> Option<u64> {
+        (route.load_balancer == LoadBalancer::LeastLoad)
+            .then(|| balance::affinity_of(body))
+            .flatten()
     }
 
     /// The balancer's pick for `out`: by `least_load`, with the prompt prefix of its body, read whole (see
@@ -168,7 +183,7 @@ impl Proxy {
         if route.load_balancer == LoadBalancer::LeastLoad {
             let had_length = out.headers().contains_key(header::CONTENT_LENGTH);
             if let Some((body, held)) = self.whole_body(out).await? {
-                affinity = balance::affinity_of(&body);
+                affinity = self.affinity(route, &body);
                 set_body(out, body, had_length);
                 room = held;
             }
@@ -193,6 +208,7 @@ impl Proxy {
                 .fail_open
                 .unwrap_or(self.config.ext_proc_fail_open),
             body: ext.settings.request_body,
+            body_limit: self.body_limit,
         }
     }
 
