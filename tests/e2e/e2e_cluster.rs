@@ -671,3 +671,58 @@ async fn a_live_view_on_any_server_sees_an_attempt_another_recorded() {
     }
     assert!(got.load(Ordering::SeqCst) >= 1);
 }
+
+/// An extProc endpoint served through every server: each server's proxy asks the router the leader runs (its
+/// gRPC address, as the leader recorded it), and sends the request to the replica it names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_server_asks_an_ext_proc_router_the_leader_runs() {
+    let Some(pg) = postgres("every_server_asks_an_ext_proc_router_the_leader_runs") else {
+        return;
+    };
+    let engine = engine_bin().display().to_string();
+    let routers = format!(
+        "\n[runtime.routers.picker]\ncommand = [\"{engine}\", \"--ext-proc\", \"--port\", \"{{port}}\", \"--grpc-port\", \"{{grpc_port}}\"]\n"
+    );
+    let c = Cluster::start(&pg, 2, &format!("{}{routers}", config())).await;
+    let http = reqwest::Client::new();
+    let mut body = engine_endpoint("picked", "public", 2, 2);
+    body["customRouter"] = json!({"tag": "picker", "protocol": "extProc"});
+    let url = format!("{}/v2/endpoint/admin", c.nodes[0].url());
+    let (status, made) = send(&http, reqwest::Method::POST, url, &c.token, Some(&body)).await;
+    assert_eq!(status, 200, "{made}");
+    for i in 0..2 {
+        let mut named = Vec::new();
+        for _ in 0..600 {
+            named.clear();
+            for pick in ["0", "1"] {
+                let res = http
+                    .get(format!(
+                        "{}/endpoints/admin/picked/seen/x",
+                        c.nodes[i].url()
+                    ))
+                    .header("x-pick", pick)
+                    .send()
+                    .await
+                    .expect("request");
+                if res.status() != 200 {
+                    break;
+                }
+                let seen: Value = res.json().await.unwrap_or(Value::Null);
+                if let Some(d) = seen["headers"]["x-gateway-destination-endpoint"].as_str() {
+                    named.push(d.to_string());
+                }
+            }
+            if named.len() == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            named.len(),
+            2,
+            "through server {i}:\n{}",
+            c.nodes[i].logged()
+        );
+        assert_ne!(named[0], named[1], "two replicas named through server {i}");
+    }
+}

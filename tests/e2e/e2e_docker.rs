@@ -809,7 +809,8 @@ async fn a_custom_router_runs_as_a_container_beside_the_replicas() {
         network,
     } = Scene::new(&docker, "router");
     let routers = format!(
-        "\n[runtime.routers.test]\nimage = \"{image}\"\ncommand = [\"/engine\", \"--router\", \"--host\", \"0.0.0.0\", \"--port\", \"{{port}}\"]\n"
+        "\n[runtime.routers.test]\nimage = \"{image}\"\ncommand = [\"/engine\", \"--router\", \"--host\", \"0.0.0.0\", \"--port\", \"{{port}}\"]\n\
+         \n[runtime.routers.picker]\nimage = \"{image}\"\ncommand = [\"/engine\", \"--ext-proc\", \"--host\", \"0.0.0.0\", \"--port\", \"{{port}}\", \"--grpc-port\", \"{{grpc_port}}\"]\n"
     );
     let config = write_config(dir.path(), &docker, &network, &routers);
     let http = reqwest::Client::new();
@@ -863,8 +864,48 @@ async fn a_custom_router_runs_as_a_container_beside_the_replicas() {
         json!(format!("{network}-admin"))
     );
     assert_eq!(router["HostConfig"]["CapDrop"], json!(["ALL"]));
+
+    // An extProc router's container serves gRPC on the spec's grpcPort, where the proxy asks it for each
+    // request's replica: the one it names (by the address on the bridge it was told) gets the request.
+    let picked = format!("picked-{tag}");
+    let mut body = endpoint(
+        &picked,
+        json!({"custom": {"url": image, "port": 8080}}),
+        vec![],
+    );
+    body["compute"]["scaling"] = json!({"minReplica": 2, "maxReplica": 2});
+    body["customRouter"] =
+        json!({"tag": "picker", "protocol": "extProc", "port": 3000, "grpcPort": 9002});
+    create(&http, &r, &body).await;
+    wait_for(&http, &r, &picked, "running", ready(2)).await;
+    let mut seen = json!(null);
+    for _ in 0..300 {
+        let res = http
+            .get(format!("{}/endpoints/admin/{picked}/seen/x", r.server.url))
+            .header("x-pick", "1")
+            .send()
+            .await
+            .expect("seen");
+        if res.status() == 200 {
+            let address = res.headers().get("x-replica-address").cloned();
+            let body: serde_json::Value = res.json().await.expect("json");
+            let named = body["headers"]["x-gateway-destination-endpoint"].clone();
+            if named.is_string() && address.is_some() {
+                seen = json!({"named": named, "answered": address.map(|a| a.to_str().unwrap_or_default().to_string())});
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        seen["named"].is_string(),
+        "the processor named a replica: {seen}"
+    );
+    // The engine inside says its own address (port 8080 on the bridge): the one named.
+    let named = seen["named"].as_str().unwrap_or_default();
+    assert!(named.ends_with(":8080"), "{seen}");
     // The router goes with its endpoint.
-    tear_down(&http, r, &docker, &cli, &network, &[&name]).await;
+    tear_down(&http, r, &docker, &cli, &network, &[&name, &picked]).await;
 }
 
 /// Each container's GPUs, as its process sees them (`NVIDIA_VISIBLE_DEVICES`, which the engine sets from the
