@@ -31,14 +31,13 @@ use std::time::{Duration, Instant};
 
 use reqwest::{Method, RequestBuilder};
 use serde_json::{json, Value};
-use switchyard_server::{Application, Config};
 
 #[path = "common/mod.rs"]
 mod common;
 
+use common::server::{engine_bin, load_average, mid, turn_order, Server, NS};
 use common::{free_port, tool, wrk, Wrk};
 
-const NS: &str = "admin";
 /// The request everywhere. The engine's `/echo` answers at once; its `/embed` holds each input in a tokio
 /// sleep even at `--latency-ms 0`, and that timer's 1 ms granularity would swamp µs-sized figures.
 const ROUTE: &str = "/echo";
@@ -49,57 +48,6 @@ const ROUNDS: usize = 8;
 
 /// Numbers every request, so that a body made from it is never sent twice.
 static SEQ: AtomicUsize = AtomicUsize::new(0);
-
-/// The test engine beside this bench: `target/release/deps/proxy-…` → `target/release/switchyard-test-engine`.
-fn engine_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("bench exe");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let bin = dir.join("switchyard-test-engine");
-    if !bin.exists() {
-        let build = "cargo build --release -p switchyard-test-engine";
-        eprintln!("{} is missing: run `{build}` first", bin.display());
-        std::process::exit(2);
-    }
-    bin
-}
-
-struct Server {
-    url: String,
-    token: String,
-    data_dir: PathBuf,
-    http: reqwest::Client,
-    stop: tokio::sync::oneshot::Sender<()>,
-    done: tokio::task::JoinHandle<std::io::Result<switchyard_server::app::Stopped>>,
-    _dir: tempfile::TempDir,
-}
-
-async fn start(http: reqwest::Client) -> Server {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = Config::default();
-    config.store.data_dir = Some(dir.path().to_path_buf());
-    config.server.listen = "127.0.0.1:0".parse().expect("addr");
-    if let Some(us) = common::env_number("BENCH_BUSY_POLL_US") {
-        config.proxy.busy_poll_us = us;
-    }
-    let app = Application::build(&config).await.expect("build");
-    let url = format!("http://{}", app.local_addr());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let done = tokio::spawn(app.run(async {
-        let _ = stopped.await;
-    }));
-    let token = std::fs::read_to_string(dir.path().join("admin-token")).expect("admin token");
-    let (token, data_dir) = (token.trim().to_string(), dir.path().to_path_buf());
-    let _dir = dir;
-    Server {
-        url,
-        token,
-        data_dir,
-        http,
-        stop,
-        done,
-        _dir,
-    }
-}
 
 /// A custom-image endpoint running the test engine, with `extra` merged into the spec.
 fn spec(name: &str, engine: &Path, min_replica: u32, extra: Value) -> Value {
@@ -133,36 +81,6 @@ fn cpu_of(pid: &str, comm: &str) -> f64 {
 }
 
 impl Server {
-    fn route_url(&self, name: &str) -> String {
-        format!("{}/endpoints/{NS}/{name}{ROUTE}", self.url)
-    }
-
-    async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> Value {
-        let url = format!("{}/v2/endpoint/{NS}{path}", self.url);
-        let mut req = self.http.request(method, url).bearer_auth(&self.token);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.expect("admin request");
-        let status = resp.status();
-        let body: Value = resp.json().await.expect("admin json");
-        assert!(status.is_success(), "{path}: {status} {body}");
-        body
-    }
-
-    /// Polls the endpoint until `ok` holds (bounded to 60 s).
-    async fn wait_for(&self, name: &str, what: &str, ok: impl Fn(&Value) -> bool) {
-        let path = format!("/{name}");
-        for _ in 0..3000 {
-            if ok(&self.admin(Method::GET, &path, None).await) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let status = &self.admin(Method::GET, &path, None).await["status"];
-        panic!("{name}: {what} never happened: {status}");
-    }
-
     /// The pids in the replicas' pid files (named by replica id, `<endpoint>-<random>`) from `name`.
     fn replica_pids(&self, name: &str) -> Vec<String> {
         let dir = std::fs::read_dir(self.data_dir.join("replicas").join("pids"));
@@ -327,7 +245,7 @@ async fn switchyard_start(srv: &Server) -> Duration {
     })
     .await;
     let t = Instant::now();
-    let req = srv.http.post(srv.route_url("cold")).body(BODY);
+    let req = srv.http.post(srv.route_url("cold", ROUTE)).body(BODY);
     let req = req.header("content-type", "application/json");
     let resp = req.header("x-scale-up-timeout", "30").send().await;
     let took = t.elapsed();
@@ -432,9 +350,9 @@ async fn bench(srv: &Server, engine: &Path, secs: f64, server: tokio::runtime::H
     let direct = post(&direct, None, false);
     let relayed = post(&relayed, None, false);
     let blocking = post(&blocking, None, false);
-    let plain = post(&srv.route_url("plain"), None, false);
-    let full = post(&srv.route_url("full"), Some(&srv.token), true);
-    let cached = post(&srv.route_url("cached"), None, false);
+    let plain = post(&srv.route_url("plain", ROUTE), None, false);
+    let full = post(&srv.route_url("full", ROUTE), Some(&srv.token), true);
+    let cached = post(&srv.route_url("cached", ROUTE), None, false);
     assert_eq!(x_cache(&full).await, "MISS", "full: new bodies miss");
     x_cache(&cached).await;
     assert_eq!(x_cache(&cached).await, "HIT", "cached: the same body hits");
@@ -559,7 +477,11 @@ fn main() {
         b.build().expect("runtime")
     };
     let server_rt = runtime("server");
-    let srv = server_rt.block_on(start(http));
+    let srv = server_rt.block_on(Server::start(http, |config| {
+        if let Some(us) = common::env_number("BENCH_BUSY_POLL_US") {
+            config.proxy.busy_poll_us = us;
+        }
+    }));
     // `BENCH_PART`: `engine` for the test-engine tables only, `nginx` for the side by side with nginx only.
     let part = std::env::var("BENCH_PART").unwrap_or_default();
     let load_rt = runtime("load");
@@ -570,10 +492,7 @@ fn main() {
         load_rt.block_on(nginx_bench(&srv, server_rt.handle().clone()));
     }
     // A clean shutdown stops every replica.
-    let _ = srv.stop.send(());
-    let wait = async { tokio::time::timeout(Duration::from_secs(30), srv.done).await };
-    let stopped = server_rt.block_on(wait).expect("server stops in time");
-    stopped.expect("join").expect("serve");
+    srv.stop(&server_rt);
 }
 
 // ---- nginx side by side ------------------------------------------------------------------------------
@@ -784,24 +703,6 @@ fn wrk_compare(
     (rows.collect(), runs)
 }
 
-/// The order of the `n` scenarios in turn `turn`: each turn starts one scenario later, and every other
-/// turn runs backwards, so that of two scenarios next to each other neither mostly runs right after the
-/// other. The second of two back-to-back runs here measures lower (at 64 connections, Switchyard's ratio
-/// to nginx's was a median 0.99 run after nginx and 1.11 run before it, 6 pairs each way), and with the
-/// order only rotated the plain path ran right after nginx in 4 of 5 turns.
-fn turn_order(n: usize, turn: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..n).map(|i| (i + turn) % n).collect();
-    if turn % 2 == 1 {
-        order.reverse();
-    }
-    order
-}
-
-fn mid(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// How `ours` compares with `nginx`, pair by pair (both measured within each turn, or back to back, so a
 /// slow spell of the machine touches both): the median of the differences `ours − nginx` of `figure`, and in
 /// how many pairs `ours` was not above.
@@ -833,12 +734,6 @@ fn nginx_cpu(pid: u32) -> f64 {
     let children = std::fs::read_to_string(children).unwrap_or_default();
     let workers = children.split_whitespace().map(|c| cpu_of(c, ""));
     cpu_of(&pid.to_string(), "") + workers.sum::<f64>()
-}
-
-/// The 1-minute load average, to tell a run that overlapped other work.
-fn load_average() -> String {
-    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    text.split_whitespace().next().unwrap_or("?").to_string()
 }
 
 async fn nginx_bench(srv: &Server, server: tokio::runtime::Handle) {

@@ -19,18 +19,19 @@
 // A benchmark or a test may unwrap: a failed one is a failed run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::{json, Value};
-use switchyard_server::{Application, Config};
+use switchyard_server::Config;
 
 #[path = "common/mod.rs"]
 mod common;
 
-const NS: &str = "admin";
+use common::server::{engine_bin, load_average, mid, turn_order, Server, NS};
+
 /// The parts `BENCH_PART` may name; without it, all of them run.
 const PARTS: [&str; 2] = ["balancers", "ext_proc"];
 
@@ -58,38 +59,13 @@ const EXT_BODY: &str = r#"{"inputs":"x"}"#;
 /// Numbers every request: which are heavy follows from it.
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
-/// The test engine beside this bench: `target/release/deps/routing-…` → `target/release/switchyard-test-engine`.
-fn engine_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("bench exe");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let bin = dir.join("switchyard-test-engine");
-    if !bin.exists() {
-        let build = "cargo build --release -p switchyard-test-engine";
-        eprintln!("{} is missing: run `{build}` first", bin.display());
-        std::process::exit(2);
-    }
-    bin
-}
-
-struct Server {
-    url: String,
-    token: String,
-    http: reqwest::Client,
-    stop: tokio::sync::oneshot::Sender<()>,
-    done: tokio::task::JoinHandle<std::io::Result<switchyard_server::app::Stopped>>,
-    _dir: tempfile::TempDir,
-}
-
-async fn start(http: reqwest::Client) -> Server {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = Config::default();
-    config.store.data_dir = Some(dir.path().to_path_buf());
-    config.server.listen = "127.0.0.1:0".parse().expect("addr");
+/// The bench's server: its runtime's pace (`BENCH_TICK_MS`), and the `ext_proc` part's router, the test
+/// engine as an external processor.
+fn configure(config: &mut Config) {
     if let Some(ms) = common::env_number("BENCH_TICK_MS") {
         config.runtime.tick_ms = ms;
     }
-    // The `ext_proc` part's router: the test engine as an external processor.
-    let command = [
+    let args = [
         "--port",
         "{port}",
         "--ext-proc",
@@ -97,7 +73,7 @@ async fn start(http: reqwest::Client) -> Server {
         "{grpc_port}",
     ];
     let engine = engine_bin().to_string_lossy().into_owned();
-    let command = std::iter::once(engine).chain(command.map(String::from));
+    let command = std::iter::once(engine).chain(args.map(String::from));
     config.runtime.routers.insert(
         ROUTER.into(),
         switchyard_server::config::Launcher {
@@ -105,54 +81,9 @@ async fn start(http: reqwest::Client) -> Server {
             ..Default::default()
         },
     );
-    let app = Application::build(&config).await.expect("build");
-    let url = format!("http://{}", app.local_addr());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let done = tokio::spawn(app.run(async {
-        let _ = stopped.await;
-    }));
-    let token = std::fs::read_to_string(dir.path().join("admin-token")).expect("admin token");
-    Server {
-        url,
-        token: token.trim().to_string(),
-        http,
-        stop,
-        done,
-        _dir: dir,
-    }
 }
 
 impl Server {
-    fn route_url(&self, name: &str, route: &str) -> String {
-        format!("{}/endpoints/{NS}/{name}{route}", self.url)
-    }
-
-    async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> Value {
-        let url = format!("{}/v2/endpoint/{NS}{path}", self.url);
-        let mut req = self.http.request(method, url).bearer_auth(&self.token);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.expect("admin request");
-        let status = resp.status();
-        let body: Value = resp.json().await.expect("admin json");
-        assert!(status.is_success(), "{path}: {status} {body}");
-        body
-    }
-
-    /// Polls the endpoint until `ok` holds (bounded to 60 s).
-    async fn wait_for(&self, name: &str, what: &str, ok: impl Fn(&Value) -> bool) {
-        let path = format!("/{name}");
-        for _ in 0..3000 {
-            if ok(&self.admin(Method::GET, &path, None).await) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let status = &self.admin(Method::GET, &path, None).await["status"];
-        panic!("{name}: {what} never happened: {status}");
-    }
-
     /// The replicas' own addresses, as they tell them (`x-replica-address`) answering through the proxy.
     async fn replica_addresses(&self, name: &str, count: usize) -> Vec<String> {
         let mut seen = std::collections::BTreeSet::new();
@@ -212,11 +143,6 @@ fn pct(sorted: &[Duration], p: f64) -> f64 {
     let n = sorted.len();
     let at = ((n as f64 * p) as usize).min(n.saturating_sub(1));
     sorted.get(at).map_or(0.0, |d| d.as_secs_f64() * 1e3)
-}
-
-fn mid(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// The requests waiting in the engine at `address` (`vllm:num_requests_waiting`), when it answers.
@@ -299,22 +225,6 @@ async fn turn(
     out.light.sort_unstable();
     out.all.sort_unstable();
     out
-}
-
-/// The order of the `n` balancers in turn `turn`: each turn starts one later, and every other turn runs
-/// backwards, so that none mostly runs right after the same one.
-fn turn_order(n: usize, turn: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..n).map(|i| (i + turn) % n).collect();
-    if turn % 2 == 1 {
-        order.reverse();
-    }
-    order
-}
-
-/// The 1-minute load average, to tell a run that overlapped other work.
-fn load_average() -> String {
-    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    text.split_whitespace().next().unwrap_or("?").to_string()
 }
 
 /// A balancer's row: the medians of its turns.
@@ -708,7 +618,7 @@ fn main() {
         b.build().expect("runtime")
     };
     let server_rt = runtime("server");
-    let srv = server_rt.block_on(start(http));
+    let srv = server_rt.block_on(Server::start(http, configure));
     let load_rt = runtime("load");
     if wanted("balancers") {
         load_rt.block_on(balancers(&srv, &engine));
@@ -718,10 +628,7 @@ fn main() {
         failed = load_rt.block_on(ext_proc(&srv, &engine)).err();
     }
     // A clean shutdown stops every replica.
-    let _ = srv.stop.send(());
-    let wait = async { tokio::time::timeout(Duration::from_secs(30), srv.done).await };
-    let stopped = server_rt.block_on(wait).expect("server stops in time");
-    stopped.expect("join").expect("serve");
+    srv.stop(&server_rt);
     if let Some(why) = failed {
         eprintln!("{why}");
         std::process::exit(1);
