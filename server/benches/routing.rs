@@ -42,6 +42,8 @@ const LATENCY_MS: u64 = 5;
 /// A heavy request's inputs, and how often one is sent (every `HEAVY_EVERY`th request); the rest have one.
 const HEAVY_INPUTS: usize = 16;
 const HEAVY_EVERY: usize = 8;
+/// Callers that load one replica past the proxy, in the second run of the balancers.
+const OUTSIDE_CALLERS: usize = 4;
 /// How often the bench reads each replica's queue from its `/metrics`.
 const QUEUE_READ_EVERY: Duration = Duration::from_millis(10);
 /// The balancers compared, each with its endpoint (named as the balancer, `-` for `_`); the first is the
@@ -162,13 +164,27 @@ async fn turn(
     http: &reqwest::Client,
     url: &str,
     replicas: &[String],
-    callers: usize,
+    (callers, outside): (usize, usize),
     seconds: f64,
 ) -> Turn {
     let light = json!({"inputs": "x"}).to_string();
     let heavy = json!({"inputs": vec!["x"; HEAVY_INPUTS]}).to_string();
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(seconds);
+    // Load the proxy does not see: heavy requests straight to the first replica (another server's
+    // callers, or a client that reaches the replica another way), not counted in the figures.
+    let beside: Vec<_> = (0..outside)
+        .map(|_| {
+            let (http, heavy) = (http.clone(), heavy.clone());
+            let url = format!("http://{}/embed", replicas[0]);
+            tokio::spawn(async move {
+                while Instant::now() < deadline {
+                    let req = http.post(&url).header("content-type", "application/json");
+                    let _ = req.body(heavy.clone()).send().await;
+                }
+            })
+        })
+        .collect();
     let tasks: Vec<_> = (0..callers)
         .map(|_| {
             let (http, url) = (http.clone(), url.to_string());
@@ -222,6 +238,9 @@ async fn turn(
     }
     out.seconds = start.elapsed().as_secs_f64();
     out.queues = reader.await.expect("queue reader");
+    for b in beside {
+        let _ = b.await;
+    }
     out.light.sort_unstable();
     out.all.sort_unstable();
     out
@@ -295,23 +314,37 @@ async fn balancers(srv: &Server, engine: &Path) {
     // Warm-up: connections open, and `least_load` has its engines' figures (read once a tick, whatever the
     // traffic, so they stay fresh through the other balancers' turns).
     for (url, replicas) in &targets {
-        turn(&srv.http, url, replicas, callers, 1.0).await;
+        turn(&srv.http, url, replicas, (callers, 0), 1.0).await;
     }
-    let mut runs: Vec<Vec<Turn>> = BALANCERS.iter().map(|_| Vec::new()).collect();
-    let load = load_average();
-    for t in 0..turns {
-        for i in turn_order(BALANCERS.len(), t) {
-            let (url, replicas) = &targets[i];
-            runs[i].push(turn(&srv.http, url, replicas, callers, seconds).await);
+    for outside in [0, OUTSIDE_CALLERS] {
+        let mut runs: Vec<Vec<Turn>> = BALANCERS.iter().map(|_| Vec::new()).collect();
+        let load = load_average();
+        for t in 0..turns {
+            for i in turn_order(BALANCERS.len(), t) {
+                let (url, replicas) = &targets[i];
+                let load = (callers, outside);
+                runs[i].push(turn(&srv.http, url, replicas, load, seconds).await);
+            }
         }
+        let beside = match outside {
+            0 => String::new(),
+            n => format!(
+                "; beside it, {n} callers send {HEAVY_INPUTS}-input requests straight to one replica, \
+                 past the proxy"
+            ),
+        };
+        println!(
+            "\nBalancers under a skewed load ({REPLICAS} replicas of the test engine, {CAPACITY} slots each, \
+             {LATENCY_MS} ms per input; {callers} callers, 1 request in {HEAVY_EVERY} with {HEAVY_INPUTS} inputs, \
+             the rest with 1{beside}; {turns} turns of {seconds} s per balancer; load average {load} before, {} after)",
+            load_average()
+        );
+        report(&runs);
     }
+}
 
-    println!(
-        "\nBalancers under a skewed load ({REPLICAS} replicas of the test engine, {CAPACITY} slots each, \
-         {LATENCY_MS} ms per input; {callers} callers, 1 request in {HEAVY_EVERY} with {HEAVY_INPUTS} inputs, \
-         the rest with 1; {turns} turns of {seconds} s per balancer; load average {load} before, {} after)",
-        load_average()
-    );
+/// The balancers' table, turn by turn p99s, and which was best.
+fn report(runs: &[Vec<Turn>]) {
     println!("requests: summed over the turns; every other figure: the median of the turns (ms; queue: requests waiting in a replica's engine)");
     println!(
         "{:<18} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
@@ -339,7 +372,7 @@ async fn balancers(srv: &Server, engine: &Path) {
         );
     }
     println!("\np99 of all requests, turn by turn (ms)");
-    for (balancer, turns) in BALANCERS.iter().zip(&runs) {
+    for (balancer, turns) in BALANCERS.iter().zip(runs) {
         let each: Vec<String> = turns
             .iter()
             .map(|t| format!("{:.1}", pct(&t.all, 0.99)))
