@@ -29,13 +29,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use reqwest::{Method, RequestBuilder};
+use reqwest::Method;
 use serde_json::{json, Value};
 
 #[path = "common/mod.rs"]
 mod common;
 
-use common::server::{engine_bin, load_average, mid, turn_order, Server, NS};
+use common::server::{closed_loop, engine_bin, load_average, mid, turn_order, Make, Server, NS};
 use common::{free_port, tool, wrk, Wrk};
 
 /// The request everywhere. The engine's `/echo` answers at once; its `/embed` holds each input in a tokio
@@ -103,8 +103,6 @@ fn running(ep: &Value) -> bool {
     ep["status"]["state"] == "running" && ep["status"]["readyReplica"] == 1
 }
 
-type Make = Arc<dyn Fn(usize) -> RequestBuilder + Send + Sync>;
-
 /// What the loads of one scenario saw: the latency of each success, the time they ran, the failures,
 /// and the CPU seconds spent meanwhile by the server, the load generator and the replicas.
 #[derive(Default)]
@@ -121,37 +119,12 @@ struct Figures {
     p99: Duration,
 }
 
-/// `conns` tasks, each sending `make(n)` after the other on its keep-alive connection until `seconds`
-/// have passed. Only 2xx responses read in full count; anything else is an error.
+/// `conns` connections sending `make(n)` in a closed loop for `seconds` (see [`closed_loop`]), into `into`.
 async fn load(conns: usize, seconds: f64, make: &Make, into: &mut Sample) {
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs_f64(seconds);
-    let tasks: Vec<_> = (0..conns)
-        .map(|_| {
-            let make = make.clone();
-            tokio::spawn(async move {
-                let (mut lat, mut errors) = (Vec::with_capacity(1 << 14), 0);
-                while Instant::now() < deadline {
-                    let t = Instant::now();
-                    let ok = match make(SEQ.fetch_add(1, Ordering::Relaxed)).send().await {
-                        Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
-                        Err(_) => false,
-                    };
-                    match ok {
-                        true => lat.push(t.elapsed()),
-                        false => errors += 1,
-                    }
-                }
-                (lat, errors)
-            })
-        })
-        .collect();
-    for t in tasks {
-        let (lat, errors) = t.await.expect("load task");
-        into.lat.extend(lat);
-        into.errors += errors;
-    }
-    into.seconds += start.elapsed().as_secs_f64();
+    let (lat, took, errors) = closed_loop(conns, seconds, make).await;
+    into.lat.extend(lat);
+    into.errors += errors;
+    into.seconds += took;
 }
 
 /// Each scenario warmed up (connections open, caches filled), then all measured in turns, `ROUNDS`

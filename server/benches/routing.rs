@@ -21,6 +21,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reqwest::Method;
@@ -30,7 +31,7 @@ use switchyard_server::Config;
 #[path = "common/mod.rs"]
 mod common;
 
-use common::server::{engine_bin, load_average, mid, turn_order, Server, NS};
+use common::server::{closed_loop, engine_bin, load_average, mid, turn_order, Make, Server, NS};
 
 /// The parts `BENCH_PART` may name; without it, all of them run.
 const PARTS: [&str; 2] = ["balancers", "ext_proc"];
@@ -452,40 +453,16 @@ type EchoTurn = (Vec<Duration>, f64, usize);
 /// `conns` tasks, each sending `POST /echo` (with `x-pick` alternating between the replicas) after the
 /// other to `url` for `seconds`: the sorted latencies of the 2xx answers read in full, the time, the rest.
 async fn echo_turn(http: &reqwest::Client, url: &str, conns: usize, seconds: f64) -> EchoTurn {
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs_f64(seconds);
-    let tasks: Vec<_> = (0..conns)
-        .map(|_| {
-            let (http, url) = (http.clone(), url.to_string());
-            tokio::spawn(async move {
-                let (mut lat, mut errors) = (Vec::with_capacity(1 << 14), 0);
-                while Instant::now() < deadline {
-                    let n = SEQ.fetch_add(1, Ordering::Relaxed);
-                    let pick = (n % EXT_REPLICAS as usize).to_string();
-                    let req = http.post(&url).header("x-pick", pick);
-                    let req = req.header("content-type", "application/json");
-                    let t = Instant::now();
-                    let ok = match req.body(EXT_BODY).send().await {
-                        Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
-                        Err(_) => false,
-                    };
-                    match ok {
-                        true => lat.push(t.elapsed()),
-                        false => errors += 1,
-                    }
-                }
-                (lat, errors)
-            })
-        })
-        .collect();
-    let (mut all, mut errors) = (Vec::new(), 0);
-    for t in tasks {
-        let (lat, e) = t.await.expect("load task");
-        all.extend(lat);
-        errors += e;
-    }
+    let (http, url) = (http.clone(), url.to_string());
+    let make: Make = Arc::new(move |n| {
+        let pick = (n % EXT_REPLICAS as usize).to_string();
+        let req = http.post(&url).header("x-pick", pick);
+        req.header("content-type", "application/json")
+            .body(EXT_BODY)
+    });
+    let (mut all, took, errors) = closed_loop(conns, seconds, &make).await;
     all.sort_unstable();
-    (all, start.elapsed().as_secs_f64(), errors)
+    (all, took, errors)
 }
 
 fn us(sorted: &[Duration], p: f64) -> f64 {

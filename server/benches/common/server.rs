@@ -2,7 +2,9 @@
 //! bench for its replicas: what the proxy and routing benchmarks start, call and stop alike.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::Value;
@@ -124,4 +126,45 @@ pub fn mid(mut v: Vec<f64>) -> f64 {
 pub fn load_average() -> String {
     let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     text.split_whitespace().next().unwrap_or("?").to_string()
+}
+
+/// A request of a closed loop, made from its number (never the same twice in a run).
+pub type Make = Arc<dyn Fn(usize) -> reqwest::RequestBuilder + Send + Sync>;
+
+/// Numbers the closed loops' requests.
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// `conns` tasks, each sending `make(n)` after the other on its keep-alive connection until `seconds` have
+/// passed. Returns the latencies of the 2xx responses read in full (as they came), the seconds it ran, and
+/// how many others there were.
+pub async fn closed_loop(conns: usize, seconds: f64, make: &Make) -> (Vec<Duration>, f64, usize) {
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(seconds);
+    let tasks: Vec<_> = (0..conns)
+        .map(|_| {
+            let make = make.clone();
+            tokio::spawn(async move {
+                let (mut lat, mut errors) = (Vec::with_capacity(1 << 14), 0);
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    let ok = match make(SEQ.fetch_add(1, Ordering::Relaxed)).send().await {
+                        Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                        Err(_) => false,
+                    };
+                    match ok {
+                        true => lat.push(t.elapsed()),
+                        false => errors += 1,
+                    }
+                }
+                (lat, errors)
+            })
+        })
+        .collect();
+    let (mut all, mut errors) = (Vec::new(), 0);
+    for t in tasks {
+        let (lat, e) = t.await.expect("load task");
+        all.extend(lat);
+        errors += e;
+    }
+    (all, start.elapsed().as_secs_f64(), errors)
 }
