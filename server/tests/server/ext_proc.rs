@@ -199,6 +199,19 @@ async fn the_processor_decides_each_request_on_both_proxy_paths() {
         assert_eq!(seen["headers"]["x-processed"], "test-ext-proc");
         assert!(h.get("x-response-seen").is_none(), "{h:?}");
 
+        // A stream passes as it comes: its first event arrives alone, after the processor saw its head.
+        let url = format!("{}/stream?n=2&interval_ms=300", rt.endpoint_url("picked"));
+        let mut sse = rt.http.get(url).header("x-pick", "0").send().await.unwrap();
+        assert_eq!(sse.headers()["content-type"], "text/event-stream");
+        assert_eq!(sse.headers()["x-response-seen"], "test-ext-proc");
+        let first = sse.chunk().await.unwrap().unwrap();
+        let first = String::from_utf8_lossy(&first);
+        assert!(
+            first.contains("data: 0") && !first.contains("data: 1"),
+            "{first:?}"
+        );
+        drop(sse);
+
         // Named in the `envoy.lb` metadata instead of a header.
         let (status, h, _) = call(
             &rt,
