@@ -128,18 +128,20 @@ impl Follower {
             .flat_map(|r| r.backends.iter().cloned())
             .collect();
         self.table.publish(routes);
-        self.read_engines(&balanced).await;
+        self.read_engines(balanced);
         Ok(())
     }
 
-    /// Reads the engines' figures of `balanced` (see [`engine_load`]), at most once a [`FOLLOW_READ`].
-    async fn read_engines(&mut self, balanced: &[Arc<Backend>]) {
+    /// Reads the engines' figures of `balanced` (see [`engine_load`]), at most once a [`FOLLOW_READ`], on a
+    /// task of its own: a replica slow to answer `/metrics` holds up no route update or report.
+    fn read_engines(&mut self, balanced: Vec<Arc<Backend>>) {
         let due = self.engines_read.is_none_or(|t| t.elapsed() >= FOLLOW_READ);
         if balanced.is_empty() || !due {
             return;
         }
         self.engines_read = Some(Instant::now());
-        engine_load::read_into(balanced.iter(), self.clock.now_millis()).await;
+        let now_ms = self.clock.now_millis();
+        tokio::spawn(async move { engine_load::read_into(balanced.iter(), now_ms).await });
     }
 
     /// Writes what this server's proxy saw of each endpoint since the last report: its latest request,

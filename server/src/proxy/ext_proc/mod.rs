@@ -105,13 +105,12 @@ fn channel(addr: SocketAddr, timeout: Duration) -> Channel {
         }
         let uri = axum::http::Uri::from_maybe_shared(format!("http://{addr}"))
             .unwrap_or_else(|_| axum::http::Uri::from_static("http://127.0.0.1"));
-        // Pinged when idle, so that a router gone without a word is noticed before requests wait on it.
+        // No keepalive pings: gRPC servers in Go (the endpoint picker's) answer pings more often than every
+        // 5 minutes with GOAWAY. Each wait on the router has its deadline, and a failed connection is made
+        // again at the next request.
         let c = Endpoint::from(uri)
             .connect_timeout(timeout)
             .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(10))
-            .keep_alive_timeout(Duration::from_secs(5))
-            .keep_alive_while_idle(true)
             .connect_lazy();
         kept.insert(addr, c.clone());
         c

@@ -19,6 +19,10 @@ use super::wire::value_of;
 /// Most fields one answer sets, and most it removes.
 pub const MOST: usize = 100;
 
+/// Most fields a message may have once changed: past it nothing is added, however many answers a router
+/// gives (a header map has a hard bound).
+pub const MOST_FIELDS: usize = 1000;
+
 /// What a router may change of a request's head besides its fields.
 pub struct Target<'a> {
     pub method: &'a mut Method,
@@ -55,6 +59,9 @@ pub fn apply(
         else {
             continue;
         };
+        if headers.len() >= MOST_FIELDS {
+            continue;
+        }
         match action(set) {
             HeaderAppendAction::AppendIfExistsOrAdd => {
                 headers.append(name, value);
@@ -254,5 +261,23 @@ mod tests {
         let mut headers = HeaderMap::new();
         apply(&m, &mut headers, Message::Response, None);
         assert_eq!(headers.len(), MOST);
+        // However many answers come, the message stops growing at its bound.
+        for round in 0..(MOST_FIELDS / MOST) * 2 {
+            let more = (0..MOST)
+                .map(|i| {
+                    set(
+                        &format!("y-{round}-{i}"),
+                        "v",
+                        HeaderAppendAction::AppendIfExistsOrAdd,
+                    )
+                })
+                .collect();
+            let m = HeaderMutation {
+                set_headers: more,
+                remove_headers: vec![],
+            };
+            apply(&m, &mut headers, Message::Response, None);
+        }
+        assert_eq!(headers.len(), MOST_FIELDS);
     }
 }

@@ -396,13 +396,10 @@ impl Proxy {
             }
             break sent;
         };
-        let failed = |why: &str, timed_out| {
-            tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, "{why}");
-            replica_failed(timed_out)
-        };
         match sent {
             Ok(Ok((r, _))) if !http_status(&r.status()) => {
-                Err(failed("replica answered with no HTTP status", false))
+                tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, status = r.status().as_u16(), "replica answered with no HTTP status");
+                Err(replica_failed(false))
             }
             Ok(Ok((r, sender))) => {
                 guard.connection = Some(sender);
@@ -418,12 +415,13 @@ impl Proxy {
                     tracing::debug!(endpoint = %route.name, error = %e, "request body could not be read");
                     return Err(forward::body_failed(false).into_response());
                 }
-                Err(failed(
-                    &format!("replica did not answer: {e}"),
-                    stalled.is_some(),
-                ))
+                tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, error = %e, "replica did not answer");
+                Err(replica_failed(stalled.is_some()))
             }
-            Err(_) => Err(failed("replica did not answer in time", true)),
+            Err(_) => {
+                tracing::warn!(endpoint = %route.name, replica = %backend.replica_id, "replica did not answer in time");
+                Err(replica_failed(true))
+            }
         }
     }
 
