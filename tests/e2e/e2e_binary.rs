@@ -198,12 +198,13 @@ fn admin_with_stdin(data_dir: &Path, args: &[&str], input: &str) -> (bool, Strin
         .stderr(Stdio::piped())
         .spawn()
         .expect("run switchyard admin");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
+    // A command that refuses before it reads its input may have exited already: the pipe is then closed
+    // (EPIPE), and what it said and how it ended are what the test judges.
+    let mut stdin = child.stdin.take().unwrap();
+    if let Err(e) = stdin.write_all(input.as_bytes()) {
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
+    }
+    drop(stdin);
     let out = child.wait_with_output().unwrap();
     let printed = format!(
         "{}{}",
