@@ -103,21 +103,34 @@ impl Server {
     }
 }
 
-/// An endpoint of `REPLICAS` replicas of the test engine, balanced by `balancer`.
-fn spec(name: &str, engine: &Path, balancer: &str) -> Value {
-    let (capacity, latency) = (CAPACITY.to_string(), LATENCY_MS.to_string());
+/// An endpoint of `replicas` replicas of the test engine (run with `args` besides its port), balanced by
+/// `balancer`.
+fn engine_spec(name: &str, engine: &Path, replicas: u32, args: &[&str], balancer: &str) -> Value {
+    let mut command = vec![
+        engine.display().to_string(),
+        "--port".into(),
+        "{port}".into(),
+    ];
+    command.extend(args.iter().map(|a| a.to_string()));
     json!({
         "name": name, "type": "public",
         "provider": {"vendor": "aws", "region": "us-east-1"},
         "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x2",
-                    "scaling": {"minReplica": REPLICAS, "maxReplica": REPLICAS}},
+                    "scaling": {"minReplica": replicas, "maxReplica": replicas}},
         "model": {
             "framework": "custom", "repository": "bench/engine", "task": "feature-extraction",
             "image": {"custom": {"url": "local/test-engine", "healthRoute": "/health"}},
-            "command": [engine, "--port", "{port}", "--latency-ms", latency, "--capacity", capacity],
+            "command": command,
         },
         "experimentalFeatures": {"loadBalancer": balancer},
     })
+}
+
+/// An endpoint of `REPLICAS` replicas of the test engine, balanced by `balancer`.
+fn spec(name: &str, engine: &Path, balancer: &str) -> Value {
+    let (capacity, latency) = (CAPACITY.to_string(), LATENCY_MS.to_string());
+    let args = ["--latency-ms", &latency, "--capacity", &capacity];
+    engine_spec(name, engine, REPLICAS, &args, balancer)
 }
 
 fn all_ready(ep: &Value) -> bool {
@@ -393,18 +406,7 @@ fn report(runs: &[Vec<Turn>]) {
 /// An endpoint of `EXT_REPLICAS` test-engine replicas with no inference time, routed by the `ROUTER`
 /// processor when `routed`, else by `random`.
 fn ext_spec(name: &str, engine: &Path, routed: bool) -> Value {
-    let mut spec = json!({
-        "name": name, "type": "public",
-        "provider": {"vendor": "aws", "region": "us-east-1"},
-        "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x2",
-                    "scaling": {"minReplica": EXT_REPLICAS, "maxReplica": EXT_REPLICAS}},
-        "model": {
-            "framework": "custom", "repository": "bench/engine", "task": "feature-extraction",
-            "image": {"custom": {"url": "local/test-engine", "healthRoute": "/health"}},
-            "command": [engine, "--port", "{port}", "--latency-ms", "0"],
-        },
-        "experimentalFeatures": {"loadBalancer": "random"},
-    });
+    let mut spec = engine_spec(name, engine, EXT_REPLICAS, &["--latency-ms", "0"], "random");
     if routed {
         spec["customRouter"] = json!({"tag": ROUTER, "protocol": "extProc", "env": {}});
     }

@@ -53,8 +53,8 @@ impl Choice {
 
     /// The next replica, with the request to send it, after the one before could not be reached.
     pub(super) fn next(&mut self) -> Option<(Arc<Backend>, axum::http::Request<ToReplica>)> {
-        let replica = self.to.pop_front()?;
         let (method, uri, headers, body) = self.again.clone()?;
+        let replica = self.to.pop_front()?;
         let mut req = axum::http::Request::new(ToReplica::Right(Body::from(body)));
         *req.method_mut() = method;
         *req.uri_mut() = uri;
