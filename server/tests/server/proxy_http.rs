@@ -1311,16 +1311,19 @@ async fn bodies_read_whole_are_bounded_in_all_and_in_time() {
     const MIB: usize = 1 << 20;
     let (server, ep) = server_configured(json!({"cacheHttpResponses": true}), |c| {
         c.proxy.body_buffer_bytes = 2 * MIB;
-        c.proxy.body_timeout_s = 3;
+        // Long enough for all four uploads to be taken before the first is let go.
+        c.proxy.body_timeout_s = 5;
     })
     .await;
     for own in [true, false] {
         let on = if own { "own path" } else { "general path" };
         let before = metric(&server, "switchyard_proxy_bodies_uncached_total").await;
         // Four uploads of a MiB each (of a length said ahead on the own path, in one chunk on hyper's), all
-        // but their last byte sent: room for two of them to be read whole, the others go on uncached.
+        // but their last byte sent: room for two of them to be read whole, the others go on uncached. Each
+        // is sent once the proxy has taken the one before (held, or passed uncached): on hyper's path the
+        // room grows as the chunk comes, so uploads read side by side could share it out differently.
         let mut callers = Vec::new();
-        for i in 0..4 {
+        for i in 0..4usize {
             let mut caller = Caller::connect(&server.url).await;
             let mut upload = match own {
                 true => get(
@@ -1341,17 +1344,25 @@ async fn bodies_read_whole_are_bounded_in_all_and_in_time() {
             upload.extend(std::iter::repeat_n(b'x', MIB - 1));
             caller.send(&upload).await;
             callers.push(caller);
-        }
-        let mut uncached = 0;
-        for _ in 0..200 {
-            let held = metric(&server, "switchyard_proxy_body_buffer_bytes").await;
-            assert!(held as usize <= 2 * MIB, "{on}: {held} bytes held");
-            uncached = metric(&server, "switchyard_proxy_bodies_uncached_total").await - before;
-            if uncached == 2 {
-                break;
+            let mut taken = false;
+            for _ in 0..500 {
+                let held = metric(&server, "switchyard_proxy_body_buffer_bytes").await as usize;
+                assert!(held <= 2 * MIB, "{on}: {held} bytes held");
+                let uncached = metric(&server, "switchyard_proxy_bodies_uncached_total").await - before;
+                taken = match i {
+                    0 | 1 => held >= (i + 1) * (MIB - 1) && uncached == 0,
+                    _ => uncached == (i - 1) as u64,
+                };
+                if taken {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert!(taken, "{on}: upload {i} was not taken as the room allows");
         }
+        let held = metric(&server, "switchyard_proxy_body_buffer_bytes").await as usize;
+        assert!(held <= 2 * MIB, "{on}: {held} bytes held");
+        let uncached = metric(&server, "switchyard_proxy_bodies_uncached_total").await - before;
         assert_eq!(uncached, 2, "{on}: two bodies found no room");
         // None comes whole within the body's time: each is answered 408, and let go.
         for mut caller in callers {
