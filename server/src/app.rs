@@ -274,6 +274,7 @@ impl Services {
             hardware: Arc::new(hardware),
             runtime_config: config.runtime.clone(),
             quotas: config.quotas,
+            analytics: config.analytics,
             revocations: Default::default(),
             public_host,
             public_url: public_url.trim_end_matches('/').to_string(),
@@ -530,6 +531,8 @@ pub struct Application {
     proxy: Proxy,
     webhooks: crate::config::WebhookSettings,
     mailer: crate::mail::Mailer,
+    analytics: crate::config::AnalyticsConfig,
+    telemetry: crate::config::TelemetryConfig,
 }
 
 /// Why the listener could not bind; a taken port names the ways to choose another.
@@ -594,6 +597,12 @@ impl Application {
         let state = &services.state;
         let mailer = crate::mail::Mailer::new(&config.email, state.store.clone(), clock.clone())
             .map_err(StartError)?;
+        if let Some(url) = &config.telemetry.otlp_url {
+            state
+                .outbound
+                .check_url_static(url)
+                .map_err(|e| StartError(format!("telemetry.otlp_url: {e}")))?;
+        }
         let provider = replica_provider(config, &services, clock.clone()).await?;
         let proxy = Proxy::new(
             state.runtime.clone(),
@@ -612,6 +621,8 @@ impl Application {
             proxy,
             webhooks: config.webhooks.settings().map_err(StartError)?,
             mailer,
+            analytics: config.analytics,
+            telemetry: config.telemetry.clone(),
         })
     }
 
@@ -651,6 +662,8 @@ impl Application {
             proxy,
             webhooks,
             mailer,
+            analytics,
+            telemetry,
         } = self;
         let state = services.state.clone();
         let runtime = state.runtime.clone();
@@ -741,6 +754,28 @@ impl Application {
         let delivering = tokio::spawn(deliverer.run(stop_rx.clone()));
         tokio::spawn(mailer.run(stop_rx.clone()));
         tokio::spawn(proxy::limit::give_back_memory(stop_rx.clone()));
+        if let Some(url) = telemetry.otlp_url.clone() {
+            let exporter = crate::telemetry::Exporter {
+                url,
+                every: Duration::from_secs(telemetry.otlp_interval_s.max(1)),
+                outbound: state.outbound.clone(),
+                table: runtime.table.clone(),
+                clock: state.clock.clone(),
+                server: me.id.clone(),
+            };
+            tokio::spawn(exporter.run(stop_rx.clone()));
+        }
+        let recording = analytics.enabled.then(|| {
+            let recorder = crate::runtime::analytics::Recorder::new(
+                state.store.clone(),
+                runtime.clone(),
+                state.clock.clone(),
+                me.id.clone(),
+                analytics,
+            );
+            let every = Duration::from_millis(state.runtime_config.tick_ms.clamp(10, 1000));
+            tokio::spawn(recorder.run(every, stop_rx.clone()))
+        });
         if let Some(l) = private_listener {
             let app = proxy::private_front(proxy.clone());
             // Served from this runtime, each connection as on a data-plane worker (the same timeouts).
@@ -778,6 +813,9 @@ impl Application {
         let _ = leading.await;
         listening.abort();
         let _ = delivering.await;
+        if let Some(recording) = recording {
+            let _ = recording.await;
+        }
         state.store.close().await;
         served
     }

@@ -291,6 +291,30 @@ impl Client {
             .await
     }
 
+    /// The endpoint's series; `query` is the query string without `?` (`from=…&to=…&step=…`, or empty).
+    pub async fn endpoint_analytics<T: DeserializeOwned>(
+        &self,
+        namespace: &str,
+        name: &str,
+        query: &str,
+    ) -> ClientResult<T> {
+        let path = format!("/api/v1/endpoints/{namespace}/{name}/analytics");
+        match query.is_empty() {
+            true => self.get(&path).await,
+            false => self.get(&format!("{path}?{query}")).await,
+        }
+    }
+
+    /// The endpoint's decisions, newest first.
+    pub async fn endpoint_decisions<T: DeserializeOwned>(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> ClientResult<T> {
+        self.get(&format!("/api/v1/endpoints/{namespace}/{name}/decisions"))
+            .await
+    }
+
     pub async fn hardware<T: DeserializeOwned>(&self, namespace: &str) -> ClientResult<T> {
         self.get(&format!("/v2/provider/{namespace}")).await
     }

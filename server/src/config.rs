@@ -30,6 +30,51 @@ pub struct Config {
     pub email: EmailConfig,
     pub log: LogConfig,
     pub models: ModelsConfig,
+    pub analytics: AnalyticsConfig,
+    pub telemetry: TelemetryConfig,
+}
+
+/// What the server keeps of each endpoint's traffic and fleet over time (the analytics API, the console's
+/// charts), in the store: a sample every 10 s and every minute, each kept this long.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AnalyticsConfig {
+    /// Off: nothing is recorded (the proxy's counters and `/metrics` are as before).
+    pub enabled: bool,
+    /// How long the 10-second samples are kept, in seconds (default an hour).
+    pub keep_10s_s: u64,
+    /// How long the 1-minute samples and the decisions are kept, in seconds (default 7 days).
+    pub keep_1m_s: u64,
+}
+
+impl Default for AnalyticsConfig {
+    fn default() -> Self {
+        AnalyticsConfig {
+            enabled: true,
+            keep_10s_s: 3600,
+            keep_1m_s: 7 * 86_400,
+        }
+    }
+}
+
+/// Pushing the endpoints' series to an OpenTelemetry collector.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// The collector's OTLP/HTTP metrics URL (`http://collector:4318/v1/metrics`); none: nothing is pushed.
+    /// Sent through the outbound guard (`[outbound] allow` for a collector on a private address).
+    pub otlp_url: Option<String>,
+    /// Seconds between pushes.
+    pub otlp_interval_s: u64,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            otlp_url: None,
+            otlp_interval_s: 60,
+        }
+    }
 }
 
 /// Where model repositories come from, for replicas that mount them at `/repository` (the Docker provider).

@@ -51,6 +51,7 @@ pub mod runtime;
 pub mod services;
 pub mod signing;
 pub mod store;
+pub mod telemetry;
 pub mod webhooks;
 
 pub use app::{Application, Services};

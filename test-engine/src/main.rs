@@ -271,6 +271,19 @@ async fn echo(headers: HeaderMap, body: Bytes) -> Response {
 
 /// The request as it came: method, path and query, every field (a repeated one joined by `, `) and the
 /// body as text.
+/// Answers with status `code` after `?ms=` milliseconds (none by default): a known load for the analytics'
+/// tests.
+async fn status(
+    Path(code): Path<u16>,
+    Query(q): Query<std::collections::HashMap<String, u64>>,
+) -> Response {
+    if let Some(ms) = q.get("ms") {
+        sleep(Duration::from_millis(*ms)).await;
+    }
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST);
+    (status, format!("{code}\n")).into_response()
+}
+
 async fn seen(method: axum::http::Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
     let mut fields = serde_json::Map::new();
     for name in headers.keys() {
@@ -410,6 +423,7 @@ async fn run(cli: Cli, started: Instant) -> Result<(), String> {
         .route("/metrics", get(metrics))
         .route("/echo", post(echo))
         .route("/seen/{*rest}", axum::routing::any(seen))
+        .route("/status/{code}", get(status))
         .route("/stream", get(stream))
         .route("/env/{name}", get(env_var))
         .route("/mcp", post(mcp))

@@ -1,6 +1,7 @@
 //! The HTTP API: one router per area, the shared state, and the layers every response passes through.
 
 pub mod accounts;
+pub mod analytics;
 pub mod admin;
 pub mod catalog;
 pub mod endpoints;
@@ -61,6 +62,7 @@ pub fn router(state: AppState) -> Router {
         .merge(catalog::router())
         .merge(engines::router())
         .merge(endpoints::router())
+        .merge(analytics::router())
         .merge(accounts::router())
         .merge(admin::router())
         .merge(oauth::router())

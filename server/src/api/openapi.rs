@@ -30,6 +30,8 @@ use super::AppState;
         super::endpoints::scale_to_zero,
         super::endpoints::logs,
         super::endpoints::replicas,
+        super::analytics::analytics,
+        super::analytics::decisions,
         super::endpoints::hardware,
         super::accounts::whoami,
         super::admin::list_users,

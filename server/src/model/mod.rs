@@ -4,7 +4,7 @@
 //!   serving-container variants; [`update`] partial updates (`EndpointSpec::apply_update`).
 //! - [`status`]: what responses show (`EndpointOut`, `EndpointStatus`); [`lifecycle`] states and transitions.
 //! - [`deploy`]: catalog deploy bodies and the recipe enums (`Accelerator`, `EngineType`).
-//! - [`event`]: the kinds of change the outbox records.
+//! - [`event`]: the kinds of change the outbox records; [`analytics`] an endpoint's series and decisions.
 //! - [`repo`]: repository ids, revisions and model file paths, checked as what they are.
 //! - [`issue`]: `{path, message}` validation issues; [`cidr`] allow-list blocks; [`wire`] serde helpers
 //!   (strict integers, timestamps ending in `Z`); `strict` a JSON decoder that takes structs only from objects.
@@ -12,6 +12,7 @@
 //! Every `parse` returns all semantic issues it finds; structural (serde) errors stop at the first, with its path.
 
 pub mod account;
+pub mod analytics;
 pub mod catalog;
 pub mod cidr;
 pub mod deploy;

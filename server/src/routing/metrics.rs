@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use super::stats::{PickedBy, RouterFailure, BUCKETS};
+use super::stats::{Fleet, PickedBy, RouterFailure, BUCKETS};
 use super::table::{Route, RouteTable};
 
 fn escape(v: &str) -> String {
@@ -14,7 +14,11 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-pub fn render(table: &RouteTable) -> String {
+/// Fleet figures older than this are not shown (a leader that stepped down publishes no more).
+const FLEET_FRESH_MS: i64 = 30_000;
+
+/// The table's figures at `now_ms` (Unix milliseconds).
+pub fn render(table: &RouteTable, now_ms: i64) -> String {
     let mut routes: Vec<_> = table.routes().collect();
     routes.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     let mut out = String::new();
@@ -106,6 +110,33 @@ pub fn render(table: &RouteTable) -> String {
                 "switchyard_proxy_router_failures_total{{{},why=\"{why}\"}} {n}",
                 labels(r)
             );
+        }
+    }
+    out.push_str("# HELP switchyard_endpoint_waiting_requests Requests held while the endpoint starts.\n# TYPE switchyard_endpoint_waiting_requests gauge\n");
+    for r in &routes {
+        let waiting = r.activity.waiting.load(std::sync::atomic::Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "switchyard_endpoint_waiting_requests{{{}}} {waiting}",
+            labels(r)
+        );
+    }
+    let fleets: Vec<_> = routes
+        .iter()
+        .filter_map(|r| Some((r, r.activity.fleet(now_ms - FLEET_FRESH_MS)?)))
+        .collect();
+    let fleet_gauges: [(&str, &str, fn(&Fleet) -> Option<f64>); 4] = [
+        ("switchyard_endpoint_target_replicas", "Replicas the scaler wants (on the server that leads).", |f| Some(f64::from(f.target))),
+        ("switchyard_endpoint_replica_cpu_percent", "Mean CPU use of a ready replica, percent of one core (on the server that leads).", |f| f.cpu_percent),
+        ("switchyard_endpoint_engine_queue", "Requests waiting in the engines, per replica, where they are read (on the server that leads).", |f| f.queue),
+        ("switchyard_endpoint_engine_kv_cache_percent", "The engines' KV-cache use, where it is read (on the server that leads).", |f| f.kv_cache_percent),
+    ];
+    for (name, help, value) in fleet_gauges {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for (r, fleet) in &fleets {
+            if let Some(v) = value(fleet) {
+                let _ = writeln!(out, "{name}{{{}}} {v}", labels(r));
+            }
         }
     }
     out.push_str("# HELP switchyard_endpoint_ready_replicas Replicas that answer their health route.\n# TYPE switchyard_endpoint_ready_replicas gauge\n");

@@ -26,7 +26,7 @@ use tokio::sync::{watch, Notify};
 pub use access::AccessLog;
 pub use backend::{Backend, EngineFigures};
 pub use host::{bare_host, is_loopback_url, is_server_host, public_host};
-pub use stats::{Activity, EndpointStats, PickedBy, RouterFailure};
+pub use stats::{Activity, EndpointStats, Fleet, PickedBy, RouterFailure};
 pub use table::{ExtProcRoute, Route, RouteTable};
 
 /// What a reader of the routing table holds: the latest table, the bell that asks the runtime to look at

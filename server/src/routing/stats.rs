@@ -4,12 +4,13 @@
 //! and the scaler read; [`EndpointStats`] (requests by status, latency) is what `/metrics` renders.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use super::per_worker::{Gauge, PerWorker};
+use crate::model::analytics::{status_class, Sample, LATENCY_BUCKETS};
 
 /// Live counters of one endpoint, shared by the proxy (writer) and the reconciler (reader). They outlive
 /// routing-table rebuilds.
@@ -27,7 +28,38 @@ pub struct Activity {
     /// one store: the leader's scaler counts them with its own).
     elsewhere_in_flight: AtomicU32,
     pub stats: EndpointStats,
+    /// The fleet as the leader's reconciler last saw it, for the analytics recorder.
+    fleet: Mutex<Option<Fleet>>,
+    /// The request that last asked the endpoint to wake (`GET /path`), for the decision's reason.
+    woken_by: Mutex<Option<String>>,
 }
+
+/// An endpoint's replicas as the leader's reconciler saw them at `at_ms` (Unix milliseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Fleet {
+    pub at_ms: i64,
+    pub ready: u32,
+    pub target: u32,
+    /// Mean CPU use of a ready replica, percent of one core.
+    pub cpu_percent: Option<f64>,
+    /// The engines' requests waiting (mean per replica) and KV-cache use (percent), where they are read.
+    pub queue: Option<f64>,
+    pub kv_cache_percent: Option<f64>,
+}
+
+/// An endpoint's counters, added up over the workers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Counted {
+    /// (status, requests) for every status seen; 0 for none.
+    pub statuses: Vec<(usize, u64)>,
+    /// Requests by latency bucket (see [`BUCKETS`]), the last +Inf.
+    pub latency: [u64; LATENCY_BUCKETS],
+    pub sum_seconds: f64,
+    pub cache_hits: u64,
+}
+
+/// Longest a request path kept as the reason of a wake-up.
+const WOKEN_BY_MAX: usize = 200;
 
 impl Activity {
     /// Records a request at `ms` (Unix milliseconds, see `Clock::now_millis`).
@@ -52,6 +84,34 @@ impl Activity {
 
     pub fn take_wake(&self) -> bool {
         self.wake.swap(false, Ordering::AcqRel)
+    }
+
+    /// Says which request asks the endpoint to wake (see [`Self::take_woken_by`]).
+    pub fn woken_by(&self, mut request: String) {
+        if request.len() > WOKEN_BY_MAX {
+            let mut cut = WOKEN_BY_MAX;
+            while !request.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            request.truncate(cut);
+            request.push('…');
+        }
+        *lock(&self.woken_by) = Some(request);
+    }
+
+    /// The request that last asked the endpoint to wake on this server, if one did.
+    pub fn take_woken_by(&self) -> Option<String> {
+        lock(&self.woken_by).take()
+    }
+
+    /// Publishes the fleet's figures (the leader's reconciler, each pass).
+    pub fn set_fleet(&self, fleet: Fleet) {
+        *lock(&self.fleet) = Some(fleet);
+    }
+
+    /// The fleet's figures, when published at or after `since_ms`.
+    pub fn fleet(&self, since_ms: i64) -> Option<Fleet> {
+        lock(&self.fleet).filter(|f| f.at_ms >= since_ms)
     }
 
     /// What the other servers reported: their latest request (Unix milliseconds, 0 for none), their
@@ -79,10 +139,12 @@ impl Activity {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Upper bounds of the latency buckets, in seconds.
-pub const BUCKETS: [f64; 12] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
-];
+pub use crate::model::analytics::LATENCY_BOUNDS as BUCKETS;
 
 /// Status codes counted one by one; anything outside 100..600 is counted as 0 (unknown).
 const STATUSES: usize = 600;
@@ -239,6 +301,35 @@ impl EndpointStats {
 
     pub fn router_failures(&self, why: RouterFailure) -> u64 {
         self.sum(|s| &s.router_failures[why as usize])
+    }
+
+    /// Everything counted so far, by status code.
+    pub fn counted_by_status(&self) -> Counted {
+        let mut latency = [0; LATENCY_BUCKETS];
+        for (i, n) in latency.iter_mut().enumerate() {
+            *n = self.bucket(i);
+        }
+        Counted {
+            statuses: self.statuses().collect(),
+            latency,
+            sum_seconds: self.sum_micros() as f64 / 1e6,
+            cache_hits: self.cache_hits(),
+        }
+    }
+
+    /// Everything counted so far, as an analytics sample's counters (the recorder takes differences).
+    pub fn counted(&self) -> Sample {
+        let counted = self.counted_by_status();
+        let mut sample = Sample {
+            latency: counted.latency,
+            cache_hits: counted.cache_hits,
+            ..Sample::default()
+        };
+        for (status, n) in counted.statuses {
+            let class = status_class(u16::try_from(status).unwrap_or(0));
+            sample.statuses[class] += n;
+        }
+        sample
     }
 
     /// (status, count) for every status seen.

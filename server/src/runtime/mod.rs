@@ -9,7 +9,9 @@
 //! (through [`crate::routing`], which both sides import), and records activity (last request, requests in
 //! flight, wake-ups) in shared [`Activity`] counters.
 
+pub mod analytics;
 pub mod cluster;
+pub mod decisions;
 pub mod devices;
 pub mod docker;
 pub mod engine_load;

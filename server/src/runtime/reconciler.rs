@@ -22,6 +22,7 @@ use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
+use super::decisions;
 use super::devices::{Devices, Lease};
 use super::engine_load::{self, EngineLoad};
 use super::launch::{self, Launch};
@@ -43,7 +44,8 @@ use crate::model::{
     can_transition, CustomRouter, EndpointSpec, EndpointState, LoadBalancer, Measure,
     RouterProtocol,
 };
-use crate::routing::{Activity, Backend, Route, RouteTable};
+use crate::model::analytics::Decision;
+use crate::routing::{Activity, Backend, Fleet, Route, RouteTable};
 use crate::services::quotas::Limits;
 use crate::store::cluster::ReplicaRow;
 use crate::store::{Backend as StoreBackend, EndpointRecord, QuotaOverride, Store, StoreError};
@@ -141,6 +143,12 @@ struct EndpointRun {
     waiting: Option<String>,
     /// Whether what it waits for is GPUs: the old generation's replicas then make room.
     short_of_devices: bool,
+    /// What was decided in this pass, with the reasons (see [`decisions`]).
+    decisions: Vec<Decision>,
+    /// The engines' requests waiting and KV-cache use (percent) the scaler last read, when it read them.
+    engine_load: (Option<f64>, Option<f64>),
+    /// The replicas the namespace's quota held the endpoint at, while it does.
+    held_at: Option<u32>,
 }
 
 /// The status fields the reconciler owns.
@@ -514,6 +522,7 @@ impl Reconciler {
         let mut routes = Vec::with_capacity(records.len());
         let mut held = Vec::with_capacity(records.len());
         let mut all_written = true;
+        let mut decided_all = Vec::new();
         // Replicas each namespace's endpoints were given this pass: the scaler never goes over the
         // namespace's quota, even one an administrator lowered below what its endpoints ask for.
         let mut running: HashMap<String, u32> = HashMap::new();
@@ -529,9 +538,14 @@ impl Reconciler {
             *running.entry(rec.namespace.clone()).or_default() += observed.target;
             let waking = rec.state == EndpointState::ScaledToZero
                 && observed.state == EndpointState::Initializing;
+            let decided = self.publish_fleet(&rec, &observed, now);
             let rec = match self.write_status(rec, observed).await {
-                Ok(written) => written,
+                Ok(written) => {
+                    decided_all.push((written.id.clone(), decided));
+                    written
+                }
                 Err(rec) => {
+                    // The pass is taken again at the next tick, and decides again.
                     all_written = false;
                     if waking {
                         // The wake-up was taken but not recorded: keep it for the next tick.
@@ -548,6 +562,9 @@ impl Reconciler {
             held.push(rec);
         }
         self.table.publish(routes);
+        if let Err(e) = decisions::write(self.store.as_ref(), &decided_all).await {
+            tracing::warn!(error = %e, "could not record the endpoints' decisions");
+        }
         self.record_replicas(&held).await;
         if self.leads() {
             self.stop_unadopted().await;
@@ -617,6 +634,38 @@ impl Reconciler {
             router,
             run.activity.clone(),
         ))
+    }
+
+    /// Publishes the endpoint's fleet for the analytics recorder, and hands over what the pass decided (with
+    /// the change of state, when it is a decision of its own).
+    fn publish_fleet(
+        &mut self,
+        rec: &EndpointRecord,
+        o: &Observed,
+        now: DateTime<Utc>,
+    ) -> Vec<Decision> {
+        let Some(run) = self.runs.get_mut(&rec.id) else {
+            return Vec::new();
+        };
+        let cpus: Vec<f64> = run
+            .replicas
+            .iter()
+            .filter(|r| r.serving())
+            .filter_map(|r| r.cpu_percent)
+            .collect();
+        let engine_read = o.ready > 0;
+        run.activity.set_fleet(Fleet {
+            at_ms: now.timestamp_millis(),
+            ready: o.ready,
+            target: o.target,
+            cpu_percent: (!cpus.is_empty()).then(|| cpus.iter().sum::<f64>() / cpus.len() as f64),
+            queue: run.engine_load.0.filter(|_| engine_read),
+            kv_cache_percent: run.engine_load.1.filter(|_| engine_read),
+        });
+        let mut decided = std::mem::take(&mut run.decisions);
+        let message = o.message.as_deref();
+        decided.extend(decisions::transition(now, rec.state, o.state, message, o.ready));
+        decided
     }
 
     /// Writes what changed. Returns the endpoint as stored after it (`rec` itself when nothing changed), or
@@ -804,6 +853,9 @@ impl Steps<'_> {
             since: now,
             waiting: None,
             short_of_devices: false,
+            decisions: Vec::new(),
+            engine_load: (None, None),
+            held_at: None,
         }
     }
 
@@ -966,6 +1018,9 @@ impl Steps<'_> {
             });
             run.since = pass.now;
             run.target = bounds.min.max(1).min(bounds.max.max(1));
+            let by = woken.then(|| run.activity.take_woken_by()).flatten();
+            let d = decisions::woken(pass.now, run.target, woken, by);
+            run.decisions.push(d);
             ControlFlow::Continue(out)
         } else {
             retire_all(run, self.provider).await;
@@ -1011,11 +1066,32 @@ impl Steps<'_> {
         let features = &pass.rec.spec.experimental_features;
         let by_engine = features.effective_load_balancer() == LoadBalancer::LeastLoad;
         let sample = load_sample(run, measure, by_engine, pass.now).await;
+        run.engine_load = (sample.requests_waiting, sample.kv_cache_usage);
         run.scaler.observe(pass.now, sample);
+        let before = run.target;
         run.target =
             run.scaler
                 .desired(pass.now, run.target.max(1), bounds, measure, self.settings);
+        self.explain_target(run, pass, bounds, before);
         ControlFlow::Continue(out)
+    }
+
+    /// The decisions in a new target: scaled (an active endpoint's, not its first), or held at the
+    /// namespace's quota (once while it holds).
+    fn explain_target(&self, run: &mut EndpointRun, pass: &Pass<'_>, bounds: &Bounds, before: u32) {
+        let explained = run.scaler.explained();
+        if before > 0 {
+            let d = decisions::scaled(pass.now, before, run.target, explained, bounds);
+            run.decisions.extend(d);
+        }
+        let spec_max = bounds_at(&pass.rec.spec.compute.scaling, pass.now).max;
+        let wanted = explained.map_or(0, |e| e.wanted);
+        let held = (wanted > pass.cap && spec_max > pass.cap).then_some(pass.cap);
+        if let Some(cap) = held.filter(|cap| run.held_at != Some(*cap)) {
+            run.decisions
+                .push(decisions::held_at_quota(pass.now, wanted.min(spec_max), cap));
+        }
+        run.held_at = held;
     }
 
     /// Retires every replica of an endpoint that was idle long enough, or that the schedule in effect
@@ -1027,6 +1103,9 @@ impl Steps<'_> {
         pass: &Pass<'_>,
         mut out: Observed,
     ) -> Observed {
+        let last = last_busy(run, pass.now);
+        let d = decisions::to_zero(pass.now, run.target, last, bounds, pass.cap);
+        run.decisions.push(d);
         retire_all(run, self.provider).await;
         run.scaler.reset();
         run.target = 0;
@@ -1356,6 +1435,17 @@ fn schedule_began(run: &mut EndpointRun, rec: &EndpointRecord, now: DateTime<Utc
         .entry_in_effect(minute_of_day(now))
         .map(|e| e.at.clone());
     let began = run.entry.as_ref().is_some_and(|before| *before != entry);
+    if began {
+        let scaling = &rec.spec.compute.scaling;
+        let own = Bounds {
+            min: scaling.min_replica,
+            max: scaling.max_replica,
+            scale_to_zero_after: None,
+        };
+        let in_effect = scaling.entry_in_effect(minute_of_day(now));
+        run.decisions
+            .push(decisions::schedule(now, in_effect, &own));
+    }
     run.entry = Some(entry);
     began
 }
@@ -1803,6 +1893,8 @@ fn sample_cpu(r: &mut ReplicaRun, cpu: f64) {
 fn record_crash(run: &mut EndpointRun, config: &RuntimeConfig, now: DateTime<Utc>, why: String) {
     tracing::warn!(namespace = %run.namespace, endpoint = %run.name, "{why}");
     run.crashes.push_back(now);
+    run.decisions
+        .push(decisions::replica_exited(now, &why, run.backoff));
     run.last_exit = Some(why);
     run.next_start_at = Some(now.checked_add_signed(ms(run.backoff)).unwrap_or(now));
     let max = Duration::from_millis(config.backoff_max_ms.clamp(1, 86_400_000));

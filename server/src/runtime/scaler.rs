@@ -46,6 +46,7 @@ use std::collections::VecDeque;
 use chrono::{DateTime, Duration, Timelike, Utc};
 
 use crate::config::ScalingConfig;
+use crate::model::analytics::Measured;
 use crate::model::{Measure, Scaling};
 
 /// Most load samples a [`Scaler`] keeps (the newest): far more than a window holds at a sane tick rate
@@ -197,6 +198,8 @@ pub struct Scaler {
     highs: VecDeque<Recommendation>,
     /// Whether the count found at the first decision has been recorded as a recommendation.
     seeded: bool,
+    /// What the last decision went by.
+    explained: Option<Explained>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,10 +209,20 @@ struct Recommendation {
 }
 
 /// The averaged load, relative to the threshold, and the replicas it was measured on.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Load {
     ratio: f64,
     ready: u32,
+    /// The measure itself.
+    measured: Measured,
+}
+
+/// What the last decision ([`Scaler::desired`]) went by: the measure, and the count the scaler wanted
+/// before the bounds in force.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Explained {
+    pub measured: Option<Measured>,
+    pub wanted: u32,
 }
 
 impl Scaler {
@@ -248,14 +261,24 @@ impl Scaler {
         self.samples.retain(|(at, _)| *at > from);
 
         let current = current.max(1);
-        let wanted = match self.load(now, measure, settings) {
+        let load = self.load(now, measure, settings);
+        let wanted = match &load {
             Some(load) => {
                 let raw = recommend(load, current, settings.tolerance);
                 self.stabilize(now, current, raw, settings)
             }
             None => current,
         };
+        self.explained = Some(Explained {
+            measured: load.map(|l| l.measured),
+            wanted,
+        });
         wanted.clamp(bounds.min.clamp(1, bounds.max), bounds.max)
+    }
+
+    /// What the last decision went by; `None` before one (or after [`Self::reset`]).
+    pub fn explained(&self) -> Option<&Explained> {
+        self.explained.as_ref()
     }
 
     /// Forgets samples and recommendations (after scaling to zero or a pause): the next decision starts
@@ -265,6 +288,7 @@ impl Scaler {
         self.lows.clear();
         self.highs.clear();
         self.seeded = false;
+        self.explained = None;
     }
 
     /// The measure's averaged load over the samples in the window, or `None` when there is nothing to
@@ -284,27 +308,48 @@ impl Scaler {
         let ready = samples.last()?.replicas;
         let measured = || samples.iter().filter(|s| s.replicas > 0);
         let cpu = || mean(measured().filter_map(|s| s.cpu_percent));
-        let ratio = match measure {
-            None => cpu()? / threshold(settings.default_hardware_threshold),
-            Some(Measure::HardwareUsage(t)) => {
-                cpu()? / threshold(t.unwrap_or(settings.default_hardware_threshold))
-            }
+        let against = |measure, value: f64, limit: f64| {
+            let threshold = threshold(limit);
+            Some(Load {
+                ratio: value / threshold,
+                ready,
+                measured: Measured {
+                    measure: String::from(measure),
+                    value,
+                    threshold,
+                },
+            })
+        };
+        match measure {
+            None => against("hardwareUsage", cpu()?, settings.default_hardware_threshold),
+            Some(Measure::HardwareUsage(t)) => against(
+                "hardwareUsage",
+                cpu()?,
+                t.unwrap_or(settings.default_hardware_threshold),
+            ),
             Some(Measure::PendingRequests(t)) => {
                 let per_replica = measured().map(|s| s.pending_requests / f64::from(s.replicas));
-                mean(per_replica)? / threshold(t.unwrap_or(settings.default_pending_threshold))
+                let limit = t.unwrap_or(settings.default_pending_threshold);
+                against("pendingRequests", mean(per_replica)?, limit)
             }
             Some(Measure::InferenceLoad(limits)) => {
                 let kv = mean(measured().filter_map(|s| s.kv_cache_usage))
-                    .map(|m| m / threshold(limits.kv_cache_usage));
-                let waiting = mean(measured().filter_map(|s| s.requests_waiting))
-                    .map(|m| m / threshold(limits.requests_waiting));
+                    .and_then(|m| against("inferenceLoad.kvCacheUsage", m, limits.kv_cache_usage));
+                let waiting = mean(measured().filter_map(|s| s.requests_waiting)).and_then(|m| {
+                    against(
+                        "inferenceLoad.requestsWaiting",
+                        m,
+                        limits.requests_waiting,
+                    )
+                });
+                // The measure nearer its threshold decides.
                 match (kv, waiting) {
-                    (Some(kv), Some(waiting)) => kv.max(waiting),
-                    (kv, waiting) => kv.or(waiting)?,
+                    (Some(kv), Some(waiting)) if waiting.ratio > kv.ratio => Some(waiting),
+                    (Some(kv), _) => Some(kv),
+                    (None, waiting) => waiting,
                 }
             }
-        };
-        Some(Load { ratio, ready })
+        }
     }
 
     /// Records `raw` and brings `current` within the lowest recommendation of the scale-up window and
@@ -369,14 +414,14 @@ fn push_high(highs: &mut VecDeque<Recommendation>, rec: Recommendation) {
 }
 
 /// The unstabilized recommendation for a load, given the `current` (at least 1) wanted replicas.
-fn recommend(load: Load, current: u32, tolerance: f64) -> u32 {
+fn recommend(load: &Load, current: u32, tolerance: f64) -> u32 {
     let tolerance = if tolerance.is_finite() {
         tolerance.max(0.0)
     } else {
         0.0
     };
     let within = |ratio: f64| (ratio - 1.0).abs() <= tolerance;
-    let Load { ratio, ready } = load;
+    let (ratio, ready) = (load.ratio, load.ready);
     if ready >= current {
         return if within(ratio) {
             current

@@ -4,6 +4,7 @@
 //! render; nothing here knows HTTP.
 
 pub mod accounts;
+pub mod analytics;
 pub mod apps;
 pub mod catalog;
 pub mod domains;
@@ -38,6 +39,8 @@ pub struct Context {
     pub runtime_config: RuntimeConfig,
     /// What a namespace may hold unless an administrator set otherwise.
     pub quotas: QuotaConfig,
+    /// How long the endpoints' analytics are kept: which resolution answers a range.
+    pub analytics: crate::config::AnalyticsConfig,
     /// The server's own host (bare): no endpoint's custom domain may take it.
     pub public_host: String,
     /// The server's public base URL (no trailing slash): links in webhook payloads start here.

@@ -64,6 +64,11 @@ const SQLITE: &[Migration] = &[
         name: "several servers",
         sql: include_str!("../../migrations/sqlite/0010_cluster.sql"),
     },
+    Migration {
+        version: 11,
+        name: "endpoint analytics",
+        sql: include_str!("../../migrations/sqlite/0011_analytics.sql"),
+    },
 ];
 
 const POSTGRES: &[Migration] = &[
@@ -106,6 +111,11 @@ const POSTGRES: &[Migration] = &[
         version: 8,
         name: "several servers",
         sql: include_str!("../../migrations/postgres/0008_cluster.sql"),
+    },
+    Migration {
+        version: 9,
+        name: "endpoint analytics",
+        sql: include_str!("../../migrations/postgres/0009_analytics.sql"),
     },
 ];
 

@@ -1,4 +1,4 @@
-//! Persistence: one module per area (accounts, catalog, custom domains, endpoints, events, OAuth, trusted
+//! Persistence: one module per area (accounts, endpoint analytics, catalog, custom domains, endpoints, events, OAuth, trusted
 //! publishers, quotas) behind traits that speak in model types, and units of work in which several writes commit
 //! together or not at all.
 //!
@@ -9,6 +9,7 @@
 //! Uniqueness lives in the schema: a broken rule comes back as [`StoreError::Conflict`].
 
 mod accounts;
+mod analytics;
 mod backend;
 mod batch;
 mod catalog;
@@ -30,6 +31,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 pub use accounts::{AccountStore, NewAccount, NewToken};
+pub use analytics::{AnalyticsStore, SeriesRow};
 pub use backend::Backend;
 pub use catalog::CatalogStore;
 pub use domains::{DomainClaim, DomainStore};
@@ -79,6 +81,7 @@ pub const DB_FILE: &str = "switchyard.db";
 #[async_trait]
 pub trait Session:
     AccountStore
+    + AnalyticsStore
     + CatalogStore
     + DomainStore
     + EndpointStore

@@ -7,6 +7,7 @@
 
 mod common;
 
+mod analytics;
 mod api;
 mod ext_proc;
 mod fuzz;

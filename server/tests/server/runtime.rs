@@ -23,7 +23,7 @@ pub(crate) struct Rt {
     pub(crate) admin: Client,
     pub(crate) token: String,
     data_dir: PathBuf,
-    clock: ManualClock,
+    pub(crate) clock: ManualClock,
     pub(crate) http: reqwest::Client,
     private_addr: Option<std::net::SocketAddr>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -32,6 +32,20 @@ pub(crate) struct Rt {
 }
 
 pub(crate) async fn spawn(tweak: impl FnOnce(&mut Config)) -> Rt {
+    start(tweak, None).await
+}
+
+/// A second server on the store of `first` (PostgreSQL): its secrets key, and its administrator's token.
+pub(crate) async fn spawn_beside(first: &Rt, tweak: impl FnOnce(&mut Config)) -> Rt {
+    let key = first.data_dir.join("secret.key");
+    let tweak = |c: &mut Config| {
+        tweak(c);
+        c.secrets.key_file = Some(key);
+    };
+    start(tweak, Some(first.token.clone())).await
+}
+
+async fn start(tweak: impl FnOnce(&mut Config), token: Option<String>) -> Rt {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = Config::default();
     config.store.data_dir = Some(dir.path().to_path_buf());
@@ -53,10 +67,12 @@ pub(crate) async fn spawn(tweak: impl FnOnce(&mut Config)) -> Rt {
     let done = tokio::spawn(app.run(async {
         let _ = rx.await;
     }));
-    let token = std::fs::read_to_string(dir.path().join("admin-token"))
-        .expect("admin token")
-        .trim()
-        .to_string();
+    let token = token.unwrap_or_else(|| {
+        std::fs::read_to_string(dir.path().join("admin-token"))
+            .expect("admin token")
+            .trim()
+            .to_string()
+    });
     Rt {
         admin: Client::new(&url, Some(token.clone())),
         url,

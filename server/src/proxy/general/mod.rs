@@ -297,9 +297,9 @@ impl Proxy {
         // The route looked up for this request is still the latest unless the checks may have waited (see
         // `checks_waited`).
         let route = if checks_waited(route, use_cache) {
-            self.current_route(route, &parts.headers).await?
+            self.current_route(route, &parts).await?
         } else {
-            self.ready_route(route, &parts.headers).await?
+            self.ready_route(route, &parts).await?
         };
         let mut guard = InFlight::enter(&route, self.clock.now_millis());
         let session = parts
@@ -499,14 +499,14 @@ impl Proxy {
     async fn current_route(
         &self,
         route: &Route,
-        headers: &HeaderMap,
+        asked: &axum::http::request::Parts,
     ) -> Result<Arc<Route>, Response> {
         let Some(latest) = self.latest(route) else {
             return Err(
                 ApiError::NotFound(format!("endpoint {} was deleted", route.name)).into_response(),
             );
         };
-        self.ready_route(&latest, headers).await
+        self.ready_route(&latest, asked).await
     }
 
     /// `route` as the latest table has it; `None` once it is gone.

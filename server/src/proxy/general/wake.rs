@@ -23,8 +23,9 @@ impl Proxy {
     pub(super) async fn ready_route(
         &self,
         route: &Arc<Route>,
-        headers: &HeaderMap,
+        asked: &axum::http::request::Parts,
     ) -> Result<Arc<Route>, Response> {
+        let headers = &asked.headers;
         match route.state {
             EndpointState::Paused => {
                 return Err(unavailable(
@@ -52,6 +53,9 @@ impl Proxy {
         route.activity.touch(self.clock.now_millis());
         // Also when the table shows it still up: it may be a tick old, and the endpoint just scaled to zero.
         // For an endpoint that is starting anyway the reconciler drops the flag.
+        route
+            .activity
+            .woken_by(format!("{} {}", asked.method, asked.uri.path()));
         route.activity.request_wake();
         self.routing.kick();
         let Some(wait) = wait else {
