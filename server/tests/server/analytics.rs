@@ -6,6 +6,8 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use prost::Message;
 use serde_json::{json, Value};
 
 use crate::common;
@@ -251,4 +253,91 @@ async fn two_servers_on_one_postgres_add_up() {
     assert_eq!(p["errors"], 2);
     b.shutdown().await;
     a.shutdown().await;
+}
+
+/// A collector on loopback: what `[telemetry] otlp_url` sends it, decoded.
+async fn collector() -> (
+    String,
+    tokio::sync::mpsc::UnboundedReceiver<(String, ExportMetricsServiceRequest)>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let app = axum::Router::new().route(
+        "/v1/metrics",
+        axum::routing::post(
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                let tx = tx.clone();
+                async move {
+                    let kind = headers
+                        .get("content-type")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_string();
+                    let req = ExportMetricsServiceRequest::decode(body).expect("OTLP protobuf");
+                    let _ = tx.send((kind, req));
+                    axum::http::StatusCode::OK
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/v1/metrics", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, rx)
+}
+
+/// The value of the cumulative sum `name` for `endpoint` and `status` in `req`, if it holds one.
+fn requests_of(req: &ExportMetricsServiceRequest, endpoint: &str, status: &str) -> Option<i64> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value};
+    let has = |kv: &[opentelemetry_proto::tonic::common::v1::KeyValue], k: &str, v: &str| {
+        kv.iter().any(|a| {
+            a.key == k
+                && matches!(a.value.as_ref().and_then(|x| x.value.as_ref()), Some(Any::StringValue(s)) if s == v)
+        })
+    };
+    let metrics = req.resource_metrics.iter().flat_map(|r| &r.scope_metrics).flat_map(|s| &s.metrics);
+    for m in metrics.filter(|m| m.name == "switchyard_proxy_requests") {
+        let Some(Data::Sum(sum)) = &m.data else { continue };
+        assert!(sum.is_monotonic);
+        for p in &sum.data_points {
+            if has(&p.attributes, "endpoint", endpoint) && has(&p.attributes, "status", status) {
+                if let Some(Value::AsInt(n)) = p.value {
+                    return Some(n);
+                }
+            }
+        }
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_figures_reach_an_opentelemetry_collector() {
+    let (url, mut received) = collector().await;
+    let rt = spawn(|c| {
+        c.telemetry.otlp_url = Some(url);
+        c.telemetry.otlp_interval_s = 1;
+        // The collector is on loopback, which the outbound guard refuses unless allowed.
+        c.outbound.allow = vec!["127.0.0.0/8".into()];
+    })
+    .await;
+    let scaling = json!({"minReplica": 1, "maxReplica": 1});
+    rt.create(engine_endpoint("pushed", "public", &[], scaling))
+        .await;
+    rt.wait_state("pushed", "running").await;
+    replay(&rt, "pushed", 3, 200, 0).await;
+    replay(&rt, "pushed", 1, 404, 0).await;
+    let mut seen = (None, None);
+    while seen != (Some(3), Some(1)) {
+        let (kind, req) = tokio::time::timeout(Duration::from_secs(30), received.recv())
+            .await
+            .expect("a push within 30 s")
+            .expect("the collector runs");
+        assert_eq!(kind, "application/x-protobuf");
+        let resource = req.resource_metrics[0].resource.as_ref().expect("resource");
+        assert!(resource.attributes.iter().any(|a| a.key == "service.instance.id"));
+        seen = (requests_of(&req, "pushed", "200"), requests_of(&req, "pushed", "404"));
+    }
+    rt.shutdown().await;
 }
