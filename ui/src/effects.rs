@@ -4,7 +4,9 @@
 //! to `$EDITOR`. Plain
 //! data, below everything that makes or runs an effect.
 
+use chrono::{DateTime, Duration, Utc};
 use serde_json::Value;
+
 
 use crate::format::Format;
 
@@ -24,6 +26,18 @@ pub enum Effect {
     LoadReplicas {
         namespace: String,
         name: String,
+    },
+    /// An endpoint's series from `from` to now over `range`, and its decisions (its describe's charts).
+    LoadAnalytics {
+        namespace: String,
+        name: String,
+        range: ChartRange,
+        from: DateTime<Utc>,
+    },
+    /// Each endpoint's requests per second from `from` to now (the list's sparklines).
+    LoadSparklines {
+        endpoints: Vec<(String, String)>,
+        from: DateTime<Utc>,
     },
     Deploy(DeployRequest),
     /// What the server can run (`GET /api/v1/engines`), after `delay` seconds; `polled` while an install is
@@ -182,4 +196,47 @@ pub struct ExternalEdit {
     pub name: String,
     pub original: Value,
     pub format: Format,
+}
+
+/// The time the charts cover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ChartRange {
+    Minutes15,
+    #[default]
+    Hour,
+    Day,
+    Week,
+}
+
+impl ChartRange {
+    pub const ALL: [ChartRange; 4] = [
+        ChartRange::Minutes15,
+        ChartRange::Hour,
+        ChartRange::Day,
+        ChartRange::Week,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            ChartRange::Minutes15 => "15m",
+            ChartRange::Hour => "1h",
+            ChartRange::Day => "24h",
+            ChartRange::Week => "7d",
+        }
+    }
+
+    pub fn span(self) -> Duration {
+        match self {
+            ChartRange::Minutes15 => Duration::minutes(15),
+            ChartRange::Hour => Duration::hours(1),
+            ChartRange::Day => Duration::hours(24),
+            ChartRange::Week => Duration::days(7),
+        }
+    }
+
+    /// The next one, after the longest the shortest.
+    pub fn next(self) -> ChartRange {
+        let at = ChartRange::ALL.iter().position(|r| *r == self).unwrap_or(0);
+        ChartRange::ALL[(at + 1) % ChartRange::ALL.len()]
+    }
 }

@@ -107,6 +107,8 @@ pub enum Command {
     PrevMatch,
     /// A pager's long lines wrapped, or cut and scrolled sideways.
     Wrap,
+    /// An endpoint's charts over the next time range (15 min, 1 h, 24 h, 7 days).
+    Range,
     ScrollLeft,
     ScrollRight,
     /// The form for a new app or webhook.

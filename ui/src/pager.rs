@@ -38,6 +38,8 @@ pub struct Pager {
     pub wrap: bool,
     /// Characters scrolled past on the left while not wrapping.
     pub left: usize,
+    /// An endpoint's describe: its charts take the top of the pane (see `layout::charts_height`).
+    pub charts: bool,
 }
 
 impl Default for Pager {
@@ -52,6 +54,7 @@ impl Default for Pager {
             current: None,
             wrap: true,
             left: 0,
+            charts: false,
         }
     }
 }

@@ -6,14 +6,15 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 use switchyard_server::client::{Client, ClientError};
 
 use crate::effects::{AppAction, DeployRequest, Effect, EndpointAction, WebhookAction};
 use crate::failures::{load_failure, message, refusal, servers_failure, sign_in_failure};
 use crate::state::{
-    self, Action, AppRow, AuditRow, CreatedApp, DeliveryRow, EndpointRow, IssuedSecret,
-    NotificationRow, NotificationsFailure, ReplicaLoad, SavedWebhook, Secret, ServerRow,
+    self, Action, Analytics, AppRow, ChartRange, AuditRow, CreatedApp, DeliveryRow, EndpointRow, IssuedSecret,
+    NotificationRow, NotificationsFailure, ReplicaLoad, SavedWebhook, Secret, Series, ServerRow,
     WebhookRow,
 };
 
@@ -26,6 +27,15 @@ pub async fn perform(client: &Client, effect: Effect) -> Option<Action> {
         Effect::Copy(_) | Effect::Connect(_) | Effect::ExternalEdit(..) => return None,
         Effect::LoadEndpoints(seq, namespaces) => load_endpoints(client, seq, &namespaces).await,
         Effect::LoadLogs { namespace, name } => load_logs(client, namespace, name).await,
+        Effect::LoadAnalytics {
+            namespace,
+            name,
+            range,
+            from,
+        } => load_analytics(client, namespace, name, range, from).await,
+        Effect::LoadSparklines { endpoints, from } => {
+            Action::SparklinesLoaded(load_sparklines(client, endpoints, from).await)
+        }
         Effect::LoadReplicas { namespace, name } => {
             let result = client.endpoint_replicas::<Value>(&namespace, &name).await;
             Action::ReplicasLoaded {
@@ -150,6 +160,50 @@ async fn load_logs(client: &Client, namespace: String, name: String) -> Action {
 }
 
 /// A partial update of an endpoint, from an editor: saved, or the server's refusal.
+/// The query of an analytics load from `from` to now: the server picks the step.
+fn since(from: DateTime<Utc>) -> String {
+    format!("from={}", from.timestamp())
+}
+
+async fn load_analytics(
+    client: &Client,
+    namespace: String,
+    name: String,
+    range: ChartRange,
+    from: DateTime<Utc>,
+) -> Action {
+    let query = since(from);
+    let (series, decisions) = tokio::join!(
+        client.endpoint_analytics::<Value>(&namespace, &name, &query),
+        client.endpoint_decisions::<Value>(&namespace, &name),
+    );
+    let result = match (series, decisions) {
+        (Ok(s), Ok(d)) => Ok(Analytics::from_json(
+            namespace, name, range, &s, &d,
+        )),
+        (Err(e), _) | (_, Err(e)) => Err((namespace, name, message(&e))),
+    };
+    Action::AnalyticsLoaded { range, result }
+}
+
+/// Each endpoint's requests per second since `from`; one that cannot be read is left out.
+async fn load_sparklines(
+    client: &Client,
+    endpoints: Vec<(String, String)>,
+    from: DateTime<Utc>,
+) -> Vec<((String, String), Vec<f64>)> {
+    let query = since(from);
+    let mut lines = Vec::with_capacity(endpoints.len());
+    for (namespace, name) in endpoints {
+        let answer = client.endpoint_analytics::<Value>(&namespace, &name, &query);
+        if let Ok(answer) = answer.await {
+            let rps = Series::from_json(&answer).requests_per_second;
+            lines.push(((namespace, name), rps));
+        }
+    }
+    lines
+}
+
 async fn update(client: &Client, namespace: String, name: String, patch: &Value) -> Action {
     let result = client
         .update_endpoint::<Value>(&namespace, &name, patch)

@@ -14,6 +14,9 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// A gauge of the fleet: its name, its help, and its value.
+type FleetGauge = (&'static str, &'static str, fn(&Fleet) -> Option<f64>);
+
 /// Fleet figures older than this are not shown (a leader that stepped down publishes no more).
 const FLEET_FRESH_MS: i64 = 30_000;
 
@@ -125,7 +128,7 @@ pub fn render(table: &RouteTable, now_ms: i64) -> String {
         .iter()
         .filter_map(|r| Some((r, r.activity.fleet(now_ms - FLEET_FRESH_MS)?)))
         .collect();
-    let fleet_gauges: [(&str, &str, fn(&Fleet) -> Option<f64>); 4] = [
+    let fleet_gauges: [FleetGauge; 4] = [
         ("switchyard_endpoint_target_replicas", "Replicas the scaler wants (on the server that leads).", |f| Some(f64::from(f.target))),
         ("switchyard_endpoint_replica_cpu_percent", "Mean CPU use of a ready replica, percent of one core (on the server that leads).", |f| f.cpu_percent),
         ("switchyard_endpoint_engine_queue", "Requests waiting in the engines, per replica, where they are read (on the server that leads).", |f| f.queue),

@@ -5,6 +5,7 @@
 
 use chrono::{DateTime, Utc};
 
+use super::charts::{Analytics, ChartRange};
 use super::deliveries::DeliveryRow;
 use super::overlay::{IssuedSecret, Secret};
 use super::rows::{
@@ -86,6 +87,13 @@ pub enum Action {
         name: String,
         result: Result<Vec<ReplicaLoad>, String>,
     },
+    /// An endpoint's charts over `range`, or (namespace, name, why) they were not read.
+    AnalyticsLoaded {
+        range: ChartRange,
+        result: Result<Analytics, (String, String, String)>,
+    },
+    /// The list's sparklines: each endpoint's requests per second (those that could not be read left out).
+    SparklinesLoaded(Vec<((String, String), Vec<f64>)>),
     /// `namespace/name` of the new endpoint, or the server's refusal.
     Deployed(Result<String, Refusal>),
     /// What the server can run (`polled`: while an install is followed), or why it did not say.

@@ -8,7 +8,7 @@ use super::layout::{help_columns, help_height};
 use super::model::State;
 use super::model::View;
 use super::overlay::Overlay;
-use super::{apps, command_line, confirm, editors, lists, panes, webhooks};
+use super::{analytics, apps, command_line, confirm, editors, lists, panes, webhooks};
 use crate::effects::Effect;
 use crate::keymap::{Command, Keymap};
 
@@ -46,6 +46,9 @@ pub(super) fn on_command(state: &mut State, command: Command, keymap: &Keymap) -
         return editors::on_command(state, command);
     }
     if state.overlay.pager().is_some() {
+        if command == Command::Range {
+            return analytics::cycle(state);
+        }
         return panes::on_command(state, command);
     }
     // Help covers the list: keys do not reach it through it; the moving keys scroll it.
@@ -103,6 +106,7 @@ pub(super) fn on_command(state: &mut State, command: Command, keymap: &Keymap) -
         Command::EditExternal => return editors::edit_externally(state),
         Command::Follow
         | Command::Wrap
+        | Command::Range
         | Command::ScrollLeft
         | Command::ScrollRight
         | Command::Search

@@ -20,12 +20,19 @@ pub fn pager_height(size: (u16, u16)) -> usize {
     body_rows(size).saturating_sub(3).max(1)
 }
 
-/// The inside of a pager's box on a terminal of `size`: two columns in from the body on each side, and a
-/// border.
-pub fn pager_window(size: (u16, u16)) -> Window {
+/// Rows at the top of an endpoint's describe that its charts take on a terminal of `size`: under half the
+/// pane, eight at least (four series and their time axis).
+pub fn charts_height(size: (u16, u16)) -> usize {
+    (pager_height(size) * 9 / 20).clamp(8, 16)
+}
+
+/// The text's part of a pager's box on a terminal of `size`: two columns in from the body on each side, and
+/// a border; below the charts when it has them.
+pub fn pager_window(size: (u16, u16), charts: bool) -> Window {
+    let below = if charts { charts_height(size) } else { 0 };
     Window {
         width: usize::from(size.0).saturating_sub(6).max(1),
-        height: pager_height(size),
+        height: pager_height(size).saturating_sub(below).max(1),
     }
 }
 

@@ -31,6 +31,8 @@
 //! - `update`: the one update function; the tick.
 
 mod action;
+mod analytics;
+mod charts;
 mod apps;
 mod command_line;
 mod confirm;
@@ -54,6 +56,9 @@ mod webhooks;
 pub use action::{
     Action, CreatedApp, Key, LoadFailure, NotificationsFailure, Refusal, SavedWebhook,
     SignInFailure,
+};
+pub use charts::{
+    Analytics, ChartRange, Charts, DecisionRow, Series, SPARKLINE_MIN_WIDTH, SPARKLINE_SPAN,
 };
 pub use command_line::shown_command;
 pub use deliveries::{DeliveryRow, Standing};

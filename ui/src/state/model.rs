@@ -215,6 +215,8 @@ pub struct State {
     pub endpoints: Vec<EndpointRow>,
     /// The replicas of the endpoint last described (`namespace`, `name`): `None` until they load.
     pub(super) replicas: Option<(String, String, Result<Vec<ReplicaLoad>, String>)>,
+    /// The described endpoint's charts, their range, and the list's sparklines.
+    pub charts: super::charts::Charts,
     pub apps: Vec<AppRow>,
     /// Whose apps are shown: `None` for the signed-in user's own.
     pub apps_owner: Option<String>,
@@ -288,6 +290,7 @@ impl State {
             notifying: None,
             endpoints: Vec::new(),
             replicas: None,
+            charts: Default::default(),
             apps: Vec::new(),
             apps_owner: None,
             audit_org: String::new(),

@@ -36,12 +36,17 @@ pub(super) fn describe(state: &mut State) {
                 },
                 _ => "(reading…)\n".to_string(),
             };
+            let decisions = state.charts.decisions_text(&ep.namespace, &ep.name);
             let text = format!(
-                "{}\nready replicas (queue and kv cache: the engine's own, as last read):\n{replicas}\nthe whole resource:\n{}",
+                "{}\nready replicas (queue and kv cache: the engine's own, as last read):\n{replicas}\ndecisions, newest first:\n{decisions}\nthe whole resource:\n{}",
                 ep.summary(minute_of_day(state.now)),
                 serde_json::to_string_pretty(&ep.raw).unwrap_or_default()
             );
-            (format!("{}/{}", ep.namespace, ep.name), text)
+            let mut pager = Pager::new(format!("{}/{}", ep.namespace, ep.name), &text, false);
+            // The charts take the top of the pane once they are read.
+            pager.charts = matches!(state.charts.of(&ep.namespace, &ep.name), Some(Ok(_)));
+            state.overlay = Overlay::Describe(pager);
+            return;
         }
         View::Apps => {
             let app = &state.apps[i];
@@ -68,7 +73,8 @@ pub(super) fn describe(state: &mut State) {
     state.overlay = Overlay::Describe(Pager::new(title, &text, false));
 }
 
-/// Opens the selected row's description; an endpoint's replicas are read for it (see [`on_replicas_loaded`]).
+/// Opens the selected row's description; an endpoint's replicas and charts are read for it (see
+/// [`on_replicas_loaded`], `analytics::on_loaded`).
 pub(super) fn open_describe(state: &mut State) -> Vec<Effect> {
     describe(state);
     let selected = (state.view == View::Endpoints)
@@ -78,7 +84,12 @@ pub(super) fn open_describe(state: &mut State) -> Vec<Effect> {
         return Vec::new();
     };
     let (namespace, name) = (ep.namespace.clone(), ep.name.clone());
-    vec![Effect::LoadReplicas { namespace, name }]
+    let mut effects = vec![Effect::LoadReplicas {
+        namespace: namespace.clone(),
+        name: name.clone(),
+    }];
+    effects.push(state.charts.load(state.now, namespace, name));
+    effects
 }
 
 /// An endpoint's replicas came: kept, and its description, when open, shows them.
@@ -88,18 +99,27 @@ pub(super) fn on_replicas_loaded(
     name: String,
     result: Result<Vec<ReplicaLoad>, String>,
 ) {
-    let title = format!("{namespace}/{name}");
-    let top = match &state.overlay {
-        Overlay::Describe(p) if p.title == title => Some(p.top),
-        _ => None,
-    };
     state.replicas = Some((namespace, name, result));
-    // Drawn again where the reader was.
-    if let Some(top) = top {
-        describe(state);
-        state.dirty = true;
-        if let Overlay::Describe(p) = &mut state.overlay {
-            p.top = top.min(p.lines.len().saturating_sub(1));
+    redescribe(state);
+}
+
+/// The open description made again from what the state holds now, drawn where the reader was.
+pub(super) fn redescribe(state: &mut State) {
+    let Overlay::Describe(p) = &state.overlay else {
+        return;
+    };
+    let before = p.clone();
+    describe(state);
+    state.dirty = true;
+    if let Overlay::Describe(p) = &mut state.overlay {
+        if p.title == before.title {
+            // The reader's place, search and way of showing long lines stay.
+            p.top = before.top.min(p.lines.len().saturating_sub(1));
+            p.query = before.query;
+            p.typing = before.typing;
+            p.current = before.current.filter(|c| *c < p.lines.len());
+            p.wrap = before.wrap;
+            p.left = before.left;
         }
     }
 }
@@ -250,10 +270,11 @@ fn printable(text: &str) -> String {
 
 /// A key while a search is typed into the open pane; `false` when no search is being typed.
 pub(super) fn on_search_key(state: &mut State, key: &str) -> bool {
-    let window = pager_window(state.size);
+    let size = state.size;
     let Some((pager, follow)) = state.overlay.pager().filter(|(p, _)| p.typing) else {
         return false;
     };
+    let window = pager_window(size, pager.charts);
     match key {
         "esc" => {
             pager.typing = false;
@@ -278,10 +299,11 @@ pub(super) fn on_search_key(state: &mut State, key: &str) -> bool {
 /// Scrolling and searching in describe and logs. Moving away from the end of followed logs pauses them,
 /// like `less +F`.
 pub(super) fn on_command(state: &mut State, command: Command) -> Vec<Effect> {
-    let window = pager_window(state.size);
+    let size = state.size;
     let Some((pager, follow)) = state.overlay.pager() else {
         return Vec::new();
     };
+    let window = pager_window(size, pager.charts);
     let following = follow.as_deref() == Some(&true);
     let mut pause = false;
     let mut reload = false;

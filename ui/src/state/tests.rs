@@ -483,7 +483,7 @@ fn logs_scroll_back_pauses_them_and_search_finds_lines() {
         Overlay::Logs { pager, follow, .. } => (pager.clone(), *follow),
         other => panic!("{other:?}"),
     };
-    let window = layout::pager_window(s.size);
+    let window = layout::pager_window(s.size, false);
     let height = window.height;
     assert_eq!(pager(&s).0.first_row(window), 100 - height);
     key(&mut s, "pageup");
@@ -1611,10 +1611,18 @@ fn describe_reads_the_replicas_and_shows_them_where_the_reader_was() {
     let effects = key(&mut s, "enter");
     assert_eq!(
         effects,
-        [Effect::LoadReplicas {
-            namespace: "alice".into(),
-            name: "alpha".into()
-        }]
+        [
+            Effect::LoadReplicas {
+                namespace: "alice".into(),
+                name: "alpha".into()
+            },
+            Effect::LoadAnalytics {
+                namespace: "alice".into(),
+                name: "alpha".into(),
+                range: ChartRange::Hour,
+                from: s.now - chrono::Duration::hours(1),
+            }
+        ]
     );
     let Overlay::Describe(pager) = &s.overlay else {
         panic!("{:?}", s.overlay)
@@ -1647,4 +1655,77 @@ fn describe_reads_the_replicas_and_shows_them_where_the_reader_was() {
         "{:?}",
         pager.lines
     );
+}
+
+/// The charts' answer for alice/alpha over `range`, with one decision.
+fn charts_loaded(range: ChartRange, rps: f64) -> Action {
+    let series = serde_json::json!({"from": "2026-11-22T11:00:00Z", "to": "2026-11-22T12:00:00Z",
+        "points": [{"requestsPerSecond": rps, "errors": 0, "latencyMs": {"p95": 40.0}, "readyReplicas": 1.0}]});
+    let decisions = serde_json::json!({"items": [{"at": "2026-11-22T11:30:00Z", "kind": "scaledUp",
+        "reason": "pendingRequests 3 is above its threshold 1.5", "from": 1, "to": 2}]});
+    let a = Analytics::from_json("alice".into(), "alpha".into(), range, &series, &decisions);
+    Action::AnalyticsLoaded {
+        range,
+        result: Ok(a),
+    }
+}
+
+#[test]
+fn charts_load_once_a_bucket_draw_only_what_changed_and_cycle_their_range() {
+    let mut s = state();
+    s.view = View::Endpoints;
+    loaded(&mut s, Ok(endpoints()));
+    key(&mut s, "enter");
+    s.dirty = false;
+    update(&mut s, charts_loaded(ChartRange::Hour, 2.0), &Keymap::builtin());
+    assert!(s.dirty, "drawn with the charts");
+    let Overlay::Describe(pager) = &s.overlay else {
+        panic!("{:?}", s.overlay)
+    };
+    assert!(pager.charts);
+    assert!(
+        pager.lines.iter().any(|l| l == "↑ 11-22 11:30:00 scaled up 1→2: pendingRequests 3 is above its threshold 1.5"),
+        "{:?}",
+        pager.lines
+    );
+    // The same answer again: nothing to draw.
+    s.dirty = false;
+    update(&mut s, charts_loaded(ChartRange::Hour, 2.0), &Keymap::builtin());
+    assert!(!s.dirty);
+    // Within the bucket, ticks ask nothing; the next bucket loads again.
+    let now = s.now;
+    assert!(update(&mut s, Action::Tick(now + chrono::Duration::milliseconds(10)), &Keymap::builtin()).is_empty());
+    let next = now + chrono::Duration::seconds(10);
+    let effects = update(&mut s, Action::Tick(next), &Keymap::builtin());
+    assert!(matches!(&effects[..], [Effect::LoadAnalytics { range: ChartRange::Hour, .. }]), "{effects:?}");
+    // `t`: the next range, loaded from its start.
+    let effects = key(&mut s, "t");
+    let day = s.now - chrono::Duration::hours(24);
+    assert!(matches!(&effects[..], [Effect::LoadAnalytics { range: ChartRange::Day, from, .. }] if *from == day), "{effects:?}");
+    // An answer for the range left behind is dropped.
+    s.dirty = false;
+    update(&mut s, charts_loaded(ChartRange::Hour, 5.0), &Keymap::builtin());
+    assert!(!s.dirty);
+}
+
+#[test]
+fn the_lists_sparklines_load_when_the_terminal_is_wide_enough() {
+    let mut s = state();
+    s.view = View::Endpoints;
+    loaded(&mut s, Ok(endpoints()));
+    update(&mut s, Action::Resize(80, 24), &Keymap::builtin());
+    let next = s.now + chrono::Duration::seconds(10);
+    let effects = update(&mut s, Action::Tick(next), &Keymap::builtin());
+    assert!(!effects.iter().any(|e| matches!(e, Effect::LoadSparklines { .. })), "{effects:?}");
+    update(&mut s, Action::Resize(120, 35), &Keymap::builtin());
+    let next = next + chrono::Duration::seconds(10);
+    let effects = update(&mut s, Action::Tick(next), &Keymap::builtin());
+    assert!(effects.iter().any(|e| matches!(e, Effect::LoadSparklines { endpoints, .. } if endpoints.len() == 3)), "{effects:?}");
+    s.dirty = false;
+    let lines = vec![(("alice".to_string(), "alpha".to_string()), vec![1.0, 2.0])];
+    update(&mut s, Action::SparklinesLoaded(lines.clone()), &Keymap::builtin());
+    assert!(s.dirty);
+    s.dirty = false;
+    update(&mut s, Action::SparklinesLoaded(lines), &Keymap::builtin());
+    assert!(!s.dirty, "the same lines: no frame");
 }

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use super::action::Action;
 use super::model::State;
 use super::{
-    apps, confirm, connection, editors, engines, keys, lists, notifications, panes, servers,
+    analytics, apps, confirm, connection, editors, engines, keys, lists, notifications, panes, servers,
     webhooks,
 };
 use crate::effects::Effect;
@@ -23,6 +23,8 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
             | Action::WebhookLoaded { .. }
             | Action::NotificationsLoaded(_)
             | Action::ServersLoaded(_)
+            | Action::AnalyticsLoaded { .. }
+            | Action::SparklinesLoaded(_)
     ) {
         state.dirty = true;
     }
@@ -107,6 +109,14 @@ pub fn update(state: &mut State, action: Action, keymap: &Keymap) -> Vec<Effect>
             panes::on_replicas_loaded(state, namespace, name, result);
             Vec::new()
         }
+        Action::AnalyticsLoaded { range, result } => {
+            analytics::on_loaded(state, range, result);
+            Vec::new()
+        }
+        Action::SparklinesLoaded(lines) => {
+            analytics::on_sparklines_loaded(state, lines);
+            Vec::new()
+        }
         Action::Done(result) => confirm::on_done(state, result),
         Action::Saved {
             namespace,
@@ -140,5 +150,7 @@ fn on_tick(state: &mut State, now: DateTime<Utc>) -> Vec<Effect> {
     if connection::lost(state) {
         return connection::retry(state, now);
     }
-    lists::refresh_due(state)
+    let mut effects = lists::refresh_due(state);
+    effects.extend(analytics::due(state));
+    effects
 }

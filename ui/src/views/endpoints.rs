@@ -4,18 +4,19 @@
 //! Under it, a line says why the selected endpoint is in its state.
 
 use ratatui::layout::Rect;
-use ratatui::style::Style;
+use ratatui::style::{Color, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row};
 use ratatui::Frame;
 
+use super::charts::sparkline_text;
 use super::lists::state_colour;
 use super::{cells, list, note, shown};
 use crate::columns::{chars, fit, fit_end, share, Column};
-use crate::state::{Connection, EndpointRow, State};
+use crate::state::{Connection, EndpointRow, State, SPARKLINE_MIN_WIDTH};
 
 /// The columns' heads, in the order shown.
-const HEADS: [&str; 8] = [
+const HEADS: [&str; 9] = [
     "NAME",
     "NAMESPACE",
     "STATE",
@@ -24,12 +25,17 @@ const HEADS: [&str; 8] = [
     "TYPE",
     "URL",
     "UPDATED",
+    "REQUESTS 30M",
 ];
 
 const NAME: usize = 0;
 const NAMESPACE: usize = 1;
 const URL: usize = 6;
 const UPDATED: usize = 7;
+/// Requests per second over the last half hour, as a sparkline: on a terminal wide enough
+/// ([`SPARKLINE_MIN_WIDTH`]), once they are loaded.
+const REQUESTS: usize = 8;
+const REQUESTS_WIDTH: u16 = 12;
 
 /// `2026-11-22 11:58:00` in `width`: whole, without the seconds, or as `11-22 11:58`.
 fn updated(text: &str, width: u16) -> String {
@@ -41,8 +47,8 @@ fn updated(text: &str, width: u16) -> String {
     text.chars().take(to).skip(from).collect()
 }
 
-/// The texts of a row's cells, in the order shown.
-fn texts(e: &EndpointRow) -> [String; 8] {
+/// The texts of a row's cells, in the order shown (the sparkline is drawn to its width: see [`row`]).
+fn texts(e: &EndpointRow) -> [String; 9] {
     [
         e.name.clone(),
         e.namespace.clone(),
@@ -52,12 +58,13 @@ fn texts(e: &EndpointRow) -> [String; 8] {
         e.kind.clone(),
         e.url.clone(),
         e.updated.clone(),
+        String::new(),
     ]
 }
 
 /// The widths of a row's cells (what `texts` makes, without making it: every row, every frame). The fields
 /// are ASCII by the API's rules, so a byte is a cell; anything else would only make its column wider.
-fn cell_widths(e: &EndpointRow) -> [u16; 8] {
+fn cell_widths(e: &EndpointRow) -> [u16; 9] {
     let digits = |n: u64| n.checked_ilog10().map_or(1, |d| d + 1) as usize;
     [
         e.name.len(),
@@ -68,6 +75,7 @@ fn cell_widths(e: &EndpointRow) -> [u16; 8] {
         e.kind.len(),
         e.url.len(),
         e.updated.len(),
+        usize::from(REQUESTS_WIDTH),
     ]
     .map(|n| u16::try_from(n).unwrap_or(u16::MAX))
 }
@@ -83,9 +91,9 @@ fn path_width(url: &str) -> u16 {
 }
 
 /// Each column's needs, from the widest of its cells in `rows`.
-fn columns(rows: &[&EndpointRow]) -> [Column; 8] {
+fn columns(rows: &[&EndpointRow]) -> [Column; 9] {
     let mut widest = HEADS.map(chars);
-    let mut values = [0u16; 8];
+    let mut values = [0u16; 9];
     let (mut path, mut short_url) = (0u16, 0u16);
     for e in rows {
         let widths = cell_widths(e);
@@ -110,12 +118,17 @@ fn columns(rows: &[&EndpointRow]) -> [Column; 8] {
         column(6, 6, widest[5], false),
         column(5, short_url.max(3), path.max(3), false).up_to(widest[URL]),
         column(7, 11, 16, false).up_to(19),
+        column(5, REQUESTS_WIDTH, widest[REQUESTS], false),
     ]
 }
 
-/// A row's cells for the columns shown (`widths`), each cut to its width.
-fn row<'a>(e: &EndpointRow, widths: &[Option<u16>]) -> Row<'a> {
+/// A row's cells for the columns shown (`widths`), each cut to its width; `requests` its sparkline's points.
+fn row<'a>(e: &EndpointRow, widths: &[Option<u16>], requests: Option<&Vec<f64>>) -> Row<'a> {
     cells(texts(e), widths, |k, text, w| match k {
+        REQUESTS => {
+            let line = requests.map_or(String::new(), |p| sparkline_text(p, usize::from(w)));
+            Cell::from(line).style(Style::new().fg(Color::Cyan))
+        }
         2 => Cell::from(fit(&text, w)).style(Style::new().fg(state_colour(&e.state))),
         URL => Cell::from(fit_end(&text, w)),
         UPDATED => Cell::from(updated(&text, w)),
@@ -135,7 +148,12 @@ pub(super) fn endpoints(frame: &mut Frame, area: Rect, state: &State, visible: &
         return note(frame, area, "endpoints", &why);
     }
     let rows: Vec<&EndpointRow> = visible.iter().map(|i| &state.endpoints[*i]).collect();
-    let widths = share(&columns(&rows), area.width.saturating_sub(2));
+    let columns = columns(&rows);
+    let sparklines = &state.charts.sparklines;
+    let with_requests = area.width >= SPARKLINE_MIN_WIDTH && !sparklines.is_empty();
+    let shared = if with_requests { &columns[..] } else { &columns[..REQUESTS] };
+    let mut widths = share(shared, area.width.saturating_sub(2));
+    widths.resize(HEADS.len(), None);
     let shown = shown(HEADS, &widths);
     list(
         frame,
@@ -144,7 +162,11 @@ pub(super) fn endpoints(frame: &mut Frame, area: Rect, state: &State, visible: &
         visible,
         ("endpoints", state.endpoints.len()),
         &shown,
-        |i| row(&state.endpoints[i], &widths),
+        |i| {
+            let e = &state.endpoints[i];
+            let key = (e.namespace.clone(), e.name.clone());
+            row(e, &widths, sparklines.get(&key))
+        },
     );
 }
 

@@ -14,6 +14,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState, Wrap};
 use ratatui::Frame;
 
+mod charts;
 mod deliveries;
 mod dialogs;
 mod editors;
@@ -81,13 +82,24 @@ fn overlay(frame: &mut Frame, body: Rect, state: &State, keymap: &Keymap) {
     match &state.overlay {
         Overlay::None | Overlay::Command(_) => {}
         Overlay::Help(scroll) => help(frame, body, state, keymap, *scroll),
-        Overlay::Describe(pager) => pane(frame, body, pager, None),
+        Overlay::Describe(pager) => {
+            let text = pane(frame, body, pager, None);
+            if pager.charts {
+                let size = (frame.area().width, frame.area().height);
+                let height = crate::state::layout::charts_height(size) as u16;
+                let area = Rect {
+                    height: height.min(text.height),
+                    ..text
+                };
+                charts::charts(frame, area, state, &pager.title);
+            }
+        }
         Overlay::Deploy(form) => deploy(frame, body, form, keymap),
         Overlay::Schedule(editor) => schedule(frame, body, editor, state.now, keymap),
         Overlay::Spec(editor) => spec(frame, body, editor),
         Overlay::Logs { pager, follow, .. } => {
             let mode = if *follow { "following" } else { "paused" };
-            pane(frame, body, pager, Some(mode))
+            pane(frame, body, pager, Some(mode));
         }
         Overlay::Confirm { asked, yes } => confirm(frame, body, &question(asked, state), *yes),
         Overlay::Secret(issued) => secret(frame, body, issued, keymap),

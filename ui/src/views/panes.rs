@@ -10,7 +10,7 @@ use super::centered;
 use crate::columns::fit;
 use crate::keymap::{Command, Context, Keymap, HELP_COLUMNS};
 use crate::pager::{Pager, Piece};
-use crate::state::layout::{help_columns, help_height, pager_window, HELP_WIDTH};
+use crate::state::layout::{charts_height, help_columns, help_height, pager_window, HELP_WIDTH};
 use crate::state::State;
 
 /// The `:` commands, over the help's columns.
@@ -165,8 +165,9 @@ fn pane_row<'a>(pager: &'a Pager, piece: Piece, width: usize) -> Line<'a> {
 }
 
 /// Describe and logs (`mode`: following or paused): the rows in the window, long lines wrapped or cut, search
-/// matches highlighted, the current match's line marked.
-pub(super) fn pane(frame: &mut Frame, area: Rect, pager: &Pager, mode: Option<&str>) {
+/// matches highlighted, the current match's line marked; below the rows its charts take, when it has them.
+/// Returns the inside of its box.
+pub(super) fn pane(frame: &mut Frame, area: Rect, pager: &Pager, mode: Option<&str>) -> Rect {
     // Below the list's title, so what it covers stays named.
     let below_title = Rect {
         y: area.y + 1,
@@ -179,10 +180,13 @@ pub(super) fn pane(frame: &mut Frame, area: Rect, pager: &Pager, mode: Option<&s
         below_title.height,
     );
     // The same window the keys scroll by: the box's inside.
-    let window = pager_window((frame.area().width, frame.area().height));
+    let size = (frame.area().width, frame.area().height);
+    let window = pager_window(size, pager.charts);
     let first = pager.first_row(window);
     let rows = pager.rows(window.width);
-    let lines: Vec<Line> = rows
+    let charts = if pager.charts { charts_height(size) } else { 0 };
+    let above = std::iter::repeat_n(Line::default(), charts);
+    let lines: Vec<Line> = above.chain(rows
         .iter()
         .skip(first)
         .take(window.height)
@@ -192,15 +196,15 @@ pub(super) fn pane(frame: &mut Frame, area: Rect, pager: &Pager, mode: Option<&s
                 true => l.style(Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED)),
                 false => l,
             }
-        })
+        }))
         .collect();
     let title = pane_title(pager, mode, first, (window.height, rows.len()));
     let title = fit(&title, box_.width.saturating_sub(2));
     frame.render_widget(Clear, box_);
-    frame.render_widget(
-        Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(title)),
-        box_,
-    );
+    let block = Block::default().borders(Borders::ALL).title(title);
+    let inside = block.inner(box_);
+    frame.render_widget(Paragraph::new(lines).block(block), box_);
+    inside
 }
 
 /// A pane's title: what it shows, following or paused (logs), whether long lines are cut, the rows in the

@@ -6,7 +6,7 @@ use ratatui::Terminal;
 use serde_json::json;
 use switchyard_ui::keymap::{self, Keymap};
 use switchyard_ui::state::{
-    update, Action, AppAction, AppRow, AuditRow, CatalogRow, CreatedApp, DeliveryRow, Effect,
+    update, Action, Analytics, AppAction, AppRow, AuditRow, CatalogRow, CreatedApp, DeliveryRow, Effect,
     EndpointRow, EngineMarks, IssuedSecret, Key, LoadFailure, NotificationRow, SavedWebhook,
     Secret, ServerRow, State, WebhookRow,
 };
@@ -1715,4 +1715,115 @@ fn typing_shows_the_keys_of_the_line_typed_into() {
         "the pane's own keys again: {}",
         last(&s)
     );
+}
+
+/// An hour of `qwen`'s traffic, a point every 30 s: a morning ramp, a burst of errors, a scale-up, and a
+/// quiet spell at zero before a request woke it.
+fn qwen_hour() -> (serde_json::Value, serde_json::Value) {
+    let start = chrono::Utc.with_ymd_and_hms(2026, 11, 22, 11, 0, 0).unwrap();
+    let points: Vec<serde_json::Value> = (0..120)
+        .map(|i: i64| {
+            let at = start + chrono::Duration::seconds(30 * i);
+            let quiet = (70..90).contains(&i);
+            let rps = if quiet { 0.0 } else { 2.0 + (i % 40) as f64 * 0.5 };
+            let errors = if (30..34).contains(&i) { 6 } else { 0 };
+            let replicas = match i {
+                _ if quiet => 0.0,
+                0..=39 => 1.0,
+                _ => 2.0,
+            };
+            json!({
+                "at": at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                "requests": (rps * 30.0) as u64, "requestsPerSecond": rps, "errors": errors,
+                "latencyMs": (!quiet).then(|| json!({"p50": 40.0, "p95": 80.0 + (i % 20) as f64 * 10.0, "p99": 400.0})),
+                "readyReplicas": (!quiet).then_some(replicas),
+            })
+        })
+        .collect();
+    let series = json!({"from": "2026-11-22T11:00:00Z", "to": "2026-11-22T12:00:00Z", "step": 30,
+                        "resolution": 10, "points": points});
+    let decisions = json!({"items": [
+        {"at": "2026-11-22T11:45:10Z", "kind": "woken", "reason": "woken by a request: POST /endpoints/admin/qwen/v1/chat/completions", "from": 0, "to": 1},
+        {"at": "2026-11-22T11:35:00Z", "kind": "scaledToZero", "reason": "no request for 15 min (the timeout is 15 min)", "from": 2, "to": 0},
+        {"at": "2026-11-22T11:16:00Z", "kind": "replicaExited", "reason": "replica qwen-2 exited: exit status 137; starting another in 2 s"},
+        {"at": "2026-11-22T11:20:00Z", "kind": "scaledUp", "reason": "pendingRequests 3.2 is above its threshold 1.5", "from": 1, "to": 2,
+         "measured": {"measure": "pendingRequests", "value": 3.2, "threshold": 1.5}},
+    ]});
+    (series, decisions)
+}
+
+/// The endpoints view with `qwen` described, its replicas and an hour of charts loaded, on a `w`×`h` terminal.
+fn qwen_described(w: u16, h: u16) -> State {
+    let mut s = state();
+    keys(&mut s, &["tab"]);
+    update(&mut s, Action::Resize(w, h), &Keymap::builtin());
+    keys(&mut s, &["enter"]);
+    let replicas = json!({"items": [{"id": "qwen-1", "address": "10.0.0.5:80", "inFlight": 1, "queue": 0.0, "kvCache": 0.12}]});
+    let result = Ok(switchyard_ui::state::ReplicaLoad::list_from_json(&replicas));
+    let (namespace, name) = ("admin".to_string(), "qwen".to_string());
+    update(
+        &mut s,
+        Action::ReplicasLoaded {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            result,
+        },
+        &Keymap::builtin(),
+    );
+    let (series, decisions) = qwen_hour();
+    let range = switchyard_ui::state::ChartRange::Hour;
+    let a = Analytics::from_json(namespace, name, range, &series, &decisions);
+    update(
+        &mut s,
+        Action::AnalyticsLoaded {
+            range,
+            result: Ok(a),
+        },
+        &Keymap::builtin(),
+    );
+    s
+}
+
+#[test]
+fn an_endpoints_charts_at_120x35_and_80x24() {
+    let s = qwen_described(120, 35);
+    insta::assert_snapshot!("endpoint_charts_120x35", screen(&s, 120, 35));
+    let text = screen(&s, 120, 35);
+    // The decisions are marked on the time axis and listed, newest first.
+    for want in ["↑", "0", "W", "X", "[1h]", "requests", "p95", "errors", "replicas"] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    let s = qwen_described(80, 24);
+    insta::assert_snapshot!("endpoint_charts_80x24", screen(&s, 80, 24));
+    // The time axis keeps its marks at 80 columns; the list is below, where the text scrolls.
+    let text = screen(&s, 80, 24);
+    let axis = text.lines().find(|l| l.contains("→ now")).expect("the time axis");
+    for mark in ["X", "↑", "0", "W"] {
+        assert!(axis.contains(mark), "{mark}: {axis}");
+    }
+    let s = qwen_described(120, 35);
+    let switchyard_ui::state::Overlay::Describe(pager) = &s.overlay else {
+        panic!("{:?}", s.overlay)
+    };
+    let listed: Vec<&String> = pager.lines.iter().skip_while(|l| !l.starts_with("decisions")).skip(1).take(4).collect();
+    assert!(listed[0].starts_with("W 11-22 11:45:10 woken 0→1: woken by a request"), "{listed:?}");
+    assert!(listed[1].starts_with("0 11-22 11:35:00 scaled to zero 2→0"), "{listed:?}");
+}
+
+#[test]
+fn the_endpoints_list_shows_requests_sparklines_when_wide() {
+    let mut s = state();
+    keys(&mut s, &["tab"]);
+    update(&mut s, Action::Resize(120, 35), &Keymap::builtin());
+    let (series, _) = qwen_hour();
+    let rps = switchyard_ui::state::Series::from_json(&series).requests_per_second;
+    let lines = vec![
+        (("admin".to_string(), "qwen".to_string()), rps),
+        (("acme".to_string(), "embedder".to_string()), vec![0.0; 30]),
+    ];
+    update(&mut s, Action::SparklinesLoaded(lines), &Keymap::builtin());
+    insta::assert_snapshot!("endpoints_sparklines_120x35", screen(&s, 120, 35));
+    assert!(screen(&s, 120, 35).contains("REQUESTS 30M"));
+    // Narrow, the column gives way.
+    assert!(!screen(&s, 80, 24).contains("REQUESTS"));
 }
