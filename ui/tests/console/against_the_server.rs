@@ -11,7 +11,9 @@ use switchyard_ui::forms::deploy::Field;
 use switchyard_ui::forms::input::Form;
 use switchyard_ui::keymap::Keymap;
 use switchyard_ui::perform;
-use switchyard_ui::state::{update, Action, Connection, Effect, Key, Overlay, Runs, State};
+use switchyard_ui::state::{
+    update, Action, Analytics, ChartRange, Connection, Effect, Key, Overlay, Runs, State,
+};
 
 struct Console {
     state: State,
@@ -392,4 +394,47 @@ async fn a_webhook_made_here_shows_its_secret_once_and_its_deliveries_say_what_w
     ] {
         assert!(text.contains(want), "{want}: {text}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endpoints_describe_reads_its_charts_and_decisions_from_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, admin) = server(dir.path()).await;
+    let _: Value = admin
+        .create_endpoint("admin", &json!({
+            "name": "charted", "type": "public",
+            "provider": {"vendor": "aws", "region": "us-east-1"},
+            "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x1",
+                        "scaling": {"minReplica": 0, "maxReplica": 1}},
+            "model": {"repository": "BAAI/bge-small-en-v1.5", "framework": "pytorch", "image": {"hub": {}}}
+        }))
+        .await
+        .unwrap();
+    let mut console = console(&url, &admin).await;
+    console.command("endpoints").await;
+    console.keys(&["enter"]).await;
+    fn shown(c: &Console) -> Option<Result<Analytics, String>> {
+        let charts = c.state.charts.of("admin", "charted")?;
+        Some(charts.cloned().map_err(str::to_string))
+    }
+    let Some(Ok(hour)) = shown(&console) else {
+        panic!("{:?} {:?}", console.state.charts.shown, console.state.message)
+    };
+    assert_eq!(hour.range, ChartRange::Hour);
+    // The server answered a point for every step of the hour, none with requests yet.
+    assert!(hour.series.requests_per_second.len() >= 60, "{hour:?}");
+    assert!(hour.series.requests_per_second.iter().all(|r| *r == 0.0));
+    assert!(hour.to - hour.from >= chrono::Duration::hours(1));
+    let Overlay::Describe(pager) = &console.state.overlay else {
+        panic!("{:?}", console.state.overlay)
+    };
+    assert!(pager.charts, "the charts take the top of the pane");
+    assert!(pager.lines.iter().any(|l| l == "decisions, newest first:"));
+    // The next range is read from the server too.
+    console.keys(&["t"]).await;
+    let Some(Ok(day)) = shown(&console) else {
+        panic!("{:?}", console.state.charts.shown)
+    };
+    assert_eq!(day.range, ChartRange::Day);
+    assert!(day.to - day.from >= chrono::Duration::hours(24));
 }
