@@ -17,7 +17,8 @@
 //! - `routing`: the routing table, backends, upstream pools and stats; published by `runtime`, read by
 //!   `proxy`, and neither imports the other. `error`: the one error type the HTTP fronts answer with.
 //! - `oauth`: the OAuth 2.0 / OpenID Connect provider's flows, tokens and keys.
-//! - `runtime` (reconciler, scaler, replica providers), `proxy` (the serving data plane), `api` (axum
+//! - `runtime` (reconciler, scaler, replica providers, the analytics recorder), `telemetry` (the routing
+//!   table's figures pushed to an OpenTelemetry collector), `proxy` (the serving data plane), `api` (axum
 //!   routers: parse, authorize, call a service, render), assembled by `app`.
 //!
 //! `client` is the typed HTTP client of the public API, used by the console, the CLI and the tests.

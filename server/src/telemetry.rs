@@ -53,19 +53,23 @@ pub struct Times {
 }
 
 /// The endpoints of `table` as one export request.
-pub fn export(table: &RouteTable, times: Times, now_ms: i64, server: &str) -> ExportMetricsServiceRequest {
+pub fn export(
+    table: &RouteTable,
+    times: Times,
+    now_ms: i64,
+    server: &str,
+) -> ExportMetricsServiceRequest {
     let mut routes: Vec<&Arc<Route>> = table.routes().collect();
     routes.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     let labels = |r: &Route| vec![text("namespace", &r.namespace), text("endpoint", &r.name)];
-    let number = |attributes: Vec<KeyValue>, start: u64, value: number_data_point::Value| {
-        NumberDataPoint {
+    let number =
+        |attributes: Vec<KeyValue>, start: u64, value: number_data_point::Value| NumberDataPoint {
             attributes,
             start_time_unix_nano: start,
             time_unix_nano: times.now_ns,
             value: Some(value),
             ..Default::default()
-        }
-    };
+        };
     let cumulative = |points: Vec<NumberDataPoint>| {
         metric::Data::Sum(Sum {
             data_points: points,
@@ -101,7 +105,9 @@ pub fn export(table: &RouteTable, times: Times, now_ms: i64, server: &str) -> Ex
         let fleet = a.fleet(now_ms - FLEET_FRESH_MS);
         let values = [
             Some(f64::from(a.in_flight.get())),
-            Some(f64::from(a.waiting.load(std::sync::atomic::Ordering::Relaxed))),
+            Some(f64::from(
+                a.waiting.load(std::sync::atomic::Ordering::Relaxed),
+            )),
             fleet.map(|f| f64::from(f.ready)),
             fleet.map(|f| f64::from(f.target)),
             fleet.and_then(|f| f.cpu_percent),
@@ -115,9 +121,18 @@ pub fn export(table: &RouteTable, times: Times, now_ms: i64, server: &str) -> Ex
         }
     }
     let [in_flight, waiting, ready, target, cpu, queue, kv] = gauges;
-    let gauge = |points| metric::Data::Gauge(Gauge { data_points: points });
+    let gauge = |points| {
+        metric::Data::Gauge(Gauge {
+            data_points: points,
+        })
+    };
     let metrics = vec![
-        metric("switchyard_proxy_requests", "Requests served by the proxy, by endpoint and status.", "{request}", cumulative(requests)),
+        metric(
+            "switchyard_proxy_requests",
+            "Requests served by the proxy, by endpoint and status.",
+            "{request}",
+            cumulative(requests),
+        ),
         metric(
             "switchyard_proxy_request_duration",
             "Time from request to response headers.",
@@ -127,14 +142,54 @@ pub fn export(table: &RouteTable, times: Times, now_ms: i64, server: &str) -> Ex
                 aggregation_temporality: AggregationTemporality::Cumulative as i32,
             }),
         ),
-        metric("switchyard_proxy_cache_hits", "Responses served from the response cache.", "{request}", cumulative(hits)),
-        metric("switchyard_proxy_pending_requests", "Requests in flight through this server's proxy.", "{request}", gauge(in_flight)),
-        metric("switchyard_endpoint_waiting_requests", "Requests held while the endpoint starts.", "{request}", gauge(waiting)),
-        metric("switchyard_endpoint_ready_replicas", "Replicas that answer their health route.", "{replica}", gauge(ready)),
-        metric("switchyard_endpoint_target_replicas", "Replicas the scaler wants.", "{replica}", gauge(target)),
-        metric("switchyard_endpoint_replica_cpu_percent", "Mean CPU use of a ready replica, percent of one core.", "%", gauge(cpu)),
-        metric("switchyard_endpoint_engine_queue", "Requests waiting in the engines, per replica.", "{request}", gauge(queue)),
-        metric("switchyard_endpoint_engine_kv_cache_percent", "The engines' KV-cache use.", "%", gauge(kv)),
+        metric(
+            "switchyard_proxy_cache_hits",
+            "Responses served from the response cache.",
+            "{request}",
+            cumulative(hits),
+        ),
+        metric(
+            "switchyard_proxy_pending_requests",
+            "Requests in flight through this server's proxy.",
+            "{request}",
+            gauge(in_flight),
+        ),
+        metric(
+            "switchyard_endpoint_waiting_requests",
+            "Requests held while the endpoint starts.",
+            "{request}",
+            gauge(waiting),
+        ),
+        metric(
+            "switchyard_endpoint_ready_replicas",
+            "Replicas that answer their health route.",
+            "{replica}",
+            gauge(ready),
+        ),
+        metric(
+            "switchyard_endpoint_target_replicas",
+            "Replicas the scaler wants.",
+            "{replica}",
+            gauge(target),
+        ),
+        metric(
+            "switchyard_endpoint_replica_cpu_percent",
+            "Mean CPU use of a ready replica, percent of one core.",
+            "%",
+            gauge(cpu),
+        ),
+        metric(
+            "switchyard_endpoint_engine_queue",
+            "Requests waiting in the engines, per replica.",
+            "{request}",
+            gauge(queue),
+        ),
+        metric(
+            "switchyard_endpoint_engine_kv_cache_percent",
+            "The engines' KV-cache use.",
+            "%",
+            gauge(kv),
+        ),
     ];
     ExportMetricsServiceRequest {
         resource_metrics: vec![ResourceMetrics {
@@ -205,7 +260,9 @@ impl Exporter {
                 Ok(answer) => {
                     tracing::warn!(status = %answer.status, "the OpenTelemetry collector refused the figures")
                 }
-                Err(e) => tracing::warn!(error = %e, "could not push the figures to the OpenTelemetry collector"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not push the figures to the OpenTelemetry collector")
+                }
             }
         }
     }
@@ -224,8 +281,14 @@ mod tests {
         let req = export(&RouteTable::default(), times, 0, "node-1");
         let bytes = req.encode_to_vec();
         let back = ExportMetricsServiceRequest::decode(bytes.as_slice()).expect("decodes");
-        let resource = back.resource_metrics[0].resource.as_ref().expect("resource");
-        assert!(resource.attributes.iter().any(|kv| kv.key == "service.instance.id"));
+        let resource = back.resource_metrics[0]
+            .resource
+            .as_ref()
+            .expect("resource");
+        assert!(resource
+            .attributes
+            .iter()
+            .any(|kv| kv.key == "service.instance.id"));
         assert_eq!(back.resource_metrics[0].scope_metrics[0].metrics.len(), 10);
     }
 }

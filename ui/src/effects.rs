@@ -7,7 +7,6 @@
 use chrono::{DateTime, Duration, Utc};
 use serde_json::Value;
 
-
 use crate::format::Format;
 
 /// Work the runtime does for the state's `update`: API calls, each reporting back as an action, and what only

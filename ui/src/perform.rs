@@ -13,9 +13,9 @@ use switchyard_server::client::{Client, ClientError};
 use crate::effects::{AppAction, DeployRequest, Effect, EndpointAction, WebhookAction};
 use crate::failures::{load_failure, message, refusal, servers_failure, sign_in_failure};
 use crate::state::{
-    self, Action, Analytics, AppRow, ChartRange, AuditRow, CreatedApp, DeliveryRow, EndpointRow, IssuedSecret,
-    NotificationRow, NotificationsFailure, ReplicaLoad, SavedWebhook, Secret, Series, ServerRow,
-    WebhookRow,
+    self, Action, Analytics, AppRow, AuditRow, ChartRange, CreatedApp, DeliveryRow, EndpointRow,
+    IssuedSecret, NotificationRow, NotificationsFailure, ReplicaLoad, SavedWebhook, Secret, Series,
+    ServerRow, WebhookRow,
 };
 
 /// Runs one effect against the server; `None` for the effects the event loop runs itself (it owns the
@@ -178,9 +178,7 @@ async fn load_analytics(
         client.endpoint_decisions::<Value>(&namespace, &name),
     );
     let result = match (series, decisions) {
-        (Ok(s), Ok(d)) => Ok(Analytics::from_json(
-            namespace, name, range, &s, &d,
-        )),
+        (Ok(s), Ok(d)) => Ok(Analytics::from_json(namespace, name, range, &s, &d)),
         (Err(e), _) | (_, Err(e)) => Err((namespace, name, message(&e))),
     };
     Action::AnalyticsLoaded { range, result }

@@ -1,8 +1,8 @@
 //! The HTTP API: one router per area, the shared state, and the layers every response passes through.
 
 pub mod accounts;
-pub mod analytics;
 pub mod admin;
+pub mod analytics;
 pub mod catalog;
 pub mod endpoints;
 pub mod engines;

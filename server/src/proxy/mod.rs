@@ -166,7 +166,8 @@ async fn metrics_page(State(proxy): State<Proxy>, headers: HeaderMap) -> Respons
             return ApiError::from(e).into_response();
         }
     }
-    let mut text = crate::routing::metrics::render(&proxy.routing.table.borrow(), proxy.clock.now_millis());
+    let mut text =
+        crate::routing::metrics::render(&proxy.routing.table.borrow(), proxy.clock.now_millis());
     let (held, uncached) = proxy.bodies.usage();
     text.push_str(&format!(
         "# HELP switchyard_proxy_body_buffer_bytes Bytes of request bodies held to be read whole.\n\

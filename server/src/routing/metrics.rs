@@ -117,7 +117,10 @@ pub fn render(table: &RouteTable, now_ms: i64) -> String {
     }
     out.push_str("# HELP switchyard_endpoint_waiting_requests Requests held while the endpoint starts.\n# TYPE switchyard_endpoint_waiting_requests gauge\n");
     for r in &routes {
-        let waiting = r.activity.waiting.load(std::sync::atomic::Ordering::Relaxed);
+        let waiting = r
+            .activity
+            .waiting
+            .load(std::sync::atomic::Ordering::Relaxed);
         let _ = writeln!(
             out,
             "switchyard_endpoint_waiting_requests{{{}}} {waiting}",

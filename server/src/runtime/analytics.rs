@@ -195,8 +195,9 @@ impl Recorder {
 fn read_gauges(route: &Route, into: &mut Sample, now_ms: i64) {
     let a = &route.activity;
     into.in_flight.add(f64::from(a.in_flight.get()));
-    into.waiting
-        .add(f64::from(a.waiting.load(std::sync::atomic::Ordering::Relaxed)));
+    into.waiting.add(f64::from(
+        a.waiting.load(std::sync::atomic::Ordering::Relaxed),
+    ));
     if let Some(fleet) = a.fleet(now_ms - FLEET_FRESH_MS) {
         into.ready.add(f64::from(fleet.ready));
         into.target.add(f64::from(fleet.target));
@@ -215,7 +216,11 @@ fn read_gauges(route: &Route, into: &mut Sample, now_ms: i64) {
 /// The counts of `now` less those of `before`; all of `now` when the counters started over (an endpoint
 /// deleted and made again under the same name).
 fn since(now: &Sample, before: &Sample) -> Sample {
-    let restarted = now.statuses.iter().zip(&before.statuses).any(|(n, b)| n < b);
+    let restarted = now
+        .statuses
+        .iter()
+        .zip(&before.statuses)
+        .any(|(n, b)| n < b);
     if restarted {
         return now.clone();
     }
@@ -223,10 +228,18 @@ fn since(now: &Sample, before: &Sample) -> Sample {
         cache_hits: now.cache_hits.saturating_sub(before.cache_hits),
         ..Sample::default()
     };
-    for (d, (n, b)) in d.statuses.iter_mut().zip(now.statuses.iter().zip(&before.statuses)) {
+    for (d, (n, b)) in d
+        .statuses
+        .iter_mut()
+        .zip(now.statuses.iter().zip(&before.statuses))
+    {
         *d = n - b;
     }
-    for (d, (n, b)) in d.latency.iter_mut().zip(now.latency.iter().zip(&before.latency)) {
+    for (d, (n, b)) in d
+        .latency
+        .iter_mut()
+        .zip(now.latency.iter().zip(&before.latency))
+    {
         *d = n.saturating_sub(*b);
     }
     d

@@ -66,8 +66,7 @@ pub fn scaled(
 
 /// The scaler wanted `wanted` replicas, but the namespace's quota leaves `cap`.
 pub fn held_at_quota(at: DateTime<Utc>, wanted: u32, cap: u32) -> Decision {
-    let reason =
-        format!("wanted {wanted} replicas; the namespace's replica quota leaves it {cap}");
+    let reason = format!("wanted {wanted} replicas; the namespace's replica quota leaves it {cap}");
     Decision {
         to: Some(cap),
         ..decision(at, DecisionKind::HeldAtQuota, reason)
@@ -85,10 +84,7 @@ pub fn to_zero(
     let reason = match bounds.scale_to_zero_after {
         Some(m) if bounds.max > 0 && cap > 0 => {
             let idle = (at - last_busy).num_seconds().max(0);
-            format!(
-                "no request for {} (the timeout is {m} min)",
-                span(idle)
-            )
+            format!("no request for {} (the timeout is {m} min)", span(idle))
         }
         _ if cap == 0 => "the namespace's replica quota leaves it no replicas".to_string(),
         _ => "the schedule in effect allows no replicas".to_string(),
@@ -153,6 +149,11 @@ fn span_ms(ms: u128) -> String {
         ms if ms < 1000 => format!("{ms} ms"),
         ms => span(i64::try_from(ms / 1000).unwrap_or(i64::MAX)),
     }
+}
+
+/// Whether decisions of `kind` come from a change of state (see [`transition`]).
+pub fn from_transition(kind: DecisionKind) -> bool {
+    matches!(kind, DecisionKind::Updated | DecisionKind::Failed)
 }
 
 /// What a change of state says, when it is a decision of its own: an update rolled out, or the endpoint

@@ -40,11 +40,11 @@ use crate::clock::Clock;
 use crate::config::{QuotaConfig, RuntimeConfig};
 use crate::crypto::{hex, random_id, SecretBox};
 use crate::engines::{self, Engines};
+use crate::model::analytics::Decision;
 use crate::model::{
     can_transition, CustomRouter, EndpointSpec, EndpointState, LoadBalancer, Measure,
     RouterProtocol,
 };
-use crate::model::analytics::Decision;
 use crate::routing::{Activity, Backend, Fleet, Route, RouteTable};
 use crate::services::quotas::Limits;
 use crate::store::cluster::ReplicaRow;
@@ -545,7 +545,9 @@ impl Reconciler {
                     written
                 }
                 Err(rec) => {
-                    // The pass is taken again at the next tick, and decides again.
+                    // Kept for the next pass whose status is written, which finds the change of state
+                    // again itself.
+                    self.keep_decisions(&rec.id, decided);
                     all_written = false;
                     if waking {
                         // The wake-up was taken but not recorded: keep it for the next tick.
@@ -664,8 +666,20 @@ impl Reconciler {
         });
         let mut decided = std::mem::take(&mut run.decisions);
         let message = o.message.as_deref();
-        decided.extend(decisions::transition(now, rec.state, o.state, message, o.ready));
+        decided.extend(decisions::transition(
+            now, rec.state, o.state, message, o.ready,
+        ));
         decided
+    }
+
+    /// Puts back what a pass decided whose status was not written, less what the change of state said.
+    fn keep_decisions(&mut self, id: &str, decided: Vec<Decision>) {
+        if let Some(run) = self.runs.get_mut(id) {
+            let from_state = |d: &Decision| decisions::from_transition(d.kind);
+            let mut kept: Vec<Decision> = decided.into_iter().filter(|d| !from_state(d)).collect();
+            kept.append(&mut run.decisions);
+            run.decisions = kept;
+        }
     }
 
     /// Writes what changed. Returns the endpoint as stored after it (`rec` itself when nothing changed), or
@@ -1042,6 +1056,7 @@ impl Steps<'_> {
     ) -> ControlFlow<Observed, Observed> {
         // A request to an endpoint that is already up is no wake-up.
         run.activity.take_wake();
+        run.activity.take_woken_by();
         if state == EndpointState::Pending {
             // Created or resumed: idle time counts from now, not from requests before a pause.
             run.since = pass.now;
@@ -1088,8 +1103,11 @@ impl Steps<'_> {
         let wanted = explained.map_or(0, |e| e.wanted);
         let held = (wanted > pass.cap && spec_max > pass.cap).then_some(pass.cap);
         if let Some(cap) = held.filter(|cap| run.held_at != Some(*cap)) {
-            run.decisions
-                .push(decisions::held_at_quota(pass.now, wanted.min(spec_max), cap));
+            run.decisions.push(decisions::held_at_quota(
+                pass.now,
+                wanted.min(spec_max),
+                cap,
+            ));
         }
         run.held_at = held;
     }

@@ -336,11 +336,7 @@ impl Scaler {
                 let kv = mean(measured().filter_map(|s| s.kv_cache_usage))
                     .and_then(|m| against("inferenceLoad.kvCacheUsage", m, limits.kv_cache_usage));
                 let waiting = mean(measured().filter_map(|s| s.requests_waiting)).and_then(|m| {
-                    against(
-                        "inferenceLoad.requestsWaiting",
-                        m,
-                        limits.requests_waiting,
-                    )
+                    against("inferenceLoad.requestsWaiting", m, limits.requests_waiting)
                 });
                 // The measure nearer its threshold decides.
                 match (kv, waiting) {

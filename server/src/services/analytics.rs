@@ -37,16 +37,24 @@ pub struct Range {
     pub resolution: i64,
 }
 
-/// A time as the query gives it: RFC 3339, or Unix seconds.
+/// The latest time a query may name: the end of the year 9999, in Unix seconds.
+const LAST_INSTANT: i64 = 253_402_300_799;
+
+/// The longest step, in seconds (about a year).
+const MAX_STEP: i64 = 366 * 86_400;
+
+/// A time as the query gives it: RFC 3339, or Unix seconds; from 1970 to the end of 9999.
 fn instant(name: &str, v: &str) -> Result<i64> {
-    if let Ok(secs) = v.trim().parse::<i64>() {
-        return Ok(secs);
-    }
-    DateTime::parse_from_rfc3339(v.trim())
-        .map(|t| t.timestamp())
-        .map_err(|_| {
+    let secs = match v.trim().parse::<i64>() {
+        Ok(secs) => Some(secs),
+        Err(_) => DateTime::parse_from_rfc3339(v.trim())
+            .ok()
+            .map(|t| t.timestamp()),
+    };
+    secs.filter(|s| (0..=LAST_INSTANT).contains(s))
+        .ok_or_else(|| {
             Error::BadRequest(format!(
-                "{name} must be an RFC 3339 time or Unix seconds, not {v:?}"
+                "{name} must be an RFC 3339 time or Unix seconds, from 1970 to 9999, not {v:?}"
             ))
         })
 }
@@ -66,9 +74,10 @@ fn seconds(v: &str) -> Result<i64> {
         _ => 0,
     };
     let n = digits.parse::<i64>().ok().filter(|n| *n > 0 && per > 0);
-    n.and_then(|n| n.checked_mul(per)).ok_or_else(|| {
+    let step = n.and_then(|n| n.checked_mul(per));
+    step.filter(|s| *s <= MAX_STEP).ok_or_else(|| {
         Error::BadRequest(format!(
-            "step must be a number of seconds (or with s, m, h or d), not {v:?}"
+            "step must be a number of seconds (or with s, m, h or d) up to {MAX_STEP}, not {v:?}"
         ))
     })
 }
@@ -85,7 +94,7 @@ pub fn range(asked: &Asked, now: DateTime<Utc>, keep_fine_s: u64) -> Result<Rang
     };
     let from = match &asked.from {
         Some(v) => instant("from", v)?,
-        None => to - 3600,
+        None => (to - 3600).max(0),
     };
     if from >= to {
         return Err(Error::BadRequest("from must be before to".into()));
@@ -223,14 +232,24 @@ mod tests {
         let now = DateTime::from_timestamp(1_700_000_000, 0).expect("time");
         let day = range(&asked(Some("1699913600"), None, None), now, 3600).expect("range");
         assert_eq!((day.resolution, day.step), (60, 720));
-        let r = range(&asked(Some("2023-11-13T22:00:00Z"), None, Some("5m")), now, 3600);
+        let r = range(
+            &asked(Some("2023-11-13T22:00:00Z"), None, Some("5m")),
+            now,
+            3600,
+        );
         assert_eq!(r.expect("range").step, 300);
         for (bad, says) in [
             (asked(None, None, Some("7s")), "multiple of 10"),
             (asked(None, None, Some("soon")), "step must be"),
             (asked(Some("yesterday"), None, None), "from must be"),
-            (asked(Some("1700000000"), Some("1699990000"), None), "before"),
+            (
+                asked(Some("1700000000"), Some("1699990000"), None),
+                "before",
+            ),
             (asked(Some("0"), None, Some("60")), "at most"),
+            (asked(Some("-9223372036854775808"), None, None), "from 1970"),
+            (asked(None, Some("99999999999999"), None), "to must be"),
+            (asked(None, None, Some("9999999999d")), "step must be"),
         ] {
             let e = range(&bad, now, 3600).expect_err("refused");
             assert!(e.to_string().contains(says), "{e} for {bad:?}");

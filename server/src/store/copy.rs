@@ -303,6 +303,28 @@ const TABLES: &[Table] = &[
             ("expires_at", Col::Text),
         ],
     ),
+    (
+        "endpoint_series",
+        "endpoint_id, step, bucket, server_id",
+        &[
+            ("endpoint_id", Col::Text),
+            ("step", Col::Int),
+            ("bucket", Col::Int),
+            ("server_id", Col::Text),
+            ("sample", Col::Text),
+        ],
+    ),
+    (
+        "endpoint_decisions",
+        "seq",
+        &[
+            ("endpoint_id", Col::Text),
+            ("at", Col::Text),
+            ("kind", Col::Text),
+            ("reason", Col::Text),
+            ("detail", Col::Text),
+        ],
+    ),
 ];
 
 /// A read transaction that sees one snapshot of every table.

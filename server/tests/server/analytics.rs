@@ -11,8 +11,8 @@ use prost::Message;
 use serde_json::{json, Value};
 
 use crate::common;
-use switchyard_server::clock::Clock;
 use crate::runtime::{engine_endpoint, spawn, spawn_beside, Rt, NS};
+use switchyard_server::clock::Clock;
 
 /// The next 10-second bucket's start, plus a second: requests sent now fall in it.
 fn into_next_bucket(now: DateTime<Utc>) -> DateTime<Utc> {
@@ -63,7 +63,9 @@ async fn decisions(rt: &Rt, name: &str) -> Vec<Value> {
 /// The scaling decisions (the spec updates that forced them left out), newest first.
 async fn scaling_decisions(rt: &Rt, name: &str) -> Vec<Value> {
     let list = decisions(rt, name).await;
-    list.into_iter().filter(|d| d["kind"] != "updated").collect()
+    list.into_iter()
+        .filter(|d| d["kind"] != "updated")
+        .collect()
 }
 
 /// Polls the decisions until one of `kind` is the newest scaling decision, and returns those.
@@ -117,7 +119,12 @@ async fn a_known_load_and_forced_scaling_give_their_buckets_and_decisions() {
     assert_eq!(p["readyReplicas"], 1.0, "{p}");
     assert_eq!(p["cacheHitRatio"], 0.0);
     // The bucket before holds none of it.
-    let before = analytics(&rt, "traffic", &format!("from={}&to={bucket}&step=10", bucket - 10)).await;
+    let before = analytics(
+        &rt,
+        "traffic",
+        &format!("from={}&to={bucket}&step=10", bucket - 10),
+    )
+    .await;
     assert_eq!(before["points"][0]["requests"], 0, "{before}");
 
     // Past the 10-second samples' time (30 s here), the same requests come from the minute's sample.
@@ -139,7 +146,13 @@ async fn a_known_load_and_forced_scaling_give_their_buckets_and_decisions() {
         .expect("request");
     assert_eq!(bad.status(), 400);
     let body: Value = bad.json().await.expect("json");
-    assert!(body["error"].as_str().expect("error").contains("step must be a multiple of"), "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .expect("error")
+            .contains("step must be a multiple of"),
+        "{body}"
+    );
 
     // A forced scale-up (the minimum raised), and down again.
     let up = json!({"compute": {"scaling": {"minReplica": 2}}});
@@ -158,14 +171,21 @@ async fn a_known_load_and_forced_scaling_give_their_buckets_and_decisions() {
         .expect("update");
     // Down once the replicas' CPU is sampled (idle, under the threshold) over the evaluation window.
     for _ in 0..400 {
-        if scaling_decisions(&rt, "traffic").await.first().is_some_and(|d| d["kind"] == "scaledDown") {
+        if scaling_decisions(&rt, "traffic")
+            .await
+            .first()
+            .is_some_and(|d| d["kind"] == "scaledDown")
+        {
             break;
         }
         rt.clock.advance(chrono::Duration::milliseconds(500));
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     let list = newest_is(&rt, "traffic", "scaledDown").await;
-    assert_eq!((list[0]["from"].clone(), list[0]["to"].clone()), (json!(2), json!(1)));
+    assert_eq!(
+        (list[0]["from"].clone(), list[0]["to"].clone()),
+        (json!(2), json!(1))
+    );
 
     // Idle past the timeout: scaled to zero, saying for how long; a request wakes it, saying which.
     rt.clock.advance(chrono::Duration::minutes(16));
@@ -203,7 +223,10 @@ async fn a_known_load_and_forced_scaling_give_their_buckets_and_decisions() {
     // Another namespace's user may not read it.
     let stranger = reqwest::Client::new();
     let denied = stranger
-        .get(format!("{}/api/v1/endpoints/{NS}/traffic/decisions", rt.url))
+        .get(format!(
+            "{}/api/v1/endpoints/{NS}/traffic/decisions",
+            rt.url
+        ))
         .send()
         .await
         .expect("request");
@@ -227,7 +250,11 @@ async fn two_servers_on_one_postgres_add_up() {
     a.wait_state("shared", "running").await;
     // Both proxies route to the replica the leader runs.
     for _ in 0..400 {
-        let r = b.http.get(format!("{}/status/200", b.endpoint_url("shared"))).send().await;
+        let r = b
+            .http
+            .get(format!("{}/status/200", b.endpoint_url("shared")))
+            .send()
+            .await;
         if r.is_ok_and(|r| r.status() == 200) {
             break;
         }
@@ -297,9 +324,15 @@ fn requests_of(req: &ExportMetricsServiceRequest, endpoint: &str, status: &str) 
                 && matches!(a.value.as_ref().and_then(|x| x.value.as_ref()), Some(Any::StringValue(s)) if s == v)
         })
     };
-    let metrics = req.resource_metrics.iter().flat_map(|r| &r.scope_metrics).flat_map(|s| &s.metrics);
+    let metrics = req
+        .resource_metrics
+        .iter()
+        .flat_map(|r| &r.scope_metrics)
+        .flat_map(|s| &s.metrics);
     for m in metrics.filter(|m| m.name == "switchyard_proxy_requests") {
-        let Some(Data::Sum(sum)) = &m.data else { continue };
+        let Some(Data::Sum(sum)) = &m.data else {
+            continue;
+        };
         assert!(sum.is_monotonic);
         for p in &sum.data_points {
             if has(&p.attributes, "endpoint", endpoint) && has(&p.attributes, "status", status) {
@@ -336,8 +369,14 @@ async fn the_figures_reach_an_opentelemetry_collector() {
             .expect("the collector runs");
         assert_eq!(kind, "application/x-protobuf");
         let resource = req.resource_metrics[0].resource.as_ref().expect("resource");
-        assert!(resource.attributes.iter().any(|a| a.key == "service.instance.id"));
-        seen = (requests_of(&req, "pushed", "200"), requests_of(&req, "pushed", "404"));
+        assert!(resource
+            .attributes
+            .iter()
+            .any(|a| a.key == "service.instance.id"));
+        seen = (
+            requests_of(&req, "pushed", "200"),
+            requests_of(&req, "pushed", "404"),
+        );
     }
     rt.shutdown().await;
 }

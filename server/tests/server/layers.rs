@@ -34,6 +34,7 @@ const RANKS: &[(&str, usize)] = &[
     ("routing", 60),
     ("error", 60),
     ("runtime", 70),
+    ("telemetry", 70),
     // Inside the proxy: what both paths share, below `proxy` (which keeps `Proxy`); the steps that take
     // `Proxy`, above it; the two paths, side by side (neither imports the other); the workers, which hand a
     // connection from one to the other, on top.

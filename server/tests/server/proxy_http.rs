@@ -1348,7 +1348,8 @@ async fn bodies_read_whole_are_bounded_in_all_and_in_time() {
             for _ in 0..500 {
                 let held = metric(&server, "switchyard_proxy_body_buffer_bytes").await as usize;
                 assert!(held <= 2 * MIB, "{on}: {held} bytes held");
-                let uncached = metric(&server, "switchyard_proxy_bodies_uncached_total").await - before;
+                let uncached =
+                    metric(&server, "switchyard_proxy_bodies_uncached_total").await - before;
                 taken = match i {
                     0 | 1 => held >= (i + 1) * (MIB - 1) && uncached == 0,
                     _ => uncached == (i - 1) as u64,

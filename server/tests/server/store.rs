@@ -4,16 +4,17 @@
 
 use crate::common;
 
-use chrono::Utc;
+use chrono::{SubsecRound, Utc};
 use serde_json::json;
 use switchyard_server::model::account::AccountKind;
+use switchyard_server::model::analytics::{Decision, DecisionKind, Sample};
 use switchyard_server::model::catalog::CatalogEntry;
 use switchyard_server::model::event::EventKind;
 use switchyard_server::model::{EndpointSpec, EndpointState};
 use switchyard_server::store::copy::copy_store;
 use switchyard_server::store::{
-    Actor, Backend, EndpointRecord, NewAccount, NewEvent, SqlStore, Store, StoreError, StoreUrl,
-    Synchronous,
+    Actor, Backend, EndpointRecord, NewAccount, NewEvent, SeriesRow, SqlStore, Store, StoreError,
+    StoreUrl, Synchronous,
 };
 
 /// A store on each backend there is, each new and empty.
@@ -621,6 +622,28 @@ async fn a_whole_store_copies_across_backends_and_back() {
     unit.put_catalog_entry(&item("a/m", "r1"), Utc::now())
         .await
         .unwrap();
+    // Its history: a sample and a decision.
+    let mut sample = Sample::default();
+    sample.statuses[1] = 7;
+    let row = SeriesRow {
+        endpoint_id: rec.id.clone(),
+        step: 60,
+        bucket: 1_700_000_040,
+        server_id: "node-a".into(),
+        sample,
+    };
+    unit.put_samples(std::slice::from_ref(&row)).await.unwrap();
+    let decision = Decision {
+        at: Utc::now().trunc_subsecs(3),
+        kind: DecisionKind::ScaledUp,
+        reason: "the minimum in force is 2".into(),
+        from: Some(1),
+        to: Some(2),
+        measured: None,
+    };
+    unit.add_decisions(&rec.id, std::slice::from_ref(&decision))
+        .await
+        .unwrap();
     unit.commit().await.unwrap();
 
     let pg = StoreUrl::parse(&common::fresh_postgres(&admin).await).unwrap();
@@ -631,6 +654,17 @@ async fn a_whole_store_copies_across_backends_and_back() {
     assert_eq!(counted("endpoints"), Some(1));
     assert_eq!(counted("events"), Some(1));
     assert_eq!(counted("catalog_recipes"), Some(1));
+    assert_eq!(counted("endpoint_series"), Some(1));
+    assert_eq!(counted("endpoint_decisions"), Some(1));
+    let mut read = to.read().await.unwrap();
+    let rows = read.samples(&rec.id, 60, 0, i64::MAX).await.unwrap();
+    assert_eq!(rows, [row]);
+    let since = chrono::DateTime::UNIX_EPOCH;
+    assert_eq!(
+        read.decisions(&rec.id, since, 10).await.unwrap(),
+        [decision]
+    );
+    drop(read);
     let got = to
         .read()
         .await

@@ -82,10 +82,7 @@ pub(super) fn on_loaded(
 }
 
 /// The list's sparklines came: drawn when they changed.
-pub(super) fn on_sparklines_loaded(
-    state: &mut State,
-    lines: Vec<((String, String), Vec<f64>)>,
-) {
+pub(super) fn on_sparklines_loaded(state: &mut State, lines: Vec<((String, String), Vec<f64>)>) {
     let lines: HashMap<(String, String), Vec<f64>> = lines.into_iter().collect();
     if lines != state.charts.sparklines {
         state.charts.sparklines = lines;

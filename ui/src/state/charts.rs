@@ -157,7 +157,6 @@ impl Analytics {
     }
 }
 
-
 /// The time a sparkline covers.
 pub const SPARKLINE_SPAN: Duration = Duration::minutes(30);
 

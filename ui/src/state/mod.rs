@@ -32,8 +32,8 @@
 
 mod action;
 mod analytics;
-mod charts;
 mod apps;
+mod charts;
 mod command_line;
 mod confirm;
 mod connection;

@@ -1677,34 +1677,67 @@ fn charts_load_once_a_bucket_draw_only_what_changed_and_cycle_their_range() {
     loaded(&mut s, Ok(endpoints()));
     key(&mut s, "enter");
     s.dirty = false;
-    update(&mut s, charts_loaded(ChartRange::Hour, 2.0), &Keymap::builtin());
+    update(
+        &mut s,
+        charts_loaded(ChartRange::Hour, 2.0),
+        &Keymap::builtin(),
+    );
     assert!(s.dirty, "drawn with the charts");
     let Overlay::Describe(pager) = &s.overlay else {
         panic!("{:?}", s.overlay)
     };
     assert!(pager.charts);
     assert!(
-        pager.lines.iter().any(|l| l == "↑ 11-22 11:30:00 scaled up 1→2: pendingRequests 3 is above its threshold 1.5"),
+        pager
+            .lines
+            .iter()
+            .any(|l| l
+                == "↑ 11-22 11:30:00 scaled up 1→2: pendingRequests 3 is above its threshold 1.5"),
         "{:?}",
         pager.lines
     );
     // The same answer again: nothing to draw.
     s.dirty = false;
-    update(&mut s, charts_loaded(ChartRange::Hour, 2.0), &Keymap::builtin());
+    update(
+        &mut s,
+        charts_loaded(ChartRange::Hour, 2.0),
+        &Keymap::builtin(),
+    );
     assert!(!s.dirty);
     // Within the bucket, ticks ask nothing; the next bucket loads again.
     let now = s.now;
-    assert!(update(&mut s, Action::Tick(now + chrono::Duration::milliseconds(10)), &Keymap::builtin()).is_empty());
+    assert!(update(
+        &mut s,
+        Action::Tick(now + chrono::Duration::milliseconds(10)),
+        &Keymap::builtin()
+    )
+    .is_empty());
     let next = now + chrono::Duration::seconds(10);
     let effects = update(&mut s, Action::Tick(next), &Keymap::builtin());
-    assert!(matches!(&effects[..], [Effect::LoadAnalytics { range: ChartRange::Hour, .. }]), "{effects:?}");
+    assert!(
+        matches!(
+            &effects[..],
+            [Effect::LoadAnalytics {
+                range: ChartRange::Hour,
+                ..
+            }]
+        ),
+        "{effects:?}"
+    );
     // `t`: the next range, loaded from its start.
     let effects = key(&mut s, "t");
     let day = s.now - chrono::Duration::hours(24);
-    assert!(matches!(&effects[..], [Effect::LoadAnalytics { range: ChartRange::Day, from, .. }] if *from == day), "{effects:?}");
+    assert!(
+        matches!(&effects[..], [Effect::LoadAnalytics { range: ChartRange::Day, from, .. }] if *from == day),
+        "{effects:?}"
+    );
     // An answer for the range left behind is dropped.
     s.dirty = false;
-    update(&mut s, charts_loaded(ChartRange::Hour, 5.0), &Keymap::builtin());
+    update(
+        &mut s,
+        charts_loaded(ChartRange::Hour, 5.0),
+        &Keymap::builtin(),
+    );
     assert!(!s.dirty);
 }
 
@@ -1716,14 +1749,28 @@ fn the_lists_sparklines_load_when_the_terminal_is_wide_enough() {
     update(&mut s, Action::Resize(80, 24), &Keymap::builtin());
     let next = s.now + chrono::Duration::seconds(10);
     let effects = update(&mut s, Action::Tick(next), &Keymap::builtin());
-    assert!(!effects.iter().any(|e| matches!(e, Effect::LoadSparklines { .. })), "{effects:?}");
+    assert!(
+        !effects
+            .iter()
+            .any(|e| matches!(e, Effect::LoadSparklines { .. })),
+        "{effects:?}"
+    );
     update(&mut s, Action::Resize(120, 35), &Keymap::builtin());
     let next = next + chrono::Duration::seconds(10);
     let effects = update(&mut s, Action::Tick(next), &Keymap::builtin());
-    assert!(effects.iter().any(|e| matches!(e, Effect::LoadSparklines { endpoints, .. } if endpoints.len() == 3)), "{effects:?}");
+    assert!(
+        effects
+            .iter()
+            .any(|e| matches!(e, Effect::LoadSparklines { endpoints, .. } if endpoints.len() == 3)),
+        "{effects:?}"
+    );
     s.dirty = false;
     let lines = vec![(("alice".to_string(), "alpha".to_string()), vec![1.0, 2.0])];
-    update(&mut s, Action::SparklinesLoaded(lines.clone()), &Keymap::builtin());
+    update(
+        &mut s,
+        Action::SparklinesLoaded(lines.clone()),
+        &Keymap::builtin(),
+    );
     assert!(s.dirty);
     s.dirty = false;
     update(&mut s, Action::SparklinesLoaded(lines), &Keymap::builtin());

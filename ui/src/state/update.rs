@@ -5,8 +5,8 @@ use chrono::{DateTime, Utc};
 use super::action::Action;
 use super::model::State;
 use super::{
-    analytics, apps, confirm, connection, editors, engines, keys, lists, notifications, panes, servers,
-    webhooks,
+    analytics, apps, confirm, connection, editors, engines, keys, lists, notifications, panes,
+    servers, webhooks,
 };
 use crate::effects::Effect;
 use crate::keymap::{Command, Keymap};

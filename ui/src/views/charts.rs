@@ -105,7 +105,10 @@ fn header(range: ChartRange, width: u16) -> Line<'static> {
     for r in ChartRange::ALL {
         let label = r.label();
         spans.push(match r == range {
-            true => Span::styled(format!("[{label}]"), Style::new().add_modifier(Modifier::BOLD)),
+            true => Span::styled(
+                format!("[{label}]"),
+                Style::new().add_modifier(Modifier::BOLD),
+            ),
             false => Span::raw(format!(" {label} ")),
         });
     }
@@ -131,7 +134,10 @@ fn band(frame: &mut Frame, area: Rect, b: &Band) {
         latest.map_or("-".to_string(), |v| (b.format)(v))
     );
     let (label_area, plot) = (
-        Rect { width: LABEL.min(area.width), ..area },
+        Rect {
+            width: LABEL.min(area.width),
+            ..area
+        },
         Rect {
             x: area.x + LABEL,
             width: area.width.saturating_sub(LABEL),
@@ -141,7 +147,10 @@ fn band(frame: &mut Frame, area: Rect, b: &Band) {
     let mut lines = vec![Line::from(fit(&label, LABEL - 1))];
     if area.height >= 2 {
         lines.push(Line::styled(
-            fit(&format!("{:>15}", format!("top {}", (b.format)(top))), LABEL - 1),
+            fit(
+                &format!("{:>15}", format!("top {}", (b.format)(top))),
+                LABEL - 1,
+            ),
             Style::new().add_modifier(Modifier::DIM),
         ));
     }
@@ -194,7 +203,11 @@ fn axis(a: &Analytics, width: u16) -> Line<'static> {
     }
     let label = format!("-{} → now", a.range.label());
     Line::from(vec![
-        Span::raw(format!("{:<w$}", fit(&label, LABEL - 1), w = usize::from(LABEL))),
+        Span::raw(format!(
+            "{:<w$}",
+            fit(&label, LABEL - 1),
+            w = usize::from(LABEL)
+        )),
         Span::raw(cells.into_iter().collect::<String>()),
     ])
 }

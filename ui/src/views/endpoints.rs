@@ -151,7 +151,11 @@ pub(super) fn endpoints(frame: &mut Frame, area: Rect, state: &State, visible: &
     let columns = columns(&rows);
     let sparklines = &state.charts.sparklines;
     let with_requests = area.width >= SPARKLINE_MIN_WIDTH && !sparklines.is_empty();
-    let shared = if with_requests { &columns[..] } else { &columns[..REQUESTS] };
+    let shared = if with_requests {
+        &columns[..]
+    } else {
+        &columns[..REQUESTS]
+    };
     let mut widths = share(shared, area.width.saturating_sub(2));
     widths.resize(HEADS.len(), None);
     let shown = shown(HEADS, &widths);

@@ -186,11 +186,8 @@ pub(super) fn pane(frame: &mut Frame, area: Rect, pager: &Pager, mode: Option<&s
     let rows = pager.rows(window.width);
     let charts = if pager.charts { charts_height(size) } else { 0 };
     let above = std::iter::repeat_n(Line::default(), charts);
-    let lines: Vec<Line> = above.chain(rows
-        .iter()
-        .skip(first)
-        .take(window.height)
-        .map(|piece| {
+    let lines: Vec<Line> = above
+        .chain(rows.iter().skip(first).take(window.height).map(|piece| {
             let l = pane_row(pager, *piece, window.width);
             match pager.current == Some(piece.line) {
                 true => l.style(Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED)),

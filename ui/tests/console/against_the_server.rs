@@ -418,7 +418,10 @@ async fn an_endpoints_describe_reads_its_charts_and_decisions_from_the_server() 
         Some(charts.cloned().map_err(str::to_string))
     }
     let Some(Ok(hour)) = shown(&console) else {
-        panic!("{:?} {:?}", console.state.charts.shown, console.state.message)
+        panic!(
+            "{:?} {:?}",
+            console.state.charts.shown, console.state.message
+        )
     };
     assert_eq!(hour.range, ChartRange::Hour);
     // The server answered a point for every step of the hour, none with requests yet.

@@ -6,9 +6,9 @@ use ratatui::Terminal;
 use serde_json::json;
 use switchyard_ui::keymap::{self, Keymap};
 use switchyard_ui::state::{
-    update, Action, Analytics, AppAction, AppRow, AuditRow, CatalogRow, CreatedApp, DeliveryRow, Effect,
-    EndpointRow, EngineMarks, IssuedSecret, Key, LoadFailure, NotificationRow, SavedWebhook,
-    Secret, ServerRow, State, WebhookRow,
+    update, Action, Analytics, AppAction, AppRow, AuditRow, CatalogRow, CreatedApp, DeliveryRow,
+    Effect, EndpointRow, EngineMarks, IssuedSecret, Key, LoadFailure, NotificationRow,
+    SavedWebhook, Secret, ServerRow, State, WebhookRow,
 };
 use switchyard_ui::views;
 
@@ -1720,7 +1720,9 @@ fn typing_shows_the_keys_of_the_line_typed_into() {
 /// An hour of `qwen`'s traffic, a point every 30 s: a morning ramp, a burst of errors, a scale-up, and a
 /// quiet spell at zero before a request woke it.
 fn qwen_hour() -> (serde_json::Value, serde_json::Value) {
-    let start = chrono::Utc.with_ymd_and_hms(2026, 11, 22, 11, 0, 0).unwrap();
+    let start = chrono::Utc
+        .with_ymd_and_hms(2026, 11, 22, 11, 0, 0)
+        .unwrap();
     let points: Vec<serde_json::Value> = (0..120)
         .map(|i: i64| {
             let at = start + chrono::Duration::seconds(30 * i);
@@ -1790,14 +1792,19 @@ fn an_endpoints_charts_at_120x35_and_80x24() {
     insta::assert_snapshot!("endpoint_charts_120x35", screen(&s, 120, 35));
     let text = screen(&s, 120, 35);
     // The decisions are marked on the time axis and listed, newest first.
-    for want in ["↑", "0", "W", "X", "[1h]", "requests", "p95", "errors", "replicas"] {
+    for want in [
+        "↑", "0", "W", "X", "[1h]", "requests", "p95", "errors", "replicas",
+    ] {
         assert!(text.contains(want), "{want}: {text}");
     }
     let s = qwen_described(80, 24);
     insta::assert_snapshot!("endpoint_charts_80x24", screen(&s, 80, 24));
     // The time axis keeps its marks at 80 columns; the list is below, where the text scrolls.
     let text = screen(&s, 80, 24);
-    let axis = text.lines().find(|l| l.contains("→ now")).expect("the time axis");
+    let axis = text
+        .lines()
+        .find(|l| l.contains("→ now"))
+        .expect("the time axis");
     for mark in ["X", "↑", "0", "W"] {
         assert!(axis.contains(mark), "{mark}: {axis}");
     }
@@ -1805,9 +1812,21 @@ fn an_endpoints_charts_at_120x35_and_80x24() {
     let switchyard_ui::state::Overlay::Describe(pager) = &s.overlay else {
         panic!("{:?}", s.overlay)
     };
-    let listed: Vec<&String> = pager.lines.iter().skip_while(|l| !l.starts_with("decisions")).skip(1).take(4).collect();
-    assert!(listed[0].starts_with("W 11-22 11:45:10 woken 0→1: woken by a request"), "{listed:?}");
-    assert!(listed[1].starts_with("0 11-22 11:35:00 scaled to zero 2→0"), "{listed:?}");
+    let listed: Vec<&String> = pager
+        .lines
+        .iter()
+        .skip_while(|l| !l.starts_with("decisions"))
+        .skip(1)
+        .take(4)
+        .collect();
+    assert!(
+        listed[0].starts_with("W 11-22 11:45:10 woken 0→1: woken by a request"),
+        "{listed:?}"
+    );
+    assert!(
+        listed[1].starts_with("0 11-22 11:35:00 scaled to zero 2→0"),
+        "{listed:?}"
+    );
 }
 
 #[test]
