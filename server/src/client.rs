@@ -299,20 +299,19 @@ impl Client {
         query: &str,
     ) -> ClientResult<T> {
         let path = format!("/api/v1/endpoints/{namespace}/{name}/analytics");
-        match query.is_empty() {
-            true => self.get(&path).await,
-            false => self.get(&format!("{path}?{query}")).await,
-        }
+        self.get(&with_query(path, query)).await
     }
 
-    /// The endpoint's decisions, newest first.
+    /// The endpoint's decisions, newest first; `query` as for [`Self::endpoint_analytics`]
+    /// (`since=…&limit=…`, or empty).
     pub async fn endpoint_decisions<T: DeserializeOwned>(
         &self,
         namespace: &str,
         name: &str,
+        query: &str,
     ) -> ClientResult<T> {
-        self.get(&format!("/api/v1/endpoints/{namespace}/{name}/decisions"))
-            .await
+        let path = format!("/api/v1/endpoints/{namespace}/{name}/decisions");
+        self.get(&with_query(path, query)).await
     }
 
     pub async fn hardware<T: DeserializeOwned>(&self, namespace: &str) -> ClientResult<T> {
@@ -597,4 +596,12 @@ fn follow_query(after: Option<i64>, limit: Option<i64>, wait: Option<u64>) -> St
     .filter_map(|(k, v)| v.map(|v| (k, v)))
     .collect();
     serde_urlencoded::to_string(&q).unwrap_or_default()
+}
+
+/// `path`, with `query` (without its `?`) when there is one.
+fn with_query(path: String, query: &str) -> String {
+    match query.is_empty() {
+        true => path,
+        false => format!("{path}?{query}"),
+    }
 }

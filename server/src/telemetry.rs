@@ -1,8 +1,9 @@
 //! `[telemetry] otlp_url`: the endpoints' figures pushed to an OpenTelemetry collector over OTLP/HTTP
 //! (protobuf), the same ones `/metrics` shows: requests by status, the latency histogram, cache hits
-//! (cumulative since the server started), and the gauges (in flight, waiting for a cold start, and the
+//! (cumulative, each endpoint's since the exporter first saw it), and the gauges (in flight, waiting for a cold start, and the
 //! fleet the leader sees). Sent through the outbound guard like every request to the outside.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,17 +46,36 @@ fn metric(name: &str, description: &str, unit: &str, data: metric::Data) -> Metr
     }
 }
 
-/// When the figures were taken, and since when the cumulative ones count (Unix nanoseconds).
-#[derive(Debug, Clone, Copy)]
+/// When the figures were taken, and since when each endpoint's cumulative ones count (Unix nanoseconds, by
+/// endpoint id): since the exporter first saw it.
+#[derive(Debug, Clone)]
 pub struct Times {
-    pub start_ns: u64,
+    pub starts: HashMap<String, u64>,
     pub now_ns: u64,
+}
+
+impl Times {
+    /// Sees the endpoints of `table` at `now_ns`: those new since the last time count from now (an
+    /// endpoint's counters start with it), those there at the exporter's first push from `start_ns`.
+    pub fn see(&mut self, table: &RouteTable, start_ns: u64, now_ns: u64, first: bool) {
+        let ids: std::collections::HashSet<&str> = table.routes().map(|r| r.id.as_str()).collect();
+        self.starts.retain(|id, _| ids.contains(id.as_str()));
+        for id in ids {
+            let from = if first { start_ns } else { now_ns };
+            self.starts.entry(id.to_string()).or_insert(from);
+        }
+        self.now_ns = now_ns;
+    }
+
+    fn start_of(&self, id: &str) -> u64 {
+        self.starts.get(id).copied().unwrap_or(self.now_ns)
+    }
 }
 
 /// The endpoints of `table` as one export request.
 pub fn export(
     table: &RouteTable,
-    times: Times,
+    times: &Times,
     now_ms: i64,
     server: &str,
 ) -> ExportMetricsServiceRequest {
@@ -83,16 +103,20 @@ pub fn export(
     let mut hits = Vec::new();
     let mut gauges: [Vec<NumberDataPoint>; 7] = Default::default();
     for r in &routes {
+        let start = times.start_of(&r.id);
         let counted = r.activity.stats.counted_by_status();
         for (status, n) in counted.statuses {
             let mut attributes = labels(r);
             attributes.push(text("status", &status.to_string()));
-            requests.push(number(attributes, times.start_ns, int(n)));
+            requests.push(number(attributes, start, int(n)));
         }
-        let count: u64 = counted.latency.iter().sum();
+        let count = counted
+            .latency
+            .iter()
+            .fold(0u64, |t, n| t.saturating_add(*n));
         durations.push(HistogramDataPoint {
             attributes: labels(r),
-            start_time_unix_nano: times.start_ns,
+            start_time_unix_nano: start,
             time_unix_nano: times.now_ns,
             count,
             sum: Some(counted.sum_seconds),
@@ -100,7 +124,7 @@ pub fn export(
             explicit_bounds: LATENCY_BOUNDS.to_vec(),
             ..Default::default()
         });
-        hits.push(number(labels(r), times.start_ns, int(counted.cache_hits)));
+        hits.push(number(labels(r), start, int(counted.cache_hits)));
         let a = &r.activity;
         let fleet = a.fleet(now_ms - FLEET_FRESH_MS);
         let values = [
@@ -234,6 +258,11 @@ impl Exporter {
     /// again at the next push (the figures are cumulative: nothing is lost in between).
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let start_ns = nanos(self.clock.now_millis());
+        let mut times = Times {
+            starts: HashMap::new(),
+            now_ns: start_ns,
+        };
+        let mut first = true;
         let mut headers = HeaderMap::new();
         let protobuf = HeaderValue::from_static("application/x-protobuf");
         headers.insert(header::CONTENT_TYPE, protobuf);
@@ -247,13 +276,11 @@ impl Exporter {
                 _ = stop.wait_for(|s| *s) => break,
             }
             let now_ms = self.clock.now_millis();
-            let times = Times {
-                start_ns,
-                now_ns: nanos(now_ms),
-            };
             let body = {
                 let table = self.table.borrow().clone();
-                export(&table, times, now_ms, &self.server).encode_to_vec()
+                times.see(&table, start_ns, nanos(now_ms), first);
+                first = false;
+                export(&table, &times, now_ms, &self.server).encode_to_vec()
             };
             match self.outbound.post(&self.url, body.into(), &options).await {
                 Ok(answer) if answer.status.is_success() => {}
@@ -275,10 +302,10 @@ mod tests {
     #[test]
     fn an_empty_table_still_says_who_it_is() {
         let times = Times {
-            start_ns: 1,
+            starts: HashMap::new(),
             now_ns: 2,
         };
-        let req = export(&RouteTable::default(), times, 0, "node-1");
+        let req = export(&RouteTable::default(), &times, 0, "node-1");
         let bytes = req.encode_to_vec();
         let back = ExportMetricsServiceRequest::decode(bytes.as_slice()).expect("decodes");
         let resource = back.resource_metrics[0]

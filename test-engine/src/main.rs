@@ -269,8 +269,6 @@ async fn echo(headers: HeaderMap, body: Bytes) -> Response {
     response
 }
 
-/// The request as it came: method, path and query, every field (a repeated one joined by `, `) and the
-/// body as text.
 /// Answers with status `code` after `?ms=` milliseconds (none by default): a known load for the analytics'
 /// tests.
 async fn status(
@@ -284,6 +282,8 @@ async fn status(
     (status, format!("{code}\n")).into_response()
 }
 
+/// The request as it came: method, path and query, every field (a repeated one joined by `, `) and the
+/// body as text.
 async fn seen(method: axum::http::Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
     let mut fields = serde_json::Map::new();
     for name in headers.keys() {

@@ -233,6 +233,15 @@ impl ChartRange {
         }
     }
 
+    /// Seconds between the server's samples the range is drawn from (10 s ones for the last hour, minute
+    /// ones beyond): reloading more often finds nothing new.
+    pub fn every_s(self) -> i64 {
+        match self {
+            ChartRange::Minutes15 | ChartRange::Hour => 10,
+            ChartRange::Day | ChartRange::Week => 60,
+        }
+    }
+
     /// The next one, after the longest the shortest.
     pub fn next(self) -> ChartRange {
         let at = ChartRange::ALL.iter().position(|r| *r == self).unwrap_or(0);

@@ -159,7 +159,6 @@ async fn load_logs(client: &Client, namespace: String, name: String) -> Action {
     }
 }
 
-/// A partial update of an endpoint, from an editor: saved, or the server's refusal.
 /// The query of an analytics load from `from` to now: the server picks the step.
 fn since(from: DateTime<Utc>) -> String {
     format!("from={}", from.timestamp())
@@ -173,9 +172,11 @@ async fn load_analytics(
     from: DateTime<Utc>,
 ) -> Action {
     let query = since(from);
+    // The decisions the charts mark: all of the range's, up to the API's most.
+    let decided = format!("since={}&limit=1000", from.timestamp());
     let (series, decisions) = tokio::join!(
         client.endpoint_analytics::<Value>(&namespace, &name, &query),
-        client.endpoint_decisions::<Value>(&namespace, &name),
+        client.endpoint_decisions::<Value>(&namespace, &name, &decided),
     );
     let result = match (series, decisions) {
         (Ok(s), Ok(d)) => Ok(Analytics::from_json(namespace, name, range, &s, &d)),
@@ -190,7 +191,8 @@ async fn load_sparklines(
     endpoints: Vec<(String, String)>,
     from: DateTime<Utc>,
 ) -> Vec<((String, String), Vec<f64>)> {
-    let query = since(from);
+    // A point a minute: a column each in the list.
+    let query = format!("{}&step=60", since(from));
     let mut lines = Vec::with_capacity(endpoints.len());
     for (namespace, name) in endpoints {
         let answer = client.endpoint_analytics::<Value>(&namespace, &name, &query);
@@ -202,6 +204,7 @@ async fn load_sparklines(
     lines
 }
 
+/// A partial update of an endpoint, from an editor: saved, or the server's refusal.
 async fn update(client: &Client, namespace: String, name: String, patch: &Value) -> Action {
     let result = client
         .update_endpoint::<Value>(&namespace, &name, patch)

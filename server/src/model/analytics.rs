@@ -114,7 +114,7 @@ impl Sample {
     }
 
     pub fn requests(&self) -> u64 {
-        self.statuses.iter().sum()
+        self.statuses.iter().fold(0, |n, c| n.saturating_add(*c))
     }
 
     /// Whether it holds nothing at all.
@@ -133,14 +133,14 @@ fn add_counts<const N: usize>(to: &mut [u64; N], from: &[u64; N]) {
 /// interpolated within its bucket, as Prometheus' `histogram_quantile` does; the bound of the last finite
 /// bucket for those past it.
 pub fn quantile_ms(latency: &[u64; LATENCY_BUCKETS], q: f64) -> Option<f64> {
-    let total: u64 = latency.iter().sum();
+    let total = latency.iter().fold(0u64, |t, n| t.saturating_add(*n));
     if total == 0 {
         return None;
     }
     let rank = q.clamp(0.0, 1.0) * total as f64;
     let mut below = 0u64;
     for (i, n) in latency.iter().enumerate() {
-        let upto = below + n;
+        let upto = below.saturating_add(*n);
         if *n > 0 && upto as f64 >= rank {
             let Some(upper) = LATENCY_BOUNDS.get(i) else {
                 return LATENCY_BOUNDS.last().map(|b| b * 1000.0);
@@ -165,7 +165,7 @@ pub struct AnalyticsPoint {
     /// Requests answered, all of them and by status class.
     pub requests: u64,
     pub status: StatusCounts,
-    /// Requests per second over the interval.
+    /// Requests per second over the part of the interval that has passed (the latest point's is partial).
     pub requests_per_second: f64,
     /// Requests answered with a 5xx (or with no answer).
     pub errors: u64,
@@ -210,44 +210,55 @@ pub struct Latency {
     pub p99: f64,
 }
 
-/// The samples of one interval, as they are added up into a point: the servers' samples of each bucket
-/// first (their in-flight means add up), then the buckets (means over time).
+/// The samples of one interval, as they are added up into a point: every server's samples of each bucket
+/// first (their requests in flight add up; the fleet's figures are the leader's), then the buckets. A bucket
+/// no server wrote was quiet: no request, none in flight, no replica (a server writes no row for such a
+/// bucket), so the gauges' means are over the buckets that have passed, not over those written.
 #[derive(Debug, Default)]
 pub struct PointSum {
+    /// The counters, and the readings of the figures only read where they can be (CPU, the engines').
     counts: Sample,
-    in_flight: Readings,
-    waiting: Readings,
+    /// Sums over the buckets of each bucket's value.
+    in_flight: f64,
+    waiting: f64,
+    ready: f64,
+    target: f64,
+    /// Buckets with a sample.
+    written: u32,
 }
 
 impl PointSum {
     /// Adds one bucket: every server's sample of it.
     pub fn add_bucket<'s>(&mut self, servers: impl Iterator<Item = &'s Sample>) {
-        let (mut in_flight, mut waiting, mut any) = (0.0, 0.0, false);
+        let (mut ready, mut target) = (Readings::default(), Readings::default());
         for s in servers {
-            let gauges_apart = Sample {
-                in_flight: Readings::default(),
-                waiting: Readings::default(),
-                ..s.clone()
+            let counts = Sample {
+                statuses: s.statuses,
+                latency: s.latency,
+                cache_hits: s.cache_hits,
+                cpu: s.cpu,
+                queue: s.queue,
+                kv_cache: s.kv_cache,
+                ..Sample::default()
             };
-            self.counts.merge(&gauges_apart);
-            if let Some(m) = s.in_flight.mean() {
-                in_flight += m;
-                any = true;
-            }
-            if let Some(m) = s.waiting.mean() {
-                waiting += m;
-            }
+            self.counts.merge(&counts);
+            self.in_flight += s.in_flight.mean().unwrap_or(0.0);
+            self.waiting += s.waiting.mean().unwrap_or(0.0);
+            ready.merge(&s.ready);
+            target.merge(&s.target);
         }
-        if any {
-            self.in_flight.add(in_flight);
-            self.waiting.add(waiting);
-        }
+        self.ready += ready.mean().unwrap_or(0.0);
+        self.target += target.mean().unwrap_or(0.0);
+        self.written = self.written.saturating_add(1);
     }
 
-    /// The point at `at`, over an interval of `step_s` seconds.
-    pub fn point(&self, at: DateTime<Utc>, step_s: i64) -> AnalyticsPoint {
+    /// The point at `at` of an interval of `buckets` buckets of `bucket_s` seconds, `passed` of which have
+    /// ended (all of them but for the latest point). Its rate is over the time passed; with none passed and
+    /// none written, it has no gauges.
+    pub fn point(&self, at: DateTime<Utc>, bucket_s: i64, passed: u32) -> AnalyticsPoint {
         let c = &self.counts;
         let requests = c.requests();
+        let passed = passed.max(self.written);
         let [informational, success, redirect, client_error, server_error] = c.statuses;
         let ratio = |n: u64| (requests > 0).then(|| n as f64 / requests as f64);
         let latency = (requests > 0).then(|| Latency {
@@ -255,6 +266,8 @@ impl PointSum {
             p95: quantile_ms(&c.latency, 0.95).unwrap_or(0.0),
             p99: quantile_ms(&c.latency, 0.99).unwrap_or(0.0),
         });
+        let seconds = f64::from(passed) * bucket_s.max(1) as f64;
+        let mean = |sum: f64| (passed > 0).then(|| sum / f64::from(passed));
         AnalyticsPoint {
             at,
             requests,
@@ -265,14 +278,18 @@ impl PointSum {
                 client_error,
                 server_error,
             },
-            requests_per_second: requests as f64 / step_s.max(1) as f64,
+            requests_per_second: if seconds > 0.0 {
+                requests as f64 / seconds
+            } else {
+                0.0
+            },
             errors: server_error,
             latency_ms: latency,
-            in_flight: self.in_flight.mean(),
-            waiting: self.waiting.mean(),
+            in_flight: mean(self.in_flight),
+            waiting: mean(self.waiting),
             cache_hit_ratio: ratio(c.cache_hits),
-            ready_replicas: c.ready.mean(),
-            target_replicas: c.target.mean(),
+            ready_replicas: mean(self.ready),
+            target_replicas: mean(self.target),
             cpu_percent: c.cpu.mean(),
             queue: c.queue.mean(),
             kv_cache_percent: c.kv_cache.mean(),
@@ -356,7 +373,8 @@ impl DecisionKind {
 /// threshold.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Measured {
-    /// `hardwareUsage`, `pendingRequests` or `inferenceLoad`.
+    /// `hardwareUsage`, `pendingRequests`, or the part of `inferenceLoad` nearer its threshold:
+    /// `inferenceLoad.kvCacheUsage` or `inferenceLoad.requestsWaiting`.
     pub measure: String,
     pub value: f64,
     pub threshold: f64,
@@ -428,11 +446,18 @@ mod tests {
         b.in_flight.add(3.0);
         let mut sum = PointSum::default();
         sum.add_bucket([&a, &b].into_iter());
-        let p = sum.point(DateTime::UNIX_EPOCH, 10);
+        let p = sum.point(DateTime::UNIX_EPOCH, 10, 1);
         assert_eq!((p.requests, p.errors, p.status.success), (10, 2, 8));
         assert_eq!(p.requests_per_second, 1.0);
         assert_eq!(p.in_flight, Some(4.0), "2 on one server, 2 on the other");
         assert_eq!(p.ready_replicas, Some(3.0));
         assert_eq!(p.cpu_percent, None);
+        // Over three buckets, two of them quiet (no row written): the rate and the means are over all three.
+        let p = sum.point(DateTime::UNIX_EPOCH, 10, 3);
+        assert_eq!(p.ready_replicas, Some(1.0));
+        assert!((p.requests_per_second - 10.0 / 30.0).abs() < 1e-9);
+        // The latest point, none of its buckets over and none written: no gauges yet.
+        let p = PointSum::default().point(DateTime::UNIX_EPOCH, 10, 0);
+        assert_eq!((p.requests_per_second, p.ready_replicas), (0.0, None));
     }
 }

@@ -100,8 +100,13 @@ impl Activity {
     }
 
     /// The request that last asked the endpoint to wake on this server, if one did.
-    pub fn take_woken_by(&self) -> Option<String> {
-        lock(&self.woken_by).take()
+    pub fn woken_by_request(&self) -> Option<String> {
+        lock(&self.woken_by).clone()
+    }
+
+    /// Forgets the request that asked the endpoint to wake (it is up, or the wake-up went to the leader).
+    pub fn forget_woken_by(&self) {
+        lock(&self.woken_by).take();
     }
 
     /// Publishes the fleet's figures (the leader's reconciler, each pass).

@@ -1,5 +1,5 @@
 //! The analytics recorder: every server, for every endpoint its proxy routes, turns the proxy's counters
-//! into samples of 10 s and 1 min in the store (see [`crate::model::analytics`]). The serving path does
+//! into samples of 10 s and 1 min in the store, and prunes what is past its time (see [`crate::model::analytics`]). The serving path does
 //! nothing more than count, as it does for `/metrics`; this task reads the counters, takes differences, and
 //! reads the gauges (requests in flight, held for a cold start, and the fleet the leader published) at each
 //! poll. A bucket is written once the clock has left it, with the counts since the last write.
@@ -17,6 +17,9 @@ use crate::model::analytics::{Sample, COARSE_STEP_S, FINE_STEP_S};
 use crate::routing::Route;
 use crate::store::{SeriesRow, Store, StoreResult};
 
+/// How often old samples and decisions are pruned, in seconds.
+const PRUNE_EVERY_S: i64 = 600;
+
 /// Fleet figures older than this are not read (a leader that stepped down publishes no more).
 const FLEET_FRESH_MS: i64 = 30_000;
 
@@ -29,6 +32,9 @@ struct Track {
     readings: Sample,
     /// The minute being filled, and what it holds so far.
     minute: Option<(i64, Sample)>,
+    /// Whether it was written since this server started: the first write goes on from what an earlier
+    /// run of this server stored of the same bucket and minute (a restart within them).
+    written: bool,
 }
 
 pub struct Recorder {
@@ -42,7 +48,7 @@ pub struct Recorder {
     tracks: HashMap<String, Track>,
     /// The 10-second bucket being filled (its start, Unix seconds).
     bucket: Option<i64>,
-    /// The minute old samples were last pruned in.
+    /// The [`PRUNE_EVERY_S`] period old samples were last pruned in.
     pruned: Option<i64>,
 }
 
@@ -82,32 +88,36 @@ impl Recorder {
                 _ = stop.wait_for(|s| *s) => break,
             }
         }
-        if let Some(bucket) = self.bucket {
+        if let Some(bucket) = self.bucket.filter(|_| self.config.enabled) {
             if let Err(e) = self.write(bucket).await {
                 tracing::warn!(error = %e, "could not record the endpoints' last analytics");
             }
         }
     }
 
-    /// Writes the bucket the clock has left, if it has, then reads the gauges into the one it is in.
+    /// Writes the bucket the clock has left, if it has, then reads the gauges into the one it is in. With
+    /// recording off, only prunes (what was recorded before, and the decisions).
     pub async fn poll(&mut self) -> StoreResult<()> {
         let now_ms = self.clock.now_millis();
         let now_bucket = bucket_of(now_ms.div_euclid(1000), FINE_STEP_S);
-        match self.bucket {
-            Some(b) if b < now_bucket => {
-                self.write(b).await?;
-                self.bucket = Some(now_bucket);
-                self.prune(now_bucket).await?;
+        let written = match self.bucket {
+            Some(b) if b < now_bucket && self.config.enabled => self.write(b).await,
+            _ => Ok(()),
+        };
+        if written.is_ok() {
+            self.bucket = Some(now_bucket);
+        }
+        if let Err(e) = self.prune(now_bucket).await {
+            tracing::warn!(error = %e, "could not prune the endpoints' analytics; retrying");
+        }
+        if self.config.enabled {
+            let table = self.handle.table.borrow().clone();
+            for route in table.routes() {
+                let track = self.tracks.entry(route.id.clone()).or_default();
+                read_gauges(route, &mut track.readings, now_ms);
             }
-            Some(_) => {}
-            None => self.bucket = Some(now_bucket),
         }
-        let table = self.handle.table.borrow().clone();
-        for route in table.routes() {
-            let track = self.tracks.entry(route.id.clone()).or_default();
-            read_gauges(route, &mut track.readings, now_ms);
-        }
-        Ok(())
+        written
     }
 
     /// Writes what each endpoint counted since the last write, with the gauges read meanwhile, as its
@@ -126,17 +136,23 @@ impl Recorder {
             let counted = route.activity.stats.counted();
             let mut sample = since(&counted, &track.counted);
             sample.merge(&track.readings);
-            let mut in_minute = match track.minute.take() {
-                Some((m, s)) if m == minute => s,
-                // A minute this server wrote before it restarted goes on from what it holds.
-                _ => self.stored_minute(id, minute).await?,
+            let (mut in_bucket, mut in_minute) = match (&track.minute, track.written) {
+                (Some((m, s)), _) if *m == minute => (Sample::default(), s.clone()),
+                (_, true) => Default::default(),
+                // The first write since this server started: an earlier run may have written some of
+                // this bucket and minute.
+                (_, false) => (
+                    self.stored(id, FINE_STEP_S, bucket).await?,
+                    self.stored(id, COARSE_STEP_S, minute).await?,
+                ),
             };
+            in_bucket.merge(&sample);
             in_minute.merge(&sample);
             taken.push((id.to_string(), counted, in_minute.clone()));
-            if quiet(&sample) && quiet(&in_minute) {
+            if quiet(&in_bucket) && quiet(&in_minute) {
                 continue;
             }
-            rows.push(self.row(id, FINE_STEP_S, bucket, sample));
+            rows.push(self.row(id, FINE_STEP_S, bucket, in_bucket));
             rows.push(self.row(id, COARSE_STEP_S, minute, in_minute));
         }
         if !rows.is_empty() {
@@ -150,13 +166,15 @@ impl Recorder {
             track.counted = counted;
             track.readings = Sample::default();
             track.minute = Some((minute, in_minute));
+            track.written = true;
         }
         Ok(())
     }
 
-    async fn stored_minute(&self, id: &str, minute: i64) -> StoreResult<Sample> {
+    /// What this server stored of endpoint `id`'s bucket (of `step` seconds) starting at `bucket`.
+    async fn stored(&self, id: &str, step: i64, bucket: i64) -> StoreResult<Sample> {
         let mut read = self.store.read().await?;
-        let stored = read.sample_of(id, COARSE_STEP_S, minute, &self.me).await?;
+        let stored = read.sample_of(id, step, bucket, &self.me).await?;
         Ok(stored.unwrap_or_default())
     }
 
@@ -170,13 +188,12 @@ impl Recorder {
         }
     }
 
-    /// Once a minute: samples and decisions past their time are forgotten.
+    /// Once every [`PRUNE_EVERY_S`]: samples and decisions past their time are forgotten.
     async fn prune(&mut self, now_bucket: i64) -> StoreResult<()> {
-        let minute = bucket_of(now_bucket, COARSE_STEP_S);
-        if self.pruned == Some(minute) {
+        let due = bucket_of(now_bucket, PRUNE_EVERY_S);
+        if self.pruned == Some(due) {
             return Ok(());
         }
-        self.pruned = Some(minute);
         let secs = |s: u64| i64::try_from(s).unwrap_or(i64::MAX);
         let fine_before = now_bucket.saturating_sub(secs(self.config.keep_10s_s));
         let coarse_before = now_bucket.saturating_sub(secs(self.config.keep_1m_s));
@@ -186,7 +203,9 @@ impl Recorder {
         if let Some(at) = chrono::DateTime::from_timestamp(coarse_before, 0) {
             unit.prune_decisions(at).await?;
         }
-        unit.commit().await
+        unit.commit().await?;
+        self.pruned = Some(due);
+        Ok(())
     }
 }
 
@@ -213,8 +232,8 @@ fn read_gauges(route: &Route, into: &mut Sample, now_ms: i64) {
     }
 }
 
-/// The counts of `now` less those of `before`; all of `now` when the counters started over (an endpoint
-/// deleted and made again under the same name).
+/// The counts of `now` less those of `before`; all of `now` should the counters ever have started over
+/// (each endpoint id has counters of its own: see `RuntimeHandle::activity`).
 fn since(now: &Sample, before: &Sample) -> Sample {
     let restarted = now
         .statuses
@@ -257,6 +276,110 @@ fn quiet(s: &Sample) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::ManualClock;
+    use crate::model::{EndpointState, EndpointType};
+    use crate::routing::RouteTable;
+    use crate::store::{SqlStore, StoreUrl, Synchronous};
+
+    fn route(activity: Arc<crate::routing::Activity>) -> Arc<Route> {
+        Arc::new(Route {
+            id: "ep-1".into(),
+            generation: "1".into(),
+            namespace: "ns".into(),
+            name: "ep".into(),
+            state: EndpointState::Running,
+            endpoint_type: EndpointType::Public,
+            allow: None,
+            load_balancer: Default::default(),
+            mcp_lb: None,
+            cache: false,
+            private_account: None,
+            domain: None,
+            backends: Vec::new(),
+            router: None,
+            ext_proc: None,
+            activity,
+        })
+    }
+
+    /// A recorder of `node-a` on `store`, its table holding one endpoint counted by `activity`.
+    fn recorder(
+        store: &Arc<SqlStore>,
+        clock: &ManualClock,
+        activity: Arc<crate::routing::Activity>,
+    ) -> Recorder {
+        let (handle, tx) = super::super::handle("http://x".into(), "x".into(), 10);
+        tx.send_replace(Arc::new(RouteTable::new(vec![route(activity)])));
+        let clock: Arc<dyn Clock> = Arc::new(clock.clone());
+        let store: Arc<dyn Store> = store.clone();
+        Recorder::new(
+            store,
+            handle,
+            clock,
+            "node-a".into(),
+            AnalyticsConfig::default(),
+        )
+    }
+
+    async fn requests(store: &SqlStore, step: i64, bucket: i64) -> u64 {
+        let mut read = store.read().await.expect("read");
+        let rows = read
+            .samples("ep-1", step, bucket, bucket + 1)
+            .await
+            .expect("rows");
+        rows.iter().map(|r| r.sample.requests()).sum()
+    }
+
+    #[tokio::test]
+    async fn a_restart_within_a_bucket_goes_on_from_what_was_written() {
+        let dir = tempfile::tempdir().expect("dir");
+        let url = StoreUrl::parse(&dir.path().join("s.db").display().to_string()).expect("url");
+        let store = Arc::new(
+            SqlStore::open(&url, Synchronous::Normal)
+                .await
+                .expect("store"),
+        );
+        let minute = 1_700_000_040;
+        let at = |s: i64| chrono::DateTime::from_timestamp(s, 0).expect("time");
+        let clock = ManualClock::new(at(minute + 1));
+        let ok = std::time::Duration::from_millis(1);
+
+        // Three requests, then the last write of a server that stops within its bucket.
+        let first = Arc::new(crate::routing::Activity::default());
+        let mut before = recorder(&store, &clock, first.clone());
+        before.poll().await.expect("poll");
+        for _ in 0..3 {
+            first.stats.record(200, ok);
+        }
+        before.write(minute).await.expect("last write");
+        assert_eq!(requests(&store, FINE_STEP_S, minute).await, 3);
+
+        // Started again (its counters from zero) within the same bucket: two more.
+        let again = Arc::new(crate::routing::Activity::default());
+        let mut after = recorder(&store, &clock, again.clone());
+        after.poll().await.expect("poll");
+        again.stats.record(200, ok);
+        again.stats.record(503, ok);
+        clock.set(at(minute + 10));
+        after.poll().await.expect("poll");
+        assert_eq!(
+            requests(&store, FINE_STEP_S, minute).await,
+            5,
+            "the bucket goes on"
+        );
+        assert_eq!(
+            requests(&store, COARSE_STEP_S, minute).await,
+            5,
+            "and so does the minute"
+        );
+
+        // The next bucket is its own; the minute adds it.
+        again.stats.record(200, ok);
+        clock.set(at(minute + 20));
+        after.poll().await.expect("poll");
+        assert_eq!(requests(&store, FINE_STEP_S, minute + 10).await, 1);
+        assert_eq!(requests(&store, COARSE_STEP_S, minute).await, 6);
+    }
 
     #[test]
     fn buckets_start_on_their_step() {

@@ -116,7 +116,9 @@ impl Follower {
                     _ => backends.push(backend),
                 }
             }
-            let activity = self.handle.activity(&rec.namespace, &rec.spec.name);
+            let activity = self
+                .handle
+                .activity(&rec.id, &rec.namespace, &rec.spec.name);
             let gen = generation(&rec.spec);
             routes.push(route_of(rec, gen, &domains, backends, router, activity));
         }
@@ -153,6 +155,8 @@ impl Follower {
         for route in table.routes() {
             let a = &route.activity;
             let wake = a.take_wake();
+            // The leader decides the wake-up; which request asked stays here, and is no guide later.
+            a.forget_woken_by();
             if wake {
                 taken.push(route.activity.clone());
             }

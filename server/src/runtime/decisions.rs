@@ -151,9 +151,16 @@ fn span_ms(ms: u128) -> String {
     }
 }
 
-/// Whether decisions of `kind` come from a change of state (see [`transition`]).
-pub fn from_transition(kind: DecisionKind) -> bool {
-    matches!(kind, DecisionKind::Updated | DecisionKind::Failed)
+/// Whether a pass whose status was not written decides `kind` again: the changes of state (see
+/// [`transition`]), and waking and scaling to zero, which the stored state still asks for.
+pub fn decided_again(kind: DecisionKind) -> bool {
+    matches!(
+        kind,
+        DecisionKind::Updated
+            | DecisionKind::Failed
+            | DecisionKind::Woken
+            | DecisionKind::ScaledToZero
+    )
 }
 
 /// What a change of state says, when it is a decision of its own: an update rolled out, or the endpoint

@@ -37,12 +37,16 @@ use crate::routing::{self, Activity, RouteTable, RoutingHandle};
 /// (namespace, name)
 pub type EndpointKey = (String, String);
 
+/// An endpoint's counters, with the id of the endpoint they count for.
+type Counted = (String, Arc<Activity>);
+
 /// The handle the API holds on the runtime. It derefs to the [`RoutingHandle`] it holds (the latest table,
 /// [`RoutingHandle::kick`], the public host), which is what the proxy is given of it.
 #[derive(Clone)]
 pub struct RuntimeHandle {
     routing: RoutingHandle,
-    activities: Arc<Mutex<HashMap<EndpointKey, Arc<Activity>>>>,
+    /// By name, with the id of the endpoint they count for.
+    activities: Arc<Mutex<HashMap<EndpointKey, Counted>>>,
     pub logs: Arc<logs::LogStore>,
     /// Base of `status.url`.
     pub public_url: String,
@@ -65,20 +69,30 @@ impl From<RuntimeHandle> for RoutingHandle {
 }
 
 impl RuntimeHandle {
-    /// The activity counters of an endpoint, created on first use (they outlive table rebuilds).
-    pub fn activity(&self, namespace: &str, name: &str) -> Arc<Activity> {
+    /// The activity counters of the endpoint `id` (named `namespace/name`), created on first use (they
+    /// outlive table rebuilds). An endpoint made again under the same name starts from new counters, on
+    /// every server, however soon after the deletion it comes.
+    pub fn activity(&self, id: &str, namespace: &str, name: &str) -> Arc<Activity> {
         let mut map = match self.activities.lock() {
             Ok(m) => m,
             Err(p) => p.into_inner(),
         };
-        map.entry((namespace.to_string(), name.to_string()))
-            .or_default()
-            .clone()
+        let entry = map
+            .entry((namespace.to_string(), name.to_string()))
+            .or_insert_with(|| (id.to_string(), Arc::default()));
+        if entry.0 != id {
+            *entry = (id.to_string(), Arc::default());
+        }
+        entry.1.clone()
     }
 
-    fn forget_activity(&self, namespace: &str, name: &str) {
+    /// Forgets the counters of the deleted endpoint `id` (not those of one made since under its name).
+    fn forget_activity(&self, id: &str, namespace: &str, name: &str) {
         if let Ok(mut map) = self.activities.lock() {
-            map.remove(&(namespace.to_string(), name.to_string()));
+            let key = (namespace.to_string(), name.to_string());
+            if map.get(&key).is_some_and(|(of, _)| of == id) {
+                map.remove(&key);
+            }
         }
     }
 

@@ -368,7 +368,7 @@ impl Reconciler {
             // Another server's clock running ahead must not keep an endpoint busy for ever.
             let last = t.last_request_ms.min(self.clock.now_millis());
             self.handle
-                .activity(&rec.namespace, &rec.spec.name)
+                .activity(&rec.id, &rec.namespace, &rec.spec.name)
                 .heard(last, in_flight, t.wake);
         }
     }
@@ -528,7 +528,9 @@ impl Reconciler {
         let mut running: HashMap<String, u32> = HashMap::new();
         for rec in records {
             if !self.leads() {
-                // The term ended mid-pass: nothing more is started or written under it.
+                // The term ended mid-pass: nothing more is started or written under it (but what was
+                // decided for the statuses it wrote is said).
+                self.write_decisions(decided_all).await;
                 return Ok(());
             }
             let gen = generation(&rec.spec);
@@ -552,7 +554,7 @@ impl Reconciler {
                     if waking {
                         // The wake-up was taken but not recorded: keep it for the next tick.
                         self.handle
-                            .activity(&rec.namespace, &rec.spec.name)
+                            .activity(&rec.id, &rec.namespace, &rec.spec.name)
                             .request_wake();
                     }
                     rec
@@ -564,9 +566,7 @@ impl Reconciler {
             held.push(rec);
         }
         self.table.publish(routes);
-        if let Err(e) = decisions::write(self.store.as_ref(), &decided_all).await {
-            tracing::warn!(error = %e, "could not record the endpoints' decisions");
-        }
+        self.write_decisions(decided_all).await;
         self.record_replicas(&held).await;
         if self.leads() {
             self.stop_unadopted().await;
@@ -602,7 +602,7 @@ impl Reconciler {
             if let Some(mut run) = self.runs.remove(&id) {
                 stop_all(&mut run, self.provider.as_ref()).await;
                 stop_router(&mut run, self.provider.as_ref()).await;
-                self.handle.forget_activity(&run.namespace, &run.name);
+                self.handle.forget_activity(&id, &run.namespace, &run.name);
                 self.handle.logs.forget(&run.namespace, &run.name);
             }
         }
@@ -672,10 +672,25 @@ impl Reconciler {
         decided
     }
 
-    /// Puts back what a pass decided whose status was not written, less what the change of state said.
+    /// Records the decisions of the endpoints whose status a pass wrote; kept for the next pass when they
+    /// could not be recorded.
+    async fn write_decisions(&mut self, decided: Vec<(String, Vec<Decision>)>) {
+        if let Err(e) = decisions::write(self.store.as_ref(), &decided).await {
+            tracing::warn!(error = %e, "could not record the endpoints' decisions; trying again");
+            for (id, mut kept) in decided {
+                if let Some(run) = self.runs.get_mut(&id) {
+                    kept.append(&mut run.decisions);
+                    run.decisions = kept;
+                }
+            }
+        }
+    }
+
+    /// Puts back what a pass decided whose status was not written, less what the next pass decides again
+    /// (see [`decisions::decided_again`]).
     fn keep_decisions(&mut self, id: &str, decided: Vec<Decision>) {
         if let Some(run) = self.runs.get_mut(id) {
-            let from_state = |d: &Decision| decisions::from_transition(d.kind);
+            let from_state = |d: &Decision| decisions::decided_again(d.kind);
             let mut kept: Vec<Decision> = decided.into_iter().filter(|d| !from_state(d)).collect();
             kept.append(&mut run.decisions);
             run.decisions = kept;
@@ -855,7 +870,9 @@ impl Steps<'_> {
             name: rec.spec.name.clone(),
             replicas: Vec::new(),
             // Looked up (a lock and a map key) only for an endpoint new to the reconciler.
-            activity: self.handle.activity(&rec.namespace, &rec.spec.name),
+            activity: self
+                .handle
+                .activity(&rec.id, &rec.namespace, &rec.spec.name),
             scaler: Scaler::default(),
             target: 0,
             crashes: VecDeque::new(),
@@ -1032,7 +1049,8 @@ impl Steps<'_> {
             });
             run.since = pass.now;
             run.target = bounds.min.max(1).min(bounds.max.max(1));
-            let by = woken.then(|| run.activity.take_woken_by()).flatten();
+            // Kept until the endpoint is up (see `scale`): a pass whose status is not written wakes it again.
+            let by = woken.then(|| run.activity.woken_by_request()).flatten();
             let d = decisions::woken(pass.now, run.target, woken, by);
             run.decisions.push(d);
             ControlFlow::Continue(out)
@@ -1056,7 +1074,7 @@ impl Steps<'_> {
     ) -> ControlFlow<Observed, Observed> {
         // A request to an endpoint that is already up is no wake-up.
         run.activity.take_wake();
-        run.activity.take_woken_by();
+        run.activity.forget_woken_by();
         if state == EndpointState::Pending {
             // Created or resumed: idle time counts from now, not from requests before a pause.
             run.since = pass.now;
@@ -1099,15 +1117,13 @@ impl Steps<'_> {
             let d = decisions::scaled(pass.now, before, run.target, explained, bounds);
             run.decisions.extend(d);
         }
-        let spec_max = bounds_at(&pass.rec.spec.compute.scaling, pass.now).max;
-        let wanted = explained.map_or(0, |e| e.wanted);
-        let held = (wanted > pass.cap && spec_max > pass.cap).then_some(pass.cap);
+        // What the spec and the load ask for, before the quota: the scaler's count within the spec's bounds.
+        let own = bounds_at(&pass.rec.spec.compute.scaling, pass.now);
+        let wanted = explained.map_or(0, |e| e.wanted).clamp(own.min, own.max);
+        let held = (wanted > pass.cap).then_some(pass.cap);
         if let Some(cap) = held.filter(|cap| run.held_at != Some(*cap)) {
-            run.decisions.push(decisions::held_at_quota(
-                pass.now,
-                wanted.min(spec_max),
-                cap,
-            ));
+            let d = decisions::held_at_quota(pass.now, wanted, cap);
+            run.decisions.push(d);
         }
         run.held_at = held;
     }
@@ -1122,7 +1138,9 @@ impl Steps<'_> {
         mut out: Observed,
     ) -> Observed {
         let last = last_busy(run, pass.now);
-        let d = decisions::to_zero(pass.now, run.target, last, bounds, pass.cap);
+        // The target as stored: a pass whose status was not written has already set its own to 0.
+        let from = run.target.max(pass.rec.target_replica);
+        let d = decisions::to_zero(pass.now, from, last, bounds, pass.cap);
         run.decisions.push(d);
         retire_all(run, self.provider).await;
         run.scaler.reset();

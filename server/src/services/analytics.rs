@@ -152,12 +152,14 @@ pub async fn series(
     for row in rows {
         buckets.entry(row.bucket).or_default().push(row.sample);
     }
-    Ok(points(&buckets, r))
+    Ok(points(&buckets, r, ctx.clock.now().timestamp()))
 }
 
-/// The points of range `r` from the samples of its buckets.
-pub fn points(buckets: &BTreeMap<i64, Vec<Sample>>, r: Range) -> AnalyticsOut {
+/// The points of range `r` from the samples of its buckets, at `now` (Unix seconds): a bucket that has
+/// not ended by then is not yet written.
+pub fn points(buckets: &BTreeMap<i64, Vec<Sample>>, r: Range, now: i64) -> AnalyticsOut {
     let at = |s: i64| DateTime::from_timestamp(s, 0).unwrap_or(DateTime::UNIX_EPOCH);
+    let in_step = r.step / r.resolution;
     let mut out = Vec::new();
     let mut start = r.from;
     while start < r.to {
@@ -165,7 +167,9 @@ pub fn points(buckets: &BTreeMap<i64, Vec<Sample>>, r: Range) -> AnalyticsOut {
         for samples in buckets.range(start..start + r.step).map(|(_, s)| s) {
             sum.add_bucket(samples.iter());
         }
-        out.push(sum.point(at(start), r.step));
+        let passed = ((now - start) / r.resolution).clamp(0, in_step);
+        let passed = u32::try_from(passed).unwrap_or(u32::MAX);
+        out.push(sum.point(at(start), r.resolution, passed));
         start += r.step;
     }
     AnalyticsOut {
@@ -269,7 +273,7 @@ mod tests {
             step: 20,
             resolution: 10,
         };
-        let out = points(&buckets, r);
+        let out = points(&buckets, r, 1_000);
         let counts: Vec<(u64, u64)> = out.points.iter().map(|p| (p.requests, p.errors)).collect();
         assert_eq!(counts, [(15, 5), (10, 0)]);
         assert_eq!(out.points[0].requests_per_second, 0.75);

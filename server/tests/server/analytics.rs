@@ -54,7 +54,7 @@ async fn point_with(rt: &Rt, name: &str, from: i64, step: i64, requests: u64) ->
 async fn decisions(rt: &Rt, name: &str) -> Vec<Value> {
     let list: Value = rt
         .admin
-        .endpoint_decisions(NS, name)
+        .endpoint_decisions(NS, name, "")
         .await
         .expect("decisions");
     list["items"].as_array().cloned().unwrap_or_default()
@@ -378,5 +378,52 @@ async fn the_figures_reach_an_opentelemetry_collector() {
             requests_of(&req, "pushed", "404"),
         );
     }
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_that_holds_the_scaler_is_told() {
+    let rt = spawn(|_| {}).await;
+    let scaling = json!({"minReplica": 2, "maxReplica": 2});
+    rt.create(engine_endpoint("capped", "public", &[], scaling))
+        .await;
+    rt.wait_state("capped", "running").await;
+    // An administrator lowers the namespace's quota under what the endpoint asks for.
+    let _: Value = rt
+        .admin
+        .request(
+            reqwest::Method::PUT,
+            &format!("/api/v1/admin/quotas/{NS}"),
+            Some(&json!({"replicas": 1})),
+        )
+        .await
+        .expect("set quota");
+    let list = newest_is(&rt, "capped", "heldAtQuota").await;
+    assert_eq!(
+        list[0]["reason"],
+        "wanted 2 replicas; the namespace's replica quota leaves it 1"
+    );
+    assert_eq!(list[0]["to"], 1);
+    // Told once while it holds, not at every pass.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = decisions(&rt, "capped").await;
+    let told = held.iter().filter(|d| d["kind"] == "heldAtQuota").count();
+    assert_eq!(told, 1, "{held:?}");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_exits_is_told_with_how() {
+    let rt = spawn(|_| {}).await;
+    let scaling = json!({"minReplica": 1, "maxReplica": 1});
+    let body = engine_endpoint("crashy", "public", &["--crash-after-ms", "300"], scaling);
+    rt.create(body).await;
+    let list = newest_is(&rt, "crashy", "replicaExited").await;
+    let reason = list[0]["reason"].as_str().expect("reason");
+    assert!(
+        reason.contains("exit status: 3") || reason.contains("exit status 3"),
+        "{reason}"
+    );
+    assert!(reason.contains("; starting another"), "{reason}");
     rt.shutdown().await;
 }

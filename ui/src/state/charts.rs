@@ -1,6 +1,7 @@
 //! An endpoint's traffic and decisions over time as the console keeps them: what the API answers
 //! (`/api/v1/endpoints/{namespace}/{name}/analytics` and `…/decisions`), in the shapes the charts draw, and
-//! the list's sparklines. Plain data; `analytics` holds what changes it.
+//! the list's sparklines. Plain data; `analytics` holds what changes it. The server's samples come every 10 s
+//! (every minute for ranges past the last hour), so loads are asked once a period, a little after it ends.
 
 use std::collections::HashMap;
 
@@ -10,13 +11,17 @@ use serde_json::Value;
 pub use crate::effects::ChartRange;
 use crate::effects::Effect;
 
-/// Seconds between the server's samples: loads are asked at most once a bucket.
-pub const BUCKET_S: i64 = 10;
+/// Seconds after a bucket ends that its sample is asked for: every server writes it within about a second
+/// of its end.
+pub const LAG_S: i64 = 3;
 
-/// The bucket `now` falls in.
-pub fn bucket(now: DateTime<Utc>) -> i64 {
-    now.timestamp().div_euclid(BUCKET_S)
+/// The period of `every_s` seconds `now` falls in, [`LAG_S`] late: loads are asked once a period.
+pub fn period(now: DateTime<Utc>, every_s: i64) -> i64 {
+    (now.timestamp() - LAG_S).div_euclid(every_s.max(1))
 }
+
+/// Seconds between the list's sparklines' loads (their points are a minute apart).
+pub const SPARKLINE_EVERY_S: i64 = 60;
 
 /// One decision as describe lists it and the charts mark it.
 #[derive(Debug, Clone, PartialEq)]
@@ -169,17 +174,19 @@ pub struct Charts {
     pub range: ChartRange,
     /// The endpoint described, as last loaded (or why it was not).
     pub shown: Option<Result<Analytics, (String, String, String)>>,
-    /// The bucket a describe load was last asked in.
+    /// The period a describe load was last asked in (see [`period`]).
     pub(super) asked: Option<i64>,
     /// Requests per second of each endpoint in the list, over the last 30 minutes.
     pub sparklines: HashMap<(String, String), Vec<f64>>,
     pub(super) sparklines_asked: Option<i64>,
+    /// A sparklines load is under way: no other is asked until it answers.
+    pub(super) sparklines_loading: bool,
 }
 
 impl Charts {
     /// The load of `namespace/name`'s charts over the range shown, at `now`.
     pub(super) fn load(&mut self, now: DateTime<Utc>, namespace: String, name: String) -> Effect {
-        self.asked = Some(bucket(now));
+        self.asked = Some(period(now, self.range.every_s()));
         Effect::LoadAnalytics {
             namespace,
             name,

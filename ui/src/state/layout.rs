@@ -21,9 +21,11 @@ pub fn pager_height(size: (u16, u16)) -> usize {
 }
 
 /// Rows at the top of an endpoint's describe that its charts take on a terminal of `size`: under half the
-/// pane, eight at least (four series and their time axis).
+/// pane, eight at least (a header, four series and their time axis), sixteen at most; never more than half
+/// (on the smallest terminal the console draws, 80×24, eight of its eighteen).
 pub fn charts_height(size: (u16, u16)) -> usize {
-    (pager_height(size) * 9 / 20).clamp(8, 16)
+    let pane = pager_height(size);
+    (pane * 9 / 20).clamp(8, 16).min(pane / 2)
 }
 
 /// The text's part of a pager's box on a terminal of `size`: two columns in from the body on each side, and

@@ -228,20 +228,18 @@ pub(super) fn charts(frame: &mut Frame, area: Rect, state: &State, title: &str) 
             return;
         }
     };
-    if area.height < 3 {
-        return;
-    }
     let head = Rect { height: 1, ..area };
     frame.render_widget(Paragraph::new(header(a.range, area.width)), head);
-    // The bands share the rows between the header and the axis; the first takes what is left over.
-    let rows = area.height - 2;
-    let each = (rows / 4).max(1);
+    // The bands share the rows between the header and the axis, a row each at least; the first takes what
+    // is left over.
+    let rows = area.height.saturating_sub(2);
+    if rows < 4 {
+        return;
+    }
+    let each = rows / 4;
     let mut y = area.y + 1;
     for (i, b) in bands(a).iter().enumerate() {
         let height = if i == 0 { rows - each * 3 } else { each };
-        if height == 0 || y + height > area.y + area.height - 1 {
-            break;
-        }
         band(frame, Rect { y, height, ..area }, b);
         y += height;
     }

@@ -53,9 +53,8 @@ impl Proxy {
         route.activity.touch(self.clock.now_millis());
         // Also when the table shows it still up: it may be a tick old, and the endpoint just scaled to zero.
         // For an endpoint that is starting anyway the reconciler drops the flag.
-        route
-            .activity
-            .woken_by(format!("{} {}", asked.method, asked.uri.path()));
+        let request = format!("{} {}", asked.method, asked.uri.path());
+        route.activity.woken_by(request.clone());
         route.activity.request_wake();
         self.routing.kick();
         let Some(wait) = wait else {
@@ -65,7 +64,7 @@ impl Proxy {
             ));
         };
         // Boxed: a held request is the rare case (see `token_answer`'s call).
-        Box::pin(self.hold(route, wait)).await
+        Box::pin(self.hold(route, wait, request)).await
     }
 
     /// How long the caller asked to be held while the endpoint starts (`X-Scale-Up-Timeout: seconds`), up
@@ -87,9 +86,14 @@ impl Proxy {
         Ok((secs > 0.0).then(|| Duration::from_secs_f64(secs.min(most))))
     }
 
-    /// Holds the request, in a bounded queue, until the endpoint serves, or for `wait` at most; follows
-    /// the route through each new table.
-    async fn hold(&self, route: &Arc<Route>, wait: Duration) -> Result<Arc<Route>, Response> {
+    /// Holds the request (`request`: its method and path, which a wake-up names), in a bounded queue, until
+    /// the endpoint serves, or for `wait` at most; follows the route through each new table.
+    async fn hold(
+        &self,
+        route: &Arc<Route>,
+        wait: Duration,
+        request: String,
+    ) -> Result<Arc<Route>, Response> {
         let retry_after = self.config.retry_after_s;
         let activity = route.activity.clone();
         // Released however this ends, a caller that hangs up included.
@@ -123,6 +127,7 @@ impl Proxy {
                 Some(r) if serving(&r) => break Ok(r),
                 // The table this request first saw may have been a tick old: wake whatever it is now.
                 Some(r) if r.state == EndpointState::ScaledToZero => {
+                    r.activity.woken_by(request.clone());
                     r.activity.request_wake();
                     self.routing.kick();
                 }
