@@ -24,7 +24,9 @@ use serde_json::{json, Value};
 #[path = "common/mod.rs"]
 mod common;
 
-use common::server::{closed_loop, engine_bin, load_average, mid, turn_order, Make, Server, NS};
+use common::server::{
+    bench_client, closed_loop, engine_bin, load_average, mid, runtime, turn_order, Make, Server, NS,
+};
 
 const ENDPOINT: &str = "recorded";
 
@@ -90,17 +92,7 @@ fn main() {
     let seconds: f64 = common::env_number("BENCH_SECONDS").unwrap_or(20.0);
     let turns: usize = common::env_number("BENCH_TURNS").unwrap_or(4);
     let conns: usize = common::env_number("BENCH_CONNS").unwrap_or(16);
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(256)
-        .tcp_nodelay(true)
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("client");
-    let runtime = |name: &str| {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        let b = b.worker_threads(2).thread_name(name).enable_all();
-        b.build().expect("runtime")
-    };
+    let http = bench_client(Some(Duration::from_secs(30)));
     let server_rt = runtime("server");
     let on = server_rt.block_on(Server::start(http.clone(), |c| c.analytics.enabled = true));
     let off = server_rt.block_on(Server::start(http, |c| c.analytics.enabled = false));

@@ -35,7 +35,9 @@ use serde_json::{json, Value};
 #[path = "common/mod.rs"]
 mod common;
 
-use common::server::{closed_loop, engine_bin, load_average, mid, turn_order, Make, Server, NS};
+use common::server::{
+    bench_client, closed_loop, engine_bin, load_average, mid, runtime, turn_order, Make, Server, NS,
+};
 use common::{free_port, tool, wrk, Wrk};
 
 /// The request everywhere. The engine's `/echo` answers at once; its `/embed` holds each input in a tokio
@@ -437,18 +439,7 @@ async fn bench(srv: &Server, engine: &Path, secs: f64, server: tokio::runtime::H
 fn main() {
     let secs: f64 = common::env_number("BENCH_SECONDS").unwrap_or(2.0);
     let engine = engine_bin();
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(256)
-        .tcp_nodelay(true)
-        .build()
-        .expect("client");
-    // The server on its own runtime, as in its own process, and the load generator on another; named
-    // threads, so that their CPU is told apart (and in a profile: `perf report --sort comm`).
-    let runtime = |name: &str| {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        let b = b.worker_threads(2).thread_name(name).enable_all();
-        b.build().expect("runtime")
-    };
+    let http = bench_client(None);
     let server_rt = runtime("server");
     let srv = server_rt.block_on(Server::start(http, |config| {
         if let Some(us) = common::env_number("BENCH_BUSY_POLL_US") {

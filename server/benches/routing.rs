@@ -31,7 +31,9 @@ use switchyard_server::Config;
 #[path = "common/mod.rs"]
 mod common;
 
-use common::server::{closed_loop, engine_bin, load_average, mid, turn_order, Make, Server, NS};
+use common::server::{
+    bench_client, closed_loop, engine_bin, load_average, mid, runtime, turn_order, Make, Server, NS,
+};
 
 /// The parts `BENCH_PART` may name; without it, all of them run.
 const PARTS: [&str; 2] = ["balancers", "ext_proc"];
@@ -617,18 +619,7 @@ fn main() {
     );
     let wanted = |name: &str| part.is_empty() || part == name;
     let engine = engine_bin();
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(256)
-        .tcp_nodelay(true)
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("client");
-    // The server on its own runtime, as in its own process, and the load generator on another.
-    let runtime = |name: &str| {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        let b = b.worker_threads(2).thread_name(name).enable_all();
-        b.build().expect("runtime")
-    };
+    let http = bench_client(Some(Duration::from_secs(30)));
     let server_rt = runtime("server");
     let srv = server_rt.block_on(Server::start(http, configure));
     let load_rt = runtime("load");

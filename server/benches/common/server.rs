@@ -103,6 +103,27 @@ impl Server {
     }
 }
 
+/// The load's HTTP client: keep-alive connections enough for every caller, no Nagle delay; `timeout` for
+/// each request when given.
+pub fn bench_client(timeout: Option<Duration>) -> reqwest::Client {
+    let mut b = reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .tcp_nodelay(true);
+    if let Some(t) = timeout {
+        b = b.timeout(t);
+    }
+    b.build().expect("client")
+}
+
+/// A runtime of two workers whose threads are named `name`: the server on one, as in its own process, and
+/// the load generator on another, so that their CPU is told apart (and in a profile: `perf report --sort
+/// comm`).
+pub fn runtime(name: &str) -> tokio::runtime::Runtime {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    let b = b.worker_threads(2).thread_name(name).enable_all();
+    b.build().expect("runtime")
+}
+
 /// The order of the `n` scenarios in turn `turn`: each turn starts one scenario later, and every other
 /// turn runs backwards, so that of two scenarios next to each other neither mostly runs right after the
 /// other. The second of two back-to-back runs measures lower (in the proxy bench at 64 connections,

@@ -141,7 +141,6 @@ fn by_path_route<'t, 'p>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{EndpointState, EndpointType};
 
     #[test]
     fn dot_segments_are_found_in_every_spelling() {
@@ -188,24 +187,7 @@ mod tests {
 
     /// A route for `ns`/`name`, public, with no replica.
     fn route(ns: &str, name: &str) -> Arc<Route> {
-        Arc::new(Route {
-            id: format!("{ns}-{name}"),
-            generation: "1".into(),
-            namespace: ns.into(),
-            name: name.into(),
-            state: EndpointState::Running,
-            endpoint_type: EndpointType::Public,
-            allow: None,
-            load_balancer: Default::default(),
-            mcp_lb: None,
-            cache: false,
-            private_account: None,
-            domain: None,
-            backends: Vec::new(),
-            router: None,
-            ext_proc: None,
-            activity: Default::default(),
-        })
+        Arc::new(Route::bare(ns, name, Default::default()))
     }
 
     #[test]

@@ -36,6 +36,31 @@ pub struct Route {
     pub activity: Arc<Activity>,
 }
 
+#[cfg(test)]
+impl Route {
+    /// A public, running route of `ns/name` (its id `ns-name`) with no replica, counted by `activity`.
+    pub(crate) fn bare(ns: &str, name: &str, activity: Arc<Activity>) -> Route {
+        Route {
+            id: format!("{ns}-{name}"),
+            generation: "1".into(),
+            namespace: ns.into(),
+            name: name.into(),
+            state: EndpointState::Running,
+            endpoint_type: EndpointType::Public,
+            allow: None,
+            load_balancer: Default::default(),
+            mcp_lb: None,
+            cache: false,
+            private_account: None,
+            domain: None,
+            backends: Vec::new(),
+            router: None,
+            ext_proc: None,
+            activity,
+        }
+    }
+}
+
 /// An extProc custom router: the address of its gRPC service once it runs, and how it is spoken to.
 #[derive(Debug, Clone)]
 pub struct ExtProcRoute {

@@ -277,30 +277,8 @@ fn quiet(s: &Sample) -> bool {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
-    use crate::model::{EndpointState, EndpointType};
     use crate::routing::RouteTable;
     use crate::store::{SqlStore, StoreUrl, Synchronous};
-
-    fn route(activity: Arc<crate::routing::Activity>) -> Arc<Route> {
-        Arc::new(Route {
-            id: "ep-1".into(),
-            generation: "1".into(),
-            namespace: "ns".into(),
-            name: "ep".into(),
-            state: EndpointState::Running,
-            endpoint_type: EndpointType::Public,
-            allow: None,
-            load_balancer: Default::default(),
-            mcp_lb: None,
-            cache: false,
-            private_account: None,
-            domain: None,
-            backends: Vec::new(),
-            router: None,
-            ext_proc: None,
-            activity,
-        })
-    }
 
     /// A recorder of `node-a` on `store`, its table holding one endpoint counted by `activity`.
     fn recorder(
@@ -309,7 +287,8 @@ mod tests {
         activity: Arc<crate::routing::Activity>,
     ) -> Recorder {
         let (handle, tx) = super::super::handle("http://x".into(), "x".into(), 10);
-        tx.send_replace(Arc::new(RouteTable::new(vec![route(activity)])));
+        let route = Route::bare("ns", "ep", activity);
+        tx.send_replace(Arc::new(RouteTable::new(vec![Arc::new(route)])));
         let clock: Arc<dyn Clock> = Arc::new(clock.clone());
         let store: Arc<dyn Store> = store.clone();
         Recorder::new(
@@ -324,7 +303,7 @@ mod tests {
     async fn requests(store: &SqlStore, step: i64, bucket: i64) -> u64 {
         let mut read = store.read().await.expect("read");
         let rows = read
-            .samples("ep-1", step, bucket, bucket + 1)
+            .samples("ns-ep", step, bucket, bucket + 1)
             .await
             .expect("rows");
         rows.iter().map(|r| r.sample.requests()).sum()

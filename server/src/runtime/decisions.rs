@@ -238,6 +238,48 @@ mod tests {
     }
 
     #[test]
+    fn a_schedule_entry_a_wake_up_and_an_exit_say_what_happened() {
+        let at = DateTime::UNIX_EPOCH;
+        let entry = ScheduleEntry {
+            at: "08:00".into(),
+            min_replica: 1,
+            max_replica: 4,
+            scale_to_zero_timeout: None,
+        };
+        let d = schedule(at, Some(&entry), &bounds(0, 2));
+        assert_eq!(
+            d.reason,
+            "the schedule entry at 08:00 began: 1 to 4 replicas"
+        );
+        let d = schedule(at, None, &bounds(0, 2));
+        assert_eq!(
+            d.reason,
+            "no schedule entry is in effect: the endpoint's own 0 to 2 replicas"
+        );
+        let d = woken(at, 1, true, Some("POST /endpoints/a/b/embed".into()));
+        assert_eq!(d.reason, "woken by a request: POST /endpoints/a/b/embed");
+        assert_eq!(
+            woken(at, 1, true, None).reason,
+            "woken by a request to another server"
+        );
+        assert_eq!(woken(at, 2, false, None).to, Some(2));
+        let ms = std::time::Duration::from_millis;
+        let d = replica_exited(at, "replica r exited: exit status: 3", ms(2000));
+        assert_eq!(
+            d.reason,
+            "replica r exited: exit status: 3; starting another in 2 s"
+        );
+        let d = replica_exited(at, "x", ms(0));
+        assert_eq!(d.reason, "x; starting another");
+        let t = transition(at, EndpointState::Updating, EndpointState::Running, None, 1);
+        assert_eq!(
+            t.map(|d| d.reason),
+            Some("the new spec serves on 1 replica; the old ones are retired".into())
+        );
+        assert!(transition(at, EndpointState::Running, EndpointState::Running, None, 1).is_none());
+    }
+
+    #[test]
     fn scaling_to_zero_says_how_long_it_was_idle() {
         let at = DateTime::UNIX_EPOCH + chrono::Duration::minutes(16);
         let d = to_zero(at, 1, DateTime::UNIX_EPOCH, &bounds(0, 1), 1);

@@ -103,6 +103,17 @@ async fn server_with(
     (url, admin)
 }
 
+/// A small CPU endpoint of a hub model that may scale to zero.
+fn small_endpoint(name: &str) -> Value {
+    json!({
+        "name": name, "type": "public",
+        "provider": {"vendor": "aws", "region": "us-east-1"},
+        "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x1",
+                    "scaling": {"minReplica": 0, "maxReplica": 1}},
+        "model": {"repository": "BAAI/bge-small-en-v1.5", "framework": "pytorch", "image": {"hub": {}}}
+    })
+}
+
 /// The console on `client`, signed in (or refused) as it starts.
 async fn console(url: &str, client: &Client) -> Console {
     let mut console = Console {
@@ -341,13 +352,7 @@ async fn a_webhook_made_here_shows_its_secret_once_and_its_deliveries_say_what_w
 
     // Two changes in the watched namespace: two failed attempts in a row hold the webhook.
     let _: Value = admin
-        .create_endpoint("admin", &json!({
-            "name": "hooked", "type": "public",
-            "provider": {"vendor": "aws", "region": "us-east-1"},
-            "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x1",
-                        "scaling": {"minReplica": 0, "maxReplica": 1}},
-            "model": {"repository": "BAAI/bge-small-en-v1.5", "framework": "pytorch", "image": {"hub": {}}}
-        }))
+        .create_endpoint("admin", &small_endpoint("hooked"))
         .await
         .unwrap();
     until_held(&admin, &id).await;
@@ -401,13 +406,7 @@ async fn an_endpoints_describe_reads_its_charts_and_decisions_from_the_server() 
     let dir = tempfile::tempdir().unwrap();
     let (url, admin) = server(dir.path()).await;
     let _: Value = admin
-        .create_endpoint("admin", &json!({
-            "name": "charted", "type": "public",
-            "provider": {"vendor": "aws", "region": "us-east-1"},
-            "compute": {"accelerator": "cpu", "instanceType": "intel-icl", "instanceSize": "x1",
-                        "scaling": {"minReplica": 0, "maxReplica": 1}},
-            "model": {"repository": "BAAI/bge-small-en-v1.5", "framework": "pytorch", "image": {"hub": {}}}
-        }))
+        .create_endpoint("admin", &small_endpoint("charted"))
         .await
         .unwrap();
     let mut console = console(&url, &admin).await;
