@@ -44,8 +44,12 @@ fn millis(v: f64) -> String {
     }
 }
 
+/// A count, or a mean of counts over time (a replica for part of an interval: `0.4`).
 fn count(v: f64) -> String {
-    format!("{v:.0}")
+    match (v - v.round()).abs() < 0.05 {
+        true => format!("{v:.0}"),
+        false => format!("{v:.1}"),
+    }
 }
 
 fn bands(a: &Analytics) -> [Band; 4] {
@@ -279,5 +283,9 @@ mod tests {
         assert_eq!(resample(&points, 2), [Some(9.0), Some(2.0)]);
         assert_eq!(resample(&points, 8).len(), 8);
         assert_eq!(sparkline_text(&[0.0, 5.0, 10.0], 3), "▁▅█");
+        assert_eq!(
+            (count(2.0), count(0.36), count(1.98)),
+            ("2".into(), "0.4".into(), "2".into())
+        );
     }
 }
