@@ -25,7 +25,8 @@ use serde_json::{json, Value};
 mod common;
 
 use common::server::{
-    bench_client, closed_loop, engine_bin, load_average, mid, runtime, turn_order, Make, Server, NS,
+    bench_client, closed_loop, engine_bin, load_average, mid, pct, runtime, turn_order, Make,
+    Server, NS,
 };
 
 const ENDPOINT: &str = "recorded";
@@ -36,11 +37,6 @@ struct Turn {
     p50: f64,
     p99: f64,
     errors: usize,
-}
-
-fn pct(sorted: &[Duration], p: f64) -> f64 {
-    let at = ((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1));
-    sorted.get(at).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
 }
 
 async fn turn(srv: &Server, conns: usize, seconds: f64) -> Turn {

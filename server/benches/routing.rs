@@ -32,7 +32,8 @@ use switchyard_server::Config;
 mod common;
 
 use common::server::{
-    bench_client, closed_loop, engine_bin, load_average, mid, runtime, turn_order, Make, Server, NS,
+    bench_client, closed_loop, engine_bin, load_average, mid, pct, runtime, turn_order, Make,
+    Server, NS,
 };
 
 /// The parts `BENCH_PART` may name; without it, all of them run.
@@ -154,13 +155,6 @@ impl Turn {
     fn rps(&self) -> f64 {
         self.all.len() as f64 / self.seconds
     }
-}
-
-/// The `p` quantile of sorted latencies, in ms (0 for none).
-fn pct(sorted: &[Duration], p: f64) -> f64 {
-    let n = sorted.len();
-    let at = ((n as f64 * p) as usize).min(n.saturating_sub(1));
-    sorted.get(at).map_or(0.0, |d| d.as_secs_f64() * 1e3)
 }
 
 /// The requests waiting in the engine at `address` (`vllm:num_requests_waiting`), when it answers.

@@ -21,10 +21,8 @@ use tokio::sync::watch;
 use crate::clock::Clock;
 use crate::model::analytics::LATENCY_BOUNDS;
 use crate::outbound::{FetchOptions, Outbound};
+use crate::routing::metrics::GAUGES;
 use crate::routing::{Route, RouteTable};
-
-/// Fleet figures older than this are not sent (a leader that stepped down publishes no more).
-const FLEET_FRESH_MS: i64 = 30_000;
 
 fn text(key: &str, value: &str) -> KeyValue {
     KeyValue {
@@ -101,7 +99,8 @@ pub fn export(
     let mut requests = Vec::new();
     let mut durations = Vec::new();
     let mut hits = Vec::new();
-    let mut gauges: [Vec<NumberDataPoint>; 7] = Default::default();
+    let (mut in_flight, mut ready) = (Vec::new(), Vec::new());
+    let mut gauges: [Vec<NumberDataPoint>; GAUGES.len()] = Default::default();
     for r in &routes {
         let start = times.start_of(&r.id);
         let counted = r.activity.stats.counted_by_status();
@@ -125,32 +124,20 @@ pub fn export(
             ..Default::default()
         });
         hits.push(number(labels(r), start, int(counted.cache_hits)));
-        let a = &r.activity;
-        let fleet = a.fleet(now_ms - FLEET_FRESH_MS);
-        let values = [
-            Some(f64::from(a.in_flight.get())),
-            Some(f64::from(
-                a.waiting.load(std::sync::atomic::Ordering::Relaxed),
-            )),
-            fleet.map(|f| f64::from(f.ready)),
-            fleet.map(|f| f64::from(f.target)),
-            fleet.and_then(|f| f.cpu_percent),
-            fleet.and_then(|f| f.queue),
-            fleet.and_then(|f| f.kv_cache_percent),
-        ];
-        for (points, value) in gauges.iter_mut().zip(values) {
-            if let Some(v) = value {
-                points.push(number(labels(r), 0, number_data_point::Value::AsDouble(v)));
-            }
+        let gauge = |v: f64| number(labels(r), 0, number_data_point::Value::AsDouble(v));
+        in_flight.push(gauge(f64::from(r.activity.in_flight.get())));
+        ready.push(gauge(r.backends.len() as f64));
+        let fleet = r.activity.fleet(now_ms);
+        for (points, g) in gauges.iter_mut().zip(&GAUGES) {
+            points.extend((g.value)(&r.activity, fleet.as_ref()).map(gauge));
         }
     }
-    let [in_flight, waiting, ready, target, cpu, queue, kv] = gauges;
     let gauge = |points| {
         metric::Data::Gauge(Gauge {
             data_points: points,
         })
     };
-    let metrics = vec![
+    let mut metrics = vec![
         metric(
             "switchyard_proxy_requests",
             "Requests served by the proxy, by endpoint and status.",
@@ -179,42 +166,15 @@ pub fn export(
             gauge(in_flight),
         ),
         metric(
-            "switchyard_endpoint_waiting_requests",
-            "Requests held while the endpoint starts.",
-            "{request}",
-            gauge(waiting),
-        ),
-        metric(
             "switchyard_endpoint_ready_replicas",
             "Replicas that answer their health route.",
             "{replica}",
             gauge(ready),
         ),
-        metric(
-            "switchyard_endpoint_target_replicas",
-            "Replicas the scaler wants.",
-            "{replica}",
-            gauge(target),
-        ),
-        metric(
-            "switchyard_endpoint_replica_cpu_percent",
-            "Mean CPU use of a ready replica, percent of one core.",
-            "%",
-            gauge(cpu),
-        ),
-        metric(
-            "switchyard_endpoint_engine_queue",
-            "Requests waiting in the engines, per replica.",
-            "{request}",
-            gauge(queue),
-        ),
-        metric(
-            "switchyard_endpoint_engine_kv_cache_percent",
-            "The engines' KV-cache use.",
-            "%",
-            gauge(kv),
-        ),
     ];
+    for (g, points) in GAUGES.iter().zip(gauges) {
+        metrics.push(metric(g.name, g.help, g.unit, gauge(points)));
+    }
     ExportMetricsServiceRequest {
         resource_metrics: vec![ResourceMetrics {
             resource: Some(Resource {

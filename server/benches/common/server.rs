@@ -137,6 +137,13 @@ pub fn turn_order(n: usize, turn: usize) -> Vec<usize> {
     order
 }
 
+/// The `p` quantile of sorted latencies, in ms (0 for none).
+pub fn pct(sorted: &[Duration], p: f64) -> f64 {
+    let n = sorted.len();
+    let at = ((n as f64 * p) as usize).min(n.saturating_sub(1));
+    sorted.get(at).map_or(0.0, |d| d.as_secs_f64() * 1e3)
+}
+
 /// The median of `v` (the upper one of an even count).
 pub fn mid(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);

@@ -116,11 +116,6 @@ impl Sample {
     pub fn requests(&self) -> u64 {
         self.statuses.iter().fold(0, |n, c| n.saturating_add(*c))
     }
-
-    /// Whether it holds nothing at all.
-    pub fn is_empty(&self) -> bool {
-        *self == Sample::default()
-    }
 }
 
 fn add_counts<const N: usize>(to: &mut [u64; N], from: &[u64; N]) {

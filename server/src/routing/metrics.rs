@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use super::stats::{Fleet, PickedBy, RouterFailure, BUCKETS};
+use super::stats::{Activity, Fleet, PickedBy, RouterFailure, BUCKETS};
 use super::table::{Route, RouteTable};
 
 fn escape(v: &str) -> String {
@@ -14,11 +14,48 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// A gauge of the fleet: its name, its help, and its value.
-type FleetGauge = (&'static str, &'static str, fn(&Fleet) -> Option<f64>);
+/// One of an endpoint's gauges beside its requests in flight and ready replicas, as `/metrics` shows it
+/// and the OTLP exporter sends it: its name, help and unit (UCUM), and its value (of the endpoint, and of
+/// its fleet as the leader last published it; none where it is not known).
+pub struct EndpointGauge {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub unit: &'static str,
+    pub value: fn(&Activity, Option<&Fleet>) -> Option<f64>,
+}
 
-/// Fleet figures older than this are not shown (a leader that stepped down publishes no more).
-const FLEET_FRESH_MS: i64 = 30_000;
+pub const GAUGES: [EndpointGauge; 5] = [
+    EndpointGauge {
+        name: "switchyard_endpoint_waiting_requests",
+        help: "Requests held while the endpoint starts.",
+        unit: "{request}",
+        value: |a, _| Some(f64::from(a.waiting_now())),
+    },
+    EndpointGauge {
+        name: "switchyard_endpoint_target_replicas",
+        help: "Replicas the scaler wants (on the server that leads).",
+        unit: "{replica}",
+        value: |_, f| Some(f64::from(f?.target)),
+    },
+    EndpointGauge {
+        name: "switchyard_endpoint_replica_cpu_percent",
+        help: "Mean CPU use of a ready replica, percent of one core (on the server that leads).",
+        unit: "%",
+        value: |_, f| f?.cpu_percent,
+    },
+    EndpointGauge {
+        name: "switchyard_endpoint_engine_queue",
+        help: "Requests waiting in the engines, per replica, where they are read (on the server that leads).",
+        unit: "{request}",
+        value: |_, f| f?.queue,
+    },
+    EndpointGauge {
+        name: "switchyard_endpoint_engine_kv_cache_percent",
+        help: "The engines' KV-cache use, where it is read (on the server that leads).",
+        unit: "%",
+        value: |_, f| f?.kv_cache_percent,
+    },
+];
 
 /// The table's figures at `now_ms` (Unix milliseconds).
 pub fn render(table: &RouteTable, now_ms: i64) -> String {
@@ -115,32 +152,12 @@ pub fn render(table: &RouteTable, now_ms: i64) -> String {
             );
         }
     }
-    out.push_str("# HELP switchyard_endpoint_waiting_requests Requests held while the endpoint starts.\n# TYPE switchyard_endpoint_waiting_requests gauge\n");
-    for r in &routes {
-        let waiting = r
-            .activity
-            .waiting
-            .load(std::sync::atomic::Ordering::Relaxed);
-        let _ = writeln!(
-            out,
-            "switchyard_endpoint_waiting_requests{{{}}} {waiting}",
-            labels(r)
-        );
-    }
-    let fleets: Vec<_> = routes
-        .iter()
-        .filter_map(|r| Some((r, r.activity.fleet(now_ms - FLEET_FRESH_MS)?)))
-        .collect();
-    let fleet_gauges: [FleetGauge; 4] = [
-        ("switchyard_endpoint_target_replicas", "Replicas the scaler wants (on the server that leads).", |f| Some(f64::from(f.target))),
-        ("switchyard_endpoint_replica_cpu_percent", "Mean CPU use of a ready replica, percent of one core (on the server that leads).", |f| f.cpu_percent),
-        ("switchyard_endpoint_engine_queue", "Requests waiting in the engines, per replica, where they are read (on the server that leads).", |f| f.queue),
-        ("switchyard_endpoint_engine_kv_cache_percent", "The engines' KV-cache use, where it is read (on the server that leads).", |f| f.kv_cache_percent),
-    ];
-    for (name, help, value) in fleet_gauges {
+    let fleets: Vec<Option<Fleet>> = routes.iter().map(|r| r.activity.fleet(now_ms)).collect();
+    for g in &GAUGES {
+        let (name, help) = (g.name, g.help);
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-        for (r, fleet) in &fleets {
-            if let Some(v) = value(fleet) {
+        for (r, fleet) in routes.iter().zip(&fleets) {
+            if let Some(v) = (g.value)(&r.activity, fleet.as_ref()) {
                 let _ = writeln!(out, "{name}{{{}}} {v}", labels(r));
             }
         }

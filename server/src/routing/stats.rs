@@ -58,6 +58,9 @@ pub struct Counted {
     pub cache_hits: u64,
 }
 
+/// Fleet figures older than this are not read.
+const FLEET_FRESH_MS: i64 = 30_000;
+
 /// Longest a request path kept as the reason of a wake-up.
 const WOKEN_BY_MAX: usize = 200;
 
@@ -114,9 +117,15 @@ impl Activity {
         *lock(&self.fleet) = Some(fleet);
     }
 
-    /// The fleet's figures, when published at or after `since_ms`.
-    pub fn fleet(&self, since_ms: i64) -> Option<Fleet> {
-        lock(&self.fleet).filter(|f| f.at_ms >= since_ms)
+    /// The fleet's figures at `now_ms`, when published within [`FLEET_FRESH_MS`] of it (a leader that
+    /// stepped down publishes no more).
+    pub fn fleet(&self, now_ms: i64) -> Option<Fleet> {
+        lock(&self.fleet).filter(|f| f.at_ms >= now_ms - FLEET_FRESH_MS)
+    }
+
+    /// Requests held now while the endpoint starts.
+    pub fn waiting_now(&self) -> u32 {
+        self.waiting.load(Ordering::Relaxed)
     }
 
     /// What the other servers reported: their latest request (Unix milliseconds, 0 for none), their

@@ -20,9 +20,6 @@ use crate::store::{SeriesRow, Store, StoreResult};
 /// How often old samples and decisions are pruned, in seconds.
 const PRUNE_EVERY_S: i64 = 600;
 
-/// Fleet figures older than this are not read (a leader that stepped down publishes no more).
-const FLEET_FRESH_MS: i64 = 30_000;
-
 /// What the recorder holds of one endpoint.
 #[derive(Debug, Default)]
 struct Track {
@@ -214,10 +211,8 @@ impl Recorder {
 fn read_gauges(route: &Route, into: &mut Sample, now_ms: i64) {
     let a = &route.activity;
     into.in_flight.add(f64::from(a.in_flight.get()));
-    into.waiting.add(f64::from(
-        a.waiting.load(std::sync::atomic::Ordering::Relaxed),
-    ));
-    if let Some(fleet) = a.fleet(now_ms - FLEET_FRESH_MS) {
+    into.waiting.add(f64::from(a.waiting_now()));
+    if let Some(fleet) = a.fleet(now_ms) {
         into.ready.add(f64::from(fleet.ready));
         into.target.add(f64::from(fleet.target));
         for (readings, value) in [

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 
 use super::sql::SqlSession;
-use super::{json, json_err, req_ts, ts, StoreResult};
+use super::{json, json_col, req_ts, ts, StoreResult};
 use crate::model::analytics::{Decision, DecisionKind, Measured, Sample};
 
 /// One server's sample of one endpoint in one bucket.
@@ -106,8 +106,7 @@ impl AnalyticsStore for SqlSession {
         .bind(server_id)
         .fetch_optional(self.db())
         .await?;
-        row.map(|r| serde_json::from_str(&r.try_get::<String, _>("sample")?).map_err(json_err))
-            .transpose()
+        row.map(|r| json_col(&r, "sample")).transpose()
     }
 
     async fn samples(
@@ -135,8 +134,7 @@ impl AnalyticsStore for SqlSession {
                     step,
                     bucket: r.try_get("bucket")?,
                     server_id: r.try_get("server_id")?,
-                    sample: serde_json::from_str(&r.try_get::<String, _>("sample")?)
-                        .map_err(json_err)?,
+                    sample: json_col(r, "sample")?,
                 })
             })
             .collect()
@@ -199,8 +197,7 @@ impl AnalyticsStore for SqlSession {
             let Some(kind) = DecisionKind::parse(&kind) else {
                 continue;
             };
-            let detail: Detail =
-                serde_json::from_str(&r.try_get::<String, _>("detail")?).map_err(json_err)?;
+            let detail: Detail = json_col(r, "detail")?;
             out.push(Decision {
                 at: req_ts(r, "at")?,
                 kind,

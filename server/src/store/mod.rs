@@ -144,6 +144,15 @@ pub(crate) fn req_ts(row: &sqlx::any::AnyRow, col: &str) -> StoreResult<DateTime
     parse_ts(&row.try_get::<String, _>(col)?)
 }
 
+/// The value of the JSON text in column `col` of `row`.
+pub(crate) fn json_col<T: serde::de::DeserializeOwned>(
+    row: &sqlx::any::AnyRow,
+    col: &str,
+) -> StoreResult<T> {
+    use sqlx::Row;
+    serde_json::from_str(&row.try_get::<String, _>(col)?).map_err(json_err)
+}
+
 /// The timestamp in column `col` of `row`, if it holds one.
 pub(crate) fn opt_ts(row: &sqlx::any::AnyRow, col: &str) -> StoreResult<Option<DateTime<Utc>>> {
     use sqlx::Row;

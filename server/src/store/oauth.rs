@@ -10,7 +10,7 @@ use sqlx::Row;
 use super::accounts::{account_from, role_from, ACCOUNT_COLS};
 use super::batch::{bind_all, Stmt};
 use super::sql::{SqlSession, SqlStore};
-use super::{json, json_err, opt_ts, req_ts, ts, StoreError, StoreResult};
+use super::{json, json_col, json_err, opt_ts, req_ts, ts, StoreError, StoreResult};
 use crate::model::account::{Account, Role, Scope};
 use crate::model::oauth::{AuditEntry, Grant, GrantKind, IssuedToken, OAuthApp, TokenKind};
 
@@ -322,8 +322,8 @@ fn audit_from(row: &AnyRow) -> StoreResult<AuditEntry> {
         at: req_ts(row, "at")?,
         action: row.try_get("action")?,
         outcome: row.try_get("outcome")?,
-        actor: serde_json::from_str(&row.try_get::<String, _>("actor")?).map_err(json_err)?,
-        detail: serde_json::from_str(&row.try_get::<String, _>("detail")?).map_err(json_err)?,
+        actor: json_col(row, "actor")?,
+        detail: json_col(row, "detail")?,
     })
 }
 

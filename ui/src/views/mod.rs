@@ -83,14 +83,8 @@ fn overlay(frame: &mut Frame, body: Rect, state: &State, keymap: &Keymap) {
         Overlay::None | Overlay::Command(_) => {}
         Overlay::Help(scroll) => help(frame, body, state, keymap, *scroll),
         Overlay::Describe(pager) => {
-            let text = pane(frame, body, pager, None);
-            if pager.charts {
-                let size = (frame.area().width, frame.area().height);
-                let height = crate::state::layout::charts_height(size) as u16;
-                let area = Rect {
-                    height: height.min(text.height),
-                    ..text
-                };
+            let area = pane(frame, body, pager, None);
+            if area.height > 0 {
                 charts::charts(frame, area, state, &pager.title);
             }
         }

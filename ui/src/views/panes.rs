@@ -166,7 +166,7 @@ fn pane_row<'a>(pager: &'a Pager, piece: Piece, width: usize) -> Line<'a> {
 
 /// Describe and logs (`mode`: following or paused): the rows in the window, long lines wrapped or cut, search
 /// matches highlighted, the current match's line marked; below the rows its charts take, when it has them.
-/// Returns the inside of its box.
+/// Returns those rows (none when it has no charts).
 pub(super) fn pane(frame: &mut Frame, area: Rect, pager: &Pager, mode: Option<&str>) -> Rect {
     // Below the list's title, so what it covers stays named.
     let below_title = Rect {
@@ -184,24 +184,33 @@ pub(super) fn pane(frame: &mut Frame, area: Rect, pager: &Pager, mode: Option<&s
     let window = pager_window(size, pager.charts);
     let first = pager.first_row(window);
     let rows = pager.rows(window.width);
-    let charts = if pager.charts { charts_height(size) } else { 0 };
-    let above = std::iter::repeat_n(Line::default(), charts);
-    let lines: Vec<Line> = above
-        .chain(rows.iter().skip(first).take(window.height).map(|piece| {
+    let lines: Vec<Line> = rows
+        .iter()
+        .skip(first)
+        .take(window.height)
+        .map(|piece| {
             let l = pane_row(pager, *piece, window.width);
             match pager.current == Some(piece.line) {
                 true => l.style(Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED)),
                 false => l,
             }
-        }))
+        })
         .collect();
     let title = pane_title(pager, mode, first, (window.height, rows.len()));
     let title = fit(&title, box_.width.saturating_sub(2));
     frame.render_widget(Clear, box_);
     let block = Block::default().borders(Borders::ALL).title(title);
     let inside = block.inner(box_);
-    frame.render_widget(Paragraph::new(lines).block(block), box_);
-    inside
+    frame.render_widget(block, box_);
+    // The charts' rows at the top of the inside, the text below them.
+    let charts = match pager.charts {
+        true => (charts_height(size) as u16).min(inside.height),
+        false => 0,
+    };
+    let [charts, text] =
+        Layout::vertical([Constraint::Length(charts), Constraint::Fill(1)]).areas(inside);
+    frame.render_widget(Paragraph::new(lines), text);
+    charts
 }
 
 /// A pane's title: what it shows, following or paused (logs), whether long lines are cut, the rows in the
