@@ -118,6 +118,24 @@ async fn a_known_load_and_forced_scaling_give_their_buckets_and_decisions() {
     assert!(p50 >= 25.0 && p99 >= 250.0 && p50 < p99, "{p}");
     assert_eq!(p["readyReplicas"], 1.0, "{p}");
     assert_eq!(p["cacheHitRatio"], 0.0);
+    // `/metrics` shows the same gauges: held for a cold start, and the fleet the leader sees.
+    let metrics = rt
+        .http
+        .get(format!("{}/metrics", rt.url))
+        .bearer_auth(&rt.token)
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let labels = format!("{{namespace=\"{NS}\",endpoint=\"traffic\"}}");
+    for line in [
+        format!("switchyard_endpoint_waiting_requests{labels} 0"),
+        format!("switchyard_endpoint_target_replicas{labels} 1"),
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in {metrics}");
+    }
     // The bucket before holds none of it.
     let before = analytics(
         &rt,
@@ -425,5 +443,33 @@ async fn a_replica_that_exits_is_told_with_how() {
         "{reason}"
     );
     assert!(reason.contains("; starting another"), "{reason}");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engines_own_load_is_kept_where_it_is_read() {
+    let rt = spawn(|_| {}).await;
+    let scaling = json!({"minReplica": 1, "maxReplica": 1});
+    let args = ["--latency-ms", "300", "--capacity", "1"];
+    let mut body = engine_endpoint("engine", "public", &args, scaling);
+    // `least_load` reads the engine's figures each pass.
+    body["experimentalFeatures"] = json!({"loadBalancer": "least_load"});
+    rt.create(body).await;
+    rt.wait_state("engine", "running").await;
+    let start = into_next_bucket(rt.clock.now());
+    rt.clock.set(start);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Three at once on one slot: one runs, the others wait in the engine.
+    let url = format!("{}/embed", rt.endpoint_url("engine"));
+    let embed = || rt.http.post(&url).json(&json!({"inputs": "x"})).send();
+    let (a, b, c) = tokio::join!(embed(), embed(), embed());
+    for r in [a, b, c] {
+        assert_eq!(r.expect("request").status(), 200);
+    }
+    rt.clock.set(start + chrono::Duration::seconds(10));
+    let p = point_with(&rt, "engine", start.timestamp() - 1, 10, 3).await;
+    let figure = |k: &str| p[k].as_f64().unwrap_or(0.0);
+    assert!(figure("queue") > 0.0, "{p}");
+    assert!(figure("kvCachePercent") > 0.0, "{p}");
     rt.shutdown().await;
 }
